@@ -1,0 +1,109 @@
+"""The ``llmsim`` command line.
+
+::
+
+    llmsim run [WORKLOAD.yaml] [--topology T] [--trace PATH] [--json PATH] [--set KEY=VALUE ...] [--full]
+
+Bad input prints one line naming the file, the field, what was expected and what arrived,
+and exits with status 2; it never prints a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from sim import __version__
+from sim.errors import ConfigError, SimError
+
+__all__ = ["main"]
+
+
+def _write_json(path: str, obj: dict) -> None:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+
+
+def _resolve_topology(workload, topology_arg: str | None, notes: list[str]):
+    from sim.config import default_topology_name, load_topology
+
+    name = topology_arg or workload.system.topology
+    if name is None:
+        name = default_topology_name(workload.system.gpu.name)
+        notes.append(f"topology: none given -> {name} (the default for {workload.system.gpu.name})")
+    topo = load_topology(name)
+    if topo.gpu is not None and topo.gpu != workload.system.gpu.name:
+        notes.append(f"topology {topo.name} is described with {topo.gpu}; the workload's "
+                     f"{workload.system.gpu.name} is simulated on its links")
+    if topo.gpus_per_node != workload.system.gpus_per_node:
+        notes.append(f"system.gpus_per_node: the workload says {workload.system.gpus_per_node}, "
+                     f"topology {topo.name} has {topo.gpus_per_node}; the topology's is used")
+    return topo
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from sim.config import load_workload_with_notes
+    from sim.report import format_report, make_report
+    from sim.runner import simulate
+
+    workload, notes = load_workload_with_notes(args.workload, args.set or ())
+    topo = _resolve_topology(workload, args.topology, notes)
+    run = simulate(workload, topo, full=args.full, notes=notes)
+    report = make_report(run)
+    print(format_report(report))
+    if args.json:
+        _write_json(args.json, report.to_dict())
+    if args.trace:
+        from sim.trace import write_chrome_trace
+
+        write_chrome_trace(run.result, args.trace, title=f"llmsim {workload.name}",
+                           metadata={"workload": workload.name, "topology": topo.name})
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="llmsim", description="Simulate distributed LLM training.")
+    ap.add_argument("--version", action="version", version=f"llmsim {__version__}")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    run = sub.add_parser("run", help="simulate one training iteration",
+                         description="Simulate one training iteration and report where the time goes.")
+    run.add_argument("workload", nargs="?", default=None,
+                     help="workload YAML or preset name (default: workloads/gpt3-175b.yaml)")
+    run.add_argument("--topology", help="topology YAML or preset name (default: the workload's, "
+                     "else the GPU's DGX preset)")
+    run.add_argument("--trace", metavar="PATH", help="write a Chrome trace (gzip if PATH ends in .gz)")
+    run.add_argument("--json", metavar="PATH", help="write the report as JSON")
+    run.add_argument("--set", action="append", metavar="KEY=VALUE",
+                     help="override one workload field, e.g. parallel.tp=4 (repeatable)")
+    run.add_argument("--full", action="store_true",
+                     help="simulate every rank, not one representative rank per pipeline stage")
+    run.set_defaults(func=_cmd_run)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    ap = _parser()
+    args = ap.parse_args(argv)
+    if not getattr(args, "func", None):
+        ap.print_help()
+        return 2
+    try:
+        return args.func(args)
+    except ConfigError as e:
+        print(f"llmsim: error: {e}", file=sys.stderr)
+        return 2
+    except SimError as e:
+        print(f"llmsim: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"llmsim: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

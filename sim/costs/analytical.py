@@ -1,0 +1,51 @@
+"""The default cost model: roofline compute times and topology-aware communication plans."""
+
+from __future__ import annotations
+
+from sim.costs.base import CommPlan
+from sim.costs.comm import plan_comm
+from sim.costs.compute import attention_time_s, gemm_time_s, memory_time_s
+from sim.hardware import GPUSpec
+from sim.topology.routing import Fabric
+from sim.workload.ops import AttentionOp, CommOp, GemmOp, Op
+
+__all__ = ["AnalyticalCostModel"]
+
+
+class AnalyticalCostModel:
+    """Prices compute ops with :mod:`sim.costs.compute` and plans comm with :mod:`sim.costs.comm`.
+
+    Each distinct op shape is priced once; the caches belong to the instance.
+
+    Parameters
+    ----------
+    gpu : GPUSpec
+    fabric : Fabric
+    representative : bool
+        Whether only representative ranks are simulated (see :func:`sim.costs.comm.plan_comm`).
+    """
+
+    def __init__(self, gpu: GPUSpec, fabric: Fabric, representative: bool = True) -> None:
+        self.gpu = gpu
+        self.fabric = fabric
+        self.representative = representative
+        self._compute: dict[Op, float] = {}
+        self._plans: dict[CommOp, CommPlan] = {}
+
+    def compute_time_s(self, op: Op) -> float:
+        t = self._compute.get(op)
+        if t is None:
+            if isinstance(op, GemmOp):
+                t = gemm_time_s(self.gpu, op)
+            elif isinstance(op, AttentionOp):
+                t = attention_time_s(self.gpu, op)
+            else:
+                t = memory_time_s(self.gpu, op)
+            self._compute[op] = t
+        return t
+
+    def comm_plan(self, op: CommOp) -> CommPlan:
+        plan = self._plans.get(op)
+        if plan is None:
+            plan = self._plans[op] = plan_comm(self.fabric, op, self.representative)
+        return plan

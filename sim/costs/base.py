@@ -1,0 +1,82 @@
+"""The one seam between the workload and the engine's notion of time.
+
+A cost model answers two questions: how long a compute op runs on its GPU, and how a
+communication op moves over the network (a :class:`CommPlan`: phases of fixed latency
+followed by flows of bytes over links, which the engine's flow network shares fairly).
+:class:`FixedCostModel` is the test double (httpx's ``MockTransport`` idea): fixed times per
+op kind and instant or fixed-latency communication.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping, Protocol
+
+from sim.types import OpKind
+from sim.workload.ops import CommOp, Op
+
+__all__ = ["Flow", "Phase", "CommPlan", "CostModel", "FixedCostModel"]
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """``size_bytes`` from GPU ``src`` to GPU ``dst`` over ``links``.
+
+    ``weights`` (parallel to ``links``) count how many flows of the whole job this one stands
+    for on each link; they are 1 when every rank is simulated.
+    """
+
+    src: int
+    dst: int
+    size_bytes: float
+    links: tuple[int, ...]
+    weights: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """A step of a collective: wait ``latency_s``, then move all ``flows`` at once."""
+
+    latency_s: float
+    flows: tuple[Flow, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CommPlan:
+    """The phases of one communication op, run one after another."""
+
+    phases: tuple[Phase, ...] = ()
+    algorithm: str = "none"
+
+
+class CostModel(Protocol):
+    """What the engine asks of a cost model."""
+
+    def compute_time_s(self, op: Op) -> float:
+        """Seconds a compute op occupies its GPU's compute stream."""
+
+    def comm_plan(self, op: CommOp) -> CommPlan:
+        """How a communication op moves over the network."""
+
+
+@dataclass(frozen=True)
+class FixedCostModel:
+    """Fixed times for tests: ``compute_s[kind]`` per compute op, ``comm_s`` per comm op.
+
+    Kinds not in ``compute_s`` take ``default_compute_s``. Communication is a single phase
+    of ``comm_s`` latency with no flows, so the network never slows it.
+
+    >>> FixedCostModel({OpKind.GEMM: 2.0}).compute_time_s(
+    ...     __import__("sim.workload.ops", fromlist=["MemoryOp"]).MemoryOp(OpKind.NORM, 1.0))
+    0.0
+    """
+
+    compute_s: Mapping[OpKind, float] = field(default_factory=dict)
+    default_compute_s: float = 0.0
+    comm_s: float = 0.0
+
+    def compute_time_s(self, op: Op) -> float:
+        return self.compute_s.get(op.kind, self.default_compute_s)
+
+    def comm_plan(self, op: CommOp) -> CommPlan:
+        return CommPlan((Phase(self.comm_s),), algorithm="fixed")

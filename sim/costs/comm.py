@@ -1,0 +1,129 @@
+"""Communication plans: collectives and p2p sends as phases of flows over the topology.
+
+Algorithms, as NCCL runs them on one node or across nodes:
+
+* **ring** (Patarasuk and Yuan 2009; NCCL's ring): ``p`` ranks in a ring, each sending to
+  the next. All-reduce moves ``2(p-1)/p x S`` bytes per rank in ``2(p-1)`` steps,
+  all-gather and reduce-scatter ``(p-1)/p x S`` in ``p-1`` steps (nccl-tests
+  doc/PERFORMANCE.md, "bus bandwidth"). Time alone on a uniform ring:
+  ``steps x a + bus_bytes / B``.
+* **hierarchical** (used when a group spans scale-up domains with several members in each):
+  reduce-scatter inside each domain, the collective on ``S/k`` across domains among ranks
+  with the same local index, all-gather inside each domain.
+* **p2p**: one flow along the route.
+
+Each flow's bytes are divided by the efficiency its bottleneck link reaches at that message
+size (nccl-tests bus bandwidth over the link's peak), so the flow network can run links at
+their raw bandwidth.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from sim.costs.base import CommPlan, Flow, Phase
+from sim.topology.routing import Fabric
+from sim.types import CollectiveKind
+from sim.workload.ops import CommOp
+
+__all__ = ["plan_comm"]
+
+
+def _ring_steps(kind: CollectiveKind, p: int) -> tuple[int, float]:
+    """(steps, bus-bytes factor) of a ring collective over ``p`` ranks."""
+    if kind is CollectiveKind.ALL_REDUCE:
+        return 2 * (p - 1), 2.0 * (p - 1) / p
+    if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_TO_ALL):
+        return p - 1, (p - 1) / p
+    raise ValueError(f"no ring form for {kind}")
+
+
+def _ring_phase(fabric: Fabric, kind: CollectiveKind, rings: list[tuple[int, ...]], size_bytes: float,
+                loads: Counter | None) -> Phase:
+    """One ring collective on every ring in ``rings`` at once (they are siblings)."""
+    p = len(rings[0])
+    if p == 1 or size_bytes <= 0:
+        return Phase(0.0)
+    steps, factor = _ring_steps(kind, p)
+    bus = factor * size_bytes
+    flows = []
+    worst_latency = 0.0
+    for ring in rings:
+        for i, src in enumerate(ring):
+            dst = ring[(i + 1) % p]
+            route = fabric.route(src, dst)
+            worst_latency = max(worst_latency, route.latency_s)
+            eff_bytes = bus / route.efficiency(size_bytes)
+            flows.append((src, dst, eff_bytes, route.links))
+    return _phase(steps * worst_latency, flows, loads)
+
+
+def _phase(latency_s: float, flows: list, loads: Counter | None) -> Phase:
+    if loads is None:
+        return Phase(latency_s, tuple(Flow(s, d, b, links, (1.0,) * len(links)) for s, d, b, links in flows))
+    # Representative mode: every flow of every replica loads its links; each flow carries
+    # the count of flows of the whole job on each of its links.
+    count = Counter()
+    for *_, links in flows:
+        count.update(links)
+    return Phase(latency_s, tuple(Flow(s, d, b, links, tuple(float(count[l]) for l in links))
+                                  for s, d, b, links in flows))
+
+
+def _domains(fabric: Fabric, group: tuple[int, ...]) -> list[list[int]]:
+    """Split ``group`` into its members per scale-up domain, in order of first appearance."""
+    out: list[list[int]] = []
+    for r in group:
+        for d in out:
+            if fabric.same_domain((d[0], r)):
+                d.append(r)
+                break
+        else:
+            out.append([r])
+    return out
+
+
+def plan_comm(fabric: Fabric, op: CommOp, representative: bool) -> CommPlan:
+    """The plan for ``op`` on ``fabric``.
+
+    Parameters
+    ----------
+    representative : bool
+        True when only some ranks are simulated: flows of ``op.replicas`` are then folded into
+        link weights so that shared links are loaded as in the full job.
+    """
+    loads = Counter() if representative else None
+    groups = list(op.replicas) if (representative and op.replicas) else [op.group]
+    if op.collective is CollectiveKind.SEND_RECV:
+        flows = []
+        latency = 0.0
+        for src, dst in groups:
+            route = fabric.route(src, dst)
+            latency = max(latency, route.latency_s)
+            flows.append((src, dst, op.size_bytes / route.efficiency(op.size_bytes), route.links))
+        return CommPlan((_phase(latency, flows, loads),), "p2p")
+    if len(op.group) == 1:
+        return CommPlan((), "none")
+    doms = _domains(fabric, op.group)
+    k = len(doms[0])
+    if len(doms) == 1 or k == 1 or any(len(d) != k for d in doms) or op.collective is CollectiveKind.ALL_TO_ALL:
+        return CommPlan((_ring_phase(fabric, op.collective, groups, op.size_bytes, loads),), "ring")
+    # hierarchical: split each replica group the same way
+    intra, inter = [], []
+    for g in groups:
+        gd = _domains(fabric, g)
+        intra.extend(tuple(d) for d in gd)
+        inter.extend(tuple(d[i] for d in gd) for i in range(k))
+    s = op.size_bytes
+    kind = op.collective
+    if kind is CollectiveKind.ALL_REDUCE:
+        phases = (_ring_phase(fabric, CollectiveKind.REDUCE_SCATTER, intra, s, loads),
+                  _ring_phase(fabric, CollectiveKind.ALL_REDUCE, inter, s / k, loads),
+                  _ring_phase(fabric, CollectiveKind.ALL_GATHER, intra, s, loads))
+    elif kind is CollectiveKind.REDUCE_SCATTER:
+        phases = (_ring_phase(fabric, kind, intra, s, loads),
+                  _ring_phase(fabric, kind, inter, s / k, loads))
+    else:  # all-gather
+        phases = (_ring_phase(fabric, kind, inter, s / k, loads),
+                  _ring_phase(fabric, kind, intra, s, loads))
+    return CommPlan(phases, "hierarchical")

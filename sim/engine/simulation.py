@@ -1,0 +1,281 @@
+"""Run a task program on SimPy: one process per (rank, stream), flows on a shared network.
+
+Streams run their tasks in order, like CUDA streams. A compute task's duration does not depend
+on anything else running, so when its dependencies' end times are already known the stream
+places it without waiting for the clock: its end time is fixed, its span recorded, and any
+stream waiting on it is told at once. Runs of compute ops therefore cost no engine events.
+Communication does depend on what else is on the network, so a comm task waits for the clock
+to reach its start, joins the other simulated members of its collective (a rendezvous), then
+runs its plan's phases: a latency, then flows on :class:`~sim.engine.network.FlowNetwork`.
+The result is the same timeline a one-event-per-task simulation gives.
+"""
+
+from __future__ import annotations
+
+import time
+
+import simpy
+
+from sim.costs.base import CommPlan, CostModel, Phase
+from sim.engine.network import FlowNetwork, solo_time_s
+from sim.errors import DeadlockError
+from sim.results import CounterSample, SimResult, Span
+from sim.types import OpKind, Stream
+from sim.workload.taskgraph import Program
+
+__all__ = ["Simulation"]
+
+
+class _CountingEnvironment(simpy.Environment):
+    """A SimPy environment that counts the events it processes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events_processed = 0
+
+    def step(self) -> None:
+        self.events_processed += 1
+        super().step()
+
+
+_SEND_STREAMS = (Stream.PP_SEND, Stream.PP_SEND_GRAD)
+_RECV_STREAMS = (Stream.PP_RECV, Stream.PP_RECV_GRAD)
+
+
+class Simulation:
+    """One iteration of ``program`` under ``costs``.
+
+    Parameters
+    ----------
+    program : Program
+        From :func:`sim.workload.taskgraph.build_program`.
+    costs : CostModel
+        Prices compute ops and plans communication.
+    capacity_bytes_per_s : list of float
+        Link capacities by link id (empty for a cost model that plans no flows).
+    """
+
+    def __init__(self, program: Program, costs: CostModel, capacity_bytes_per_s: list[float] = ()) -> None:
+        self.program = program
+        self.costs = costs
+        self.capacity = list(capacity_bytes_per_s)
+
+    def run(self) -> SimResult:
+        """Simulate and return the recorded spans and counters.
+
+        Raises
+        ------
+        DeadlockError
+            If the engine runs out of events with tasks still waiting.
+        """
+        wall0 = time.perf_counter()
+        prog = self.program
+        tasks = prog.tasks
+        n = len(tasks)
+        env = _CountingEnvironment()
+        self.env = env
+        self.net = FlowNetwork(env, self.capacity)
+        self.finish: list[float | None] = [None] * n
+        self.start: list[float] = [0.0] * n
+        self.xfer_start: dict[int, float] = {}
+        self.waiters: dict[int, simpy.Event] = {}
+        self.rendezvous: dict[int, list] = {}
+        self.mem: dict[int, list[tuple[float, float]]] = {r.rank: [] for r in prog.ranks}
+        simulated = {r.rank for r in prog.ranks}
+        self.duration = self._durations(tasks)
+        self.plans = self._plans(tasks, simulated)
+        self.fixed_comm = self._fixed_comm(tasks)
+        for (rank, stream), ids in sorted(prog.streams.items()):
+            env.process(self._stream(ids))
+        env.run()
+        missing = [t for t in tasks if self.finish[t.id] is None]
+        if missing:
+            first = ", ".join(f"{t.name}@rank{t.rank}/{t.stream.label}" for t in missing[:5])
+            raise DeadlockError(f"{len(missing)} tasks never ran; first: {first}")
+        return self._result(time.perf_counter() - wall0)
+
+    # -- pricing ----------------------------------------------------------------------------
+    def _durations(self, tasks) -> list[float]:
+        cache: dict[int, float] = {}
+        costs = self.costs
+        out = [0.0] * len(tasks)
+        for t in tasks:
+            if t.comm:
+                continue
+            op = t.op
+            d = cache.get(id(op))
+            if d is None:
+                d = cache[id(op)] = costs.compute_time_s(op)
+            out[t.id] = d
+        return out
+
+    def _plans(self, tasks, simulated: set[int]) -> dict[int, CommPlan]:
+        """Each comm op's plan, keeping only the flows that simulated ranks send."""
+        cache: dict[int, CommPlan] = {}
+        for t in tasks:
+            if t.comm and id(t.op) not in cache:
+                plan = self.costs.comm_plan(t.op)
+                cache[id(t.op)] = CommPlan(
+                    tuple(Phase(ph.latency_s, tuple(f for f in ph.flows if f.src in simulated))
+                          for ph in plan.phases), plan.algorithm)
+        return cache
+
+    def _fixed_comm(self, tasks) -> dict[int, float]:
+        """Comm ops that can never share a link with a concurrent transfer, with their times.
+
+        Two comm tasks that run on a common stream never overlap (streams run in order, and
+        a collective ends for all its members at once). So a link is never contended when all
+        the ops using it share one stream, and an op whose links are all like that takes its
+        solo time wherever it runs: the engine places it like a compute op.
+        """
+        comm = [t for t in tasks if t.comm]
+        streams_of: dict[int, set] = {}
+        for t in comm:
+            streams_of.setdefault(t.coll_key, set()).add((t.rank, t.stream))
+        link_common: dict[int, set] = {}
+        op_links: dict[int, set] = {}
+        seen: set[tuple[int, int]] = set()
+        for t in comm:
+            if (id(t.op), t.coll_key) in seen:
+                continue
+            seen.add((id(t.op), t.coll_key))
+            links = op_links.get(id(t.op))
+            if links is None:
+                links = op_links[id(t.op)] = {l for ph in self.plans[id(t.op)].phases
+                                              for f in ph.flows for l in f.links}
+            mine = streams_of[t.coll_key]
+            for l in links:
+                common = link_common.get(l)
+                link_common[l] = set(mine) if common is None else (common & mine)
+        out: dict[int, float] = {}
+        cap = self.capacity
+        for t in comm:
+            if id(t.op) not in out:
+                if all(link_common[l] for l in op_links[id(t.op)]):
+                    out[id(t.op)] = solo_time_s(self.plans[id(t.op)].phases, cap)
+        return out
+
+    # -- the stream process -------------------------------------------------------------------
+    def _notify(self, tid: int) -> None:
+        ev = self.waiters.pop(tid, None)
+        if ev is not None:
+            ev.succeed()
+
+    def _stream(self, ids: list[int]):
+        env = self.env
+        tasks = self.program.tasks
+        finish, start_of, duration = self.finish, self.start, self.duration
+        mem = self.mem
+        cursor = 0.0
+        for tid in ids:
+            task = tasks[tid]
+            start = cursor
+            for d in task.deps:
+                f = finish[d]
+                while f is None:
+                    ev = self.waiters.get(d)
+                    if ev is None:
+                        ev = self.waiters[d] = env.event()
+                    yield ev
+                    f = finish[d]
+                if f > start:
+                    start = f
+            if task.comm and id(task.op) in self.fixed_comm:
+                start_of[tid] = start
+                end = start + self.fixed_comm[id(task.op)]
+                need = self.program.coll_members.get(task.coll_key, 1)
+                if need > 1:
+                    rv = self.rendezvous.get(task.coll_key)
+                    if rv is None:
+                        rv = self.rendezvous[task.coll_key] = [0, start, env.event()]
+                    rv[0] += 1
+                    rv[1] = max(rv[1], start)
+                    if rv[0] < need:
+                        yield rv[2]
+                    else:
+                        del self.rendezvous[task.coll_key]
+                        rv.append(rv[1])
+                        rv[1] += self.fixed_comm[id(task.op)]
+                        rv[2].succeed()
+                    end = rv[1]
+                    self.xfer_start[tid] = rv[3]
+            elif task.comm:
+                if start > env.now:
+                    yield env.timeout(start - env.now)
+                start_of[tid] = start
+                yield from self._comm(task)
+                end = env.now
+            else:
+                end = start + duration[tid]
+                start_of[tid] = start
+                if task.mem_start_bytes:
+                    mem[task.rank].append((start, task.mem_start_bytes))
+                if task.mem_end_bytes:
+                    mem[task.rank].append((end, task.mem_end_bytes))
+            finish[tid] = end
+            self._notify(tid)
+            cursor = end
+
+    def _comm(self, task):
+        env = self.env
+        key = task.coll_key
+        need = self.program.coll_members.get(key, 1)
+        if need > 1:
+            rv = self.rendezvous.get(key)
+            if rv is None:
+                rv = self.rendezvous[key] = [0, env.event(), []]
+            rv[0] += 1
+            rv[2].append(task.id)
+            if rv[0] < need:
+                yield rv[1]
+                return
+            del self.rendezvous[key]
+            for tid in rv[2]:
+                self.xfer_start[tid] = env.now
+        else:
+            rv = None
+        for phase in self.plans[id(task.op)].phases:
+            if phase.latency_s > 0:
+                yield env.timeout(phase.latency_s)
+            if phase.flows:
+                yield self.net.transfer(phase.flows)
+        if rv is not None:
+            rv[1].succeed()
+
+    # -- results ------------------------------------------------------------------------------
+    def _result(self, wall_s: float) -> SimResult:
+        prog = self.program
+        finish, start = self.finish, self.start
+        spans = []
+        op_args: dict[int, tuple] = {}
+        for t in prog.tasks:
+            op = t.op
+            extra = op_args.get(id(op))
+            if extra is None:
+                extra = (("m", op.m), ("n", op.n), ("k", op.k)) if t.kind is OpKind.GEMM else ()
+                if op.flops:
+                    extra += (("flops", op.flops),)
+                extra += (("bytes", op.bytes),)
+                op_args[id(op)] = extra
+            if t.comm:
+                flow_out = t.flow_id if (t.flow_id >= 0 and t.stream in _SEND_STREAMS) else None
+                flow_in = t.flow_id if (t.flow_id >= 0 and t.stream in _RECV_STREAMS) else None
+                xs = self.xfer_start.get(t.id, start[t.id])
+                spans.append(Span(t.rank, t.stream, t.name, t.kind, start[t.id], finish[t.id],
+                                  t.args + extra + (("transfer_start_s", xs),), op.comm_class,
+                                  flow_out, flow_in))
+            else:
+                spans.append(Span(t.rank, t.stream, t.name, t.kind, start[t.id], finish[t.id], t.args + extra))
+        counters = []
+        for rank in sorted(self.mem):
+            level = prog.static_memory_bytes.get(rank, 0.0)
+            counters.append(CounterSample(rank, 0.0, "memory", level))
+            for ts, delta in sorted(self.mem[rank]):
+                level += delta
+                counters.append(CounterSample(rank, ts, "memory", level))
+        makespan = max((f for f in finish if f is not None), default=0.0)
+        meta = dict(prog.metadata)
+        meta["simulated_wall_s"] = wall_s
+        meta["link_busy_bytes"] = list(self.net.busy_bytes)
+        return SimResult(list(prog.ranks), spans, counters, makespan, self.env.events_processed,
+                         prog.world_size, meta)

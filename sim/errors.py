@@ -1,0 +1,53 @@
+"""The exceptions llmsim raises.
+
+::
+
+    SimError                      base of everything llmsim raises on purpose
+    ├── ConfigError(ValueError)   malformed input: names the file, the field, expected, got
+    ├── InfeasibleError           well-formed input that cannot run (sweeps catch this)
+    │   └── OutOfMemoryError      a stage needs more memory than the GPU has
+    └── DeadlockError             the engine drained with tasks left undone (a bug)
+
+Internal invariants are ``assert`` statements; user input is never checked with ``assert``.
+"""
+
+from __future__ import annotations
+
+
+class SimError(Exception):
+    """Base class of every error llmsim raises on purpose."""
+
+
+class ConfigError(SimError, ValueError):
+    """Malformed input.
+
+    Parameters
+    ----------
+    path : str
+        The file the value came from ("<cli>" for command-line overrides).
+    field : str
+        The dotted field path, e.g. ``parallel.tp``.
+    expected : str
+        What was expected, in words.
+    got : object
+        What arrived.
+    """
+
+    def __init__(self, path: str, field: str, expected: str, got: object) -> None:
+        self.path = path
+        self.field = field
+        self.expected = expected
+        self.got = got
+        super().__init__(f"{path}: {field}: expected {expected} (got {got!r})")
+
+
+class InfeasibleError(SimError):
+    """A well-formed configuration that cannot be simulated or run."""
+
+
+class OutOfMemoryError(InfeasibleError):
+    """A stage needs more memory than its GPU holds."""
+
+
+class DeadlockError(SimError):
+    """The engine ran out of events while tasks were still waiting."""

@@ -1,0 +1,139 @@
+"""Hugging Face ``config.json`` files, read into the workload YAML's ``model`` fields.
+
+:mod:`sim.config` calls :func:`read_hf_config` when a workload's ``model`` is a path to a
+Hugging Face config (or a mapping with ``hf_config``); the result is a plain mapping with the
+keys of the YAML ``model`` section, which the workload's own keys may then override. Two naming
+families are understood (huggingface/transformers configuration classes):
+
+* Llama style (``LlamaConfig``, Mistral, Qwen2, ...): ``hidden_size``, ``intermediate_size``,
+  ``num_hidden_layers``, ``num_attention_heads``, ``num_key_value_heads`` (absent: = heads),
+  ``head_dim``, ``vocab_size``, ``max_position_embeddings``, ``hidden_act`` ("silu": the gated
+  SwiGLU MLP), ``tie_word_embeddings`` (absent: false, ``LlamaConfig``'s default).
+* GPT-2 style (``GPT2Config``): ``n_embd``, ``n_layer``, ``n_head``, ``n_positions``,
+  ``n_inner`` (None: 4 x n_embd), ``activation_function``, ``tie_word_embeddings`` (absent:
+  true, ``PretrainedConfig``'s default).
+
+Keys this module does not use (``rope_theta``, ``rms_norm_eps``, MoE fields, ...) are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sim.errors import ConfigError
+
+__all__ = ["read_hf_config"]
+
+_GATED_ACTIVATIONS = frozenset({"silu", "swish", "swiglu"})
+
+
+def read_hf_config(path: Path) -> dict[str, object]:
+    """Read a Hugging Face ``config.json`` into ``model`` section fields.
+
+    Parameters
+    ----------
+    path : Path
+        The ``config.json`` file.
+
+    Returns
+    -------
+    dict
+        Keys ``name``, ``num_layers``, ``hidden_size``, ``num_attention_heads``,
+        ``num_kv_heads``, ``ffn_hidden_size``, ``vocab_size``, ``gated_mlp``,
+        ``tied_embeddings``, ``activation`` and, where the file has them, ``seq_length``
+        (from ``max_position_embeddings`` / ``n_positions``) and ``head_dim``.
+
+    Raises
+    ------
+    ConfigError
+        Naming ``path``: unreadable file, invalid JSON (field ``line N``), a top level that is
+        not an object, a missing dimension, or a dimension that is not an integer.
+    """
+    cfg = _load_json(path)
+    if "n_embd" in cfg or cfg.get("model_type") == "gpt2":
+        fields = _gpt2_fields(cfg, path)
+    else:
+        fields = _llama_fields(cfg, path)
+    name = cfg.get("_name_or_path")
+    fields["name"] = name if isinstance(name, str) and name else path.stem
+    return fields
+
+
+def _load_json(path: Path) -> dict[str, object]:
+    where = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(where, "<file>", "a readable Hugging Face config.json", str(exc)) from None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(where, f"line {exc.lineno}", "valid JSON", exc.msg) from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(where, "<top level>", "a JSON object", type(cfg).__name__)
+    return cfg
+
+
+def _int(cfg: dict[str, object], key: str, path: Path, *, required: bool = True) -> int | None:
+    value = cfg.get(key)
+    if value is None:
+        if required:
+            raise ConfigError(str(path), key, "an integer (required in a Hugging Face config)", None)
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(str(path), key, "an integer", value)
+    return value
+
+
+def _bool(cfg: dict[str, object], key: str, path: Path, default: bool) -> bool:
+    value = cfg.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(str(path), key, "true or false", value)
+    return value
+
+
+def _llama_fields(cfg: dict[str, object], path: Path) -> dict[str, object]:
+    heads = _int(cfg, "num_attention_heads", path)
+    act = cfg.get("hidden_act", "silu")
+    fields: dict[str, object] = {
+        "num_layers": _int(cfg, "num_hidden_layers", path),
+        "hidden_size": _int(cfg, "hidden_size", path),
+        "num_attention_heads": heads,
+        "num_kv_heads": _int(cfg, "num_key_value_heads", path, required=False) or heads,
+        "ffn_hidden_size": _int(cfg, "intermediate_size", path),
+        "vocab_size": _int(cfg, "vocab_size", path),
+        "gated_mlp": isinstance(act, str) and act.lower() in _GATED_ACTIVATIONS,
+        "tied_embeddings": _bool(cfg, "tie_word_embeddings", path, default=False),
+        "activation": act,
+    }
+    return _with_optional(fields, cfg, path, seq_key="max_position_embeddings")
+
+
+def _gpt2_fields(cfg: dict[str, object], path: Path) -> dict[str, object]:
+    hidden = _int(cfg, "n_embd", path)
+    heads = _int(cfg, "n_head", path)
+    act = cfg.get("activation_function", "gelu_new")
+    fields: dict[str, object] = {
+        "num_layers": _int(cfg, "n_layer", path),
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_kv_heads": heads,
+        "ffn_hidden_size": _int(cfg, "n_inner", path, required=False) or 4 * hidden,
+        "vocab_size": _int(cfg, "vocab_size", path),
+        "gated_mlp": isinstance(act, str) and act.lower() in _GATED_ACTIVATIONS,
+        "tied_embeddings": _bool(cfg, "tie_word_embeddings", path, default=True),
+        "activation": act,
+    }
+    return _with_optional(fields, cfg, path, seq_key="n_positions")
+
+
+def _with_optional(fields: dict[str, object], cfg: dict[str, object], path: Path,
+                   seq_key: str) -> dict[str, object]:
+    seq = _int(cfg, seq_key, path, required=False)
+    if seq is not None:
+        fields["seq_length"] = seq
+    head_dim = _int(cfg, "head_dim", path, required=False)
+    if head_dim is not None:
+        fields["head_dim"] = head_dim
+    return fields

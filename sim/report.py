@@ -1,0 +1,207 @@
+"""The report of one simulated iteration: the numbers, their JSON form and the printed table.
+
+Throughput figures follow the field's conventions: model FLOPs as Megatron-LM counts them
+(Narayanan et al. 2021, arXiv 2104.04473), hardware FLOPs adding recomputation (Korthikanti et
+al. 2022, Appendix A), MFU and HFU against the GPU's dense peak for the workload's dtype
+(PaLM, Chowdhery et al. 2022, Appendix B).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim import __version__
+from sim.analysis import breakdown
+from sim.runner import Run
+from sim.types import CommClass, OpKind
+from sim.units import GiB, TFLOPS
+
+__all__ = ["Report", "make_report", "format_report"]
+
+
+@dataclass(frozen=True)
+class StageReport:
+    stage: int
+    compute_s: float
+    exposed_comm_s: float
+    idle_s: float
+    peak_memory_bytes: float
+    capacity_bytes: float
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_memory_bytes <= self.capacity_bytes
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything ``llmsim run`` prints, in SI units."""
+
+    workload: str
+    topology: str
+    gpu: str
+    num_gpus: int
+    parallel: dict
+    iteration_time_s: float
+    tokens_per_s: float
+    tflops_per_gpu: float
+    hfu_tflops_per_gpu: float
+    mfu: float
+    hfu: float
+    bubble_fraction: float
+    exposed_comm_s: dict
+    compute_s: dict
+    stages: tuple[StageReport, ...]
+    events: int
+    tasks: int
+    simulated_wall_s: float
+    simulated_ranks: int
+    reference: dict | None
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        """The JSON form: units in the key names, the same numbers as the table."""
+        return {
+            "llmsim_version": __version__,
+            "workload": self.workload,
+            "topology": self.topology,
+            "gpu": self.gpu,
+            "num_gpus": self.num_gpus,
+            "parallel": self.parallel,
+            "iteration_time_s": self.iteration_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "hfu_tflops_per_gpu": self.hfu_tflops_per_gpu,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "bubble_fraction": self.bubble_fraction,
+            "exposed_comm_s": self.exposed_comm_s,
+            "compute_s": self.compute_s,
+            "peak_memory_bytes": [s.peak_memory_bytes for s in self.stages],
+            "stages": [{"stage": s.stage, "compute_s": s.compute_s, "exposed_comm_s": s.exposed_comm_s,
+                        "idle_s": s.idle_s, "peak_memory_bytes": s.peak_memory_bytes,
+                        "capacity_bytes": s.capacity_bytes, "fits": s.fits} for s in self.stages],
+            "fits_in_memory": all(s.fits for s in self.stages),
+            "reference": self.reference,
+            "events": self.events,
+            "tasks": self.tasks,
+            "simulated_ranks": self.simulated_ranks,
+            "simulated_wall_s": self.simulated_wall_s,
+            "notes": list(self.notes),
+        }
+
+
+def make_report(run: Run) -> Report:
+    """Summarise a :class:`~sim.runner.Run`."""
+    w, res, prog = run.workload, run.result, run.program
+    p = w.parallel
+    T = res.makespan_s
+    n = w.system.num_gpus
+    peak = w.system.gpu.peak(w.dtype)
+    flops = prog.flops_per_iteration
+    hw = prog.metadata["hardware_flops_per_iteration"]
+    rows = breakdown(res)
+    k = len(rows)
+    exposed = {c.value: sum(r.exposed_comm_s[c] for r in rows) / k for c in CommClass}
+    compute = {}
+    for kind in OpKind:
+        if kind.is_comm:
+            continue
+        v = sum(r.compute_by_kind_s.get(kind, 0.0) for r in rows) / k
+        if v:
+            compute[kind.value] = v
+    compute["total"] = sum(r.compute_s for r in rows) / k
+    bubble = sum(r.idle_s for r in rows) / k / T if T else 0.0
+    peak_mem: dict[int, float] = {}
+    for c in res.counters:
+        if c.name == "memory":
+            stage = next(i.pp for i in res.ranks if i.rank == c.rank)
+            peak_mem[stage] = max(peak_mem.get(stage, 0.0), c.value)
+    cap = w.system.gpu.hbm_capacity_bytes
+    stages = []
+    for s in range(p.pp):
+        rs = [r for r in rows if r.stage == s]
+        stages.append(StageReport(
+            s, sum(r.compute_s for r in rs) / len(rs), sum(sum(r.exposed_comm_s.values()) for r in rs) / len(rs),
+            sum(r.idle_s for r in rs) / len(rs), peak_mem.get(s, 0.0), cap))
+    ref = None
+    if w.reference is not None and w.reference.iteration_time_s:
+        m = w.reference.iteration_time_s
+        ref = {"source": w.reference.source, "iteration_time_s": m, "error_pct": 100.0 * (T - m) / m}
+    elif w.reference is not None and w.reference.tflops_per_gpu:
+        m = w.reference.tflops_per_gpu
+        pred = (hw if w.reference.tflops_includes_recompute else flops) / T / n / TFLOPS
+        ref = {"source": w.reference.source, "tflops_per_gpu": m, "error_pct": 100.0 * (pred - m) / m}
+    parallel = {"tp": p.tp, "pp": p.pp, "dp": p.dp, "virtual_pipeline_stages": p.virtual_pipeline_stages,
+                "schedule": p.schedule.value, "sequence_parallel": p.sequence_parallel,
+                "micro_batch_size": p.micro_batch_size, "global_batch_size": p.global_batch_size,
+                "num_microbatches": p.num_microbatches, "recompute": p.recompute.value,
+                "distributed_optimizer": p.distributed_optimizer, "dtype": w.dtype.value}
+    return Report(
+        workload=w.name, topology=run.topology.name, gpu=w.system.gpu.name, num_gpus=n, parallel=parallel,
+        iteration_time_s=T, tokens_per_s=w.tokens_per_iteration / T,
+        tflops_per_gpu=flops / T / n / TFLOPS, hfu_tflops_per_gpu=hw / T / n / TFLOPS,
+        mfu=flops / T / n / peak, hfu=hw / T / n / peak, bubble_fraction=bubble,
+        exposed_comm_s=exposed, compute_s=compute, stages=tuple(stages), events=res.events,
+        tasks=len(prog.tasks), simulated_wall_s=run.wall_s, simulated_ranks=len(res.ranks),
+        reference=ref, notes=tuple(run.notes))
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def format_report(r: Report) -> str:
+    """The human-readable table of a report."""
+    p = r.parallel
+    sched = p["schedule"] + (f" (v={p['virtual_pipeline_stages']})" if p["virtual_pipeline_stages"] > 1 else "")
+    flags = [f"recompute {p['recompute']}"]
+    if p["sequence_parallel"]:
+        flags.append("sequence parallel")
+    if p["distributed_optimizer"]:
+        flags.append("distributed optimizer")
+    lines = [
+        f"llmsim {__version__}: {r.workload} on {r.num_gpus} x {r.gpu} ({r.topology})",
+        f"  TP {p['tp']}  PP {p['pp']}  DP {p['dp']}  {sched}  {p['num_microbatches']} micro-batches of "
+        f"{p['micro_batch_size']}  {p['dtype']}  {', '.join(flags)}",
+        "",
+    ]
+    it = f"{r.iteration_time_s:.3f} s"
+    if r.reference and "iteration_time_s" in r.reference:
+        it += (f"   (measured {r.reference['iteration_time_s']:.2f} s, {r.reference['source']}: "
+               f"{r.reference['error_pct']:+.1f}%)")
+    lines += [
+        f"  iteration time        {it}",
+        f"  throughput            {r.tokens_per_s:,.0f} tokens/s  ({r.tokens_per_s / r.num_gpus:,.1f} per GPU)",
+        f"  model TFLOP/s per GPU {r.tflops_per_gpu:.1f}   MFU {_pct(r.mfu)}",
+        f"  with recomputation    {r.hfu_tflops_per_gpu:.1f}   HFU {_pct(r.hfu)}",
+    ]
+    if r.reference and "tflops_per_gpu" in r.reference:
+        lines.append(f"  measured TFLOP/s      {r.reference['tflops_per_gpu']:.1f}   ({r.reference['source']}: "
+                     f"{r.reference['error_pct']:+.1f}%)")
+    T = r.iteration_time_s
+    comp = r.compute_s
+    exposed_total = sum(r.exposed_comm_s.values())
+    lines += ["", "  where the time goes (per GPU, mean over pipeline stages)",
+              f"    compute               {comp['total']:8.3f} s  {_pct(comp['total'] / T)}"]
+    for kind, v in sorted(((k, v) for k, v in comp.items() if k != "total"), key=lambda kv: -kv[1]):
+        lines.append(f"      {kind:<19} {v:8.3f} s")
+    lines.append(f"    exposed communication {exposed_total:8.3f} s  {_pct(exposed_total / T)}")
+    for c, v in r.exposed_comm_s.items():
+        if v > 0:
+            lines.append(f"      {c:<19} {v:8.3f} s")
+    lines.append(f"    pipeline bubble, idle {r.bubble_fraction * T:8.3f} s  {_pct(r.bubble_fraction)}")
+    lines += ["", "  stage  compute s  exposed comm s  idle s  peak memory GiB  of GiB  fits"]
+    for s in r.stages:
+        lines.append(f"  {s.stage:5d}  {s.compute_s:9.3f}  {s.exposed_comm_s:14.3f}  {s.idle_s:6.3f}  "
+                     f"{s.peak_memory_bytes / GiB:15.1f}  {s.capacity_bytes / GiB:6.1f}  "
+                     f"{'yes' if s.fits else 'NO'}")
+    if not all(s.fits for s in r.stages):
+        worst = max(r.stages, key=lambda s: s.peak_memory_bytes)
+        lines.append(f"  DOES NOT FIT: stage {worst.stage} needs {worst.peak_memory_bytes / GiB:.1f} GiB of "
+                     f"{worst.capacity_bytes / GiB:.1f} GiB")
+    if r.notes:
+        lines += ["", "  defaults and notes:"] + [f"    {n}" for n in r.notes]
+    lines += ["", f"  simulated {r.simulated_ranks} ranks, {r.tasks:,} tasks, {r.events:,} engine events in "
+              f"{r.simulated_wall_s:.2f} s"]
+    return "\n".join(lines)

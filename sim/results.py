@@ -1,0 +1,74 @@
+"""What a simulation hands back: spans, counters and the ranks they belong to.
+
+These records are plain data. The engine fills them; :mod:`sim.trace` turns them into a
+Chrome trace and :mod:`sim.report` into the summary. Times are seconds from the start of the
+iteration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from sim.types import CommClass, OpKind, Stream
+
+__all__ = ["Span", "CounterSample", "RankInfo", "SimResult"]
+
+
+class Span(NamedTuple):
+    """One task's execution on one stream of one GPU.
+
+    ``args`` is a mapping or a tuple of ``(key, value)`` pairs (``dict(span.args)`` reads
+    both). ``flow_out`` / ``flow_in`` carry the id of a p2p arrow that starts at this span
+    (the send) or ends in it (the receive).
+    """
+
+    rank: int
+    stream: Stream
+    name: str
+    kind: OpKind
+    start_s: float
+    end_s: float
+    args: dict | tuple = ()
+    comm_class: CommClass | None = None
+    flow_out: int | None = None
+    flow_in: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CounterSample:
+    """The value of a per-rank counter from ``time_s`` on (memory in bytes)."""
+
+    rank: int
+    time_s: float
+    name: str
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class RankInfo:
+    """Where a simulated rank sits: its node, its GPU in the node, its parallel coordinates."""
+
+    rank: int
+    node: int
+    local_gpu: int
+    tp: int
+    pp: int
+    dp: int
+
+    @property
+    def label(self) -> str:
+        return f"rank {self.rank} (node {self.node}, GPU {self.local_gpu}) pp={self.pp} tp={self.tp} dp={self.dp}"
+
+
+@dataclass
+class SimResult:
+    """Everything the engine recorded for one iteration."""
+
+    ranks: list[RankInfo]
+    spans: list[Span]
+    counters: list[CounterSample]
+    makespan_s: float
+    events: int
+    world_size: int
+    metadata: dict = field(default_factory=dict)

@@ -1,0 +1,1 @@
+"""Topologies: specs, NetworkX builders and routing."""

@@ -1,0 +1,119 @@
+"""The enums that name kinds of things past the config boundary.
+
+YAML holds strings; :mod:`sim.config` turns each into one of these enums with ``Kind(value)``
+and, on failure, a :class:`~sim.errors.ConfigError` listing ``[k.value for k in Kind]``. No code
+below the config boundary compares strings.
+"""
+
+from __future__ import annotations
+
+from enum import Enum, IntEnum
+
+
+class Dtype(str, Enum):
+    """Number format of the matrix multiplies (the workload's ``dtype``)."""
+
+    FP32 = "fp32"
+    TF32 = "tf32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8 = "fp8"
+    MXFP8 = "mxfp8"
+    NVFP4 = "nvfp4"
+
+
+class ScheduleKind(str, Enum):
+    """Pipeline schedule (Narayanan et al. 2021, arXiv 2104.04473, Sec. 2.2)."""
+
+    GPIPE = "gpipe"
+    ONE_F_ONE_B = "1f1b"
+    INTERLEAVED = "interleaved-1f1b"
+
+
+class RecomputeKind(str, Enum):
+    """Activation recomputation (Korthikanti et al. 2022, arXiv 2205.05198)."""
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+
+class OpKind(str, Enum):
+    """What a task does; the report's ``compute_s`` is keyed by the compute kinds."""
+
+    GEMM = "gemm"
+    ATTENTION = "attention"
+    ELEMENTWISE = "elementwise"
+    NORM = "norm"
+    EMBEDDING = "embedding"
+    LOSS = "loss"
+    OPTIMIZER = "optimizer"
+    COLLECTIVE = "collective"
+    P2P = "p2p"
+
+    @property
+    def is_comm(self) -> bool:
+        return self in (OpKind.COLLECTIVE, OpKind.P2P)
+
+
+class CommClass(str, Enum):
+    """Which parallel dimension a communication belongs to (the report's ``exposed_comm_s``)."""
+
+    TP = "tp"
+    PP = "pp"
+    DP = "dp"
+    CP = "cp"
+    EP = "ep"
+
+
+class CollectiveKind(str, Enum):
+    """Collective operations, with nccl-tests' names (NVIDIA/nccl-tests doc/PERFORMANCE.md)."""
+
+    ALL_REDUCE = "all-reduce"
+    ALL_GATHER = "all-gather"
+    REDUCE_SCATTER = "reduce-scatter"
+    ALL_TO_ALL = "all-to-all"
+    SEND_RECV = "send-recv"
+
+
+class Stream(IntEnum):
+    """A GPU's in-order execution queues; the value is the trace thread id."""
+
+    COMPUTE = 7
+    TP_COMM = 21
+    PP_SEND = 22
+    """Activations sent to the next pipeline stage."""
+    PP_RECV = 23
+    """Activations received from the previous pipeline stage."""
+    DP_COMM = 24
+    PP_SEND_GRAD = 25
+    """Gradients sent to the previous pipeline stage."""
+    PP_RECV_GRAD = 26
+    """Gradients received from the next pipeline stage."""
+
+    @property
+    def label(self) -> str:
+        return {
+            Stream.COMPUTE: "compute",
+            Stream.TP_COMM: "tp-comm",
+            Stream.PP_SEND: "pp-send",
+            Stream.PP_RECV: "pp-recv",
+            Stream.DP_COMM: "dp-comm",
+            Stream.PP_SEND_GRAD: "pp-send-grad",
+            Stream.PP_RECV_GRAD: "pp-recv-grad",
+        }[self]
+
+
+def parse_enum(kind: type[Enum], value: object, path: str, field: str) -> Enum:
+    """Turn a YAML string into ``kind``, or raise a ConfigError listing the valid values.
+
+    >>> parse_enum(ScheduleKind, "1f1b", "w.yaml", "parallel.schedule")
+    <ScheduleKind.ONE_F_ONE_B: '1f1b'>
+    """
+    from sim.errors import ConfigError
+
+    try:
+        return kind(value)
+    except ValueError:
+        valid = [k.value for k in kind]
+        raise ConfigError(path, field, f"one of {valid}", value) from None

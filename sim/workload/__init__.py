@@ -1,0 +1,1 @@
+"""Workloads: the model, the parallel strategy, and the task graph built from them."""

@@ -1,0 +1,137 @@
+"""The ops of one transformer layer, the embedding and the output layer, per pass.
+
+Megatron-LM's tensor-parallel layer (Shoeybi et al. 2019, arXiv 1909.08053, Sec. 3): QKV and
+the first MLP projection are column-parallel, the attention output and second MLP projection
+row-parallel, so the forward needs one all-reduce after each row-parallel GEMM, and the
+backward one after each column-parallel GEMM's input gradient. Sequence parallelism
+(Korthikanti et al. 2022, arXiv 2205.05198, Sec. 4.2.2) turns each all-reduce into an
+all-gather before and a reduce-scatter after, and runs norms and dropout on ``s/t`` tokens.
+In the backward, Megatron overlaps the input-gradient all-reduce (or reduce-scatter) with the
+weight-gradient GEMM, and the re-gather of the input with the input-gradient GEMM.
+
+Each step is ``Step(stream, name, op, wait)``: a compute op (``stream is None``) or a TP
+collective whose result the ``wait``-th following compute op waits for (0: the next).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.types import CollectiveKind, CommClass, Dtype, OpKind
+from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp, Op, dtype_bytes
+from sim.workload.spec import ModelSpec, ParallelSpec
+
+__all__ = ["Step", "LayerOps", "layer_ops"]
+
+ACT_DTYPE = Dtype.BF16
+"""Activations, gradients of activations and TP traffic stay in 16 bits."""
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One op of a pass: ``tp`` True for a TP collective, else a compute op."""
+
+    tp: bool
+    name: str
+    op: Op
+    wait: int = 0
+    kind: OpKind = OpKind.GEMM
+
+    def __post_init__(self) -> None:
+        kind = self.op.op_kind if isinstance(self.op, CommOp) else self.op.kind
+        object.__setattr__(self, "kind", kind)
+
+
+@dataclass(frozen=True)
+class LayerOps:
+    """Step lists for every pass, built once per workload."""
+
+    layer_fwd: tuple[Step, ...]
+    layer_bwd: tuple[Step, ...]
+    attention_bwd_index: int
+    """Index in ``layer_bwd`` of the attention backward (selective recompute goes before it)."""
+    attention_fwd: Step
+    embedding_fwd: tuple[Step, ...]
+    embedding_bwd: tuple[Step, ...]
+    head_fwd: tuple[Step, ...]
+    head_bwd: tuple[Step, ...]
+    logits_bytes: float
+
+
+def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: tuple[int, ...],
+              replicas: tuple[tuple[int, ...], ...] = ()) -> LayerOps:
+    """Build the step lists of one pipeline stage whose TP group is ``tp_group``."""
+    t = parallel.tp
+    b, s, h = parallel.micro_batch_size, model.seq_length, model.hidden_size
+    T = b * s
+    sp = parallel.sequence_parallel
+    Tn = T // t if sp else T  # tokens a norm or dropout sees
+    e = dtype_bytes(ACT_DTYPE)
+    q, kv, f = model.q_size, model.kv_size, model.ffn_hidden_size
+    branches = 2 if model.gated_mlp else 1
+    qkv_n = (q + 2 * kv) // t
+    V = model.vocab_size
+    heads = model.num_attention_heads // t
+    kv_heads = max(model.num_kv_heads // t, 1)
+
+    def coll(kind: CollectiveKind, size: float) -> CommOp:
+        return CommOp(kind, CommClass.TP, tp_group, size, replicas)
+
+    act = T * h * e
+    ag = coll(CollectiveKind.ALL_GATHER, act)
+    rs = coll(CollectiveKind.REDUCE_SCATTER, act)
+    ar = coll(CollectiveKind.ALL_REDUCE, act)
+    tp_on = t > 1
+
+    def gather(name: str, wait: int = 0) -> list[Step]:
+        return [Step(True, f"ncclAllGather {name}", ag, wait)] if (sp and tp_on) else []
+
+    def reduce(name: str, wait: int = 0) -> list[Step]:
+        if not tp_on:
+            return []
+        return [Step(True, f"ncclReduceScatter {name}", rs, wait)] if sp else \
+            [Step(True, f"ncclAllReduce {name}", ar, wait)]
+
+    def c(name: str, op: Op) -> Step:
+        return Step(False, name, op)
+
+    def mem(kind: OpKind, nbytes: float) -> MemoryOp:
+        return MemoryOp(kind, float(nbytes))
+
+    norm = mem(OpKind.NORM, 2 * Tn * h * e)
+    norm_bwd = mem(OpKind.NORM, 3 * Tn * h * e)
+    dropout_add = mem(OpKind.ELEMENTWISE, Tn * h * (3 * e + 1))
+    attn_f = AttentionOp(b, heads, kv_heads, s, model.head_dim, True, False, ACT_DTYPE)
+    attn_b = AttentionOp(b, heads, kv_heads, s, model.head_dim, True, True, ACT_DTYPE)
+    g = lambda m_, n_, k_: GemmOp(m_, n_, k_, dtype)  # noqa: E731
+    fwd = [c("norm1", norm), *gather("qkv-in"), c("qkv", g(T, qkv_n, h)), c("attention", attn_f),
+           c("proj", g(T, h, q // t)), *reduce("proj-out"), c("dropout-add", dropout_add),
+           c("norm2", norm), *gather("fc1-in"), c("fc1", g(T, f * branches // t, h)),
+           c("activation", mem(OpKind.ELEMENTWISE, T * f // t * e * (branches + 1))),
+           c("fc2", g(T, h, f // t)), *reduce("fc2-out"), c("dropout-add", dropout_add)]
+    bwd = [c("dropout-add-bwd", dropout_add), *gather("fc2-grad"),
+           c("fc2-dgrad", g(T, f // t, h)), c("fc2-wgrad", g(f // t, h, T)),
+           c("activation-bwd", mem(OpKind.ELEMENTWISE, T * f // t * e * (2 * branches + 1))),
+           *gather("fc1-in", wait=1), c("fc1-dgrad", g(T, h, f * branches // t)),
+           *reduce("fc1-grad", wait=1), c("fc1-wgrad", g(h, f * branches // t, T)),
+           c("norm2-bwd", norm_bwd), c("dropout-add-bwd", dropout_add), *gather("proj-grad"),
+           c("proj-dgrad", g(T, q // t, h)), c("proj-wgrad", g(q // t, h, T))]
+    attention_bwd_index = len(bwd)
+    bwd += [c("attention-bwd", attn_b), *gather("qkv-in", wait=1), c("qkv-dgrad", g(T, h, qkv_n)),
+            *reduce("qkv-grad", wait=1), c("qkv-wgrad", g(h, qkv_n, T)), c("norm1-bwd", norm_bwd)]
+
+    emb_bytes = mem(OpKind.EMBEDDING, 2 * T * h * e)
+    embedding_fwd = (c("embedding", emb_bytes), *reduce("embedding-out"))
+    embedding_bwd = (*gather("embedding-grad"), c("embedding-bwd", emb_bytes))
+    logits = T * (V // t)
+    small_ar = CommOp(CollectiveKind.ALL_REDUCE, CommClass.TP, tp_group, 3 * T * 4.0, replicas)
+    head_fwd = (c("final-norm", norm), *gather("head-in"), c("lm-head", g(T, V // t, h)),
+                # Megatron's vocab-parallel cross entropy: fp32 logits, max / sum-exp / target
+                # all-reduced over TP (megatron/core/tensor_parallel/cross_entropy.py).
+                c("cross-entropy", mem(OpKind.LOSS, logits * (e + 3 * 4))),
+                *([Step(True, "ncclAllReduce loss", small_ar)] if tp_on else []))
+    head_bwd = (c("cross-entropy-bwd", mem(OpKind.LOSS, logits * (4 + e))),
+                c("lm-head-dgrad", g(T, h, V // t)), *reduce("head-grad", wait=1),
+                c("lm-head-wgrad", g(V // t, h, T)), c("final-norm-bwd", norm_bwd))
+    return LayerOps(tuple(fwd), tuple(bwd), attention_bwd_index, c("attention", attn_f),
+                    embedding_fwd, embedding_bwd, head_fwd, head_bwd, logits * 4.0)

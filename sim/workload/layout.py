@@ -1,0 +1,60 @@
+"""Where each rank sits: Megatron-LM's rank order and the communication groups.
+
+Megatron-LM orders ranks ``tp-cp-ep-dp-pp`` (TP innermost): ``rank = tp + TP (dp + DP pp)``
+(``megatron/core/parallel_state.py``, default ``order="tp-cp-ep-dp-pp"``), so a TP group sits
+inside a node and pipeline stages are farthest apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.workload.spec import ParallelSpec
+
+__all__ = ["Layout"]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Rank <-> (tp, dp, pp) coordinates and the groups that follow."""
+
+    tp: int
+    dp: int
+    pp: int
+
+    @classmethod
+    def of(cls, parallel: ParallelSpec) -> "Layout":
+        return cls(parallel.tp, parallel.dp, parallel.pp)
+
+    @property
+    def world_size(self) -> int:
+        return self.tp * self.dp * self.pp
+
+    def rank(self, tp: int, dp: int, pp: int) -> int:
+        """
+        >>> Layout(8, 2, 4).rank(3, 1, 2)
+        43
+        """
+        return tp + self.tp * (dp + self.dp * pp)
+
+    def coords(self, rank: int) -> tuple[int, int, int]:
+        """(tp, dp, pp) of ``rank``."""
+        return rank % self.tp, (rank // self.tp) % self.dp, rank // (self.tp * self.dp)
+
+    def tp_group(self, dp: int, pp: int) -> tuple[int, ...]:
+        return tuple(self.rank(t, dp, pp) for t in range(self.tp))
+
+    def dp_group(self, tp: int, pp: int) -> tuple[int, ...]:
+        return tuple(self.rank(tp, d, pp) for d in range(self.dp))
+
+    def tp_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
+        """Every TP group of stage ``pp``."""
+        return tuple(self.tp_group(d, pp) for d in range(self.dp))
+
+    def dp_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
+        return tuple(self.dp_group(t, pp) for t in range(self.tp))
+
+    def stage_pairs(self, src_pp: int, dst_pp: int) -> tuple[tuple[int, int], ...]:
+        """Every (sender, receiver) pair between two stages, same tp and dp coordinates."""
+        return tuple((self.rank(t, d, src_pp), self.rank(t, d, dst_pp))
+                     for d in range(self.dp) for t in range(self.tp))

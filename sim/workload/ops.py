@@ -1,0 +1,145 @@
+"""Operation shapes: what a task computes or communicates, independent of when it runs.
+
+Ops are small frozen (hashable) records, so a cost model prices each distinct shape once and
+every layer and micro-batch that repeats the shape reuses the price.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.types import CollectiveKind, CommClass, Dtype, OpKind
+
+__all__ = ["GemmOp", "AttentionOp", "MemoryOp", "CommOp", "Op", "dtype_bytes",
+           "FA_BACKWARD_FLOP_RATIO", "causal_fraction"]
+
+_DTYPE_BYTES = {Dtype.FP32: 4, Dtype.TF32: 4, Dtype.BF16: 2, Dtype.FP16: 2, Dtype.FP8: 1,
+                Dtype.MXFP8: 1, Dtype.NVFP4: 0.5}
+
+
+def dtype_bytes(dtype: Dtype) -> float:
+    """Bytes per element of ``dtype``."""
+    return _DTYPE_BYTES[dtype]
+
+
+FA_BACKWARD_FLOP_RATIO = 2.5
+"""FlashAttention's backward does 5 matmuls to the forward's 2 (Dao 2023, arXiv 2307.08691,
+Sec. 3.1), recomputing the scores, so it costs 2.5x the forward's FLOPs."""
+
+_FA_BLOCK = 128
+"""Query/key tile of FlashAttention-2 kernels (arXiv 2307.08691, Sec. 3.1)."""
+
+
+def causal_fraction(seq: int) -> float:
+    """Fraction of the s x s score tiles a causal flash-attention kernel computes.
+
+    With ``n = ceil(s / 128)`` tiles per side it computes the ``n (n + 1) / 2`` tiles on or
+    below the diagonal (FlashAttention-2 skips the rest, arXiv 2307.08691, Sec. 3.1.1).
+
+    >>> causal_fraction(128), round(causal_fraction(2048), 4)
+    (1.0, 0.5312)
+    """
+    n = -(-seq // _FA_BLOCK)
+    return (n + 1) / (2 * n)
+
+
+@dataclass(frozen=True, slots=True)
+class GemmOp:
+    """``C[m, n] = A[m, k] @ B[k, n]`` in ``dtype``."""
+
+    m: int
+    n: int
+    k: int
+    dtype: Dtype
+
+    kind = OpKind.GEMM
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.m * self.n * self.k
+
+    @property
+    def bytes(self) -> float:
+        return (self.m * self.k + self.k * self.n + self.m * self.n) * dtype_bytes(self.dtype)
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionOp:
+    """Fused (flash) attention over ``batch x heads`` sequences, forward or backward.
+
+    ``heads`` are the query heads on this GPU; ``kv_heads`` the key/value heads (GQA).
+    FLOPs count only the tiles a causal kernel computes (see :func:`causal_fraction`).
+    """
+
+    batch: int
+    heads: int
+    kv_heads: int
+    seq: int
+    head_dim: int
+    causal: bool
+    backward: bool
+    dtype: Dtype = Dtype.BF16
+
+    kind = OpKind.ATTENTION
+
+    @property
+    def flops(self) -> float:
+        fwd = 4.0 * self.batch * self.heads * self.seq * self.seq * self.head_dim
+        if self.causal:
+            fwd *= causal_fraction(self.seq)
+        return fwd * (FA_BACKWARD_FLOP_RATIO if self.backward else 1.0)
+
+    @property
+    def bytes(self) -> float:
+        """HBM traffic: read Q, K, V, write O (forward); about twice that backward."""
+        e = dtype_bytes(self.dtype)
+        qo = 2 * self.batch * self.heads * self.seq * self.head_dim * e
+        kv = 2 * self.batch * self.kv_heads * self.seq * self.head_dim * e
+        return (qo + kv) * (2.0 if self.backward else 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryOp:
+    """A bandwidth-bound kernel (norm, activation, dropout, optimizer...) moving ``bytes``."""
+
+    kind: OpKind
+    bytes: float
+
+    @property
+    def flops(self) -> float:
+        return 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class CommOp:
+    """A collective over ``group`` (global ranks, in ring order), or a p2p send (group = (src, dst)).
+
+    ``size_bytes`` follows nccl-tests: the all-reduce buffer, the all-gather output or the
+    reduce-scatter input (NVIDIA/nccl-tests doc/PERFORMANCE.md). ``replicas`` lists every
+    group that runs the same collective at the same time in a symmetric job (``group`` among
+    them): when only representative ranks are simulated, their links are loaded as the full
+    job would load them.
+    """
+
+    collective: CollectiveKind
+    comm_class: CommClass
+    group: tuple[int, ...]
+    size_bytes: float
+    replicas: tuple[tuple[int, ...], ...] = ()
+
+    kind = OpKind.COLLECTIVE
+
+    @property
+    def flops(self) -> float:
+        return 0.0
+
+    @property
+    def bytes(self) -> float:
+        return self.size_bytes
+
+    @property
+    def op_kind(self) -> OpKind:
+        return OpKind.P2P if self.collective is CollectiveKind.SEND_RECV else OpKind.COLLECTIVE
+
+
+Op = GemmOp | AttentionOp | MemoryOp | CommOp

@@ -1,0 +1,69 @@
+"""Pipeline schedules: the order in which one pipeline rank runs its forward and backward passes.
+
+Pure functions returning, for pipeline rank ``rank``, a list of ``(Pass, microbatch, chunk)``
+where ``chunk`` is the model chunk (virtual stage) on that rank. They follow Megatron-LM's
+``megatron/core/pipeline_parallel/schedules.py``:
+
+* GPipe (Huang et al. 2019): all forwards, then all backwards.
+* 1F1B (PipeDream-Flush, Narayanan et al. 2021, arXiv 2104.04473 Sec. 2.2.1): ``p - rank - 1``
+  warm-up forwards, then one forward and one backward alternately, then the cool-down.
+* Interleaved 1F1B (same paper, Sec. 2.2.2): ``v`` chunks per rank; forward ``k`` runs chunk
+  ``(k mod pv) // p`` of micro-batch ``(k // pv) p + k mod p``, backward chunks in reverse;
+  ``2(p - rank - 1) + (v - 1) p`` warm-up forwards.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from sim.types import ScheduleKind
+
+__all__ = ["Pass", "pipeline_order"]
+
+
+class Pass(str, Enum):
+    FORWARD = "fwd"
+    BACKWARD = "bwd"
+
+
+def _interleaved_id(k: int, p: int, v: int, forward: bool) -> tuple[int, int]:
+    """(microbatch, chunk) of the k-th forward or backward of an interleaved schedule."""
+    in_group = k % (p * v)
+    chunk = in_group // p
+    if not forward:
+        chunk = v - chunk - 1
+    mb = (k // (p * v)) * p + k % p
+    return mb, chunk
+
+
+def pipeline_order(kind: ScheduleKind, pp: int, vps: int, num_microbatches: int, rank: int
+                   ) -> list[tuple[Pass, int, int]]:
+    """The passes pipeline rank ``rank`` runs, in order.
+
+    >>> [(p.value, m) for p, m, _ in pipeline_order(ScheduleKind.ONE_F_ONE_B, 2, 1, 3, 0)]
+    [('fwd', 0), ('fwd', 1), ('bwd', 0), ('fwd', 2), ('bwd', 1), ('bwd', 2)]
+    """
+    m, p, v = num_microbatches, pp, vps
+    F, B = Pass.FORWARD, Pass.BACKWARD
+    if kind is ScheduleKind.GPIPE:
+        return [(F, i, 0) for i in range(m)] + [(B, i, 0) for i in range(m)]
+    if kind is ScheduleKind.ONE_F_ONE_B:
+        warm = min(p - rank - 1, m)
+        order = [(F, i, 0) for i in range(warm)]
+        for i in range(m - warm):
+            order.append((F, warm + i, 0))
+            order.append((B, i, 0))
+        order += [(B, i, 0) for i in range(m - warm, m)]
+        return order
+    total = m * v
+    if m == p:
+        warm = total
+    else:
+        warm = min((p - rank - 1) * 2 + (v - 1) * p, total)
+    order = [(F, *_interleaved_id(k, p, v, True)) for k in range(warm)]
+    rest = total - warm
+    for i in range(rest):
+        order.append((F, *_interleaved_id(warm + i, p, v, True)))
+        order.append((B, *_interleaved_id(i, p, v, False)))
+    order += [(B, *_interleaved_id(k, p, v, False)) for k in range(rest, total)]
+    return order

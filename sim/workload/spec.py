@@ -1,0 +1,220 @@
+"""The workload specs: a transformer, a parallel strategy, the system, a measured reference.
+
+These frozen dataclasses are what :mod:`sim.config` builds from YAML; they check their own
+fields in ``__post_init__`` and raise :class:`~sim.errors.ConfigError` with the field's path
+and ``<spec>`` as the file, which the loader replaces with the real file name. Field names
+follow the published validation cases (``model``, ``system``, ``parallel``, ``dtype``) and
+Megatron-LM's argument names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.errors import ConfigError
+from sim.hardware import GPUSpec
+from sim.types import Dtype, RecomputeKind, ScheduleKind
+
+__all__ = ["ModelSpec", "ParallelSpec", "SystemSpec", "Reference", "WorkloadSpec"]
+
+_SPEC = "<spec>"
+
+
+def _positive_int(field: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(_SPEC, field, "a positive integer", value)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer.
+
+    ``ffn_hidden_size`` is the width of one MLP branch; with ``gated_mlp`` (SwiGLU) the first
+    projection is two such branches. ``head_dim`` defaults to hidden / heads.
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    num_kv_heads: int
+    ffn_hidden_size: int
+    vocab_size: int
+    seq_length: int
+    gated_mlp: bool = False
+    tied_embeddings: bool = False
+    head_dim: int = 0
+
+    def __post_init__(self) -> None:
+        for f in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
+                  "ffn_hidden_size", "vocab_size", "seq_length"):
+            _positive_int(f"model.{f}", getattr(self, f))
+        if self.head_dim == 0:
+            if self.hidden_size % self.num_attention_heads:
+                raise ConfigError(_SPEC, "model.hidden_size",
+                                  f"a multiple of model.num_attention_heads={self.num_attention_heads}"
+                                  " (or an explicit model.head_dim)", self.hidden_size)
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
+        _positive_int("model.head_dim", self.head_dim)
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ConfigError(_SPEC, "model.num_kv_heads",
+                              f"a divisor of model.num_attention_heads={self.num_attention_heads}",
+                              self.num_kv_heads)
+
+    @property
+    def q_size(self) -> int:
+        """Width of the query projection, heads x head_dim."""
+        return self.num_attention_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        """Width of one of the key or value projections, kv_heads x head_dim."""
+        return self.num_kv_heads * self.head_dim
+
+    def layer_params(self) -> int:
+        """Parameters of one transformer layer (weights and biases, two norms)."""
+        h = self.hidden_size
+        attn = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
+        branches = 2 if self.gated_mlp else 1
+        mlp = h * self.ffn_hidden_size * branches + self.ffn_hidden_size * h
+        return attn + mlp + 4 * h
+
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size
+
+    def num_params(self) -> int:
+        """All parameters, counting the output layer once when it is tied."""
+        lm_head = 0 if self.tied_embeddings else self.embedding_params()
+        return self.num_layers * self.layer_params() + self.embedding_params() + lm_head + 2 * self.hidden_size
+
+
+@dataclass(frozen=True)
+class ParallelSpec:
+    """The parallel strategy, with Megatron-LM's meanings.
+
+    ``virtual_pipeline_stages`` is Megatron's ``--num-virtual-stages-per-pipeline-rank``
+    (1 unless the schedule is interleaved). ``dp`` is the data-parallel degree.
+    """
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    virtual_pipeline_stages: int = 1
+    schedule: ScheduleKind = ScheduleKind.ONE_F_ONE_B
+    sequence_parallel: bool = False
+    micro_batch_size: int = 1
+    global_batch_size: int = 1
+    recompute: RecomputeKind = RecomputeKind.NONE
+    distributed_optimizer: bool = False
+    zero_stage: int = 0
+    overlap_grad_reduce: bool = True
+    grad_bucket_size_params: int = 40_000_000
+
+    def __post_init__(self) -> None:
+        for f in ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "micro_batch_size",
+                  "global_batch_size", "grad_bucket_size_params"):
+            _positive_int(f"parallel.{f}", getattr(self, f))
+        if self.cp != 1:
+            raise ConfigError(_SPEC, "parallel.cp", "1 (context parallelism is not built yet)", self.cp)
+        if self.ep != 1:
+            raise ConfigError(_SPEC, "parallel.ep", "1 (expert parallelism is not built yet)", self.ep)
+        if self.zero_stage not in (0, 1):
+            raise ConfigError(_SPEC, "parallel.zero_stage",
+                              "0 or 1 (ZeRO-2/3 are not built yet)", self.zero_stage)
+        if self.schedule is ScheduleKind.INTERLEAVED:
+            if self.pp < 2:
+                raise ConfigError(_SPEC, "parallel.schedule", "interleaved-1f1b only with parallel.pp >= 2",
+                                  self.schedule.value)
+        elif self.virtual_pipeline_stages != 1:
+            raise ConfigError(_SPEC, "parallel.virtual_pipeline_stages",
+                              "1 unless parallel.schedule is interleaved-1f1b", self.virtual_pipeline_stages)
+        if self.sequence_parallel and self.tp == 1:
+            raise ConfigError(_SPEC, "parallel.sequence_parallel", "false when parallel.tp is 1", True)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.global_batch_size // (self.micro_batch_size * self.dp)
+
+    @property
+    def shards_optimizer(self) -> bool:
+        """Whether optimizer state is sharded over DP (distributed optimizer / ZeRO-1)."""
+        return self.distributed_optimizer or self.zero_stage >= 1
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """The GPUs a workload runs on; ``topology`` names a preset or a topology file."""
+
+    gpu: GPUSpec
+    num_gpus: int
+    gpus_per_node: int = 8
+    topology: str | None = None
+
+    def __post_init__(self) -> None:
+        _positive_int("system.num_gpus", self.num_gpus)
+        _positive_int("system.gpus_per_node", self.gpus_per_node)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A measured result the workload carries, shown beside the prediction (SI units)."""
+
+    source: str
+    iteration_time_s: float | None = None
+    tflops_per_gpu: float | None = None
+    tflops_includes_recompute: bool | None = None
+    tokens_per_s_per_gpu: float | None = None
+    peak_memory_bytes: float | None = None
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """Everything one simulation needs besides the topology."""
+
+    name: str
+    model: ModelSpec
+    parallel: ParallelSpec
+    system: SystemSpec
+    dtype: Dtype = Dtype.BF16
+    reference: Reference | None = None
+
+    def __post_init__(self) -> None:
+        m, p, s = self.model, self.parallel, self.system
+        if m.num_attention_heads % p.tp:
+            raise ConfigError(_SPEC, "parallel.tp",
+                              f"a divisor of model.num_attention_heads={m.num_attention_heads}", p.tp)
+        if m.num_kv_heads % p.tp and p.tp % m.num_kv_heads:
+            raise ConfigError(_SPEC, "parallel.tp",
+                              f"a divisor or multiple of model.num_kv_heads={m.num_kv_heads}", p.tp)
+        if m.ffn_hidden_size % p.tp:
+            raise ConfigError(_SPEC, "parallel.tp",
+                              f"a divisor of model.ffn_hidden_size={m.ffn_hidden_size}", p.tp)
+        chunks = p.pp * p.virtual_pipeline_stages
+        if m.num_layers % chunks:
+            raise ConfigError(_SPEC, "model.num_layers",
+                              f"a multiple of parallel.pp x parallel.virtual_pipeline_stages = {chunks}",
+                              m.num_layers)
+        if p.global_batch_size % (p.micro_batch_size * p.dp):
+            raise ConfigError(_SPEC, "parallel.global_batch_size",
+                              f"a multiple of micro_batch_size x dp = {p.micro_batch_size * p.dp}",
+                              p.global_batch_size)
+        if p.schedule is ScheduleKind.INTERLEAVED and p.num_microbatches % p.pp:
+            raise ConfigError(_SPEC, "parallel.global_batch_size",
+                              f"a number of micro-batches ({p.num_microbatches}) that is a multiple of "
+                              f"parallel.pp={p.pp}, as Megatron's interleaved schedule requires",
+                              p.global_batch_size)
+        if s.num_gpus != p.num_gpus:
+            raise ConfigError(_SPEC, "system.num_gpus",
+                              f"tp x pp x dp x cp = {p.tp}x{p.pp}x{p.dp}x{p.cp} = {p.num_gpus}", s.num_gpus)
+        if not s.gpu.supports(self.dtype):
+            raise ConfigError(_SPEC, "dtype", f"a format {s.gpu.name} supports", self.dtype.value)
+
+    @property
+    def tokens_per_iteration(self) -> int:
+        return self.parallel.global_batch_size * self.model.seq_length

@@ -1,0 +1,404 @@
+"""The workload generator: a transformer and a parallel strategy become a task program.
+
+For each simulated rank it emits, per stream and in issue order, the tasks of one training
+iteration: the pipeline schedule's forward and backward passes (layer ops, TP collectives,
+recomputation), pipeline sends and receives, the data-parallel gradient reduction in buckets,
+and the optimizer step. Tasks name their cross-stream dependencies; the order on one stream is
+the dependency within it (streams run in order, like CUDA streams).
+
+By default one representative rank per pipeline stage is simulated (TP and DP ranks of a
+stage run the same program); their collectives are still planned over the real groups, and
+the flows of the other ranks load the links (:func:`sim.costs.comm.plan_comm`). With
+``representative=False`` every rank is simulated and collectives wait for all members.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from sim.memory import layer_activation_bytes, state_bytes
+from sim.results import RankInfo
+from sim.types import CollectiveKind, CommClass, OpKind, RecomputeKind, Stream
+from sim.workload.layers import LayerOps, Step, layer_ops
+from sim.workload.layout import Layout
+from sim.workload.ops import CommOp, MemoryOp, Op
+from sim.workload.schedules import Pass, pipeline_order
+from sim.workload.spec import WorkloadSpec
+
+__all__ = ["Task", "Program", "build_program", "OPTIMIZER_BYTES_PER_PARAM", "GRAD_REDUCE_BYTES"]
+
+OPTIMIZER_BYTES_PER_PARAM = 30.0
+"""HBM traffic of one mixed-precision Adam step per parameter: read fp32 master weight,
+gradient, two moments (16 B), write master and moments (12 B) and the bf16 weight (2 B)."""
+GRAD_REDUCE_BYTES = 4.0
+"""Gradients are reduced in fp32 under bf16 (Megatron-LM ``arguments.py``)."""
+PARAM_GATHER_BYTES = 2.0
+"""The distributed optimizer all-gathers updated bf16 weights."""
+
+
+@dataclass(slots=True, eq=False)
+class Task:
+    """One op on one stream of one simulated rank.
+
+    ``coll_key`` (>= 0) joins the tasks of all simulated members of one collective or p2p
+    transfer; ``peer`` is the other rank of a p2p transfer and ``flow_id`` its trace arrow.
+    Memory deltas are applied at the task's start (``mem_start_bytes``) and end
+    (``mem_end_bytes``).
+    """
+
+    id: int
+    rank: int
+    stream: Stream
+    name: str
+    op: Op
+    kind: OpKind
+    comm: bool
+    deps: list[int]
+    args: tuple
+    coll_key: int = -1
+    mem_start_bytes: float = 0.0
+    mem_end_bytes: float = 0.0
+    flow_id: int = -1
+
+
+@dataclass
+class Program:
+    """Every simulated rank's tasks, grouped into in-order streams."""
+
+    tasks: list[Task]
+    streams: dict[tuple[int, Stream], list[int]]
+    ranks: list[RankInfo]
+    coll_members: dict[int, int]
+    static_memory_bytes: dict[int, float]
+    world_size: int
+    representative: bool
+    flops_per_iteration: float = 0.0
+    metadata: dict = field(default_factory=dict)
+
+    def to_networkx(self) -> nx.DiGraph:
+        """The task graph: dependencies plus stream order as edges (``dep`` = "data" / "stream")."""
+        g = nx.DiGraph()
+        for t in self.tasks:
+            g.add_node(t.id, rank=t.rank, stream=t.stream, name=t.name, kind=t.kind)
+            for d in t.deps:
+                g.add_edge(d, t.id, dep="data")
+        for ids in self.streams.values():
+            for a, b in zip(ids, ids[1:]):
+                g.add_edge(a, b, dep="stream")
+        return g
+
+
+class _Builder:
+    """Holds the growing program; one :class:`_RankProgram` per simulated rank writes into it."""
+
+    def __init__(self) -> None:
+        self.tasks: list[Task] = []
+        self.streams: dict[tuple[int, Stream], list[int]] = {}
+        self.keys: dict[tuple, int] = {}
+        self.members: dict[int, int] = {}
+        self.sends: dict[tuple, int] = {}   # (kind, virtual stage, mb, dp, tp) -> send task id
+        self.recvs: list[tuple[Task, tuple]] = []
+
+    def add(self, rank: int, stream: Stream, name: str, op: Op, deps: list[int], args: tuple,
+            key: tuple | None = None, kind: OpKind | None = None) -> Task:
+        comm = isinstance(op, CommOp)
+        if kind is None:
+            kind = op.op_kind if comm else op.kind
+        tasks = self.tasks
+        task = Task(len(tasks), rank, stream, name, op, kind, comm, deps, args)
+        if key is not None:
+            k = self.keys.setdefault(key, len(self.keys))
+            task.coll_key = k
+            self.members[k] = self.members.get(k, 0) + 1
+        tasks.append(task)
+        lst = self.streams.get((rank, stream))
+        if lst is None:
+            lst = self.streams[(rank, stream)] = []
+        lst.append(task.id)
+        return task
+
+
+class _RankProgram:
+    """Writes one simulated rank's tasks."""
+
+    def __init__(self, b: _Builder, w: WorkloadSpec, layout: Layout, rank: int, ops: LayerOps,
+                 representative: bool) -> None:
+        self.b, self.w, self.layout, self.rank = b, w, layout, rank
+        self.tp_c, self.dp_c, self.stage = layout.coords(rank)
+        self.ops = ops
+        self.rep = representative
+        self.last_c = -1
+        self.pending: list[list[int]] = []   # [task id, computes left before it is waited for]
+        self.extra: list[int] = []
+        self.seq: dict[tuple, int] = {}
+        self.dp_tasks: list[int] = []
+
+    # -- primitives ---------------------------------------------------------------------
+    def compute(self, name: str, op: Op, args: tuple, kind: OpKind | None = None) -> Task:
+        deps = self.extra
+        self.extra = []
+        if self.pending:
+            keep = []
+            for p in self.pending:
+                if p[1] == 0:
+                    deps.append(p[0])
+                else:
+                    p[1] -= 1
+                    keep.append(p)
+            self.pending = keep
+        t = self.b.add(self.rank, Stream.COMPUTE, name, op, deps, args, kind=kind)
+        self.last_c = t.id
+        return t
+
+    def collective(self, stream: Stream, name: str, op: CommOp, args: tuple, deps: list[int]) -> Task:
+        n = self.seq.get(op.group, 0)
+        self.seq[op.group] = n + 1
+        return self.b.add(self.rank, stream, name, op, deps, args, key=(op.group, n))
+
+    def run_steps(self, steps, args: tuple, first_mem: float = 0.0, last_mem: float = 0.0) -> None:
+        first = last = None
+        for st in steps:
+            if st.tp:
+                t = self.collective(Stream.TP_COMM, st.name, st.op, args,
+                                    [self.last_c] if self.last_c >= 0 else [])
+                self.pending.append([t.id, st.wait])
+            else:
+                last = self.compute(st.name, st.op, args, st.kind)
+                if first is None:
+                    first = last
+        if first is not None:
+            first.mem_start_bytes += first_mem
+            last.mem_end_bytes += last_mem
+
+    # -- pipeline ------------------------------------------------------------------------
+    def stage_rank(self, stage: int) -> int:
+        if self.rep:
+            return self.layout.rank(0, 0, stage)
+        return self.layout.rank(self.tp_c, self.dp_c, stage)
+
+    def p2p_op(self, src: int, dst: int, size: float) -> CommOp:
+        lay = self.layout
+        replicas = lay.stage_pairs(lay.coords(src)[2], lay.coords(dst)[2]) if self.rep else ()
+        return CommOp(CollectiveKind.SEND_RECV, CommClass.PP, (src, dst), size, replicas)
+
+    def send(self, kind: str, vs: int, mb: int, dst_stage: int, size: float, args: tuple) -> None:
+        dst = self.stage_rank(dst_stage)
+        stream = Stream.PP_SEND if kind == "act" else Stream.PP_SEND_GRAD
+        key = ("p2p", kind, vs, mb, self.tp_c, self.dp_c)
+        t = self.b.add(self.rank, stream, f"ncclSend {kind}", self.p2p_op(self.rank, dst, size),
+                       [self.last_c], args, key=key)
+        t.flow_id = t.coll_key
+
+    def recv(self, kind: str, vs: int, mb: int, src_stage: int, size: float, args: tuple) -> None:
+        src = self.stage_rank(src_stage)
+        stream = Stream.PP_RECV if kind == "act" else Stream.PP_RECV_GRAD
+        key = ("p2p", kind, vs, mb, self.tp_c, self.dp_c)
+        t = self.b.add(self.rank, stream, f"ncclRecv {kind}", self.p2p_op(src, self.rank, size),
+                       [self.last_c] if self.last_c >= 0 else [], args, key=key)
+        t.flow_id = t.coll_key
+        self.extra.append(t.id)
+
+    def build(self) -> None:
+        w, p = self.w, self.w.parallel
+        m = w.model
+        pp, v = p.pp, p.virtual_pipeline_stages
+        n_vs = pp * v
+        per_vs = m.num_layers // n_vs
+        order = pipeline_order(p.schedule, pp, v, p.num_microbatches, self.stage)
+        last_b = {}
+        for i, (pas, mb, chunk) in enumerate(order):
+            if pas is Pass.BACKWARD:
+                last_b[chunk] = i
+        act_size = m.seq_length * p.micro_batch_size * m.hidden_size * 2.0 / p.tp
+        a_stored = layer_activation_bytes(m, p)
+        a_full = layer_activation_bytes(m, p, RecomputeKind.NONE)
+        rc = p.recompute
+        buckets = self.buckets(per_vs)
+        for i, (pas, mb, chunk) in enumerate(order):
+            vs = chunk * pp + self.stage
+            layers = range(vs * per_vs, (vs + 1) * per_vs)
+            if pas is Pass.FORWARD:
+                args = (("phase", "fwd"), ("microbatch", mb), ("chunk", chunk))
+                if vs > 0:
+                    self.recv("act", vs, mb, (vs - 1) % pp, act_size, args)
+                if vs == 0:
+                    self.run_steps(self.ops.embedding_fwd, args)
+                for layer in layers:
+                    self.run_steps(self.ops.layer_fwd, args + (("layer", layer),), first_mem=a_stored)
+                if vs == n_vs - 1:
+                    self.run_steps(self.ops.head_fwd, args, first_mem=self.ops.logits_bytes)
+                else:
+                    self.send("act", vs + 1, mb, (vs + 1) % pp, act_size, args)
+            else:
+                args = (("phase", "bwd"), ("microbatch", mb), ("chunk", chunk))
+                if vs < n_vs - 1:
+                    self.recv("grad", vs, mb, (vs + 1) % pp, act_size, args)
+                else:
+                    self.run_steps(self.ops.head_bwd, args, last_mem=-self.ops.logits_bytes)
+                for layer in reversed(layers):
+                    la = args + (("layer", layer),)
+                    extra = 0.0
+                    if rc is RecomputeKind.FULL:
+                        extra = a_full
+                        self.run_steps(self.ops.layer_fwd, (("phase", "recompute"),) + la[1:], first_mem=a_full)
+                    bwd = self.ops.layer_bwd
+                    k = self.ops.attention_bwd_index
+                    if rc is RecomputeKind.SELECTIVE:
+                        self.run_steps(bwd[:k], la, first_mem=0.0)
+                        self.run_steps((self.ops.attention_fwd,), (("phase", "recompute"),) + la[1:])
+                        self.run_steps(bwd[k:], la, last_mem=-(a_stored + extra))
+                    else:
+                        self.run_steps(bwd, la, last_mem=-(a_stored + extra))
+                    if p.overlap_grad_reduce and i == last_b[chunk]:
+                        for bucket in buckets.get((chunk, layer), ()):
+                            self.reduce_bucket(bucket, args)
+                if vs == 0:
+                    self.run_steps(self.ops.embedding_bwd, args)
+                else:
+                    self.send("grad", vs - 1, mb, (vs - 1) % pp, act_size, args)
+                if p.overlap_grad_reduce and i == last_b[chunk]:
+                    for bucket in buckets.get((chunk, "end"), ()):
+                        self.reduce_bucket(bucket, args)
+        if not p.overlap_grad_reduce:
+            for key in sorted(buckets, key=lambda k: (k[0], -1 if k[1] == "end" else k[1])):
+                for bucket in buckets[key]:
+                    self.reduce_bucket(bucket, (("phase", "grad-sync"),))
+        self.finish()
+
+    # -- data parallel ---------------------------------------------------------------------
+    def buckets(self, per_vs: int) -> dict[tuple, list[float]]:
+        """Gradient buckets (parameter counts), keyed by the (chunk, layer) after whose last
+        backward they are complete; ``(chunk, "end")`` for the chunk's embedding/head params.
+
+        Layers fill buckets of at least ``grad_bucket_size_params`` in backward order, as
+        Megatron-LM's DDP does (``megatron/core/distributed/param_and_grad_buffer.py``).
+        """
+        w, p = self.w, self.w.parallel
+        if p.dp == 1:
+            return {}
+        m = w.model
+        pp, v = p.pp, p.virtual_pipeline_stages
+        per_layer = m.layer_params() / p.tp
+        emb = m.embedding_params() / p.tp
+        out: dict[tuple, list[float]] = {}
+        for chunk in range(v):
+            vs = chunk * pp + self.stage
+            acc = 0.0
+            if vs == pp * v - 1 and (pp > 1 or not m.tied_embeddings):
+                acc += emb
+            last_layer = None
+            for layer in reversed(range(vs * per_vs, (vs + 1) * per_vs)):
+                acc += per_layer
+                last_layer = layer
+                if acc >= p.grad_bucket_size_params:
+                    out.setdefault((chunk, layer), []).append(acc)
+                    acc = 0.0
+            if vs == 0:
+                acc += emb
+            if acc > 0:
+                key = (chunk, "end") if vs == 0 else (chunk, last_layer)
+                out.setdefault(key, []).append(acc)
+        return out
+
+    def reduce_bucket(self, params: float, args: tuple) -> None:
+        p = self.w.parallel
+        group = self.layout.dp_group(self.tp_c, self.stage)
+        replicas = self.layout.dp_groups(self.stage) if self.rep else ()
+        kind = CollectiveKind.REDUCE_SCATTER if p.shards_optimizer else CollectiveKind.ALL_REDUCE
+        op = CommOp(kind, CommClass.DP, group, params * GRAD_REDUCE_BYTES, replicas)
+        name = "ncclReduceScatter grads" if p.shards_optimizer else "ncclAllReduce grads"
+        t = self.collective(Stream.DP_COMM, name, op, args + (("params", params),), [self.last_c])
+        self.dp_tasks.append(t.id)
+
+    def finish(self) -> None:
+        w, p = self.w, self.w.parallel
+        m = w.model
+        lay = self.layout
+        if m.tied_embeddings and p.pp > 1 and self.stage in (0, p.pp - 1):
+            # Megatron all-reduces the tied embedding's gradient between the first and the
+            # last stage after the backward (finalize_model_grads, _allreduce_embedding_grads).
+            group = (lay.rank(self.tp_c, self.dp_c, 0), lay.rank(self.tp_c, self.dp_c, p.pp - 1))
+            replicas = tuple((lay.rank(t, d, 0), lay.rank(t, d, p.pp - 1))
+                             for d in range(p.dp) for t in range(p.tp)) if self.rep else ()
+            op = CommOp(CollectiveKind.ALL_REDUCE, CommClass.DP, group,
+                        m.embedding_params() / p.tp * GRAD_REDUCE_BYTES, replicas)
+            t = self.collective(Stream.DP_COMM, "ncclAllReduce embedding-grads", op,
+                                (("phase", "grad-sync"),), [self.last_c])
+            self.dp_tasks.append(t.id)
+        sb = state_bytes(m, p, self.stage)
+        params_local = sb.optimizer_bytes / 12.0
+        self.extra.extend(self.dp_tasks)
+        opt = self.compute("optimizer", MemoryOp(OpKind.OPTIMIZER, params_local * OPTIMIZER_BYTES_PER_PARAM),
+                           (("phase", "optimizer"),))
+        if p.shards_optimizer and p.dp > 1:
+            group = lay.dp_group(self.tp_c, self.stage)
+            replicas = lay.dp_groups(self.stage) if self.rep else ()
+            size = sb.weights_bytes / 2.0 * PARAM_GATHER_BYTES
+            op = CommOp(CollectiveKind.ALL_GATHER, CommClass.DP, group, size, replicas)
+            self.collective(Stream.DP_COMM, "ncclAllGather params", op, (("phase", "param-sync"),), [opt.id])
+
+
+def model_flops(w: WorkloadSpec) -> tuple[float, float]:
+    """(model FLOPs, hardware FLOPs) of one iteration, Megatron's count.
+
+    Model FLOPs: 3 x (2 x the GEMM FLOPs per token + 4 s x q for attention scores and values)
+    over all tokens, plus the output layer -- ``72 B s l h^2 (1 + s/6h + V/12hl)`` for GPT
+    (Narayanan et al. 2021, arXiv 2104.04473, Appendix; Megatron-LM
+    ``num_floating_point_operations``). Hardware FLOPs add the recomputed forward: the whole
+    layer under full recomputation, the attention core under selective (Korthikanti et al.
+    2022, Appendix A).
+    """
+    m, p = w.model, w.parallel
+    h, q, kv, f = m.hidden_size, m.q_size, m.kv_size, m.ffn_hidden_size
+    br = 2 if m.gated_mlp else 1
+    gemm = 2.0 * (h * (q + 2 * kv) + q * h + h * f * br + f * h)
+    attn = 4.0 * m.seq_length * q
+    layer_fwd = gemm + attn
+    tokens = w.tokens_per_iteration
+    fwd = tokens * (m.num_layers * layer_fwd + 2.0 * h * m.vocab_size)
+    model = 3.0 * fwd
+    extra = 0.0
+    if p.recompute is RecomputeKind.FULL:
+        extra = tokens * m.num_layers * layer_fwd
+    elif p.recompute is RecomputeKind.SELECTIVE:
+        extra = tokens * m.num_layers * attn
+    return model, model + extra
+
+
+def build_program(w: WorkloadSpec, representative: bool = True,
+                  node_of=lambda r: 0, local_gpu_of=lambda r: r) -> Program:
+    """Build the task program of one iteration of ``w``.
+
+    Parameters
+    ----------
+    representative : bool
+        Simulate one rank per pipeline stage (tp = dp = 0) instead of every rank.
+    node_of, local_gpu_of : callable
+        Placement of a rank (from the topology), for the rank labels.
+    """
+    p = w.parallel
+    layout = Layout.of(p)
+    b = _Builder()
+    if representative:
+        ranks = [layout.rank(0, 0, s) for s in range(p.pp)]
+    else:
+        ranks = list(range(layout.world_size))
+    ops_cache: dict[tuple, LayerOps] = {}
+    infos, static = [], {}
+    for r in ranks:
+        tp_c, dp_c, stage = layout.coords(r)
+        group = layout.tp_group(dp_c, stage)
+        replicas = layout.tp_groups(stage) if representative else ()
+        ops = ops_cache.get(group)
+        if ops is None:
+            ops = ops_cache[group] = layer_ops(w.model, p, w.dtype, group, replicas)
+        _RankProgram(b, w, layout, r, ops, representative).build()
+        infos.append(RankInfo(r, node_of(r), local_gpu_of(r), tp_c, stage, dp_c))
+        static[r] = state_bytes(w.model, p, stage).total_bytes
+    for key, n in b.members.items():
+        assert n in (1, 2) or not representative or n == 1, (key, n)
+    flops, hw_flops = model_flops(w)
+    return Program(b.tasks, b.streams, infos, b.members, static, layout.world_size, representative,
+                   flops, {"hardware_flops_per_iteration": hw_flops})

@@ -1,0 +1,432 @@
+"""Tests of sim.config: presets, validation cases, overrides, and one test per kind of bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+import sim
+from sim.config import (default_topology_name, load_cases, load_topology, load_workload,
+                        load_workload_with_notes)
+from sim.errors import ConfigError
+from sim.topology.spec import FabricKind, ScaleUpKind
+from sim.types import Dtype, RecomputeKind, ScheduleKind
+from sim.units import GiB
+
+REPO = Path(sim.__file__).resolve().parent.parent
+WORKLOADS = REPO / "workloads"
+TOPOLOGIES = REPO / "topologies"
+CASE_FILES = sorted((WORKLOADS / "validation").glob("*.yaml"))
+
+
+def _tiny() -> dict:
+    return yaml.safe_load((WORKLOADS / "tiny.yaml").read_text())
+
+
+def _write(tmp_path: Path, data: object, name: str = "bad.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _error(path: Path, field: str, loader=load_workload, **kwargs) -> ConfigError:
+    """Load ``path``, expect a ConfigError naming the file and ``field``, return it."""
+    with pytest.raises(ConfigError) as info:
+        loader(str(path), **kwargs)
+    err = info.value
+    assert path.name in str(err) and err.path == str(path)
+    assert field in str(err) and err.field == field
+    return err
+
+
+def _tiny_with(tmp_path: Path, section: str | None, key: str, value: object) -> Path:
+    data = _tiny()
+    if section is None:
+        data[key] = value
+    else:
+        data[section][key] = value
+    return _write(tmp_path, data)
+
+
+# --- presets and validation cases --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", sorted(WORKLOADS.glob("*.yaml")), ids=lambda p: p.stem)
+def test_every_workload_preset_loads(path):
+    spec, _ = load_workload_with_notes(str(path))
+    assert spec.parallel.num_gpus == spec.system.num_gpus
+    assert load_workload(path.stem) == spec
+
+
+def test_default_workload_is_gpt3_175b_on_64_a100s():
+    spec, notes = load_workload_with_notes()
+    p = spec.parallel
+    assert spec.name == "gpt3-175b"
+    assert (p.tp, p.pp, p.dp, p.virtual_pipeline_stages) == (8, 8, 1, 3)
+    assert p.schedule is ScheduleKind.INTERLEAVED and p.recompute is RecomputeKind.SELECTIVE
+    assert p.sequence_parallel and p.num_microbatches == 64
+    assert spec.reference.iteration_time_s == 13.75
+    assert "Korthikanti" in spec.reference.source
+    assert spec.system.gpu.name == "A100-SXM4-80GB" and spec.system.topology == "dgx-a100"
+    assert spec.model.num_layers == 96 and spec.model.hidden_size == 12288
+    assert notes == []
+
+
+def test_default_preset_is_the_korthikanti_case_plus_name_and_topology():
+    preset = yaml.safe_load((WORKLOADS / "gpt3-175b.yaml").read_text())
+    cases = yaml.safe_load((WORKLOADS / "validation" / "korthikanti2022.yaml").read_text())
+    case = next(c for c in cases if c["id"] == "korthikanti2022_t5_175B_selective_sp")
+    assert preset.pop("name") == "gpt3-175b"
+    assert preset["system"].pop("topology") == "dgx-a100"
+    assert preset == case
+
+
+def test_validation_copies_are_unchanged():
+    shared = REPO.parent / "shared" / "validation" / "cases"
+    if not shared.is_dir():
+        pytest.skip("no shared validation folder beside the repository")
+    for theirs in shared.glob("*.yaml"):
+        assert (WORKLOADS / "validation" / theirs.name).read_bytes() == theirs.read_bytes()
+
+
+@pytest.mark.parametrize("path", CASE_FILES, ids=lambda p: p.stem)
+def test_validation_cases_load_or_say_why_not(path):
+    results = load_cases(str(path))
+    assert len(results) == len(yaml.safe_load(path.read_text()))
+    for case_id, result in results:
+        assert case_id
+        if isinstance(result, ConfigError):
+            assert "not built yet" in result.expected or "not published" in result.expected, result
+            assert result.path == str(path)
+        else:
+            assert result.parallel.num_gpus == result.system.num_gpus
+
+
+def test_validation_case_counts():
+    counts = {"loaded": 0, "not built yet": 0, "not published": 0}
+    for path in CASE_FILES:
+        for _, result in load_cases(str(path)):
+            key = "loaded" if not isinstance(result, ConfigError) else \
+                "not built yet" if "not built yet" in result.expected else "not published"
+            counts[key] += 1
+    print(counts)
+    assert sum(counts.values()) == sum(len(yaml.safe_load(p.read_text())) for p in CASE_FILES)
+    assert counts["loaded"] >= 70
+    korthikanti = load_cases(str(WORKLOADS / "validation" / "korthikanti2022.yaml"))
+    assert len(korthikanti) == 14
+    assert not [cid for cid, r in korthikanti if isinstance(r, ConfigError)]
+
+
+def test_nulls_are_filled_and_noted(tmp_path):
+    data = _tiny()
+    data["parallel"].update(dp=None, recompute=None, schedule=None, virtual_pipeline_stages=None)
+    data["model"].update(ffn_hidden_size=None, num_kv_heads=None, gated_mlp=None,
+                         activation="swiglu")
+    data["dtype"] = None
+    spec, notes = load_workload_with_notes(str(_write(tmp_path, data)))
+    assert spec.parallel.dp == 2 and spec.parallel.recompute is RecomputeKind.NONE
+    assert spec.parallel.schedule is ScheduleKind.ONE_F_ONE_B
+    assert spec.model.ffn_hidden_size == 4096 and spec.model.num_kv_heads == 16
+    assert spec.model.gated_mlp is True and spec.dtype is Dtype.BF16
+    assert "parallel.recompute: null -> none (Megatron-LM default: no recomputation)" in notes
+    assert any(n.startswith("parallel.dp: null -> 2") for n in notes)
+    assert any(n.startswith("model.gated_mlp: null -> true") for n in notes)
+    assert len(notes) == 8
+
+
+def test_null_global_batch_is_one_microbatch_per_dp_rank(tmp_path):
+    path = _write(tmp_path, {**_tiny(), "parallel": {**_tiny()["parallel"], "global_batch_size": None}})
+    spec = load_workload(str(path))
+    assert spec.parallel.global_batch_size == 2 and spec.parallel.num_microbatches == 1
+
+
+def test_targets_become_a_reference_in_si_units(tmp_path):
+    data = _tiny()
+    data["source"] = {"publication": "Somebody 2024"}
+    data["targets"] = {"tflops_per_gpu": {"value": 150, "includes_recompute": True},
+                       "peak_memory_gib": {"value": 40.0}, "layer_forward_ms": {"value": 7.7}}
+    ref = load_workload(str(_write(tmp_path, data))).reference
+    assert ref.source == "Somebody 2024" and ref.tflops_per_gpu == 150
+    assert ref.tflops_includes_recompute is True and ref.peak_memory_bytes == 40.0 * GiB
+    assert ref.iteration_time_s is None
+    assert load_workload("tiny").reference is None
+
+
+def test_a_one_item_list_is_a_workload(tmp_path):
+    assert load_workload(str(_write(tmp_path, [_tiny()]))).name == "tiny"
+
+
+def test_hf_config_model_matches_the_explicit_one():
+    hf, explicit = load_workload("llama3-8b-hf").model, load_workload("llama3-8b-h100").model
+    assert hf.name == "llama-3-8b"
+    assert hf.num_params() == explicit.num_params()
+    assert (hf.num_kv_heads, hf.ffn_hidden_size, hf.seq_length, hf.gated_mlp) == (8, 14336, 8192, True)
+
+
+def test_gpt2_hf_config(tmp_path):
+    (tmp_path / "gpt2.json").write_text('{"model_type": "gpt2", "n_embd": 768, "n_layer": 12, '
+                                        '"n_head": 12, "n_positions": 1024, "n_inner": null, '
+                                        '"vocab_size": 50257, "activation_function": "gelu_new"}')
+    data = {**_tiny(), "model": "gpt2.json"}
+    data["parallel"] = {**data["parallel"], "tp": 2}
+    model = load_workload(str(_write(tmp_path, data))).model
+    assert (model.hidden_size, model.num_layers, model.ffn_hidden_size) == (768, 12, 3072)
+    assert model.seq_length == 1024 and model.tied_embeddings and not model.gated_mlp
+    assert model.name == "gpt2"
+
+
+# --- overrides --------------------------------------------------------------------------------
+
+
+def test_overrides_change_the_spec():
+    spec = load_workload("tiny", ["parallel.tp=4", "parallel.dp=1", "model.seq_length=4096",
+                                  "system.gpu=H100-SXM5-80GB", "dtype=fp8"])
+    assert (spec.parallel.tp, spec.parallel.dp, spec.model.seq_length) == (4, 1, 4096)
+    assert spec.system.gpu.name == "H100-SXM5-80GB" and spec.dtype is Dtype.FP8
+
+
+def test_override_dp_null_rederives_it():
+    spec, notes = load_workload_with_notes("tiny", ["parallel.tp=4", "parallel.dp=null"])
+    assert spec.parallel.dp == 1 and "parallel.dp: null -> 1" in notes[0]
+
+
+def test_override_tp_alone_breaks_the_gpu_count():
+    with pytest.raises(ConfigError, match="system.num_gpus") as info:
+        load_workload("tiny", ["parallel.tp=4"])
+    assert "tiny.yaml" in str(info.value) and "4x2x2x1 = 16" in info.value.expected
+
+
+def test_override_a_hf_model_field():
+    assert load_workload("llama3-8b-hf", ["model.seq_length=2048"]).model.seq_length == 2048
+
+
+@pytest.mark.parametrize("item, field", [("parallel.foo=1", "parallel.foo"),
+                                         ("hardware.tp=1", "hardware.tp"),
+                                         ("bogus=1", "bogus"),
+                                         ("parallel.tp", "parallel.tp")])
+def test_bad_override(item, field):
+    with pytest.raises(ConfigError) as info:
+        load_workload("tiny", [item])
+    assert info.value.path == "<--set>" and info.value.field == field and field in str(info.value)
+
+
+# --- bad workload input: one test per kind ----------------------------------------------------
+
+
+def test_yaml_syntax_error(tmp_path):
+    path = _write(tmp_path, "model:\n  num_layers: [4\nsystem: {}\n")
+    err = _error(path, "line 3")
+    assert err.expected == "valid YAML"
+
+
+def test_missing_file(tmp_path):
+    _error(tmp_path / "nope.yaml", "<file>")
+
+
+def test_top_level_not_a_mapping(tmp_path):
+    _error(_write(tmp_path, "just a string\n"), "<top level>")
+
+
+def test_two_cases_for_one_workload(tmp_path):
+    _error(_write(tmp_path, [_tiny(), _tiny()]), "<top level>")
+
+
+def test_unknown_top_level_key(tmp_path):
+    err = _error(_tiny_with(tmp_path, None, "modle", {}), "modle")
+    assert "'parallel'" in err.expected
+
+
+def test_unknown_model_key(tmp_path):
+    err = _error(_tiny_with(tmp_path, "model", "num_heads", 16), "model.num_heads")
+    assert "num_attention_heads" in err.expected
+
+
+def test_unknown_gpu(tmp_path):
+    err = _error(_tiny_with(tmp_path, "system", "gpu", "V100"), "system.gpu")
+    assert "A100-SXM4-80GB" in err.expected
+
+
+def test_missing_field(tmp_path):
+    data = _tiny()
+    del data["model"]["hidden_size"]
+    _error(_write(tmp_path, data), "model.hidden_size")
+
+
+def test_wrong_type(tmp_path):
+    err = _error(_tiny_with(tmp_path, "parallel", "tp", "eight"), "parallel.tp")
+    assert err.got == "eight"
+
+
+def test_bool_is_not_an_int(tmp_path):
+    _error(_tiny_with(tmp_path, "parallel", "tp", True), "parallel.tp")
+
+
+def test_heads_not_divisible_by_tp(tmp_path):
+    err = _error(_tiny_with(tmp_path, "parallel", "tp", 3), "parallel.tp")
+    assert "num_attention_heads=16" in err.expected
+
+
+def test_layers_not_divisible_by_pp_times_vps(tmp_path):
+    _error(_tiny_with(tmp_path, "model", "num_layers", 5), "model.num_layers")
+
+
+def test_global_batch_not_divisible(tmp_path):
+    _error(_tiny_with(tmp_path, "parallel", "global_batch_size", 7), "parallel.global_batch_size")
+
+
+def test_gpu_count_mismatch(tmp_path):
+    _error(_tiny_with(tmp_path, "system", "num_gpus", 16), "system.num_gpus")
+
+
+def test_dp_null_that_does_not_divide(tmp_path):
+    data = _tiny()
+    data["parallel"]["dp"] = None
+    data["system"]["num_gpus"] = 6
+    _error(_write(tmp_path, data), "parallel.dp")
+
+
+def test_bad_enum(tmp_path):
+    err = _error(_tiny_with(tmp_path, "parallel", "schedule", "zigzag"), "parallel.schedule")
+    assert "interleaved-1f1b" in err.expected
+
+
+def test_bad_dtype(tmp_path):
+    _error(_tiny_with(tmp_path, None, "dtype", "int3"), "dtype")
+
+
+def test_spec_check_names_the_file(tmp_path):
+    err = _error(_tiny_with(tmp_path, "parallel", "cp", 2), "parallel.cp")
+    assert "not built yet" in err.expected
+
+
+def test_hf_config_path_missing(tmp_path):
+    data = {**_tiny(), "model": {"hf_config": "missing.json"}}
+    err = _error(_write(tmp_path, data), "model.hf_config")
+    assert "missing.json" in str(err)
+
+
+def test_hf_config_bad_json(tmp_path):
+    (tmp_path / "c.json").write_text('{"hidden_size": 4096,\n  oops}')
+    path = _write(tmp_path, {**_tiny(), "model": "c.json"})
+    with pytest.raises(ConfigError) as info:
+        load_workload(str(path))
+    assert info.value.path == str(tmp_path / "c.json") and info.value.field == "line 2"
+
+
+def test_unknown_topology_in_workload(tmp_path):
+    _error(_tiny_with(tmp_path, "system", "topology", "dgx-z9000"), "system.topology")
+
+
+def test_topology_file_relative_to_the_workload(tmp_path):
+    (tmp_path / "topo.yaml").write_text((TOPOLOGIES / "dgx-a100.yaml").read_text())
+    spec = load_workload(str(_tiny_with(tmp_path, "system", "topology", "topo.yaml")))
+    assert spec.system.topology == str(tmp_path / "topo.yaml")
+    assert load_topology(spec.system.topology).name == "dgx-a100"
+
+
+def test_bad_case_in_a_case_file_is_reported_not_raised(tmp_path):
+    path = _write(tmp_path, [_tiny(), "not a case", {**_tiny(), "id": "broken", "parallel": {"tp": "x"}}])
+    (first, ok), (second, bad), (third, worse) = load_cases(str(path))
+    assert not isinstance(ok, ConfigError) and first == "bad[0]"
+    assert isinstance(bad, ConfigError) and second == "bad[1]"
+    assert isinstance(worse, ConfigError) and third == "broken" and worse.field == "parallel.tp"
+
+
+# --- topologies -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, up_bw, domain, nic_bw, nics, per_node", [
+    ("dgx-a100", 300e9, 8, 25e9, 8, 8),
+    ("dgx-h100", 450e9, 8, 50e9, 8, 8),
+    ("dgx-b200", 900e9, 8, 50e9, 8, 8),
+    ("gb200-nvl72", 900e9, 72, 50e9, 4, 4),
+])
+def test_topology_presets_in_si_units(name, up_bw, domain, nic_bw, nics, per_node):
+    topo = load_topology(name)
+    assert topo.name == name and topo.gpus_per_node == per_node and topo.num_gpus is None
+    assert topo.scale_up.kind is ScaleUpKind.NVSWITCH and topo.scale_up.domain_size == domain
+    assert topo.scale_up.link.bandwidth_bytes_per_s == pytest.approx(up_bw)
+    assert topo.scale_up.link.latency_s == pytest.approx(0.3e-6)
+    assert topo.scale_out.kind is FabricKind.RAIL_OPTIMIZED_FAT_TREE
+    assert topo.scale_out.nic.bandwidth_bytes_per_s == pytest.approx(nic_bw)
+    assert topo.scale_out.nic.latency_s == pytest.approx(1.35e-6)
+    assert topo.scale_out.nics_per_node == nics
+    assert 0 < topo.scale_up.link.efficiency(2**30) < 1
+    assert load_topology(str(TOPOLOGIES / f"{name}.yaml")) == topo
+
+
+def test_dgx_a100_numbers():
+    topo = load_topology("dgx-a100")
+    assert topo.gpu == "A100-SXM4-80GB" and topo.scale_out.nodes_per_leaf == 20
+    assert topo.scale_up.link.efficiency(2**20) == pytest.approx(0.12)
+    assert topo.scale_up.link.efficiency(8 * 2**30) == pytest.approx(0.772)
+    assert topo.scale_out.nic.efficiency(1e6) == pytest.approx(0.92)
+
+
+def test_topology_overrides():
+    topo = load_topology("dgx-a100", ["scale_up.bandwidth_GBps=600", "num_gpus=64"])
+    assert topo.scale_up.link.bandwidth_bytes_per_s == 600e9 and topo.num_gpus == 64
+
+
+@pytest.mark.parametrize("gpu, topo", [("A100-SXM4-80GB", "dgx-a100"), ("H100-SXM5-80GB", "dgx-h100"),
+                                       ("H100-SXM5-96GB-HBM2e", "dgx-h100"), ("H200", "dgx-h100"),
+                                       ("B200", "dgx-b200"), ("GB200", "gb200-nvl72"),
+                                       ("GB300", "gb200-nvl72")])
+def test_default_topology_name(gpu, topo):
+    assert default_topology_name(gpu) == topo
+    load_topology(topo)
+
+
+def test_default_topology_name_unknown_gpu():
+    with pytest.raises(ConfigError, match="system.gpu"):
+        default_topology_name("V100")
+
+
+def _topology_data() -> dict:
+    return yaml.safe_load((TOPOLOGIES / "dgx-a100.yaml").read_text())
+
+
+def test_topology_unknown_key(tmp_path):
+    data = _topology_data()
+    data["scale_up"]["bandwidth_gbps"] = 300
+    err = _error(_write(tmp_path, data), "scale_up.bandwidth_gbps", loader=load_topology)
+    assert "bandwidth_GBps" in err.expected
+
+
+def test_topology_unknown_preset():
+    with pytest.raises(ConfigError) as info:
+        load_topology("dgx-z9000")
+    assert "dgx-z9000" in str(info.value) and "dgx-a100" in info.value.expected
+
+
+def test_topology_both_efficiencies(tmp_path):
+    data = _topology_data()
+    data["scale_up"]["efficiency"] = 0.9
+    _error(_write(tmp_path, data), "scale_up.efficiency", loader=load_topology)
+
+
+def test_topology_bad_curve(tmp_path):
+    data = _topology_data()
+    data["scale_up"]["efficiency_by_size_bytes"] = [[2, 0.5], [1, 0.6]]
+    _error(_write(tmp_path, data), "scale_up.efficiency_by_size_bytes", loader=load_topology)
+
+
+def test_topology_bad_kind(tmp_path):
+    data = _topology_data()
+    data["scale_out"]["kind"] = "dragonfly"
+    err = _error(_write(tmp_path, data), "scale_out.kind", loader=load_topology)
+    assert "fat-tree" in err.expected
+
+
+def test_topology_negative_bandwidth(tmp_path):
+    data = _topology_data()
+    data["scale_out"]["nic_bandwidth_Gbps"] = -1
+    _error(_write(tmp_path, data), "scale_out.nic_bandwidth_Gbps", loader=load_topology)
+
+
+def test_topology_spec_check_names_the_file(tmp_path):
+    data = _topology_data()
+    data["scale_up"]["domain_size"] = 3
+    _error(_write(tmp_path, data), "scale_up.domain_size", loader=load_topology)
