@@ -15,6 +15,7 @@ to SI. Every bad input raises :class:`~sim.errors.ConfigError` naming the file a
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,7 +47,7 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "schedule",
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce",
-                  "grad_bucket_size_params", "details")
+                  "grad_bucket_size_params", "flash_attention", "details")
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node",
                 "description")
 _WORKLOAD_SETTABLE = ({"model": _MODEL_KEYS, "parallel": _PARALLEL_KEYS, "system": _SYSTEM_KEYS},
@@ -413,7 +414,21 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
             zero_stage=notes.fill("parallel.zero_stage", 0, "no ZeRO sharding") if zero is None else zero,
             overlap_grad_reduce=f.flag("overlap_grad_reduce") is not False,
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,
+            flash_attention=_flash_default(f, framework, notes),
         )
+
+
+def _flash_default(f: _Fields, framework: str, notes: _Notes) -> bool:
+    """FlashAttention unless the producing framework predates it: Megatron-LM gained
+    ``--use-flash-attn`` in 2023, so a framework dated 2022 or earlier ran unfused attention."""
+    flag = f.flag("flash_attention")
+    if flag is not None:
+        return flag
+    years = [int(y) for y in re.findall(r"\b(20\d\d)\b", framework)]
+    if years and max(years) <= 2022:
+        return notes.fill("parallel.flash_attention", False,
+                          f"framework '{framework}' predates FlashAttention in Megatron-LM (2023)")
+    return True
 
 
 def _flag_default(f: _Fields, key: str, notes: _Notes, why: str) -> bool:

@@ -110,13 +110,17 @@ class Simulation:
         return out
 
     def _plans(self, tasks, simulated: set[int]) -> dict[int, CommPlan]:
-        """Each comm op's plan, keeping only the flows that simulated ranks send."""
+        """Each comm op's plan, keeping the flows that simulated ranks send or receive.
+
+        A flow into a simulated rank from an unsimulated one stands, by symmetry, for the
+        traffic that arrives at every rank of the collective; keeping it loads the simulated
+        rank's incoming links as the full job does."""
         cache: dict[int, CommPlan] = {}
         for t in tasks:
             if t.comm and id(t.op) not in cache:
                 plan = self.costs.comm_plan(t.op)
                 cache[id(t.op)] = CommPlan(
-                    tuple(Phase(ph.latency_s, tuple(f for f in ph.flows if f.src in simulated))
+                    tuple(Phase(ph.latency_s, tuple(f for f in ph.flows if f.src in simulated or f.dst in simulated))
                           for ph in plan.phases), plan.algorithm)
         return cache
 

@@ -28,9 +28,10 @@ from sim.topology.spec import FabricKind, LinkSpec, ScaleUpKind, TopologySpec
 
 __all__ = ["build_topology", "ring_topology_spec"]
 
-_NVLINK_HOP_WEIGHT = 1.5
-"""Routing weight of an NVLink edge: keeps GPU-to-GPU traffic inside a node on NVLink and
-sends cross-node traffic through the sender's own NIC rather than through a peer GPU."""
+_HOP_WEIGHT = {"nvlink": 1.5, "pcie": 2.0, "network": 1.0}
+"""Routing weight of an edge by link type: GPU-to-GPU traffic inside a node stays on NVLink
+(two NVLink hops, 3.0, beat going through a shared NIC, 4.0), and cross-node traffic leaves
+through the sender's own NIC rather than through a peer GPU."""
 
 
 def _add_link(g: nx.DiGraph, u: str, v: str, spec: LinkSpec, link: str, both: bool = True,
@@ -38,7 +39,7 @@ def _add_link(g: nx.DiGraph, u: str, v: str, spec: LinkSpec, link: str, both: bo
     for a, b in ((u, v), (v, u)) if both else ((u, v),):
         g.add_edge(a, b, bandwidth_bytes_per_s=spec.bandwidth_bytes_per_s * bandwidth_scale,
                    latency_s=spec.latency_s, efficiency=spec.efficiency, link=link,
-                   hop_weight=_NVLINK_HOP_WEIGHT if link == "nvlink" else 1.0)
+                   hop_weight=_HOP_WEIGHT[link])
 
 
 def build_topology(spec: TopologySpec, num_gpus: int) -> nx.DiGraph:

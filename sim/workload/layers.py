@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.types import CollectiveKind, CommClass, Dtype, OpKind
-from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp, Op, dtype_bytes
+from sim.workload.ops import AttentionOp, BatchedGemmOp, CommOp, GemmOp, MemoryOp, Op, dtype_bytes
 from sim.workload.spec import ModelSpec, ParallelSpec
 
 __all__ = ["Step", "LayerOps", "layer_ops"]
@@ -50,7 +50,7 @@ class LayerOps:
     layer_bwd: tuple[Step, ...]
     attention_bwd_index: int
     """Index in ``layer_bwd`` of the attention backward (selective recompute goes before it)."""
-    attention_fwd: Step
+    attention_fwd: tuple[Step, ...]
     embedding_fwd: tuple[Step, ...]
     embedding_bwd: tuple[Step, ...]
     head_fwd: tuple[Step, ...]
@@ -101,10 +101,13 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     norm = mem(OpKind.NORM, 2 * Tn * h * e)
     norm_bwd = mem(OpKind.NORM, 3 * Tn * h * e)
     dropout_add = mem(OpKind.ELEMENTWISE, Tn * h * (3 * e + 1))
-    attn_f = AttentionOp(b, heads, kv_heads, s, model.head_dim, True, False, ACT_DTYPE)
-    attn_b = AttentionOp(b, heads, kv_heads, s, model.head_dim, True, True, ACT_DTYPE)
+    if parallel.flash_attention:
+        attn_fwd = [c("attention", AttentionOp(b, heads, kv_heads, s, model.head_dim, True, False, ACT_DTYPE))]
+        attn_bwd = [c("attention-bwd", AttentionOp(b, heads, kv_heads, s, model.head_dim, True, True, ACT_DTYPE))]
+    else:
+        attn_fwd, attn_bwd = _unfused_attention(b * heads, s, model.head_dim, e)
     g = lambda m_, n_, k_: GemmOp(m_, n_, k_, dtype)  # noqa: E731
-    fwd = [c("norm1", norm), *gather("qkv-in"), c("qkv", g(T, qkv_n, h)), c("attention", attn_f),
+    fwd = [c("norm1", norm), *gather("qkv-in"), c("qkv", g(T, qkv_n, h)), *attn_fwd,
            c("proj", g(T, h, q // t)), *reduce("proj-out"), c("dropout-add", dropout_add),
            c("norm2", norm), *gather("fc1-in"), c("fc1", g(T, f * branches // t, h)),
            c("activation", mem(OpKind.ELEMENTWISE, T * f // t * e * (branches + 1))),
@@ -117,7 +120,7 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
            c("norm2-bwd", norm_bwd), c("dropout-add-bwd", dropout_add), *gather("proj-grad"),
            c("proj-dgrad", g(T, q // t, h)), c("proj-wgrad", g(q // t, h, T))]
     attention_bwd_index = len(bwd)
-    bwd += [c("attention-bwd", attn_b), *gather("qkv-in", wait=1), c("qkv-dgrad", g(T, h, qkv_n)),
+    bwd += [*attn_bwd, *gather("qkv-in", wait=1), c("qkv-dgrad", g(T, h, qkv_n)),
             *reduce("qkv-grad", wait=1), c("qkv-wgrad", g(h, qkv_n, T)), c("norm1-bwd", norm_bwd)]
 
     emb_bytes = mem(OpKind.EMBEDDING, 2 * T * h * e)
@@ -133,5 +136,27 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     head_bwd = (c("cross-entropy-bwd", mem(OpKind.LOSS, logits * (4 + e))),
                 c("lm-head-dgrad", g(T, h, V // t)), *reduce("head-grad", wait=1),
                 c("lm-head-wgrad", g(V // t, h, T)), c("final-norm-bwd", norm_bwd))
-    return LayerOps(tuple(fwd), tuple(bwd), attention_bwd_index, c("attention", attn_f),
+    return LayerOps(tuple(fwd), tuple(bwd), attention_bwd_index, tuple(attn_fwd),
                     embedding_fwd, embedding_bwd, head_fwd, head_bwd, logits * 4.0)
+
+
+def _unfused_attention(batch: int, s: int, hd: int, e: float) -> tuple[list[Step], list[Step]]:
+    """Megatron-LM's core attention before FlashAttention (``CoreAttention``, 2022): a batched
+    score GEMM, the fused scale-mask-softmax, dropout (1-byte mask), a batched value GEMM; the
+    backward runs two GEMMs for each forward one and the softmax and dropout gradients, all on
+    the full ``s x s`` scores of each head (Korthikanti et al. 2022, Sec. 4.1, the ``5as/h``
+    activation term)."""
+    scores = batch * s * s
+
+    def bmm(name: str, m: int, n: int, k: int) -> Step:
+        return Step(False, name, BatchedGemmOp(batch, m, n, k, ACT_DTYPE))
+
+    def pointwise(name: str, nbytes: float) -> Step:
+        return Step(False, name, MemoryOp(OpKind.ATTENTION, float(nbytes)))
+
+    fwd = [bmm("attn-scores", s, s, hd), pointwise("softmax", scores * 2 * e),
+           pointwise("attn-dropout", scores * (2 * e + 1)), bmm("attn-values", s, hd, s)]
+    bwd = [bmm("attn-values-dgrad", s, s, hd), bmm("attn-values-wgrad", s, hd, s),
+           pointwise("attn-dropout-bwd", scores * (2 * e + 1)), pointwise("softmax-bwd", scores * 3 * e),
+           bmm("attn-scores-dgrad", s, hd, s), bmm("attn-scores-wgrad", s, hd, s)]
+    return fwd, bwd

@@ -111,6 +111,9 @@ class ParallelSpec:
     zero_stage: int = 0
     overlap_grad_reduce: bool = True
     grad_bucket_size_params: int = 40_000_000
+    flash_attention: bool = True
+    """Fused flash attention (Megatron-LM ``--use-flash-attn``, 2023 on); False runs the
+    unfused core attention: score GEMM, softmax, dropout, value GEMM."""
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "micro_batch_size",

@@ -247,7 +247,7 @@ class _RankProgram:
                     k = self.ops.attention_bwd_index
                     if rc is RecomputeKind.SELECTIVE:
                         self.run_steps(bwd[:k], la, first_mem=0.0)
-                        self.run_steps((self.ops.attention_fwd,), (("phase", "recompute"),) + la[1:])
+                        self.run_steps(self.ops.attention_fwd, (("phase", "recompute"),) + la[1:])
                         self.run_steps(bwd[k:], la, last_mem=-(a_stored + extra))
                     else:
                         self.run_steps(bwd, la, last_mem=-(a_stored + extra))
