@@ -166,12 +166,11 @@ def format_report(r: Report) -> str:
         f"{p['micro_batch_size']}  {p['dtype']}  {', '.join(flags)}",
         "",
     ]
-    it = f"{r.iteration_time_s:.3f} s"
+    lines.append(f"  iteration time        {r.iteration_time_s:.3f} s")
     if r.reference and "iteration_time_s" in r.reference:
-        it += (f"   (measured {r.reference['iteration_time_s']:.2f} s, {r.reference['source']}: "
-               f"{r.reference['error_pct']:+.1f}%)")
+        lines.append(f"  measured              {r.reference['iteration_time_s']:.3f} s   prediction "
+                     f"{r.reference['error_pct']:+.1f}%   ({r.reference['source']})")
     lines += [
-        f"  iteration time        {it}",
         f"  throughput            {r.tokens_per_s:,.0f} tokens/s  ({r.tokens_per_s / r.num_gpus:,.1f} per GPU)",
         f"  model TFLOP/s per GPU {r.tflops_per_gpu:.1f}   MFU {_pct(r.mfu)}",
         f"  with recomputation    {r.hfu_tflops_per_gpu:.1f}   HFU {_pct(r.hfu)}",

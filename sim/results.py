@@ -18,8 +18,8 @@ __all__ = ["Span", "CounterSample", "RankInfo", "SimResult"]
 class Span(NamedTuple):
     """One task's execution on one stream of one GPU.
 
-    ``args`` is a mapping or a tuple of ``(key, value)`` pairs (``dict(span.args)`` reads
-    both). ``flow_out`` / ``flow_in`` carry the id of a p2p arrow that starts at this span
+    ``args`` (this task's: phase, layer, micro-batch) and ``op_args`` (its op's: shape,
+    FLOPs, bytes) are mappings or tuples of ``(key, value)`` pairs (``dict(...)`` reads both). ``flow_out`` / ``flow_in`` carry the id of a p2p arrow that starts at this span
     (the send) or ends in it (the receive).
     """
 
@@ -33,6 +33,8 @@ class Span(NamedTuple):
     comm_class: CommClass | None = None
     flow_out: int | None = None
     flow_in: int | None = None
+    op_args: tuple = ()
+    """Arguments of the op itself (shape, FLOPs, bytes), shared by every span of that op."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,14 +64,14 @@ _METADATA_ARG = {"process_name": ("name", str), "thread_name": ("name", str),
                  "process_sort_index": ("sort_index", int), "thread_sort_index": ("sort_index", int)}
 
 
-def _us(seconds: np.ndarray) -> np.ndarray:
-    """Seconds to microseconds, rounded to 3 decimals (nanoseconds), element-wise."""
-    return np.round(np.multiply(seconds, _US_PER_S), 3)
+def _us(seconds: float) -> float:
+    """Seconds to microseconds, rounded to 3 decimals (nanoseconds)."""
+    return round(seconds * _US_PER_S, 3)
 
 
 @contextmanager
 def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic collector while building ~10^5 small acyclic dicts (halves the time)."""
+    """Pause the cyclic collector while building ~10^5 small acyclic objects (halves the time)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
@@ -81,8 +81,128 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+class _Json:
+    """JSON text of argument values, with the strings' encodings cached (they repeat a lot)."""
+
+    def __init__(self) -> None:
+        self.strings: dict[str, str] = {}
+        self.tuples: dict[int, tuple[object, str]] = {}
+
+    def str(self, text: str) -> str:
+        out = self.strings.get(text)
+        if out is None:
+            out = self.strings[text] = json.dumps(text, ensure_ascii=False)
+        return out
+
+    def value(self, v: object) -> str:
+        t = type(v)
+        if t is str:
+            return self.str(v)
+        if t is bool or v is None:
+            return json.dumps(v)
+        if t is int:
+            return str(v)
+        if t is float or isinstance(v, (float, np.floating)):
+            if not math.isfinite(v):
+                raise ValueError(f"trace values must be finite numbers (got {v!r})")
+            return repr(float(v))
+        if isinstance(v, (int, np.integer)):
+            return str(int(v))
+        return json.dumps(v, ensure_ascii=False, allow_nan=False)
+
+    def args(self, pairs) -> str:
+        """``"k":v,...`` for a mapping or pairs; a tuple's text is cached by identity (the
+        engine shares one tuple among the spans of a layer pass, or of an op)."""
+        if type(pairs) is tuple:
+            hit = self.tuples.get(id(pairs))
+            if hit is None or hit[0] is not pairs:
+                hit = self.tuples[id(pairs)] = (pairs, self._args(pairs))
+            return hit[1]
+        return self._args(pairs)
+
+    def _args(self, pairs) -> str:
+        items = pairs.items() if isinstance(pairs, dict) else pairs
+        seen: dict[str, str] = {}
+        for k, v in items:
+            seen[k] = self.value(v)
+        return ",".join(f"{self.str(k)}:{v}" for k, v in seen.items())
+
+
+def _events(result: SimResult) -> Iterator[str]:
+    """The trace's events as JSON text, in a total order that does not depend on the order of
+    the spans given: metadata, then each (pid, tid) in order with its slices and arrows by time,
+    then each rank's counters by time."""
+    ranks = {info.rank: info for info in result.ranks}
+    spans = result.spans
+    linked = ({s.flow_out for s in spans} & {s.flow_in for s in spans}) - {None}  # both ends
+    enc = _Json()
+    kinds = {k: (enc.str(k.value), "comm" if k.is_comm else "kernel") for k in OpKind}
+    classes: dict = {None: "", **{c: f',"comm_class":"{c.value}"' for c in CommClass}}
+    groups: dict[tuple[int, int], list] = {}
+    for s in spans:
+        if s.rank not in ranks:
+            raise ValueError(f"span {s.name!r} is on rank {s.rank}, which has no RankInfo")
+        groups.setdefault((s.rank, int(s.stream)), []).append(s)
+    for pid in sorted(ranks):
+        yield (f'{{"ph":"M","name":"process_name","pid":{pid},"tid":0,"args":{{"name":'
+               f'{enc.str(ranks[pid].label)}}}}}')
+        yield f'{{"ph":"M","name":"process_sort_index","pid":{pid},"tid":0,"args":{{"sort_index":{pid}}}}}'
+    for pid, tid in sorted(groups):
+        yield (f'{{"ph":"M","name":"thread_name","pid":{pid},"tid":{tid},"args":{{"name":'
+               f'{enc.str(Stream(tid).label)}}}}}')
+        yield f'{{"ph":"M","name":"thread_sort_index","pid":{pid},"tid":{tid},"args":{{"sort_index":{tid}}}}}'
+    for (pid, tid), group in sorted(groups.items()):
+        device = ranks[pid].local_gpu
+        rows = []
+        for s in group:
+            ts = _us(s.start_s)
+            rows.append((ts, round(_us(s.end_s) - ts, 3), s.name, s))
+        if any(b[:3] < a[:3] for a, b in zip(rows, rows[1:])):
+            rows.sort(key=lambda r: r[:3])  # the engine's streams arrive sorted already
+        for ts, d, name, s in rows:
+            if not (math.isfinite(ts) and math.isfinite(d)):
+                raise ValueError(f"span {name!r} has a time that is not finite")
+            kind, cat = kinds[s.kind]
+            args = enc.args(s.args)
+            if s.op_args:
+                args = f"{args},{enc.args(s.op_args)}" if args else enc.args(s.op_args)
+            yield (f'{{"ph":"X","cat":"{cat}","name":{enc.str(name)},"pid":{pid},"tid":{tid},'
+                   f'"ts":{ts!r},"dur":{d!r},"args":{{{args}{"," if args else ""}"kind":{kind},'
+                   f'"stream":{tid},"device":{device}{classes[s.comm_class]}}}}}')
+            if s.flow_out in linked:
+                yield (f'{{"ph":"s","id":{s.flow_out},"cat":"{_FLOW}","name":"{_FLOW}","pid":{pid},'
+                       f'"tid":{tid},"ts":{ts!r}}}')
+            if s.flow_in in linked:
+                at = round(ts + d / 2, 3) if d > 0 else ts
+                yield (f'{{"ph":"f","bp":"e","id":{s.flow_in},"cat":"{_FLOW}","name":"{_FLOW}",'
+                       f'"pid":{pid},"tid":{tid},"ts":{at!r}}}')
+    counters: dict[int, list] = {}
+    for c in result.counters:
+        if c.rank not in ranks:
+            raise ValueError(f"counter {c.name!r} is on rank {c.rank}, which has no RankInfo")
+        counters.setdefault(c.rank, []).append((_us(c.time_s), c.name, float(c.value)))
+    for pid in sorted(counters):
+        for ts, name, value in sorted(counters[pid]):
+            if not (math.isfinite(ts) and math.isfinite(value)):
+                raise ValueError(f"counter {name!r} has a value that is not finite")
+            key, v = ("allocated_GiB", value / 2**30) if name == "memory" else (name, value)
+            yield (f'{{"ph":"C","name":{enc.str(name)},"pid":{pid},"tid":0,"ts":{ts!r},'
+                   f'"args":{{{enc.str(key)}:{v!r}}}}}')
+
+
+def _trace_text(result: SimResult, title: str, metadata: dict | None) -> str:
+    other = {"title": title, **(metadata or {}), "simulator": "llmsim"}
+    head = ('{"schemaVersion":1,"displayTimeUnit":"ms","otherData":'
+            + json.dumps(other, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+            + ',"traceEvents":[')
+    with _gc_paused():
+        return head + ",".join(_events(result)) + "]}"
+
+
 def chrome_trace(result: SimResult, *, title: str = "llmsim", metadata: dict | None = None) -> dict:
     """Build the Chrome-trace object for one simulated iteration.
+
+    It is the JSON that :func:`write_chrome_trace` writes, parsed back: one code path makes both.
 
     Parameters
     ----------
@@ -101,7 +221,8 @@ def chrome_trace(result: SimResult, *, title: str = "llmsim", metadata: dict | N
     Raises
     ------
     ValueError
-        If a span or counter names a rank that has no :class:`~sim.results.RankInfo`.
+        If a span or counter names a rank that has no :class:`~sim.results.RankInfo`, or a
+        time or value is not finite.
 
     Examples
     --------
@@ -112,73 +233,12 @@ def chrome_trace(result: SimResult, *, title: str = "llmsim", metadata: dict | N
     >>> [(e["ph"], e.get("dur")) for e in chrome_trace(r)["traceEvents"]][-1]
     ('X', 1500.0)
     """
-    ranks = {info.rank: info for info in result.ranks}
-    spans = result.spans
-    linked = ({s.flow_out for s in spans} & {s.flow_in for s in spans}) - {None}  # both ends
-    kinds = {k: (k.value, "comm" if k.is_comm else "kernel") for k in OpKind}
-    classes: dict = {None: None, **{c: c.value for c in CommClass}}
-    n = len(spans)
-    start = _us(np.fromiter((s.start_s for s in spans), float, n))
-    dur = np.round(_us(np.fromiter((s.end_s for s in spans), float, n)) - start, 3)
-    mid = np.where(dur > 0, np.round(start + dur / 2, 3), start)
-    threads: set[tuple[int, int]] = set()
-    body: list[dict] = []
-    keys: list[tuple] = []  # the sort key of body[i]: (pid, tid, ts, ph, name, dur, id)
-    with _gc_paused():
-        for s, ts, d, at in zip(spans, start.tolist(), dur.tolist(), mid.tolist()):
-            info = ranks.get(s.rank)
-            if info is None:
-                raise ValueError(f"span {s.name!r} is on rank {s.rank}, which has no RankInfo")
-            pid, tid, name = s.rank, int(s.stream), s.name
-            threads.add((pid, tid))
-            kind, cat = kinds[s.kind]
-            args = dict(s.args)  # a mapping or (key, value) pairs
-            args["kind"] = kind
-            args["stream"] = tid
-            args["device"] = info.local_gpu
-            comm_class = classes[s.comm_class]
-            if comm_class is not None:
-                args["comm_class"] = comm_class
-            body.append({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid,
-                         "ts": ts, "dur": d, "args": args})
-            keys.append((pid, tid, ts, "X", name, d, -1))
-            if s.flow_out in linked:
-                body.append({"ph": "s", "id": s.flow_out, "cat": _FLOW, "name": _FLOW,
-                             "pid": pid, "tid": tid, "ts": ts})
-                keys.append((pid, tid, ts, "s", _FLOW, -1.0, s.flow_out))
-            if s.flow_in in linked:
-                body.append({"ph": "f", "bp": "e", "id": s.flow_in, "cat": _FLOW, "name": _FLOW,
-                             "pid": pid, "tid": tid, "ts": at})
-                keys.append((pid, tid, at, "f", _FLOW, -1.0, s.flow_in))
-        counters = result.counters
-        times = _us(np.fromiter((c.time_s for c in counters), float, len(counters))).tolist()
-        for c, ts in zip(counters, times):
-            if c.rank not in ranks:
-                raise ValueError(f"counter {c.name!r} is on rank {c.rank}, which has no RankInfo")
-            value = float(c.value)
-            args = {"allocated_GiB": value / 2**30} if c.name == "memory" else {c.name: value}
-            body.append({"ph": "C", "name": c.name, "pid": c.rank, "tid": 0, "ts": ts, "args": args})
-            keys.append((c.rank, 0, ts, "C", c.name, -1.0, -1))
-        body = [body[i] for i in sorted(range(len(keys)), key=keys.__getitem__)]
-
-    meta: list[dict] = []
-    for pid in sorted(ranks):
-        meta += [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
-                  "args": {"name": ranks[pid].label}},
-                 {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
-                  "args": {"sort_index": pid}}]
-    for pid, tid in sorted(threads):
-        meta += [{"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                  "args": {"name": Stream(tid).label}},
-                 {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
-                  "args": {"sort_index": tid}}]
-    other = {"title": title, **(metadata or {}), "simulator": "llmsim"}
-    return {"schemaVersion": 1, "displayTimeUnit": "ms", "otherData": other,
-            "traceEvents": meta + body}
+    return json.loads(_trace_text(result, title, metadata))
 
 
-def write_chrome_trace(result: SimResult, path: str | os.PathLike, **kw) -> None:
-    """Write :func:`chrome_trace` ``(result, **kw)`` to ``path`` as compact JSON.
+def write_chrome_trace(result: SimResult, path: str | os.PathLike, *, title: str = "llmsim",
+                       metadata: dict | None = None) -> None:
+    """Write the trace of ``result`` to ``path`` as compact JSON.
 
     Parameters
     ----------
@@ -186,20 +246,19 @@ def write_chrome_trace(result: SimResult, path: str | os.PathLike, **kw) -> None
         What to write.
     path : str or os.PathLike
         Destination; gzip-compressed when it ends in ``.gz``. Parent folders are created.
-    **kw
-        ``title`` and ``metadata``, passed to :func:`chrome_trace`.
+    title, metadata
+        As for :func:`chrome_trace`.
 
     Raises
     ------
     ValueError
-        If a time or value is NaN or infinite (``allow_nan=False``: NaN is not JSON).
+        If a time or value is NaN or infinite (NaN is not JSON).
 
     Notes
     -----
     The bytes depend only on the inputs: the gzip header has no file name and ``mtime=0``.
     """
-    data = json.dumps(chrome_trace(result, **kw), separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
+    data = _trace_text(result, title, metadata).encode("utf-8")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as fh:

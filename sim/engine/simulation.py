@@ -136,21 +136,17 @@ class Simulation:
         streams_of: dict[int, set] = {}
         for t in comm:
             streams_of.setdefault(t.coll_key, set()).add((t.rank, t.stream))
-        link_common: dict[int, set] = {}
+        frozen = {k: frozenset(v) for k, v in streams_of.items()}
+        signatures = {(id(t.op), frozen[t.coll_key]) for t in comm}
+        link_common: dict[int, frozenset] = {}
         op_links: dict[int, set] = {}
-        seen: set[tuple[int, int]] = set()
-        for t in comm:
-            if (id(t.op), t.coll_key) in seen:
-                continue
-            seen.add((id(t.op), t.coll_key))
-            links = op_links.get(id(t.op))
+        for oid, streams in signatures:
+            links = op_links.get(oid)
             if links is None:
-                links = op_links[id(t.op)] = {l for ph in self.plans[id(t.op)].phases
-                                              for f in ph.flows for l in f.links}
-            mine = streams_of[t.coll_key]
+                links = op_links[oid] = {l for ph in self.plans[oid].phases for f in ph.flows for l in f.links}
             for l in links:
                 common = link_common.get(l)
-                link_common[l] = set(mine) if common is None else (common & mine)
+                link_common[l] = streams if common is None else (common & streams)
         out: dict[int, float] = {}
         cap = self.capacity
         for t in comm:
@@ -266,10 +262,11 @@ class Simulation:
                 flow_in = t.flow_id if (t.flow_id >= 0 and t.stream in _RECV_STREAMS) else None
                 xs = self.xfer_start.get(t.id, start[t.id])
                 spans.append(Span(t.rank, t.stream, t.name, t.kind, start[t.id], finish[t.id],
-                                  t.args + extra + (("transfer_start_s", xs),), op.comm_class,
-                                  flow_out, flow_in))
+                                  t.args + (("transfer_start_s", xs),), op.comm_class,
+                                  flow_out, flow_in, extra))
             else:
-                spans.append(Span(t.rank, t.stream, t.name, t.kind, start[t.id], finish[t.id], t.args + extra))
+                spans.append(Span(t.rank, t.stream, t.name, t.kind, start[t.id], finish[t.id], t.args,
+                                  None, None, None, extra))
         counters = []
         for rank in sorted(self.mem):
             level = prog.static_memory_bytes.get(rank, 0.0)

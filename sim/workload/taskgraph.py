@@ -98,8 +98,8 @@ class _Builder:
         self.streams: dict[tuple[int, Stream], list[int]] = {}
         self.keys: dict[tuple, int] = {}
         self.members: dict[int, int] = {}
-        self.sends: dict[tuple, int] = {}   # (kind, virtual stage, mb, dp, tp) -> send task id
-        self.recvs: list[tuple[Task, tuple]] = []
+        self.ops: dict[tuple, CommOp] = {}
+        """Comm ops shared by every task that moves the same bytes between the same ranks."""
 
     def add(self, rank: int, stream: Stream, name: str, op: Op, deps: list[int], args: tuple,
             key: tuple | None = None, kind: OpKind | None = None) -> Task:
@@ -179,9 +179,13 @@ class _RankProgram:
         return self.layout.rank(self.tp_c, self.dp_c, stage)
 
     def p2p_op(self, src: int, dst: int, size: float) -> CommOp:
-        lay = self.layout
-        replicas = lay.stage_pairs(lay.coords(src)[2], lay.coords(dst)[2]) if self.rep else ()
-        return CommOp(CollectiveKind.SEND_RECV, CommClass.PP, (src, dst), size, replicas)
+        op = self.b.ops.get(("p2p", src, dst, size))
+        if op is None:
+            lay = self.layout
+            replicas = lay.stage_pairs(lay.coords(src)[2], lay.coords(dst)[2]) if self.rep else ()
+            op = self.b.ops[("p2p", src, dst, size)] = CommOp(CollectiveKind.SEND_RECV, CommClass.PP,
+                                                               (src, dst), size, replicas)
+        return op
 
     def send(self, kind: str, vs: int, mb: int, dst_stage: int, size: float, args: tuple) -> None:
         dst = self.stage_rank(dst_stage)
