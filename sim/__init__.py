@@ -1,2 +1,37 @@
-"""llmsim: a discrete-event simulator of distributed LLM training."""
+"""llmsim: a discrete-event simulator of distributed LLM training.
+
+The public API, in the order a simulation uses it::
+
+    from sim import load_workload, load_topology, simulate, make_report, write_chrome_trace
+    run = simulate(load_workload("gpt3-175b"), load_topology("dgx-a100"))
+    print(make_report(run).iteration_time_s)
+    write_chrome_trace(run.result, "trace.json.gz")
+"""
+
 __version__ = "0.1.0"
+
+from sim.config import load_cases, load_topology, load_workload  # noqa: E402
+from sim.errors import ConfigError, DeadlockError, InfeasibleError, OutOfMemoryError, SimError  # noqa: E402
+from sim.report import Report, format_report, make_report  # noqa: E402
+from sim.runner import Run, simulate  # noqa: E402
+from sim.trace import chrome_trace, validate_chrome_trace, write_chrome_trace  # noqa: E402
+
+__all__ = [
+    "ConfigError",
+    "DeadlockError",
+    "InfeasibleError",
+    "OutOfMemoryError",
+    "Report",
+    "Run",
+    "SimError",
+    "__version__",
+    "chrome_trace",
+    "format_report",
+    "load_cases",
+    "load_topology",
+    "load_workload",
+    "make_report",
+    "simulate",
+    "validate_chrome_trace",
+    "write_chrome_trace",
+]

@@ -184,3 +184,18 @@ def test_same_inputs_same_result():
     a = simulate(w, load_topology("dgx-a100")).result
     b = simulate(w, load_topology("dgx-a100")).result
     assert [(s.start_s, s.end_s, s.name) for s in a.spans] == [(s.start_s, s.end_s, s.name) for s in b.spans]
+
+
+def test_trace_of_an_interleaved_dp_run_is_valid():
+    """Every event has what Perfetto needs, no two slices on one thread overlap, every arrow
+    has both ends -- on a run with all streams in use."""
+    from sim.trace import chrome_trace, validate_chrome_trace
+
+    w = make_workload(tp=2, pp=4, dp=2, gbs=16, layers=8, vps=2, schedule=ScheduleKind.INTERLEAVED, sp=True,
+                      dist_opt=True, recompute=RecomputeKind.SELECTIVE, tied=True)
+    for full in (False, True):
+        obj = chrome_trace(simulate(w, _nodes_of(load_topology("dgx-a100"), 4), full=full).result)
+        assert validate_chrome_trace(obj) == []
+        events = obj["traceEvents"]
+        assert sum(e["ph"] == "s" for e in events) == sum(e["ph"] == "f" for e in events) > 0
+        assert {e["tid"] for e in events if e["ph"] == "X"} >= {int(s) for s in Stream}

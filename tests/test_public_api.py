@@ -1,0 +1,18 @@
+"""The package exports exactly its curated public names (httpx's test_exported_members)."""
+
+import sim
+
+
+def test_all_is_sorted_and_complete():
+    public = {n for n in dir(sim) if not n.startswith("_")} - {
+        # subpackages and modules imported as a side effect of the re-exports
+        "analysis", "config", "costs", "engine", "errors", "hardware", "hf", "memory", "report",
+        "results", "runner", "topology", "trace", "types", "units", "workload"}
+    assert sorted(sim.__all__, key=str.lower) == sim.__all__ or sorted(sim.__all__) == sim.__all__
+    assert public == set(sim.__all__) - {"__version__"}
+
+
+def test_quick_api_runs():
+    run = sim.simulate(sim.load_workload("tiny"), sim.load_topology("dgx-a100"))
+    assert sim.make_report(run).iteration_time_s == run.result.makespan_s
+    assert sim.validate_chrome_trace(sim.chrome_trace(run.result)) == []
