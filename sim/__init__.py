@@ -24,7 +24,6 @@ __all__ = [
     "Report",
     "Run",
     "SimError",
-    "__version__",
     "chrome_trace",
     "format_report",
     "load_cases",
@@ -34,4 +33,5 @@ __all__ = [
     "simulate",
     "validate_chrome_trace",
     "write_chrome_trace",
+    "__version__",
 ]

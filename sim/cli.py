@@ -3,6 +3,7 @@
 ::
 
     llmsim run [WORKLOAD.yaml] [--topology T] [--trace PATH] [--json PATH] [--set KEY=VALUE ...] [--full]
+    llmsim memory [WORKLOAD.yaml] [--recompute none,selective,full] [--plot PATH.png] [--json PATH]
 
 Bad input prints one line naming the file, the field, what was expected and what arrived,
 and exits with status 2; it never prints a traceback.
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from sim import __version__
-from sim.errors import ConfigError, SimError
+from sim.errors import ConfigError, NotBuiltError, SimError
 
 __all__ = ["main"]
 
@@ -65,6 +66,37 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _methods(text: str | None):
+    from sim.types import RecomputeKind, parse_enum
+
+    if text is None:
+        return list(RecomputeKind)
+    out = []
+    for item in text.split(","):
+        m = parse_enum(RecomputeKind, item.strip(), "<--recompute>", "--recompute")
+        if m not in out:
+            out.append(m)
+    return out
+
+
+def _cmd_memory(args: argparse.Namespace) -> int:
+    from sim.config import load_workload_with_notes
+    from sim.memory_report import format_memory, memory_json, memory_report
+
+    workload, notes = load_workload_with_notes(args.workload, args.set or ())
+    methods = _methods(args.recompute)
+    table = memory_report(workload, methods)
+    print(format_memory(workload, table, notes))
+    if args.json:
+        _write_json(args.json, memory_json(workload, table, notes))
+    if args.plot:
+        from sim.plot import plot_memory
+
+        plot_memory(table, args.plot, f"{workload.name}: {workload.system.num_gpus} x {workload.system.gpu.name}, "
+                    f"TP {workload.parallel.tp} PP {workload.parallel.pp} DP {workload.parallel.dp}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="llmsim", description="Simulate distributed LLM training.")
     ap.add_argument("--version", action="version", version=f"llmsim {__version__}")
@@ -82,6 +114,17 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--full", action="store_true",
                      help="simulate every rank, not one representative rank per pipeline stage")
     run.set_defaults(func=_cmd_run)
+    mem = sub.add_parser("memory", help="memory per GPU under each recomputation method",
+                         description="Per pipeline stage: weights, gradients, optimizer state, activations "
+                         "at the peak, other buffers, the GPU's capacity and the headroom.")
+    mem.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name")
+    mem.add_argument("--recompute", metavar="METHODS",
+                     help="comma-separated: none,selective,full (default: all three)")
+    mem.add_argument("--plot", metavar="PATH.png", help="draw stacked bars per method with the capacity line "
+                     "(needs matplotlib: pip install 'llmsim[plot]')")
+    mem.add_argument("--json", metavar="PATH", help="write the table as JSON")
+    mem.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one workload field")
+    mem.set_defaults(func=_cmd_memory)
     return ap
 
 
@@ -94,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return args.func(args)
-    except ConfigError as e:
+    except (ConfigError, NotBuiltError) as e:
         print(f"llmsim: error: {e}", file=sys.stderr)
         return 2
     except SimError as e:

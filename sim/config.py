@@ -408,14 +408,35 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
     with _located(f.path):
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, virtual_pipeline_stages=vps, schedule=schedule,
-            sequence_parallel=_flag_default(f, "sequence_parallel", notes, "off by default"),
+            sequence_parallel=_sp_default(f, tp, framework, notes),
             micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute,
             distributed_optimizer=_flag_default(f, "distributed_optimizer", notes, "off by default"),
-            zero_stage=notes.fill("parallel.zero_stage", 0, "no ZeRO sharding") if zero is None else zero,
+            zero_stage=_zero_default(framework, notes) if zero is None else zero,
             overlap_grad_reduce=f.flag("overlap_grad_reduce") is not False,
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,
             flash_attention=_flash_default(f, framework, notes),
         )
+
+
+def _sp_default(f: _Fields, tp: int, framework: str, notes: _Notes) -> bool:
+    """Sequence parallelism when a case leaves it null: torchtitan's tensor-parallel plan
+    always shards norms along the sequence (``SequenceParallel`` in parallelize_llama.py);
+    Megatron-LM only with ``--sequence-parallel``."""
+    flag = f.flag("sequence_parallel")
+    if flag is not None:
+        return flag
+    if "torchtitan" in framework.lower() and tp > 1:
+        return notes.fill("parallel.sequence_parallel", True, "torchtitan's TP plan uses SequenceParallel")
+    return notes.fill("parallel.sequence_parallel", False, "off by default")
+
+
+def _zero_default(framework: str, notes: _Notes) -> int:
+    """ZeRO stage when a case leaves it null: torchtitan shards parameters, gradients and
+    optimizer state over its data-parallel ranks with FSDP2 by default (ZeRO-3); Megatron-LM
+    shards nothing unless told to."""
+    if "torchtitan" in framework.lower():
+        return notes.fill("parallel.zero_stage", 3, "torchtitan default: FSDP2 full sharding")
+    return notes.fill("parallel.zero_stage", 0, "no ZeRO sharding")
 
 
 def _flash_default(f: _Fields, framework: str, notes: _Notes) -> bool:

@@ -6,6 +6,7 @@
     ├── ConfigError(ValueError)   malformed input: names the file, the field, expected, got
     ├── InfeasibleError           well-formed input that cannot run (sweeps catch this)
     │   └── OutOfMemoryError      a stage needs more memory than the GPU has
+    ├── NotBuiltError             a feature llmsim does not simulate yet (named in the message)
     └── DeadlockError             the engine drained with tasks left undone (a bug)
 
 Internal invariants are ``assert`` statements; user input is never checked with ``assert``.
@@ -47,6 +48,10 @@ class InfeasibleError(SimError):
 
 class OutOfMemoryError(InfeasibleError):
     """A stage needs more memory than its GPU holds."""
+
+
+class NotBuiltError(SimError):
+    """The input asks for something llmsim does not simulate yet."""
 
 
 class DeadlockError(SimError):

@@ -1,14 +1,17 @@
-"""Memory per GPU: weights, gradients, optimizer state and stored activations.
+"""Memory per GPU: weights, gradients, optimizer state, activations and other buffers.
 
-Closed forms used by the task-graph builder to attach allocations to tasks; the engine's
-timeline turns them into the per-rank memory counter and its peak.
+The closed forms here are shared by the task-graph builder, which attaches them to tasks as
+allocations and frees (so the engine's timeline carries a memory counter), and by
+``llmsim memory``, which walks the same pipeline schedule without timing it. Because the
+memory deltas sit only on the compute stream, which runs in program order, the walk's peak
+equals the simulated timeline's peak for every schedule.
 
 References
 ----------
 Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
-arXiv 2205.05198, Sec. 4 and Table 2 (activations per layer).
-Rajbhandari et al. 2020, "ZeRO", arXiv 1910.02054, Sec. 3.1 (mixed-precision Adam: 2 + 2 + 12
-bytes per parameter).
+arXiv 2205.05198, Sec. 4 and Table 2 (activations per layer), Sec. 4.3 (pipeline stages).
+Rajbhandari et al. 2020, "ZeRO", arXiv 1910.02054, Sec. 3.1 and 5 (mixed-precision Adam is
+2 + 2 + 12 bytes per parameter; stages 1, 2 and 3 shard optimizer state, gradients, weights).
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.types import RecomputeKind
-from sim.workload.spec import ModelSpec, ParallelSpec
+from sim.workload.schedules import Pass, pipeline_order
+from sim.workload.spec import ModelSpec, ParallelSpec, WorkloadSpec
 
-__all__ = ["StateBytes", "state_bytes", "layer_activation_bytes", "stage_params"]
+__all__ = ["WEIGHT_BYTES", "GRAD_BYTES", "OPTIMIZER_BYTES", "StateBytes", "ActivationModel", "StageMemory",
+           "stage_params", "state_bytes", "layer_activation_bytes", "activation_model", "stage_memory",
+           "memory_table", "CUBLAS_WORKSPACE_BYTES"]
 
 WEIGHT_BYTES = 2.0
 """16-bit model weights."""
@@ -28,63 +34,237 @@ GRAD_BYTES = 4.0
 fp32')."""
 OPTIMIZER_BYTES = 12.0
 """fp32 master weights and Adam's two moments (ZeRO, arXiv 1910.02054, Sec. 3.1: K = 12)."""
+CUBLAS_WORKSPACE_BYTES = 8 * 4 * 2**20
+"""cuBLAS workspace PyTorch allocates per stream by default (``CUBLAS_WORKSPACE_CONFIG``
+``:4096:8``, eight 4 MiB chunks; PyTorch docs, "Reproducibility")."""
+ZERO3_PREFETCH_LAYERS = 2
+"""Layers whose full 16-bit weights a ZeRO-3/FSDP rank holds at once: the one computing and
+the one prefetched (FSDP2's default forward prefetch of one module)."""
 
 
 @dataclass(frozen=True)
 class StateBytes:
+    """Model state of one GPU: weights, gradients and optimizer state, in bytes."""
+
     weights_bytes: float
     grads_bytes: float
     optimizer_bytes: float
+    params: float
+    """Parameters whose state this GPU holds before any ZeRO sharding."""
 
     @property
     def total_bytes(self) -> float:
         return self.weights_bytes + self.grads_bytes + self.optimizer_bytes
 
 
+def _layer_split(model: ModelSpec) -> tuple[int, int]:
+    """(parameters split over TP, parameters every TP rank holds) of one layer.
+
+    Megatron-LM splits the QKV, projection and MLP weights (and the column-parallel biases)
+    over TP and replicates the two norms and the row-parallel biases (Shoeybi et al. 2019,
+    arXiv 1909.08053, Sec. 3)."""
+    h = model.hidden_size
+    replicated = 4 * h + 2 * h  # two norms (weight, bias), two row-parallel biases
+    return model.layer_params() - replicated, replicated
+
+
 def stage_params(model: ModelSpec, parallel: ParallelSpec, stage: int) -> float:
     """Parameters held by one GPU of pipeline stage ``stage`` (Megatron's division).
 
-    Layers are split evenly over the ``pp`` stages and their matrices over ``tp``; the first
-    stage holds the input embedding and the last the output layer (a second copy when tied
-    and ``pp > 1``), each split over ``tp`` by vocabulary.
+    Layers are split evenly over the ``pp`` stages, their matrices over ``tp``; the first stage
+    holds the input embedding and the last the output layer (a second copy when tied and
+    ``pp > 1``), each split over ``tp`` by vocabulary.
     """
     layers = model.num_layers // parallel.pp
-    params = layers * model.layer_params() / parallel.tp
+    split, replicated = _layer_split(model)
+    params = layers * (split / parallel.tp + replicated)
     emb = model.embedding_params() / parallel.tp
     if stage == 0:
         params += emb
-    if stage == parallel.pp - 1 and (parallel.pp > 1 or not model.tied_embeddings):
-        params += emb
+    if stage == parallel.pp - 1:
+        if parallel.pp > 1 or not model.tied_embeddings:
+            params += emb
+        params += 2 * model.hidden_size  # final norm
     return params
 
 
 def state_bytes(model: ModelSpec, parallel: ParallelSpec, stage: int) -> StateBytes:
-    """Weights, gradients and optimizer state of one GPU of stage ``stage``."""
+    """Weights, gradients and optimizer state of one GPU of stage ``stage``.
+
+    ZeRO-1 (Megatron's distributed optimizer) shards the 12 bytes of optimizer state over the
+    data-parallel ranks, ZeRO-2 the gradients as well, ZeRO-3 (FSDP) the weights too.
+    """
     p = stage_params(model, parallel, stage)
-    shard = parallel.dp if parallel.shards_optimizer else 1
-    return StateBytes(p * WEIGHT_BYTES, p * GRAD_BYTES, p * OPTIMIZER_BYTES / shard)
+    z, dp = parallel.zero, parallel.dp
+    return StateBytes(p * WEIGHT_BYTES / (dp if z >= 3 else 1), p * GRAD_BYTES / (dp if z >= 2 else 1),
+                      p * OPTIMIZER_BYTES / (dp if z >= 1 else 1), p)
 
 
 def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: RecomputeKind | None = None
                            ) -> float:
     """Activation bytes one layer stores for one micro-batch until its backward.
 
-    Korthikanti et al. 2022, Table 2, with flash attention (which never stores the s x s
-    scores, so the ``5as/h`` term is gone and selective equals none):
-    ``sbh (10 + 24/t)`` without sequence parallelism, ``34 sbh / t`` with it, and
-    ``2 sbh`` (``/ t`` with sequence parallelism) for full recomputation.
+    Korthikanti et al. 2022 (Sec. 4.1, Table 2) count, for 16-bit activations and ``t``-way
+    TP: ``10 sbh`` outside the TP regions (two norm inputs and two linear inputs of ``2sbh``,
+    two dropout masks of ``sbh``), divided by ``t`` under sequence parallelism; ``8 sbh / t``
+    in attention (Q and K, V, the attention output); ``16 sbh / t`` in the MLP (the first
+    projection's output and the activation's output, ``4h`` wide); and ``5 a s^2 b / t`` for
+    the softmax, its dropout mask and output. Generalised here, deriving each term as the
+    paper does:
+
+    * GQA: Q and the attention output are ``q = heads x head_dim`` wide, K and V
+      ``kv = kv_heads x head_dim``: ``sb (4q + 4kv) / t``.
+    * gated MLP (SwiGLU): the first projection outputs both branches, ``2f`` wide, and the
+      activation output is ``f`` wide: ``6 sbf / t`` (``4 sbf / t`` ungated, which is the
+      paper's ``16 sbh / t`` at ``f = 4h``).
+    * flash attention keeps no ``s x s`` tensor, only the fp32 log-sum-exp per query row,
+      ``4 b (a/t) s``; selective recomputation then saves nothing more.
+    * selective recomputation drops the ``5 a s^2 b / t`` term; full recomputation stores
+      only the layer input, ``2 sbh`` (``/ t`` with sequence parallelism).
 
     >>> from sim.workload.spec import ModelSpec, ParallelSpec
     >>> m = ModelSpec("gpt3", 96, 12288, 96, 96, 49152, 51200, 2048)
-    >>> p = ParallelSpec(tp=8, pp=8, sequence_parallel=True, global_batch_size=64)
-    >>> round(layer_activation_bytes(m, p) / 2**20, 1)   # 4.25 sbh
-    102.0
+    >>> p = ParallelSpec(tp=8, pp=8, sequence_parallel=True, global_batch_size=64, flash_attention=False)
+    >>> sbh = 2048 * 12288
+    >>> [round(layer_activation_bytes(m, p, rc) / sbh, 2) for rc in RecomputeKind]   # Table 2
+    [14.25, 4.25, 0.25]
     """
     rc = parallel.recompute if recompute is None else recompute
     s, b, h, t = model.seq_length, parallel.micro_batch_size, model.hidden_size, parallel.tp
-    sbh = s * b * h
+    sb = s * b
+    sp = parallel.sequence_parallel
     if rc is RecomputeKind.FULL:
-        return 2.0 * sbh / (t if parallel.sequence_parallel else 1)
-    if parallel.sequence_parallel:
-        return 34.0 * sbh / t
-    return sbh * (10.0 + 24.0 / t)
+        return 2.0 * sb * h / (t if sp else 1)
+    outside = 10.0 * sb * h / (t if sp else 1)
+    attention = sb * (4.0 * model.q_size + 4.0 * model.kv_size) / t
+    mlp = sb * model.ffn_hidden_size * (6.0 if model.gated_mlp else 4.0) / t
+    heads = model.num_attention_heads / t
+    if parallel.flash_attention:
+        scores = 4.0 * b * heads * s
+    else:
+        scores = 0.0 if rc is RecomputeKind.SELECTIVE else 5.0 * heads * s * s * b
+    return outside + attention + mlp + scores
+
+
+@dataclass(frozen=True)
+class ActivationModel:
+    """What one micro-batch allocates on one GPU, by place in the model, in bytes."""
+
+    layer_stored: float
+    """Kept by each layer from its forward to its backward."""
+    layer_transient: float
+    """Held while one layer's backward runs: its recomputed activations under full
+    recomputation, else nothing more."""
+    embedding: float
+    """Kept by the first virtual stage: the embedding output's dropout mask."""
+    head: float
+    """Kept by the last virtual stage: the final norm's and the output layer's inputs."""
+    logits: float
+    """Held by the last virtual stage from the loss to the output layer's backward: the fp32
+    softmax that Megatron's vocab-parallel cross entropy saves for its backward
+    (``megatron/core/tensor_parallel/cross_entropy.py``: ``save_for_backward(exp_logits, ...)``;
+    the 16-bit logits are freed once cast)."""
+
+
+def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) -> ActivationModel:
+    """The :class:`ActivationModel` of ``w`` (under ``recompute``, default the workload's)."""
+    m, p = w.model, w.parallel
+    rc = p.recompute if recompute is None else recompute
+    sb, h, t = m.seq_length * p.micro_batch_size, m.hidden_size, p.tp
+    div = t if p.sequence_parallel else 1
+    stored = layer_activation_bytes(m, p, rc)
+    transient = layer_activation_bytes(m, p, RecomputeKind.NONE) if rc is RecomputeKind.FULL else 0.0
+    return ActivationModel(stored, transient, sb * h / div, 4.0 * sb * h / div, 4.0 * sb * m.vocab_size / t)
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """The memory of one GPU of one pipeline stage at its peak, in bytes."""
+
+    stage: int
+    weights_bytes: float
+    grads_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    other_bytes: float
+    capacity_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return (self.weights_bytes + self.grads_bytes + self.optimizer_bytes + self.activations_bytes
+                + self.other_bytes)
+
+    @property
+    def headroom_bytes(self) -> float:
+        return self.capacity_bytes - self.total_bytes
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.capacity_bytes
+
+    def to_dict(self) -> dict:
+        return {"stage": self.stage, "weights_bytes": self.weights_bytes, "grads_bytes": self.grads_bytes,
+                "optimizer_bytes": self.optimizer_bytes, "activations_bytes": self.activations_bytes,
+                "other_bytes": self.other_bytes, "total_bytes": self.total_bytes,
+                "capacity_bytes": self.capacity_bytes, "headroom_bytes": self.headroom_bytes, "fits": self.fits}
+
+
+def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel) -> float:
+    """Peak activation bytes of a GPU of pipeline stage ``stage``, walking its schedule.
+
+    Allocations and frees happen in the order the task-graph builder issues them: a layer's
+    stored activations at the start of its forward, freed at the end of its backward, where
+    its transient activations are held; the embedding, head and logits terms on the first and
+    last virtual stages. For 1F1B this is ``min(p - stage, m)`` micro-batches of ``L / p``
+    layers (Korthikanti et al. 2022, Sec. 4.3).
+    """
+    p = w.parallel
+    pp, v = p.pp, p.virtual_pipeline_stages
+    per_vs = w.model.num_layers // (pp * v)
+    last = pp * v - 1
+    cur = peak = 0.0
+    for pas, _mb, chunk in pipeline_order(p.schedule, pp, v, p.num_microbatches, stage):
+        vs = chunk * pp + stage
+        if pas is Pass.FORWARD:
+            if vs == 0:
+                cur += am.embedding
+            cur += per_vs * am.layer_stored
+            if vs == last:
+                cur += am.head + am.logits
+            peak = max(peak, cur)
+        else:
+            if vs == last:
+                cur -= am.logits + am.head
+            # each layer's backward holds its transient on top, then frees what it stored
+            peak = max(peak, cur + am.layer_transient)
+            cur -= per_vs * am.layer_stored
+            if vs == 0:
+                cur -= am.embedding
+    return peak
+
+
+def _other_bytes(w: WorkloadSpec, stage: int) -> float:
+    """Buffers besides state and activations: the sequence-parallel all-gather buffer, ZeRO-3's
+    gathered weights, the cuBLAS workspace."""
+    m, p = w.model, w.parallel
+    other = float(CUBLAS_WORKSPACE_BYTES)
+    if p.sequence_parallel:
+        # Megatron-LM's global buffer for the gathered sequence (get_global_memory_buffer)
+        other += 2.0 * m.seq_length * p.micro_batch_size * m.hidden_size
+    if p.zero >= 3:
+        split, replicated = _layer_split(m)
+        other += ZERO3_PREFETCH_LAYERS * (split / p.tp + replicated) * WEIGHT_BYTES
+    return other
+
+
+def stage_memory(w: WorkloadSpec, stage: int, recompute: RecomputeKind | None = None) -> StageMemory:
+    """The peak memory of one GPU of ``stage`` under ``recompute`` (default the workload's)."""
+    sb = state_bytes(w.model, w.parallel, stage)
+    act = activation_peak_bytes(w, stage, activation_model(w, recompute))
+    return StageMemory(stage, sb.weights_bytes, sb.grads_bytes, sb.optimizer_bytes, act, _other_bytes(w, stage),
+                       w.system.gpu.hbm_capacity_bytes)
+
+
+def memory_table(w: WorkloadSpec, methods: list[RecomputeKind]) -> dict[RecomputeKind, list[StageMemory]]:
+    """Every stage's :class:`StageMemory` under each recomputation method."""
+    return {rc: [stage_memory(w, s, rc) for s in range(w.parallel.pp)] for rc in methods}

@@ -55,7 +55,6 @@ class LayerOps:
     embedding_bwd: tuple[Step, ...]
     head_fwd: tuple[Step, ...]
     head_bwd: tuple[Step, ...]
-    logits_bytes: float
 
 
 def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: tuple[int, ...],
@@ -137,7 +136,7 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
                 c("lm-head-dgrad", g(T, h, V // t)), *reduce("head-grad", wait=1),
                 c("lm-head-wgrad", g(V // t, h, T)), c("final-norm-bwd", norm_bwd))
     return LayerOps(tuple(fwd), tuple(bwd), attention_bwd_index, tuple(attn_fwd),
-                    embedding_fwd, embedding_bwd, head_fwd, head_bwd, logits * 4.0)
+                    embedding_fwd, embedding_bwd, head_fwd, head_bwd)
 
 
 def _unfused_attention(batch: int, s: int, hd: int, e: float) -> tuple[list[Step], list[Step]]:

@@ -9,7 +9,8 @@ where ``chunk`` is the model chunk (virtual stage) on that rank. They follow Meg
   warm-up forwards, then one forward and one backward alternately, then the cool-down.
 * Interleaved 1F1B (same paper, Sec. 2.2.2): ``v`` chunks per rank; forward ``k`` runs chunk
   ``(k mod pv) // p`` of micro-batch ``(k // pv) p + k mod p``, backward chunks in reverse;
-  ``2(p - rank - 1) + (v - 1) p`` warm-up forwards.
+  ``2(p - rank - 1) + (v - 1) p`` warm-up forwards, or all of them if that is as many (recent
+  Megatron-Core; older Megatron-LM also ran all forwards first whenever ``m == p``).
 """
 
 from __future__ import annotations
@@ -56,10 +57,9 @@ def pipeline_order(kind: ScheduleKind, pp: int, vps: int, num_microbatches: int,
         order += [(B, i, 0) for i in range(m - warm, m)]
         return order
     total = m * v
-    if m == p:
-        warm = total
-    else:
-        warm = min((p - rank - 1) * 2 + (v - 1) * p, total)
+    # Megatron-Core (schedules.py, with microbatch_group_size_per_vp_stage = p, its default):
+    # all forwards first only when the warm-up would cover them all anyway.
+    warm = min((p - rank - 1) * 2 + (v - 1) * p, total)
     order = [(F, *_interleaved_id(k, p, v, True)) for k in range(warm)]
     rest = total - warm
     for i in range(rest):

@@ -123,9 +123,8 @@ class ParallelSpec:
             raise ConfigError(_SPEC, "parallel.cp", "1 (context parallelism is not built yet)", self.cp)
         if self.ep != 1:
             raise ConfigError(_SPEC, "parallel.ep", "1 (expert parallelism is not built yet)", self.ep)
-        if self.zero_stage not in (0, 1):
-            raise ConfigError(_SPEC, "parallel.zero_stage",
-                              "0 or 1 (ZeRO-2/3 are not built yet)", self.zero_stage)
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ConfigError(_SPEC, "parallel.zero_stage", "0, 1, 2 or 3", self.zero_stage)
         if self.schedule is ScheduleKind.INTERLEAVED:
             if self.pp < 2:
                 raise ConfigError(_SPEC, "parallel.schedule", "interleaved-1f1b only with parallel.pp >= 2",
@@ -145,9 +144,14 @@ class ParallelSpec:
         return self.global_batch_size // (self.micro_batch_size * self.dp)
 
     @property
+    def zero(self) -> int:
+        """The ZeRO stage in effect: Megatron's distributed optimizer is ZeRO-1."""
+        return max(self.zero_stage, 1 if self.distributed_optimizer else 0)
+
+    @property
     def shards_optimizer(self) -> bool:
-        """Whether optimizer state is sharded over DP (distributed optimizer / ZeRO-1)."""
-        return self.distributed_optimizer or self.zero_stage >= 1
+        """Whether optimizer state is sharded over DP (distributed optimizer / ZeRO-1 and up)."""
+        return self.zero >= 1
 
 
 @dataclass(frozen=True)
@@ -217,6 +221,16 @@ class WorkloadSpec:
                               f"tp x pp x dp x cp = {p.tp}x{p.pp}x{p.dp}x{p.cp} = {p.num_gpus}", s.num_gpus)
         if not s.gpu.supports(self.dtype):
             raise ConfigError(_SPEC, "dtype", f"a format {s.gpu.name} supports", self.dtype.value)
+
+    def require_timeline(self) -> None:
+        """Raise :class:`~sim.errors.NotBuiltError` if the timeline of this workload cannot be
+        simulated yet (its memory can still be accounted for)."""
+        from sim.errors import NotBuiltError
+
+        if self.parallel.zero_stage >= 2:
+            raise NotBuiltError(
+                f"parallel.zero_stage={self.parallel.zero_stage}: the timeline of ZeRO-2/3 (FSDP) is "
+                "not built yet; `llmsim memory` accounts for its memory")
 
     @property
     def tokens_per_iteration(self) -> int:

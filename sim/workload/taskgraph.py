@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from sim.memory import layer_activation_bytes, state_bytes
+from sim.memory import activation_model, stage_memory, state_bytes
 from sim.results import RankInfo
 from sim.types import CollectiveKind, CommClass, OpKind, RecomputeKind, Stream
 from sim.workload.layers import LayerOps, Step, layer_ops
@@ -216,8 +216,7 @@ class _RankProgram:
             if pas is Pass.BACKWARD:
                 last_b[chunk] = i
         act_size = m.seq_length * p.micro_batch_size * m.hidden_size * 2.0 / p.tp
-        a_stored = layer_activation_bytes(m, p)
-        a_full = layer_activation_bytes(m, p, RecomputeKind.NONE)
+        am = activation_model(w)
         rc = p.recompute
         buckets = self.buckets(per_vs)
         for i, (pas, mb, chunk) in enumerate(order):
@@ -228,11 +227,11 @@ class _RankProgram:
                 if vs > 0:
                     self.recv("act", vs, mb, (vs - 1) % pp, act_size, args)
                 if vs == 0:
-                    self.run_steps(self.ops.embedding_fwd, args)
+                    self.run_steps(self.ops.embedding_fwd, args, first_mem=am.embedding)
                 for layer in layers:
-                    self.run_steps(self.ops.layer_fwd, args + (("layer", layer),), first_mem=a_stored)
+                    self.run_steps(self.ops.layer_fwd, args + (("layer", layer),), first_mem=am.layer_stored)
                 if vs == n_vs - 1:
-                    self.run_steps(self.ops.head_fwd, args, first_mem=self.ops.logits_bytes)
+                    self.run_steps(self.ops.head_fwd, args, first_mem=am.head + am.logits)
                 else:
                     self.send("act", vs + 1, mb, (vs + 1) % pp, act_size, args)
             else:
@@ -240,26 +239,27 @@ class _RankProgram:
                 if vs < n_vs - 1:
                     self.recv("grad", vs, mb, (vs + 1) % pp, act_size, args)
                 else:
-                    self.run_steps(self.ops.head_bwd, args, last_mem=-self.ops.logits_bytes)
+                    self.run_steps(self.ops.head_bwd, args, last_mem=-(am.head + am.logits))
+                release = -(am.layer_stored + am.layer_transient)
                 for layer in reversed(layers):
                     la = args + (("layer", layer),)
-                    extra = 0.0
-                    if rc is RecomputeKind.FULL:
-                        extra = a_full
-                        self.run_steps(self.ops.layer_fwd, (("phase", "recompute"),) + la[1:], first_mem=a_full)
                     bwd = self.ops.layer_bwd
                     k = self.ops.attention_bwd_index
-                    if rc is RecomputeKind.SELECTIVE:
-                        self.run_steps(bwd[:k], la, first_mem=0.0)
+                    if rc is RecomputeKind.FULL:
+                        self.run_steps(self.ops.layer_fwd, (("phase", "recompute"),) + la[1:],
+                                       first_mem=am.layer_transient)
+                        self.run_steps(bwd, la, last_mem=release)
+                    elif rc is RecomputeKind.SELECTIVE:
+                        self.run_steps(bwd[:k], la, first_mem=am.layer_transient)
                         self.run_steps(self.ops.attention_fwd, (("phase", "recompute"),) + la[1:])
-                        self.run_steps(bwd[k:], la, last_mem=-(a_stored + extra))
+                        self.run_steps(bwd[k:], la, last_mem=release)
                     else:
-                        self.run_steps(bwd, la, last_mem=-(a_stored + extra))
+                        self.run_steps(bwd, la, first_mem=am.layer_transient, last_mem=release)
                     if p.overlap_grad_reduce and i == last_b[chunk]:
                         for bucket in buckets.get((chunk, layer), ()):
                             self.reduce_bucket(bucket, args)
                 if vs == 0:
-                    self.run_steps(self.ops.embedding_bwd, args)
+                    self.run_steps(self.ops.embedding_bwd, args, last_mem=-am.embedding)
                 else:
                     self.send("grad", vs - 1, mb, (vs - 1) % pp, act_size, args)
                 if p.overlap_grad_reduce and i == last_b[chunk]:
@@ -400,7 +400,8 @@ def build_program(w: WorkloadSpec, representative: bool = True,
             ops = ops_cache[group] = layer_ops(w.model, p, w.dtype, group, replicas)
         _RankProgram(b, w, layout, r, ops, representative).build()
         infos.append(RankInfo(r, node_of(r), local_gpu_of(r), tp_c, stage, dp_c))
-        static[r] = state_bytes(w.model, p, stage).total_bytes
+        sm = stage_memory(w, stage)
+        static[r] = sm.weights_bytes + sm.grads_bytes + sm.optimizer_bytes + sm.other_bytes
     for key, n in b.members.items():
         assert n in (1, 2) or not representative or n == 1, (key, n)
     flops, hw_flops = model_flops(w)

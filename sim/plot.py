@@ -1,0 +1,58 @@
+"""Figures, drawn with matplotlib when it is installed (``pip install 'llmsim[plot]'``).
+
+matplotlib is the one optional dependency: a stacked bar chart with labels and a legend is
+a few lines with it and a small library of our own without it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sim.errors import NotBuiltError
+from sim.memory import StageMemory
+from sim.types import RecomputeKind
+from sim.units import GiB
+
+__all__ = ["plot_memory"]
+
+_PARTS = (("weights_bytes", "weights"), ("grads_bytes", "gradients"), ("optimizer_bytes", "optimizer state"),
+          ("activations_bytes", "activations"), ("other_bytes", "other buffers"))
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise NotBuiltError("--plot needs matplotlib: pip install 'llmsim[plot]'") from None
+    return plt
+
+
+def plot_memory(table: dict[RecomputeKind, list[StageMemory]], path: str, title: str) -> None:
+    """Stacked bars of the fullest stage's memory per recomputation method, with the GPU's
+    capacity as a line: the figure of the recomputation papers (Korthikanti et al. 2022, Fig. 7)."""
+    plt = _pyplot()
+    methods = list(table)
+    fullest = [max(table[m], key=lambda s: s.total_bytes) for m in methods]
+    fig, ax = plt.subplots(figsize=(7.6, 4.2), dpi=120)
+    bottom = [0.0] * len(methods)
+    for attr, label in _PARTS:
+        vals = [getattr(s, attr) / GiB for s in fullest]
+        ax.bar([m.value for m in methods], vals, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    cap = fullest[0].capacity_bytes / GiB
+    ax.axhline(cap, color="black", linestyle="--", linewidth=1)
+    ax.text(-0.45, cap, f"capacity {cap:.0f} GiB", va="bottom", ha="left", fontsize=8)
+    for i, s in enumerate(fullest):
+        ax.text(i, bottom[i], f"{bottom[i]:.1f}\n(stage {s.stage})", ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("GiB per GPU (fullest pipeline stage)")
+    ax.set_xlabel("activation recomputation")
+    ax.set_title(title, fontsize=9)
+    ax.set_ylim(0, max(max(bottom), cap) * 1.2)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
