@@ -4,6 +4,7 @@
 
     llmsim run [WORKLOAD.yaml] [--topology T] [--trace PATH] [--json PATH] [--set KEY=VALUE ...] [--full]
     llmsim memory [WORKLOAD.yaml] [--recompute none,selective,full] [--plot PATH.png] [--json PATH]
+    llmsim validate FILE... [--json PATH]
 
 Bad input prints one line naming the file, the field, what was expected and what arrived,
 and exits with status 2; it never prints a traceback.
@@ -97,6 +98,21 @@ def _cmd_memory(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from sim.validate import format_row, format_validation, validate
+
+    def progress(rec, rows):
+        if args.verbose:
+            for r in rows:
+                print(format_row(r), file=sys.stderr, flush=True)
+
+    result = validate(args.files, progress)
+    print(format_validation(result))
+    if args.json:
+        _write_json(args.json, result.to_dict())
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="llmsim", description="Simulate distributed LLM training.")
     ap.add_argument("--version", action="version", version=f"llmsim {__version__}")
@@ -125,6 +141,13 @@ def _parser() -> argparse.ArgumentParser:
     mem.add_argument("--json", metavar="PATH", help="write the table as JSON")
     mem.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one workload field")
     mem.set_defaults(func=_cmd_memory)
+    val = sub.add_parser("validate", help="simulate published, measured runs and score the predictions",
+                         description="Reads validation-case files (format: workloads/validation/README.md), "
+                         "simulates every case, prints a row per case and the MAPE lines.")
+    val.add_argument("files", nargs="+", metavar="FILE", help="case files, e.g. workloads/validation/*.yaml")
+    val.add_argument("--json", metavar="PATH", help="write the rows and MAPE figures as JSON")
+    val.add_argument("-v", "--verbose", action="store_true", help="print each row to stderr as it is scored")
+    val.set_defaults(func=_cmd_validate)
     return ap
 
 

@@ -15,6 +15,7 @@ to SI. Every bad input raises :class:`~sim.errors.ConfigError` naming the file a
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -32,8 +33,8 @@ from sim.types import Dtype, RecomputeKind, ScheduleKind, parse_enum
 from sim.units import GBIT_PER_S, GBPS, GiB, US
 from sim.workload.spec import ModelSpec, ParallelSpec, Reference, SystemSpec, WorkloadSpec
 
-__all__ = ["load_workload", "load_workload_with_notes", "load_cases", "load_topology",
-           "default_topology_name"]
+__all__ = ["load_workload", "load_workload_with_notes", "load_cases", "load_case_records", "CaseRecord",
+           "load_topology", "default_topology_name"]
 
 DEFAULT_WORKLOAD = "gpt3-175b"
 _SET = "<--set>"
@@ -294,6 +295,52 @@ def load_cases(path: str, overrides: Sequence[str] = ()) -> list[tuple[str, Work
                                                  file)[0]))
         except ConfigError as exc:
             out.append((case_id, exc))
+    return out
+
+
+@dataclass(frozen=True)
+class CaseRecord:
+    """One published case as ``llmsim validate`` needs it: the spec (or why there is none),
+    the notes on the defaults filled in, and the measured targets in the case's own units
+    (``iteration_time_s``, ``tflops_per_gpu``, ``tokens_per_s_per_gpu``, ``peak_memory_gib``,
+    ``layer_forward_ms``, ``layer_backward_ms``)."""
+
+    id: str
+    file: str
+    workload: WorkloadSpec | None
+    error: ConfigError | None
+    notes: tuple[str, ...]
+    targets: dict
+    includes_recompute: bool | None
+    config_complete: bool
+
+
+_TARGET_METRICS = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "peak_memory_gib",
+                   "layer_forward_ms", "layer_backward_ms")
+
+
+def load_case_records(path: str) -> list[CaseRecord]:
+    """Every case of a validation-case file with its targets, for ``llmsim validate``."""
+    file = _resolve(path, "workloads")
+    out: list[CaseRecord] = []
+    for i, case in enumerate(_cases_in(file)):
+        mapping = case if isinstance(case, Mapping) else {}
+        case_id = mapping.get("id") if isinstance(mapping.get("id"), str) else f"{file.stem}[{i}]"
+        raw_targets = mapping.get("targets") if isinstance(mapping.get("targets"), Mapping) else {}
+        targets, recompute_flag = {}, None
+        for metric in _TARGET_METRICS:
+            t = raw_targets.get(metric)
+            if isinstance(t, Mapping) and _is_number(t.get("value")):
+                targets[metric] = float(t["value"])
+                if metric == "tflops_per_gpu" and isinstance(t.get("includes_recompute"), bool):
+                    recompute_flag = t["includes_recompute"]
+        complete = mapping.get("config_complete") is True
+        try:
+            raw = _Fields(case, str(file), "", _TOP_KEYS).raw
+            spec, notes = _build_workload(raw, file)
+            out.append(CaseRecord(case_id, str(file), spec, None, tuple(notes), targets, recompute_flag, complete))
+        except ConfigError as exc:
+            out.append(CaseRecord(case_id, str(file), None, exc, (), targets, recompute_flag, complete))
     return out
 
 

@@ -1,0 +1,223 @@
+"""``llmsim validate``: simulate published, measured training runs and score the predictions.
+
+Each case is scored on its first present target among ``iteration_time_s``,
+``tflops_per_gpu`` and ``tokens_per_s_per_gpu``; ``peak_memory_gib`` and the per-layer
+``layer_forward_ms`` / ``layer_backward_ms`` are scored as rows of their own. TFLOP/s are
+compared in the source's sense: hardware FLOPs (counting recomputation) when the case says
+``includes_recompute: true``, model FLOPs otherwise. A case that cannot be simulated yet is
+reported as skipped with its reason, never dropped and never scored.
+
+The case format and this command's output are fixed by ``workloads/validation/README.md``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from sim.config import CaseRecord, default_topology_name, load_case_records, load_topology
+from sim.errors import SimError
+from sim.memory import stage_memory
+from sim.report import make_report
+from sim.runner import simulate
+from sim.types import Stream
+from sim.units import GiB, MS, TFLOPS
+
+__all__ = ["Row", "Validation", "validate", "format_validation"]
+
+TIME_METRICS = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu")
+
+
+@dataclass
+class Row:
+    """One scored (or skipped) comparison."""
+
+    id: str
+    metric: str
+    measured: float | None
+    predicted: float | None
+    config_complete: bool
+    file: str
+    skipped: str | None = None
+
+    @property
+    def error_pct(self) -> float | None:
+        if self.predicted is None or not self.measured:
+            return None
+        return 100.0 * (self.predicted - self.measured) / self.measured
+
+    @property
+    def is_memory(self) -> bool:
+        return self.metric == "peak_memory_gib"
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "metric": self.metric, "measured": self.measured, "predicted": self.predicted,
+                "error_pct": self.error_pct, "config_complete": self.config_complete,
+                "skipped": self.skipped, "file": self.file}
+
+
+def _mape(rows: list[Row]) -> float | None:
+    errs = [abs(r.error_pct) for r in rows if r.error_pct is not None]
+    return sum(errs) / len(errs) if errs else None
+
+
+@dataclass
+class Validation:
+    """All rows of a validation run and the summary figures."""
+
+    rows: list[Row] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def scored(self) -> list[Row]:
+        return [r for r in self.rows if r.skipped is None and r.error_pct is not None]
+
+    @property
+    def time_rows(self) -> list[Row]:
+        return [r for r in self.scored if not r.is_memory]
+
+    @property
+    def mape_pct(self) -> float | None:
+        return _mape(self.time_rows)
+
+    @property
+    def mape_complete_pct(self) -> float | None:
+        return _mape([r for r in self.time_rows if r.config_complete])
+
+    @property
+    def memory_mape_pct(self) -> float | None:
+        return _mape([r for r in self.scored if r.is_memory])
+
+    @property
+    def skipped_cases(self) -> list[str]:
+        ids = []
+        for r in self.rows:
+            if r.skipped is not None and r.id not in ids:
+                ids.append(r.id)
+        return ids
+
+    def to_dict(self) -> dict:
+        worst = max(self.time_rows, key=lambda r: abs(r.error_pct), default=None)
+        return {"cases": [r.to_dict() for r in self.rows], "mape_pct": self.mape_pct,
+                "mape_complete_pct": self.mape_complete_pct, "memory_mape_pct": self.memory_mape_pct,
+                "scored_rows": len(self.scored), "skipped_cases": len(self.skipped_cases),
+                "cases_total": len({r.id for r in self.rows}),
+                "worst_error_pct": None if worst is None else worst.error_pct,
+                "worst_case": None if worst is None else worst.id, "wall_s": self.wall_s}
+
+
+def _layer_times_ms(run) -> tuple[float, float] | None:
+    """Forward and backward (with its recomputation) of one middle layer of one middle
+    micro-batch on the first simulated rank, from the first op's start to the last op's end."""
+    res = run.result
+    rank = res.ranks[0].rank
+    m = run.workload.parallel.num_microbatches
+    windows: dict[str, list[float]] = {}
+    target_layer = None
+    for s in res.spans:
+        if s.rank != rank or s.stream is not Stream.COMPUTE:
+            continue
+        a = dict(s.args)
+        if "layer" not in a or a.get("microbatch") != m // 2:
+            continue
+        if target_layer is None:
+            target_layer = a["layer"]
+        if a["layer"] != target_layer:
+            continue
+        key = "fwd" if a["phase"] == "fwd" else "bwd"
+        w = windows.setdefault(key, [s.start_s, s.end_s])
+        w[0], w[1] = min(w[0], s.start_s), max(w[1], s.end_s)
+    if "fwd" not in windows or "bwd" not in windows:
+        return None
+    # TP communication that ends the pass belongs to it as well
+    return ((windows["fwd"][1] - windows["fwd"][0]) / MS, (windows["bwd"][1] - windows["bwd"][0]) / MS)
+
+
+def _case_rows(rec: CaseRecord) -> list[Row]:
+    metrics = [m for m in TIME_METRICS if m in rec.targets][:1]
+    metrics += [m for m in ("peak_memory_gib", "layer_forward_ms", "layer_backward_ms") if m in rec.targets]
+    if not metrics:
+        return [Row(rec.id, "-", None, None, rec.config_complete, rec.file, skipped="the case has no target")]
+
+    def row(metric: str, predicted: float | None = None, skipped: str | None = None) -> Row:
+        return Row(rec.id, metric, rec.targets[metric], predicted, rec.config_complete, rec.file, skipped)
+
+    if rec.workload is None:
+        reason = f"{rec.error.field}: {rec.error.expected} (got {rec.error.got!r})"
+        return [row(m, skipped=reason) for m in metrics]
+    w = rec.workload
+    rows: list[Row] = []
+    if "peak_memory_gib" in metrics:
+        peak = max(stage_memory(w, s).total_bytes for s in range(w.parallel.pp))
+        rows.append(row("peak_memory_gib", peak / GiB))
+    time_metrics = [m for m in metrics if m != "peak_memory_gib"]
+    if not time_metrics:
+        return rows
+    try:
+        topo = load_topology(w.system.topology or default_topology_name(w.system.gpu.name))
+        run = simulate(w, topo)
+    except SimError as exc:
+        return rows + [row(m, skipped=str(exc)) for m in time_metrics]
+    rep = make_report(run)
+    n = w.system.num_gpus
+    for m in time_metrics:
+        if m == "iteration_time_s":
+            rows.append(row(m, rep.iteration_time_s))
+        elif m == "tflops_per_gpu":
+            flops = (run.program.metadata["hardware_flops_per_iteration"] if rec.includes_recompute
+                     else run.program.flops_per_iteration)
+            rows.append(row(m, flops / rep.iteration_time_s / n / TFLOPS))
+        elif m == "tokens_per_s_per_gpu":
+            rows.append(row(m, rep.tokens_per_s / n))
+        else:
+            lt = _layer_times_ms(run)
+            rows.append(row(m, None if lt is None else lt[0 if m == "layer_forward_ms" else 1],
+                            None if lt is not None else "no layer found in the timeline"))
+    return rows
+
+
+def validate(paths: list[str], progress=None) -> Validation:
+    """Simulate every case in ``paths`` and score it."""
+    t0 = time.perf_counter()
+    out = Validation()
+    for path in paths:
+        for rec in load_case_records(path):
+            rows = _case_rows(rec)
+            out.rows.extend(rows)
+            if progress is not None:
+                progress(rec, rows)
+    out.wall_s = time.perf_counter() - t0
+    return out
+
+
+def _fmt(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.4g}" if abs(x) < 1e4 else f"{x:,.0f}"
+
+
+def format_row(r: Row) -> str:
+    if r.skipped is not None:
+        return f"{r.id:<62} {r.metric:<20} {_fmt(r.measured):>10} {'skipped':>10}  {r.skipped}"
+    return (f"{r.id:<62} {r.metric:<20} {_fmt(r.measured):>10} {_fmt(r.predicted):>10} "
+            f"{r.error_pct:+8.1f}%{'' if r.config_complete else '  (config incomplete)'}")
+
+
+def format_validation(v: Validation) -> str:
+    """The rows and the MAPE lines, as printed."""
+    head = f"{'case':<62} {'metric':<20} {'measured':>10} {'predicted':>10}    error"
+    lines = [head, "-" * len(head)] + [format_row(r) for r in v.rows] + [""]
+
+    def pct(x):
+        return "n/a" if x is None else f"{x:.1f}%"
+
+    t = v.time_rows
+    lines.append(f"MAPE, time and throughput: {pct(v.mape_pct)} over {len(t)} rows")
+    lines.append(f"MAPE, config_complete cases: {pct(v.mape_complete_pct)} over "
+                 f"{sum(r.config_complete for r in t)} rows")
+    lines.append(f"MAPE, peak memory: {pct(v.memory_mape_pct)} over {sum(r.is_memory for r in v.scored)} rows")
+    if t:
+        worst = max(t, key=lambda r: abs(r.error_pct))
+        lines.append(f"worst: {worst.id} {worst.metric} {worst.error_pct:+.1f}%")
+    lines.append(f"skipped: {len(v.skipped_cases)} of {len({r.id for r in v.rows})} cases")
+    return "\n".join(lines)
