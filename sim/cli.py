@@ -110,6 +110,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     print(format_validation(result))
     if args.json:
         _write_json(args.json, result.to_dict())
+    if args.markdown:
+        from sim.validate import update_markdown
+
+        update_markdown(args.markdown, result, "llmsim validate " + " ".join(args.files) +
+                        f" --markdown {args.markdown}")
     return 0
 
 
@@ -146,6 +151,8 @@ def _parser() -> argparse.ArgumentParser:
                          "simulates every case, prints a row per case and the MAPE lines.")
     val.add_argument("files", nargs="+", metavar="FILE", help="case files, e.g. workloads/validation/*.yaml")
     val.add_argument("--json", metavar="PATH", help="write the rows and MAPE figures as JSON")
+    val.add_argument("--markdown", metavar="PATH", help="write the table into PATH (docs/validation.md), "
+                     "replacing only its generated part")
     val.add_argument("-v", "--verbose", action="store_true", help="print each row to stderr as it is scored")
     val.set_defaults(func=_cmd_validate)
     return ap
