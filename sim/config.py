@@ -459,7 +459,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
             micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute,
             distributed_optimizer=_flag_default(f, "distributed_optimizer", notes, "off by default"),
             zero_stage=_zero_default(framework, notes) if zero is None else zero,
-            overlap_grad_reduce=f.flag("overlap_grad_reduce") is not False,
+            overlap_grad_reduce=_overlap_default(f, framework, notes),
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,
             flash_attention=_flash_default(f, framework, notes),
         )
@@ -486,14 +486,34 @@ def _zero_default(framework: str, notes: _Notes) -> int:
     return notes.fill("parallel.zero_stage", 0, "no ZeRO sharding")
 
 
+def _framework_year(framework: str) -> int | None:
+    years = [int(y) for y in re.findall(r"\b(20\d\d)\b", framework)]
+    return max(years) if years else None
+
+
+def _overlap_default(f: _Fields, framework: str, notes: _Notes) -> bool:
+    """Whether the data-parallel gradient reduction overlaps the backward pass. Megatron-LM's
+    2021-2022 ``--DDP-impl local`` all-reduced the gradients after the backward pass;
+    ``--overlap-grad-reduce`` (bucketed, during the backward) came with Megatron-Core's
+    DistributedDataParallel in 2023. Later frameworks overlap by default in their recipes."""
+    flag = f.flag("overlap_grad_reduce")
+    if flag is not None:
+        return flag
+    year = _framework_year(framework)
+    if year is not None and year <= 2022:
+        return notes.fill("parallel.overlap_grad_reduce", False,
+                          f"framework '{framework}': gradients all-reduced after the backward (--DDP-impl local)")
+    return True
+
+
 def _flash_default(f: _Fields, framework: str, notes: _Notes) -> bool:
     """FlashAttention unless the producing framework predates it: Megatron-LM gained
     ``--use-flash-attn`` in 2023, so a framework dated 2022 or earlier ran unfused attention."""
     flag = f.flag("flash_attention")
     if flag is not None:
         return flag
-    years = [int(y) for y in re.findall(r"\b(20\d\d)\b", framework)]
-    if years and max(years) <= 2022:
+    year = _framework_year(framework)
+    if year is not None and year <= 2022:
         return notes.fill("parallel.flash_attention", False,
                           f"framework '{framework}' predates FlashAttention in Megatron-LM (2023)")
     return True
