@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -173,6 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SimError as e:
         print(f"llmsim: error: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # e.g. `llmsim run | head`
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- keep the interpreter's flush quiet
+        return 0
     except OSError as e:
         print(f"llmsim: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
         return 2

@@ -60,11 +60,6 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
              costs: CostModel | None = None, notes: list[str] | None = None) -> Run:
     """Simulate one training iteration of ``workload`` on ``topology``.
 
-    Raises
-    ------
-    NotBuiltError
-        If the workload needs a feature whose timeline is not simulated yet.
-
     Parameters
     ----------
     full : bool
@@ -72,7 +67,6 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
     costs : CostModel, optional
         Defaults to :class:`~sim.costs.analytical.AnalyticalCostModel` for the workload's GPU.
     """
-    workload.require_timeline()
     t0 = time.perf_counter()
     with _gc_paused():
         fabric = Fabric(build_topology(topology, workload.system.num_gpus))

@@ -90,6 +90,8 @@ class Stream(IntEnum):
     """Gradients sent to the previous pipeline stage."""
     PP_RECV_GRAD = 26
     """Gradients received from the next pipeline stage."""
+    DP_GATHER = 27
+    """ZeRO-3 / FSDP parameter all-gathers (prefetched one layer ahead)."""
 
     @property
     def label(self) -> str:
@@ -101,6 +103,7 @@ class Stream(IntEnum):
             Stream.DP_COMM: "dp-comm",
             Stream.PP_SEND_GRAD: "pp-send-grad",
             Stream.PP_RECV_GRAD: "pp-recv-grad",
+            Stream.DP_GATHER: "dp-gather",
         }[self]
 
 

@@ -222,16 +222,6 @@ class WorkloadSpec:
         if not s.gpu.supports(self.dtype):
             raise ConfigError(_SPEC, "dtype", f"a format {s.gpu.name} supports", self.dtype.value)
 
-    def require_timeline(self) -> None:
-        """Raise :class:`~sim.errors.NotBuiltError` if the timeline of this workload cannot be
-        simulated yet (its memory can still be accounted for)."""
-        from sim.errors import NotBuiltError
-
-        if self.parallel.zero_stage >= 2:
-            raise NotBuiltError(
-                f"parallel.zero_stage={self.parallel.zero_stage}: the timeline of ZeRO-2/3 (FSDP) is "
-                "not built yet; `llmsim memory` accounts for its memory")
-
     @property
     def tokens_per_iteration(self) -> int:
         return self.parallel.global_batch_size * self.model.seq_length

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from sim.memory import activation_model, stage_memory, state_bytes
+from sim.memory import _layer_split, activation_model, stage_memory, state_bytes
 from sim.results import RankInfo
 from sim.types import CollectiveKind, CommClass, OpKind, RecomputeKind, Stream
 from sim.workload.layers import LayerOps, Step, layer_ops
@@ -157,7 +157,9 @@ class _RankProgram:
         self.seq[op.group] = n + 1
         return self.b.add(self.rank, stream, name, op, deps, args, key=(op.group, n))
 
-    def run_steps(self, steps, args: tuple, first_mem: float = 0.0, last_mem: float = 0.0) -> None:
+    def run_steps(self, steps, args: tuple, first_mem: float = 0.0, last_mem: float = 0.0
+                  ) -> tuple[Task | None, Task | None]:
+        """Issue ``steps``; return the first and last compute task."""
         first = last = None
         for st in steps:
             if st.tp:
@@ -171,6 +173,45 @@ class _RankProgram:
         if first is not None:
             first.mem_start_bytes += first_mem
             last.mem_end_bytes += last_mem
+        return first, last
+
+    # -- ZeRO-3 / FSDP ---------------------------------------------------------------------
+    def fsdp_gather(self, params: float, args: tuple, after: int) -> None:
+        """All-gather one layer's 16-bit weights over the DP group before it computes, issued
+        when the layer before it starts (FSDP2's one-module forward and backward prefetch;
+        Zhao et al. 2023, "PyTorch FSDP", arXiv 2304.11277, Sec. 3.3)."""
+        lay = self.layout
+        op = self.b.ops.get(("fsdp-ag", self.stage, self.tp_c, params))
+        if op is None:
+            op = self.b.ops[("fsdp-ag", self.stage, self.tp_c, params)] = CommOp(
+                CollectiveKind.ALL_GATHER, CommClass.DP, lay.dp_group(self.tp_c, self.stage),
+                params * PARAM_GATHER_BYTES, lay.dp_groups(self.stage) if self.rep else ())
+        t = self.collective(Stream.DP_GATHER, "ncclAllGather fsdp-params", op, args, [after] if after >= 0 else [])
+        self.extra.append(t.id)
+
+    def fsdp_reduce(self, params: float, args: tuple) -> None:
+        """Reduce-scatter one layer's gradients (fp32) right after its backward."""
+        lay = self.layout
+        op = self.b.ops.get(("fsdp-rs", self.stage, self.tp_c, params))
+        if op is None:
+            op = self.b.ops[("fsdp-rs", self.stage, self.tp_c, params)] = CommOp(
+                CollectiveKind.REDUCE_SCATTER, CommClass.DP, lay.dp_group(self.tp_c, self.stage),
+                params * GRAD_REDUCE_BYTES, lay.dp_groups(self.stage) if self.rep else ())
+        t = self.collective(Stream.DP_COMM, "ncclReduceScatter fsdp-grads", op, args, [self.last_c])
+        self.dp_tasks.append(t.id)
+
+    def layer_params(self, vs: int, layer: int, first: bool, last: bool) -> float:
+        """One layer's parameters on this GPU, the embedding or output layer folded into the
+        first or last layer of the model (for ZeRO-3 gathers)."""
+        m, p = self.w.model, self.w.parallel
+        split, replicated = _layer_split(m)
+        params = split / p.tp + replicated
+        emb = m.embedding_params() / p.tp
+        if vs == 0 and first:
+            params += emb
+        if vs == p.pp * p.virtual_pipeline_stages - 1 and last and (p.pp > 1 or not m.tied_embeddings):
+            params += emb
+        return params
 
     # -- pipeline ------------------------------------------------------------------------
     def stage_rank(self, stage: int) -> int:
@@ -218,6 +259,7 @@ class _RankProgram:
         act_size = m.seq_length * p.micro_batch_size * m.hidden_size * 2.0 / p.tp
         am = activation_model(w)
         rc = p.recompute
+        fsdp = p.zero >= 3 and p.dp > 1
         buckets = self.buckets(per_vs)
         for i, (pas, mb, chunk) in enumerate(order):
             vs = chunk * pp + self.stage
@@ -228,8 +270,14 @@ class _RankProgram:
                     self.recv("act", vs, mb, (vs - 1) % pp, act_size, args)
                 if vs == 0:
                     self.run_steps(self.ops.embedding_fwd, args, first_mem=am.embedding)
+                prev = self.last_c
                 for layer in layers:
-                    self.run_steps(self.ops.layer_fwd, args + (("layer", layer),), first_mem=am.layer_stored)
+                    if fsdp:
+                        self.fsdp_gather(self.layer_params(vs, layer, layer == layers[0], layer == layers[-1]),
+                                         args + (("layer", layer),), prev)
+                    first, _ = self.run_steps(self.ops.layer_fwd, args + (("layer", layer),),
+                                              first_mem=am.layer_stored)
+                    prev = first.id
                 if vs == n_vs - 1:
                     self.run_steps(self.ops.head_fwd, args, first_mem=am.head + am.logits)
                 else:
@@ -241,8 +289,13 @@ class _RankProgram:
                 else:
                     self.run_steps(self.ops.head_bwd, args, last_mem=-(am.head + am.logits))
                 release = -(am.layer_stored + am.layer_transient)
+                prev = self.last_c
                 for layer in reversed(layers):
                     la = args + (("layer", layer),)
+                    n_before = len(self.b.tasks)
+                    if fsdp:
+                        lp = self.layer_params(vs, layer, layer == layers[0], layer == layers[-1])
+                        self.fsdp_gather(lp, la, prev)
                     bwd = self.ops.layer_bwd
                     k = self.ops.attention_bwd_index
                     if rc is RecomputeKind.FULL:
@@ -255,6 +308,9 @@ class _RankProgram:
                         self.run_steps(bwd[k:], la, last_mem=release)
                     else:
                         self.run_steps(bwd, la, first_mem=am.layer_transient, last_mem=release)
+                    prev = next(t.id for t in self.b.tasks[n_before:] if t.stream is Stream.COMPUTE)
+                    if fsdp:
+                        self.fsdp_reduce(lp, la)
                     if p.overlap_grad_reduce and i == last_b[chunk]:
                         for bucket in buckets.get((chunk, layer), ()):
                             self.reduce_bucket(bucket, args)
@@ -280,7 +336,7 @@ class _RankProgram:
         Megatron-LM's DDP does (``megatron/core/distributed/param_and_grad_buffer.py``).
         """
         w, p = self.w, self.w.parallel
-        if p.dp == 1:
+        if p.dp == 1 or p.zero >= 3:
             return {}
         m = w.model
         pp, v = p.pp, p.virtual_pipeline_stages
@@ -336,7 +392,7 @@ class _RankProgram:
         self.extra.extend(self.dp_tasks)
         opt = self.compute("optimizer", MemoryOp(OpKind.OPTIMIZER, params_local * OPTIMIZER_BYTES_PER_PARAM),
                            (("phase", "optimizer"),))
-        if p.shards_optimizer and p.dp > 1:
+        if p.shards_optimizer and p.dp > 1 and p.zero < 3:
             group = lay.dp_group(self.tp_c, self.stage)
             replicas = lay.dp_groups(self.stage) if self.rep else ()
             size = sb.weights_bytes / 2.0 * PARAM_GATHER_BYTES

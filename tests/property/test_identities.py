@@ -101,6 +101,7 @@ def _nodes_of(topo, gpus: int):
     (dict(tp=2, pp=4, dp=2, gbs=8, layers=8, vps=2, schedule=ScheduleKind.INTERLEAVED, sp=True,
           dist_opt=True), 4),
     (dict(tp=1, pp=2, dp=8, gbs=16, overlap=False), 4),
+    (dict(tp=2, pp=2, dp=4, gbs=16, zero=3, recompute=RecomputeKind.FULL), 4),
 ])
 def test_representative_and_full_simulation_agree(kw, gpus_per_node):
     """Exact where no link carries traffic of two different collectives from ranks that the
@@ -198,4 +199,27 @@ def test_trace_of_an_interleaved_dp_run_is_valid():
         assert validate_chrome_trace(obj) == []
         events = obj["traceEvents"]
         assert sum(e["ph"] == "s" for e in events) == sum(e["ph"] == "f" for e in events) > 0
-        assert {e["tid"] for e in events if e["ph"] == "X"} >= {int(s) for s in Stream}
+        assert {e["tid"] for e in events if e["ph"] == "X"} >= {int(s) for s in Stream} - {int(Stream.DP_GATHER)}
+
+
+def test_zero3_gathers_each_layer_before_it_computes_and_reduces_after():
+    w = make_workload(tp=1, pp=1, dp=8, gbs=16, layers=4, zero=3)
+    run = simulate(w, load_topology("dgx-a100"))
+    spans = run.result.spans
+    gathers = [s for s in spans if s.stream is Stream.DP_GATHER]
+    reduces = [s for s in spans if s.name == "ncclReduceScatter fsdp-grads"]
+    m = w.parallel.num_microbatches
+    assert len(gathers) == 2 * 4 * m and len(reduces) == 4 * m  # forward and backward, every layer
+    first_compute = {}
+    for s in spans:
+        a = dict(s.args)
+        if s.stream is Stream.COMPUTE and "layer" in a:
+            first_compute.setdefault((a["phase"], a["microbatch"], a["layer"]), s.start_s)
+    for g in gathers:
+        a = dict(g.args)
+        phase = "fwd" if a["phase"] == "fwd" else "bwd"
+        assert first_compute[(phase, a["microbatch"], a["layer"])] >= g.end_s - 1e-15
+    # the optimizer step waits for every reduce-scatter, and no bucketed all-reduce remains
+    opt = next(s for s in spans if s.name == "optimizer")
+    assert opt.start_s >= max(r.end_s for r in reduces) - 1e-15
+    assert not [s for s in spans if "grads" in s.name and "fsdp" not in s.name]
