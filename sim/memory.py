@@ -95,7 +95,7 @@ def state_bytes(model: ModelSpec, parallel: ParallelSpec, stage: int) -> StateBy
     data-parallel ranks, ZeRO-2 the gradients as well, ZeRO-3 (FSDP) the weights too.
     """
     p = stage_params(model, parallel, stage)
-    z, dp = parallel.zero, parallel.dp
+    z, dp = parallel.zero, parallel.dp * parallel.cp  # CP ranks hold the same weights (dp-cp group)
     return StateBytes(p * WEIGHT_BYTES / (dp if z >= 3 else 1), p * GRAD_BYTES / (dp if z >= 2 else 1),
                       p * OPTIMIZER_BYTES / (dp if z >= 1 else 1), p)
 
@@ -121,6 +121,7 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
       ``4 b (a/t) s``; selective recomputation then saves nothing more.
     * selective recomputation drops the ``5 a s^2 b / t`` term; full recomputation stores
       only the layer input, ``2 sbh`` (``/ t`` with sequence parallelism).
+    * context parallelism stores every token-wise term for ``s / cp`` tokens.
 
     >>> from sim.workload.spec import ModelSpec, ParallelSpec
     >>> m = ModelSpec("gpt3", 96, 12288, 96, 96, 49152, 51200, 2048)
@@ -130,7 +131,7 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
     [14.25, 4.25, 0.25]
     """
     rc = parallel.recompute if recompute is None else recompute
-    s, b, h, t = model.seq_length, parallel.micro_batch_size, model.hidden_size, parallel.tp
+    s, b, h, t = model.seq_length // parallel.cp, parallel.micro_batch_size, model.hidden_size, parallel.tp
     sb = s * b
     sp = parallel.sequence_parallel
     if rc is RecomputeKind.FULL:
@@ -170,7 +171,7 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
     """The :class:`ActivationModel` of ``w`` (under ``recompute``, default the workload's)."""
     m, p = w.model, w.parallel
     rc = p.recompute if recompute is None else recompute
-    sb, h, t = m.seq_length * p.micro_batch_size, m.hidden_size, p.tp
+    sb, h, t = m.seq_length // p.cp * p.micro_batch_size, m.hidden_size, p.tp
     div = t if p.sequence_parallel else 1
     stored = layer_activation_bytes(m, p, rc)
     transient = layer_activation_bytes(m, p, RecomputeKind.NONE) if rc is RecomputeKind.FULL else 0.0
@@ -250,7 +251,7 @@ def _other_bytes(w: WorkloadSpec, stage: int) -> float:
     other = float(CUBLAS_WORKSPACE_BYTES)
     if p.sequence_parallel:
         # Megatron-LM's global buffer for the gathered sequence (get_global_memory_buffer)
-        other += 2.0 * m.seq_length * p.micro_batch_size * m.hidden_size
+        other += 2.0 * m.seq_length // p.cp * p.micro_batch_size * m.hidden_size
     if p.zero >= 3:
         split, replicated = _layer_split(m)
         other += ZERO3_PREFETCH_LAYERS * (split / p.tp + replicated) * WEIGHT_BYTES

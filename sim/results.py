@@ -57,10 +57,12 @@ class RankInfo:
     tp: int
     pp: int
     dp: int
+    cp: int = 0
 
     @property
     def label(self) -> str:
-        return f"rank {self.rank} (node {self.node}, GPU {self.local_gpu}) pp={self.pp} tp={self.tp} dp={self.dp}"
+        cp = f" cp={self.cp}" if self.cp else ""
+        return f"rank {self.rank} (node {self.node}, GPU {self.local_gpu}) pp={self.pp} tp={self.tp}{cp} dp={self.dp}"
 
 
 @dataclass

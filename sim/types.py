@@ -74,6 +74,9 @@ class CollectiveKind(str, Enum):
     REDUCE_SCATTER = "reduce-scatter"
     ALL_TO_ALL = "all-to-all"
     SEND_RECV = "send-recv"
+    RING_EXCHANGE = "ring-exchange"
+    """Every rank of the group sends to the next and receives from the previous at once
+    (nccl-tests' ``sendrecv``): one step of ring attention's K/V rotation."""
 
 
 class Stream(IntEnum):
@@ -92,6 +95,8 @@ class Stream(IntEnum):
     """Gradients received from the next pipeline stage."""
     DP_GATHER = 27
     """ZeRO-3 / FSDP parameter all-gathers (prefetched one layer ahead)."""
+    CP_COMM = 28
+    """Context parallelism's K/V ring exchanges."""
 
     @property
     def label(self) -> str:
@@ -104,6 +109,7 @@ class Stream(IntEnum):
             Stream.PP_SEND_GRAD: "pp-send-grad",
             Stream.PP_RECV_GRAD: "pp-recv-grad",
             Stream.DP_GATHER: "dp-gather",
+            Stream.CP_COMM: "cp-comm",
         }[self]
 
 

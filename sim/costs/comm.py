@@ -94,6 +94,18 @@ def plan_comm(fabric: Fabric, op: CommOp, representative: bool) -> CommPlan:
     """
     loads = Counter() if representative else None
     groups = list(op.replicas) if (representative and op.replicas) else [op.group]
+    if op.collective is CollectiveKind.RING_EXCHANGE:
+        flows = []
+        latency = 0.0
+        for g in groups:
+            if len(g) == 1:
+                continue
+            for i, src in enumerate(g):
+                dst = g[(i + 1) % len(g)]
+                route = fabric.route(src, dst)
+                latency = max(latency, route.latency_s)
+                flows.append((src, dst, op.size_bytes / route.efficiency(op.size_bytes), route.links))
+        return CommPlan((_phase(latency, flows, loads),) if flows else (), "ring-exchange")
     if op.collective is CollectiveKind.SEND_RECV:
         flows = []
         latency = 0.0

@@ -9,15 +9,23 @@ all-gather before and a reduce-scatter after, and runs norms and dropout on ``s/
 In the backward, Megatron overlaps the input-gradient all-reduce (or reduce-scatter) with the
 weight-gradient GEMM, and the re-gather of the input with the input-gradient GEMM.
 
-Each step is ``Step(stream, name, op, wait)``: a compute op (``stream is None``) or a TP
-collective whose result the ``wait``-th following compute op waits for (0: the next).
+Each step is ``Step(stream, name, op, wait)``: a compute op (``stream is None``) or a
+collective on ``stream`` whose result the ``wait``-th following compute op waits for (0: the
+next).
+
+Context parallelism (Megatron-LM ``--context-parallel-size``; Liu et al. 2023, "Ring
+Attention", arXiv 2310.01889) splits every sequence over the CP ranks, so all token-wise ops
+see ``s / cp`` tokens; attention runs in ``cp`` steps, each on the rank's queries against one
+K/V chunk while the next chunk arrives from the previous rank (a ring exchange overlapped with
+the compute). With Megatron's causal load balancing (each rank holds chunks ``i`` and
+``2cp - 1 - i``) every rank does ``1 / cp`` of the causal attention work.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.types import CollectiveKind, CommClass, Dtype, OpKind
+from sim.types import CollectiveKind, CommClass, Dtype, OpKind, Stream
 from sim.workload.ops import AttentionOp, BatchedGemmOp, CommOp, GemmOp, MemoryOp, Op, dtype_bytes
 from sim.workload.spec import ModelSpec, ParallelSpec
 
@@ -29,9 +37,9 @@ ACT_DTYPE = Dtype.BF16
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One op of a pass: ``tp`` True for a TP collective, else a compute op."""
+    """One op of a pass: a collective on ``stream``, or a compute op when it is None."""
 
-    tp: bool
+    stream: Stream | None
     name: str
     op: Op
     wait: int = 0
@@ -58,11 +66,14 @@ class LayerOps:
 
 
 def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: tuple[int, ...],
-              replicas: tuple[tuple[int, ...], ...] = ()) -> LayerOps:
-    """Build the step lists of one pipeline stage whose TP group is ``tp_group``."""
+              replicas: tuple[tuple[int, ...], ...] = (), cp_group: tuple[int, ...] = (0,),
+              cp_replicas: tuple[tuple[int, ...], ...] = ()) -> LayerOps:
+    """Build the step lists of one pipeline stage whose TP group is ``tp_group`` (and CP group
+    ``cp_group``; ``replicas`` list the groups doing the same at the same time)."""
     t = parallel.tp
+    cp = parallel.cp
     b, s, h = parallel.micro_batch_size, model.seq_length, model.hidden_size
-    T = b * s
+    T = b * s // cp
     sp = parallel.sequence_parallel
     Tn = T // t if sp else T  # tokens a norm or dropout sees
     e = dtype_bytes(ACT_DTYPE)
@@ -83,16 +94,16 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     tp_on = t > 1
 
     def gather(name: str, wait: int = 0) -> list[Step]:
-        return [Step(True, f"ncclAllGather {name}", ag, wait)] if (sp and tp_on) else []
+        return [Step(Stream.TP_COMM, f"ncclAllGather {name}", ag, wait)] if (sp and tp_on) else []
 
     def reduce(name: str, wait: int = 0) -> list[Step]:
         if not tp_on:
             return []
-        return [Step(True, f"ncclReduceScatter {name}", rs, wait)] if sp else \
-            [Step(True, f"ncclAllReduce {name}", ar, wait)]
+        return [Step(Stream.TP_COMM, f"ncclReduceScatter {name}", rs, wait)] if sp else \
+            [Step(Stream.TP_COMM, f"ncclAllReduce {name}", ar, wait)]
 
     def c(name: str, op: Op) -> Step:
-        return Step(False, name, op)
+        return Step(None, name, op)
 
     def mem(kind: OpKind, nbytes: float) -> MemoryOp:
         return MemoryOp(kind, float(nbytes))
@@ -100,7 +111,9 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     norm = mem(OpKind.NORM, 2 * Tn * h * e)
     norm_bwd = mem(OpKind.NORM, 3 * Tn * h * e)
     dropout_add = mem(OpKind.ELEMENTWISE, Tn * h * (3 * e + 1))
-    if parallel.flash_attention:
+    if cp > 1:
+        attn_fwd, attn_bwd = _ring_attention(model, parallel, heads, kv_heads, cp_group, cp_replicas)
+    elif parallel.flash_attention:
         attn_fwd = [c("attention", AttentionOp(b, heads, kv_heads, s, model.head_dim, True, False, ACT_DTYPE))]
         attn_bwd = [c("attention-bwd", AttentionOp(b, heads, kv_heads, s, model.head_dim, True, True, ACT_DTYPE))]
     else:
@@ -131,7 +144,7 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
                 # Megatron's vocab-parallel cross entropy: fp32 logits, max / sum-exp / target
                 # all-reduced over TP (megatron/core/tensor_parallel/cross_entropy.py).
                 c("cross-entropy", mem(OpKind.LOSS, logits * (e + 3 * 4))),
-                *([Step(True, "ncclAllReduce loss", small_ar)] if tp_on else []))
+                *([Step(Stream.TP_COMM, "ncclAllReduce loss", small_ar)] if tp_on else []))
     head_bwd = (c("cross-entropy-bwd", mem(OpKind.LOSS, logits * (4 + e))),
                 c("lm-head-dgrad", g(T, h, V // t)), *reduce("head-grad", wait=1),
                 c("lm-head-wgrad", g(V // t, h, T)), c("final-norm-bwd", norm_bwd))
@@ -148,10 +161,10 @@ def _unfused_attention(batch: int, s: int, hd: int, e: float) -> tuple[list[Step
     scores = batch * s * s
 
     def bmm(name: str, m: int, n: int, k: int) -> Step:
-        return Step(False, name, BatchedGemmOp(batch, m, n, k, ACT_DTYPE))
+        return Step(None, name, BatchedGemmOp(batch, m, n, k, ACT_DTYPE))
 
     def pointwise(name: str, nbytes: float) -> Step:
-        return Step(False, name, MemoryOp(OpKind.ATTENTION, float(nbytes)))
+        return Step(None, name, MemoryOp(OpKind.ATTENTION, float(nbytes)))
 
     fwd = [bmm("attn-scores", s, s, hd), pointwise("softmax", scores * 2 * e),
            pointwise("attn-dropout", scores * (2 * e + 1)), bmm("attn-values", s, hd, s)]
@@ -159,3 +172,30 @@ def _unfused_attention(batch: int, s: int, hd: int, e: float) -> tuple[list[Step
            pointwise("attn-dropout-bwd", scores * (2 * e + 1)), pointwise("softmax-bwd", scores * 3 * e),
            bmm("attn-scores-dgrad", s, hd, s), bmm("attn-scores-wgrad", s, hd, s)]
     return fwd, bwd
+
+
+def _ring_attention(model: ModelSpec, parallel: ParallelSpec, heads: int, kv_heads: int,
+                    cp_group: tuple[int, ...], cp_replicas: tuple[tuple[int, ...], ...]
+                    ) -> tuple[list[Step], list[Step]]:
+    """Ring attention over ``cp`` ranks (Megatron-LM / Transformer Engine ``cp_comm_type=p2p``):
+    ``cp`` attention steps, each ``1 / cp`` of the rank's causal work, with the next K/V chunk
+    exchanged around the ring while a step computes; the backward also passes the K/V
+    gradients, so it moves twice the bytes."""
+    cp = parallel.cp
+    b, s, hd = parallel.micro_batch_size, model.seq_length, model.head_dim
+    fwd_op = AttentionOp(b, heads, kv_heads, s, hd, True, False, ACT_DTYPE, 1.0 / (cp * cp))
+    bwd_op = AttentionOp(b, heads, kv_heads, s, hd, True, True, ACT_DTYPE, 1.0 / (cp * cp))
+    kv_bytes = 2.0 * b * (s // cp) * kv_heads * hd * dtype_bytes(ACT_DTYPE)
+    fwd_x = CommOp(CollectiveKind.RING_EXCHANGE, CommClass.CP, cp_group, kv_bytes, cp_replicas)
+    bwd_x = CommOp(CollectiveKind.RING_EXCHANGE, CommClass.CP, cp_group, 2.0 * kv_bytes, cp_replicas)
+
+    def steps(name: str, op: AttentionOp, x: CommOp) -> list[Step]:
+        out: list[Step] = []
+        for j in range(cp):
+            if j < cp - 1:
+                # exchange chunk j+1 while step j computes; step j+1 waits for it
+                out.append(Step(Stream.CP_COMM, f"ncclSendRecv {name}-kv", x, wait=1))
+            out.append(Step(None, name, op))
+        return out
+
+    return steps("attention", fwd_op, fwd_x), steps("attention-bwd", bwd_op, bwd_x)

@@ -1,8 +1,11 @@
 """Where each rank sits: Megatron-LM's rank order and the communication groups.
 
-Megatron-LM orders ranks ``tp-cp-ep-dp-pp`` (TP innermost): ``rank = tp + TP (dp + DP pp)``
-(``megatron/core/parallel_state.py``, default ``order="tp-cp-ep-dp-pp"``), so a TP group sits
-inside a node and pipeline stages are farthest apart.
+Megatron-LM orders ranks ``tp-cp-ep-dp-pp`` (TP innermost): ``rank = tp + TP (cp + CP (dp +
+DP pp))`` (``megatron/core/parallel_state.py``, default ``order="tp-cp-ep-dp-pp"``), so a TP
+group sits inside a node and pipeline stages are farthest apart. Context-parallel ranks hold
+the same weights, so their gradients are reduced together with the data-parallel ones (the
+``dp-cp`` group): here the ``dp`` coordinate runs over both, ``dp = cp + CP dp_pure``, and a CP
+group is a block of ``CP`` consecutive ``dp`` coordinates.
 """
 
 from __future__ import annotations
@@ -16,15 +19,17 @@ __all__ = ["Layout"]
 
 @dataclass(frozen=True)
 class Layout:
-    """Rank <-> (tp, dp, pp) coordinates and the groups that follow."""
+    """Rank <-> (tp, dp, pp) coordinates and the groups that follow; ``dp`` counts the data
+    and context-parallel ranks together (``cp`` of them per CP group)."""
 
     tp: int
     dp: int
     pp: int
+    cp: int = 1
 
     @classmethod
     def of(cls, parallel: ParallelSpec) -> "Layout":
-        return cls(parallel.tp, parallel.dp, parallel.pp)
+        return cls(parallel.tp, parallel.dp * parallel.cp, parallel.pp, parallel.cp)
 
     @property
     def world_size(self) -> int:
@@ -53,6 +58,19 @@ class Layout:
 
     def dp_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
         return tuple(self.dp_group(t, pp) for t in range(self.tp))
+
+    def cp_group(self, tp: int, dp: int, pp: int) -> tuple[int, ...]:
+        """The context-parallel group of the rank at (tp, dp, pp), in ring order.
+
+        >>> Layout(2, 4, 1, cp=2).cp_group(1, 3, 0)
+        (5, 7)
+        """
+        first = dp - dp % self.cp
+        return tuple(self.rank(tp, first + c, pp) for c in range(self.cp))
+
+    def cp_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
+        """Every CP group of stage ``pp``."""
+        return tuple(self.cp_group(t, d, pp) for d in range(0, self.dp, self.cp) for t in range(self.tp))
 
     def stage_pairs(self, src_pp: int, dst_pp: int) -> tuple[tuple[int, int], ...]:
         """Every (sender, receiver) pair between two stages, same tp and dp coordinates."""

@@ -101,6 +101,9 @@ class AttentionOp:
     causal: bool
     backward: bool
     dtype: Dtype = Dtype.BF16
+    fraction: float = 1.0
+    """Share of the whole sequence's attention this op does (one ring-attention step of
+    context parallelism does ``1 / cp^2``)."""
 
     kind = OpKind.ATTENTION
 
@@ -109,7 +112,7 @@ class AttentionOp:
         fwd = 4.0 * self.batch * self.heads * self.seq * self.seq * self.head_dim
         if self.causal:
             fwd *= causal_fraction(self.seq)
-        return fwd * (FA_BACKWARD_FLOP_RATIO if self.backward else 1.0)
+        return fwd * (FA_BACKWARD_FLOP_RATIO if self.backward else 1.0) * self.fraction
 
     @property
     def bytes(self) -> float:
@@ -117,7 +120,7 @@ class AttentionOp:
         e = dtype_bytes(self.dtype)
         qo = 2 * self.batch * self.heads * self.seq * self.head_dim * e
         kv = 2 * self.batch * self.kv_heads * self.seq * self.head_dim * e
-        return (qo + kv) * (2.0 if self.backward else 1.0)
+        return (qo + kv) * (2.0 if self.backward else 1.0) * self.fraction ** 0.5
 
 
 @dataclass(frozen=True, slots=True)

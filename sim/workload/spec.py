@@ -119,8 +119,9 @@ class ParallelSpec:
         for f in ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "micro_batch_size",
                   "global_batch_size", "grad_bucket_size_params"):
             _positive_int(f"parallel.{f}", getattr(self, f))
-        if self.cp != 1:
-            raise ConfigError(_SPEC, "parallel.cp", "1 (context parallelism is not built yet)", self.cp)
+        if self.cp > 1 and not self.flash_attention:
+            raise ConfigError(_SPEC, "parallel.flash_attention",
+                              "true with parallel.cp > 1 (ring attention is built on fused attention)", False)
         if self.ep != 1:
             raise ConfigError(_SPEC, "parallel.ep", "1 (expert parallelism is not built yet)", self.ep)
         if self.zero_stage not in (0, 1, 2, 3):
@@ -202,6 +203,10 @@ class WorkloadSpec:
         if m.ffn_hidden_size % p.tp:
             raise ConfigError(_SPEC, "parallel.tp",
                               f"a divisor of model.ffn_hidden_size={m.ffn_hidden_size}", p.tp)
+        if p.cp > 1 and m.seq_length % (2 * p.cp):
+            raise ConfigError(_SPEC, "model.seq_length",
+                              f"a multiple of 2 x parallel.cp = {2 * p.cp} (load-balanced causal context "
+                              "parallelism gives each rank two chunks)", m.seq_length)
         chunks = p.pp * p.virtual_pipeline_stages
         if m.num_layers % chunks:
             raise ConfigError(_SPEC, "model.num_layers",

@@ -162,8 +162,8 @@ class _RankProgram:
         """Issue ``steps``; return the first and last compute task."""
         first = last = None
         for st in steps:
-            if st.tp:
-                t = self.collective(Stream.TP_COMM, st.name, st.op, args,
+            if st.stream is not None:
+                t = self.collective(st.stream, st.name, st.op, args,
                                     [self.last_c] if self.last_c >= 0 else [])
                 self.pending.append([t.id, st.wait])
             else:
@@ -256,7 +256,7 @@ class _RankProgram:
         for i, (pas, mb, chunk) in enumerate(order):
             if pas is Pass.BACKWARD:
                 last_b[chunk] = i
-        act_size = m.seq_length * p.micro_batch_size * m.hidden_size * 2.0 / p.tp
+        act_size = m.seq_length // p.cp * p.micro_batch_size * m.hidden_size * 2.0 / p.tp
         am = activation_model(w)
         rc = p.recompute
         fsdp = p.zero >= 3 and p.dp > 1
@@ -451,11 +451,14 @@ def build_program(w: WorkloadSpec, representative: bool = True,
         tp_c, dp_c, stage = layout.coords(r)
         group = layout.tp_group(dp_c, stage)
         replicas = layout.tp_groups(stage) if representative else ()
-        ops = ops_cache.get(group)
+        cp_group = layout.cp_group(tp_c, dp_c, stage)
+        cp_replicas = layout.cp_groups(stage) if representative else ()
+        ops = ops_cache.get((group, cp_group))
         if ops is None:
-            ops = ops_cache[group] = layer_ops(w.model, p, w.dtype, group, replicas)
+            ops = ops_cache[(group, cp_group)] = layer_ops(w.model, p, w.dtype, group, replicas, cp_group,
+                                                           cp_replicas)
         _RankProgram(b, w, layout, r, ops, representative).build()
-        infos.append(RankInfo(r, node_of(r), local_gpu_of(r), tp_c, stage, dp_c))
+        infos.append(RankInfo(r, node_of(r), local_gpu_of(r), tp_c, stage, dp_c // p.cp, dp_c % p.cp))
         sm = stage_memory(w, stage)
         static[r] = sm.weights_bytes + sm.grads_bytes + sm.optimizer_bytes + sm.other_bytes
     for key, n in b.members.items():

@@ -102,6 +102,7 @@ def _nodes_of(topo, gpus: int):
           dist_opt=True), 4),
     (dict(tp=1, pp=2, dp=8, gbs=16, overlap=False), 4),
     (dict(tp=2, pp=2, dp=4, gbs=16, zero=3, recompute=RecomputeKind.FULL), 4),
+    (dict(tp=2, pp=2, dp=2, cp=2, gbs=8, sp=True, dist_opt=True), 4),
 ])
 def test_representative_and_full_simulation_agree(kw, gpus_per_node):
     """Exact where no link carries traffic of two different collectives from ranks that the
@@ -199,7 +200,7 @@ def test_trace_of_an_interleaved_dp_run_is_valid():
         assert validate_chrome_trace(obj) == []
         events = obj["traceEvents"]
         assert sum(e["ph"] == "s" for e in events) == sum(e["ph"] == "f" for e in events) > 0
-        assert {e["tid"] for e in events if e["ph"] == "X"} >= {int(s) for s in Stream} - {int(Stream.DP_GATHER)}
+        assert {e["tid"] for e in events if e["ph"] == "X"} >= {int(s) for s in Stream} - {int(Stream.DP_GATHER), int(Stream.CP_COMM)}
 
 
 def test_zero3_gathers_each_layer_before_it_computes_and_reduces_after():
@@ -223,3 +224,30 @@ def test_zero3_gathers_each_layer_before_it_computes_and_reduces_after():
     opt = next(s for s in spans if s.name == "optimizer")
     assert opt.start_s >= max(r.end_s for r in reduces) - 1e-15
     assert not [s for s in spans if "grads" in s.name and "fsdp" not in s.name]
+
+
+def test_context_parallel_ring_exchanges_overlap_the_attention_steps():
+    w = make_workload(tp=1, pp=1, dp=1, cp=4, gbs=1, layers=1, seq=4096)
+    run = simulate(w, load_topology("dgx-a100"))
+    spans = run.result.spans
+    fwd = [s for s in spans if dict(s.args).get("phase") == "fwd"]
+    steps = [s for s in fwd if s.name == "attention"]
+    exchanges = [s for s in fwd if s.stream is Stream.CP_COMM]
+    assert len(steps) == 4 and len(exchanges) == 3
+    for j, x in enumerate(exchanges):
+        # exchange j starts when step j starts and step j+1 waits for it
+        assert x.start_s == pytest.approx(steps[j].start_s)
+        assert steps[j + 1].start_s >= x.end_s - 1e-15
+    rep = make_report(run)
+    assert rep.exposed_comm_s["cp"] >= 0.0 and rep.parallel["cp"] == 4
+
+
+def test_context_parallelism_divides_activation_memory_and_token_work():
+    from sim.memory import stage_memory
+
+    base = make_workload(tp=1, pp=1, dp=4, gbs=4, layers=2, seq=8192)
+    cp = make_workload(tp=1, pp=1, dp=1, cp=4, gbs=1, layers=2, seq=8192)
+    assert stage_memory(cp, 0).activations_bytes < stage_memory(base, 0).activations_bytes / 3
+    t_base = simulate(base, load_topology("dgx-a100")).result.makespan_s
+    t_cp = simulate(cp, load_topology("dgx-a100")).result.makespan_s
+    assert t_cp < t_base  # a quarter of one sequence per GPU, against a whole one

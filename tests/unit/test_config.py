@@ -299,7 +299,7 @@ def test_bad_dtype(tmp_path):
 
 
 def test_spec_check_names_the_file(tmp_path):
-    err = _error(_tiny_with(tmp_path, "parallel", "cp", 2), "parallel.cp")
+    err = _error(_tiny_with(tmp_path, "parallel", "ep", 2), "parallel.ep")
     assert "not built yet" in err.expected
 
 
