@@ -85,14 +85,6 @@ def test_default_preset_is_the_korthikanti_case_plus_name_and_topology():
     assert preset == case
 
 
-def test_validation_copies_are_unchanged():
-    shared = REPO.parent / "shared" / "validation" / "cases"
-    if not shared.is_dir():
-        pytest.skip("no shared validation folder beside the repository")
-    for theirs in shared.glob("*.yaml"):
-        assert (WORKLOADS / "validation" / theirs.name).read_bytes() == theirs.read_bytes()
-
-
 @pytest.mark.parametrize("path", CASE_FILES, ids=lambda p: p.stem)
 def test_validation_cases_load_or_say_why_not(path):
     results = load_cases(str(path))

@@ -1,0 +1,88 @@
+"""Framework defaults: how a case's null parallel settings are filled.
+
+Megatron-LM and torchtitan differ in what they do when a setting is not given (sequence
+parallelism, ZeRO/FSDP sharding, gradient-reduction overlap, FlashAttention, batch sizes), and
+Megatron-LM changed over the years; each helper here reads the setting or fills it the way the
+case's ``framework`` would, recording a note.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sim.config.fields import _Fields, _Notes
+
+
+def _sp_default(f: _Fields, tp: int, framework: str, notes: _Notes) -> bool:
+    """Sequence parallelism when a case leaves it null: torchtitan's tensor-parallel plan
+    always shards norms along the sequence (``SequenceParallel`` in parallelize_llama.py);
+    Megatron-LM only with ``--sequence-parallel``."""
+    flag = f.flag("sequence_parallel")
+    if flag is not None:
+        return flag
+    if "torchtitan" in framework.lower() and tp > 1:
+        return notes.fill("parallel.sequence_parallel", True, "torchtitan's TP plan uses SequenceParallel")
+    return notes.fill("parallel.sequence_parallel", False, "off by default")
+
+
+def _zero_default(framework: str, notes: _Notes) -> int:
+    """ZeRO stage when a case leaves it null: torchtitan shards parameters, gradients and
+    optimizer state over its data-parallel ranks with FSDP2 by default (ZeRO-3); Megatron-LM
+    shards nothing unless told to."""
+    if "torchtitan" in framework.lower():
+        return notes.fill("parallel.zero_stage", 3, "torchtitan default: FSDP2 full sharding")
+    return notes.fill("parallel.zero_stage", 0, "no ZeRO sharding")
+
+
+def _framework_year(framework: str) -> int | None:
+    years = [int(y) for y in re.findall(r"\b(20\d\d)\b", framework)]
+    return max(years) if years else None
+
+
+def _overlap_default(f: _Fields, framework: str, notes: _Notes) -> bool:
+    """Whether the data-parallel gradient reduction overlaps the backward pass. Megatron-LM's
+    2021-2022 ``--DDP-impl local`` all-reduced the gradients after the backward pass;
+    ``--overlap-grad-reduce`` (bucketed, during the backward) came with Megatron-Core's
+    DistributedDataParallel in 2023. Later frameworks overlap by default in their recipes."""
+    flag = f.flag("overlap_grad_reduce")
+    if flag is not None:
+        return flag
+    year = _framework_year(framework)
+    if year is not None and year <= 2022:
+        return notes.fill("parallel.overlap_grad_reduce", False,
+                          f"framework '{framework}': gradients all-reduced after the backward (--DDP-impl local)")
+    return True
+
+
+def _flash_default(f: _Fields, framework: str, notes: _Notes) -> bool:
+    """FlashAttention unless the producing framework predates it: Megatron-LM gained
+    ``--use-flash-attn`` in 2023, so a framework dated 2022 or earlier ran unfused attention."""
+    flag = f.flag("flash_attention")
+    if flag is not None:
+        return flag
+    year = _framework_year(framework)
+    if year is not None and year <= 2022:
+        return notes.fill("parallel.flash_attention", False,
+                          f"framework '{framework}' predates FlashAttention in Megatron-LM (2023)")
+    return True
+
+
+def _flag_default(f: _Fields, key: str, notes: _Notes, why: str) -> bool:
+    value = f.flag(key)
+    return notes.fill(f.field(key), False, why) if value is None else value
+
+
+def _batch_sizes(f: _Fields, dp: int, pp: int, framework: str, notes: _Notes) -> tuple[int, int]:
+    mbs, gbs = f.integer("micro_batch_size"), f.integer("global_batch_size")
+    if mbs is None:
+        if "torchtitan" in framework.lower() and pp == 1 and gbs and gbs % dp == 0:
+            mbs = notes.fill("parallel.micro_batch_size", gbs // dp, "torchtitan: local batch = "
+                             "global / dp, no gradient accumulation")
+        else:
+            mbs = notes.fill("parallel.micro_batch_size", 1, "torchtitan's pipeline micro-batch "
+                             "default" if "torchtitan" in framework.lower() else
+                             "Megatron-LM sets none; 1 is the usual choice")
+    if gbs is None:
+        gbs = notes.fill("parallel.global_batch_size", mbs * dp, "Megatron-LM default: "
+                         "micro_batch_size x dp, one micro-batch")
+    return mbs, gbs

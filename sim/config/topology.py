@@ -1,0 +1,133 @@
+"""Topology files: a scale-up domain and a scale-out fabric in, a :class:`TopologySpec` out.
+
+The files give their numbers in human units named in the keys (``bandwidth_GBps``,
+``latency_us``, ``nic_bandwidth_Gbps``); the links and efficiency curves are converted here to SI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sim.config.fields import _apply_overrides, _Fields, _is_number, _located, _read_yaml, _resolve
+from sim.errors import ConfigError
+from sim.hardware import EfficiencyCurve, get_gpu, gpu_names
+from sim.topology.spec import (FabricKind, LinkSpec, ScaleOutSpec, ScaleUpKind, ScaleUpSpec,
+                               TopologySpec)
+from sim.types import parse_enum
+from sim.units import GBIT_PER_S, GBPS, US
+
+_TOPO_KEYS = ("name", "description", "gpu", "gpus_per_node", "num_gpus", "scale_up", "scale_out",
+              "sources")
+_EFF_KEYS = ("efficiency", "efficiency_by_size_bytes")
+_UP_KEYS = ("kind", "domain_size", "bandwidth_GBps", "latency_us") + _EFF_KEYS
+_OUT_KEYS = ("kind", "nics_per_node", "nic_bandwidth_Gbps", "latency_us", "nodes_per_leaf",
+             "switch_latency_us", "oversubscription", "pcie") + _EFF_KEYS
+_PCIE_KEYS = ("bandwidth_GBps", "latency_us") + _EFF_KEYS
+_TOPO_SETTABLE = ({"scale_up": _UP_KEYS, "scale_out": _OUT_KEYS}, _TOPO_KEYS[:5])
+_DEFAULT_TOPOLOGY = {"A100-SXM4-80GB": "dgx-a100", "H100-SXM5-80GB": "dgx-h100",
+                     "H100-SXM5-96GB-HBM2e": "dgx-h100", "H200": "dgx-h100", "B200": "dgx-b200",
+                     "GB200": "gb200-nvl72", "GB300": "gb200-nvl72"}
+
+
+def default_topology_name(gpu_name: str) -> str:
+    """The topology preset a GPU is usually deployed in.
+
+    >>> default_topology_name("H200")
+    'dgx-h100'
+    """
+    try:
+        return _DEFAULT_TOPOLOGY[get_gpu(gpu_name).name]
+    except KeyError:
+        raise ConfigError("<gpu>", "system.gpu", f"one of {sorted(_DEFAULT_TOPOLOGY)}",
+                          gpu_name) from None
+
+
+def load_topology(path_or_name: str, overrides: Sequence[str] = ()) -> TopologySpec:
+    """Load a topology file, or a preset of the repository's ``topologies/`` folder.
+
+    Parameters
+    ----------
+    path_or_name : str
+        A YAML file, or a preset name such as ``dgx-a100``.
+    overrides : sequence of str
+        ``KEY=VALUE`` items such as ``scale_up.bandwidth_GBps=600``.
+
+    Raises
+    ------
+    ConfigError
+        For any malformed input, naming the file and the field.
+
+    >>> load_topology("dgx-a100").scale_up.link.bandwidth_bytes_per_s
+    300000000000.0
+    """
+    file = _resolve(path_or_name, "topologies")
+    path = str(file)
+    raw = _Fields(_read_yaml(file), path, "", _TOPO_KEYS).raw
+    f = _Fields(_apply_overrides(raw, overrides, _TOPO_SETTABLE), path, "", _TOPO_KEYS)
+    up = _Fields(f.raw.get("scale_up"), path, "scale_up", _UP_KEYS)
+    out = _Fields(f.raw.get("scale_out"), path, "scale_out", _OUT_KEYS)
+    gpu = f.text("gpu")
+    if gpu is not None:
+        try:
+            gpu = get_gpu(gpu).name
+        except KeyError:
+            raise f.error("gpu", f"one of {gpu_names()} or null", gpu) from None
+    with _located(path):
+        return TopologySpec(
+            name=f.text("name") or file.stem,
+            gpus_per_node=f.integer("gpus_per_node", required=True, positive=True),
+            scale_up=ScaleUpSpec(kind=_kind(up, ScaleUpKind), link=_link(up, "bandwidth_GBps", GBPS),
+                                 domain_size=up.integer("domain_size", required=True, positive=True)),
+            scale_out=_scale_out(out), gpu=gpu, num_gpus=f.integer("num_gpus", positive=True),
+            description=f.text("description") or "")
+
+
+def _kind(f: _Fields, kind: type) -> object:
+    return parse_enum(kind, f.text("kind", required=True), f.path, f.field("kind"))
+
+
+def _scale_out(out: _Fields) -> ScaleOutSpec:
+    switch_us, oversub = out.number("switch_latency_us") or 0.0, out.number("oversubscription")
+    if not switch_us >= 0:
+        raise out.error("switch_latency_us", "a non-negative latency", switch_us)
+    if oversub is not None and not oversub >= 1:
+        raise out.error("oversubscription", "a ratio >= 1 (1 is non-blocking)", oversub)
+    pcie = out.raw.get("pcie")
+    return ScaleOutSpec(
+        kind=_kind(out, FabricKind), nic=_link(out, "nic_bandwidth_Gbps", GBIT_PER_S),
+        nics_per_node=out.integer("nics_per_node", required=True, positive=True),
+        nodes_per_leaf=out.integer("nodes_per_leaf", positive=True) or 32,
+        switch_latency_s=switch_us * US, oversubscription=oversub or 1.0,
+        pcie=None if pcie is None else
+        _link(_Fields(pcie, out.path, "scale_out.pcie", _PCIE_KEYS), "bandwidth_GBps", GBPS))
+
+
+def _link(f: _Fields, bandwidth_key: str, unit: float) -> LinkSpec:
+    bandwidth = f.number(bandwidth_key, required=True)
+    if not bandwidth > 0:
+        raise f.error(bandwidth_key, "a positive bandwidth", bandwidth)
+    latency = f.number("latency_us", required=True)
+    if not latency >= 0:
+        raise f.error("latency_us", "a non-negative latency", latency)
+    return LinkSpec(bandwidth_bytes_per_s=bandwidth * unit, latency_s=latency * US,
+                    efficiency=_efficiency(f))
+
+
+def _efficiency(f: _Fields) -> EfficiencyCurve:
+    given = [k for k in _EFF_KEYS if f.raw.get(k) is not None]
+    if len(given) != 1:
+        raise f.error("efficiency", "exactly one of efficiency or efficiency_by_size_bytes", given)
+    if given[0] == "efficiency":
+        value = f.number("efficiency")
+        if not 0.0 < value <= 1.0:
+            raise f.error("efficiency", "a fraction in (0, 1]", value)
+        return EfficiencyCurve.constant(value)
+    pairs = f.raw["efficiency_by_size_bytes"]
+    expected = "a list of [message bytes, fraction] pairs, sizes increasing, fractions in (0, 1]"
+    if not (isinstance(pairs, list) and pairs and all(
+            isinstance(p, list) and len(p) == 2 and all(map(_is_number, p)) for p in pairs)):
+        raise f.error("efficiency_by_size_bytes", expected, pairs)
+    try:
+        return EfficiencyCurve(tuple((float(s), float(e)) for s, e in pairs))
+    except ValueError:
+        raise f.error("efficiency_by_size_bytes", expected, pairs) from None

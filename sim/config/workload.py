@@ -1,0 +1,334 @@
+"""Workload files: one case (or a list of published cases) in, a :class:`WorkloadSpec` out.
+
+Builds the model, parallel, system and reference parts of a case, filling null settings the
+way the producing framework (Megatron-LM, torchtitan) would (the framework-specific parallel
+defaults are in :mod:`sim.config.defaults`) and noting each default filled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from sim.config.defaults import (_batch_sizes, _flag_default, _flash_default, _overlap_default,
+                                 _sp_default, _zero_default)
+from sim.config.fields import (_apply_overrides, _Fields, _is_number, _located, _Notes, _presets,
+                               _read_yaml, _resolve)
+from sim.errors import ConfigError
+from sim.hardware import GPUSpec, get_gpu, gpu_names
+from sim.hf import read_hf_config
+from sim.types import Dtype, RecomputeKind, ScheduleKind
+from sim.units import GiB
+from sim.workload.spec import ModelSpec, ParallelSpec, Reference, SystemSpec, WorkloadSpec
+
+DEFAULT_WORKLOAD = "gpt3-175b"
+_TOP_KEYS = ("id", "name", "description", "source", "model", "system", "parallel", "dtype",
+             "precision_as_published", "framework", "measured", "targets", "flop_formula",
+             "derived_fields", "config_complete", "notes")
+_MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
+               "ffn_hidden_size", "vocab_size", "seq_length", "gated_mlp", "tied_embeddings",
+               "head_dim", "activation", "normalization", "position_embedding", "arch_source",
+               "hf_config")
+_PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "schedule",
+                  "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute",
+                  "distributed_optimizer", "zero_stage", "overlap_grad_reduce",
+                  "grad_bucket_size_params", "flash_attention", "details")
+_SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node",
+                "description")
+_WORKLOAD_SETTABLE = ({"model": _MODEL_KEYS, "parallel": _PARALLEL_KEYS, "system": _SYSTEM_KEYS},
+                      ("name", "id", "dtype"))
+_GATED = frozenset({"swiglu", "silu", "swish", "geglu"})
+_NVL72_GPUS = ("GB200", "GB300")
+
+
+def _cases_in(path: Path) -> list[object]:
+    raw = _read_yaml(path)
+    if isinstance(raw, Mapping):
+        return [raw]
+    if isinstance(raw, list):
+        return raw
+    raise ConfigError(str(path), "<top level>", "a mapping (one case) or a list of cases",
+                      type(raw).__name__)
+
+
+def load_workload(path: str | None = None, overrides: Sequence[str] = ()) -> WorkloadSpec:
+    """Load one workload; see :func:`load_workload_with_notes`, whose notes this drops."""
+    return load_workload_with_notes(path, overrides)[0]
+
+
+def load_workload_with_notes(path: str | None = None,
+                             overrides: Sequence[str] = ()) -> tuple[WorkloadSpec, list[str]]:
+    """Load one workload and say which null settings were filled by defaults.
+
+    Parameters
+    ----------
+    path : str or None
+        A workload file, or the name of a preset in the repository's ``workloads/`` folder
+        (with or without ``.yaml``); None loads ``gpt3-175b``. The file holds one case: a
+        mapping, or a list with exactly one item.
+    overrides : sequence of str
+        ``KEY=VALUE`` items (``parallel.tp=4``, ``system.gpu=H100-SXM5-80GB``), applied to the
+        file's mapping before any spec is built; VALUE is read as YAML.
+
+    Returns
+    -------
+    (WorkloadSpec, list of str)
+        The spec and notes such as ``"parallel.recompute: null -> none (...)"``.
+
+    Raises
+    ------
+    ConfigError
+        For any malformed input, naming the file (``<--set>`` for a bad override) and field.
+    """
+    file = _resolve(path or DEFAULT_WORKLOAD, "workloads")
+    cases = _cases_in(file)
+    if len(cases) != 1:
+        raise ConfigError(str(file), "<top level>", "one case (use load_cases for a list)",
+                          f"a list of {len(cases)} cases")
+    raw = _Fields(cases[0], str(file), "", _TOP_KEYS).raw
+    return _build_workload(_apply_overrides(raw, overrides, _WORKLOAD_SETTABLE), file)
+
+
+def load_cases(path: str, overrides: Sequence[str] = ()) -> list[tuple[str, WorkloadSpec | ConfigError]]:
+    """Load every case of a validation-case file (a YAML list of cases).
+
+    Returns
+    -------
+    list of (str, WorkloadSpec or ConfigError)
+        Each case's id and its spec, or the ConfigError saying why it cannot be built (a
+        feature not built yet, a value not published, ...).
+
+    Raises
+    ------
+    ConfigError
+        If the file itself cannot be read or parsed.
+    """
+    file = _resolve(path, "workloads")
+    out: list[tuple[str, WorkloadSpec | ConfigError]] = []
+    for i, case in enumerate(_cases_in(file)):
+        case_id = case.get("id") if isinstance(case, Mapping) else None
+        case_id = case_id if isinstance(case_id, str) else f"{file.stem}[{i}]"
+        try:
+            raw = _Fields(case, str(file), "", _TOP_KEYS).raw
+            out.append((case_id, _build_workload(_apply_overrides(raw, overrides, _WORKLOAD_SETTABLE),
+                                                 file)[0]))
+        except ConfigError as exc:
+            out.append((case_id, exc))
+    return out
+
+
+@dataclass(frozen=True)
+class CaseRecord:
+    """One published case as ``llmsim validate`` needs it: the spec (or why there is none),
+    the notes on the defaults filled in, and the measured targets in the case's own units
+    (``iteration_time_s``, ``tflops_per_gpu``, ``tokens_per_s_per_gpu``, ``peak_memory_gib``,
+    ``layer_forward_ms``, ``layer_backward_ms``)."""
+
+    id: str
+    file: str
+    workload: WorkloadSpec | None
+    error: ConfigError | None
+    notes: tuple[str, ...]
+    targets: dict
+    includes_recompute: bool | None
+    config_complete: bool
+
+
+_TARGET_METRICS = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "peak_memory_gib",
+                   "layer_forward_ms", "layer_backward_ms")
+
+
+def load_case_records(path: str) -> list[CaseRecord]:
+    """Every case of a validation-case file with its targets, for ``llmsim validate``."""
+    file = _resolve(path, "workloads")
+    out: list[CaseRecord] = []
+    for i, case in enumerate(_cases_in(file)):
+        mapping = case if isinstance(case, Mapping) else {}
+        case_id = mapping.get("id") if isinstance(mapping.get("id"), str) else f"{file.stem}[{i}]"
+        raw_targets = mapping.get("targets") if isinstance(mapping.get("targets"), Mapping) else {}
+        targets, recompute_flag = {}, None
+        for metric in _TARGET_METRICS:
+            t = raw_targets.get(metric)
+            if isinstance(t, Mapping) and _is_number(t.get("value")):
+                targets[metric] = float(t["value"])
+                if metric == "tflops_per_gpu" and isinstance(t.get("includes_recompute"), bool):
+                    recompute_flag = t["includes_recompute"]
+        complete = mapping.get("config_complete") is True
+        try:
+            raw = _Fields(case, str(file), "", _TOP_KEYS).raw
+            spec, notes = _build_workload(raw, file)
+            out.append(CaseRecord(case_id, str(file), spec, None, tuple(notes), targets, recompute_flag, complete))
+        except ConfigError as exc:
+            out.append(CaseRecord(case_id, str(file), None, exc, (), targets, recompute_flag, complete))
+    return out
+
+
+def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
+    path, notes = str(file), _Notes()
+    top = _Fields(raw, path, "", _TOP_KEYS)
+    case_id = top.text("id")
+    name = top.text("name") or case_id or file.stem
+    framework = raw.get("framework") if isinstance(raw.get("framework"), str) else ""
+    model = _build_model(raw.get("model"), path, file.parent, framework, notes, name)
+    system_f = _Fields(raw.get("system"), path, "system", _SYSTEM_KEYS)
+    gpu = _gpu(system_f)
+    num_gpus = system_f.integer("num_gpus")
+    parallel = _build_parallel(_Fields(raw.get("parallel"), path, "parallel", _PARALLEL_KEYS),
+                               num_gpus, framework, notes)
+    if num_gpus is None:
+        num_gpus = notes.fill("system.num_gpus", parallel.num_gpus, "tp x pp x dp x cp")
+    system = _build_system(system_f, gpu, num_gpus, file.parent, notes)
+    dtype = top.enum("dtype", Dtype, notes, Dtype.BF16, "bf16 mixed precision")
+    source = raw.get("source")
+    source = source.get("publication") if isinstance(source, Mapping) else source
+    source = source if isinstance(source, str) else case_id or file.name
+    reference = _build_reference(raw.get("targets"), path, source)
+    chunks = parallel.pp * parallel.virtual_pipeline_stages
+    if model.num_layers % chunks:
+        raise ConfigError(path, "model.num_layers", f"a multiple of parallel.pp x parallel."
+                          f"virtual_pipeline_stages = {chunks} (uneven pipeline stages are not "
+                          "built yet)", model.num_layers)
+    with _located(path):
+        spec = WorkloadSpec(name=name, model=model, parallel=parallel, system=system, dtype=dtype,
+                            reference=reference)
+    return spec, list(notes)
+
+
+def _build_model(raw: object, path: str, base: Path, framework: str, notes: _Notes,
+                 default_name: str) -> ModelSpec:
+    if raw is None:
+        raise ConfigError(path, "model", "a mapping of model dimensions, or a Hugging Face "
+                          "config.json path", None)
+    if isinstance(raw, str):
+        raw = {"hf_config": raw}
+    f = _Fields(raw, path, "model", _MODEL_KEYS)
+    merged = dict(f.raw)
+    hf_path = f.text("hf_config")
+    if hf_path is not None:
+        hf_file = base / hf_path
+        if not hf_file.is_file():
+            raise f.error("hf_config", "an existing Hugging Face config.json (relative to the "
+                          "workload file's folder)", str(hf_file))
+        merged = {**read_hf_config(hf_file), **{k: v for k, v in f.raw.items() if v is not None}}
+    f = _Fields(merged, path, "model", _MODEL_KEYS)
+    heads = f.integer("num_attention_heads", required=True)
+    hidden = f.integer("hidden_size", required=True)
+    kv = f.integer("num_kv_heads")
+    ffn = f.integer("ffn_hidden_size")
+    seq = f.integer("seq_length")
+    if seq is None and "torchtitan" in framework.lower():
+        seq = notes.fill("model.seq_length", 8192, "torchtitan Llama 3 train configs' seq_len")
+    gated, activation = f.flag("gated_mlp"), f.text("activation")
+    if gated is None:
+        gated = notes.fill("model.gated_mlp", (activation or "").lower() in _GATED,
+                           f"from activation {activation}" if activation else
+                           "Megatron-LM default: GeLU MLP, not gated")
+    tied = f.flag("tied_embeddings")
+    with _located(path):
+        return ModelSpec(
+            name=f.text("name") or default_name,
+            num_layers=f.integer("num_layers", required=True),
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_kv_heads=notes.fill("model.num_kv_heads", heads, "= heads: multi-head attention")
+            if kv is None else kv,
+            ffn_hidden_size=notes.fill("model.ffn_hidden_size", 4 * hidden, "4 x hidden_size, the "
+                                       "GPT / Megatron-LM default") if ffn is None else ffn,
+            vocab_size=f.integer("vocab_size", required=True),
+            seq_length=f.integer("seq_length", required=True) if seq is None else seq,
+            gated_mlp=gated,
+            tied_embeddings=notes.fill("model.tied_embeddings", False, "assumed untied: output "
+                                       "layer counted apart") if tied is None else tied,
+            head_dim=f.integer("head_dim") or 0,
+        )
+
+
+def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
+                    notes: _Notes) -> ParallelSpec:
+    tp_pp = {k: f.integer(k) for k in ("tp", "pp")}
+    for key in [k for k, v in tp_pp.items() if v is None]:
+        tp_pp[key] = notes.fill(f"parallel.{key}", 1, "Megatron-LM default")
+    tp, pp = tp_pp["tp"], tp_pp["pp"]
+    cp, ep = (1 if f.integer(k) is None else f.integer(k) for k in ("cp", "ep"))
+    dp = f.integer("dp")
+    if dp is None:
+        if num_gpus is None:
+            raise f.error("dp", "an integer, or system.num_gpus to derive it from", None)
+        if num_gpus % (tp * pp * cp):
+            raise f.error("dp", f"null only when system.num_gpus={num_gpus} is a multiple of "
+                          f"tp x pp x cp = {tp * pp * cp}", None)
+        dp = notes.fill("parallel.dp", num_gpus // (tp * pp * cp), "system.num_gpus / (tp x pp x cp)")
+    elif num_gpus is not None and None in (f.raw.get("tp"), f.raw.get("pp")) \
+            and tp * pp * dp * cp != num_gpus:
+        missing = "parallel.tp" if f.raw.get("tp") is None else "parallel.pp"
+        raise ConfigError(f.path, missing, f"a value: tp/pp are not published and cannot be set by "
+                          f"default (tp x pp must be {num_gpus / (dp * cp):g})", None)
+    vps = f.integer("virtual_pipeline_stages")
+    vps = notes.fill("parallel.virtual_pipeline_stages", 1, "no interleaving") if vps is None else vps
+    schedule = f.enum("schedule", ScheduleKind, notes, ScheduleKind.INTERLEAVED if vps > 1 else
+                      ScheduleKind.ONE_F_ONE_B, f"virtual_pipeline_stages={vps}")
+    mbs, gbs = _batch_sizes(f, dp, pp, framework, notes)
+    recompute = f.enum("recompute", RecomputeKind, notes, RecomputeKind.NONE,
+                       "Megatron-LM default: no recomputation")
+    zero, bucket = f.integer("zero_stage"), f.integer("grad_bucket_size_params")
+    with _located(f.path):
+        return ParallelSpec(
+            tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, virtual_pipeline_stages=vps, schedule=schedule,
+            sequence_parallel=_sp_default(f, tp, framework, notes),
+            micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute,
+            distributed_optimizer=_flag_default(f, "distributed_optimizer", notes, "off by default"),
+            zero_stage=_zero_default(framework, notes) if zero is None else zero,
+            overlap_grad_reduce=_overlap_default(f, framework, notes),
+            grad_bucket_size_params=40_000_000 if bucket is None else bucket,
+            flash_attention=_flash_default(f, framework, notes),
+        )
+
+
+def _gpu(f: _Fields) -> GPUSpec:
+    if f.raw.get("gpu") is None and not f.raw:
+        raise ConfigError(f.path, "system", "a mapping with gpu and num_gpus", None)
+    name = f.text("gpu", required=True)
+    try:
+        return get_gpu(name)
+    except KeyError:
+        raise f.error("gpu", f"one of {gpu_names()}", name) from None
+
+
+def _build_system(f: _Fields, gpu: GPUSpec, num_gpus: int, base: Path, notes: _Notes) -> SystemSpec:
+    per_node = f.integer("gpus_per_node")
+    if per_node is None:
+        per_node = notes.fill("system.gpus_per_node", 4, "an NVL72 compute tray") \
+            if gpu.name in _NVL72_GPUS else notes.fill("system.gpus_per_node", 8, "a DGX/HGX node")
+    topology = f.text("topology")
+    if topology is not None:
+        if (base / topology).is_file():
+            topology = str(base / topology)
+        elif not Path(topology).is_file() and \
+                topology.removesuffix(".yaml") not in _presets("topologies"):
+            raise f.error("topology", f"a topology file or one of the presets "
+                          f"{_presets('topologies')}", topology)
+    with _located(f.path):
+        return SystemSpec(gpu=gpu, num_gpus=num_gpus, gpus_per_node=per_node, topology=topology)
+
+
+def _build_reference(raw: object, path: str, source: str) -> Reference | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ConfigError(path, "targets", "a mapping of target names to {value: ...}", raw)
+    values: dict[str, object] = {}
+    for key in ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "peak_memory_gib"):
+        entry = raw.get(key)
+        entry = {"value": entry} if isinstance(entry, (int, float)) and not isinstance(entry, bool) \
+            else entry
+        f = _Fields(entry, path, f"targets.{key}", tuple(entry) if isinstance(entry, Mapping) else ())
+        values[key] = f.number("value")
+        if key == "tflops_per_gpu":
+            values["tflops_includes_recompute"] = f.flag("includes_recompute")
+    if all(v is None for v in values.values()):
+        return None
+    memory = values.pop("peak_memory_gib")
+    return Reference(source=source, peak_memory_bytes=None if memory is None else memory * GiB,
+                     **values)
+
