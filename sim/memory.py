@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from sim.types import RecomputeKind
 from sim.workload.schedules import Pass, pipeline_order
-from sim.workload.spec import ModelSpec, ParallelSpec, WorkloadSpec
+from sim.workload.spec import ModelSpec, ParallelSpec, WorkloadSpec, pipeline_split
 
 __all__ = ["WEIGHT_BYTES", "GRAD_BYTES", "OPTIMIZER_BYTES", "StateBytes", "ActivationModel", "StageMemory",
            "stage_params", "state_bytes", "layer_activation_bytes", "activation_model", "stage_memory",
@@ -71,11 +71,13 @@ def _layer_split(model: ModelSpec) -> tuple[int, int]:
 def stage_params(model: ModelSpec, parallel: ParallelSpec, stage: int) -> float:
     """Parameters held by one GPU of pipeline stage ``stage`` (Megatron's division).
 
-    Layers are split evenly over the ``pp`` stages, their matrices over ``tp``; the first stage
+    Layers are split over the stages by :func:`~sim.workload.spec.pipeline_split`, their
+    matrices over ``tp``; the first stage
     holds the input embedding and the last the output layer (a second copy when tied and
     ``pp > 1``), each split over ``tp`` by vocabulary.
     """
-    layers = model.num_layers // parallel.pp
+    counts = pipeline_split(model.num_layers, parallel.pp * parallel.virtual_pipeline_stages)
+    layers = sum(counts[c * parallel.pp + stage] for c in range(parallel.virtual_pipeline_stages))
     split, replicated = _layer_split(model)
     params = layers * (split / parallel.tp + replicated)
     emb = model.embedding_params() / parallel.tp
@@ -221,7 +223,7 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel) -> f
     """
     p = w.parallel
     pp, v = p.pp, p.virtual_pipeline_stages
-    per_vs = w.model.num_layers // (pp * v)
+    vs_layers = w.virtual_stage_layers()
     last = pp * v - 1
     cur = peak = 0.0
     for pas, _mb, chunk in pipeline_order(p.schedule, pp, v, p.num_microbatches, stage):
@@ -229,7 +231,7 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel) -> f
         if pas is Pass.FORWARD:
             if vs == 0:
                 cur += am.embedding
-            cur += per_vs * am.layer_stored
+            cur += len(vs_layers[vs]) * am.layer_stored
             if vs == last:
                 cur += am.head + am.logits
             peak = max(peak, cur)
@@ -238,7 +240,7 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel) -> f
                 cur -= am.logits + am.head
             # each layer's backward holds its transient on top, then frees what it stored
             peak = max(peak, cur + am.layer_transient)
-            cur -= per_vs * am.layer_stored
+            cur -= len(vs_layers[vs]) * am.layer_stored
             if vs == 0:
                 cur -= am.embedding
     return peak

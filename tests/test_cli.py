@@ -219,7 +219,10 @@ BAD_INPUTS = [
     # tiny has 16 heads and tp 2 x pp 2 x dp 2 = 8 GPUs: tp=3 fails heads % tp before the GPU count
     ("heads-not-divisible-by-tp", _args("run", "tiny", "--set", "parallel.tp=3", file=TINY),
      ("parallel.tp", "num_attention_heads")),
-    ("layers-not-divisible-by-pp-x-vps", _file("layers.yaml", _set("model", num_layers=3)),
+    # 1 layer cannot fill 2 x 2 virtual stages even counting the embedding and loss as layers
+    ("layers-not-divisible-by-pp-x-vps", _file("layers.yaml", lambda d: (
+        d["model"].update(num_layers=1),
+        d["parallel"].update(virtual_pipeline_stages=2, schedule="interleaved-1f1b"))),
      ("model.num_layers", "virtual_pipeline_stages")),
     ("batch-not-divisible-by-micro-x-dp", _file("gbs.yaml", _set("parallel", global_batch_size=7)),
      "parallel.global_batch_size"),

@@ -7,6 +7,8 @@ defaults are in :mod:`sim.config.defaults`) and noting each default filled.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,7 +22,7 @@ from sim.hardware import GPUSpec, get_gpu, gpu_names
 from sim.hf import read_hf_config
 from sim.types import Dtype, RecomputeKind, ScheduleKind
 from sim.units import GiB
-from sim.workload.spec import ModelSpec, ParallelSpec, Reference, SystemSpec, WorkloadSpec
+from sim.workload.spec import ModelSpec, ParallelSpec, Reference, SystemSpec, WorkloadSpec, pipeline_split
 
 DEFAULT_WORKLOAD = "gpt3-175b"
 _TOP_KEYS = ("id", "name", "description", "source", "model", "system", "parallel", "dtype",
@@ -185,10 +187,12 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     source = source if isinstance(source, str) else case_id or file.name
     reference = _build_reference(raw.get("targets"), path, source)
     chunks = parallel.pp * parallel.virtual_pipeline_stages
-    if model.num_layers % chunks:
-        raise ConfigError(path, "model.num_layers", f"a multiple of parallel.pp x parallel."
-                          f"virtual_pipeline_stages = {chunks} (uneven pipeline stages are not "
-                          "built yet)", model.num_layers)
+    split = pipeline_split(model.num_layers, chunks)
+    if model.num_layers % chunks and split is not None:
+        notes.append(f"model.num_layers: {model.num_layers} over {chunks} pipeline stages -> "
+                     f"{split[0]} on the first, {split[-1]} on the last, up to {max(split)} between "
+                     "(embedding and loss counted as a layer each, Megatron-LM "
+                     "--account-for-embedding/loss-in-pipeline-split)")
     with _located(path):
         spec = WorkloadSpec(name=name, model=model, parallel=parallel, system=system, dtype=dtype,
                             reference=reference)
@@ -235,13 +239,35 @@ def _build_model(raw: object, path: str, base: Path, framework: str, notes: _Not
             if kv is None else kv,
             ffn_hidden_size=notes.fill("model.ffn_hidden_size", 4 * hidden, "4 x hidden_size, the "
                                        "GPT / Megatron-LM default") if ffn is None else ffn,
-            vocab_size=f.integer("vocab_size", required=True),
+            vocab_size=_vocab(f, notes),
             seq_length=f.integer("seq_length", required=True) if seq is None else seq,
             gated_mlp=gated,
             tied_embeddings=notes.fill("model.tied_embeddings", False, "assumed untied: output "
                                        "layer counted apart") if tied is None else tied,
             head_dim=f.integer("head_dim") or 0,
         )
+
+
+_KNOWN_VOCABULARIES = (
+    # (name pattern, vocabulary, source): the tokenizer a model family ships with
+    (r"\bllama[ -]?2\b", 32000, "Llama 2 tokenizer (meta-llama/Llama-2-7b-hf config.json)"),
+    (r"\bllama[ -]?3", 128256, "Llama 3 tokenizer (meta-llama/llama-models sku_list.py)"),
+    (r"\bnemotron", 256000, "Nemotron-4 tokenizer (NeMo NemotronConfig; Nemotron-4 340B report)"),
+    (r"\bgpt-?3\b", 50257, "GPT-2 BPE tokenizer, as GPT-3 used (Brown et al. 2020)"),
+)
+
+
+def _vocab(f: _Fields, notes: _Notes) -> int:
+    """The vocabulary, or, when a case leaves it null, the tokenizer of the model family its
+    name says (a fact about the model, not a guess about the run)."""
+    vocab = f.integer("vocab_size")
+    if vocab is not None:
+        return vocab
+    name = (f.text("name") or "").lower()
+    for pattern, size, source in _KNOWN_VOCABULARIES:
+        if re.search(pattern, name):
+            return notes.fill("model.vocab_size", size, source)
+    return f.integer("vocab_size", required=True)
 
 
 def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,

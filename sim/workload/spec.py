@@ -15,7 +15,7 @@ from sim.errors import ConfigError
 from sim.hardware import GPUSpec
 from sim.types import Dtype, RecomputeKind, ScheduleKind
 
-__all__ = ["ModelSpec", "ParallelSpec", "SystemSpec", "Reference", "WorkloadSpec"]
+__all__ = ["ModelSpec", "ParallelSpec", "SystemSpec", "Reference", "WorkloadSpec", "pipeline_split"]
 
 _SPEC = "<spec>"
 
@@ -23,6 +23,29 @@ _SPEC = "<spec>"
 def _positive_int(field: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(_SPEC, field, "a positive integer", value)
+
+
+def pipeline_split(num_layers: int, chunks: int) -> tuple[int, ...] | None:
+    """Layers per virtual pipeline stage, first to last.
+
+    Even when ``chunks`` divides the layers. Otherwise the embedding and the loss count as one
+    layer each and the ``L + 2`` units are spread evenly, so the first and the last stage get
+    one layer fewer -- Megatron-LM's ``--account-for-embedding-in-pipeline-split
+    --account-for-loss-in-pipeline-split``, which its Llama 3.1 405B recipes use (126 layers).
+    None when even that leaves a stage with fewer than no layers.
+
+    >>> pipeline_split(96, 8)[:2], pipeline_split(126, 8), sum(pipeline_split(126, 64))
+    ((12, 12), (15, 16, 16, 16, 16, 16, 16, 15), 126)
+    """
+    if num_layers % chunks == 0:
+        return (num_layers // chunks,) * chunks
+    base, rem = divmod(num_layers + 2, chunks)
+    counts = [base] * chunks
+    for i in range(rem):  # the remainder goes to the middle stages
+        counts[1 + i % max(chunks - 2, 1)] += 1
+    counts[0] -= 1
+    counts[-1] -= 1
+    return tuple(counts) if min(counts) >= 0 and sum(counts) == num_layers else None
 
 
 @dataclass(frozen=True)
@@ -208,10 +231,10 @@ class WorkloadSpec:
                               f"a multiple of 2 x parallel.cp = {2 * p.cp} (load-balanced causal context "
                               "parallelism gives each rank two chunks)", m.seq_length)
         chunks = p.pp * p.virtual_pipeline_stages
-        if m.num_layers % chunks:
+        if pipeline_split(m.num_layers, chunks) is None:
             raise ConfigError(_SPEC, "model.num_layers",
-                              f"a multiple of parallel.pp x parallel.virtual_pipeline_stages = {chunks}",
-                              m.num_layers)
+                              f"enough layers for parallel.pp x parallel.virtual_pipeline_stages = {chunks} "
+                              "stages (counting the embedding and the loss as a layer each)", m.num_layers)
         if p.global_batch_size % (p.micro_batch_size * p.dp):
             raise ConfigError(_SPEC, "parallel.global_batch_size",
                               f"a multiple of micro_batch_size x dp = {p.micro_batch_size * p.dp}",
@@ -226,6 +249,20 @@ class WorkloadSpec:
                               f"tp x pp x dp x cp = {p.tp}x{p.pp}x{p.dp}x{p.cp} = {p.num_gpus}", s.num_gpus)
         if not s.gpu.supports(self.dtype):
             raise ConfigError(_SPEC, "dtype", f"a format {s.gpu.name} supports", self.dtype.value)
+
+    def virtual_stage_layers(self) -> tuple[range, ...]:
+        """The layers of each virtual pipeline stage (``chunk x pp + stage``), in order."""
+        counts = pipeline_split(self.model.num_layers, self.parallel.pp * self.parallel.virtual_pipeline_stages)
+        out, start = [], 0
+        for n in counts:
+            out.append(range(start, start + n))
+            start += n
+        return tuple(out)
+
+    def stage_layers(self, stage: int) -> int:
+        """How many layers pipeline stage ``stage`` holds over all its chunks."""
+        vs = self.virtual_stage_layers()
+        return sum(len(vs[c * self.parallel.pp + stage]) for c in range(self.parallel.virtual_pipeline_stages))
 
     @property
     def tokens_per_iteration(self) -> int:

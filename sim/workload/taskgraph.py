@@ -250,7 +250,7 @@ class _RankProgram:
         m = w.model
         pp, v = p.pp, p.virtual_pipeline_stages
         n_vs = pp * v
-        per_vs = m.num_layers // n_vs
+        vs_layers = w.virtual_stage_layers()
         order = pipeline_order(p.schedule, pp, v, p.num_microbatches, self.stage)
         last_b = {}
         for i, (pas, mb, chunk) in enumerate(order):
@@ -260,10 +260,10 @@ class _RankProgram:
         am = activation_model(w)
         rc = p.recompute
         fsdp = p.zero >= 3 and p.dp > 1
-        buckets = self.buckets(per_vs)
+        buckets = self.buckets(vs_layers)
         for i, (pas, mb, chunk) in enumerate(order):
             vs = chunk * pp + self.stage
-            layers = range(vs * per_vs, (vs + 1) * per_vs)
+            layers = vs_layers[vs]
             if pas is Pass.FORWARD:
                 args = (("phase", "fwd"), ("microbatch", mb), ("chunk", chunk))
                 if vs > 0:
@@ -328,7 +328,7 @@ class _RankProgram:
         self.finish()
 
     # -- data parallel ---------------------------------------------------------------------
-    def buckets(self, per_vs: int) -> dict[tuple, list[float]]:
+    def buckets(self, vs_layers: tuple[range, ...]) -> dict[tuple, list[float]]:
         """Gradient buckets (parameter counts), keyed by the (chunk, layer) after whose last
         backward they are complete; ``(chunk, "end")`` for the chunk's embedding/head params.
 
@@ -349,7 +349,7 @@ class _RankProgram:
             if vs == pp * v - 1 and (pp > 1 or not m.tied_embeddings):
                 acc += emb
             last_layer = None
-            for layer in reversed(range(vs * per_vs, (vs + 1) * per_vs)):
+            for layer in reversed(vs_layers[vs]):
                 acc += per_layer
                 last_layer = layer
                 if acc >= p.grad_bucket_size_params:

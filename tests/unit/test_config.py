@@ -262,8 +262,17 @@ def test_heads_not_divisible_by_tp(tmp_path):
     assert "num_attention_heads=16" in err.expected
 
 
-def test_layers_not_divisible_by_pp_times_vps(tmp_path):
-    _error(_tiny_with(tmp_path, "model", "num_layers", 5), "model.num_layers")
+def test_layers_that_cannot_fill_the_pipeline(tmp_path):
+    data = _tiny()
+    data["model"]["num_layers"] = 1
+    data["parallel"].update(virtual_pipeline_stages=2, schedule="interleaved-1f1b")
+    _error(_write(tmp_path, data), "model.num_layers")
+
+
+def test_uneven_layers_are_split_megatron_style_and_noted(tmp_path):
+    spec, notes = load_workload_with_notes(str(_tiny_with(tmp_path, "model", "num_layers", 5)))
+    assert [len(r) for r in spec.virtual_stage_layers()] == [2, 3]  # 5 + 2 units: 3 + 4, less one each end
+    assert any(n.startswith("model.num_layers: 5 over 2 pipeline stages") for n in notes)
 
 
 def test_global_batch_not_divisible(tmp_path):
