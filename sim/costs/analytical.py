@@ -7,7 +7,7 @@ from sim.costs.comm import plan_comm
 from sim.costs.compute import attention_time_s, gemm_time_s, memory_time_s
 from sim.hardware import GPUSpec
 from sim.topology.routing import Fabric
-from sim.workload.ops import AttentionOp, BatchedGemmOp, CommOp, GemmOp, Op
+from sim.workload.ops import AttentionOp, CommOp, GemmOp, Op
 
 __all__ = ["AnalyticalCostModel"]
 
@@ -35,7 +35,7 @@ class AnalyticalCostModel:
     def compute_time_s(self, op: Op) -> float:
         t = self._compute.get(op)
         if t is None:
-            if isinstance(op, (GemmOp, BatchedGemmOp)):
+            if isinstance(op, GemmOp):
                 t = gemm_time_s(self.gpu, op)
             elif isinstance(op, AttentionOp):
                 t = attention_time_s(self.gpu, op)

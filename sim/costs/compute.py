@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sim.hardware import GPUSpec
 from sim.types import Dtype
-from sim.workload.ops import AttentionOp, BatchedGemmOp, GemmOp, MemoryOp
+from sim.workload.ops import AttentionOp, GemmOp, MemoryOp
 
 __all__ = ["gemm_time_s", "attention_time_s", "memory_time_s", "Dtype"]
 
@@ -18,7 +18,7 @@ def _memory_s(gpu: GPUSpec, nbytes: float) -> float:
     return nbytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency)
 
 
-def gemm_time_s(gpu: GPUSpec, op: GemmOp | BatchedGemmOp) -> float:
+def gemm_time_s(gpu: GPUSpec, op: GemmOp) -> float:
     """Time of one GEMM on ``gpu``.
 
     >>> from sim.hardware import get_gpu

@@ -20,7 +20,7 @@ from sim.costs.base import CommPlan, CostModel, Phase
 from sim.engine.network import FlowNetwork, solo_time_s
 from sim.errors import DeadlockError
 from sim.results import CounterSample, SimResult, Span
-from sim.types import OpKind, Stream
+from sim.types import Stream
 from sim.workload.taskgraph import Program
 
 __all__ = ["Simulation"]
@@ -252,7 +252,10 @@ class Simulation:
             op = t.op
             extra = op_args.get(id(op))
             if extra is None:
-                extra = (("m", op.m), ("n", op.n), ("k", op.k)) if t.kind is OpKind.GEMM else ()
+                shape = getattr(op, "m", None)
+                extra = (("m", op.m), ("n", op.n), ("k", op.k)) if shape is not None else ()
+                if getattr(op, "batch", 1) > 1:
+                    extra += (("batch", op.batch),)
                 if op.flops:
                     extra += (("flops", op.flops),)
                 extra += (("bytes", op.bytes),)

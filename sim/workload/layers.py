@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.types import CollectiveKind, CommClass, Dtype, OpKind, Stream
-from sim.workload.ops import AttentionOp, BatchedGemmOp, CommOp, GemmOp, MemoryOp, Op, dtype_bytes
+from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp, Op, dtype_bytes
 from sim.workload.spec import ModelSpec, ParallelSpec
 
 __all__ = ["Step", "LayerOps", "layer_ops"]
@@ -161,7 +161,7 @@ def _unfused_attention(batch: int, s: int, hd: int, e: float) -> tuple[list[Step
     scores = batch * s * s
 
     def bmm(name: str, m: int, n: int, k: int) -> Step:
-        return Step(None, name, BatchedGemmOp(batch, m, n, k, ACT_DTYPE))
+        return Step(None, name, GemmOp(m, n, k, ACT_DTYPE, batch, OpKind.ATTENTION))
 
     def pointwise(name: str, nbytes: float) -> Step:
         return Step(None, name, MemoryOp(OpKind.ATTENTION, float(nbytes)))

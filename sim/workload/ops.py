@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from sim.types import CollectiveKind, CommClass, Dtype, OpKind
 
-__all__ = ["GemmOp", "BatchedGemmOp", "AttentionOp", "MemoryOp", "CommOp", "Op", "dtype_bytes",
+__all__ = ["GemmOp", "AttentionOp", "MemoryOp", "CommOp", "Op", "dtype_bytes",
            "FA_BACKWARD_FLOP_RATIO", "causal_fraction"]
 
 _DTYPE_BYTES = {Dtype.FP32: 4, Dtype.TF32: 4, Dtype.BF16: 2, Dtype.FP16: 2, Dtype.FP8: 1,
@@ -45,36 +45,19 @@ def causal_fraction(seq: int) -> float:
 
 @dataclass(frozen=True, slots=True)
 class GemmOp:
-    """``C[m, n] = A[m, k] @ B[k, n]`` in ``dtype``."""
+    """``batch`` independent ``C[m, n] = A[m, k] @ B[k, n]`` in ``dtype`` (one kernel).
+
+    ``batch > 1`` is a batched GEMM (``torch.bmm``), as unfused attention computes its scores
+    and weighted values; those carry ``kind=OpKind.ATTENTION`` so their time counts as
+    attention.
+    """
 
     m: int
     n: int
     k: int
     dtype: Dtype
-
-    kind = OpKind.GEMM
-
-    @property
-    def flops(self) -> float:
-        return 2.0 * self.m * self.n * self.k
-
-    @property
-    def bytes(self) -> float:
-        return (self.m * self.k + self.k * self.n + self.m * self.n) * dtype_bytes(self.dtype)
-
-
-@dataclass(frozen=True, slots=True)
-class BatchedGemmOp:
-    """``batch`` independent ``[m, k] @ [k, n]`` GEMMs in one kernel (``torch.baddbmm``/``bmm``),
-    as unfused attention computes scores and weighted values; counted as attention time."""
-
-    batch: int
-    m: int
-    n: int
-    k: int
-    dtype: Dtype
-
-    kind = OpKind.ATTENTION
+    batch: int = 1
+    kind: OpKind = OpKind.GEMM
 
     @property
     def flops(self) -> float:
@@ -167,4 +150,4 @@ class CommOp:
         return OpKind.P2P if self.collective is CollectiveKind.SEND_RECV else OpKind.COLLECTIVE
 
 
-Op = GemmOp | BatchedGemmOp | AttentionOp | MemoryOp | CommOp
+Op = GemmOp | AttentionOp | MemoryOp | CommOp
