@@ -2,7 +2,7 @@
 
 ::
 
-    llmsim run [WORKLOAD.yaml] [--topology T] [--trace PATH] [--json PATH] [--set KEY=VALUE ...] [--full]
+    llmsim run [WORKLOAD.yaml] [--case ID] [--topology T] [--trace PATH] [--json PATH] [--set KEY=VALUE ...] [--full]
     llmsim memory [WORKLOAD.yaml] [--recompute none,selective,full] [--plot PATH.png] [--json PATH]
     llmsim validate FILE... [--json PATH]
 
@@ -53,7 +53,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from sim.report import format_report, make_report
     from sim.runner import simulate
 
-    workload, notes = load_workload_with_notes(args.workload, args.set or ())
+    workload, notes = load_workload_with_notes(args.workload, args.set or (), args.case)
     topo = _resolve_topology(workload, args.topology, notes)
     run = simulate(workload, topo, full=args.full, notes=notes)
     report = make_report(run)
@@ -85,7 +85,7 @@ def _cmd_memory(args: argparse.Namespace) -> int:
     from sim.config import load_workload_with_notes
     from sim.memory_report import format_memory, memory_json, memory_report
 
-    workload, notes = load_workload_with_notes(args.workload, args.set or ())
+    workload, notes = load_workload_with_notes(args.workload, args.set or (), args.case)
     methods = _methods(args.recompute)
     table = memory_report(workload, methods)
     print(format_memory(workload, table, notes))
@@ -133,6 +133,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", metavar="PATH", help="write the report as JSON")
     run.add_argument("--set", action="append", metavar="KEY=VALUE",
                      help="override one workload field, e.g. parallel.tp=4 (repeatable)")
+    run.add_argument("--case", metavar="ID", help="the case to run from a file of several "
+                     "(e.g. workloads/validation/korthikanti2022.yaml)")
     run.add_argument("--full", action="store_true",
                      help="simulate every rank, not one representative rank per pipeline stage")
     run.set_defaults(func=_cmd_run)
@@ -146,6 +148,7 @@ def _parser() -> argparse.ArgumentParser:
                      "(needs matplotlib: pip install 'llmsim[plot]')")
     mem.add_argument("--json", metavar="PATH", help="write the table as JSON")
     mem.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one workload field")
+    mem.add_argument("--case", metavar="ID", help="the case to use from a file of several")
     mem.set_defaults(func=_cmd_memory)
     val = sub.add_parser("validate", help="simulate published, measured runs and score the predictions",
                          description="Reads validation-case files (format: workloads/validation/README.md), "

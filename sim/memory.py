@@ -255,8 +255,11 @@ def _other_bytes(w: WorkloadSpec, stage: int) -> float:
         # Megatron-LM's global buffer for the gathered sequence (get_global_memory_buffer)
         other += 2.0 * m.seq_length // p.cp * p.micro_batch_size * m.hidden_size
     if p.zero >= 3:
-        split, replicated = _layer_split(m)
-        other += ZERO3_PREFETCH_LAYERS * (split / p.tp + replicated) * WEIGHT_BYTES
+        if p.pp > 1:  # a pipeline stage keeps all its weights gathered across micro-batches
+            other += stage_params(m, p, stage) * WEIGHT_BYTES * (1 - 1 / (p.dp * p.cp))
+        else:
+            split, replicated = _layer_split(m)
+            other += ZERO3_PREFETCH_LAYERS * (split / p.tp + replicated) * WEIGHT_BYTES
     return other
 
 

@@ -54,13 +54,13 @@ def _cases_in(path: Path) -> list[object]:
                       type(raw).__name__)
 
 
-def load_workload(path: str | None = None, overrides: Sequence[str] = ()) -> WorkloadSpec:
+def load_workload(path: str | None = None, overrides: Sequence[str] = (), case: str | None = None) -> WorkloadSpec:
     """Load one workload; see :func:`load_workload_with_notes`, whose notes this drops."""
-    return load_workload_with_notes(path, overrides)[0]
+    return load_workload_with_notes(path, overrides, case)[0]
 
 
-def load_workload_with_notes(path: str | None = None,
-                             overrides: Sequence[str] = ()) -> tuple[WorkloadSpec, list[str]]:
+def load_workload_with_notes(path: str | None = None, overrides: Sequence[str] = (),
+                             case: str | None = None) -> tuple[WorkloadSpec, list[str]]:
     """Load one workload and say which null settings were filled by defaults.
 
     Parameters
@@ -72,6 +72,8 @@ def load_workload_with_notes(path: str | None = None,
     overrides : sequence of str
         ``KEY=VALUE`` items (``parallel.tp=4``, ``system.gpu=H100-SXM5-80GB``), applied to the
         file's mapping before any spec is built; VALUE is read as YAML.
+    case : str, optional
+        The ``id`` of the case to load from a file that lists several (a validation file).
 
     Returns
     -------
@@ -85,8 +87,14 @@ def load_workload_with_notes(path: str | None = None,
     """
     file = _resolve(path or DEFAULT_WORKLOAD, "workloads")
     cases = _cases_in(file)
+    if case is not None:
+        ids = [c.get("id") for c in cases if isinstance(c, Mapping)]
+        if case not in ids:
+            shown = ", ".join(str(i) for i in ids[:6]) + (", ..." if len(ids) > 6 else "")
+            raise ConfigError(str(file), "id", f"the id of one of its {len(ids)} cases ({shown})", case)
+        cases = [cases[ids.index(case)]]
     if len(cases) != 1:
-        raise ConfigError(str(file), "<top level>", "one case (use load_cases for a list)",
+        raise ConfigError(str(file), "<top level>", "one case (pick one with --case ID)",
                           f"a list of {len(cases)} cases")
     raw = _Fields(cases[0], str(file), "", _TOP_KEYS).raw
     return _build_workload(_apply_overrides(raw, overrides, _WORKLOAD_SETTABLE), file)

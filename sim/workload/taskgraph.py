@@ -252,14 +252,21 @@ class _RankProgram:
         n_vs = pp * v
         vs_layers = w.virtual_stage_layers()
         order = pipeline_order(p.schedule, pp, v, p.num_microbatches, self.stage)
-        last_b = {}
+        last_b, first_f = {}, {}
         for i, (pas, mb, chunk) in enumerate(order):
             if pas is Pass.BACKWARD:
                 last_b[chunk] = i
+            else:
+                first_f.setdefault(chunk, i)
         act_size = m.seq_length // p.cp * p.micro_batch_size * m.hidden_size * 2.0 / p.tp
         am = activation_model(w)
         rc = p.recompute
         fsdp = p.zero >= 3 and p.dp > 1
+        # With pipeline parallelism FSDP keeps a stage's weights gathered across its
+        # micro-batches and reduce-scatters once, after the last one (torchtitan: no reshard
+        # after forward under PP; torch.distributed.pipelining turns gradient sync off for all
+        # but the last micro-batch); without it, every micro-batch gathers and reduces.
+        fsdp_once = fsdp and pp > 1
         buckets = self.buckets(vs_layers)
         for i, (pas, mb, chunk) in enumerate(order):
             vs = chunk * pp + self.stage
@@ -271,8 +278,9 @@ class _RankProgram:
                 if vs == 0:
                     self.run_steps(self.ops.embedding_fwd, args, first_mem=am.embedding)
                 prev = self.last_c
+                gather = fsdp and (not fsdp_once or i == first_f[chunk])
                 for layer in layers:
-                    if fsdp:
+                    if gather:
                         self.fsdp_gather(self.layer_params(vs, layer, layer == layers[0], layer == layers[-1]),
                                          args + (("layer", layer),), prev)
                     first, _ = self.run_steps(self.ops.layer_fwd, args + (("layer", layer),),
@@ -290,11 +298,12 @@ class _RankProgram:
                     self.run_steps(self.ops.head_bwd, args, last_mem=-(am.head + am.logits))
                 release = -(am.layer_stored + am.layer_transient)
                 prev = self.last_c
+                reduce = fsdp and (not fsdp_once or i == last_b[chunk])
                 for layer in reversed(layers):
                     la = args + (("layer", layer),)
                     n_before = len(self.b.tasks)
-                    if fsdp:
-                        lp = self.layer_params(vs, layer, layer == layers[0], layer == layers[-1])
+                    lp = self.layer_params(vs, layer, layer == layers[0], layer == layers[-1])
+                    if fsdp and not fsdp_once:
                         self.fsdp_gather(lp, la, prev)
                     bwd = self.ops.layer_bwd
                     k = self.ops.attention_bwd_index
@@ -309,7 +318,7 @@ class _RankProgram:
                     else:
                         self.run_steps(bwd, la, first_mem=am.layer_transient, last_mem=release)
                     prev = next(t.id for t in self.b.tasks[n_before:] if t.stream is Stream.COMPUTE)
-                    if fsdp:
+                    if reduce:
                         self.fsdp_reduce(lp, la)
                     if p.overlap_grad_reduce and i == last_b[chunk]:
                         for bucket in buckets.get((chunk, layer), ()):
