@@ -19,6 +19,9 @@ __all__ = ["FlowNetwork"]
 
 _REL_EPS = 1e-9
 """A flow whose remaining bytes are below this fraction of its size has finished."""
+_TIME_EPS = 1e-12
+"""...or whose remaining time is below this fraction of the clock (beyond a float's
+resolution at that time, where a timeout would not move the clock at all)."""
 
 
 class _Flow:
@@ -141,8 +144,9 @@ class FlowNetwork:
             return
         self._advance()
         keep = []
+        horizon = max(self.env.now, 1.0) * _TIME_EPS
         for f in self.active:
-            if f.remaining <= f.size * _REL_EPS:
+            if f.remaining <= f.size * _REL_EPS or f.remaining <= f.rate * horizon:
                 g = f.group
                 g.left -= 1
                 if g.left == 0:
