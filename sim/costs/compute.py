@@ -28,7 +28,8 @@ def gemm_time_s(gpu: GPUSpec, op: GemmOp) -> float:
     """
     f = op.flops
     compute = f / (gpu.peak(op.dtype) * gpu.gemm_curve(op.dtype)(f))
-    return max(compute, _memory_s(gpu, op.bytes)) + gpu.kernel_launch_s
+    cast = _memory_s(gpu, op.extra_bytes) + gpu.kernel_launch_s if op.extra_bytes else 0.0
+    return max(compute, _memory_s(gpu, op.bytes)) + gpu.kernel_launch_s + cast
 
 
 def attention_time_s(gpu: GPUSpec, op: AttentionOp) -> float:

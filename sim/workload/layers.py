@@ -33,6 +33,10 @@ __all__ = ["Step", "LayerOps", "layer_ops"]
 
 ACT_DTYPE = Dtype.BF16
 """Activations, gradients of activations and TP traffic stay in 16 bits."""
+LOW_PRECISION = frozenset({Dtype.FP8, Dtype.MXFP8, Dtype.NVFP4})
+"""GEMM formats whose inputs are cast from 16 bits before each GEMM (Transformer Engine's
+FP8/FP4 recipes: the cast writes the 8-bit copy and its scale; NVIDIA, "Using FP8 with
+Transformer Engine")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,36 +122,55 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
         attn_bwd = [c("attention-bwd", AttentionOp(b, heads, kv_heads, s, model.head_dim, True, True, ACT_DTYPE))]
     else:
         attn_fwd, attn_bwd = _unfused_attention(b * heads, s, model.head_dim, e)
-    g = lambda m_, n_, k_: GemmOp(m_, n_, k_, dtype)  # noqa: E731
-    fwd = [c("norm1", norm), *gather("qkv-in"), c("qkv", g(T, qkv_n, h)), *attn_fwd,
-           c("proj", g(T, h, q // t)), *reduce("proj-out"), c("dropout-add", dropout_add),
-           c("norm2", norm), *gather("fc1-in"), c("fc1", g(T, f * branches // t, h)),
+    low = dtype in LOW_PRECISION
+    cast = 1.0 + e  # read 16 bits, write 8
+    trans = 2.0     # read and write one 8-bit copy
+
+    def fwd_g(out: int, inp: int) -> GemmOp:
+        """Forward GEMM ``[T, inp] @ [inp, out]``; in 8 bits its input is cast first."""
+        return GemmOp(T, out, inp, dtype, extra_bytes=cast * T * inp if low else 0.0)
+
+    def dgrad_g(inp: int, out: int) -> GemmOp:
+        """Input-gradient GEMM ``[T, out] @ [out, inp]``; in 8 bits the incoming gradient is cast."""
+        return GemmOp(T, inp, out, dtype, extra_bytes=cast * T * out if low else 0.0)
+
+    def wgrad_g(inp: int, out: int) -> GemmOp:
+        """Weight-gradient GEMM ``[inp, T] @ [T, out]``; in 8 bits on Hopper both operands are
+        transposed first (its FP8 tensor cores take only the TN layout)."""
+        return GemmOp(inp, out, T, dtype, extra_bytes=trans * T * (inp + out) if low else 0.0)
+
+    fwd = [c("norm1", norm), *gather("qkv-in"), c("qkv", fwd_g(qkv_n, h)), *attn_fwd,
+           c("proj", fwd_g(h, q // t)), *reduce("proj-out"), c("dropout-add", dropout_add),
+           c("norm2", norm), *gather("fc1-in"), c("fc1", fwd_g(f * branches // t, h)),
            c("activation", mem(OpKind.ELEMENTWISE, T * f // t * e * (branches + 1))),
-           c("fc2", g(T, h, f // t)), *reduce("fc2-out"), c("dropout-add", dropout_add)]
+           c("fc2", fwd_g(h, f // t)), *reduce("fc2-out"), c("dropout-add", dropout_add)]
     bwd = [c("dropout-add-bwd", dropout_add), *gather("fc2-grad"),
-           c("fc2-dgrad", g(T, f // t, h)), c("fc2-wgrad", g(f // t, h, T)),
+           c("fc2-dgrad", dgrad_g(f // t, h)), c("fc2-wgrad", wgrad_g(f // t, h)),
            c("activation-bwd", mem(OpKind.ELEMENTWISE, T * f // t * e * (2 * branches + 1))),
-           *gather("fc1-in", wait=1), c("fc1-dgrad", g(T, h, f * branches // t)),
-           *reduce("fc1-grad", wait=1), c("fc1-wgrad", g(h, f * branches // t, T)),
+           *gather("fc1-in", wait=1), c("fc1-dgrad", dgrad_g(h, f * branches // t)),
+           *reduce("fc1-grad", wait=1), c("fc1-wgrad", wgrad_g(h, f * branches // t)),
            c("norm2-bwd", norm_bwd), c("dropout-add-bwd", dropout_add), *gather("proj-grad"),
-           c("proj-dgrad", g(T, q // t, h)), c("proj-wgrad", g(q // t, h, T))]
+           c("proj-dgrad", dgrad_g(q // t, h)), c("proj-wgrad", wgrad_g(q // t, h))]
     attention_bwd_index = len(bwd)
-    bwd += [*attn_bwd, *gather("qkv-in", wait=1), c("qkv-dgrad", g(T, h, qkv_n)),
-            *reduce("qkv-grad", wait=1), c("qkv-wgrad", g(h, qkv_n, T)), c("norm1-bwd", norm_bwd)]
+    bwd += [*attn_bwd, *gather("qkv-in", wait=1), c("qkv-dgrad", dgrad_g(h, qkv_n)),
+            *reduce("qkv-grad", wait=1), c("qkv-wgrad", wgrad_g(h, qkv_n)), c("norm1-bwd", norm_bwd)]
 
     emb_bytes = mem(OpKind.EMBEDDING, 2 * T * h * e)
     embedding_fwd = (c("embedding", emb_bytes), *reduce("embedding-out"))
     embedding_bwd = (*gather("embedding-grad"), c("embedding-bwd", emb_bytes))
     logits = T * (V // t)
     small_ar = CommOp(CollectiveKind.ALL_REDUCE, CommClass.TP, tp_group, 3 * T * 4.0, replicas)
-    head_fwd = (c("final-norm", norm), *gather("head-in"), c("lm-head", g(T, V // t, h)),
+    # the output layer stays in 16 bits under FP8/FP4 training (Megatron-LM and Transformer
+    # Engine quantize the transformer layers' linear layers only)
+    hg = lambda m_, n_, k_: GemmOp(m_, n_, k_, dtype if not low else ACT_DTYPE)  # noqa: E731
+    head_fwd = (c("final-norm", norm), *gather("head-in"), c("lm-head", hg(T, V // t, h)),
                 # Megatron's vocab-parallel cross entropy: fp32 logits, max / sum-exp / target
                 # all-reduced over TP (megatron/core/tensor_parallel/cross_entropy.py).
                 c("cross-entropy", mem(OpKind.LOSS, logits * (e + 3 * 4))),
                 *([Step(Stream.TP_COMM, "ncclAllReduce loss", small_ar)] if tp_on else []))
     head_bwd = (c("cross-entropy-bwd", mem(OpKind.LOSS, logits * (4 + e))),
-                c("lm-head-dgrad", g(T, h, V // t)), *reduce("head-grad", wait=1),
-                c("lm-head-wgrad", g(V // t, h, T)), c("final-norm-bwd", norm_bwd))
+                c("lm-head-dgrad", hg(T, h, V // t)), *reduce("head-grad", wait=1),
+                c("lm-head-wgrad", hg(V // t, h, T)), c("final-norm-bwd", norm_bwd))
     return LayerOps(tuple(fwd), tuple(bwd), attention_bwd_index, tuple(attn_fwd),
                     embedding_fwd, embedding_bwd, head_fwd, head_bwd)
 

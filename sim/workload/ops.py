@@ -58,6 +58,9 @@ class GemmOp:
     dtype: Dtype
     batch: int = 1
     kind: OpKind = OpKind.GEMM
+    extra_bytes: float = 0.0
+    """Bandwidth-bound work that goes with this GEMM: the casts (and, for FP8 weight
+    gradients on Hopper, the transposes) of its 16-bit inputs to 8 bits."""
 
     @property
     def flops(self) -> float:

@@ -251,3 +251,22 @@ def test_context_parallelism_divides_activation_memory_and_token_work():
     t_base = simulate(base, load_topology("dgx-a100")).result.makespan_s
     t_cp = simulate(cp, load_topology("dgx-a100")).result.makespan_s
     assert t_cp < t_base  # a quarter of one sequence per GPU, against a whole one
+
+
+def test_fp8_layers_pay_for_casts_and_keep_the_output_layer_in_bf16():
+    from sim.types import Dtype
+    from sim.workload.layers import layer_ops
+
+    w = make_workload(tp=1, gpu="H100-SXM5-80GB")
+    bf16 = layer_ops(w.model, w.parallel, Dtype.BF16, (0,))
+    fp8 = layer_ops(w.model, w.parallel, Dtype.FP8, (0,))
+    gemms = lambda steps: [s.op for s in steps if isinstance(s.op, GemmOp) and s.op.kind is OpKind.GEMM]  # noqa: E731
+    assert all(op.extra_bytes == 0 for op in gemms(bf16.layer_fwd + bf16.layer_bwd))
+    assert all(op.extra_bytes > 0 and op.dtype is Dtype.FP8 for op in gemms(fp8.layer_fwd + fp8.layer_bwd))
+    assert all(op.dtype is Dtype.BF16 and op.extra_bytes == 0 for op in gemms(fp8.head_fwd + fp8.head_bwd))
+    gpu = w.system.gpu
+    op = gemms(fp8.layer_fwd)[0]
+    plain = GemmOp(op.m, op.n, op.k, op.dtype)
+    assert gemm_time_s(gpu, op) == pytest.approx(
+        gemm_time_s(gpu, plain) + op.extra_bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency)
+        + gpu.kernel_launch_s)
