@@ -16,5 +16,5 @@ from sim.config.topology import default_topology_name, load_topology
 from sim.config.workload import (DEFAULT_WORKLOAD, CaseRecord, load_case_records, load_cases,
                                  load_workload, load_workload_with_notes)
 
-__all__ = ["load_workload", "load_workload_with_notes", "load_cases", "load_case_records", "CaseRecord",
+__all__ = ["DEFAULT_WORKLOAD", "load_workload", "load_workload_with_notes", "load_cases", "load_case_records", "CaseRecord",
            "load_topology", "default_topology_name"]

@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from sim.memory import _layer_split, activation_model, stage_memory, state_bytes
+from sim.memory import activation_model, stage_memory, state_bytes
 from sim.results import RankInfo
 from sim.types import CollectiveKind, CommClass, OpKind, RecomputeKind, Stream
-from sim.workload.layers import LayerOps, Step, layer_ops
+from sim.workload.dataparallel import GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES, DataParallelMixin
+from sim.workload.flops import model_flops
+from sim.workload.layers import LayerOps, layer_ops
 from sim.workload.layout import Layout
 from sim.workload.ops import CommOp, MemoryOp, Op
 from sim.workload.schedules import Pass, pipeline_order
@@ -32,10 +34,6 @@ __all__ = ["Task", "Program", "build_program", "OPTIMIZER_BYTES_PER_PARAM", "GRA
 OPTIMIZER_BYTES_PER_PARAM = 30.0
 """HBM traffic of one mixed-precision Adam step per parameter: read fp32 master weight,
 gradient, two moments (16 B), write master and moments (12 B) and the bf16 weight (2 B)."""
-GRAD_REDUCE_BYTES = 4.0
-"""Gradients are reduced in fp32 under bf16 (Megatron-LM ``arguments.py``)."""
-PARAM_GATHER_BYTES = 2.0
-"""The distributed optimizer all-gathers updated bf16 weights."""
 
 
 @dataclass(slots=True, eq=False)
@@ -120,7 +118,7 @@ class _Builder:
         return task
 
 
-class _RankProgram:
+class _RankProgram(DataParallelMixin):
     """Writes one simulated rank's tasks."""
 
     def __init__(self, b: _Builder, w: WorkloadSpec, layout: Layout, rank: int, ops: LayerOps,
@@ -174,44 +172,6 @@ class _RankProgram:
             first.mem_start_bytes += first_mem
             last.mem_end_bytes += last_mem
         return first, last
-
-    # -- ZeRO-3 / FSDP ---------------------------------------------------------------------
-    def fsdp_gather(self, params: float, args: tuple, after: int) -> None:
-        """All-gather one layer's 16-bit weights over the DP group before it computes, issued
-        when the layer before it starts (FSDP2's one-module forward and backward prefetch;
-        Zhao et al. 2023, "PyTorch FSDP", arXiv 2304.11277, Sec. 3.3)."""
-        lay = self.layout
-        op = self.b.ops.get(("fsdp-ag", self.stage, self.tp_c, params))
-        if op is None:
-            op = self.b.ops[("fsdp-ag", self.stage, self.tp_c, params)] = CommOp(
-                CollectiveKind.ALL_GATHER, CommClass.DP, lay.dp_group(self.tp_c, self.stage),
-                params * PARAM_GATHER_BYTES, lay.dp_groups(self.stage) if self.rep else ())
-        t = self.collective(Stream.DP_GATHER, "ncclAllGather fsdp-params", op, args, [after] if after >= 0 else [])
-        self.extra.append(t.id)
-
-    def fsdp_reduce(self, params: float, args: tuple) -> None:
-        """Reduce-scatter one layer's gradients (fp32) right after its backward."""
-        lay = self.layout
-        op = self.b.ops.get(("fsdp-rs", self.stage, self.tp_c, params))
-        if op is None:
-            op = self.b.ops[("fsdp-rs", self.stage, self.tp_c, params)] = CommOp(
-                CollectiveKind.REDUCE_SCATTER, CommClass.DP, lay.dp_group(self.tp_c, self.stage),
-                params * GRAD_REDUCE_BYTES, lay.dp_groups(self.stage) if self.rep else ())
-        t = self.collective(Stream.DP_COMM, "ncclReduceScatter fsdp-grads", op, args, [self.last_c])
-        self.dp_tasks.append(t.id)
-
-    def layer_params(self, vs: int, layer: int, first: bool, last: bool) -> float:
-        """One layer's parameters on this GPU, the embedding or output layer folded into the
-        first or last layer of the model (for ZeRO-3 gathers)."""
-        m, p = self.w.model, self.w.parallel
-        split, replicated = _layer_split(m)
-        params = split / p.tp + replicated
-        emb = m.embedding_params() / p.tp
-        if vs == 0 and first:
-            params += emb
-        if vs == p.pp * p.virtual_pipeline_stages - 1 and last and (p.pp > 1 or not m.tied_embeddings):
-            params += emb
-        return params
 
     # -- pipeline ------------------------------------------------------------------------
     def stage_rank(self, stage: int) -> int:
@@ -336,51 +296,6 @@ class _RankProgram:
                     self.reduce_bucket(bucket, (("phase", "grad-sync"),))
         self.finish()
 
-    # -- data parallel ---------------------------------------------------------------------
-    def buckets(self, vs_layers: tuple[range, ...]) -> dict[tuple, list[float]]:
-        """Gradient buckets (parameter counts), keyed by the (chunk, layer) after whose last
-        backward they are complete; ``(chunk, "end")`` for the chunk's embedding/head params.
-
-        Layers fill buckets of at least ``grad_bucket_size_params`` in backward order, as
-        Megatron-LM's DDP does (``megatron/core/distributed/param_and_grad_buffer.py``).
-        """
-        w, p = self.w, self.w.parallel
-        if p.dp == 1 or p.zero >= 3:
-            return {}
-        m = w.model
-        pp, v = p.pp, p.virtual_pipeline_stages
-        per_layer = m.layer_params() / p.tp
-        emb = m.embedding_params() / p.tp
-        out: dict[tuple, list[float]] = {}
-        for chunk in range(v):
-            vs = chunk * pp + self.stage
-            acc = 0.0
-            if vs == pp * v - 1 and (pp > 1 or not m.tied_embeddings):
-                acc += emb
-            last_layer = None
-            for layer in reversed(vs_layers[vs]):
-                acc += per_layer
-                last_layer = layer
-                if acc >= p.grad_bucket_size_params:
-                    out.setdefault((chunk, layer), []).append(acc)
-                    acc = 0.0
-            if vs == 0:
-                acc += emb
-            if acc > 0:
-                key = (chunk, "end") if vs == 0 else (chunk, last_layer)
-                out.setdefault(key, []).append(acc)
-        return out
-
-    def reduce_bucket(self, params: float, args: tuple) -> None:
-        p = self.w.parallel
-        group = self.layout.dp_group(self.tp_c, self.stage)
-        replicas = self.layout.dp_groups(self.stage) if self.rep else ()
-        kind = CollectiveKind.REDUCE_SCATTER if p.shards_optimizer else CollectiveKind.ALL_REDUCE
-        op = CommOp(kind, CommClass.DP, group, params * GRAD_REDUCE_BYTES, replicas)
-        name = "ncclReduceScatter grads" if p.shards_optimizer else "ncclAllReduce grads"
-        t = self.collective(Stream.DP_COMM, name, op, args + (("params", params),), [self.last_c])
-        self.dp_tasks.append(t.id)
-
     def finish(self) -> None:
         w, p = self.w, self.w.parallel
         m = w.model
@@ -407,33 +322,6 @@ class _RankProgram:
             size = sb.weights_bytes / 2.0 * PARAM_GATHER_BYTES
             op = CommOp(CollectiveKind.ALL_GATHER, CommClass.DP, group, size, replicas)
             self.collective(Stream.DP_COMM, "ncclAllGather params", op, (("phase", "param-sync"),), [opt.id])
-
-
-def model_flops(w: WorkloadSpec) -> tuple[float, float]:
-    """(model FLOPs, hardware FLOPs) of one iteration, Megatron's count.
-
-    Model FLOPs: 3 x (2 x the GEMM FLOPs per token + 4 s x q for attention scores and values)
-    over all tokens, plus the output layer -- ``72 B s l h^2 (1 + s/6h + V/12hl)`` for GPT
-    (Narayanan et al. 2021, arXiv 2104.04473, Appendix; Megatron-LM
-    ``num_floating_point_operations``). Hardware FLOPs add the recomputed forward: the whole
-    layer under full recomputation, the attention core under selective (Korthikanti et al.
-    2022, Appendix A).
-    """
-    m, p = w.model, w.parallel
-    h, q, kv, f = m.hidden_size, m.q_size, m.kv_size, m.ffn_hidden_size
-    br = 2 if m.gated_mlp else 1
-    gemm = 2.0 * (h * (q + 2 * kv) + q * h + h * f * br + f * h)
-    attn = 4.0 * m.seq_length * q
-    layer_fwd = gemm + attn
-    tokens = w.tokens_per_iteration
-    fwd = tokens * (m.num_layers * layer_fwd + 2.0 * h * m.vocab_size)
-    model = 3.0 * fwd
-    extra = 0.0
-    if p.recompute is RecomputeKind.FULL:
-        extra = tokens * m.num_layers * layer_fwd
-    elif p.recompute is RecomputeKind.SELECTIVE:
-        extra = tokens * m.num_layers * attn
-    return model, model + extra
 
 
 def build_program(w: WorkloadSpec, representative: bool = True,

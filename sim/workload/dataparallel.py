@@ -1,0 +1,105 @@
+"""Data-parallel work of one rank's program: gradient buckets reduced during the backward
+pass (Megatron-LM's DDP), and ZeRO-3/FSDP's per-layer weight gathers and gradient
+reduce-scatters. A mixin of the task-graph builder's rank program (``self.b`` is the builder,
+``self.collective`` issues a comm task); kept apart because it is its own concept.
+"""
+
+from __future__ import annotations
+
+from sim.memory import _layer_split
+from sim.types import CollectiveKind, CommClass, Stream
+from sim.workload.ops import CommOp
+
+__all__ = ["DataParallelMixin", "GRAD_REDUCE_BYTES", "PARAM_GATHER_BYTES"]
+
+GRAD_REDUCE_BYTES = 4.0
+"""Gradients are reduced in fp32 under bf16 (Megatron-LM ``arguments.py``)."""
+PARAM_GATHER_BYTES = 2.0
+"""The distributed optimizer and ZeRO-3 gather 16-bit weights."""
+
+
+class DataParallelMixin:
+    """Bucketed gradient reduction and ZeRO-3 gathers for :class:`_RankProgram`."""
+
+    # -- ZeRO-3 / FSDP ---------------------------------------------------------------------
+    def fsdp_gather(self, params: float, args: tuple, after: int) -> None:
+        """All-gather one layer's 16-bit weights over the DP group before it computes, issued
+        when the layer before it starts (FSDP2's one-module forward and backward prefetch;
+        Zhao et al. 2023, "PyTorch FSDP", arXiv 2304.11277, Sec. 3.3)."""
+        lay = self.layout
+        op = self.b.ops.get(("fsdp-ag", self.stage, self.tp_c, params))
+        if op is None:
+            op = self.b.ops[("fsdp-ag", self.stage, self.tp_c, params)] = CommOp(
+                CollectiveKind.ALL_GATHER, CommClass.DP, lay.dp_group(self.tp_c, self.stage),
+                params * PARAM_GATHER_BYTES, lay.dp_groups(self.stage) if self.rep else ())
+        t = self.collective(Stream.DP_GATHER, "ncclAllGather fsdp-params", op, args, [after] if after >= 0 else [])
+        self.extra.append(t.id)
+
+    def fsdp_reduce(self, params: float, args: tuple) -> None:
+        """Reduce-scatter one layer's gradients (fp32) right after its backward."""
+        lay = self.layout
+        op = self.b.ops.get(("fsdp-rs", self.stage, self.tp_c, params))
+        if op is None:
+            op = self.b.ops[("fsdp-rs", self.stage, self.tp_c, params)] = CommOp(
+                CollectiveKind.REDUCE_SCATTER, CommClass.DP, lay.dp_group(self.tp_c, self.stage),
+                params * GRAD_REDUCE_BYTES, lay.dp_groups(self.stage) if self.rep else ())
+        t = self.collective(Stream.DP_COMM, "ncclReduceScatter fsdp-grads", op, args, [self.last_c])
+        self.dp_tasks.append(t.id)
+
+    def layer_params(self, vs: int, layer: int, first: bool, last: bool) -> float:
+        """One layer's parameters on this GPU, the embedding or output layer folded into the
+        first or last layer of the model (for ZeRO-3 gathers)."""
+        m, p = self.w.model, self.w.parallel
+        split, replicated = _layer_split(m)
+        params = split / p.tp + replicated
+        emb = m.embedding_params() / p.tp
+        if vs == 0 and first:
+            params += emb
+        if vs == p.pp * p.virtual_pipeline_stages - 1 and last and (p.pp > 1 or not m.tied_embeddings):
+            params += emb
+        return params
+
+    # -- data parallel ---------------------------------------------------------------------
+    def buckets(self, vs_layers: tuple[range, ...]) -> dict[tuple, list[float]]:
+        """Gradient buckets (parameter counts), keyed by the (chunk, layer) after whose last
+        backward they are complete; ``(chunk, "end")`` for the chunk's embedding/head params.
+
+        Layers fill buckets of at least ``grad_bucket_size_params`` in backward order, as
+        Megatron-LM's DDP does (``megatron/core/distributed/param_and_grad_buffer.py``).
+        """
+        w, p = self.w, self.w.parallel
+        if p.dp == 1 or p.zero >= 3:
+            return {}
+        m = w.model
+        pp, v = p.pp, p.virtual_pipeline_stages
+        per_layer = m.layer_params() / p.tp
+        emb = m.embedding_params() / p.tp
+        out: dict[tuple, list[float]] = {}
+        for chunk in range(v):
+            vs = chunk * pp + self.stage
+            acc = 0.0
+            if vs == pp * v - 1 and (pp > 1 or not m.tied_embeddings):
+                acc += emb
+            last_layer = None
+            for layer in reversed(vs_layers[vs]):
+                acc += per_layer
+                last_layer = layer
+                if acc >= p.grad_bucket_size_params:
+                    out.setdefault((chunk, layer), []).append(acc)
+                    acc = 0.0
+            if vs == 0:
+                acc += emb
+            if acc > 0:
+                key = (chunk, "end") if vs == 0 else (chunk, last_layer)
+                out.setdefault(key, []).append(acc)
+        return out
+
+    def reduce_bucket(self, params: float, args: tuple) -> None:
+        p = self.w.parallel
+        group = self.layout.dp_group(self.tp_c, self.stage)
+        replicas = self.layout.dp_groups(self.stage) if self.rep else ()
+        kind = CollectiveKind.REDUCE_SCATTER if p.shards_optimizer else CollectiveKind.ALL_REDUCE
+        op = CommOp(kind, CommClass.DP, group, params * GRAD_REDUCE_BYTES, replicas)
+        name = "ncclReduceScatter grads" if p.shards_optimizer else "ncclAllReduce grads"
+        t = self.collective(Stream.DP_COMM, name, op, args + (("params", params),), [self.last_c])
+        self.dp_tasks.append(t.id)
