@@ -22,27 +22,28 @@ class DataParallelMixin:
     """Bucketed gradient reduction and ZeRO-3 gathers for :class:`_RankProgram`."""
 
     # -- ZeRO-3 / FSDP ---------------------------------------------------------------------
+    def dp_op(self, kind: CollectiveKind, size_bytes: float) -> CommOp:
+        """The ``kind`` collective of ``size_bytes`` over this rank's (data x context)-parallel
+        group, shared by every task that issues the same one."""
+        key = (kind, self.stage, self.tp_c, size_bytes)
+        op = self.b.ops.get(key)
+        if op is None:
+            lay = self.layout
+            op = self.b.ops[key] = CommOp(kind, CommClass.DP, lay.dp_group(self.tp_c, self.stage), size_bytes,
+                                          lay.dp_groups(self.stage) if self.rep else ())
+        return op
+
     def fsdp_gather(self, params: float, args: tuple, after: int) -> None:
         """All-gather one layer's 16-bit weights over the DP group before it computes, issued
         when the layer before it starts (FSDP2's one-module forward and backward prefetch;
         Zhao et al. 2023, "PyTorch FSDP", arXiv 2304.11277, Sec. 3.3)."""
-        lay = self.layout
-        op = self.b.ops.get(("fsdp-ag", self.stage, self.tp_c, params))
-        if op is None:
-            op = self.b.ops[("fsdp-ag", self.stage, self.tp_c, params)] = CommOp(
-                CollectiveKind.ALL_GATHER, CommClass.DP, lay.dp_group(self.tp_c, self.stage),
-                params * PARAM_GATHER_BYTES, lay.dp_groups(self.stage) if self.rep else ())
+        op = self.dp_op(CollectiveKind.ALL_GATHER, params * PARAM_GATHER_BYTES)
         t = self.collective(Stream.DP_GATHER, "ncclAllGather fsdp-params", op, args, [after] if after >= 0 else [])
         self.extra.append(t.id)
 
     def fsdp_reduce(self, params: float, args: tuple) -> None:
         """Reduce-scatter one layer's gradients (fp32) right after its backward."""
-        lay = self.layout
-        op = self.b.ops.get(("fsdp-rs", self.stage, self.tp_c, params))
-        if op is None:
-            op = self.b.ops[("fsdp-rs", self.stage, self.tp_c, params)] = CommOp(
-                CollectiveKind.REDUCE_SCATTER, CommClass.DP, lay.dp_group(self.tp_c, self.stage),
-                params * GRAD_REDUCE_BYTES, lay.dp_groups(self.stage) if self.rep else ())
+        op = self.dp_op(CollectiveKind.REDUCE_SCATTER, params * GRAD_REDUCE_BYTES)
         t = self.collective(Stream.DP_COMM, "ncclReduceScatter fsdp-grads", op, args, [self.last_c])
         self.dp_tasks.append(t.id)
 
@@ -68,7 +69,7 @@ class DataParallelMixin:
         Megatron-LM's DDP does (``megatron/core/distributed/param_and_grad_buffer.py``).
         """
         w, p = self.w, self.w.parallel
-        if p.dp == 1 or p.zero >= 3:
+        if p.dp * p.cp == 1 or p.zero >= 3:
             return {}
         m = w.model
         pp, v = p.pp, p.virtual_pipeline_stages
@@ -96,10 +97,8 @@ class DataParallelMixin:
 
     def reduce_bucket(self, params: float, args: tuple) -> None:
         p = self.w.parallel
-        group = self.layout.dp_group(self.tp_c, self.stage)
-        replicas = self.layout.dp_groups(self.stage) if self.rep else ()
         kind = CollectiveKind.REDUCE_SCATTER if p.shards_optimizer else CollectiveKind.ALL_REDUCE
-        op = CommOp(kind, CommClass.DP, group, params * GRAD_REDUCE_BYTES, replicas)
+        op = self.dp_op(kind, params * GRAD_REDUCE_BYTES)
         name = "ncclReduceScatter grads" if p.shards_optimizer else "ncclAllReduce grads"
         t = self.collective(Stream.DP_COMM, name, op, args + (("params", params),), [self.last_c])
         self.dp_tasks.append(t.id)

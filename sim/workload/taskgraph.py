@@ -221,7 +221,7 @@ class _RankProgram(DataParallelMixin):
         act_size = m.seq_length // p.cp * p.micro_batch_size * m.hidden_size * 2.0 / p.tp
         am = activation_model(w)
         rc = p.recompute
-        fsdp = p.zero >= 3 and p.dp > 1
+        fsdp = p.zero >= 3 and p.dp * p.cp > 1
         # With pipeline parallelism FSDP keeps a stage's weights gathered across its
         # micro-batches and reduce-scatters once, after the last one (torchtitan: no reshard
         # after forward under PP; torch.distributed.pipelining turns gradient sync off for all
@@ -305,7 +305,7 @@ class _RankProgram(DataParallelMixin):
             # last stage after the backward (finalize_model_grads, _allreduce_embedding_grads).
             group = (lay.rank(self.tp_c, self.dp_c, 0), lay.rank(self.tp_c, self.dp_c, p.pp - 1))
             replicas = tuple((lay.rank(t, d, 0), lay.rank(t, d, p.pp - 1))
-                             for d in range(p.dp) for t in range(p.tp)) if self.rep else ()
+                             for d in range(lay.dp) for t in range(p.tp)) if self.rep else ()
             op = CommOp(CollectiveKind.ALL_REDUCE, CommClass.DP, group,
                         m.embedding_params() / p.tp * GRAD_REDUCE_BYTES, replicas)
             t = self.collective(Stream.DP_COMM, "ncclAllReduce embedding-grads", op,
@@ -316,11 +316,8 @@ class _RankProgram(DataParallelMixin):
         self.extra.extend(self.dp_tasks)
         opt = self.compute("optimizer", MemoryOp(OpKind.OPTIMIZER, params_local * OPTIMIZER_BYTES_PER_PARAM),
                            (("phase", "optimizer"),))
-        if p.shards_optimizer and p.dp > 1 and p.zero < 3:
-            group = lay.dp_group(self.tp_c, self.stage)
-            replicas = lay.dp_groups(self.stage) if self.rep else ()
-            size = sb.weights_bytes / 2.0 * PARAM_GATHER_BYTES
-            op = CommOp(CollectiveKind.ALL_GATHER, CommClass.DP, group, size, replicas)
+        if p.shards_optimizer and p.dp * p.cp > 1 and p.zero < 3:
+            op = self.dp_op(CollectiveKind.ALL_GATHER, sb.params * PARAM_GATHER_BYTES)
             self.collective(Stream.DP_COMM, "ncclAllGather params", op, (("phase", "param-sync"),), [opt.id])
 
 

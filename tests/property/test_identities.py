@@ -270,3 +270,12 @@ def test_fp8_layers_pay_for_casts_and_keep_the_output_layer_in_bf16():
     assert gemm_time_s(gpu, op) == pytest.approx(
         gemm_time_s(gpu, plain) + op.extra_bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency)
         + gpu.kernel_launch_s)
+
+
+def test_context_parallel_ranks_reduce_their_gradients_together():
+    """CP ranks hold the same weights: with DP 1 and CP 2 the gradients are still all-reduced,
+    over the CP pair (Megatron's dp-cp group)."""
+    w = make_workload(tp=1, pp=1, dp=1, cp=2, gbs=1, layers=2, seq=4096)
+    spans = simulate(w, load_topology("dgx-a100")).result.spans
+    grads = [s for s in spans if s.name == "ncclAllReduce grads"]
+    assert grads and all(s.end_s > s.start_s for s in grads)
