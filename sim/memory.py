@@ -239,7 +239,8 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel) -> f
             if vs == last:
                 cur -= am.logits + am.head
             # each layer's backward holds its transient on top, then frees what it stored
-            peak = max(peak, cur + am.layer_transient)
+            if vs_layers[vs]:
+                peak = max(peak, cur + am.layer_transient)
             cur -= len(vs_layers[vs]) * am.layer_stored
             if vs == 0:
                 cur -= am.embedding
