@@ -107,7 +107,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             for r in rows:
                 print(format_row(r), file=sys.stderr, flush=True)
 
-    result = validate(args.files, progress)
+    result = validate(args.files, progress, jobs=args.jobs)
     print(format_validation(result))
     if args.json:
         _write_json(args.json, result.to_dict())
@@ -157,6 +157,8 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--json", metavar="PATH", help="write the rows and MAPE figures as JSON")
     val.add_argument("--markdown", metavar="PATH", help="write the table into PATH (docs/validation.md), "
                      "replacing only its generated part")
+    val.add_argument("--jobs", type=int, default=1, metavar="N",
+                     help="simulate cases in N processes (default 1; the rows are the same)")
     val.add_argument("-v", "--verbose", action="store_true", help="print each row to stderr as it is scored")
     val.set_defaults(func=_cmd_validate)
     return ap

@@ -58,3 +58,17 @@ def test_skipped_cases_carry_their_reason(tmp_path):
     assert all(r.predicted is None and r.error_pct is None for r in skipped)
     assert all("not published" in r.skipped and "parallel.tp" in r.skipped for r in skipped)
     assert v.mape_pct is None
+
+
+def test_parallel_validation_gives_the_same_rows(tmp_path):
+    import yaml
+
+    cases = [c for c in yaml.safe_load((CASES / "korthikanti2022.yaml").read_text()) if "_t4_22B_" in c["id"]]
+    cases += [c for c in yaml.safe_load((CASES / "narayanan2021.yaml").read_text()) if "_ptdp_174" in c["id"]]
+    path = tmp_path / "mixed.yaml"
+    path.write_text(yaml.safe_dump(cases))
+    one = validate([str(path)])
+    two = validate([str(path)], jobs=2)
+    strip = lambda v: [{k: x for k, x in r.to_dict().items()} for r in v.rows]  # noqa: E731
+    assert strip(one) == strip(two)
+    assert any(r.skipped for r in two.rows) and any(r.error_pct is not None for r in two.rows)
