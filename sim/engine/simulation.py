@@ -21,7 +21,7 @@ from sim.engine.network import FlowNetwork, solo_time_s
 from sim.errors import DeadlockError
 from sim.results import CounterSample, SimResult, Span
 from sim.types import Stream
-from sim.workload.taskgraph import Program
+from sim.program import Program
 
 __all__ = ["Simulation"]
 

@@ -14,11 +14,10 @@ the flows of the other ranks load the links (:func:`sim.costs.comm.plan_comm`). 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 
-import networkx as nx
 
 from sim.memory import activation_model, stage_memory, state_bytes
+from sim.program import Program, Task
 from sim.results import RankInfo
 from sim.types import CollectiveKind, CommClass, OpKind, RecomputeKind, Stream
 from sim.workload.dataparallel import GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES, DataParallelMixin
@@ -31,61 +30,11 @@ from sim.workload.spec import WorkloadSpec
 
 __all__ = ["Task", "Program", "build_program", "OPTIMIZER_BYTES_PER_PARAM", "GRAD_REDUCE_BYTES"]
 
+# Task and Program live in sim.program (shared with the engine); re-exported here.
+
 OPTIMIZER_BYTES_PER_PARAM = 30.0
 """HBM traffic of one mixed-precision Adam step per parameter: read fp32 master weight,
 gradient, two moments (16 B), write master and moments (12 B) and the bf16 weight (2 B)."""
-
-
-@dataclass(slots=True, eq=False)
-class Task:
-    """One op on one stream of one simulated rank.
-
-    ``coll_key`` (>= 0) joins the tasks of all simulated members of one collective or p2p
-    transfer; ``peer`` is the other rank of a p2p transfer and ``flow_id`` its trace arrow.
-    Memory deltas are applied at the task's start (``mem_start_bytes``) and end
-    (``mem_end_bytes``).
-    """
-
-    id: int
-    rank: int
-    stream: Stream
-    name: str
-    op: Op
-    kind: OpKind
-    comm: bool
-    deps: list[int]
-    args: tuple
-    coll_key: int = -1
-    mem_start_bytes: float = 0.0
-    mem_end_bytes: float = 0.0
-    flow_id: int = -1
-
-
-@dataclass
-class Program:
-    """Every simulated rank's tasks, grouped into in-order streams."""
-
-    tasks: list[Task]
-    streams: dict[tuple[int, Stream], list[int]]
-    ranks: list[RankInfo]
-    coll_members: dict[int, int]
-    static_memory_bytes: dict[int, float]
-    world_size: int
-    representative: bool
-    flops_per_iteration: float = 0.0
-    metadata: dict = field(default_factory=dict)
-
-    def to_networkx(self) -> nx.DiGraph:
-        """The task graph: dependencies plus stream order as edges (``dep`` = "data" / "stream")."""
-        g = nx.DiGraph()
-        for t in self.tasks:
-            g.add_node(t.id, rank=t.rank, stream=t.stream, name=t.name, kind=t.kind)
-            for d in t.deps:
-                g.add_edge(d, t.id, dep="data")
-        for ids in self.streams.values():
-            for a, b in zip(ids, ids[1:]):
-                g.add_edge(a, b, dep="stream")
-        return g
 
 
 class _Builder:
