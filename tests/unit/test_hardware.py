@@ -1,0 +1,69 @@
+"""The GPU catalogue and efficiency curves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+import sim
+from sim.costs.compute import gemm_time_s
+from sim.errors import InfeasibleError
+from sim.hardware import GPU_CATALOGUE, EfficiencyCurve, get_gpu
+from sim.types import Dtype
+from sim.workload.ops import GemmOp
+
+REQUIRED = ["A100-SXM4-80GB", "H100-SXM5-80GB", "H100-SXM5-96GB-HBM2e", "H200", "B200", "GB200", "GB300"]
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_every_gpu_has_what_the_cost_models_need(name):
+    g = get_gpu(name)
+    assert g.peak(Dtype.BF16) > 0 and g.hbm_capacity_bytes > 0 and g.hbm_bandwidth_bytes_per_s > 0
+    assert 0 < g.gemm_curve(Dtype.BF16)(1e12) <= 1 and 0 < g.attention_efficiency <= 1
+    assert g.sources, "every GPU cites where its numbers come from"
+
+
+def test_every_gpu_the_published_cases_name_is_in_the_catalogue():
+    cases = Path(sim.__file__).resolve().parent.parent / "workloads" / "validation"
+    names = {c["system"]["gpu"] for f in sorted(cases.glob("*.yaml")) for c in yaml.safe_load(f.read_text())}
+    assert names <= set(GPU_CATALOGUE)
+
+
+def test_a_gpu_without_a_format_says_so():
+    with pytest.raises(InfeasibleError, match="fp8"):
+        get_gpu("A100-SXM4-80GB").peak(Dtype.FP8)
+
+
+def test_unknown_gpu_lists_the_known_ones():
+    with pytest.raises(KeyError, match="A100-SXM4-80GB"):
+        get_gpu("Z9000")
+
+
+def test_efficiency_curve_is_monotone_between_increasing_points_and_clamped():
+    c = get_gpu("A100").gemm_curve(Dtype.BF16)
+    xs = [10 ** (9 + i / 4) for i in range(20)]
+    ys = [c(x) for x in xs]
+    assert ys == sorted(ys)
+    assert c(1.0) == c.points[0][1] and c(1e20) == c.points[-1][1]
+
+
+@pytest.mark.parametrize("bad", [(), ((2.0, 0.5), (1.0, 0.6)), ((1.0, 1.5),)])
+def test_efficiency_curve_rejects_bad_points(bad):
+    with pytest.raises(ValueError):
+        EfficiencyCurve(bad)
+
+
+def test_gemm_time_is_the_measured_cublas_rate_for_a_large_square_gemm():
+    # Azure's cuBLASLt sweep: 8192^3 at 253.7 TFLOP/s on A100
+    gpu = get_gpu("A100")
+    t = gemm_time_s(gpu, GemmOp(8192, 8192, 8192, Dtype.BF16)) - gpu.kernel_launch_s
+    assert 2 * 8192**3 / t / 1e12 == pytest.approx(253.7, rel=1e-9)
+
+
+def test_skinny_gemm_is_bandwidth_bound():
+    gpu = get_gpu("H100")
+    op = GemmOp(1, 16384, 16384, Dtype.BF16)  # a decode-like matrix-vector product
+    t = gemm_time_s(gpu, op) - gpu.kernel_launch_s
+    assert t == pytest.approx(op.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency))
