@@ -39,32 +39,34 @@ def _framework_year(framework: str) -> int | None:
     return max(years) if years else None
 
 
-def _overlap_default(f: _Fields, framework: str, notes: _Notes) -> bool:
-    """Whether the data-parallel gradient reduction overlaps the backward pass. Megatron-LM's
-    2021-2022 ``--DDP-impl local`` all-reduced the gradients after the backward pass;
-    ``--overlap-grad-reduce`` (bucketed, during the backward) came with Megatron-Core's
-    DistributedDataParallel in 2023. Later frameworks overlap by default in their recipes."""
-    flag = f.flag("overlap_grad_reduce")
+_PRE_2023 = {
+    # flag: why a framework dated 2022 or earlier had it off
+    "overlap_grad_reduce": "gradients all-reduced after the backward (Megatron-LM --DDP-impl local; "
+                           "--overlap-grad-reduce came with Megatron-Core's DistributedDataParallel in 2023)",
+    "flash_attention": "predates FlashAttention in Megatron-LM (--use-flash-attn, 2023)",
+}
+
+
+def _era_default(f: _Fields, key: str, framework: str, notes: _Notes) -> bool:
+    """A feature flag that frameworks have on today but did not before 2023 (``_PRE_2023``):
+    the case's value, else off for a framework dated 2022 or earlier, else on."""
+    flag = f.flag(key)
     if flag is not None:
         return flag
     year = _framework_year(framework)
     if year is not None and year <= 2022:
-        return notes.fill("parallel.overlap_grad_reduce", False,
-                          f"framework '{framework}': gradients all-reduced after the backward (--DDP-impl local)")
+        return notes.fill(f"parallel.{key}", False, f"framework '{framework}': {_PRE_2023[key]}")
     return True
+
+
+def _overlap_default(f: _Fields, framework: str, notes: _Notes) -> bool:
+    """Whether the data-parallel gradient reduction overlaps the backward pass."""
+    return _era_default(f, "overlap_grad_reduce", framework, notes)
 
 
 def _flash_default(f: _Fields, framework: str, notes: _Notes) -> bool:
-    """FlashAttention unless the producing framework predates it: Megatron-LM gained
-    ``--use-flash-attn`` in 2023, so a framework dated 2022 or earlier ran unfused attention."""
-    flag = f.flag("flash_attention")
-    if flag is not None:
-        return flag
-    year = _framework_year(framework)
-    if year is not None and year <= 2022:
-        return notes.fill("parallel.flash_attention", False,
-                          f"framework '{framework}' predates FlashAttention in Megatron-LM (2023)")
-    return True
+    """FlashAttention unless the producing framework predates it."""
+    return _era_default(f, "flash_attention", framework, notes)
 
 
 def _flag_default(f: _Fields, key: str, notes: _Notes, why: str) -> bool:
