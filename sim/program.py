@@ -8,7 +8,7 @@ members of one collective.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import networkx as nx
 
@@ -56,7 +56,9 @@ class Program:
     world_size: int
     representative: bool
     flops_per_iteration: float = 0.0
-    metadata: dict = field(default_factory=dict)
+    """Model FLOPs of the iteration (Megatron's count, :func:`sim.workload.flops.model_flops`)."""
+    hardware_flops_per_iteration: float = 0.0
+    """The same plus the recomputed forward work."""
 
     def to_networkx(self) -> nx.DiGraph:
         """The task graph: dependencies plus stream order as edges (``dep`` = "data" / "stream")."""

@@ -99,7 +99,7 @@ def make_report(run: Run) -> Report:
     n = w.system.num_gpus
     peak = w.system.gpu.peak(w.dtype)
     flops = prog.flops_per_iteration
-    hw = prog.metadata["hardware_flops_per_iteration"]
+    hw = prog.hardware_flops_per_iteration
     rows = breakdown(res)
     k = len(rows)
     exposed = {c.value: sum(r.exposed_comm_s[c] for r in rows) / k for c in CommClass}

@@ -164,7 +164,7 @@ def _case_rows(rec: CaseRecord) -> list[Row]:
         if m == "iteration_time_s":
             rows.append(row(m, rep.iteration_time_s))
         elif m == "tflops_per_gpu":
-            flops = (run.program.metadata["hardware_flops_per_iteration"] if rec.includes_recompute
+            flops = (run.program.hardware_flops_per_iteration if rec.includes_recompute
                      else run.program.flops_per_iteration)
             rows.append(row(m, flops / rep.iteration_time_s / n / TFLOPS))
         elif m == "tokens_per_s_per_gpu":

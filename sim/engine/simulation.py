@@ -278,8 +278,6 @@ class Simulation:
                 level += delta
                 counters.append(CounterSample(rank, ts, "memory", level))
         makespan = max((f for f in finish if f is not None), default=0.0)
-        meta = dict(prog.metadata)
-        meta["simulated_wall_s"] = wall_s
-        meta["link_busy_bytes"] = list(self.net.busy_bytes)
+        meta = {"simulated_wall_s": wall_s, "link_busy_bytes": list(self.net.busy_bytes)}
         return SimResult(list(prog.ranks), spans, counters, makespan, self.env.events_processed,
                          prog.world_size, meta)

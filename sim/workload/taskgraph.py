@@ -210,23 +210,22 @@ class _RankProgram(DataParallelMixin):
                 reduce = fsdp and (not fsdp_once or i == last_b[chunk])
                 for layer in reversed(layers):
                     la = args + (("layer", layer),)
-                    n_before = len(self.b.tasks)
                     lp = self.layer_params(vs, layer, layer == layers[0], layer == layers[-1])
                     if fsdp and not fsdp_once:
                         self.fsdp_gather(lp, la, prev)
                     bwd = self.ops.layer_bwd
                     k = self.ops.attention_bwd_index
                     if rc is RecomputeKind.FULL:
-                        self.run_steps(self.ops.layer_fwd, (("phase", "recompute"),) + la[1:],
-                                       first_mem=am.layer_transient)
+                        first, _ = self.run_steps(self.ops.layer_fwd, (("phase", "recompute"),) + la[1:],
+                                                  first_mem=am.layer_transient)
                         self.run_steps(bwd, la, last_mem=release)
                     elif rc is RecomputeKind.SELECTIVE:
-                        self.run_steps(bwd[:k], la, first_mem=am.layer_transient)
+                        first, _ = self.run_steps(bwd[:k], la, first_mem=am.layer_transient)
                         self.run_steps(self.ops.attention_fwd, (("phase", "recompute"),) + la[1:])
                         self.run_steps(bwd[k:], la, last_mem=release)
                     else:
-                        self.run_steps(bwd, la, first_mem=am.layer_transient, last_mem=release)
-                    prev = next(t.id for t in self.b.tasks[n_before:] if t.stream is Stream.COMPUTE)
+                        first, _ = self.run_steps(bwd, la, first_mem=am.layer_transient, last_mem=release)
+                    prev = first.id
                     if reduce:
                         self.fsdp_reduce(lp, la)
                     if p.overlap_grad_reduce and i == last_b[chunk]:
@@ -308,4 +307,4 @@ def build_program(w: WorkloadSpec, representative: bool = True,
         assert n in (1, 2) or not representative or n == 1, (key, n)
     flops, hw_flops = model_flops(w)
     return Program(b.tasks, b.streams, infos, b.members, static, layout.world_size, representative,
-                   flops, {"hardware_flops_per_iteration": hw_flops})
+                   flops, hw_flops)
