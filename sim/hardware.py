@@ -89,8 +89,9 @@ class GPUSpec:
         Scale-up bandwidth per direction (half the datasheet's bidirectional figure).
     gemm_efficiency : tuple of (Dtype, EfficiencyCurve)
         Achieved fraction of peak for one GEMM, by its FLOPs (cuBLASLt sweeps).
-    attention_efficiency : float
-        Achieved fraction of the 16-bit peak in fused (flash) attention, forward and backward.
+    attention_efficiency, attention_backward_efficiency : EfficiencyCurve
+        Achieved fraction of the 16-bit peak in fused (flash) attention, forward and
+        backward, by the kernel's FLOPs.
     memory_efficiency : float
         Achieved fraction of HBM bandwidth by streaming kernels.
     kernel_launch_s : float
@@ -105,7 +106,8 @@ class GPUSpec:
     hbm_bandwidth_bytes_per_s: float
     nvlink_bandwidth_bytes_per_s: float
     gemm_efficiency: tuple[tuple[Dtype, EfficiencyCurve], ...]
-    attention_efficiency: float
+    attention_efficiency: EfficiencyCurve
+    attention_backward_efficiency: EfficiencyCurve
     memory_efficiency: float
     kernel_launch_s: float
     sources: str = ""
@@ -151,31 +153,33 @@ _A100_GEMM = EfficiencyCurve(
     )
 )
 
-# H100 SXM BF16: plateau 0.69 from pytorch/ao torchao/testing/training/roofline_utils.py
-# (pct_achievable_gemm_tops_bf16, "experimental observation with sample large inputs"); the
-# fall-off with size follows the H100 FP8 cuBLASLt sweep (Azure ND_H100_v5_results.md:
-# 4096^3 1216.9, 8192^3 1290.1, 16384^3 1377.3 TFLOP/s), scaled to that plateau; below 4096^3
-# the A100 sweep's relative shape is used (no H100 sweep published there).
-_H100_BF16_PLATEAU = 0.69
-_H100_FP8_REL = (1216.9 / 1377.3, 1290.1 / 1377.3, 1.0)
-_H100_GEMM = EfficiencyCurve(
-    (
-        (_cube_flops(1024), _H100_BF16_PLATEAU * (119.4 / 256.5)),
-        (_cube_flops(2048), _H100_BF16_PLATEAU * (221.8 / 256.5)),
-        (_cube_flops(4096), _H100_BF16_PLATEAU * _H100_FP8_REL[0]),
-        (_cube_flops(8192), _H100_BF16_PLATEAU * _H100_FP8_REL[1]),
-        (_cube_flops(16384), _H100_BF16_PLATEAU * _H100_FP8_REL[2]),
-    )
-)
-# H100 FP8 cuBLASLt (Azure ND_H100_v5_results.md): 1216.9 / 1290.1 / 1377.3 / 1382.2 of 1979.
-_H100_FP8_GEMM = EfficiencyCurve(
-    (
-        (_cube_flops(4096), 1216.9 / 1979),
-        (_cube_flops(8192), 1290.1 / 1979),
-        (_cube_flops(16384), 1377.3 / 1979),
-        (_cube_flops(32768), 1382.2 / 1979),
-    )
-)
+# H100 SXM5 80GB, measured by this project: benchmarks/device/kernels.py on one H100 80GB HBM3
+# (700 W limit; torch 2.11 + CUDA 13.0 cuBLASLt, cuDNN 9.19), 2026-11-26, each kernel timed in a
+# CUDA graph over rotating inputs. Points: median achieved fraction of the dense peak per
+# power-of-two bin of FLOPs over every measured shape (the GEMMs of the Hopper validation
+# cases, in their dtype and in BF16, and a 6x3x3 m/n/k grid), launch gap removed. Raw data:
+# benchmarks/device/results/h100-sxm5-80gb-2026-11-26.json; benchmarks/device/compare.py
+# re-derives these points and tests/unit/test_hardware.py checks they match. (The BF16
+# plateau, 0.69, is also pytorch/ao's pct_achievable_gemm_tops_bf16 for H100.)
+_H100_GEMM = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
+    (30, 0.288), (31, 0.431), (32, 0.509), (33, 0.558), (34, 0.605), (35, 0.615), (36, 0.747),
+    (37, 0.69), (38, 0.696), (39, 0.69), (40, 0.689), (41, 0.692), (42, 0.693), (43, 0.703),
+    (44, 0.709))))
+# FP8 (e4m3 x e4m3 -> BF16, torch._scaled_mm), same measurement, fraction of 1979 TFLOP/s.
+_H100_FP8_GEMM = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
+    (30, 0.182), (31, 0.223), (32, 0.325), (33, 0.357), (34, 0.407), (35, 0.431), (36, 0.624),
+    (37, 0.616), (38, 0.616), (39, 0.604), (40, 0.617), (41, 0.626), (42, 0.606), (43, 0.613),
+    (44, 0.648))))
+# Fused attention on H100 (cuDNN SDPA, the kernel Megatron-Core/Transformer Engine use on
+# Hopper), BF16, head dim 128, causal, same measurement; fraction of 989 TFLOP/s by the
+# kernel's FLOPs as AttentionOp counts them. Short sequences and few heads per GPU fill the
+# chip poorly; FlashAttention-3 (arXiv 2407.08608) reports the same rise to ~0.6-0.75.
+_H100_ATTN_FWD = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
+    (33, 0.3), (34, 0.366), (35, 0.416), (36, 0.486), (37, 0.511), (38, 0.529), (39, 0.545),
+    (40, 0.572), (41, 0.586), (42, 0.61), (43, 0.617))))
+_H100_ATTN_BWD = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
+    (34, 0.255), (35, 0.29), (36, 0.333), (37, 0.388), (38, 0.431), (39, 0.481), (40, 0.545),
+    (41, 0.549), (42, 0.533), (43, 0.556), (44, 0.559))))
 # GB200 FP8 peaks at 2906.9 TFLOP/s of 5000 and FP4 at 7627.6 of 10000
 # (Azure ND_GB200_v6_results.md @2a370be); 16-bit follows pytorch/ao, which copies the H100
 # fractions for B200 "for now".
@@ -215,7 +219,8 @@ _GPUS = (
         gemm_efficiency=((Dtype.BF16, _A100_GEMM),),
         # FlashAttention-2 on A100, fwd+bwd, head dim 64: 179.5 TFLOP/s of 312 (Azure
         # AI-benchmarking-guide FA2 microbenchmark); FA2 paper: "50-73%" (arXiv 2307.08691).
-        attention_efficiency=179.5 / 312,
+        attention_efficiency=EfficiencyCurve.constant(179.5 / 312),
+        attention_backward_efficiency=EfficiencyCurve.constant(179.5 / 312),
         memory_efficiency=_MEM_EFF,
         kernel_launch_s=_LAUNCH_S,
         sources="NVIDIA A100 datasheet (312 TF BF16 dense, 80 GB HBM2e at 2,039 GB/s, NVLink3 "
@@ -228,9 +233,8 @@ _GPUS = (
         hbm_bandwidth_bytes_per_s=3350 * GBPS,
         nvlink_bandwidth_bytes_per_s=450 * GBPS,
         gemm_efficiency=_HOPPER_GEMM,
-        # FlashAttention-3 (arXiv 2407.08608): forward up to 75% of peak in BF16; the backward
-        # is 1.5-1.75x FA2's ~35%, so ~0.55 for fwd+bwd together.
-        attention_efficiency=0.55,
+        attention_efficiency=_H100_ATTN_FWD,
+        attention_backward_efficiency=_H100_ATTN_BWD,
         memory_efficiency=_MEM_EFF,
         kernel_launch_s=_LAUNCH_S,
         sources="glennklockwood.com/garden/processors/h100 (989 TF BF16 dense, 1979 FP8, 3.35 TB/s, "
@@ -243,7 +247,8 @@ _GPUS = (
         hbm_bandwidth_bytes_per_s=2400 * GBPS,
         nvlink_bandwidth_bytes_per_s=450 * GBPS,
         gemm_efficiency=_HOPPER_GEMM,
-        attention_efficiency=0.55,
+        attention_efficiency=_H100_ATTN_FWD,
+        attention_backward_efficiency=_H100_ATTN_BWD,
         memory_efficiency=_MEM_EFF,
         kernel_launch_s=_LAUNCH_S,
         sources="Meta Grand Teton H100 variant: 96 GB HBM2e at 2.4 TB/s, 500 W cap (validation README; "
@@ -257,7 +262,8 @@ _GPUS = (
         hbm_bandwidth_bytes_per_s=4800 * GBPS,
         nvlink_bandwidth_bytes_per_s=450 * GBPS,
         gemm_efficiency=_HOPPER_GEMM,
-        attention_efficiency=0.55,
+        attention_efficiency=_H100_ATTN_FWD,
+        attention_backward_efficiency=_H100_ATTN_BWD,
         memory_efficiency=_MEM_EFF,
         kernel_launch_s=_LAUNCH_S,
         sources="MLPerf Inference v4.1 system JSON (141 GB, 18x NVLink4 900 GB/s); pytorch/ao spec table "
@@ -270,7 +276,8 @@ _GPUS = (
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_BLACKWELL_GEMM,
-        attention_efficiency=0.55,
+        attention_efficiency=_H100_ATTN_FWD,
+        attention_backward_efficiency=_H100_ATTN_BWD,
         memory_efficiency=_MEM_EFF,
         kernel_launch_s=_LAUNCH_S,
         sources="glennklockwood.com/garden/processors/B200 (HGX 1000 W); pytorch/ao roofline_utils "
@@ -283,7 +290,8 @@ _GPUS = (
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_BLACKWELL_GEMM,
-        attention_efficiency=0.55,
+        attention_efficiency=_H100_ATTN_FWD,
+        attention_backward_efficiency=_H100_ATTN_BWD,
         memory_efficiency=_MEM_EFF,
         kernel_launch_s=_LAUNCH_S,
         sources="glennklockwood.com/garden/processors/B200 (GB200 1200 W table: 2.5 PF BF16 dense, "
@@ -296,7 +304,8 @@ _GPUS = (
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_BLACKWELL_GEMM,
-        attention_efficiency=0.55,
+        attention_efficiency=_H100_ATTN_FWD,
+        attention_backward_efficiency=_H100_ATTN_BWD,
         memory_efficiency=_MEM_EFF,
         kernel_launch_s=_LAUNCH_S,
         sources="NVIDIA Blackwell Ultra announcements: 288 GB HBM3e (279 GB usable), 8 TB/s, "

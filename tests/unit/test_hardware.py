@@ -21,7 +21,8 @@ REQUIRED = ["A100-SXM4-80GB", "H100-SXM5-80GB", "H100-SXM5-96GB-HBM2e", "H200", 
 def test_every_gpu_has_what_the_cost_models_need(name):
     g = get_gpu(name)
     assert g.peak(Dtype.BF16) > 0 and g.hbm_capacity_bytes > 0 and g.hbm_bandwidth_bytes_per_s > 0
-    assert 0 < g.gemm_curve(Dtype.BF16)(1e12) <= 1 and 0 < g.attention_efficiency <= 1
+    assert 0 < g.gemm_curve(Dtype.BF16)(1e12) <= 1 and 0 < g.attention_efficiency(1e12) <= 1
+    assert 0 < g.attention_backward_efficiency(1e12) <= 1
     assert g.sources, "every GPU cites where its numbers come from"
 
 
@@ -67,3 +68,38 @@ def test_skinny_gemm_is_bandwidth_bound():
     op = GemmOp(1, 16384, 16384, Dtype.BF16)  # a decode-like matrix-vector product
     t = gemm_time_s(gpu, op) - gpu.kernel_launch_s
     assert t == pytest.approx(op.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency))
+
+
+def _measured_curves():
+    import importlib.util
+
+    path = Path(sim.__file__).resolve().parent.parent / "benchmarks" / "device" / "compare.py"
+    spec = importlib.util.spec_from_file_location("device_compare", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.derive_curves()
+
+
+def test_hopper_efficiencies_are_the_h100_measurement_not_tuned_numbers():
+    """The H100 curves in the catalogue are re-derived from the committed raw timings
+    (benchmarks/device/results/), so none can be edited to fit a case."""
+    derived = _measured_curves()
+    h100 = get_gpu("H100")
+    got = {"gemm_bf16": h100.gemm_curve(Dtype.BF16), "gemm_fp8": h100.gemm_curve(Dtype.FP8),
+           "attention_fwd": h100.attention_efficiency, "attention_bwd": h100.attention_backward_efficiency}
+    for key, curve in got.items():
+        assert [(x, pytest.approx(e, abs=1e-9)) for x, e in derived[key]] == list(curve.points), key
+
+
+def test_attention_is_less_efficient_for_short_sequences_on_h100():
+    # a 2k-token, 8-head backward fills the chip far worse than a 32k-token one (measured)
+    from sim.costs.compute import attention_time_s
+    from sim.workload.ops import AttentionOp
+
+    gpu = get_gpu("H100")
+
+    def tflops(seq):
+        op = AttentionOp(1, 8, 1, seq, 128, True, True)
+        return op.flops / (attention_time_s(gpu, op) - gpu.kernel_launch_s) / 1e12
+
+    assert tflops(2048) < 0.6 * tflops(32768)
