@@ -3,7 +3,7 @@
 ::
 
     llmsim run [WORKLOAD.yaml] [--case ID] [--topology T] [--trace PATH] [--json PATH] [--set KEY=VALUE ...] [--full]
-    llmsim memory [WORKLOAD.yaml] [--recompute none,selective,full] [--plot PATH.png] [--json PATH]
+    llmsim memory [WORKLOAD.yaml] [--recompute none,selective,selective-op,full] [--plot PATH.png] [--json PATH]
     llmsim validate FILE... [--json PATH]
 
 Bad input prints one line naming the file, the field, what was expected and what arrived,
@@ -143,7 +143,7 @@ def _parser() -> argparse.ArgumentParser:
                          "at the peak, other buffers, the GPU's capacity and the headroom.")
     mem.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name")
     mem.add_argument("--recompute", metavar="METHODS",
-                     help="comma-separated: none,selective,full (default: all three)")
+                     help="comma-separated: none,selective,selective-op,full (default: all four)")
     mem.add_argument("--plot", metavar="PATH.png", help="draw stacked bars per method with the capacity line "
                      "(needs matplotlib: pip install 'llmsim[plot]')")
     mem.add_argument("--json", metavar="PATH", help="write the table as JSON")

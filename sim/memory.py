@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.types import RecomputeKind
+from sim.types import LossKind, RecomputeKind
 from sim.workload.schedules import Pass, pipeline_order
 from sim.workload.spec import ModelSpec, ParallelSpec, WorkloadSpec, pipeline_split
 
@@ -124,12 +124,18 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
     * selective recomputation drops the ``5 a s^2 b / t`` term; full recomputation stores
       only the layer input, ``2 sbh`` (``/ t`` with sequence parallelism).
     * context parallelism stores every token-wise term for ``s / cp`` tokens.
+    * torchtitan's op-level policy (``selective-op``) keeps the layer input, the outputs of
+      every other matmul in forward order (``wq``, ``wv``, ``w1``, ``w2`` of a SwiGLU layer;
+      the row-parallel ones are ``sbh`` partial sums before their reduction) and the attention
+      output with its log-sum-exp (``torchtitan/models/llama3/parallelize_llama.py``,
+      ``_save_list``: "Saves output of all compute ops, except every second mm").
 
     >>> from sim.workload.spec import ModelSpec, ParallelSpec
     >>> m = ModelSpec("gpt3", 96, 12288, 96, 96, 49152, 51200, 2048)
     >>> p = ParallelSpec(tp=8, pp=8, sequence_parallel=True, global_batch_size=64, flash_attention=False)
     >>> sbh = 2048 * 12288
-    >>> [round(layer_activation_bytes(m, p, rc) / sbh, 2) for rc in RecomputeKind]   # Table 2
+    >>> rcs = (RecomputeKind.NONE, RecomputeKind.SELECTIVE, RecomputeKind.FULL)
+    >>> [round(layer_activation_bytes(m, p, rc) / sbh, 2) for rc in rcs]   # Table 2
     [14.25, 4.25, 0.25]
     """
     rc = parallel.recompute if recompute is None else recompute
@@ -138,6 +144,10 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
     sp = parallel.sequence_parallel
     if rc is RecomputeKind.FULL:
         return 2.0 * sb * h / (t if sp else 1)
+    if rc is RecomputeKind.SELECTIVE_OP:
+        kept = op_sac_saved_widths(model, t)
+        lse = 4.0 * b * model.num_attention_heads / t * s
+        return 2.0 * sb * h / (t if sp else 1) + 2.0 * sb * (sum(kept) + model.q_size / t) + lse
     outside = 10.0 * sb * h / (t if sp else 1)
     attention = sb * (4.0 * model.q_size + 4.0 * model.kv_size) / t
     mlp = sb * model.ffn_hidden_size * (6.0 if model.gated_mlp else 4.0) / t
@@ -147,6 +157,21 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
     else:
         scores = 0.0 if rc is RecomputeKind.SELECTIVE else 5.0 * heads * s * s * b
     return outside + attention + mlp + scores
+
+
+def matmul_widths(model: ModelSpec, t: int) -> list[int]:
+    """Output widths per GPU of a layer's matmuls in forward order, as separate projections
+    (``wq, wk, wv, wo, w1, [w3,] w2``); the row-parallel ``wo`` and ``w2`` produce full-width
+    partial sums."""
+    h, f = model.hidden_size, model.ffn_hidden_size // t
+    mlp = [f, f, h] if model.gated_mlp else [f, h]
+    return [model.q_size // t, model.kv_size // t, model.kv_size // t, h, *mlp]
+
+
+def op_sac_saved_widths(model: ModelSpec, t: int) -> list[int]:
+    """The matmul outputs torchtitan's op-level policy keeps: the 1st, 3rd, 5th... in forward
+    order (its counter recomputes every second ``aten.mm``)."""
+    return matmul_widths(model, t)[0::2]
 
 
 @dataclass(frozen=True)
@@ -167,6 +192,10 @@ class ActivationModel:
     softmax that Megatron's vocab-parallel cross entropy saves for its backward
     (``megatron/core/tensor_parallel/cross_entropy.py``: ``save_for_backward(exp_logits, ...)``;
     the 16-bit logits are freed once cast)."""
+    loss_transient: float = 0.0
+    """Held on top while the loss's backward runs: under PyTorch's cross entropy on fp32
+    logits, the incoming gradient of the log-softmax and its result, each fp32 and
+    vocabulary-wide (``8 sbV / t``); nothing for Megatron's in-place kernel."""
 
 
 def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) -> ActivationModel:
@@ -176,8 +205,15 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
     sb, h, t = m.seq_length // p.cp * p.micro_batch_size, m.hidden_size, p.tp
     div = t if p.sequence_parallel else 1
     stored = layer_activation_bytes(m, p, rc)
-    transient = layer_activation_bytes(m, p, RecomputeKind.NONE) if rc is RecomputeKind.FULL else 0.0
-    return ActivationModel(stored, transient, sb * h / div, 4.0 * sb * h / div, 4.0 * sb * m.vocab_size / t)
+    if rc is RecomputeKind.FULL:
+        transient = layer_activation_bytes(m, p, RecomputeKind.NONE)
+    elif rc is RecomputeKind.SELECTIVE_OP:  # the recomputed rest of one layer
+        transient = max(0.0, layer_activation_bytes(m, p, RecomputeKind.NONE) - stored)
+    else:
+        transient = 0.0
+    logits = sb * m.vocab_size / t
+    loss_transient = 8.0 * logits if p.cross_entropy is LossKind.TORCH_FP32 else 0.0
+    return ActivationModel(stored, transient, sb * h / div, 4.0 * sb * h / div, 4.0 * logits, loss_transient)
 
 
 @dataclass(frozen=True)
@@ -237,6 +273,7 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel) -> f
             peak = max(peak, cur)
         else:
             if vs == last:
+                peak = max(peak, cur + am.loss_transient)
                 cur -= am.logits + am.head
             # each layer's backward holds its transient on top, then frees what it stored
             if vs_layers[vs]:
@@ -249,15 +286,19 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel) -> f
 
 def _other_bytes(w: WorkloadSpec, stage: int) -> float:
     """Buffers besides state and activations: the sequence-parallel all-gather buffer, ZeRO-3's
-    gathered weights, the cuBLAS workspace."""
+    gathered weights (and, under pipelining, their unsharded gradients), the cuBLAS workspace."""
     m, p = w.model, w.parallel
     other = float(CUBLAS_WORKSPACE_BYTES)
     if p.sequence_parallel:
         # Megatron-LM's global buffer for the gathered sequence (get_global_memory_buffer)
         other += 2.0 * m.seq_length // p.cp * p.micro_batch_size * m.hidden_size
     if p.zero >= 3:
-        if p.pp > 1:  # a pipeline stage keeps all its weights gathered across micro-batches
-            other += stage_params(m, p, stage) * WEIGHT_BYTES * (1 - 1 / (p.dp * p.cp))
+        if p.pp > 1:
+            # a pipeline stage keeps all its weights gathered across micro-batches, and
+            # accumulates their gradients unsharded until the reduce-scatter after the last
+            # micro-batch (FSDP2 under torch.distributed.pipelining: no resharding after
+            # forward, gradient sync only on the last backward), both 16-bit
+            other += 2 * stage_params(m, p, stage) * WEIGHT_BYTES * (1 - 1 / (p.dp * p.cp))
         else:
             split, replicated = _layer_split(m)
             other += ZERO3_PREFETCH_LAYERS * (split / p.tp + replicated) * WEIGHT_BYTES

@@ -35,7 +35,23 @@ class RecomputeKind(str, Enum):
 
     NONE = "none"
     SELECTIVE = "selective"
+    """Megatron's: recompute the attention core (scores, softmax, dropout) in the backward."""
+    SELECTIVE_OP = "selective-op"
+    """torchtitan's op-level policy (``selective_ac_option = 'op'``): keep the outputs of every
+    other matmul and of the attention kernel, recompute everything else."""
     FULL = "full"
+
+
+class LossKind(str, Enum):
+    """How the cross entropy over the vocabulary is computed, which decides its memory."""
+
+    FUSED = "fused"
+    """Megatron's vocab-parallel cross entropy: fp32 logits, the softmax saved and turned into
+    the gradient in place (``megatron/core/tensor_parallel/cross_entropy.py``)."""
+    TORCH_FP32 = "torch-fp32"
+    """``torch.nn.functional.cross_entropy(logits.float(), labels)`` as torchtitan calls it
+    (``torchtitan/components/loss.py``): the fp32 log-softmax is saved, and its backward holds
+    the incoming gradient and the result beside it, each fp32 and vocabulary-wide."""
 
 
 class OpKind(str, Enum):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from sim.config.fields import _Fields, _Notes
+from sim.types import LossKind, RecomputeKind
 
 
 def _sp_default(f: _Fields, tp: int, framework: str, notes: _Notes) -> bool:
@@ -88,3 +89,29 @@ def _batch_sizes(f: _Fields, dp: int, pp: int, framework: str, notes: _Notes) ->
         gbs = notes.fill("parallel.global_batch_size", mbs * dp, "Megatron-LM default: "
                          "micro_batch_size x dp, one micro-batch")
     return mbs, gbs
+
+
+def _is_torchtitan(framework: str) -> bool:
+    return "torchtitan" in framework.lower()
+
+
+def _recompute_meaning(recompute: RecomputeKind, framework: str, notes: _Notes) -> RecomputeKind:
+    """What "selective" means in the producing framework: torchtitan's Llama training configs
+    set ``selective_ac_option = 'op'`` (``train_configs/llama3_8b.toml``), its op-level policy,
+    not Megatron's recomputation of the attention core."""
+    if recompute is RecomputeKind.SELECTIVE and _is_torchtitan(framework):
+        notes.append("parallel.recompute: selective -> selective-op (torchtitan's selective_ac_option "
+                     "= 'op': every other matmul's output and the attention output are kept)")
+        return RecomputeKind.SELECTIVE_OP
+    return recompute
+
+
+def _loss_default(f: _Fields, framework: str, notes: _Notes) -> LossKind:
+    """The cross entropy's implementation when a case leaves it null: torchtitan calls
+    ``torch.nn.functional.cross_entropy(pred.flatten(0, 1).float(), labels)``
+    (``torchtitan/components/loss.py``); Megatron-LM its fused vocab-parallel kernel."""
+    if _is_torchtitan(framework):
+        return f.enum("cross_entropy", LossKind, notes, LossKind.TORCH_FP32,
+                      "torchtitan: PyTorch cross entropy on fp32 logits")
+    value = f.raw.get("cross_entropy")
+    return LossKind.FUSED if value is None else f.enum("cross_entropy", LossKind, notes, LossKind.FUSED, "")

@@ -32,4 +32,8 @@ def model_flops(w: WorkloadSpec) -> tuple[float, float]:
         extra = tokens * m.num_layers * layer_fwd
     elif p.recompute is RecomputeKind.SELECTIVE:
         extra = tokens * m.num_layers * attn
+    elif p.recompute is RecomputeKind.SELECTIVE_OP:  # every other matmul (sim.memory.matmul_widths)
+        ins = [h, h, h, q, h] + ([h, f] if m.gated_mlp else [f])
+        outs = [q, kv, kv, h, f] + ([f, h] if m.gated_mlp else [h])
+        extra = tokens * m.num_layers * sum(2.0 * i * o for i, o in list(zip(ins, outs))[1::2])
     return model, model + extra

@@ -67,6 +67,10 @@ class LayerOps:
     embedding_bwd: tuple[Step, ...]
     head_fwd: tuple[Step, ...]
     head_bwd: tuple[Step, ...]
+    op_recompute: tuple[Step, ...] = ()
+    """What torchtitan's op-level policy recomputes before a layer's backward: every other
+    matmul (``wk``, ``wo``, ``w3`` of a SwiGLU layer) and the norms, activation and residual
+    adds; the TP collectives are not re-run (the saved matmul outputs feed the rest)."""
 
 
 def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: tuple[int, ...],
@@ -171,8 +175,13 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     head_bwd = (c("cross-entropy-bwd", mem(OpKind.LOSS, logits * (4 + e))),
                 c("lm-head-dgrad", hg(T, h, V // t)), *reduce("head-grad", wait=1),
                 c("lm-head-wgrad", hg(V // t, h, T)), c("final-norm-bwd", norm_bwd))
+    # every other matmul of wq, wk, wv, wo, w1, [w3,] w2, as separate projections
+    mms = [("wq", q // t, h), ("wk", kv // t, h), ("wv", kv // t, h), ("wo", h, q // t), ("w1", f // t, h)]
+    mms += [("w3", f // t, h), ("w2", h, f // t)] if branches == 2 else [("w2", h, f // t)]
+    op_recompute = tuple(c(name, fwd_g(out, inp)) for name, out, inp in mms[1::2]) + tuple(
+        st for st in fwd if st.stream is None and isinstance(st.op, MemoryOp))
     return LayerOps(tuple(fwd), tuple(bwd), attention_bwd_index, tuple(attn_fwd),
-                    embedding_fwd, embedding_bwd, head_fwd, head_bwd)
+                    embedding_fwd, embedding_bwd, head_fwd, head_bwd, op_recompute)
 
 
 def _unfused_attention(batch: int, s: int, hd: int, e: float) -> tuple[list[Step], list[Step]]:

@@ -204,7 +204,8 @@ class _RankProgram(DataParallelMixin):
                 if vs < n_vs - 1:
                     self.recv("grad", vs, mb, (vs + 1) % pp, act_size, args)
                 else:
-                    self.run_steps(self.ops.head_bwd, args, last_mem=-(am.head + am.logits))
+                    self.run_steps(self.ops.head_bwd, args, first_mem=am.loss_transient,
+                                   last_mem=-(am.head + am.logits + am.loss_transient))
                 release = -(am.layer_stored + am.layer_transient)
                 prev = self.last_c
                 reduce = fsdp and (not fsdp_once or i == last_b[chunk])
@@ -217,6 +218,10 @@ class _RankProgram(DataParallelMixin):
                     k = self.ops.attention_bwd_index
                     if rc is RecomputeKind.FULL:
                         first, _ = self.run_steps(self.ops.layer_fwd, (("phase", "recompute"),) + la[1:],
+                                                  first_mem=am.layer_transient)
+                        self.run_steps(bwd, la, last_mem=release)
+                    elif rc is RecomputeKind.SELECTIVE_OP:
+                        first, _ = self.run_steps(self.ops.op_recompute, (("phase", "recompute"),) + la[1:],
                                                   first_mem=am.layer_transient)
                         self.run_steps(bwd, la, last_mem=release)
                     elif rc is RecomputeKind.SELECTIVE:

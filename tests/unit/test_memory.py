@@ -185,3 +185,74 @@ def test_uneven_pipeline_timeline_peak_equals_the_walk():
     rep = make_report(simulate(w, load_topology("dgx-a100")))
     for s in rep.stages:
         assert s.peak_memory_bytes == pytest.approx(stage_memory(w, s.stage).total_bytes, rel=1e-12)
+
+
+def _llama8b(**kw):
+    """Llama 3 8B as torchtitan trains it (GQA, SwiGLU), small batch."""
+    from dataclasses import replace
+
+    from sim.workload.spec import ModelSpec
+    w = make_workload(layers=4, tp=kw.pop("tp", 1), pp=1, dp=1, gbs=kw.pop("gbs", 1), mbs=kw.pop("mbs", 1),
+                      seq=8192, vocab=128256, **kw)
+    model = ModelSpec("llama3-8b", 4, 4096, 32, 8, 14336, 128256, 8192, gated_mlp=True)
+    return replace(w, model=model)
+
+
+def test_op_level_checkpointing_keeps_every_other_matmul_and_the_attention_output():
+    """torchtitan's op policy, counted by hand for one Llama 3 8B layer at TP 1: the layer input,
+    the outputs of wq, wv, w1, w2 (mm 1, 3, 5, 7) and SDPA's output and log-sum-exp."""
+    w = _llama8b(recompute=RecomputeKind.SELECTIVE_OP)
+    sb, h, q, kv, f = 8192, 4096, 4096, 1024, 14336
+    expected = 2 * sb * h + 2 * sb * (q + kv + f + h) + 2 * sb * q + 4 * 32 * 8192
+    assert layer_activation_bytes(w.model, w.parallel) == pytest.approx(expected)
+    by = {rc: layer_activation_bytes(w.model, w.parallel, rc) for rc in RecomputeKind}
+    assert by[RecomputeKind.FULL] < by[RecomputeKind.SELECTIVE_OP] < by[RecomputeKind.SELECTIVE]
+
+
+def test_op_level_checkpointing_recomputes_half_the_matmuls_in_the_timeline():
+    base = simulate(_llama8b(recompute=RecomputeKind.NONE), load_topology("dgx-h100"))
+    op = simulate(_llama8b(recompute=RecomputeKind.SELECTIVE_OP), load_topology("dgx-h100"))
+    extra = op.program.hardware_flops_per_iteration - op.program.flops_per_iteration
+    # wk, wo, w3 recomputed: 2 sb (h kv + q h + h f) per layer
+    assert extra == pytest.approx(4 * 2 * 8192 * (4096 * 1024 + 4096 * 4096 + 4096 * 14336))
+    assert base.program.hardware_flops_per_iteration == base.program.flops_per_iteration
+    assert make_report(op).iteration_time_s > make_report(base).iteration_time_s
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_torch_fp32_loss_holds_two_more_fp32_logit_copies_at_its_backward(tp):
+    """PyTorch's cross entropy on fp32 logits: the saved log-softmax plus, in its backward,
+    the incoming gradient and the result (8 sbV/t on top); the timeline agrees."""
+    from dataclasses import replace
+
+    from sim.types import LossKind
+    fused = _llama8b(tp=tp, sp=tp > 1, recompute=RecomputeKind.FULL)
+    torch = replace(fused, parallel=replace(fused.parallel, cross_entropy=LossKind.TORCH_FP32))
+    diff = stage_memory(torch, 0).activations_bytes - stage_memory(fused, 0).activations_bytes
+    assert diff == pytest.approx(8.0 * 8192 * 128256 / tp)
+    rep = make_report(simulate(torch, load_topology("dgx-h100")))
+    assert rep.stages[0].peak_memory_bytes == pytest.approx(stage_memory(torch, 0).total_bytes, rel=1e-12)
+
+
+def test_torchtitan_cases_read_selective_as_its_op_policy_and_its_loss_in_fp32():
+    from sim.config.workload import load_case_records
+    from sim.types import LossKind
+    rec = next(r for r in load_case_records("workloads/validation/torchtitan.yaml")
+               if r.id == "torchtitan_h100_t1_llama31_8b_8gpu_FSDP")
+    assert rec.workload.parallel.recompute is RecomputeKind.SELECTIVE_OP
+    assert rec.workload.parallel.cross_entropy is LossKind.TORCH_FP32
+    assert any("selective-op" in n for n in rec.notes)
+    mega = load_workload("gpt3-175b")
+    assert mega.parallel.recompute is RecomputeKind.SELECTIVE and mega.parallel.cross_entropy is LossKind.FUSED
+
+
+@pytest.mark.parametrize("case_id", ["torchtitan_h100_t1_llama31_8b_8gpu_FSDP_torchcompile",
+                                     "torchtitan_h100_t3_llama31_8b_128gpu_FSDP_torchcompile"])
+def test_torchtitan_fsdp_peak_memory_within_10_percent(case_id):
+    """torchtitan logs the caching allocator's max *reserved* memory; llmsim predicts what is
+    allocated, so it may only come out lower."""
+    from sim.config.workload import load_case_records
+    rec = next(r for r in load_case_records("workloads/validation/torchtitan.yaml") if r.id == case_id)
+    w = rec.workload
+    peak = max(stage_memory(w, s).total_bytes for s in range(w.parallel.pp)) / GiB
+    assert -0.10 <= peak / rec.targets["peak_memory_gib"] - 1 <= 0.0
