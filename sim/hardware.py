@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 
 from sim.errors import InfeasibleError
-from sim.types import Dtype
+from sim.types import AttentionKernel, Dtype
 from sim.units import GB, GBPS, GiB, TB, TFLOPS, US
 
 __all__ = ["EfficiencyCurve", "GPUSpec", "GPU_CATALOGUE", "get_gpu", "gpu_names"]
@@ -90,8 +90,10 @@ class GPUSpec:
     gemm_efficiency : tuple of (Dtype, EfficiencyCurve)
         Achieved fraction of peak for one GEMM, by its FLOPs (cuBLASLt sweeps).
     attention_efficiency, attention_backward_efficiency : EfficiencyCurve
-        Achieved fraction of the 16-bit peak in fused (flash) attention, forward and
-        backward, by the kernel's FLOPs.
+        Achieved fraction of the 16-bit peak in the vendor's fused attention kernel, forward
+        and backward, by the kernel's FLOPs.
+    flash2_attention_efficiency, flash2_attention_backward_efficiency : EfficiencyCurve
+        The same for FlashAttention-2 as PyTorch's SDPA runs it (None: as the vendor's).
     memory_efficiency : float
         Achieved fraction of HBM bandwidth by streaming kernels.
     kernel_launch_s : float
@@ -111,6 +113,14 @@ class GPUSpec:
     memory_efficiency: float
     kernel_launch_s: float
     sources: str = ""
+    flash2_attention_efficiency: EfficiencyCurve | None = None
+    flash2_attention_backward_efficiency: EfficiencyCurve | None = None
+
+    def attention_curve(self, kernel: AttentionKernel, backward: bool) -> EfficiencyCurve:
+        """The efficiency curve of ``kernel`` in one direction."""
+        if kernel is AttentionKernel.FLASH2 and self.flash2_attention_efficiency is not None:
+            return self.flash2_attention_backward_efficiency if backward else self.flash2_attention_efficiency
+        return self.attention_backward_efficiency if backward else self.attention_efficiency
 
     def peak(self, dtype: Dtype) -> float:
         """Dense peak FLOP/s for ``dtype``.
@@ -180,6 +190,15 @@ _H100_ATTN_FWD = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
 _H100_ATTN_BWD = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
     (34, 0.255), (35, 0.29), (36, 0.333), (37, 0.388), (38, 0.431), (39, 0.481), (40, 0.545),
     (41, 0.549), (42, 0.533), (43, 0.556), (44, 0.559))))
+# FlashAttention-2 as PyTorch's SDPA runs it (its FLASH_ATTENTION backend), same measurement:
+# about half the cuDNN kernel's rate on H100, as the FlashAttention-3 paper reports ("FA2
+# achieves only 35% utilization on H100", arXiv 2407.08608, Sec. 1).
+_H100_FA2_FWD = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
+    (33, 0.158), (34, 0.184), (35, 0.204), (36, 0.233), (37, 0.285), (38, 0.295), (39, 0.306),
+    (40, 0.313), (41, 0.336), (42, 0.339), (43, 0.339))))
+_H100_FA2_BWD = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
+    (34, 0.137), (35, 0.163), (36, 0.185), (37, 0.211), (38, 0.25), (39, 0.272), (40, 0.301),
+    (41, 0.316), (42, 0.314), (43, 0.305), (44, 0.309))))
 # GB200 FP8 peaks at 2906.9 TFLOP/s of 5000 and FP4 at 7627.6 of 10000
 # (Azure ND_GB200_v6_results.md @2a370be); 16-bit follows pytorch/ao, which copies the H100
 # fractions for B200 "for now".
@@ -235,6 +254,8 @@ _GPUS = (
         gemm_efficiency=_HOPPER_GEMM,
         attention_efficiency=_H100_ATTN_FWD,
         attention_backward_efficiency=_H100_ATTN_BWD,
+        flash2_attention_efficiency=_H100_FA2_FWD,
+        flash2_attention_backward_efficiency=_H100_FA2_BWD,
         memory_efficiency=_MEM_EFF,
         kernel_launch_s=_LAUNCH_S,
         sources="glennklockwood.com/garden/processors/h100 (989 TF BF16 dense, 1979 FP8, 3.35 TB/s, "
@@ -249,6 +270,8 @@ _GPUS = (
         gemm_efficiency=_HOPPER_GEMM,
         attention_efficiency=_H100_ATTN_FWD,
         attention_backward_efficiency=_H100_ATTN_BWD,
+        flash2_attention_efficiency=_H100_FA2_FWD,
+        flash2_attention_backward_efficiency=_H100_FA2_BWD,
         memory_efficiency=_MEM_EFF,
         kernel_launch_s=_LAUNCH_S,
         sources="Meta Grand Teton H100 variant: 96 GB HBM2e at 2.4 TB/s, 500 W cap (validation README; "
@@ -264,6 +287,8 @@ _GPUS = (
         gemm_efficiency=_HOPPER_GEMM,
         attention_efficiency=_H100_ATTN_FWD,
         attention_backward_efficiency=_H100_ATTN_BWD,
+        flash2_attention_efficiency=_H100_FA2_FWD,
+        flash2_attention_backward_efficiency=_H100_FA2_BWD,
         memory_efficiency=_MEM_EFF,
         kernel_launch_s=_LAUNCH_S,
         sources="MLPerf Inference v4.1 system JSON (141 GB, 18x NVLink4 900 GB/s); pytorch/ao spec table "
@@ -278,6 +303,8 @@ _GPUS = (
         gemm_efficiency=_BLACKWELL_GEMM,
         attention_efficiency=_H100_ATTN_FWD,
         attention_backward_efficiency=_H100_ATTN_BWD,
+        flash2_attention_efficiency=_H100_FA2_FWD,
+        flash2_attention_backward_efficiency=_H100_FA2_BWD,
         memory_efficiency=_MEM_EFF,
         kernel_launch_s=_LAUNCH_S,
         sources="glennklockwood.com/garden/processors/B200 (HGX 1000 W); pytorch/ao roofline_utils "
@@ -292,6 +319,8 @@ _GPUS = (
         gemm_efficiency=_BLACKWELL_GEMM,
         attention_efficiency=_H100_ATTN_FWD,
         attention_backward_efficiency=_H100_ATTN_BWD,
+        flash2_attention_efficiency=_H100_FA2_FWD,
+        flash2_attention_backward_efficiency=_H100_FA2_BWD,
         memory_efficiency=_MEM_EFF,
         kernel_launch_s=_LAUNCH_S,
         sources="glennklockwood.com/garden/processors/B200 (GB200 1200 W table: 2.5 PF BF16 dense, "
@@ -306,6 +335,8 @@ _GPUS = (
         gemm_efficiency=_BLACKWELL_GEMM,
         attention_efficiency=_H100_ATTN_FWD,
         attention_backward_efficiency=_H100_ATTN_BWD,
+        flash2_attention_efficiency=_H100_FA2_FWD,
+        flash2_attention_backward_efficiency=_H100_FA2_BWD,
         memory_efficiency=_MEM_EFF,
         kernel_launch_s=_LAUNCH_S,
         sources="NVIDIA Blackwell Ultra announcements: 288 GB HBM3e (279 GB usable), 8 TB/s, "

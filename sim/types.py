@@ -42,6 +42,17 @@ class RecomputeKind(str, Enum):
     FULL = "full"
 
 
+class AttentionKernel(str, Enum):
+    """Which fused attention kernel a framework runs (their speeds differ by ~2x on Hopper)."""
+
+    VENDOR = "vendor"
+    """The fastest the GPU's vendor library offers: cuDNN fused attention as Transformer Engine
+    (Megatron-Core, NeMo) selects it on Hopper and later; FlashAttention-2 on Ampere."""
+    FLASH2 = "flash2"
+    """FlashAttention-2 as PyTorch's ``scaled_dot_product_attention`` runs it by default (its
+    backend priority puts FlashAttention first, cuDNN after)."""
+
+
 class LossKind(str, Enum):
     """How the cross entropy over the vocabulary is computed, which decides its memory."""
 

@@ -51,11 +51,12 @@ def derive_curves(path: Path = DEFAULT) -> dict[str, list[tuple[float, float]]]:
             (f, f / ((r["median_s"] - LAUNCH_S) * peak))
             for r in d["gemms"] if r["dtype"] == dt and "median_s" in r
             for f in [2.0 * r["batch"] * r["m"] * r["n"] * r["k"]])
-    for key, bwd in (("attention_fwd", False), ("attention_bwd", True)):
-        out[key] = _binned(
-            (f, f / ((r["bwd_s" if bwd else "fwd_s"] - LAUNCH_S) * PEAK["bf16"]))
-            for r in d["attention"] if r["backend"] == "cudnn" and "fwd_s" in r
-            for f in [_attention_flops(r, bwd)])
+    for backend, prefix in (("cudnn", "attention"), ("flash", "attention_flash2")):
+        for key, bwd in ((f"{prefix}_fwd", False), (f"{prefix}_bwd", True)):
+            out[key] = _binned(
+                (f, f / ((r["bwd_s" if bwd else "fwd_s"] - LAUNCH_S) * PEAK["bf16"]))
+                for r in d["attention"] if r["backend"] == backend and "fwd_s" in r
+                for f in [_attention_flops(r, bwd)])
     return out
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from sim.config.fields import _Fields, _Notes
-from sim.types import LossKind, RecomputeKind
+from sim.types import AttentionKernel, LossKind, RecomputeKind
 
 
 def _sp_default(f: _Fields, tp: int, framework: str, notes: _Notes) -> bool:
@@ -115,3 +115,18 @@ def _loss_default(f: _Fields, framework: str, notes: _Notes) -> LossKind:
                       "torchtitan: PyTorch cross entropy on fp32 logits")
     value = f.raw.get("cross_entropy")
     return LossKind.FUSED if value is None else f.enum("cross_entropy", LossKind, notes, LossKind.FUSED, "")
+
+
+def _attention_kernel_default(f: _Fields, framework: str, notes: _Notes) -> AttentionKernel:
+    """The attention kernel when a case leaves it null: torchtitan calls PyTorch's
+    ``scaled_dot_product_attention``, whose backend priority runs FlashAttention-2 before
+    cuDNN (pytorch/pytorch ``sdp_utils.cpp``; measured 1.7-2.3x slower than cuDNN on H100,
+    huggingface/transformers#48163, and in benchmarks/device here); Megatron-LM and NeMo go
+    through Transformer Engine, which picks cuDNN's fused attention on Hopper."""
+    value = f.raw.get("attention_kernel")
+    if value is None and _is_torchtitan(framework):
+        return notes.fill("parallel.attention_kernel", AttentionKernel.FLASH2,
+                          "torchtitan: PyTorch SDPA's default backend, FlashAttention-2")
+    if value is None:
+        return AttentionKernel.VENDOR
+    return f.enum("attention_kernel", AttentionKernel, notes, AttentionKernel.VENDOR, "")

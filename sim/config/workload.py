@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sim.config.defaults import (_batch_sizes, _flag_default, _flash_default, _loss_default,
+from sim.config.defaults import (_attention_kernel_default, _batch_sizes, _flag_default, _flash_default,
+                                 _loss_default,
                                  _overlap_default, _recompute_meaning, _sp_default, _zero_default)
 from sim.config.fields import (_apply_overrides, _Fields, _is_number, _located, _Notes, _presets,
                                _read_yaml, _resolve)
@@ -35,7 +36,7 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "schedule",
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce",
-                  "grad_bucket_size_params", "flash_attention", "cross_entropy", "details")
+                  "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "details")
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node",
                 "description")
 _WORKLOAD_SETTABLE = ({"model": _MODEL_KEYS, "parallel": _PARALLEL_KEYS, "system": _SYSTEM_KEYS},
@@ -317,6 +318,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
             overlap_grad_reduce=_overlap_default(f, framework, notes),
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,
             flash_attention=_flash_default(f, framework, notes),
+            attention_kernel=_attention_kernel_default(f, framework, notes),
             cross_entropy=_loss_default(f, framework, notes),
         )
 

@@ -36,7 +36,7 @@ def attention_time_s(gpu: GPUSpec, op: AttentionOp) -> float:
     """Time of one fused attention kernel (forward or backward) on ``gpu``, at the efficiency
     measured for a kernel of its FLOPs in that direction."""
     f = op.flops
-    curve = gpu.attention_backward_efficiency if op.backward else gpu.attention_efficiency
+    curve = gpu.attention_curve(op.kernel, op.backward)
     compute = f / (gpu.peak(op.dtype) * curve(f))
     return max(compute, _memory_s(gpu, op.bytes)) + gpu.kernel_launch_s
 

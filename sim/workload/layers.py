@@ -122,8 +122,11 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     if cp > 1:
         attn_fwd, attn_bwd = _ring_attention(model, parallel, heads, kv_heads, cp_group, cp_replicas)
     elif parallel.flash_attention:
-        attn_fwd = [c("attention", AttentionOp(b, heads, kv_heads, s, model.head_dim, True, False, ACT_DTYPE))]
-        attn_bwd = [c("attention-bwd", AttentionOp(b, heads, kv_heads, s, model.head_dim, True, True, ACT_DTYPE))]
+        ak = parallel.attention_kernel
+        attn_fwd = [c("attention", AttentionOp(b, heads, kv_heads, s, model.head_dim, True, False, ACT_DTYPE,
+                                               kernel=ak))]
+        attn_bwd = [c("attention-bwd", AttentionOp(b, heads, kv_heads, s, model.head_dim, True, True, ACT_DTYPE,
+                                                   kernel=ak))]
     else:
         attn_fwd, attn_bwd = _unfused_attention(b * heads, s, model.head_dim, e)
     low = dtype in LOW_PRECISION
@@ -215,8 +218,9 @@ def _ring_attention(model: ModelSpec, parallel: ParallelSpec, heads: int, kv_hea
     gradients, so it moves twice the bytes."""
     cp = parallel.cp
     b, s, hd = parallel.micro_batch_size, model.seq_length, model.head_dim
-    fwd_op = AttentionOp(b, heads, kv_heads, s, hd, True, False, ACT_DTYPE, 1.0 / (cp * cp))
-    bwd_op = AttentionOp(b, heads, kv_heads, s, hd, True, True, ACT_DTYPE, 1.0 / (cp * cp))
+    ak = parallel.attention_kernel
+    fwd_op = AttentionOp(b, heads, kv_heads, s, hd, True, False, ACT_DTYPE, 1.0 / (cp * cp), ak)
+    bwd_op = AttentionOp(b, heads, kv_heads, s, hd, True, True, ACT_DTYPE, 1.0 / (cp * cp), ak)
     kv_bytes = 2.0 * b * (s // cp) * kv_heads * hd * dtype_bytes(ACT_DTYPE)
     fwd_x = CommOp(CollectiveKind.RING_EXCHANGE, CommClass.CP, cp_group, kv_bytes, cp_replicas)
     bwd_x = CommOp(CollectiveKind.RING_EXCHANGE, CommClass.CP, cp_group, 2.0 * kv_bytes, cp_replicas)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.types import CollectiveKind, CommClass, Dtype, OpKind
+from sim.types import AttentionKernel, CollectiveKind, CommClass, Dtype, OpKind
 
 __all__ = ["GemmOp", "AttentionOp", "MemoryOp", "CommOp", "Op", "dtype_bytes",
            "FA_BACKWARD_FLOP_RATIO", "causal_fraction"]
@@ -90,6 +90,7 @@ class AttentionOp:
     fraction: float = 1.0
     """Share of the whole sequence's attention this op does (one ring-attention step of
     context parallelism does ``1 / cp^2``)."""
+    kernel: AttentionKernel = AttentionKernel.VENDOR
 
     kind = OpKind.ATTENTION
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
-from sim.types import Dtype, LossKind, RecomputeKind, ScheduleKind
+from sim.types import AttentionKernel, Dtype, LossKind, RecomputeKind, ScheduleKind
 
 __all__ = ["ModelSpec", "ParallelSpec", "SystemSpec", "Reference", "WorkloadSpec", "pipeline_split"]
 
@@ -137,6 +137,9 @@ class ParallelSpec:
     flash_attention: bool = True
     """Fused flash attention (Megatron-LM ``--use-flash-attn``, 2023 on); False runs the
     unfused core attention: score GEMM, softmax, dropout, value GEMM."""
+    attention_kernel: AttentionKernel = AttentionKernel.VENDOR
+    """The fused attention kernel: the vendor's (cuDNN through Transformer Engine) or
+    FlashAttention-2 through PyTorch's SDPA (torchtitan)."""
     cross_entropy: LossKind = LossKind.FUSED
     """How the loss is computed (Megatron's fused vocab-parallel kernel, or PyTorch's on fp32
     logits as torchtitan runs it): it decides the loss's memory."""

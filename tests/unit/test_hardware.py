@@ -86,7 +86,9 @@ def test_hopper_efficiencies_are_the_h100_measurement_not_tuned_numbers():
     derived = _measured_curves()
     h100 = get_gpu("H100")
     got = {"gemm_bf16": h100.gemm_curve(Dtype.BF16), "gemm_fp8": h100.gemm_curve(Dtype.FP8),
-           "attention_fwd": h100.attention_efficiency, "attention_bwd": h100.attention_backward_efficiency}
+           "attention_fwd": h100.attention_efficiency, "attention_bwd": h100.attention_backward_efficiency,
+           "attention_flash2_fwd": h100.flash2_attention_efficiency,
+           "attention_flash2_bwd": h100.flash2_attention_backward_efficiency}
     for key, curve in got.items():
         assert [(x, pytest.approx(e, abs=1e-9)) for x, e in derived[key]] == list(curve.points), key
 
@@ -103,3 +105,16 @@ def test_attention_is_less_efficient_for_short_sequences_on_h100():
         return op.flops / (attention_time_s(gpu, op) - gpu.kernel_launch_s) / 1e12
 
     assert tflops(2048) < 0.6 * tflops(32768)
+
+
+def test_pytorch_flash2_attention_is_slower_than_the_vendor_kernel_on_hopper_only():
+    from sim.costs.compute import attention_time_s
+    from sim.types import AttentionKernel
+    from sim.workload.ops import AttentionOp
+
+    def t(gpu, kernel):
+        return attention_time_s(get_gpu(gpu), AttentionOp(1, 32, 8, 8192, 128, True, True, kernel=kernel))
+
+    assert t("H100", AttentionKernel.FLASH2) > 1.5 * t("H100", AttentionKernel.VENDOR)
+    # on Ampere the vendor path is FlashAttention-2 itself
+    assert t("A100", AttentionKernel.FLASH2) == t("A100", AttentionKernel.VENDOR)

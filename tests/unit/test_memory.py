@@ -236,14 +236,16 @@ def test_torch_fp32_loss_holds_two_more_fp32_logit_copies_at_its_backward(tp):
 
 def test_torchtitan_cases_read_selective_as_its_op_policy_and_its_loss_in_fp32():
     from sim.config.workload import load_case_records
-    from sim.types import LossKind
+    from sim.types import AttentionKernel, LossKind
     rec = next(r for r in load_case_records("workloads/validation/torchtitan.yaml")
                if r.id == "torchtitan_h100_t1_llama31_8b_8gpu_FSDP")
     assert rec.workload.parallel.recompute is RecomputeKind.SELECTIVE_OP
     assert rec.workload.parallel.cross_entropy is LossKind.TORCH_FP32
+    assert rec.workload.parallel.attention_kernel is AttentionKernel.FLASH2
     assert any("selective-op" in n for n in rec.notes)
     mega = load_workload("gpt3-175b")
     assert mega.parallel.recompute is RecomputeKind.SELECTIVE and mega.parallel.cross_entropy is LossKind.FUSED
+    assert mega.parallel.attention_kernel is AttentionKernel.VENDOR
 
 
 @pytest.mark.parametrize("case_id", ["torchtitan_h100_t1_llama31_8b_8gpu_FSDP_torchcompile",
