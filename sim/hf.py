@@ -13,7 +13,13 @@ families are understood (huggingface/transformers configuration classes):
   ``n_inner`` (None: 4 x n_embd), ``activation_function``, ``tie_word_embeddings`` (absent:
   true, ``PretrainedConfig``'s default).
 
-Keys this module does not use (``rope_theta``, ``rms_norm_eps``, MoE fields, ...) are ignored.
+Mixture-of-experts fields, where present: ``num_local_experts`` (Mixtral) or
+``n_routed_experts`` (DeepSeek) or ``num_experts`` (Qwen-MoE), ``num_experts_per_tok``, the
+expert width ``moe_intermediate_size`` (Mixtral: ``intermediate_size``),
+``n_shared_experts`` and ``first_k_dense_replace`` (DeepSeek: its first layers are dense, of
+``intermediate_size``).
+
+Keys this module does not use (``rope_theta``, ``rms_norm_eps``, ...) are ignored.
 """
 
 from __future__ import annotations
@@ -107,7 +113,30 @@ def _llama_fields(cfg: dict[str, object], path: Path) -> dict[str, object]:
         "tied_embeddings": _bool(cfg, "tie_word_embeddings", path, default=False),
         "activation": act,
     }
+    fields.update(_moe_fields(cfg, path))
     return _with_optional(fields, cfg, path, seq_key="max_position_embeddings")
+
+
+def _moe_fields(cfg: dict[str, object], path: Path) -> dict[str, object]:
+    for key in ("num_local_experts", "n_routed_experts", "num_experts"):
+        experts = _int(cfg, key, path, required=False)
+        if experts:
+            break
+    else:
+        return {}
+    if experts <= 1:
+        return {}
+    out: dict[str, object] = {"num_experts": experts, "moe_top_k": _int(cfg, "num_experts_per_tok", path)}
+    width = _int(cfg, "moe_intermediate_size", path, required=False)
+    if width is not None:
+        out["moe_ffn_hidden_size"] = width
+    shared = _int(cfg, "n_shared_experts", path, required=False)
+    if shared:
+        out["num_shared_experts"] = shared
+    dense = _int(cfg, "first_k_dense_replace", path, required=False)
+    if dense:
+        out["first_dense_layers"] = dense
+    return out
 
 
 def _gpt2_fields(cfg: dict[str, object], path: Path) -> dict[str, object]:

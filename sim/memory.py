@@ -51,21 +51,40 @@ class StateBytes:
     optimizer_bytes: float
     params: float
     """Parameters whose state this GPU holds before any ZeRO sharding."""
+    expert_params: float = 0.0
+    """Of which routed experts (sharded over the expert-data-parallel group)."""
 
     @property
     def total_bytes(self) -> float:
         return self.weights_bytes + self.grads_bytes + self.optimizer_bytes
 
 
-def _layer_split(model: ModelSpec) -> tuple[int, int]:
-    """(parameters split over TP, parameters every TP rank holds) of one layer.
+def _layer_split(model: ModelSpec, layer: int = 0) -> tuple[int, int]:
+    """(parameters split over TP, parameters every TP rank holds) of one layer, its routed
+    experts left out (:meth:`ModelSpec.expert_params`; they are split over TP and EP).
 
     Megatron-LM splits the QKV, projection and MLP weights (and the column-parallel biases)
     over TP and replicates the two norms and the row-parallel biases (Shoeybi et al. 2019,
-    arXiv 1909.08053, Sec. 3)."""
+    arXiv 1909.08053, Sec. 3), and a MoE layer's router."""
     h = model.hidden_size
     replicated = 4 * h + 2 * h  # two norms (weight, bias), two row-parallel biases
-    return model.layer_params() - replicated, replicated
+    if model.is_moe_layer(layer):
+        replicated += h * model.num_experts  # the router
+    return model.layer_params(layer) - model.expert_params(layer) - replicated, replicated
+
+
+def _stage_layer_indices(model: ModelSpec, parallel: ParallelSpec, stage: int) -> list[int]:
+    counts = pipeline_split(model.num_layers, parallel.pp * parallel.virtual_pipeline_stages)
+    starts = [sum(counts[:i]) for i in range(len(counts))]
+    return [starts[vs] + j for c in range(parallel.virtual_pipeline_stages)
+            for vs in [c * parallel.pp + stage] for j in range(counts[vs])]
+
+
+def stage_expert_params(model: ModelSpec, parallel: ParallelSpec, stage: int) -> float:
+    """Routed-expert parameters held by one GPU of ``stage``: its ``E / ep`` experts of each
+    MoE layer, split over TP."""
+    return sum(model.expert_params(i) for i in _stage_layer_indices(model, parallel, stage)) / (
+        parallel.tp * parallel.ep)
 
 
 def stage_params(model: ModelSpec, parallel: ParallelSpec, stage: int) -> float:
@@ -76,10 +95,10 @@ def stage_params(model: ModelSpec, parallel: ParallelSpec, stage: int) -> float:
     holds the input embedding and the last the output layer (a second copy when tied and
     ``pp > 1``), each split over ``tp`` by vocabulary.
     """
-    counts = pipeline_split(model.num_layers, parallel.pp * parallel.virtual_pipeline_stages)
-    layers = sum(counts[c * parallel.pp + stage] for c in range(parallel.virtual_pipeline_stages))
-    split, replicated = _layer_split(model)
-    params = layers * (split / parallel.tp + replicated)
+    params = stage_expert_params(model, parallel, stage)
+    for i in _stage_layer_indices(model, parallel, stage):
+        split, replicated = _layer_split(model, i)
+        params += split / parallel.tp + replicated
     emb = model.embedding_params() / parallel.tp
     if stage == 0:
         params += emb
@@ -94,16 +113,22 @@ def state_bytes(model: ModelSpec, parallel: ParallelSpec, stage: int) -> StateBy
     """Weights, gradients and optimizer state of one GPU of stage ``stage``.
 
     ZeRO-1 (Megatron's distributed optimizer) shards the 12 bytes of optimizer state over the
-    data-parallel ranks, ZeRO-2 the gradients as well, ZeRO-3 (FSDP) the weights too.
+    data-parallel ranks, ZeRO-2 the gradients as well, ZeRO-3 (FSDP) the weights too. Routed
+    experts are sharded over their own, ``ep`` times smaller, expert-data-parallel group.
     """
     p = stage_params(model, parallel, stage)
+    ex = stage_expert_params(model, parallel, stage)
     z, dp = parallel.zero, parallel.dp * parallel.cp  # CP ranks hold the same weights (dp-cp group)
-    return StateBytes(p * WEIGHT_BYTES / (dp if z >= 3 else 1), p * GRAD_BYTES / (dp if z >= 2 else 1),
-                      p * OPTIMIZER_BYTES / (dp if z >= 1 else 1), p)
+    edp = dp // parallel.ep
+
+    def sharded(per_param: float, level: int) -> float:
+        return (p - ex) * per_param / (dp if z >= level else 1) + ex * per_param / (edp if z >= level else 1)
+
+    return StateBytes(sharded(WEIGHT_BYTES, 3), sharded(GRAD_BYTES, 2), sharded(OPTIMIZER_BYTES, 1), p, ex)
 
 
-def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: RecomputeKind | None = None
-                           ) -> float:
+def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: RecomputeKind | None = None,
+                           moe: bool = False) -> float:
     """Activation bytes one layer stores for one micro-batch until its backward.
 
     Korthikanti et al. 2022 (Sec. 4.1, Table 2) count, for 16-bit activations and ``t``-way
@@ -124,6 +149,12 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
     * selective recomputation drops the ``5 a s^2 b / t`` term; full recomputation stores
       only the layer input, ``2 sbh`` (``/ t`` with sequence parallelism).
     * context parallelism stores every token-wise term for ``s / cp`` tokens.
+    * a mixture-of-experts layer (``moe=True``) replaces the MLP term: each of the ``k`` routed
+      copies of a token keeps its expert input (``2h``, gathered over TP) and its expert's
+      ``6f / t`` (``4f / t`` ungated), padded by the capacity factor; the rank's own ``sb / t``
+      tokens keep the expert outputs for the weighted combine (``2kh``) and the fp32 router
+      logits and probabilities (``8E``); shared experts add a dense MLP term. Under the
+      op-level policy the grouped expert GEMMs are not ``aten.mm`` and are recomputed.
     * torchtitan's op-level policy (``selective-op``) keeps the layer input, the outputs of
       every other matmul in forward order (``wq``, ``wv``, ``w1``, ``w2`` of a SwiGLU layer;
       the row-parallel ones are ``sbh`` partial sums before their reduction) and the attention
@@ -145,12 +176,19 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
     if rc is RecomputeKind.FULL:
         return 2.0 * sb * h / (t if sp else 1)
     if rc is RecomputeKind.SELECTIVE_OP:
-        kept = op_sac_saved_widths(model, t)
+        kept = op_sac_saved_widths(model, t)[:2] if moe else op_sac_saved_widths(model, t)
         lse = 4.0 * b * model.num_attention_heads / t * s
         return 2.0 * sb * h / (t if sp else 1) + 2.0 * sb * (sum(kept) + model.q_size / t) + lse
     outside = 10.0 * sb * h / (t if sp else 1)
     attention = sb * (4.0 * model.q_size + 4.0 * model.kv_size) / t
-    mlp = sb * model.ffn_hidden_size * (6.0 if model.gated_mlp else 4.0) / t
+    per_width = 6.0 if model.gated_mlp else 4.0
+    if moe:
+        k, cf = model.moe_top_k, model.moe_capacity_factor or 1.0
+        mlp = (sb * k * cf * (2.0 * h + per_width * model.moe_ffn_hidden_size / t)
+               + sb / t * (2.0 * k * h + 8.0 * model.num_experts)
+               + sb * model.shared_ffn_size * per_width / t)
+    else:
+        mlp = sb * model.ffn_hidden_size * per_width / t
     heads = model.num_attention_heads / t
     if parallel.flash_attention:
         scores = 4.0 * b * heads * s
@@ -196,6 +234,15 @@ class ActivationModel:
     """Held on top while the loss's backward runs: under PyTorch's cross entropy on fp32
     logits, the incoming gradient of the log-softmax and its result, each fp32 and
     vocabulary-wide (``8 sbV / t``); nothing for Megatron's in-place kernel."""
+    moe_layer_stored: float = 0.0
+    moe_layer_transient: float = 0.0
+    """The two layer terms for a mixture-of-experts layer."""
+
+    def stored(self, is_moe: bool) -> float:
+        return self.moe_layer_stored if is_moe else self.layer_stored
+
+    def transient(self, is_moe: bool) -> float:
+        return self.moe_layer_transient if is_moe else self.layer_transient
 
 
 def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) -> ActivationModel:
@@ -204,16 +251,23 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
     rc = p.recompute if recompute is None else recompute
     sb, h, t = m.seq_length // p.cp * p.micro_batch_size, m.hidden_size, p.tp
     div = t if p.sequence_parallel else 1
-    stored = layer_activation_bytes(m, p, rc)
-    if rc is RecomputeKind.FULL:
-        transient = layer_activation_bytes(m, p, RecomputeKind.NONE)
-    elif rc is RecomputeKind.SELECTIVE_OP:  # the recomputed rest of one layer
-        transient = max(0.0, layer_activation_bytes(m, p, RecomputeKind.NONE) - stored)
-    else:
-        transient = 0.0
+
+    def terms(moe: bool) -> tuple[float, float]:
+        stored = layer_activation_bytes(m, p, rc, moe)
+        if rc is RecomputeKind.FULL:
+            transient = layer_activation_bytes(m, p, RecomputeKind.NONE, moe)
+        elif rc is RecomputeKind.SELECTIVE_OP:  # the recomputed rest of one layer
+            transient = max(0.0, layer_activation_bytes(m, p, RecomputeKind.NONE, moe) - stored)
+        else:
+            transient = 0.0
+        return stored, transient
+
+    stored, transient = terms(False)
+    moe_stored, moe_transient = terms(True) if m.is_moe else (0.0, 0.0)
     logits = sb * m.vocab_size / t
     loss_transient = 8.0 * logits if p.cross_entropy is LossKind.TORCH_FP32 else 0.0
-    return ActivationModel(stored, transient, sb * h / div, 4.0 * sb * h / div, 4.0 * logits, loss_transient)
+    return ActivationModel(stored, transient, sb * h / div, 4.0 * sb * h / div, 4.0 * logits, loss_transient,
+                           moe_stored, moe_transient)
 
 
 @dataclass(frozen=True)
@@ -257,7 +311,7 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel) -> f
     last virtual stages. For 1F1B this is ``min(p - stage, m)`` micro-batches of ``L / p``
     layers (Korthikanti et al. 2022, Sec. 4.3).
     """
-    p = w.parallel
+    p, m = w.parallel, w.model
     pp, v = p.pp, p.virtual_pipeline_stages
     vs_layers = w.virtual_stage_layers()
     last = pp * v - 1
@@ -267,7 +321,7 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel) -> f
         if pas is Pass.FORWARD:
             if vs == 0:
                 cur += am.embedding
-            cur += len(vs_layers[vs]) * am.layer_stored
+            cur += sum(am.stored(m.is_moe_layer(i)) for i in vs_layers[vs])
             if vs == last:
                 cur += am.head + am.logits
             peak = max(peak, cur)
@@ -276,9 +330,9 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel) -> f
                 peak = max(peak, cur + am.loss_transient)
                 cur -= am.logits + am.head
             # each layer's backward holds its transient on top, then frees what it stored
-            if vs_layers[vs]:
-                peak = max(peak, cur + am.layer_transient)
-            cur -= len(vs_layers[vs]) * am.layer_stored
+            for i in reversed(vs_layers[vs]):
+                peak = max(peak, cur + am.transient(m.is_moe_layer(i)))
+                cur -= am.stored(m.is_moe_layer(i))
             if vs == 0:
                 cur -= am.embedding
     return peak

@@ -132,7 +132,7 @@ def make_report(run: Run) -> Report:
         m = w.reference.tflops_per_gpu
         pred = (hw if w.reference.tflops_includes_recompute else flops) / T / n / TFLOPS
         ref = {"source": w.reference.source, "tflops_per_gpu": m, "error_pct": 100.0 * (pred - m) / m}
-    parallel = {"tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "zero_stage": p.zero, "virtual_pipeline_stages": p.virtual_pipeline_stages,
+    parallel = {"tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep, "zero_stage": p.zero, "virtual_pipeline_stages": p.virtual_pipeline_stages,
                 "schedule": p.schedule.value, "sequence_parallel": p.sequence_parallel,
                 "micro_batch_size": p.micro_batch_size, "global_batch_size": p.global_batch_size,
                 "num_microbatches": p.num_microbatches, "recompute": p.recompute.value,
@@ -156,6 +156,7 @@ def format_report(r: Report) -> str:
     p = r.parallel
     sched = p["schedule"] + (f" (v={p['virtual_pipeline_stages']})" if p["virtual_pipeline_stages"] > 1 else "")
     cp = f"  CP {p['cp']}" if p["cp"] > 1 else ""
+    cp += f"  EP {p['ep']}" if p.get("ep", 1) > 1 else ""
     zero = f"ZeRO-{p['zero_stage']}" if p["zero_stage"] >= 2 else None
     flags = [f"recompute {p['recompute']}"] + ([zero] if zero else [])
     if p["sequence_parallel"]:

@@ -124,6 +124,8 @@ class Stream(IntEnum):
     """ZeRO-3 / FSDP parameter all-gathers (prefetched one layer ahead)."""
     CP_COMM = 28
     """Context parallelism's K/V ring exchanges."""
+    EP_COMM = 29
+    """Expert parallelism's token dispatch and combine (all-to-all)."""
 
     @property
     def label(self) -> str:
@@ -137,6 +139,7 @@ class Stream(IntEnum):
             Stream.PP_RECV_GRAD: "pp-recv-grad",
             Stream.DP_GATHER: "dp-gather",
             Stream.CP_COMM: "cp-comm",
+            Stream.EP_COMM: "ep-comm",
         }[self]
 
 

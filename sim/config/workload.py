@@ -32,7 +32,8 @@ _TOP_KEYS = ("id", "name", "description", "source", "model", "system", "parallel
 _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
                "ffn_hidden_size", "vocab_size", "seq_length", "gated_mlp", "tied_embeddings",
                "head_dim", "activation", "normalization", "position_embedding", "arch_source",
-               "hf_config")
+               "hf_config", "num_experts", "moe_top_k", "moe_ffn_hidden_size", "num_shared_experts",
+               "first_dense_layers", "moe_capacity_factor")
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "schedule",
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce",
@@ -254,7 +255,21 @@ def _build_model(raw: object, path: str, base: Path, framework: str, notes: _Not
             tied_embeddings=notes.fill("model.tied_embeddings", False, "assumed untied: output "
                                        "layer counted apart") if tied is None else tied,
             head_dim=f.integer("head_dim") or 0,
+            **_moe_fields(f),
         )
+
+
+def _moe_fields(f: _Fields) -> dict:
+    """The mixture-of-experts settings, absent for a dense model."""
+    experts = f.integer("num_experts")
+    if not experts or experts <= 1:
+        return {"num_experts": experts or 0}
+    cap = f.number("moe_capacity_factor")
+    return {"num_experts": experts, "moe_top_k": f.integer("moe_top_k", required=True),
+            "moe_ffn_hidden_size": f.integer("moe_ffn_hidden_size") or 0,
+            "num_shared_experts": f.integer("num_shared_experts") or 0,
+            "first_dense_layers": f.integer("first_dense_layers") or 0,
+            "moe_capacity_factor": None if cap is None else float(cap)}
 
 
 _KNOWN_VOCABULARIES = (

@@ -11,6 +11,10 @@ Algorithms, as NCCL runs them on one node or across nodes:
   reduce-scatter inside each domain, the collective on ``S/k`` across domains among ranks
   with the same local index, all-gather inside each domain.
 * **p2p**: one flow along the route.
+* **direct all-to-all** (NCCL's ``ncclAllToAll``: a send and a receive to every peer, all at
+  once): each rank sends ``S / p`` to each of the ``p - 1`` others, every flow on its own
+  route, so NVLink and the NICs carry them concurrently and the flow network shares what
+  they share. ``S`` is the send buffer per rank (nccl-tests ``alltoall``).
 
 Each flow's bytes are divided by the efficiency its bottleneck link reaches at that message
 size (nccl-tests bus bandwidth over the link's peak), so the flow network can run links at
@@ -33,7 +37,7 @@ def _ring_steps(kind: CollectiveKind, p: int) -> tuple[int, float]:
     """(steps, bus-bytes factor) of a ring collective over ``p`` ranks."""
     if kind is CollectiveKind.ALL_REDUCE:
         return 2 * (p - 1), 2.0 * (p - 1) / p
-    if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_TO_ALL):
+    if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):
         return p - 1, (p - 1) / p
     raise ValueError(f"no ring form for {kind}")
 
@@ -106,6 +110,20 @@ def plan_comm(fabric: Fabric, op: CommOp, representative: bool) -> CommPlan:
                 latency = max(latency, route.latency_s)
                 flows.append((src, dst, op.size_bytes / route.efficiency(op.size_bytes), route.links))
         return CommPlan((_phase(latency, flows, loads),) if flows else (), "ring-exchange")
+    if op.collective is CollectiveKind.ALL_TO_ALL:
+        flows = []
+        latency = 0.0
+        for g in groups:
+            share = op.size_bytes / len(g)
+            for src in g:
+                for dst in g:
+                    if src == dst:
+                        continue
+                    route = fabric.route(src, dst)
+                    latency = max(latency, route.latency_s)
+                    # efficiency at the collective's size, as nccl-tests' alltoall reports it
+                    flows.append((src, dst, share / route.efficiency(op.size_bytes), route.links))
+        return CommPlan((_phase(latency, flows, loads),) if flows else (), "direct")
     if op.collective is CollectiveKind.SEND_RECV:
         flows = []
         latency = 0.0
@@ -118,7 +136,7 @@ def plan_comm(fabric: Fabric, op: CommOp, representative: bool) -> CommPlan:
         return CommPlan((), "none")
     doms = _domains(fabric, op.group)
     k = len(doms[0])
-    if len(doms) == 1 or k == 1 or any(len(d) != k for d in doms) or op.collective is CollectiveKind.ALL_TO_ALL:
+    if len(doms) == 1 or k == 1 or any(len(d) != k for d in doms):
         return CommPlan((_ring_phase(fabric, op.collective, groups, op.size_bytes, loads),), "ring")
     # hierarchical: split each replica group the same way
     intra, inter = [], []

@@ -16,7 +16,7 @@ import time
 
 import simpy
 
-from sim.costs.base import CommPlan, CostModel, Phase
+from sim.costs.base import CommPlan, CostModel, Flow, Phase
 from sim.engine.network import FlowNetwork, solo_time_s
 from sim.errors import DeadlockError
 from sim.results import CounterSample, SimResult, Span
@@ -82,6 +82,7 @@ class Simulation:
         self.rendezvous: dict[int, list] = {}
         self.mem: dict[int, list[tuple[float, float]]] = {r.rank: [] for r in prog.ranks}
         simulated = {r.rank for r in prog.ranks}
+        self.representative = prog.representative
         self.duration = self._durations(tasks)
         self.plans = self._plans(tasks, simulated)
         self.fixed_comm = self._fixed_comm(tasks)
@@ -114,14 +115,20 @@ class Simulation:
 
         A flow into a simulated rank from an unsimulated one stands, by symmetry, for the
         traffic that arrives at every rank of the collective; keeping it loads the simulated
-        rank's incoming links as the full job does."""
+        rank's incoming links as the full job does. In representative mode a flow's weight on
+        a link counts the job's flows there; where several kept flows share a link (an
+        all-to-all's flows out of one rank), each stands for its share of that count."""
         cache: dict[int, CommPlan] = {}
         for t in tasks:
             if t.comm and id(t.op) not in cache:
                 plan = self.costs.comm_plan(t.op)
-                cache[id(t.op)] = CommPlan(
-                    tuple(Phase(ph.latency_s, tuple(f for f in ph.flows if f.src in simulated or f.dst in simulated))
-                          for ph in plan.phases), plan.algorithm)
+                phases = []
+                for ph in plan.phases:
+                    kept = tuple(f for f in ph.flows if f.src in simulated or f.dst in simulated)
+                    if self.representative and kept:
+                        kept = _share_weights(kept)
+                    phases.append(Phase(ph.latency_s, kept))
+                cache[id(t.op)] = CommPlan(tuple(phases), plan.algorithm)
         return cache
 
     def _fixed_comm(self, tasks) -> dict[int, float]:
@@ -281,3 +288,21 @@ class Simulation:
         meta = {"simulated_wall_s": wall_s, "link_busy_bytes": list(self.net.busy_bytes)}
         return SimResult(list(prog.ranks), spans, counters, makespan, self.env.events_processed,
                          prog.world_size, meta)
+
+
+def _share_weights(flows: tuple[Flow, ...]) -> tuple[Flow, ...]:
+    """Divide each flow's weight on a link by the number of these flows on that link.
+
+    >>> f = Flow(0, 1, 1.0, (5,), (2.0,))
+    >>> [x.weights for x in _share_weights((f, Flow(0, 2, 1.0, (5, 6), (2.0, 1.0))))]
+    [(1.0,), (1.0, 1.0)]
+    """
+    count: dict[int, int] = {}
+    for f in flows:
+        for link in f.links:
+            count[link] = count.get(link, 0) + 1
+    if all(c == 1 for c in count.values()):
+        return flows
+    return tuple(Flow(f.src, f.dst, f.size_bytes, f.links, tuple(w / count[l] for l, w in zip(f.links, f.weights)))
+                 for f in flows)
+

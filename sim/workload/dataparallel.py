@@ -73,7 +73,6 @@ class DataParallelMixin:
             return {}
         m = w.model
         pp, v = p.pp, p.virtual_pipeline_stages
-        per_layer = m.layer_params() / p.tp
         emb = m.embedding_params() / p.tp
         out: dict[tuple, list[float]] = {}
         for chunk in range(v):
@@ -83,7 +82,7 @@ class DataParallelMixin:
                 acc += emb
             last_layer = None
             for layer in reversed(vs_layers[vs]):
-                acc += per_layer
+                acc += (m.layer_params(layer) - m.expert_params(layer)) / p.tp
                 last_layer = layer
                 if acc >= p.grad_bucket_size_params:
                     out.setdefault((chunk, layer), []).append(acc)
@@ -100,5 +99,31 @@ class DataParallelMixin:
         kind = CollectiveKind.REDUCE_SCATTER if p.shards_optimizer else CollectiveKind.ALL_REDUCE
         op = self.dp_op(kind, params * GRAD_REDUCE_BYTES)
         name = "ncclReduceScatter grads" if p.shards_optimizer else "ncclAllReduce grads"
+        t = self.collective(Stream.DP_COMM, name, op, args + (("params", params),), [self.last_c])
+        self.dp_tasks.append(t.id)
+
+    # -- expert data parallel --------------------------------------------------------------
+    def edp_op(self, kind: CollectiveKind, size_bytes: float) -> CommOp:
+        """The ``kind`` collective over this rank's expert-data-parallel group (the ranks that
+        hold the same experts), shared like :meth:`dp_op`."""
+        key = ("edp", kind, self.stage, self.tp_c, self.dp_c // self.layout.cp % self.layout.ep, size_bytes)
+        op = self.b.ops.get(key)
+        if op is None:
+            lay = self.layout
+            op = self.b.ops[key] = CommOp(kind, CommClass.DP, lay.edp_group(self.tp_c, self.dp_c, self.stage),
+                                          size_bytes, lay.edp_groups(self.stage) if self.rep else ())
+        return op
+
+    def reduce_experts(self, layer: int, args: tuple) -> None:
+        """Reduce one MoE layer's routed-expert gradients over the expert-data-parallel group
+        (Megatron-Core keeps expert parameters in their own gradient buffer, reduced over
+        ``expert_data_parallel_group``)."""
+        w, p = self.w, self.w.parallel
+        params = w.model.expert_params(layer) / (p.tp * p.ep)
+        if not params or p.dp * p.cp // p.ep == 1:
+            return
+        kind = CollectiveKind.REDUCE_SCATTER if p.shards_optimizer else CollectiveKind.ALL_REDUCE
+        op = self.edp_op(kind, params * GRAD_REDUCE_BYTES)
+        name = "ncclReduceScatter expert-grads" if p.shards_optimizer else "ncclAllReduce expert-grads"
         t = self.collective(Stream.DP_COMM, name, op, args + (("params", params),), [self.last_c])
         self.dp_tasks.append(t.id)

@@ -21,19 +21,27 @@ def model_flops(w: WorkloadSpec) -> tuple[float, float]:
     m, p = w.model, w.parallel
     h, q, kv, f = m.hidden_size, m.q_size, m.kv_size, m.ffn_hidden_size
     br = 2 if m.gated_mlp else 1
-    gemm = 2.0 * (h * (q + 2 * kv) + q * h + h * f * br + f * h)
+    attn_gemm = 2.0 * (h * (q + 2 * kv) + q * h)
     attn = 4.0 * m.seq_length * q
-    layer_fwd = gemm + attn
+    dense_mlp = 2.0 * (h * f * br + f * h)
+    # a MoE layer: the router, the shared experts and k routed experts per token (Megatron-Core
+    # num_floating_point_operations, its MoE branch)
+    fe = m.moe_ffn_hidden_size
+    moe_mlp = 2.0 * (h * m.num_experts + (m.moe_top_k * fe + m.shared_ffn_size) * h * (br + 1))
+    n_moe = sum(m.is_moe_layer(i) for i in range(m.num_layers))
+    layers_fwd = m.num_layers * (attn_gemm + attn) + (m.num_layers - n_moe) * dense_mlp + n_moe * moe_mlp
     tokens = w.tokens_per_iteration
-    fwd = tokens * (m.num_layers * layer_fwd + 2.0 * h * m.vocab_size)
+    fwd = tokens * (layers_fwd + 2.0 * h * m.vocab_size)
     model = 3.0 * fwd
     extra = 0.0
     if p.recompute is RecomputeKind.FULL:
-        extra = tokens * m.num_layers * layer_fwd
+        extra = tokens * layers_fwd
     elif p.recompute is RecomputeKind.SELECTIVE:
         extra = tokens * m.num_layers * attn
     elif p.recompute is RecomputeKind.SELECTIVE_OP:  # every other matmul (sim.memory.matmul_widths)
         ins = [h, h, h, q, h] + ([h, f] if m.gated_mlp else [f])
         outs = [q, kv, kv, h, f] + ([f, h] if m.gated_mlp else [h])
-        extra = tokens * m.num_layers * sum(2.0 * i * o for i, o in list(zip(ins, outs))[1::2])
+        mm = [2.0 * i * o for i, o in zip(ins, outs)]
+        # a MoE layer recomputes wk and wo, as the task graph does (sim.workload.layers)
+        extra = tokens * ((m.num_layers - n_moe) * sum(mm[1::2]) + n_moe * (mm[1] + mm[3]))
     return model, model + extra

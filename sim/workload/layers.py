@@ -71,13 +71,21 @@ class LayerOps:
     """What torchtitan's op-level policy recomputes before a layer's backward: every other
     matmul (``wk``, ``wo``, ``w3`` of a SwiGLU layer) and the norms, activation and residual
     adds; the TP collectives are not re-run (the saved matmul outputs feed the rest)."""
+    moe: "LayerOps | None" = None
+    """The same for a mixture-of-experts layer (its MLP replaced by the router, the token
+    dispatch, the experts and the combine); None for a dense model."""
+
+    def for_layer(self, is_moe: bool) -> "LayerOps":
+        return self.moe if is_moe and self.moe is not None else self
 
 
 def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: tuple[int, ...],
               replicas: tuple[tuple[int, ...], ...] = (), cp_group: tuple[int, ...] = (0,),
-              cp_replicas: tuple[tuple[int, ...], ...] = ()) -> LayerOps:
+              cp_replicas: tuple[tuple[int, ...], ...] = (), ep_group: tuple[int, ...] = (0,),
+              ep_replicas: tuple[tuple[int, ...], ...] = ()) -> LayerOps:
     """Build the step lists of one pipeline stage whose TP group is ``tp_group`` (and CP group
-    ``cp_group``; ``replicas`` list the groups doing the same at the same time)."""
+    ``cp_group``, EP group ``ep_group``; ``replicas`` list the groups doing the same at the
+    same time)."""
     t = parallel.tp
     cp = parallel.cp
     b, s, h = parallel.micro_batch_size, model.seq_length, model.hidden_size
@@ -183,8 +191,99 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     mms += [("w3", f // t, h), ("w2", h, f // t)] if branches == 2 else [("w2", h, f // t)]
     op_recompute = tuple(c(name, fwd_g(out, inp)) for name, out, inp in mms[1::2]) + tuple(
         st for st in fwd if st.stream is None and isinstance(st.op, MemoryOp))
+    moe = None
+    if model.is_moe:
+        # the attention half is the dense layer's; the MLP half (from norm2 on) is replaced
+        mlp_at = next(i for i, st in enumerate(fwd) if st.name == "norm2")
+        mlp_fwd, mlp_bwd = _moe_mlp(model, parallel, dtype, T, e, tp_group, replicas, ep_group, ep_replicas,
+                                    fwd_g, dgrad_g, wgrad_g, c, mem, norm, norm_bwd, dropout_add, gather, reduce)
+        moe_fwd = fwd[:mlp_at] + mlp_fwd
+        bwd_at = next(i for i, st in enumerate(bwd) if st.name == "dropout-add-bwd" and i > 0)
+        moe_bwd = mlp_bwd + bwd[bwd_at:]
+        moe_k = len(mlp_bwd) + (attention_bwd_index - bwd_at)
+        moe_recompute = tuple(c(name, fwd_g(out, inp)) for name, out, inp in mms[1:4:2]) + tuple(
+            st for st in moe_fwd if st.stream is None and isinstance(st.op, MemoryOp))
+        moe = LayerOps(tuple(moe_fwd), tuple(moe_bwd), moe_k, tuple(attn_fwd), embedding_fwd, embedding_bwd,
+                       head_fwd, head_bwd, moe_recompute)
     return LayerOps(tuple(fwd), tuple(bwd), attention_bwd_index, tuple(attn_fwd),
-                    embedding_fwd, embedding_bwd, head_fwd, head_bwd, op_recompute)
+                    embedding_fwd, embedding_bwd, head_fwd, head_bwd, op_recompute, moe)
+
+
+def _moe_mlp(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, T: int, e: float,
+             tp_group: tuple[int, ...], replicas, ep_group: tuple[int, ...], ep_replicas,
+             fwd_g, dgrad_g, wgrad_g, c, mem, norm, norm_bwd, dropout_add, gather, reduce
+             ) -> tuple[list[Step], list[Step]]:
+    """The MLP half of a mixture-of-experts layer, Megatron-Core's all-to-all token dispatcher
+    (``megatron/core/transformer/moe/token_dispatcher.py``, ``MoEAlltoAllTokenDispatcher``):
+
+    router GEMM and top-k on the rank's ``T / t`` tokens (sequence parallel), permute the
+    tokens by expert, all-to-all over the EP group, all-gather over TP (experts are split over
+    TP like the dense MLP), the local experts as grouped GEMMs, reduce-scatter over TP,
+    all-to-all back, unpermute and weight; shared experts, if any, run as a dense MLP on the
+    layer's tokens. Under balanced routing each of the ``E / ep`` local experts gets
+    ``T k ep / E`` tokens (times the capacity factor when padded). The backward mirrors it."""
+    t, ep = parallel.tp, parallel.ep
+    h, E, k = model.hidden_size, model.num_experts, model.moe_top_k
+    f = model.moe_ffn_hidden_size
+    br = 2 if model.gated_mlp else 1
+    Tn = T // t  # MoE with TP runs under sequence parallelism (checked by the spec)
+    routed = Tn * k  # token-expert pairs this rank dispatches
+    cf = model.moe_capacity_factor or 1.0
+    local = E // ep
+    per_expert = max(1, round(T * k * ep / E * cf))
+    a2a_bytes = routed * h * e
+
+    def ep_coll(name: str, wait: int = 0) -> list[Step]:
+        if ep == 1:
+            return []
+        op = CommOp(CollectiveKind.ALL_TO_ALL, CommClass.EP, ep_group, a2a_bytes, ep_replicas)
+        return [Step(Stream.EP_COMM, f"ncclAllToAll {name}", op, wait)]
+
+    def tp_coll(kind: CollectiveKind, name: str, wait: int = 0) -> list[Step]:
+        if t == 1:
+            return []
+        op = CommOp(kind, CommClass.TP, tp_group, T * k * cf * h * e, replicas)
+        nccl = "ncclAllGather" if kind is CollectiveKind.ALL_GATHER else "ncclReduceScatter"
+        return [Step(Stream.TP_COMM, f"{nccl} {name}", op, wait)]
+
+    act_dtype_gemm = lambda m_, n_, k_: GemmOp(m_, n_, k_, ACT_DTYPE)  # noqa: E731
+    router = act_dtype_gemm(Tn, E, h)
+    topk = mem(OpKind.ELEMENTWISE, Tn * E * 4 * 3)  # fp32 logits: softmax, top-k, probabilities
+    permute = mem(OpKind.ELEMENTWISE, 2 * routed * h * e)
+    routed_all = T * k * cf  # pairs the rank's local experts compute, over its TP group
+    exp_fc1 = GemmOp(per_expert, br * f // t, h, dtype, local)
+    exp_fc2 = GemmOp(per_expert, h, f // t, dtype, local)
+    exp_act = mem(OpKind.ELEMENTWISE, routed_all * f // t * e * (br + 1))
+    exp_fc1_d = GemmOp(per_expert, h, br * f // t, dtype, local)
+    exp_fc1_w = GemmOp(h, br * f // t, per_expert, dtype, local)
+    exp_fc2_d = GemmOp(per_expert, f // t, h, dtype, local)
+    exp_fc2_w = GemmOp(f // t, h, per_expert, dtype, local)
+    exp_act_b = mem(OpKind.ELEMENTWISE, routed_all * f // t * e * (2 * br + 1))
+    fwd = [c("norm2", norm), c("router", router), c("router-topk", topk), c("permute", permute),
+           *ep_coll("dispatch"), *tp_coll(CollectiveKind.ALL_GATHER, "dispatch"),
+           c("experts-fc1", exp_fc1), c("experts-activation", exp_act), c("experts-fc2", exp_fc2),
+           *tp_coll(CollectiveKind.REDUCE_SCATTER, "combine"), *ep_coll("combine"),
+           c("unpermute", permute)]
+    bwd = [c("dropout-add-bwd", dropout_add), c("unpermute-bwd", permute), *ep_coll("combine-grad"),
+           *tp_coll(CollectiveKind.ALL_GATHER, "combine-grad"),
+           c("experts-fc2-dgrad", exp_fc2_d), c("experts-fc2-wgrad", exp_fc2_w),
+           c("experts-activation-bwd", exp_act_b), c("experts-fc1-dgrad", exp_fc1_d),
+           c("experts-fc1-wgrad", exp_fc1_w), *tp_coll(CollectiveKind.REDUCE_SCATTER, "dispatch-grad"),
+           *ep_coll("dispatch-grad"), c("permute-bwd", permute),
+           c("router-dgrad", act_dtype_gemm(Tn, h, E)), c("router-wgrad", act_dtype_gemm(h, E, Tn))]
+    fs = model.shared_ffn_size
+    if fs:
+        fwd += [*gather("shared-in"), c("shared-fc1", fwd_g(br * fs // t, h)),
+                c("shared-activation", mem(OpKind.ELEMENTWISE, T * fs // t * e * (br + 1))),
+                c("shared-fc2", fwd_g(h, fs // t)), *reduce("shared-out")]
+        bwd[1:1] = [*gather("shared-grad"), c("shared-fc2-dgrad", dgrad_g(fs // t, h)),
+                    c("shared-fc2-wgrad", wgrad_g(fs // t, h)),
+                    c("shared-activation-bwd", mem(OpKind.ELEMENTWISE, T * fs // t * e * (2 * br + 1))),
+                    *gather("shared-in", wait=1), c("shared-fc1-dgrad", dgrad_g(h, br * fs // t)),
+                    *reduce("shared-grad", wait=1), c("shared-fc1-wgrad", wgrad_g(h, br * fs // t))]
+    fwd.append(c("dropout-add", dropout_add))
+    bwd.append(c("norm2-bwd", norm_bwd))
+    return fwd, bwd
 
 
 def _unfused_attention(batch: int, s: int, hd: int, e: float) -> tuple[list[Step], list[Step]]:

@@ -26,10 +26,11 @@ class Layout:
     dp: int
     pp: int
     cp: int = 1
+    ep: int = 1
 
     @classmethod
     def of(cls, parallel: ParallelSpec) -> "Layout":
-        return cls(parallel.tp, parallel.dp * parallel.cp, parallel.pp, parallel.cp)
+        return cls(parallel.tp, parallel.dp * parallel.cp, parallel.pp, parallel.cp, parallel.ep)
 
     @property
     def world_size(self) -> int:
@@ -71,6 +72,38 @@ class Layout:
     def cp_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
         """Every CP group of stage ``pp``."""
         return tuple(self.cp_group(t, d, pp) for d in range(0, self.dp, self.cp) for t in range(self.tp))
+
+    def ep_group(self, tp: int, dp: int, pp: int) -> tuple[int, ...]:
+        """The expert-parallel group of the rank at (tp, dp, pp): ``ep`` consecutive
+        data-parallel ranks with the same TP and CP coordinates (Megatron-Core's
+        ``tp-cp-ep-dp-pp`` order puts EP just outside CP).
+
+        >>> Layout(1, 8, 1, ep=4).ep_group(0, 5, 0)
+        (4, 5, 6, 7)
+        >>> Layout(1, 8, 1, cp=2, ep=2).ep_group(0, 5, 0)
+        (5, 7)
+        """
+        c, pure = dp % self.cp, dp // self.cp
+        base = pure - pure % self.ep
+        return tuple(self.rank(tp, c + self.cp * (base + e), pp) for e in range(self.ep))
+
+    def ep_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
+        """Every EP group of stage ``pp``."""
+        return tuple(dict.fromkeys(self.ep_group(t, d, pp) for d in range(self.dp) for t in range(self.tp)))
+
+    def edp_group(self, tp: int, dp: int, pp: int) -> tuple[int, ...]:
+        """The expert-data-parallel group: the ranks holding the same experts (same TP and EP
+        coordinates, every CP and remaining DP coordinate), over which expert gradients are
+        reduced.
+
+        >>> Layout(1, 8, 1, ep=4).edp_group(0, 5, 0)
+        (1, 5)
+        """
+        e = (dp // self.cp) % self.ep
+        return tuple(self.rank(tp, d, pp) for d in range(self.dp) if (d // self.cp) % self.ep == e)
+
+    def edp_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
+        return tuple(dict.fromkeys(self.edp_group(t, d, pp) for d in range(self.dp) for t in range(self.tp)))
 
     def stage_pairs(self, src_pp: int, dst_pp: int) -> tuple[tuple[int, int], ...]:
         """Every (sender, receiver) pair between two stages, same tp and dp coordinates."""

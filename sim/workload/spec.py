@@ -54,6 +54,15 @@ class ModelSpec:
 
     ``ffn_hidden_size`` is the width of one MLP branch; with ``gated_mlp`` (SwiGLU) the first
     projection is two such branches. ``head_dim`` defaults to hidden / heads.
+
+    Mixture of experts (Megatron-Core ``--num-experts``, ``--moe-router-topk``,
+    ``--moe-ffn-hidden-size``, ``--moe-shared-expert-intermediate-size``; Mixtral, DeepSeek):
+    with ``num_experts > 1`` every layer from ``first_dense_layers`` on replaces its MLP by
+    ``num_experts`` experts of width ``moe_ffn_hidden_size`` (default ``ffn_hidden_size``), of
+    which each token visits ``moe_top_k``, plus ``num_shared_experts`` experts every token
+    visits; the first ``first_dense_layers`` keep a dense MLP of ``ffn_hidden_size``.
+    ``moe_capacity_factor`` pads each expert's tokens to that multiple of the balanced share
+    (None: dropless, each expert computes exactly its share under balanced routing).
     """
 
     name: str
@@ -67,6 +76,12 @@ class ModelSpec:
     gated_mlp: bool = False
     tied_embeddings: bool = False
     head_dim: int = 0
+    num_experts: int = 0
+    moe_top_k: int = 1
+    moe_ffn_hidden_size: int = 0
+    num_shared_experts: int = 0
+    first_dense_layers: int = 0
+    moe_capacity_factor: float | None = None
 
     def __post_init__(self) -> None:
         for f in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
@@ -83,6 +98,37 @@ class ModelSpec:
             raise ConfigError(_SPEC, "model.num_kv_heads",
                               f"a divisor of model.num_attention_heads={self.num_attention_heads}",
                               self.num_kv_heads)
+        if self.num_experts < 0 or isinstance(self.num_experts, bool):
+            raise ConfigError(_SPEC, "model.num_experts", "0 (dense) or a positive integer", self.num_experts)
+        if self.is_moe:
+            _positive_int("model.moe_top_k", self.moe_top_k)
+            if self.moe_top_k > self.num_experts:
+                raise ConfigError(_SPEC, "model.moe_top_k", f"at most model.num_experts={self.num_experts}",
+                                  self.moe_top_k)
+            if self.moe_ffn_hidden_size == 0:
+                object.__setattr__(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
+            _positive_int("model.moe_ffn_hidden_size", self.moe_ffn_hidden_size)
+            if not 0 <= self.first_dense_layers < self.num_layers:
+                raise ConfigError(_SPEC, "model.first_dense_layers",
+                                  f"0 to model.num_layers - 1 = {self.num_layers - 1}", self.first_dense_layers)
+            if self.num_shared_experts < 0:
+                raise ConfigError(_SPEC, "model.num_shared_experts", "0 or more", self.num_shared_experts)
+            if self.moe_capacity_factor is not None and not self.moe_capacity_factor >= 1.0:
+                raise ConfigError(_SPEC, "model.moe_capacity_factor", "null (dropless) or >= 1",
+                                  self.moe_capacity_factor)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 1
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) has experts instead of a dense MLP."""
+        return self.is_moe and layer >= self.first_dense_layers
+
+    @property
+    def shared_ffn_size(self) -> int:
+        """Width of the shared experts taken together (one dense MLP every token visits)."""
+        return self.num_shared_experts * self.moe_ffn_hidden_size
 
     @property
     def q_size(self) -> int:
@@ -94,12 +140,23 @@ class ModelSpec:
         """Width of one of the key or value projections, kv_heads x head_dim."""
         return self.num_kv_heads * self.head_dim
 
-    def layer_params(self) -> int:
-        """Parameters of one transformer layer (weights and biases, two norms)."""
+    def mlp_params(self, width: int) -> int:
+        """Parameters of one MLP (or expert) of ``width``."""
+        return self.hidden_size * width * (3 if self.gated_mlp else 2)
+
+    def expert_params(self, layer: int) -> int:
+        """Parameters of the routed experts of layer ``layer`` (0 for a dense layer)."""
+        return self.num_experts * self.mlp_params(self.moe_ffn_hidden_size) if self.is_moe_layer(layer) else 0
+
+    def layer_params(self, layer: int = 0) -> int:
+        """Parameters of transformer layer ``layer`` (weights and biases, two norms; a MoE
+        layer's router, shared and routed experts)."""
         h = self.hidden_size
         attn = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
-        branches = 2 if self.gated_mlp else 1
-        mlp = h * self.ffn_hidden_size * branches + self.ffn_hidden_size * h
+        if self.is_moe_layer(layer):
+            mlp = h * self.num_experts + self.mlp_params(self.shared_ffn_size) + self.expert_params(layer)
+        else:
+            mlp = self.mlp_params(self.ffn_hidden_size)
         return attn + mlp + 4 * h
 
     def embedding_params(self) -> int:
@@ -108,7 +165,14 @@ class ModelSpec:
     def num_params(self) -> int:
         """All parameters, counting the output layer once when it is tied."""
         lm_head = 0 if self.tied_embeddings else self.embedding_params()
-        return self.num_layers * self.layer_params() + self.embedding_params() + lm_head + 2 * self.hidden_size
+        layers = sum(self.layer_params(i) for i in range(self.num_layers))
+        return layers + self.embedding_params() + lm_head + 2 * self.hidden_size
+
+    def active_params(self) -> int:
+        """Parameters a token goes through: ``num_params`` with only ``moe_top_k`` of the
+        routed experts of each MoE layer."""
+        skipped = sum(self.expert_params(i) for i in range(self.num_layers))
+        return self.num_params() - skipped * (1 - self.moe_top_k / max(self.num_experts, 1))
 
 
 @dataclass(frozen=True)
@@ -151,8 +215,9 @@ class ParallelSpec:
         if self.cp > 1 and not self.flash_attention:
             raise ConfigError(_SPEC, "parallel.flash_attention",
                               "true with parallel.cp > 1 (ring attention is built on fused attention)", False)
-        if self.ep != 1:
-            raise ConfigError(_SPEC, "parallel.ep", "1 (expert parallelism is not built yet)", self.ep)
+        if self.ep > 1 and self.dp % self.ep:
+            raise ConfigError(_SPEC, "parallel.ep", f"a divisor of parallel.dp={self.dp} (expert-parallel "
+                              "groups are carved out of the data-parallel ranks, as in Megatron-Core)", self.ep)
         if self.zero_stage not in (0, 1, 2, 3):
             raise ConfigError(_SPEC, "parallel.zero_stage", "0, 1, 2 or 3", self.zero_stage)
         if self.schedule is ScheduleKind.INTERLEAVED:
@@ -250,6 +315,16 @@ class WorkloadSpec:
                               f"a number of micro-batches ({p.num_microbatches}) that is a multiple of "
                               f"parallel.pp={p.pp}, as Megatron's interleaved schedule requires",
                               p.global_batch_size)
+        if p.ep > 1 and not m.is_moe:
+            raise ConfigError(_SPEC, "parallel.ep", "1 for a dense model (model.num_experts is 0)", p.ep)
+        if m.is_moe and m.num_experts % p.ep:
+            raise ConfigError(_SPEC, "parallel.ep", f"a divisor of model.num_experts={m.num_experts}", p.ep)
+        if m.is_moe and p.zero >= 3:
+            raise ConfigError(_SPEC, "parallel.zero_stage", "at most 2 for a mixture-of-experts model "
+                              "(ZeRO-3/FSDP of experts is not built yet)", p.zero_stage)
+        if m.is_moe and (m.moe_ffn_hidden_size % p.tp or m.shared_ffn_size % p.tp):
+            raise ConfigError(_SPEC, "parallel.tp", "a divisor of model.moe_ffn_hidden_size (experts are "
+                              "split over TP like the dense MLP)", p.tp)
         if s.num_gpus != p.num_gpus:
             raise ConfigError(_SPEC, "system.num_gpus",
                               f"tp x pp x dp x cp = {p.tp}x{p.pp}x{p.dp}x{p.cp} = {p.num_gpus}", s.num_gpus)

@@ -192,8 +192,9 @@ class _RankProgram(DataParallelMixin):
                     if gather:
                         self.fsdp_gather(self.layer_params(vs, layer, layer == layers[0], layer == layers[-1]),
                                          args + (("layer", layer),), prev)
-                    first, _ = self.run_steps(self.ops.layer_fwd, args + (("layer", layer),),
-                                              first_mem=am.layer_stored)
+                    is_moe = m.is_moe_layer(layer)
+                    first, _ = self.run_steps(self.ops.for_layer(is_moe).layer_fwd, args + (("layer", layer),),
+                                              first_mem=am.stored(is_moe))
                     prev = first.id
                 if vs == n_vs - 1:
                     self.run_steps(self.ops.head_fwd, args, first_mem=am.head + am.logits)
@@ -206,7 +207,6 @@ class _RankProgram(DataParallelMixin):
                 else:
                     self.run_steps(self.ops.head_bwd, args, first_mem=am.loss_transient,
                                    last_mem=-(am.head + am.logits + am.loss_transient))
-                release = -(am.layer_stored + am.layer_transient)
                 prev = self.last_c
                 reduce = fsdp and (not fsdp_once or i == last_b[chunk])
                 for layer in reversed(layers):
@@ -214,28 +214,34 @@ class _RankProgram(DataParallelMixin):
                     lp = self.layer_params(vs, layer, layer == layers[0], layer == layers[-1])
                     if fsdp and not fsdp_once:
                         self.fsdp_gather(lp, la, prev)
-                    bwd = self.ops.layer_bwd
-                    k = self.ops.attention_bwd_index
+                    is_moe = m.is_moe_layer(layer)
+                    lops = self.ops.for_layer(is_moe)
+                    bwd = lops.layer_bwd
+                    k = lops.attention_bwd_index
+                    held = am.transient(is_moe)
+                    release = -(am.stored(is_moe) + held)
                     if rc is RecomputeKind.FULL:
-                        first, _ = self.run_steps(self.ops.layer_fwd, (("phase", "recompute"),) + la[1:],
-                                                  first_mem=am.layer_transient)
+                        first, _ = self.run_steps(lops.layer_fwd, (("phase", "recompute"),) + la[1:],
+                                                  first_mem=held)
                         self.run_steps(bwd, la, last_mem=release)
                     elif rc is RecomputeKind.SELECTIVE_OP:
-                        first, _ = self.run_steps(self.ops.op_recompute, (("phase", "recompute"),) + la[1:],
-                                                  first_mem=am.layer_transient)
+                        first, _ = self.run_steps(lops.op_recompute, (("phase", "recompute"),) + la[1:],
+                                                  first_mem=held)
                         self.run_steps(bwd, la, last_mem=release)
                     elif rc is RecomputeKind.SELECTIVE:
-                        first, _ = self.run_steps(bwd[:k], la, first_mem=am.layer_transient)
-                        self.run_steps(self.ops.attention_fwd, (("phase", "recompute"),) + la[1:])
+                        first, _ = self.run_steps(bwd[:k], la, first_mem=held)
+                        self.run_steps(lops.attention_fwd, (("phase", "recompute"),) + la[1:])
                         self.run_steps(bwd[k:], la, last_mem=release)
                     else:
-                        first, _ = self.run_steps(bwd, la, first_mem=am.layer_transient, last_mem=release)
+                        first, _ = self.run_steps(bwd, la, first_mem=held, last_mem=release)
                     prev = first.id
                     if reduce:
                         self.fsdp_reduce(lp, la)
                     if p.overlap_grad_reduce and i == last_b[chunk]:
                         for bucket in buckets.get((chunk, layer), ()):
                             self.reduce_bucket(bucket, args)
+                        if is_moe:
+                            self.reduce_experts(layer, args + (("layer", layer),))
                 if vs == 0:
                     self.run_steps(self.ops.embedding_bwd, args, last_mem=-am.embedding)
                 else:
@@ -247,6 +253,10 @@ class _RankProgram(DataParallelMixin):
             for key in sorted(buckets, key=lambda k: (k[0], -1 if k[1] == "end" else k[1])):
                 for bucket in buckets[key]:
                     self.reduce_bucket(bucket, (("phase", "grad-sync"),))
+            for vs_l in vs_layers[self.stage::pp]:
+                for layer in vs_l:
+                    if m.is_moe_layer(layer):
+                        self.reduce_experts(layer, (("phase", "grad-sync"), ("layer", layer)))
         self.finish()
 
     def finish(self) -> None:
@@ -270,8 +280,12 @@ class _RankProgram(DataParallelMixin):
         opt = self.compute("optimizer", MemoryOp(OpKind.OPTIMIZER, params_local * OPTIMIZER_BYTES_PER_PARAM),
                            (("phase", "optimizer"),))
         if p.shards_optimizer and p.dp * p.cp > 1 and p.zero < 3:
-            op = self.dp_op(CollectiveKind.ALL_GATHER, sb.params * PARAM_GATHER_BYTES)
+            op = self.dp_op(CollectiveKind.ALL_GATHER, (sb.params - sb.expert_params) * PARAM_GATHER_BYTES)
             self.collective(Stream.DP_COMM, "ncclAllGather params", op, (("phase", "param-sync"),), [opt.id])
+            if sb.expert_params and p.dp * p.cp // p.ep > 1:
+                op = self.edp_op(CollectiveKind.ALL_GATHER, sb.expert_params * PARAM_GATHER_BYTES)
+                self.collective(Stream.DP_COMM, "ncclAllGather expert-params", op, (("phase", "param-sync"),),
+                                [opt.id])
 
 
 def build_program(w: WorkloadSpec, representative: bool = True,
@@ -300,10 +314,12 @@ def build_program(w: WorkloadSpec, representative: bool = True,
         replicas = layout.tp_groups(stage) if representative else ()
         cp_group = layout.cp_group(tp_c, dp_c, stage)
         cp_replicas = layout.cp_groups(stage) if representative else ()
-        ops = ops_cache.get((group, cp_group))
+        ep_group = layout.ep_group(tp_c, dp_c, stage)
+        ep_replicas = layout.ep_groups(stage) if representative else ()
+        ops = ops_cache.get((group, cp_group, ep_group))
         if ops is None:
-            ops = ops_cache[(group, cp_group)] = layer_ops(w.model, p, w.dtype, group, replicas, cp_group,
-                                                           cp_replicas)
+            ops = ops_cache[(group, cp_group, ep_group)] = layer_ops(w.model, p, w.dtype, group, replicas, cp_group,
+                                                                     cp_replicas, ep_group, ep_replicas)
         _RankProgram(b, w, layout, r, ops, representative).build()
         infos.append(RankInfo(r, node_of(r), local_gpu_of(r), tp_c, stage, dp_c // p.cp, dp_c % p.cp))
         sm = stage_memory(w, stage)

@@ -103,6 +103,9 @@ def _nodes_of(topo, gpus: int):
     (dict(tp=1, pp=2, dp=8, gbs=16, overlap=False), 4),
     (dict(tp=2, pp=2, dp=4, gbs=16, zero=3, recompute=RecomputeKind.FULL), 4),
     (dict(tp=2, pp=2, dp=2, cp=2, gbs=8, sp=True, dist_opt=True), 4),
+    # mixture of experts: EP inside a node, then EP across nodes (all-to-all over the NICs)
+    (dict(tp=2, pp=2, dp=4, ep=2, experts=4, gbs=16, sp=True, dist_opt=True), 8),
+    (dict(tp=1, pp=2, dp=4, ep=4, experts=8, topk=2, shared=1, first_dense=1, gbs=8, layers=4), 2),
 ])
 def test_representative_and_full_simulation_agree(kw, gpus_per_node):
     """Exact where no link carries traffic of two different collectives from ranks that the
@@ -200,7 +203,7 @@ def test_trace_of_an_interleaved_dp_run_is_valid():
         assert validate_chrome_trace(obj) == []
         events = obj["traceEvents"]
         assert sum(e["ph"] == "s" for e in events) == sum(e["ph"] == "f" for e in events) > 0
-        assert {e["tid"] for e in events if e["ph"] == "X"} >= {int(s) for s in Stream} - {int(Stream.DP_GATHER), int(Stream.CP_COMM)}
+        assert {e["tid"] for e in events if e["ph"] == "X"} >= {int(s) for s in Stream} - {int(Stream.DP_GATHER), int(Stream.CP_COMM), int(Stream.EP_COMM)}
 
 
 def test_zero3_gathers_each_layer_before_it_computes_and_reduces_after():

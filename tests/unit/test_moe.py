@@ -1,0 +1,139 @@
+"""Mixture of experts: the model, expert parallelism, the all-to-all, memory and FLOPs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import sim
+from sim.config import load_topology, load_workload
+from sim.costs.comm import plan_comm
+from sim.engine.network import solo_time_s
+from sim.errors import ConfigError
+from sim.hf import read_hf_config
+from sim.memory import layer_activation_bytes, stage_memory, state_bytes
+from sim.report import make_report
+from sim.runner import simulate
+from sim.topology.build import build_topology, ring_topology_spec
+from sim.topology.routing import Fabric
+from sim.types import CollectiveKind, CommClass, Stream
+from sim.workload.flops import model_flops
+from sim.workload.ops import CommOp
+from sim.workload.spec import ModelSpec
+from tests.conftest import make_workload
+
+HF = Path(sim.__file__).resolve().parent.parent / "workloads" / "hf"
+
+
+def test_mixtral_from_its_hugging_face_config_has_its_published_size():
+    """Mixtral 8x7B: 46.7 B parameters, 12.9 B active per token (Mistral AI, "Mixtral of
+    Experts", arXiv 2401.04088, Sec. 2)."""
+    fields = read_hf_config(HF / "mixtral-8x7b.json")
+    assert (fields["num_experts"], fields["moe_top_k"]) == (8, 2)
+    keys = ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "ffn_hidden_size",
+            "vocab_size", "gated_mlp", "num_experts", "moe_top_k")
+    m = ModelSpec("mixtral", seq_length=4096, **{k: fields[k] for k in keys})
+    assert m.num_params() / 1e9 == pytest.approx(46.7, rel=0.01)
+    assert m.active_params() / 1e9 == pytest.approx(12.9, rel=0.01)
+
+
+def test_deepseek_style_fields_first_dense_layers_and_shared_experts(tmp_path):
+    cfg = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 4, "num_attention_heads": 8,
+           "vocab_size": 1000, "n_routed_experts": 16, "num_experts_per_tok": 4, "moe_intermediate_size": 256,
+           "n_shared_experts": 1, "first_k_dense_replace": 1}
+    path = tmp_path / "config.json"
+    path.write_text(__import__("json").dumps(cfg))
+    f = read_hf_config(path)
+    assert (f["num_experts"], f["moe_top_k"], f["moe_ffn_hidden_size"], f["num_shared_experts"],
+            f["first_dense_layers"]) == (16, 4, 256, 1, 1)
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(ep=2, dp=2), "parallel.ep"),                          # EP on a dense model
+    (dict(experts=6, ep=4, dp=4), "parallel.ep"),               # 4 does not divide 6 experts
+    (dict(experts=4, ep=4, dp=2), "parallel.ep"),               # EP must divide DP
+    (dict(experts=4, ep=2, dp=2, zero=3), "parallel.zero_stage"),
+])
+def test_bad_expert_parallel_settings_are_one_clear_error(kw, field):
+    with pytest.raises(ConfigError) as info:
+        make_workload(gbs=8, **kw)
+    assert info.value.field == field
+
+
+def test_direct_all_to_all_on_two_gpus_is_one_send_each_way():
+    bw, lat, size = 50e9, 2e-6, 1e8
+    fabric = Fabric(build_topology(ring_topology_spec(2, bw, lat), 2))
+    op = CommOp(CollectiveKind.ALL_TO_ALL, CommClass.EP, (0, 1), size)
+    for representative in (False, True):
+        plan = plan_comm(fabric, op, representative)
+        assert plan.algorithm == "direct"
+        assert solo_time_s(plan.phases, fabric.capacity_bytes_per_s) == pytest.approx(lat + size / 2 / bw)
+
+
+def test_all_to_all_in_an_nvswitch_node_is_limited_by_each_gpus_nvlink():
+    """8 GPUs behind NVSwitch: each sends 7/8 of its buffer over its own NVLink port, all at
+    once, so the time is that over the port's bandwidth (at NCCL's efficiency for the size)."""
+    fabric = Fabric(build_topology(load_topology("dgx-h100"), 8))
+    size = 2**28
+    op = CommOp(CollectiveKind.ALL_TO_ALL, CommClass.EP, tuple(range(8)), size)
+    plan = plan_comm(fabric, op, False)
+    route = fabric.route(0, 1)
+    port = min(fabric.capacity_bytes_per_s[l] for l in route.links)
+    expected = route.latency_s + 7 / 8 * size / route.efficiency(size) / port
+    assert solo_time_s(plan.phases, fabric.capacity_bytes_per_s) == pytest.approx(expected, rel=1e-9)
+
+
+def test_expert_parallelism_divides_expert_weights_and_their_optimizer_state():
+    dense_part = None
+    for ep in (1, 2, 4):
+        w = make_workload(experts=8, ep=ep, dp=4, gbs=8, dist_opt=True)
+        sb = state_bytes(w.model, w.parallel, 0)
+        experts = sum(w.model.expert_params(i) for i in range(w.model.num_layers))
+        assert sb.expert_params == pytest.approx(experts / ep)
+        if dense_part is None:
+            dense_part = sb.params - sb.expert_params
+        assert sb.params - sb.expert_params == pytest.approx(dense_part)
+        # optimizer state: dense over dp = 4, experts over the expert-data-parallel group dp / ep
+        assert sb.optimizer_bytes == pytest.approx(12 * (dense_part / 4 + experts / ep / (4 // ep)))
+
+
+def test_moe_layer_stores_k_copies_of_each_tokens_expert_activations():
+    dense = make_workload(experts=0, hidden=1024, seq=512)
+    top1 = make_workload(experts=8, topk=1, hidden=1024, seq=512)
+    top2 = make_workload(experts=8, topk=2, hidden=1024, seq=512)
+    a = [layer_activation_bytes(w.model, w.parallel, moe=w.model.is_moe) for w in (dense, top1, top2)]
+    assert a[0] < a[1] < a[2]
+    # the k-th copy adds its expert input and the expert's MLP activations (and its weighted output)
+    sb, h, f = 512, 1024, 4096
+    assert a[2] - a[1] == pytest.approx(sb * (2 * h + 4 * f) + 2 * sb * h)
+
+
+def test_moe_flops_count_the_active_experts_only():
+    """Model FLOPs ~ 6 x active parameters x tokens (plus attention) for any number of experts."""
+    base = make_workload(experts=8, topk=2, gbs=8, seq=512, hidden=1024)
+    more = make_workload(experts=32, topk=2, gbs=8, seq=512, hidden=1024)
+    f8, f32 = model_flops(base)[0], model_flops(more)[0]
+    router = 3 * 2 * base.tokens_per_iteration * base.model.num_layers * 1024 * (32 - 8)
+    assert f32 - f8 == pytest.approx(router)
+
+
+def test_expert_parallel_run_has_all_to_alls_and_its_timeline_peak_is_the_closed_form():
+    w = make_workload(tp=2, pp=2, dp=4, ep=2, experts=4, gbs=16, sp=True, dist_opt=True,
+                      gpu="H100-SXM5-80GB")
+    run = simulate(w, load_topology("dgx-h100"))
+    a2a = [s for s in run.result.spans if s.stream is Stream.EP_COMM]
+    # 2 MoE layers per stage x (dispatch, combine) forward and backward x 4 micro-batches,
+    # on each of the 2 simulated ranks
+    assert len(a2a) == 2 * 4 * 4 * 2
+    rep = make_report(run)
+    assert rep.exposed_comm_s["ep"] >= 0
+    for s in rep.stages:
+        assert s.peak_memory_bytes == pytest.approx(stage_memory(w, s.stage).total_bytes, rel=1e-12)
+
+
+def test_mixtral_preset_runs():
+    w = load_workload("mixtral-8x7b")
+    assert w.model.is_moe and w.parallel.ep == 8
+    rep = make_report(simulate(w, load_topology("dgx-h100")))
+    assert 0 < rep.mfu < 1 and rep.exposed_comm_s["ep"] > 0
