@@ -17,7 +17,8 @@ Mixture-of-experts fields, where present: ``num_local_experts`` (Mixtral) or
 ``n_routed_experts`` (DeepSeek) or ``num_experts`` (Qwen-MoE), ``num_experts_per_tok``, the
 expert width ``moe_intermediate_size`` (Mixtral: ``intermediate_size``),
 ``n_shared_experts`` and ``first_k_dense_replace`` (DeepSeek: its first layers are dense, of
-``intermediate_size``).
+``intermediate_size``). Multi-head latent attention, where present (DeepSeek-V2/V3):
+``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``.
 
 Keys this module does not use (``rope_theta``, ``rms_norm_eps``, ...) are ignored.
 """
@@ -114,6 +115,13 @@ def _llama_fields(cfg: dict[str, object], path: Path) -> dict[str, object]:
         "activation": act,
     }
     fields.update(_moe_fields(cfg, path))
+    kv_lora = _int(cfg, "kv_lora_rank", path, required=False)
+    if kv_lora:  # multi-head latent attention (DeepSeek-V2/V3)
+        fields["kv_lora_rank"] = kv_lora
+        fields["q_lora_rank"] = _int(cfg, "q_lora_rank", path, required=False) or 0
+        for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            fields[key] = _int(cfg, key, path)
+        fields["num_kv_heads"] = heads
     return _with_optional(fields, cfg, path, seq_key="max_position_embeddings")
 
 

@@ -149,6 +149,9 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
     * selective recomputation drops the ``5 a s^2 b / t`` term; full recomputation stores
       only the layer input, ``2 sbh`` (``/ t`` with sequence parallelism).
     * context parallelism stores every token-wise term for ``s / cp`` tokens.
+    * multi-head latent attention keeps Q, K, V and the output as above (its kernel
+      ``head_dim`` is the mean of the query/key and value head widths) and the normed query
+      and key/value latents, ``2 sb (q_lora + kv_lora + rope)``, on every TP rank.
     * a mixture-of-experts layer (``moe=True``) replaces the MLP term: each of the ``k`` routed
       copies of a token keeps its expert input (``2h``, gathered over TP) and its expert's
       ``6f / t`` (``4f / t`` ungated), padded by the capacity factor; the rank's own ``sb / t``
@@ -181,6 +184,9 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
         return 2.0 * sb * h / (t if sp else 1) + 2.0 * sb * (sum(kept) + model.q_size / t) + lse
     outside = 10.0 * sb * h / (t if sp else 1)
     attention = sb * (4.0 * model.q_size + 4.0 * model.kv_size) / t
+    if model.is_mla:  # Q, K, V and the output are as above (head_dim is the qk/v mean); the
+        # normed latents feeding the up-projections are kept whole on every TP rank
+        attention += 2.0 * sb * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
     per_width = 6.0 if model.gated_mlp else 4.0
     if moe:
         k, cf = model.moe_top_k, model.moe_capacity_factor or 1.0

@@ -33,7 +33,8 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
                "ffn_hidden_size", "vocab_size", "seq_length", "gated_mlp", "tied_embeddings",
                "head_dim", "activation", "normalization", "position_embedding", "arch_source",
                "hf_config", "num_experts", "moe_top_k", "moe_ffn_hidden_size", "num_shared_experts",
-               "first_dense_layers", "moe_capacity_factor")
+               "first_dense_layers", "moe_capacity_factor", "q_lora_rank", "kv_lora_rank",
+               "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "schedule",
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce",
@@ -256,6 +257,8 @@ def _build_model(raw: object, path: str, base: Path, framework: str, notes: _Not
                                        "layer counted apart") if tied is None else tied,
             head_dim=f.integer("head_dim") or 0,
             **_moe_fields(f),
+            **{k: f.integer(k) or 0 for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+                                               "qk_rope_head_dim", "v_head_dim")},
         )
 
 

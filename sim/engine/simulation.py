@@ -138,6 +138,11 @@ class Simulation:
         a collective ends for all its members at once). So a link is never contended when all
         the ops using it share one stream, and an op whose links are all like that takes its
         solo time wherever it runs: the engine places it like a compute op.
+
+        An op with more than :data:`MAX_SHARED_FLOWS` flows in a phase (an all-to-all over a
+        large expert-parallel group: ``p - 1`` flows out of and into each simulated rank) is
+        also priced at its solo time, its flows sharing links only among themselves: re-rating
+        hundreds of flows at every start and end would cost more than the rest of the run.
         """
         comm = [t for t in tasks if t.comm]
         streams_of: dict[int, set] = {}
@@ -158,7 +163,9 @@ class Simulation:
         cap = self.capacity
         for t in comm:
             if id(t.op) not in out:
-                if all(link_common[l] for l in op_links[id(t.op)]):
+                phases = self.plans[id(t.op)].phases
+                if all(link_common[l] for l in op_links[id(t.op)]) or \
+                        max((len(ph.flows) for ph in phases), default=0) > MAX_SHARED_FLOWS:
                     out[id(t.op)] = solo_time_s(self.plans[id(t.op)].phases, cap)
         return out
 
@@ -288,6 +295,10 @@ class Simulation:
         meta = {"simulated_wall_s": wall_s, "link_busy_bytes": list(self.net.busy_bytes)}
         return SimResult(list(prog.ranks), spans, counters, makespan, self.env.events_processed,
                          prog.world_size, meta)
+
+
+MAX_SHARED_FLOWS = 64
+"""Above this many flows in one phase an op is priced alone (see ``Simulation._fixed_comm``)."""
 
 
 def _share_weights(flows: tuple[Flow, ...]) -> tuple[Flow, ...]:

@@ -21,7 +21,7 @@ def model_flops(w: WorkloadSpec) -> tuple[float, float]:
     m, p = w.model, w.parallel
     h, q, kv, f = m.hidden_size, m.q_size, m.kv_size, m.ffn_hidden_size
     br = 2 if m.gated_mlp else 1
-    attn_gemm = 2.0 * (h * (q + 2 * kv) + q * h)
+    attn_gemm = 2.0 * (sum(o * i for _, o, i, _ in m.attention_gemms()) + m.attention_out_size * h)
     attn = 4.0 * m.seq_length * q
     dense_mlp = 2.0 * (h * f * br + f * h)
     # a MoE layer: the router, the shared experts and k routed experts per token (Megatron-Core

@@ -154,8 +154,22 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
         transposed first (its FP8 tensor cores take only the TN layout)."""
         return GemmOp(inp, out, T, dtype, extra_bytes=trans * T * (inp + out) if low else 0.0)
 
-    fwd = [c("norm1", norm), *gather("qkv-in"), c("qkv", fwd_g(qkv_n, h)), *attn_fwd,
-           c("proj", fwd_g(h, q // t)), *reduce("proj-out"), c("dropout-add", dropout_add),
+    # the attention's input projections: one fused QKV GEMM, or MLA's down- and
+    # up-projections with the norms of its two latents
+    in_gemms = model.attention_gemms(t)
+    o_in = model.attention_out_size // t
+    proj_in: list[Step] = []
+    for name, out, inp, _split in in_gemms:
+        proj_in.append(c(name, fwd_g(out, inp)))
+        if name.endswith("-down"):
+            proj_in.append(c(f"{name[:-5]}-norm", mem(OpKind.NORM, 2 * T * out * e)))
+    proj_in_bwd: list[Step] = []
+    for name, out, inp, _split in reversed(in_gemms):
+        if name.endswith("-down"):
+            proj_in_bwd.append(c(f"{name[:-5]}-norm-bwd", mem(OpKind.NORM, 3 * T * out * e)))
+        proj_in_bwd += [c(f"{name}-dgrad", dgrad_g(inp, out)), c(f"{name}-wgrad", wgrad_g(inp, out))]
+    fwd = [c("norm1", norm), *gather("qkv-in"), *proj_in, *attn_fwd,
+           c("proj", fwd_g(h, o_in)), *reduce("proj-out"), c("dropout-add", dropout_add),
            c("norm2", norm), *gather("fc1-in"), c("fc1", fwd_g(f * branches // t, h)),
            c("activation", mem(OpKind.ELEMENTWISE, T * f // t * e * (branches + 1))),
            c("fc2", fwd_g(h, f // t)), *reduce("fc2-out"), c("dropout-add", dropout_add)]
@@ -165,10 +179,17 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
            *gather("fc1-in", wait=1), c("fc1-dgrad", dgrad_g(h, f * branches // t)),
            *reduce("fc1-grad", wait=1), c("fc1-wgrad", wgrad_g(h, f * branches // t)),
            c("norm2-bwd", norm_bwd), c("dropout-add-bwd", dropout_add), *gather("proj-grad"),
-           c("proj-dgrad", dgrad_g(q // t, h)), c("proj-wgrad", wgrad_g(q // t, h))]
+           c("proj-dgrad", dgrad_g(o_in, h)), c("proj-wgrad", wgrad_g(o_in, h))]
     attention_bwd_index = len(bwd)
-    bwd += [*attn_bwd, *gather("qkv-in", wait=1), c("qkv-dgrad", dgrad_g(h, qkv_n)),
-            *reduce("qkv-grad", wait=1), c("qkv-wgrad", wgrad_g(h, qkv_n)), c("norm1-bwd", norm_bwd)]
+    if model.is_mla:
+        # the gathered input is first needed by a down-projection's weight gradient; the
+        # input gradient (the down-projections' dgrads summed) is reduced before norm1's backward
+        first_wgrad = next(i for i, st in enumerate(proj_in_bwd) if st.name.endswith("-down-wgrad"))
+        bwd += [*attn_bwd, *gather("qkv-in", wait=first_wgrad), *proj_in_bwd[:-1],
+                *reduce("qkv-grad", wait=1), proj_in_bwd[-1], c("norm1-bwd", norm_bwd)]
+    else:
+        bwd += [*attn_bwd, *gather("qkv-in", wait=1), c("qkv-dgrad", dgrad_g(h, qkv_n)),
+                *reduce("qkv-grad", wait=1), c("qkv-wgrad", wgrad_g(h, qkv_n)), c("norm1-bwd", norm_bwd)]
 
     emb_bytes = mem(OpKind.EMBEDDING, 2 * T * h * e)
     embedding_fwd = (c("embedding", emb_bytes), *reduce("embedding-out"))

@@ -63,6 +63,13 @@ class ModelSpec:
     visits; the first ``first_dense_layers`` keep a dense MLP of ``ffn_hidden_size``.
     ``moe_capacity_factor`` pads each expert's tokens to that multiple of the balanced share
     (None: dropless, each expert computes exactly its share under balanced routing).
+
+    Multi-head latent attention (DeepSeek-V2/V3, arXiv 2405.04434 Sec. 2.1; Megatron-Core
+    ``MLASelfAttention``) when ``kv_lora_rank > 0``: queries through a ``q_lora_rank`` latent
+    (0: a direct projection), keys and values through a ``kv_lora_rank`` latent plus a shared
+    ``qk_rope_head_dim`` rotary key; query/key heads are ``qk_nope_head_dim + qk_rope_head_dim``
+    wide, value heads ``v_head_dim``. The attention kernel's ``head_dim`` is then the mean of
+    the two, which gives its FLOPs exactly.
     """
 
     name: str
@@ -82,11 +89,24 @@ class ModelSpec:
     num_shared_experts: int = 0
     first_dense_layers: int = 0
     moe_capacity_factor: float | None = None
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
 
     def __post_init__(self) -> None:
         for f in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
                   "ffn_hidden_size", "vocab_size", "seq_length"):
             _positive_int(f"model.{f}", getattr(self, f))
+        if self.kv_lora_rank:
+            for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+                _positive_int(f"model.{f}", getattr(self, f))
+            if (self.qk_head_dim + self.v_head_dim) % 2:
+                raise ConfigError(_SPEC, "model.v_head_dim", "a width that makes qk + v head dims even",
+                                  self.v_head_dim)
+            object.__setattr__(self, "head_dim", (self.qk_head_dim + self.v_head_dim) // 2)
+            object.__setattr__(self, "num_kv_heads", self.num_attention_heads)
         if self.head_dim == 0:
             if self.hidden_size % self.num_attention_heads:
                 raise ConfigError(_SPEC, "model.hidden_size",
@@ -116,6 +136,38 @@ class ModelSpec:
             if self.moe_capacity_factor is not None and not self.moe_capacity_factor >= 1.0:
                 raise ConfigError(_SPEC, "model.moe_capacity_factor", "null (dropless) or >= 1",
                                   self.moe_capacity_factor)
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one query/key head under MLA (no-position part plus rotary part)."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    def attention_gemms(self, t: int = 1) -> list[tuple[str, int, int, bool]]:
+        """The input projections of attention as ``(name, out, in, split)``, in forward
+        order, per GPU of a ``t``-way TP group (``split``: the weight is divided over TP; the
+        MLA down-projections are computed whole on every TP rank, as Megatron-Core does)."""
+        h, H = self.hidden_size, self.num_attention_heads
+        if not self.is_mla:
+            return [("qkv", (self.q_size + 2 * self.kv_size) // t, h, True)]
+        q = ([("q-down", self.q_lora_rank, h, False), ("q-up", H * self.qk_head_dim // t, self.q_lora_rank, True)]
+             if self.q_lora_rank else [("q", H * self.qk_head_dim // t, h, True)])
+        return q + [("kv-down", self.kv_lora_rank + self.qk_rope_head_dim, h, False),
+                    ("kv-up", H * (self.qk_nope_head_dim + self.v_head_dim) // t, self.kv_lora_rank, True)]
+
+    @property
+    def attention_out_size(self) -> int:
+        """Input width of the attention output projection (all heads' values)."""
+        return self.num_attention_heads * self.v_head_dim if self.is_mla else self.q_size
+
+    def attention_params(self) -> int:
+        """Parameters of a layer's attention (projections, and MLA's latent norms)."""
+        gemms = sum(o * i for _, o, i, _ in self.attention_gemms())
+        norms = self.q_lora_rank + self.kv_lora_rank if self.is_mla else 0
+        return gemms + self.attention_out_size * self.hidden_size + norms
 
     @property
     def is_moe(self) -> bool:
@@ -152,7 +204,7 @@ class ModelSpec:
         """Parameters of transformer layer ``layer`` (weights and biases, two norms; a MoE
         layer's router, shared and routed experts)."""
         h = self.hidden_size
-        attn = h * (self.q_size + 2 * self.kv_size) + self.q_size * h
+        attn = self.attention_params()
         if self.is_moe_layer(layer):
             mlp = h * self.num_experts + self.mlp_params(self.shared_ffn_size) + self.expert_params(layer)
         else:

@@ -137,3 +137,65 @@ def test_mixtral_preset_runs():
     assert w.model.is_moe and w.parallel.ep == 8
     rep = make_report(simulate(w, load_topology("dgx-h100")))
     assert 0 < rep.mfu < 1 and rep.exposed_comm_s["ep"] > 0
+
+
+def _deepseek_fields(**over):
+    fields = read_hf_config(HF / "deepseek-v3.json")
+    for k in ("name", "activation", "seq_length"):
+        fields.pop(k)
+    fields.update(over)
+    return fields
+
+
+def test_deepseek_v3_from_its_hugging_face_config_has_its_published_size():
+    """671 B parameters in the main model, 37 B activated per token (DeepSeek-V3 technical
+    report, arXiv 2412.19437, Sec. 1 and 4.2); MLA heads of 192 (query/key) and 128 (value)."""
+    m = ModelSpec("dsv3", seq_length=4096, **_deepseek_fields())
+    assert m.is_mla and m.is_moe and m.first_dense_layers == 3
+    assert m.num_params() / 1e9 == pytest.approx(671, rel=0.005)
+    assert m.active_params() / 1e9 == pytest.approx(37, rel=0.02)
+    assert (m.qk_head_dim, m.v_head_dim, m.head_dim) == (192, 128, 160)
+
+
+def test_mla_attention_projections_and_kernel_flops():
+    m = ModelSpec("dsv3", seq_length=4096, **_deepseek_fields())
+    h, H = 7168, 128
+    expected = (h * 1536 + 1536 * H * 192 + h * (512 + 64) + 512 * H * (128 + 128) + H * 128 * h
+                + 1536 + 512)
+    assert m.attention_params() == expected
+    # the kernel: Q K^T over 192-wide heads, P V over 128-wide: 2 s^2 H (192 + 128) per sequence
+    from sim.workload.ops import AttentionOp
+    op = AttentionOp(1, H, H, 4096, m.head_dim, False, False)
+    assert op.flops == pytest.approx(2 * 4096**2 * H * (192 + 128))
+
+
+def test_a_small_deepseek_style_model_agrees_in_both_modes():
+    """MLA + MoE with shared experts and a dense first layer, EP across nodes."""
+    import dataclasses
+
+    from sim.workload.spec import ModelSpec as MS
+    w = make_workload(tp=1, pp=2, dp=4, ep=4, experts=8, topk=2, gbs=8, layers=4, gpu="H100-SXM5-80GB")
+    m = MS("tiny-ds", 4, 1024, 16, 16, 4096, 32000, 512, gated_mlp=True, num_experts=8, moe_top_k=2,
+           moe_ffn_hidden_size=512, num_shared_experts=1, first_dense_layers=1, q_lora_rank=256,
+           kv_lora_rank=128, qk_nope_head_dim=64, qk_rope_head_dim=32, v_head_dim=64)
+    w = dataclasses.replace(w, model=m)
+    topo = load_topology("dgx-h100")
+    topo = dataclasses.replace(topo, gpus_per_node=2,
+                               scale_up=dataclasses.replace(topo.scale_up, domain_size=2),
+                               scale_out=dataclasses.replace(topo.scale_out, nics_per_node=2))
+    rep, full = make_report(simulate(w, topo)), make_report(simulate(w, topo, full=True))
+    assert rep.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-9)
+    assert rep.exposed_comm_s["ep"] == pytest.approx(full.exposed_comm_s["ep"], rel=1e-6)
+    for s in rep.stages:
+        assert s.peak_memory_bytes == pytest.approx(stage_memory(w, s.stage).total_bytes, rel=1e-12)
+
+
+def test_large_all_to_alls_are_priced_alone():
+    """An all-to-all over 64 ranks has 126 flows out of and into each simulated rank; above
+    MAX_SHARED_FLOWS an op takes its solo time, the same every time it runs."""
+    from sim.engine.simulation import MAX_SHARED_FLOWS
+    w = make_workload(tp=1, pp=1, dp=64, ep=64, experts=64, topk=2, gbs=64, layers=2, gpu="H100-SXM5-80GB")
+    run = simulate(w, load_topology("dgx-h100"))
+    spans = [s for s in run.result.spans if s.stream is Stream.EP_COMM and s.name.endswith("dispatch")]
+    assert 2 * 63 > MAX_SHARED_FLOWS and len(spans) == 2
+    assert spans[0].end_s - spans[0].start_s == pytest.approx(spans[1].end_s - spans[1].start_s, rel=1e-12)
