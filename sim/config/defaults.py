@@ -14,13 +14,15 @@ from sim.config.fields import _Fields, _Notes
 from sim.types import AttentionKernel, LossKind, RecomputeKind
 
 
-def _sp_default(f: _Fields, tp: int, framework: str, notes: _Notes) -> bool:
+def _sp_default(f: _Fields, tp: int, framework: str, notes: _Notes, tp_overlap: bool = False) -> bool:
     """Sequence parallelism when a case leaves it null: torchtitan's tensor-parallel plan
     always shards norms along the sequence (``SequenceParallel`` in parallelize_llama.py);
-    Megatron-LM only with ``--sequence-parallel``."""
+    Megatron-LM only with ``--sequence-parallel``, which its ``--tp-comm-overlap`` requires."""
     flag = f.flag("sequence_parallel")
     if flag is not None:
         return flag
+    if tp_overlap and tp > 1:
+        return notes.fill("parallel.sequence_parallel", True, "required by --tp-comm-overlap")
     if "torchtitan" in framework.lower() and tp > 1:
         return notes.fill("parallel.sequence_parallel", True, "torchtitan's TP plan uses SequenceParallel")
     return notes.fill("parallel.sequence_parallel", False, "off by default")
@@ -130,3 +132,45 @@ def _attention_kernel_default(f: _Fields, framework: str, notes: _Notes) -> Atte
     if value is None:
         return AttentionKernel.VENDOR
     return f.enum("attention_kernel", AttentionKernel, notes, AttentionKernel.VENDOR, "")
+
+
+def _tp_overlap_default(f: _Fields, tp: int, notes: _Notes) -> bool:
+    """TP communication overlap: the case's ``tp_comm_overlap``, else on when the case's
+    published launch flags (``parallel.details``) include ``--tp-comm-overlap``, else off
+    (Megatron-LM's default)."""
+    flag = f.flag("tp_comm_overlap")
+    if flag is not None:
+        return flag
+    details = f.raw.get("details")
+    if tp > 1 and isinstance(details, str) and "--tp-comm-overlap" in details:
+        return notes.fill("parallel.tp_comm_overlap", True, "the case's flags list --tp-comm-overlap")
+    return False
+
+
+def _details_has(f: _Fields, flag: str) -> bool:
+    details = f.raw.get("details")
+    return isinstance(details, str) and flag in details
+
+
+def _launch_flag(f: _Fields, key: str, flag: str, notes: _Notes) -> bool:
+    """A boolean setting: the case's value, else on when its published launch flags
+    (``parallel.details``) include ``flag``, else off (Megatron-LM's default)."""
+    value = f.flag(key)
+    if value is not None:
+        return value
+    if _details_has(f, flag):
+        return notes.fill(f"parallel.{key}", True, f"the case's flags list {flag}")
+    return False
+
+
+def _dist_opt_default(f: _Fields, notes: _Notes) -> bool:
+    """The distributed optimizer: the case's value, else on when its flags include
+    ``--use-distributed-optimizer`` or ``--overlap-param-gather`` (which Megatron-LM only
+    accepts with it), else off."""
+    value = f.flag("distributed_optimizer")
+    if value is not None:
+        return value
+    for flag in ("--use-distributed-optimizer", "--overlap-param-gather"):
+        if _details_has(f, flag):
+            return notes.fill("parallel.distributed_optimizer", True, f"implied by {flag} in the case's flags")
+    return notes.fill("parallel.distributed_optimizer", False, "off by default")

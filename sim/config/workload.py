@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sim.config.defaults import (_attention_kernel_default, _batch_sizes, _flag_default, _flash_default,
-                                 _loss_default,
+from sim.config.defaults import (_attention_kernel_default, _batch_sizes, _flash_default,
+                                 _dist_opt_default, _launch_flag, _loss_default, _tp_overlap_default,
                                  _overlap_default, _recompute_meaning, _sp_default, _zero_default)
 from sim.config.fields import (_apply_overrides, _Fields, _is_number, _located, _Notes, _presets,
                                _read_yaml, _resolve)
@@ -38,7 +38,7 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "schedule",
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce",
-                  "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "details")
+                  "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "tp_comm_overlap", "overlap_param_gather", "details")
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node",
                 "description")
 _WORKLOAD_SETTABLE = ({"model": _MODEL_KEYS, "parallel": _PARALLEL_KEYS, "system": _SYSTEM_KEYS},
@@ -322,6 +322,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
     schedule = f.enum("schedule", ScheduleKind, notes, ScheduleKind.INTERLEAVED if vps > 1 else
                       ScheduleKind.ONE_F_ONE_B, f"virtual_pipeline_stages={vps}")
     mbs, gbs = _batch_sizes(f, dp, pp, framework, notes)
+    tp_overlap = _tp_overlap_default(f, tp, notes)
     recompute = f.enum("recompute", RecomputeKind, notes, RecomputeKind.NONE,
                        "Megatron-LM default: no recomputation")
     recompute = _recompute_meaning(recompute, framework, notes)
@@ -329,14 +330,16 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
     with _located(f.path):
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, virtual_pipeline_stages=vps, schedule=schedule,
-            sequence_parallel=_sp_default(f, tp, framework, notes),
+            sequence_parallel=_sp_default(f, tp, framework, notes, tp_overlap),
             micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute,
-            distributed_optimizer=_flag_default(f, "distributed_optimizer", notes, "off by default"),
+            distributed_optimizer=_dist_opt_default(f, notes),
+            overlap_param_gather=_launch_flag(f, "overlap_param_gather", "--overlap-param-gather", notes),
             zero_stage=_zero_default(framework, notes) if zero is None else zero,
             overlap_grad_reduce=_overlap_default(f, framework, notes),
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,
             flash_attention=_flash_default(f, framework, notes),
             attention_kernel=_attention_kernel_default(f, framework, notes),
+            tp_comm_overlap=tp_overlap,
             cross_entropy=_loss_default(f, framework, notes),
         )
 

@@ -212,6 +212,10 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     mms += [("w3", f // t, h), ("w2", h, f // t)] if branches == 2 else [("w2", h, f // t)]
     op_recompute = tuple(c(name, fwd_g(out, inp)) for name, out, inp in mms[1::2]) + tuple(
         st for st in fwd if st.stream is None and isinstance(st.op, MemoryOp))
+    if parallel.tp_comm_overlap and sp and tp_on:
+        # (swaps happen only between a reduce-scatter and the GEMM before it, none of them
+        # across the attention backward, so attention_bwd_index stands)
+        fwd, bwd = _overlap_tp(fwd), _overlap_tp(bwd)
     moe = None
     if model.is_moe:
         # the attention half is the dense layer's; the MLP half (from norm2 on) is replaced
@@ -228,6 +232,38 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
                        head_fwd, head_bwd, moe_recompute)
     return LayerOps(tuple(fwd), tuple(bwd), attention_bwd_index, tuple(attn_fwd),
                     embedding_fwd, embedding_bwd, head_fwd, head_bwd, op_recompute, moe)
+
+
+def _overlap_tp(steps: list[Step]) -> list[Step]:
+    """Megatron-LM's ``--tp-comm-overlap`` (Transformer Engine userbuffers): a GEMM fed by a
+    sequence-parallel all-gather starts with the first chunk, so the compute after it waits
+    for the gather instead; a reduce-scatter that drains a GEMM runs chunk by chunk beside it,
+    so it is issued with the GEMM and waited for by the compute after it. The backward's
+    overlaps that Megatron makes anyway (the gathered input beside the input-gradient GEMM, the
+    gradient's reduce-scatter beside the weight-gradient GEMM) are kept."""
+    out = list(steps)
+
+    def target(i: int) -> Step | None:
+        k = out[i].wait
+        for st in out[i + 1:]:
+            if st.stream is None:
+                if k == 0:
+                    return st
+                k -= 1
+        return None
+
+    for i, st in enumerate(out):
+        if st.stream is not Stream.TP_COMM or not isinstance(st.op, CommOp):
+            continue
+        if st.op.collective is CollectiveKind.ALL_GATHER:
+            tgt = target(i)
+            if tgt is not None and isinstance(tgt.op, GemmOp) and st.wait == 0:
+                out[i] = Step(st.stream, st.name, st.op, st.wait + 1)
+        elif st.op.collective is CollectiveKind.REDUCE_SCATTER and st.wait == 0 and i > 0:
+            prev = out[i - 1]
+            if prev.stream is None and isinstance(prev.op, GemmOp):
+                out[i - 1], out[i] = Step(st.stream, st.name, st.op, 1), prev
+    return out
 
 
 def _moe_mlp(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, T: int, e: float,

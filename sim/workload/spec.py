@@ -253,6 +253,14 @@ class ParallelSpec:
     flash_attention: bool = True
     """Fused flash attention (Megatron-LM ``--use-flash-attn``, 2023 on); False runs the
     unfused core attention: score GEMM, softmax, dropout, value GEMM."""
+    overlap_param_gather: bool = False
+    """Megatron-LM ``--overlap-param-gather`` (with the distributed optimizer): the updated
+    weights are all-gathered during the next iteration's forward, layer by layer, instead of
+    after the optimizer step."""
+    tp_comm_overlap: bool = False
+    """Megatron-LM ``--tp-comm-overlap`` (Transformer Engine userbuffers): each sequence-parallel
+    all-gather and reduce-scatter is split into chunks pipelined with the GEMM it feeds or
+    drains, so the GEMM no longer waits for the whole collective."""
     attention_kernel: AttentionKernel = AttentionKernel.VENDOR
     """The fused attention kernel: the vendor's (cuDNN through Transformer Engine) or
     FlashAttention-2 through PyTorch's SDPA (torchtitan)."""
@@ -279,6 +287,9 @@ class ParallelSpec:
         elif self.virtual_pipeline_stages != 1:
             raise ConfigError(_SPEC, "parallel.virtual_pipeline_stages",
                               "1 unless parallel.schedule is interleaved-1f1b", self.virtual_pipeline_stages)
+        if self.tp_comm_overlap and self.tp > 1 and not self.sequence_parallel:
+            raise ConfigError(_SPEC, "parallel.sequence_parallel", "true with parallel.tp_comm_overlap "
+                              "(Megatron-LM requires --sequence-parallel for --tp-comm-overlap)", False)
         if self.sequence_parallel and self.tp == 1:
             raise ConfigError(_SPEC, "parallel.sequence_parallel", "false when parallel.tp is 1", True)
 

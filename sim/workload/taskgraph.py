@@ -176,6 +176,10 @@ class _RankProgram(DataParallelMixin):
         # after forward under PP; torch.distributed.pipelining turns gradient sync off for all
         # but the last micro-batch); without it, every micro-batch gathers and reduces.
         fsdp_once = fsdp and pp > 1
+        # --overlap-param-gather: the distributed optimizer's weight all-gather runs layer by
+        # layer ahead of the first forward of each model chunk (Megatron-LM's param-gather
+        # buckets, dispatched in forward order), in place of the gather after the optimizer
+        pgather = p.overlap_param_gather and p.shards_optimizer and p.zero < 3 and p.dp * p.cp > 1
         buckets = self.buckets(vs_layers)
         for i, (pas, mb, chunk) in enumerate(order):
             vs = chunk * pp + self.stage
@@ -187,7 +191,7 @@ class _RankProgram(DataParallelMixin):
                 if vs == 0:
                     self.run_steps(self.ops.embedding_fwd, args, first_mem=am.embedding)
                 prev = self.last_c
-                gather = fsdp and (not fsdp_once or i == first_f[chunk])
+                gather = (fsdp and (not fsdp_once or i == first_f[chunk])) or (pgather and i == first_f[chunk])
                 for layer in layers:
                     if gather:
                         self.fsdp_gather(self.layer_params(vs, layer, layer == layers[0], layer == layers[-1]),
@@ -279,7 +283,7 @@ class _RankProgram(DataParallelMixin):
         self.extra.extend(self.dp_tasks)
         opt = self.compute("optimizer", MemoryOp(OpKind.OPTIMIZER, params_local * OPTIMIZER_BYTES_PER_PARAM),
                            (("phase", "optimizer"),))
-        if p.shards_optimizer and p.dp * p.cp > 1 and p.zero < 3:
+        if p.shards_optimizer and p.dp * p.cp > 1 and p.zero < 3 and not p.overlap_param_gather:
             op = self.dp_op(CollectiveKind.ALL_GATHER, (sb.params - sb.expert_params) * PARAM_GATHER_BYTES)
             self.collective(Stream.DP_COMM, "ncclAllGather params", op, (("phase", "param-sync"),), [opt.id])
             if sb.expert_params and p.dp * p.cp // p.ep > 1:

@@ -36,3 +36,60 @@ def test_interleaved_matches_megatron_chunk_order():
     # Megatron-LM: forward k runs chunk (k mod pv) // p of micro-batch (k // pv) p + k mod p
     order = [x for x in pipeline_order(ScheduleKind.INTERLEAVED, 2, 2, 4, 0) if x[0] is Pass.FORWARD]
     assert [(mb, c) for _, mb, c in order] == [(0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (3, 0), (2, 1), (3, 1)]
+
+
+def test_tp_comm_overlap_hides_tensor_parallel_communication():
+    """Megatron-LM --tp-comm-overlap: the GEMMs no longer wait for whole all-gathers and
+    reduce-scatters, so exposed TP time and the iteration shrink, the work stays the same."""
+    import dataclasses
+
+    from sim.config import load_topology
+    from sim.report import make_report
+    from sim.runner import simulate
+    from tests.conftest import make_workload
+
+    w = make_workload(tp=8, pp=1, dp=1, gbs=4, layers=4, hidden=4096, heads=32, seq=2048, sp=True,
+                      gpu="H100-SXM5-80GB")
+    on = dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, tp_comm_overlap=True))
+    a, b = (make_report(simulate(x, load_topology("dgx-h100"))) for x in (w, on))
+    assert b.exposed_comm_s["tp"] < 0.8 * a.exposed_comm_s["tp"]
+    assert b.iteration_time_s < a.iteration_time_s
+    assert b.compute_s == pytest.approx(a.compute_s)
+
+
+def test_tp_comm_overlap_needs_sequence_parallelism():
+    from sim.errors import ConfigError
+    from sim.workload.spec import ParallelSpec
+
+    with pytest.raises(ConfigError) as info:
+        ParallelSpec(tp=2, tp_comm_overlap=True)
+    assert info.value.field == "parallel.sequence_parallel"
+
+
+def test_overlap_param_gather_moves_the_weight_gather_into_the_forward():
+    import dataclasses
+
+    from sim.config import load_topology
+    from sim.runner import simulate
+    from sim.types import Stream
+    from tests.conftest import make_workload
+
+    w = make_workload(tp=1, pp=1, dp=16, gbs=32, layers=8, hidden=4096, heads=32, seq=2048, dist_opt=True,
+                      gpu="H100-SXM5-80GB")
+    on = dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, overlap_param_gather=True))
+    runs = [simulate(x, load_topology("dgx-h100")) for x in (w, on)]
+    names = [{s.name for s in r.result.spans if s.stream in (Stream.DP_COMM, Stream.DP_GATHER)} for r in runs]
+    assert "ncclAllGather params" in names[0] and "ncclAllGather params" not in names[1]
+    gathers = [s for s in runs[1].result.spans if s.stream is Stream.DP_GATHER]
+    assert len(gathers) == 8  # one per layer, before the first forward
+    assert runs[1].result.makespan_s < runs[0].result.makespan_s
+
+
+def test_case_launch_flags_set_the_overlaps(tmp_path):
+    from sim.config.workload import load_case_records
+
+    rec = next(r for r in load_case_records("workloads/validation/megatronlm.yaml")
+               if r.id == "megatronlm_readme_h100_32B")
+    p = rec.workload.parallel
+    assert p.tp_comm_overlap and p.sequence_parallel and p.overlap_param_gather and p.distributed_optimizer
+    assert any("--tp-comm-overlap" in n for n in rec.notes)
