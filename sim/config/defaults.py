@@ -136,14 +136,16 @@ def _attention_kernel_default(f: _Fields, framework: str, notes: _Notes) -> Atte
 
 def _tp_overlap_default(f: _Fields, tp: int, notes: _Notes) -> bool:
     """TP communication overlap: the case's ``tp_comm_overlap``, else on when the case's
-    published launch flags (``parallel.details``) include ``--tp-comm-overlap``, else off
-    (Megatron-LM's default)."""
+    published settings (``parallel.details``) include ``--tp-comm-overlap`` or torchtitan's
+    ``AsyncTP`` (the same micro-pipelining of the all-gather and matmul), else off (the
+    frameworks' default)."""
     flag = f.flag("tp_comm_overlap")
     if flag is not None:
         return flag
-    details = f.raw.get("details")
-    if tp > 1 and isinstance(details, str) and "--tp-comm-overlap" in details:
-        return notes.fill("parallel.tp_comm_overlap", True, "the case's flags list --tp-comm-overlap")
+    if tp > 1:
+        for flag in ("--tp-comm-overlap", "AsyncTP"):  # Megatron-LM; torchtitan's async TP
+            if _details_has(f, flag):
+                return notes.fill("parallel.tp_comm_overlap", True, f"the case's settings list {flag}")
     return False
 
 
