@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.types import LossKind, RecomputeKind
+from sim.types import LossKind, RecomputeKind, ScheduleKind
 from sim.workload.schedules import Pass, pipeline_order
 from sim.workload.spec import ModelSpec, ParallelSpec, WorkloadSpec, pipeline_split
 
@@ -321,6 +321,7 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel) -> f
     pp, v = p.pp, p.virtual_pipeline_stages
     vs_layers = w.virtual_stage_layers()
     last = pp * v - 1
+    zb = p.schedule is ScheduleKind.ZB_H1  # stored activations live until the W pass
     cur = peak = 0.0
     for pas, _mb, chunk in pipeline_order(p.schedule, pp, v, p.num_microbatches, stage):
         vs = chunk * pp + stage
@@ -331,6 +332,8 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel) -> f
             if vs == last:
                 cur += am.head + am.logits
             peak = max(peak, cur)
+        elif pas is Pass.WEIGHT:
+            cur -= sum(am.stored(m.is_moe_layer(i)) for i in vs_layers[vs])
         else:
             if vs == last:
                 peak = max(peak, cur + am.loss_transient)
@@ -338,7 +341,8 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel) -> f
             # each layer's backward holds its transient on top, then frees what it stored
             for i in reversed(vs_layers[vs]):
                 peak = max(peak, cur + am.transient(m.is_moe_layer(i)))
-                cur -= am.stored(m.is_moe_layer(i))
+                if not zb:
+                    cur -= am.stored(m.is_moe_layer(i))
             if vs == 0:
                 cur -= am.embedding
     return peak

@@ -28,6 +28,10 @@ class ScheduleKind(str, Enum):
     GPIPE = "gpipe"
     ONE_F_ONE_B = "1f1b"
     INTERLEAVED = "interleaved-1f1b"
+    ZB_H1 = "zb-h1"
+    """Zero-bubble H1 (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", arXiv 2401.10241,
+    Sec. 3.1): 1F1B with each backward split into the input-gradient pass B, which the
+    previous stage waits for, and the weight-gradient pass W, which nothing waits for."""
 
 
 class RecomputeKind(str, Enum):

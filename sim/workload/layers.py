@@ -74,9 +74,66 @@ class LayerOps:
     moe: "LayerOps | None" = None
     """The same for a mixture-of-experts layer (its MLP replaced by the router, the token
     dispatch, the experts and the combine); None for a dense model."""
+    split_bwd: tuple[tuple[Step, ...], tuple[Step, ...], int] | None = None
+    """``layer_bwd`` split for zero-bubble schedules: the input-gradient steps, the
+    weight-gradient steps, and the attention backward's index in the first."""
+
+    def __post_init__(self) -> None:
+        if self.split_bwd is None:
+            b, w, k = split_weight_gradients(self.layer_bwd, self.attention_bwd_index)
+            object.__setattr__(self, "split_bwd", (b, w, k))
 
     def for_layer(self, is_moe: bool) -> "LayerOps":
         return self.moe if is_moe and self.moe is not None else self
+
+
+def split_weight_gradients(steps: tuple[Step, ...], attention_index: int
+                           ) -> tuple[tuple[Step, ...], tuple[Step, ...], int]:
+    """Split a layer's backward into its input-gradient pass B and weight-gradient pass W
+    (zero-bubble pipelining, Qi et al. 2024, arXiv 2401.10241, Sec. 2).
+
+    W gets every weight-gradient GEMM (``*-wgrad``) and the collectives whose result only a
+    weight gradient waits for (the re-gathered input under sequence parallelism); B keeps the
+    rest. Each collective's ``wait`` is recounted within its own pass.
+
+    >>> from sim.workload.ops import GemmOp, MemoryOp
+    >>> g = GemmOp(8, 8, 8, Dtype.BF16)
+    >>> ag = CommOp(CollectiveKind.ALL_GATHER, CommClass.TP, (0, 1), 8.0)
+    >>> steps = (Step(None, "x-dgrad", g), Step(Stream.TP_COMM, "ag", ag, 1), Step(None, "y-dgrad", g),
+    ...          Step(None, "y-wgrad", g), Step(None, "norm-bwd", MemoryOp(OpKind.NORM, 8.0)))
+    >>> b, w, _ = split_weight_gradients(steps, 0)
+    >>> [s.name for s in b], [(s.name, s.wait) for s in w]
+    (['x-dgrad', 'y-dgrad', 'norm-bwd'], [('ag', 0), ('y-wgrad', 0)])
+    """
+    def is_w(st: Step) -> bool:
+        return st.stream is None and st.name.endswith("wgrad")
+
+    target: dict[int, int] = {}
+    for i, st in enumerate(steps):
+        if st.stream is not None:
+            k = st.wait
+            for j in range(i + 1, len(steps)):
+                if steps[j].stream is None:
+                    if k == 0:
+                        target[i] = j
+                        break
+                    k -= 1
+    to_w = {i for i, st in enumerate(steps) if is_w(st) or (i in target and is_w(steps[target[i]]))}
+
+    def build(indices: list[int]) -> tuple[Step, ...]:
+        out = []
+        for n, i in enumerate(indices):
+            st = steps[i]
+            if st.stream is not None and i in target:
+                later = [j for j in indices[n + 1:] if steps[j].stream is None]
+                wait = later.index(target[i]) if target[i] in later else max(len(later) - 1, 0)
+                st = Step(st.stream, st.name, st.op, wait)
+            out.append(st)
+        return tuple(out)
+
+    b_idx = [i for i in range(len(steps)) if i not in to_w]
+    w_idx = sorted(to_w)
+    return build(b_idx), build(w_idx), sum(1 for i in b_idx if i < attention_index)
 
 
 def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: tuple[int, ...],

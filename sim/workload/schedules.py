@@ -7,6 +7,12 @@ where ``chunk`` is the model chunk (virtual stage) on that rank. They follow Meg
 * GPipe (Huang et al. 2019): all forwards, then all backwards.
 * 1F1B (PipeDream-Flush, Narayanan et al. 2021, arXiv 2104.04473 Sec. 2.2.1): ``p - rank - 1``
   warm-up forwards, then one forward and one backward alternately, then the cool-down.
+* ZB-H1 (Qi et al. 2024, arXiv 2401.10241, Sec. 3.1 and Fig. 3): 1F1B's order with each
+  backward split into B (input gradients, sent upstream at once) and W (weight gradients),
+  rank ``r`` running its W passes ``r`` micro-batches late (the last stage defers the most),
+  so the gradients travel upstream at B's pace and the deferred W passes fill the time 1F1B
+  spends waiting. A micro-batch's activations are freed after its W, so every rank holds up to
+  ``p`` micro-batches, the first stage's 1F1B peak.
 * Interleaved 1F1B (same paper, Sec. 2.2.2): ``v`` chunks per rank; forward ``k`` runs chunk
   ``(k mod pv) // p`` of micro-batch ``(k // pv) p + k mod p``, backward chunks in reverse;
   ``2(p - rank - 1) + (v - 1) p`` warm-up forwards, or all of them if that is as many (recent
@@ -25,6 +31,9 @@ __all__ = ["Pass", "pipeline_order"]
 class Pass(str, Enum):
     FORWARD = "fwd"
     BACKWARD = "bwd"
+    """The whole backward, or under a zero-bubble schedule its input-gradient part."""
+    WEIGHT = "wgrad"
+    """The weight-gradient part of a backward (zero-bubble schedules only)."""
 
 
 def _interleaved_id(k: int, p: int, v: int, forward: bool) -> tuple[int, int]:
@@ -43,9 +52,12 @@ def pipeline_order(kind: ScheduleKind, pp: int, vps: int, num_microbatches: int,
 
     >>> [(p.value, m) for p, m, _ in pipeline_order(ScheduleKind.ONE_F_ONE_B, 2, 1, 3, 0)]
     [('fwd', 0), ('fwd', 1), ('bwd', 0), ('fwd', 2), ('bwd', 1), ('bwd', 2)]
+    >>> [(p.value, m) for p, m, _ in pipeline_order(ScheduleKind.ZB_H1, 2, 1, 3, 1)]  # doctest: +NORMALIZE_WHITESPACE
+    [('fwd', 0), ('bwd', 0), ('fwd', 1), ('bwd', 1), ('wgrad', 0), ('fwd', 2), ('bwd', 2), ('wgrad', 1),
+     ('wgrad', 2)]
     """
     m, p, v = num_microbatches, pp, vps
-    F, B = Pass.FORWARD, Pass.BACKWARD
+    F, B, W = Pass.FORWARD, Pass.BACKWARD, Pass.WEIGHT
     if kind is ScheduleKind.GPIPE:
         return [(F, i, 0) for i in range(m)] + [(B, i, 0) for i in range(m)]
     if kind is ScheduleKind.ONE_F_ONE_B:
@@ -55,6 +67,21 @@ def pipeline_order(kind: ScheduleKind, pp: int, vps: int, num_microbatches: int,
             order.append((F, warm + i, 0))
             order.append((B, i, 0))
         order += [(B, i, 0) for i in range(m - warm, m)]
+        return order
+    if kind is ScheduleKind.ZB_H1:
+        warm = min(p - rank - 1, m)
+        order = [(F, i, 0) for i in range(warm)]
+        pending: list[int] = []
+        for i in range(m - warm):
+            order += [(F, warm + i, 0), (B, i, 0)]
+            pending.append(i)
+            if i >= rank:  # rank r runs its W passes r micro-batches late
+                order.append((W, pending.pop(0), 0))
+        for i in range(m - warm, m):  # cool-down: each B, then the oldest W waiting
+            order.append((B, i, 0))
+            pending.append(i)
+            order.append((W, pending.pop(0), 0))
+        order += [(W, i, 0) for i in pending]
         return order
     total = m * v
     # Megatron-Core (schedules.py, with microbatch_group_size_per_vp_stage = p, its default):

@@ -287,6 +287,11 @@ class ParallelSpec:
         elif self.virtual_pipeline_stages != 1:
             raise ConfigError(_SPEC, "parallel.virtual_pipeline_stages",
                               "1 unless parallel.schedule is interleaved-1f1b", self.virtual_pipeline_stages)
+        if self.schedule is ScheduleKind.ZB_H1 and self.recompute in (RecomputeKind.FULL,
+                                                                      RecomputeKind.SELECTIVE_OP):
+            raise ConfigError(_SPEC, "parallel.recompute", "none or selective with the zb-h1 schedule "
+                              "(its weight-gradient pass would need the recomputed layer kept)",
+                              self.recompute.value)
         if self.tp_comm_overlap and self.tp > 1 and not self.sequence_parallel:
             raise ConfigError(_SPEC, "parallel.sequence_parallel", "true with parallel.tp_comm_overlap "
                               "(Megatron-LM requires --sequence-parallel for --tp-comm-overlap)", False)
@@ -385,6 +390,9 @@ class WorkloadSpec:
         if m.is_moe and p.zero >= 3:
             raise ConfigError(_SPEC, "parallel.zero_stage", "at most 2 for a mixture-of-experts model "
                               "(ZeRO-3/FSDP of experts is not built yet)", p.zero_stage)
+        if m.is_moe and p.tp > 1 and not p.sequence_parallel:
+            raise ConfigError(_SPEC, "parallel.sequence_parallel", "true for a mixture-of-experts model with "
+                              "parallel.tp > 1 (Megatron-Core requires it)", False)
         if m.is_moe and (m.moe_ffn_hidden_size % p.tp or m.shared_ffn_size % p.tp):
             raise ConfigError(_SPEC, "parallel.tp", "a divisor of model.moe_ffn_hidden_size (experts are "
                               "split over TP like the dense MLP)", p.tp)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from sim.memory import activation_model, stage_memory, state_bytes
 from sim.program import Program, Task
 from sim.results import RankInfo
-from sim.types import CollectiveKind, CommClass, OpKind, RecomputeKind, Stream
+from sim.types import CollectiveKind, CommClass, OpKind, RecomputeKind, ScheduleKind, Stream
 from sim.workload.dataparallel import GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES, DataParallelMixin
 from sim.workload.flops import model_flops
 from sim.workload.layers import LayerOps, layer_ops
@@ -161,12 +161,17 @@ class _RankProgram(DataParallelMixin):
         n_vs = pp * v
         vs_layers = w.virtual_stage_layers()
         order = pipeline_order(p.schedule, pp, v, p.num_microbatches, self.stage)
-        last_b, first_f = {}, {}
+        zb = p.schedule is ScheduleKind.ZB_H1
+        last_b, last_w, first_f = {}, {}, {}
         for i, (pas, mb, chunk) in enumerate(order):
             if pas is Pass.BACKWARD:
                 last_b[chunk] = i
+            elif pas is Pass.WEIGHT:
+                last_w[chunk] = i
             else:
                 first_f.setdefault(chunk, i)
+        # the pass after which a layer's weight gradients are complete
+        last_g = last_w if zb else last_b
         act_size = m.seq_length // p.cp * p.micro_batch_size * m.hidden_size * 2.0 / p.tp
         am = activation_model(w)
         rc = p.recompute
@@ -204,6 +209,13 @@ class _RankProgram(DataParallelMixin):
                     self.run_steps(self.ops.head_fwd, args, first_mem=am.head + am.logits)
                 else:
                     self.send("act", vs + 1, mb, (vs + 1) % pp, act_size, args)
+            elif pas is Pass.WEIGHT:
+                args = (("phase", "wgrad"), ("microbatch", mb), ("chunk", chunk))
+                for layer in reversed(layers):
+                    la = args + (("layer", layer),)
+                    is_moe = m.is_moe_layer(layer)
+                    self.run_steps(self.ops.for_layer(is_moe).split_bwd[1], la, last_mem=-am.stored(is_moe))
+                    self.grads_ready(vs, layer, layers, chunk, i == last_g[chunk], la, buckets, fsdp, fsdp_once)
             else:
                 args = (("phase", "bwd"), ("microbatch", mb), ("chunk", chunk))
                 if vs < n_vs - 1:
@@ -212,7 +224,6 @@ class _RankProgram(DataParallelMixin):
                     self.run_steps(self.ops.head_bwd, args, first_mem=am.loss_transient,
                                    last_mem=-(am.head + am.logits + am.loss_transient))
                 prev = self.last_c
-                reduce = fsdp and (not fsdp_once or i == last_b[chunk])
                 for layer in reversed(layers):
                     la = args + (("layer", layer),)
                     lp = self.layer_params(vs, layer, layer == layers[0], layer == layers[-1])
@@ -220,10 +231,12 @@ class _RankProgram(DataParallelMixin):
                         self.fsdp_gather(lp, la, prev)
                     is_moe = m.is_moe_layer(layer)
                     lops = self.ops.for_layer(is_moe)
-                    bwd = lops.layer_bwd
-                    k = lops.attention_bwd_index
+                    bwd, k = lops.layer_bwd, lops.attention_bwd_index
                     held = am.transient(is_moe)
                     release = -(am.stored(is_moe) + held)
+                    if zb:  # B only; the W pass frees what the layer stored
+                        bwd, _, k = lops.split_bwd
+                        release = -held
                     if rc is RecomputeKind.FULL:
                         first, _ = self.run_steps(lops.layer_fwd, (("phase", "recompute"),) + la[1:],
                                                   first_mem=held)
@@ -239,13 +252,8 @@ class _RankProgram(DataParallelMixin):
                     else:
                         first, _ = self.run_steps(bwd, la, first_mem=held, last_mem=release)
                     prev = first.id
-                    if reduce:
-                        self.fsdp_reduce(lp, la)
-                    if p.overlap_grad_reduce and i == last_b[chunk]:
-                        for bucket in buckets.get((chunk, layer), ()):
-                            self.reduce_bucket(bucket, args)
-                        if is_moe:
-                            self.reduce_experts(layer, args + (("layer", layer),))
+                    if not zb:
+                        self.grads_ready(vs, layer, layers, chunk, i == last_g[chunk], la, buckets, fsdp, fsdp_once)
                 if vs == 0:
                     self.run_steps(self.ops.embedding_bwd, args, last_mem=-am.embedding)
                 else:
@@ -262,6 +270,21 @@ class _RankProgram(DataParallelMixin):
                     if m.is_moe_layer(layer):
                         self.reduce_experts(layer, (("phase", "grad-sync"), ("layer", layer)))
         self.finish()
+
+    def grads_ready(self, vs: int, layer: int, layers, chunk: int, last: bool, la: tuple, buckets,
+                    fsdp: bool, fsdp_once: bool) -> None:
+        """A layer's weight gradients of one micro-batch are complete: FSDP reduce-scatters
+        them, and after the chunk's last micro-batch its full gradient buckets and its
+        experts' gradients are reduced."""
+        p = self.w.parallel
+        if fsdp and (not fsdp_once or last):
+            self.fsdp_reduce(self.layer_params(vs, layer, layer == layers[0], layer == layers[-1]), la)
+        if p.overlap_grad_reduce and last:
+            args = la[:-1]
+            for bucket in buckets.get((chunk, layer), ()):
+                self.reduce_bucket(bucket, args)
+            if self.w.model.is_moe_layer(layer):
+                self.reduce_experts(layer, la)
 
     def finish(self) -> None:
         w, p = self.w, self.w.parallel

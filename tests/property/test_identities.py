@@ -282,3 +282,38 @@ def test_context_parallel_ranks_reduce_their_gradients_together():
     spans = simulate(w, load_topology("dgx-a100")).result.spans
     grads = [s for s in spans if s.name == "ncclAllReduce grads"]
     assert grads and all(s.end_s > s.start_s for s in grads)
+
+
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 16)])
+def test_zero_bubble_h1_shrinks_the_bubble_at_equal_memory(p, m):
+    """ZB-H1 (Qi et al. 2024): splitting the backward into B and W and deferring the
+    cool-down's W passes takes the bubble from (p-1)(F+B+W) towards (p-1)(F+B-W), with
+    1F1B's peak memory. Here only GEMMs cost time (1 s each), so F = B = W per layer."""
+    from sim.workload.ops import GemmOp
+
+    class LayerGemmsOnly(FixedCostModel):
+        """1 s per transformer-layer GEMM; the output layer (vocabulary-wide) is free."""
+
+        def compute_time_s(self, op):
+            return 1.0 if isinstance(op, GemmOp) and 32000 not in (op.m, op.n, op.k) else 0.0
+
+    costs = LayerGemmsOnly()
+    one = make_workload(layers=p, pp=p, gbs=m)
+    zb = make_workload(layers=p, pp=p, gbs=m, schedule=ScheduleKind.ZB_H1)
+    r1 = Simulation(build_program(one), costs).run()
+    rz = Simulation(build_program(zb), costs).run()
+    # per layer F = B = W = 4 s: 1F1B takes (m + p - 1)(F + B + W); ZB-H1 m(F + B + W) plus
+    # a bubble of (p - 1)(F + B - W) (the paper's Table 1)
+    assert r1.makespan_s == pytest.approx((m + p - 1) * 12)
+    assert rz.makespan_s == pytest.approx(12 * m + 4 * (p - 1))
+    assert max(_bubble(rz)) < max(_bubble(r1))
+    # memory: every stage holds at most p micro-batches, 1F1B's first-stage peak (the last
+    # stage adds its output layer's and loss's buffers for one micro-batch, as in 1F1B)
+    from sim.memory import activation_model, stage_memory
+    am = activation_model(zb)
+    peak_1f1b = max(stage_memory(one, s).total_bytes for s in range(p))
+    for s in range(p):
+        assert stage_memory(zb, s).total_bytes <= peak_1f1b + am.head + am.logits + 1e-6
+    rep = make_report(simulate(zb, load_topology("dgx-a100")))
+    assert [s.peak_memory_bytes for s in rep.stages] == \
+        pytest.approx([stage_memory(zb, s).total_bytes for s in range(p)], rel=1e-12)

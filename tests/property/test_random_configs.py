@@ -21,11 +21,17 @@ def _config(rng: random.Random) -> dict:
     tp, pp, dp, cp = rng.choice([1, 2, 4]), rng.choice([1, 2, 4]), rng.choice([1, 2]), rng.choice([1, 1, 2])
     sched = rng.choice(list(ScheduleKind)) if pp > 1 else ScheduleKind.ONE_F_ONE_B
     vps = 2 if sched is ScheduleKind.INTERLEAVED else 1
+    recompute = rng.choice(list(RecomputeKind))
+    if sched is ScheduleKind.ZB_H1 and recompute in (RecomputeKind.FULL, RecomputeKind.SELECTIVE_OP):
+        recompute = RecomputeKind.SELECTIVE  # zb-h1 keeps no recomputed layer for its W pass
+    zero = rng.choice([0, 0, 1, 2, 3])
+    experts = 4 if zero < 3 and rng.random() < 0.3 else 0
     return dict(tp=tp, pp=pp, dp=dp, cp=cp, vps=vps, schedule=sched, gbs=pp * rng.choice([1, 2]) * dp,
-                layers=rng.choice([pp * vps, 2 * pp * vps, pp * vps + 1, 5]), seq=2048,
-                recompute=rng.choice(list(RecomputeKind)), sp=tp > 1 and rng.random() < 0.5,
-                dist_opt=rng.random() < 0.5, zero=rng.choice([0, 0, 1, 2, 3]), tied=rng.random() < 0.3,
+                layers=rng.choice([pp * vps, 2 * pp * vps, pp * vps + 1, max(5, pp * vps - 1)]), seq=2048,
+                recompute=recompute, sp=tp > 1 and (experts > 0 or rng.random() < 0.5),
+                dist_opt=rng.random() < 0.5, zero=zero, tied=rng.random() < 0.3,
                 overlap=rng.random() < 0.7, flash=cp > 1 or rng.random() < 0.8,
+                experts=experts, ep=dp if experts else 1,
                 gpu=rng.choice(["A100-SXM4-80GB", "H100-SXM5-80GB", "GB200"]))
 
 

@@ -11,17 +11,22 @@ from sim.workload.schedules import Pass, pipeline_order
 @pytest.mark.parametrize("kind,p,v,m", [
     (ScheduleKind.GPIPE, 4, 1, 8), (ScheduleKind.ONE_F_ONE_B, 4, 1, 8), (ScheduleKind.ONE_F_ONE_B, 4, 1, 2),
     (ScheduleKind.INTERLEAVED, 4, 2, 8), (ScheduleKind.INTERLEAVED, 4, 3, 4), (ScheduleKind.INTERLEAVED, 2, 4, 6),
+    (ScheduleKind.ZB_H1, 4, 1, 8), (ScheduleKind.ZB_H1, 4, 1, 2),
 ])
 def test_every_pass_once_and_forward_before_backward(kind, p, v, m):
+    passes = [Pass.FORWARD, Pass.BACKWARD] + ([Pass.WEIGHT] if kind is ScheduleKind.ZB_H1 else [])
     for rank in range(p):
         order = pipeline_order(kind, p, v, m, rank)
-        assert sorted(order) == sorted((ps, mb, c) for ps in Pass for mb in range(m) for c in range(v))
-        seen_f = set()
+        assert sorted(order) == sorted((ps, mb, c) for ps in passes for mb in range(m) for c in range(v))
+        seen_f, seen_b = set(), set()
         for ps, mb, c in order:
             if ps is Pass.FORWARD:
                 seen_f.add((mb, c))
-            else:
+            elif ps is Pass.BACKWARD:
                 assert (mb, c) in seen_f, (rank, mb, c)
+                seen_b.add((mb, c))
+            else:
+                assert (mb, c) in seen_b, (rank, mb, c)
 
 
 def test_1f1b_warmup_depth_is_p_minus_rank_minus_1():
