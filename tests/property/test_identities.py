@@ -15,7 +15,7 @@ from sim.engine import Simulation
 from sim.errors import DeadlockError
 from sim.report import make_report
 from sim.runner import simulate
-from sim.types import OpKind, RecomputeKind, ScheduleKind, Stream
+from sim.types import CollectiveKind, CommClass, OpKind, RecomputeKind, ScheduleKind, Stream
 from sim.workload.ops import AttentionOp, GemmOp
 from sim.workload.taskgraph import build_program
 from tests.conftest import make_workload
@@ -317,3 +317,42 @@ def test_zero_bubble_h1_shrinks_the_bubble_at_equal_memory(p, m):
     rep = make_report(simulate(zb, load_topology("dgx-a100")))
     assert [s.peak_memory_bytes for s in rep.stages] == \
         pytest.approx([stage_memory(zb, s).total_bytes for s in range(p)], rel=1e-12)
+
+
+def test_context_parallelism_with_free_communication_divides_attention_time_by_cp():
+    """Load-balanced ring attention: each of the cp steps does 1/cp^2 of the sequence's causal
+    work, so a rank's attention time is 1/cp of the whole sequence's, exactly."""
+    from sim.workload.ops import AttentionOp
+
+    class AttentionByFlops(FixedCostModel):
+        def compute_time_s(self, op):
+            return op.flops / 1e15 if isinstance(op, AttentionOp) else 0.0
+
+    def attention_s(w):
+        res = Simulation(build_program(w), AttentionByFlops()).run()
+        return sum(s.end_s - s.start_s for s in res.spans
+                   if s.rank == res.ranks[0].rank and s.kind is OpKind.ATTENTION)
+
+    base = attention_s(make_workload(tp=1, pp=1, dp=1, gbs=1, layers=2, seq=8192))
+    for cp in (2, 4, 8):
+        assert attention_s(make_workload(tp=1, pp=1, dp=1, cp=cp, gbs=1, layers=2, seq=8192)) == \
+            pytest.approx(base / cp, rel=1e-12)
+
+
+def test_zero3_moves_one_and_a_half_times_zero1s_elements_per_step():
+    """ZeRO (Rajbhandari et al. 2020, Sec. 7): stage 1 reduce-scatters the gradients and
+    all-gathers the weights once (2 psi); stage 3 gathers the weights for the forward and again
+    for the backward and reduce-scatters the gradients (3 psi)."""
+    from sim.workload.dataparallel import GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES
+
+    def elements(zero, dist_opt):
+        w = make_workload(tp=1, pp=1, dp=8, gbs=8, layers=4, zero=zero, dist_opt=dist_opt)
+        prog = build_program(w)
+        total = 0.0
+        for t in prog.tasks:
+            if t.comm and t.op.comm_class is CommClass.DP:
+                per = PARAM_GATHER_BYTES if t.op.collective is CollectiveKind.ALL_GATHER else GRAD_REDUCE_BYTES
+                total += t.op.size_bytes / per
+        return total
+
+    assert elements(3, False) == pytest.approx(1.5 * elements(1, True), rel=1e-4)
