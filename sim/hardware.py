@@ -225,6 +225,13 @@ def _blackwell(bf16_tflops: float, fp4_tflops: float) -> tuple[tuple[Dtype, floa
             (Dtype.NVFP4, fp4_tflops * TFLOPS), (Dtype.TF32, bf16_tflops / 2 * TFLOPS))
 
 
+# The kernel efficiencies Hopper GPUs share (attention measured on our H100, HBM from pytorch/ao)
+# and Blackwell borrows until measured, as pytorch/ao's roofline tables do ("for now").
+_HOPPER_KERNELS = dict(
+    attention_efficiency=_H100_ATTN_FWD, attention_backward_efficiency=_H100_ATTN_BWD,
+    flash2_attention_efficiency=_H100_FA2_FWD, flash2_attention_backward_efficiency=_H100_FA2_BWD,
+    memory_efficiency=_MEM_EFF, kernel_launch_s=_LAUNCH_S)
+
 _BLACKWELL_GEMM = ((Dtype.BF16, _H100_GEMM), (Dtype.FP8, _BLACKWELL_FP8_GEMM),
                    (Dtype.MXFP8, _BLACKWELL_FP8_GEMM), (Dtype.NVFP4, _BLACKWELL_FP4_GEMM))
 
@@ -252,12 +259,7 @@ _GPUS = (
         hbm_bandwidth_bytes_per_s=3350 * GBPS,
         nvlink_bandwidth_bytes_per_s=450 * GBPS,
         gemm_efficiency=_HOPPER_GEMM,
-        attention_efficiency=_H100_ATTN_FWD,
-        attention_backward_efficiency=_H100_ATTN_BWD,
-        flash2_attention_efficiency=_H100_FA2_FWD,
-        flash2_attention_backward_efficiency=_H100_FA2_BWD,
-        memory_efficiency=_MEM_EFF,
-        kernel_launch_s=_LAUNCH_S,
+        **_HOPPER_KERNELS,
         sources="glennklockwood.com/garden/processors/h100 (989 TF BF16 dense, 1979 FP8, 3.35 TB/s, "
         "NVLink4 900 GB/s bidirectional); pytorch/ao roofline_utils",
     ),
@@ -268,12 +270,7 @@ _GPUS = (
         hbm_bandwidth_bytes_per_s=2400 * GBPS,
         nvlink_bandwidth_bytes_per_s=450 * GBPS,
         gemm_efficiency=_HOPPER_GEMM,
-        attention_efficiency=_H100_ATTN_FWD,
-        attention_backward_efficiency=_H100_ATTN_BWD,
-        flash2_attention_efficiency=_H100_FA2_FWD,
-        flash2_attention_backward_efficiency=_H100_FA2_BWD,
-        memory_efficiency=_MEM_EFF,
-        kernel_launch_s=_LAUNCH_S,
+        **_HOPPER_KERNELS,
         sources="Meta Grand Teton H100 variant: 96 GB HBM2e at 2.4 TB/s, 500 W cap (validation README; "
         "pytorch/ao roofline_utils 'Meta's H100 variant has 2.4 TB/s'); compute as H100 SXM "
         "(torchtitan reports MFU against 989 TF)",
@@ -285,12 +282,7 @@ _GPUS = (
         hbm_bandwidth_bytes_per_s=4800 * GBPS,
         nvlink_bandwidth_bytes_per_s=450 * GBPS,
         gemm_efficiency=_HOPPER_GEMM,
-        attention_efficiency=_H100_ATTN_FWD,
-        attention_backward_efficiency=_H100_ATTN_BWD,
-        flash2_attention_efficiency=_H100_FA2_FWD,
-        flash2_attention_backward_efficiency=_H100_FA2_BWD,
-        memory_efficiency=_MEM_EFF,
-        kernel_launch_s=_LAUNCH_S,
+        **_HOPPER_KERNELS,
         sources="MLPerf Inference v4.1 system JSON (141 GB, 18x NVLink4 900 GB/s); pytorch/ao spec table "
         "(H200 = H100 compute); 4.8 TB/s from the NVIDIA H200 page [unverified]",
     ),
@@ -301,12 +293,7 @@ _GPUS = (
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_BLACKWELL_GEMM,
-        attention_efficiency=_H100_ATTN_FWD,
-        attention_backward_efficiency=_H100_ATTN_BWD,
-        flash2_attention_efficiency=_H100_FA2_FWD,
-        flash2_attention_backward_efficiency=_H100_FA2_BWD,
-        memory_efficiency=_MEM_EFF,
-        kernel_launch_s=_LAUNCH_S,
+        **_HOPPER_KERNELS,
         sources="glennklockwood.com/garden/processors/B200 (HGX 1000 W); pytorch/ao roofline_utils "
         "(2.25e15 BF16, 4.5e15 FP8, 9.0e15 FP4, 8.0e12 B/s); DGX B200: 180 GB visible per GPU",
     ),
@@ -317,12 +304,7 @@ _GPUS = (
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_BLACKWELL_GEMM,
-        attention_efficiency=_H100_ATTN_FWD,
-        attention_backward_efficiency=_H100_ATTN_BWD,
-        flash2_attention_efficiency=_H100_FA2_FWD,
-        flash2_attention_backward_efficiency=_H100_FA2_BWD,
-        memory_efficiency=_MEM_EFF,
-        kernel_launch_s=_LAUNCH_S,
+        **_HOPPER_KERNELS,
         sources="glennklockwood.com/garden/processors/B200 (GB200 1200 W table: 2.5 PF BF16 dense, "
         "~186 GB HBM3e at 8 TB/s, NVLink5 1.8 TB/s bidirectional)",
     ),
@@ -333,12 +315,7 @@ _GPUS = (
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_BLACKWELL_GEMM,
-        attention_efficiency=_H100_ATTN_FWD,
-        attention_backward_efficiency=_H100_ATTN_BWD,
-        flash2_attention_efficiency=_H100_FA2_FWD,
-        flash2_attention_backward_efficiency=_H100_FA2_BWD,
-        memory_efficiency=_MEM_EFF,
-        kernel_launch_s=_LAUNCH_S,
+        **_HOPPER_KERNELS,
         sources="NVIDIA Blackwell Ultra announcements: 288 GB HBM3e (279 GB usable), 8 TB/s, "
         "15 PF dense NVFP4, BF16 as GB200, NVLink5 1.8 TB/s bidirectional [unverified]",
     ),
