@@ -65,11 +65,15 @@ def _layer_split(model: ModelSpec, layer: int = 0) -> tuple[int, int]:
 
     Megatron-LM splits the QKV, projection and MLP weights (and the column-parallel biases)
     over TP and replicates the two norms and the row-parallel biases (Shoeybi et al. 2019,
-    arXiv 1909.08053, Sec. 3), and a MoE layer's router."""
+    arXiv 1909.08053, Sec. 3), a MoE layer's router and MLA's down-projections."""
     h = model.hidden_size
     replicated = 4 * h + 2 * h  # two norms (weight, bias), two row-parallel biases
     if model.is_moe_layer(layer):
         replicated += h * model.num_experts  # the router
+    # MLA's down-projections and latent norms are whole on every TP rank (Megatron-Core)
+    replicated += sum(o * i for _, o, i, split in model.attention_gemms() if not split)
+    if model.is_mla:
+        replicated += model.q_lora_rank + model.kv_lora_rank
     return model.layer_params(layer) - model.expert_params(layer) - replicated, replicated
 
 
