@@ -20,7 +20,7 @@ from sim.costs.base import CommPlan, CostModel, Flow, Phase
 from sim.engine.network import FlowNetwork, solo_time_s
 from sim.errors import DeadlockError
 from sim.results import CounterSample, SimResult, Span
-from sim.types import Stream
+from sim.types import CollectiveKind, Stream
 from sim.program import Program
 
 __all__ = ["Simulation"]
@@ -139,10 +139,11 @@ class Simulation:
         the ops using it share one stream, and an op whose links are all like that takes its
         solo time wherever it runs: the engine places it like a compute op.
 
-        An op with more than :data:`MAX_SHARED_FLOWS` flows in a phase (an all-to-all over a
-        large expert-parallel group: ``p - 1`` flows out of and into each simulated rank) is
-        also priced at its solo time, its flows sharing links only among themselves: re-rating
-        hundreds of flows at every start and end would cost more than the rest of the run.
+        An all-to-all over more than :data:`MAX_SHARED_ALL_TO_ALL` ranks (a large
+        expert-parallel group: ``p - 1`` flows out of and into every rank) is also priced at its
+        solo time, its flows sharing links only among themselves: re-rating hundreds of flows at
+        every start and end would cost more than the rest of the run. The rule looks at the op
+        alone, so representative and full runs price it the same way.
         """
         comm = [t for t in tasks if t.comm]
         streams_of: dict[int, set] = {}
@@ -163,9 +164,8 @@ class Simulation:
         cap = self.capacity
         for t in comm:
             if id(t.op) not in out:
-                phases = self.plans[id(t.op)].phases
-                if all(link_common[l] for l in op_links[id(t.op)]) or \
-                        max((len(ph.flows) for ph in phases), default=0) > MAX_SHARED_FLOWS:
+                big_a2a = t.op.collective is CollectiveKind.ALL_TO_ALL and len(t.op.group) > MAX_SHARED_ALL_TO_ALL
+                if big_a2a or all(link_common[l] for l in op_links[id(t.op)]):
                     out[id(t.op)] = solo_time_s(self.plans[id(t.op)].phases, cap)
         return out
 
@@ -297,8 +297,8 @@ class Simulation:
                          prog.world_size, meta)
 
 
-MAX_SHARED_FLOWS = 64
-"""Above this many flows in one phase an op is priced alone (see ``Simulation._fixed_comm``)."""
+MAX_SHARED_ALL_TO_ALL = 32
+"""An all-to-all over more ranks than this is priced alone (see ``Simulation._fixed_comm``)."""
 
 
 def _share_weights(flows: tuple[Flow, ...]) -> tuple[Flow, ...]:
