@@ -46,6 +46,17 @@ class RecomputeKind(str, Enum):
     FULL = "full"
 
 
+class ScalingRecipe(str, Enum):
+    """How 8-bit training finds its scales (NVIDIA Transformer Engine's recipes)."""
+
+    DELAYED = "delayed"
+    """Per-tensor scales from an amax history, computed inside the cast."""
+    CURRENT = "current"
+    """Per-tensor scales from the tensor itself: an amax pass over each input before its cast."""
+    BLOCK = "block"
+    """Per-block scales computed inside the cast (MXFP8, NVFP4)."""
+
+
 class AttentionKernel(str, Enum):
     """Which fused attention kernel a framework runs (their speeds differ by ~2x on Hopper)."""
 

@@ -21,12 +21,12 @@ from sim.config.fields import (_apply_overrides, _Fields, _is_number, _located, 
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec, get_gpu, gpu_names
 from sim.hf import read_hf_config
-from sim.types import Dtype, RecomputeKind, ScheduleKind
+from sim.types import Dtype, RecomputeKind, ScalingRecipe, ScheduleKind
 from sim.units import GiB
 from sim.workload.spec import ModelSpec, ParallelSpec, Reference, SystemSpec, WorkloadSpec, pipeline_split
 
 DEFAULT_WORKLOAD = "gpt3-175b"
-_TOP_KEYS = ("id", "name", "description", "source", "model", "system", "parallel", "dtype",
+_TOP_KEYS = ("id", "name", "description", "source", "model", "system", "parallel", "dtype", "scaling",
              "precision_as_published", "framework", "measured", "targets", "flop_formula",
              "derived_fields", "config_complete", "notes")
 _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
@@ -204,10 +204,25 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
                      f"{split[0]} on the first, {split[-1]} on the last, up to {max(split)} between "
                      "(embedding and loss counted as a layer each, Megatron-LM "
                      "--account-for-embedding/loss-in-pipeline-split)")
+    scaling = _scaling(top, dtype, notes)
     with _located(path):
         spec = WorkloadSpec(name=name, model=model, parallel=parallel, system=system, dtype=dtype,
-                            reference=reference)
+                            reference=reference, scaling=scaling)
     return spec, list(notes)
+
+
+def _scaling(top: _Fields, dtype: Dtype, notes: _Notes) -> ScalingRecipe:
+    """The 8-bit scaling recipe: the workload's ``scaling``, else per-block for MXFP8/NVFP4,
+    current scaling when a case's ``precision_as_published`` says so, else delayed (Transformer
+    Engine's default recipe)."""
+    if top.raw.get("scaling") is not None:
+        return top.enum("scaling", ScalingRecipe, notes, ScalingRecipe.DELAYED, "")
+    if dtype in (Dtype.MXFP8, Dtype.NVFP4):
+        return ScalingRecipe.BLOCK
+    published = top.raw.get("precision_as_published")
+    if dtype is Dtype.FP8 and isinstance(published, str) and "current scaling" in published.lower():
+        return notes.fill("scaling", ScalingRecipe.CURRENT, "precision_as_published names current scaling")
+    return ScalingRecipe.DELAYED
 
 
 def _build_model(raw: object, path: str, base: Path, framework: str, notes: _Notes,

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.types import CollectiveKind, CommClass, Dtype, OpKind, Stream
+from sim.types import CollectiveKind, CommClass, Dtype, OpKind, ScalingRecipe, Stream
 from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp, Op, dtype_bytes
 from sim.workload.spec import ModelSpec, ParallelSpec
 
@@ -139,7 +139,8 @@ def split_weight_gradients(steps: tuple[Step, ...], attention_index: int
 def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: tuple[int, ...],
               replicas: tuple[tuple[int, ...], ...] = (), cp_group: tuple[int, ...] = (0,),
               cp_replicas: tuple[tuple[int, ...], ...] = (), ep_group: tuple[int, ...] = (0,),
-              ep_replicas: tuple[tuple[int, ...], ...] = ()) -> LayerOps:
+              ep_replicas: tuple[tuple[int, ...], ...] = (),
+              scaling: ScalingRecipe = ScalingRecipe.DELAYED) -> LayerOps:
     """Build the step lists of one pipeline stage whose TP group is ``tp_group`` (and CP group
     ``cp_group``, EP group ``ep_group``; ``replicas`` list the groups doing the same at the
     same time)."""
@@ -196,6 +197,8 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
         attn_fwd, attn_bwd = _unfused_attention(b * heads, s, model.head_dim, e)
     low = dtype in LOW_PRECISION
     cast = 1.0 + e  # read 16 bits, write 8
+    if scaling is ScalingRecipe.CURRENT:
+        cast += e  # and read the 16 bits once more for the amax (Transformer Engine Float8CurrentScaling)
     trans = 2.0     # read and write one 8-bit copy
 
     def fwd_g(out: int, inp: int) -> GemmOp:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
-from sim.types import AttentionKernel, Dtype, LossKind, RecomputeKind, ScheduleKind
+from sim.types import AttentionKernel, Dtype, LossKind, RecomputeKind, ScalingRecipe, ScheduleKind
 
 __all__ = ["ModelSpec", "ParallelSpec", "SystemSpec", "Reference", "WorkloadSpec", "pipeline_split"]
 
@@ -353,6 +353,8 @@ class WorkloadSpec:
     system: SystemSpec
     dtype: Dtype = Dtype.BF16
     reference: Reference | None = None
+    scaling: ScalingRecipe = ScalingRecipe.DELAYED
+    """The 8-bit scaling recipe (ignored in 16 bits)."""
 
     def __post_init__(self) -> None:
         m, p, s = self.model, self.parallel, self.system

@@ -346,7 +346,7 @@ def build_program(w: WorkloadSpec, representative: bool = True,
         ops = ops_cache.get((group, cp_group, ep_group))
         if ops is None:
             ops = ops_cache[(group, cp_group, ep_group)] = layer_ops(w.model, p, w.dtype, group, replicas, cp_group,
-                                                                     cp_replicas, ep_group, ep_replicas)
+                                                                     cp_replicas, ep_group, ep_replicas, w.scaling)
         _RankProgram(b, w, layout, r, ops, representative).build()
         infos.append(RankInfo(r, node_of(r), local_gpu_of(r), tp_c, stage, dp_c // p.cp, dp_c % p.cp))
         sm = stage_memory(w, stage)

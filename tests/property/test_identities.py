@@ -356,3 +356,38 @@ def test_zero3_moves_one_and_a_half_times_zero1s_elements_per_step():
         return total
 
     assert elements(3, False) == pytest.approx(1.5 * elements(1, True), rel=1e-4)
+
+
+def test_fp8_current_scaling_reads_each_cast_input_once_more():
+    """Transformer Engine's current scaling takes an amax pass over each 16-bit input before
+    casting it: every forward and input-gradient cast moves 2 more bytes per element."""
+    import dataclasses
+
+    from sim.types import Dtype, ScalingRecipe
+    from sim.workload.ops import GemmOp
+
+    w = dataclasses.replace(make_workload(layers=2, gbs=1, gpu="H100-SXM5-80GB"), dtype=Dtype.FP8)
+    cur = dataclasses.replace(w, scaling=ScalingRecipe.CURRENT)
+
+    def casts(x):
+        return {(t.name, t.op.m, t.op.n, t.op.k): t.op.extra_bytes for t in build_program(x).tasks
+                if isinstance(t.op, GemmOp) and t.op.extra_bytes and "wgrad" not in t.name}
+
+    a, b = casts(w), casts(cur)
+    assert a.keys() == b.keys() and a
+    for (name, m, n, k), delayed in a.items():
+        # the cast operand is [m, k] (the input forward, the incoming gradient for dgrad)
+        assert b[(name, m, n, k)] - delayed == pytest.approx(2 * m * k)
+    t_delayed = simulate(w, load_topology("dgx-h100")).result.makespan_s
+    assert simulate(cur, load_topology("dgx-h100")).result.makespan_s > t_delayed
+
+
+def test_cases_that_publish_current_scaling_use_it():
+    from sim.config.workload import load_case_records
+    from sim.types import ScalingRecipe
+
+    recs = load_case_records("workloads/validation/megatronbridge.yaml")
+    cs = [r for r in recs if "fp8-cs" in r.id]
+    mx = [r for r in recs if "mxfp8" in r.id or "nvfp4" in r.id]
+    assert cs and all(r.workload.scaling is ScalingRecipe.CURRENT for r in cs)
+    assert mx and all(r.workload.scaling is ScalingRecipe.BLOCK for r in mx)
