@@ -5,6 +5,8 @@
     llmsim run [WORKLOAD.yaml] [--case ID] [--topology T] [--trace PATH] [--json PATH] [--set KEY=VALUE ...] [--full]
     llmsim memory [WORKLOAD.yaml] [--recompute none,selective,selective-op,full] [--plot PATH.png] [--json PATH]
     llmsim validate FILE... [--json PATH]
+    llmsim collective --topology T --op all-reduce --bytes 1GiB --ranks 8 [--algo auto|ring] [--json PATH]
+    llmsim compare [WORKLOAD.yaml] --topology A --topology B [...] [--json PATH]
 
 Bad input prints one line naming the file, the field, what was expected and what arrived,
 and exits with status 2; it never prints a traceback.
@@ -119,6 +121,40 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_collective(args: argparse.Namespace) -> int:
+    from sim.collective import collective, parse_size_bytes
+    from sim.config import load_topology
+    from sim.types import CollectiveKind, parse_enum
+
+    op = parse_enum(CollectiveKind, args.op, "<--op>", "--op")
+    if op is CollectiveKind.RING_EXCHANGE:
+        raise ConfigError("<--op>", "--op", "all-reduce, all-gather, reduce-scatter, all-to-all or send-recv",
+                          args.op)
+    r = collective(load_topology(args.topology), op, parse_size_bytes(args.bytes), args.ranks,
+                   flat_ring=args.algo == "ring")
+    print(f"llmsim collective: {r.op.value} of {r.size_bytes:,.0f} bytes over {r.ranks} GPUs of {r.topology}")
+    print(f"  algorithm     {r.algorithm} ({r.phases} phase{'s' if r.phases != 1 else ''})")
+    print(f"  time          {r.time_s * 1e6:,.1f} us")
+    print(f"  algbw         {r.algbw_bytes_per_s / 1e9:,.2f} GB/s")
+    print(f"  busbw         {r.busbw_bytes_per_s / 1e9:,.2f} GB/s  (nccl-tests' bus bandwidth)")
+    if args.json:
+        _write_json(args.json, r.to_dict())
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from sim.compare import compare, format_compare
+    from sim.config import load_topology, load_workload_with_notes
+
+    workload, _notes = load_workload_with_notes(args.workload, args.set or (), args.case)
+    rows = compare(workload, [load_topology(t) for t in args.topology], full=args.full)
+    print(format_compare(workload, rows))
+    if args.json:
+        _write_json(args.json, {"workload": workload.name, "num_gpus": workload.system.num_gpus,
+                                "rows": [r.to_dict() for r in rows]})
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="llmsim", description="Simulate distributed LLM training.")
     ap.add_argument("--version", action="version", version=f"llmsim {__version__}")
@@ -161,6 +197,28 @@ def _parser() -> argparse.ArgumentParser:
                      help="simulate cases in N processes (default 1; the rows are the same)")
     val.add_argument("-v", "--verbose", action="store_true", help="print each row to stderr as it is scored")
     val.set_defaults(func=_cmd_validate)
+    col = sub.add_parser("collective", help="time one collective on a topology, as nccl-tests reports it",
+                         description="One collective on GPUs 0..N-1 of a topology, alone on the network: "
+                         "time, algbw = S/t and busbw (nccl-tests' definitions).")
+    col.add_argument("--topology", default="dgx-h100", help="topology YAML or preset (default dgx-h100)")
+    col.add_argument("--op", default="all-reduce",
+                     help="all-reduce, all-gather, reduce-scatter, all-to-all or send-recv (default all-reduce)")
+    col.add_argument("--bytes", default="1GiB", help="message size as nccl-tests counts it, e.g. 1GiB, 256MB")
+    col.add_argument("--ranks", type=int, default=8, help="number of GPUs (default 8)")
+    col.add_argument("--algo", choices=("auto", "ring"), default="auto",
+                     help="auto: hierarchical across nodes where it applies; ring: one flat ring")
+    col.add_argument("--json", metavar="PATH", help="write the figures as JSON")
+    col.set_defaults(func=_cmd_collective)
+    cmp = sub.add_parser("compare", help="the same workload on several topologies",
+                         description="Simulate one workload on each topology given and print them side by side.")
+    cmp.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name")
+    cmp.add_argument("--topology", action="append", required=True, metavar="TOPOLOGY",
+                     help="topology YAML or preset (repeat for each; the first is the baseline)")
+    cmp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one workload field")
+    cmp.add_argument("--case", metavar="ID", help="the case to use from a file of several")
+    cmp.add_argument("--full", action="store_true", help="simulate every rank")
+    cmp.add_argument("--json", metavar="PATH", help="write the rows as JSON")
+    cmp.set_defaults(func=_cmd_compare)
     return ap
 
 

@@ -87,7 +87,7 @@ def _domains(fabric: Fabric, group: tuple[int, ...]) -> list[list[int]]:
     return out
 
 
-def plan_comm(fabric: Fabric, op: CommOp, representative: bool) -> CommPlan:
+def plan_comm(fabric: Fabric, op: CommOp, representative: bool, flat_ring: bool = False) -> CommPlan:
     """The plan for ``op`` on ``fabric``.
 
     Parameters
@@ -95,6 +95,9 @@ def plan_comm(fabric: Fabric, op: CommOp, representative: bool) -> CommPlan:
     representative : bool
         True when only some ranks are simulated: flows of ``op.replicas`` are then folded into
         link weights so that shared links are loaded as in the full job.
+    flat_ring : bool
+        One ring over the whole group even where it spans scale-up domains (NCCL's ring
+        algorithm forced, ``NCCL_ALGO=Ring``), instead of the hierarchical plan.
     """
     loads = Counter() if representative else None
     groups = list(op.replicas) if (representative and op.replicas) else [op.group]
@@ -136,7 +139,7 @@ def plan_comm(fabric: Fabric, op: CommOp, representative: bool) -> CommPlan:
         return CommPlan((), "none")
     doms = _domains(fabric, op.group)
     k = len(doms[0])
-    if len(doms) == 1 or k == 1 or any(len(d) != k for d in doms):
+    if flat_ring or len(doms) == 1 or k == 1 or any(len(d) != k for d in doms):
         return CommPlan((_ring_phase(fabric, op.collective, groups, op.size_bytes, loads),), "ring")
     # hierarchical: split each replica group the same way
     intra, inter = [], []

@@ -1,0 +1,101 @@
+"""One collective on a topology, alone: its time and nccl-tests' bandwidth figures.
+
+``llmsim collective`` prices a single communication op the way the simulator does inside an
+iteration (:func:`sim.costs.comm.plan_comm`: phases of flows over the topology's routes, each
+flow scaled by the link's efficiency at that size) on an otherwise idle network
+(:func:`sim.engine.network.solo_time_s`), and reports it as nccl-tests does
+(NVIDIA/nccl-tests doc/PERFORMANCE.md): ``algbw = S / t`` and ``busbw = algbw x factor`` with the
+factor ``2(n-1)/n`` for all-reduce, ``(n-1)/n`` for all-gather, reduce-scatter and all-to-all,
+and 1 for a send/receive, so that busbw compares with the link's peak whatever the rank count.
+
+>>> from sim.config import load_topology
+>>> r = collective(load_topology("dgx-h100"), CollectiveKind.ALL_REDUCE, 2**30, 8)
+>>> r.algorithm, round(r.busbw_bytes_per_s / 1e9)   # 0.80 of NVLink4's 450 GB/s at 1 GiB
+('ring', 359)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sim.costs.comm import plan_comm
+from sim.engine.network import solo_time_s
+from sim.errors import ConfigError
+from sim.topology.build import build_topology
+from sim.topology.routing import Fabric
+from sim.topology.spec import TopologySpec
+from sim.types import CollectiveKind, CommClass
+from sim.workload.ops import CommOp
+
+__all__ = ["CollectiveResult", "collective", "parse_size_bytes", "bus_factor"]
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size_bytes(text: str, where: str = "<--bytes>", field: str = "--bytes") -> float:
+    """``"1GiB"``, ``"256MB"``, ``"4096"`` -> bytes.
+
+    >>> parse_size_bytes("1GiB"), parse_size_bytes("256 MB"), parse_size_bytes("4096")
+    (1073741824.0, 256000000.0, 4096.0)
+    """
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS or float(m.group(1)) <= 0:
+        raise ConfigError(where, field, "a positive size such as 1GiB, 256MB or 4096 (bytes)", text)
+    return float(m.group(1)) * _UNITS[unit]
+
+
+def bus_factor(kind: CollectiveKind, n: int) -> float:
+    """nccl-tests' bus-bandwidth factor for ``kind`` over ``n`` ranks."""
+    if kind is CollectiveKind.ALL_REDUCE:
+        return 2.0 * (n - 1) / n
+    if kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER, CollectiveKind.ALL_TO_ALL):
+        return (n - 1) / n
+    return 1.0
+
+
+@dataclass(frozen=True)
+class CollectiveResult:
+    """One collective's time and bandwidths (SI units)."""
+
+    topology: str
+    op: CollectiveKind
+    size_bytes: float
+    ranks: int
+    algorithm: str
+    time_s: float
+    algbw_bytes_per_s: float
+    busbw_bytes_per_s: float
+    phases: int
+
+    def to_dict(self) -> dict:
+        return {"topology": self.topology, "op": self.op.value, "size_bytes": self.size_bytes,
+                "ranks": self.ranks, "algorithm": self.algorithm, "time_s": self.time_s,
+                "algbw_bytes_per_s": self.algbw_bytes_per_s, "busbw_bytes_per_s": self.busbw_bytes_per_s,
+                "phases": self.phases}
+
+
+def collective(topology: TopologySpec, op: CollectiveKind, size_bytes: float, ranks: int,
+               flat_ring: bool = False) -> CollectiveResult:
+    """Price ``op`` of ``size_bytes`` over GPUs ``0 .. ranks - 1`` of ``topology``.
+
+    ``size_bytes`` follows nccl-tests: the all-reduce buffer, the all-gather output, the
+    reduce-scatter input, the all-to-all send buffer. ``flat_ring`` forces one ring over all
+    ranks where the planner would go hierarchical across nodes. A send/receive goes from rank
+    0 to rank ``ranks - 1``.
+    """
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
+        raise ConfigError("<--ranks>", "--ranks", "an integer of at least 2", ranks)
+    if topology.num_gpus is not None and ranks > topology.num_gpus:
+        raise ConfigError("<--ranks>", "--ranks", f"at most the topology's {topology.num_gpus} GPUs", ranks)
+    fabric = Fabric(build_topology(topology, ranks))
+    group = (0, ranks - 1) if op is CollectiveKind.SEND_RECV else tuple(range(ranks))
+    plan = plan_comm(fabric, CommOp(op, CommClass.DP, group, float(size_bytes)), representative=False,
+                     flat_ring=flat_ring)
+    t = solo_time_s(plan.phases, fabric.capacity_bytes_per_s)
+    algbw = size_bytes / t if t > 0 else float("inf")
+    n = len(group)
+    return CollectiveResult(topology.name, op, float(size_bytes), ranks, plan.algorithm, t, algbw,
+                            algbw * bus_factor(op, n), len(plan.phases))

@@ -1,0 +1,55 @@
+"""The same workload on several topologies, side by side (``llmsim compare``).
+
+Each topology is simulated with the same workload; the rows carry the iteration time, the
+throughput, the exposed communication per parallel dimension and the bubble, and the speed-up
+against the first topology given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.report import Report, make_report
+from sim.runner import simulate
+from sim.topology.spec import TopologySpec
+from sim.workload.spec import WorkloadSpec
+
+__all__ = ["CompareRow", "compare", "format_compare"]
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    topology: str
+    report: Report
+    speedup: float
+    """Iteration time on the first topology over the time on this one."""
+
+    def to_dict(self) -> dict:
+        r = self.report
+        return {"topology": self.topology, "iteration_time_s": r.iteration_time_s, "tokens_per_s": r.tokens_per_s,
+                "mfu": r.mfu, "bubble_fraction": r.bubble_fraction, "exposed_comm_s": dict(r.exposed_comm_s),
+                "speedup_vs_first": self.speedup}
+
+
+def compare(workload: WorkloadSpec, topologies: list[TopologySpec], full: bool = False) -> list[CompareRow]:
+    """Simulate ``workload`` on each of ``topologies`` (in order)."""
+    reports = [make_report(simulate(workload, t, full=full)) for t in topologies]
+    first = reports[0].iteration_time_s
+    return [CompareRow(t.name, r, first / r.iteration_time_s) for t, r in zip(topologies, reports)]
+
+
+def format_compare(workload: WorkloadSpec, rows: list[CompareRow]) -> str:
+    classes = [c for c in ("tp", "pp", "dp", "cp", "ep")
+               if any(r.report.exposed_comm_s.get(c, 0.0) > 0 for r in rows)]
+    width = max(12, *(len(r.topology) for r in rows))
+    head = (f"  {'topology':<{width}} {'iteration s':>12} {'tokens/s':>12} {'MFU':>6} {'bubble':>7} "
+            + "".join(f"{'exp ' + c + ' s':>10}" for c in classes) + f" {'speed-up':>9}")
+    lines = [f"llmsim compare: {workload.name} on {workload.system.num_gpus} x {workload.system.gpu.name}", "",
+             head, "  " + "-" * (len(head) - 2)]
+    for r in rows:
+        rep = r.report
+        lines.append(f"  {r.topology:<{width}} {rep.iteration_time_s:>12.4f} {rep.tokens_per_s:>12,.0f} "
+                     f"{100 * rep.mfu:>5.1f}% {100 * rep.bubble_fraction:>6.1f}% "
+                     + "".join(f"{rep.exposed_comm_s.get(c, 0.0):>10.4f}" for c in classes)
+                     + f" {r.speedup:>8.3f}x")
+    return "\n".join(lines)

@@ -1,0 +1,73 @@
+"""`llmsim collective` and `llmsim compare`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import sim
+from sim.cli import main
+from sim.collective import bus_factor, collective
+from sim.config import load_topology
+from sim.topology.build import ring_topology_spec
+from sim.types import CollectiveKind
+
+TOPOLOGIES = Path(sim.__file__).resolve().parent.parent / "topologies"
+
+
+@pytest.mark.parametrize("p", [2, 4, 8])
+def test_ring_all_reduce_bus_bandwidth_is_the_link_rate_less_latency(p):
+    """On a uniform ring, t = 2(p-1) a + 2(p-1)/p S/B, so busbw = 2(p-1)/p S / t."""
+    bw, lat, size = 50e9, 2e-6, 2**28
+    r = collective(ring_topology_spec(p, bw, lat), CollectiveKind.ALL_REDUCE, size, p)
+    t = 2 * (p - 1) * lat + 2 * (p - 1) / p * size / bw
+    assert r.time_s == pytest.approx(t, rel=1e-12)
+    assert r.busbw_bytes_per_s == pytest.approx(bus_factor(CollectiveKind.ALL_REDUCE, p) * size / t, rel=1e-12)
+    assert r.busbw_bytes_per_s < bw
+
+
+def test_hierarchical_beats_one_flat_ring_across_nodes():
+    topo = load_topology("dgx-h100")
+    auto = collective(topo, CollectiveKind.ALL_REDUCE, 2**30, 16)
+    ring = collective(topo, CollectiveKind.ALL_REDUCE, 2**30, 16, flat_ring=True)
+    assert (auto.algorithm, ring.algorithm) == ("hierarchical", "ring")
+    assert auto.time_s < ring.time_s
+
+
+def test_collective_command_writes_its_figures(tmp_path, capsys):
+    out = tmp_path / "c.json"
+    assert main(["collective", "--op", "all-gather", "--bytes", "64MiB", "--ranks", "8", "--json", str(out)]) == 0
+    d = json.loads(out.read_text())
+    assert d["size_bytes"] == 64 * 2**20 and d["ranks"] == 8 and d["op"] == "all-gather"
+    assert d["algbw_bytes_per_s"] == pytest.approx(d["size_bytes"] / d["time_s"])
+    assert d["busbw_bytes_per_s"] == pytest.approx(d["algbw_bytes_per_s"] * 7 / 8)
+    assert f"{d['busbw_bytes_per_s'] / 1e9:,.2f} GB/s" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["--bytes", "1XB"], "--bytes"), (["--ranks", "1"], "--ranks"), (["--op", "broadcast"], "--op"),
+])
+def test_collective_bad_input_is_one_line(argv, field, capsys):
+    assert main(["collective", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and field in err and "Traceback" not in err
+
+
+def test_compare_slower_network_is_slower(tmp_path, capsys):
+    text = (TOPOLOGIES / "dgx-h100.yaml").read_text()
+    slow = tmp_path / "slow-nics.yaml"
+    slow.write_text(text.replace("name: dgx-h100", "name: slow-nics")
+                    .replace("nic_bandwidth_Gbps: 400", "nic_bandwidth_Gbps: 100"))
+    out = tmp_path / "cmp.json"
+    # tiny with its DP spread over 8 nodes, so its gradient all-reduce crosses the NICs
+    assert main(["compare", "tiny", "--set", "system.gpu=H100-SXM5-80GB", "--set", "parallel.dp=16",
+                 "--set", "parallel.global_batch_size=32", "--set", "system.num_gpus=64",
+                 "--topology", "dgx-h100", "--topology", str(slow), "--json", str(out)]) == 0
+    d = json.loads(out.read_text())
+    rows = {r["topology"]: r for r in d["rows"]}
+    assert rows["dgx-h100"]["speedup_vs_first"] == 1.0
+    assert rows["slow-nics"]["iteration_time_s"] > rows["dgx-h100"]["iteration_time_s"]
+    assert rows["slow-nics"]["speedup_vs_first"] < 1.0
+    assert "slow-nics" in capsys.readouterr().out
