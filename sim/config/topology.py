@@ -17,7 +17,7 @@ from sim.types import parse_enum
 from sim.units import GBIT_PER_S, GBPS, US
 
 _TOPO_KEYS = ("name", "description", "gpu", "gpus_per_node", "num_gpus", "scale_up", "scale_out",
-              "sources")
+              "sources", "graphml")
 _EFF_KEYS = ("efficiency", "efficiency_by_size_bytes")
 _UP_KEYS = ("kind", "domain_size", "bandwidth_GBps", "latency_us") + _EFF_KEYS
 _OUT_KEYS = ("kind", "nics_per_node", "nic_bandwidth_Gbps", "latency_us", "nodes_per_leaf",
@@ -64,6 +64,9 @@ def load_topology(path_or_name: str, overrides: Sequence[str] = ()) -> TopologyS
     path = str(file)
     raw = _Fields(_read_yaml(file), path, "", _TOPO_KEYS).raw
     f = _Fields(_apply_overrides(raw, overrides, _TOPO_SETTABLE), path, "", _TOPO_KEYS)
+    graphml = f.text("graphml")
+    if graphml is not None:
+        return _graphml_topology(f, file, graphml)
     up = _Fields(f.raw.get("scale_up"), path, "scale_up", _UP_KEYS)
     out = _Fields(f.raw.get("scale_out"), path, "scale_out", _OUT_KEYS)
     gpu = f.text("gpu")
@@ -80,6 +83,30 @@ def load_topology(path_or_name: str, overrides: Sequence[str] = ()) -> TopologyS
                                  domain_size=up.integer("domain_size", required=True, positive=True)),
             scale_out=_scale_out(out), gpu=gpu, num_gpus=f.integer("num_gpus", positive=True),
             description=f.text("description") or "")
+
+
+def _graphml_topology(f: _Fields, file, graphml: str) -> TopologySpec:
+    """A topology whose links are a GraphML file (relative to the YAML's folder): the YAML gives
+    its name and GPUs per node, the graph everything else (:mod:`sim.topology.graphml`)."""
+    graph_file = file.parent / graphml
+    if not graph_file.is_file():
+        raise f.error("graphml", "an existing GraphML file (relative to the topology file's folder)",
+                      str(graph_file))
+    unused = LinkSpec(1.0, 0.0)  # scale_up / scale_out are not read for a GraphML topology
+    gpu = f.text("gpu")
+    if gpu is not None:
+        try:
+            gpu = get_gpu(gpu).name
+        except KeyError:
+            raise f.error("gpu", f"one of {gpu_names()} or null", gpu) from None
+    with _located(f.path):
+        return TopologySpec(
+            name=f.text("name") or file.stem,
+            gpus_per_node=f.integer("gpus_per_node", required=True, positive=True),
+            scale_up=ScaleUpSpec(ScaleUpKind.NVSWITCH, unused, domain_size=1),
+            scale_out=ScaleOutSpec(FabricKind.NONE, unused), gpu=gpu,
+            num_gpus=f.integer("num_gpus", positive=True), description=f.text("description") or "",
+            graph_file=str(graph_file))
 
 
 def _kind(f: _Fields, kind: type) -> object:

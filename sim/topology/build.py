@@ -26,9 +26,9 @@ import networkx as nx
 from sim.errors import ConfigError
 from sim.topology.spec import FabricKind, LinkSpec, ScaleUpKind, TopologySpec
 
-__all__ = ["build_topology", "ring_topology_spec"]
+__all__ = ["build_topology", "ring_topology_spec", "HOP_WEIGHT"]
 
-_HOP_WEIGHT = {"nvlink": 1.5, "pcie": 2.0, "network": 1.0}
+HOP_WEIGHT = {"nvlink": 1.5, "pcie": 2.0, "network": 1.0}
 """Routing weight of an edge by link type: GPU-to-GPU traffic inside a node stays on NVLink
 (two NVLink hops, 3.0, beat going through a shared NIC, 4.0), and cross-node traffic leaves
 through the sender's own NIC rather than through a peer GPU."""
@@ -39,7 +39,7 @@ def _add_link(g: nx.DiGraph, u: str, v: str, spec: LinkSpec, link: str, both: bo
     for a, b in ((u, v), (v, u)) if both else ((u, v),):
         g.add_edge(a, b, bandwidth_bytes_per_s=spec.bandwidth_bytes_per_s * bandwidth_scale,
                    latency_s=spec.latency_s, efficiency=spec.efficiency, link=link,
-                   hop_weight=_HOP_WEIGHT[link])
+                   hop_weight=HOP_WEIGHT[link])
 
 
 def build_topology(spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
@@ -67,6 +67,15 @@ def build_topology(spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
     >>> g.number_of_edges()
     8
     """
+    if spec.graph_file is not None:
+        from sim.topology.graphml import read_graphml_topology
+
+        g = read_graphml_topology(spec.graph_file)
+        have = sum(1 for _, d in g.nodes(data=True) if d["kind"] == "gpu")
+        if have != num_gpus:
+            raise ConfigError(spec.graph_file, "nodes", f"the workload's GPU count {num_gpus} (a GraphML "
+                              "topology has a fixed size)", have)
+        return g
     if spec.num_gpus is not None and spec.num_gpus != num_gpus:
         raise ConfigError(spec.name, "num_gpus",
                           f"the workload's GPU count {num_gpus} (the topology fixes its own size)",

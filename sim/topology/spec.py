@@ -91,6 +91,9 @@ class TopologySpec:
     num_gpus: int | None = None
     """A fixed size; None sizes the topology from the workload."""
     description: str = ""
+    graph_file: str | None = None
+    """A GraphML file describing the links (:mod:`sim.topology.graphml`); when set, it is the
+    whole topology and ``scale_up`` / ``scale_out`` are not used."""
 
     def __post_init__(self) -> None:
         if self.gpus_per_node < 1:

@@ -1,0 +1,84 @@
+"""A user's own topology, from a GraphML file (any graph NetworkX reads).
+
+The file describes GPUs, switches and links; :func:`read_graphml_topology` turns it into the
+same directed link graph :func:`sim.topology.build.build_topology` produces, so routing and the
+engine treat it like a preset. What the file must carry:
+
+* nodes: GPUs have ``kind="gpu"`` and ids ``gpu0`` .. ``gpu{N-1}`` (rank order), with ``node``
+  (their server's index, default 0) and optionally ``local_gpu``; every other node is a switch
+  or NIC (any ``kind``, default ``"switch"``);
+* edges: ``bandwidth_GBps`` (per direction) and ``latency_us``; optionally ``link``
+  (``nvlink``, ``pcie`` or ``network``, default ``network``: it sets the routing preference
+  and what counts as one scale-up domain) and ``efficiency`` (the achievable fraction, default
+  1). An undirected graph's edge is a link each way.
+
+>>> import networkx as nx, tempfile, os
+>>> g = nx.Graph()
+>>> g.add_node("gpu0", kind="gpu"); g.add_node("gpu1", kind="gpu"); g.add_node("sw", kind="switch")
+>>> g.add_edge("gpu0", "sw", bandwidth_GBps=100.0, latency_us=1.0)
+>>> g.add_edge("gpu1", "sw", bandwidth_GBps=100.0, latency_us=1.0)
+>>> path = os.path.join(tempfile.mkdtemp(), "two.graphml"); nx.write_graphml(g, path)
+>>> d = read_graphml_topology(path)
+>>> d.number_of_edges(), d.edges["gpu0", "sw"]["bandwidth_bytes_per_s"]
+(4, 100000000000.0)
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import networkx as nx
+
+from sim.errors import ConfigError
+from sim.hardware import EfficiencyCurve
+from sim.topology.build import HOP_WEIGHT
+from sim.units import GBPS, US
+
+__all__ = ["read_graphml_topology"]
+
+
+def _number(d: dict, key: str, where: str, field: str, default: float | None = None) -> float:
+    value = d.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(where, field, f"a number attribute '{key}'", value)
+    return float(value)
+
+
+def read_graphml_topology(path: str | Path) -> nx.DiGraph:
+    """The directed link graph described by the GraphML file ``path`` (see the module doc)."""
+    where = str(path)
+    try:
+        src = nx.read_graphml(path)
+    except (OSError, ET.ParseError, nx.NetworkXError) as exc:
+        raise ConfigError(where, "<file>", "a readable GraphML file", str(exc)) from None
+    gpus = [n for n, d in src.nodes(data=True) if d.get("kind") == "gpu"]
+    expected = [f"gpu{i}" for i in range(len(gpus))]
+    if not gpus or sorted(gpus) != sorted(expected):
+        raise ConfigError(where, "nodes", "GPU nodes (kind=gpu) named gpu0 .. gpuN-1", sorted(gpus)[:8])
+    g = nx.DiGraph(name=Path(path).stem)
+    for n, d in src.nodes(data=True):
+        if d.get("kind") == "gpu":
+            r = int(n[3:])
+            node = int(_number(d, "node", where, f"node {n}", 0))
+            g.add_node(n, kind="gpu", rank=r, node=node, local_gpu=int(d.get("local_gpu", r)))
+        else:
+            g.add_node(n, kind=str(d.get("kind", "switch")))
+    for u, v, d in src.edges(data=True):
+        field = f"edge {u}-{v}"
+        bw = _number(d, "bandwidth_GBps", where, field)
+        lat = _number(d, "latency_us", where, field)
+        eff = _number(d, "efficiency", where, field, 1.0)
+        link = d.get("link", "network")
+        if not bw > 0 or not lat >= 0 or not 0 < eff <= 1 or link not in HOP_WEIGHT:
+            raise ConfigError(where, field, "bandwidth_GBps > 0, latency_us >= 0, efficiency in (0, 1] and "
+                              f"link one of {sorted(HOP_WEIGHT)}", dict(d))
+        for a, b in ((u, v),) if src.is_directed() else ((u, v), (v, u)):
+            g.add_edge(a, b, bandwidth_bytes_per_s=bw * GBPS, latency_s=lat * US,
+                       efficiency=EfficiencyCurve.constant(eff), link=link, hop_weight=HOP_WEIGHT[link])
+    for i, (u, v) in enumerate(sorted(g.edges())):
+        g.edges[u, v]["link_id"] = i
+    unreachable = [r for r in expected[1:] if not nx.has_path(g, expected[0], r)]
+    if unreachable:
+        raise ConfigError(where, "edges", "a path from gpu0 to every GPU", unreachable[:8])
+    return g
