@@ -78,13 +78,13 @@ class CollectiveResult:
 
 
 def collective(topology: TopologySpec, op: CollectiveKind, size_bytes: float, ranks: int,
-               flat_ring: bool = False) -> CollectiveResult:
+               flat_ring: bool = False, hierarchical: bool = False) -> CollectiveResult:
     """Price ``op`` of ``size_bytes`` over GPUs ``0 .. ranks - 1`` of ``topology``.
 
     ``size_bytes`` follows nccl-tests: the all-reduce buffer, the all-gather output, the
-    reduce-scatter input, the all-to-all send buffer. ``flat_ring`` forces one ring over all
-    ranks where the planner would go hierarchical across nodes. A send/receive goes from rank
-    0 to rank ``ranks - 1``.
+    reduce-scatter input, the all-to-all send buffer. Across nodes the planner runs NCCL-style
+    channel rings; ``flat_ring`` forces a single ring, ``hierarchical`` the three-phase plan.
+    A send/receive goes from rank 0 to rank ``ranks - 1``.
     """
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
         raise ConfigError("<--ranks>", "--ranks", "an integer of at least 2", ranks)
@@ -93,7 +93,7 @@ def collective(topology: TopologySpec, op: CollectiveKind, size_bytes: float, ra
     fabric = Fabric(build_topology(topology, ranks))
     group = (0, ranks - 1) if op is CollectiveKind.SEND_RECV else tuple(range(ranks))
     plan = plan_comm(fabric, CommOp(op, CommClass.DP, group, float(size_bytes)), representative=False,
-                     flat_ring=flat_ring)
+                     flat_ring=flat_ring, hierarchical=hierarchical)
     t = solo_time_s(plan.phases, fabric.capacity_bytes_per_s)
     algbw = size_bytes / t if t > 0 else float("inf")
     n = len(group)

@@ -7,9 +7,15 @@ Algorithms, as NCCL runs them on one node or across nodes:
   all-gather and reduce-scatter ``(p-1)/p x S`` in ``p-1`` steps (nccl-tests
   doc/PERFORMANCE.md, "bus bandwidth"). Time alone on a uniform ring:
   ``steps x a + bus_bytes / B``.
-* **hierarchical** (used when a group spans scale-up domains with several members in each):
-  reduce-scatter inside each domain, the collective on ``S/k`` across domains among ranks
-  with the same local index, all-gather inside each domain.
+* **multi-channel ring** (used when a group spans scale-up domains with ``k > 1`` members in
+  each, as NCCL's ring algorithm runs across nodes): ``k`` rings over the whole group, each
+  carrying ``1/k`` of the data, each entering and leaving a node on a different GPU, so that
+  every GPU's NIC carries one ring's crossing and the NVLink ports carry the rest (NCCL builds
+  one ring per channel, rail-matched between nodes: NVIDIA/nccl ``src/graph/rings.cc``,
+  ``search.cc``). Its bus bandwidth is the lesser of NVLink's and ``k`` NICs'.
+* **hierarchical** (kept for comparison, not chosen): reduce-scatter inside each domain, the
+  collective on ``S/k`` across domains among ranks with the same local index, all-gather inside
+  each domain, one phase after another.
 * **p2p**: one flow along the route.
 * **direct all-to-all** (NCCL's ``ncclAllToAll``: a send and a receive to every peer, all at
   once): each rank sends ``S / p`` to each of the ``p - 1`` others, every flow on its own
@@ -62,6 +68,43 @@ def _ring_phase(fabric: Fabric, kind: CollectiveKind, rings: list[tuple[int, ...
     return _phase(steps * worst_latency, flows, loads)
 
 
+def _channel_rings(fabric: Fabric, group: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """NCCL-style rings over ``group`` (members split by scale-up domain, ``k`` per domain):
+    ring ``c`` enters the ``n``-th domain at local index ``(c + n) mod k``, visits the others
+    and leaves at ``(c + n + 1) mod k``, where the next domain's entry has the same index (the
+    same rail)."""
+    doms = _domains(fabric, group)
+    k = len(doms[0])
+    rings = []
+    for c in range(k):
+        order: list[int] = []
+        for n, dom in enumerate(doms):
+            e = (c + n) % k
+            idx = [e] + [(e + j) % k for j in range(2, k)] + [(e + 1) % k] if k > 2 else [e, (e + 1) % k]
+            order += [dom[i] for i in idx]
+        rings.append(tuple(order))
+    return rings
+
+
+def _multi_ring_phase(fabric: Fabric, kind: CollectiveKind, groups: list[tuple[int, ...]], size_bytes: float,
+                      loads: Counter | None) -> Phase:
+    """One collective as ``k`` channel rings per group, each moving ``1/k`` of the bytes."""
+    p = len(groups[0])
+    steps, factor = _ring_steps(kind, p)
+    flows = []
+    worst_latency = 0.0
+    for g in groups:
+        rings = _channel_rings(fabric, g)
+        share = factor * size_bytes / len(rings)
+        for ring in rings:
+            for i, src in enumerate(ring):
+                dst = ring[(i + 1) % p]
+                route = fabric.route(src, dst)
+                worst_latency = max(worst_latency, route.latency_s)
+                flows.append((src, dst, share / route.efficiency(size_bytes), route.links))
+    return _phase(steps * worst_latency, flows, loads)
+
+
 def _phase(latency_s: float, flows: list, loads: Counter | None) -> Phase:
     if loads is None:
         return Phase(latency_s, tuple(Flow(s, d, b, links, (1.0,) * len(links)) for s, d, b, links in flows))
@@ -87,7 +130,8 @@ def _domains(fabric: Fabric, group: tuple[int, ...]) -> list[list[int]]:
     return out
 
 
-def plan_comm(fabric: Fabric, op: CommOp, representative: bool, flat_ring: bool = False) -> CommPlan:
+def plan_comm(fabric: Fabric, op: CommOp, representative: bool, flat_ring: bool = False,
+              hierarchical: bool = False) -> CommPlan:
     """The plan for ``op`` on ``fabric``.
 
     Parameters
@@ -96,8 +140,9 @@ def plan_comm(fabric: Fabric, op: CommOp, representative: bool, flat_ring: bool 
         True when only some ranks are simulated: flows of ``op.replicas`` are then folded into
         link weights so that shared links are loaded as in the full job.
     flat_ring : bool
-        One ring over the whole group even where it spans scale-up domains (NCCL's ring
-        algorithm forced, ``NCCL_ALGO=Ring``), instead of the hierarchical plan.
+        One ring (one channel) over the whole group even where it spans scale-up domains.
+    hierarchical : bool
+        The three-phase hierarchical plan instead of the multi-channel ring across domains.
     """
     loads = Counter() if representative else None
     groups = list(op.replicas) if (representative and op.replicas) else [op.group]
@@ -141,6 +186,9 @@ def plan_comm(fabric: Fabric, op: CommOp, representative: bool, flat_ring: bool 
     k = len(doms[0])
     if flat_ring or len(doms) == 1 or k == 1 or any(len(d) != k for d in doms):
         return CommPlan((_ring_phase(fabric, op.collective, groups, op.size_bytes, loads),), "ring")
+    if not hierarchical:
+        return CommPlan((_multi_ring_phase(fabric, op.collective, groups, op.size_bytes, loads),),
+                        "multi-ring")
     # hierarchical: split each replica group the same way
     intra, inter = [], []
     for g in groups:

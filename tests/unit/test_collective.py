@@ -28,12 +28,18 @@ def test_ring_all_reduce_bus_bandwidth_is_the_link_rate_less_latency(p):
     assert r.busbw_bytes_per_s < bw
 
 
-def test_hierarchical_beats_one_flat_ring_across_nodes():
+def test_channel_rings_across_nodes_beat_one_ring_and_the_three_phase_plan():
+    """Two DGX H100: 8 channel rings, each crossing between the nodes on its own rail, run at
+    NVLink's rate (NCCL's ring busbw across nodes); one ring is held to one NIC; the
+    hierarchical plan pays its phases one after another."""
     topo = load_topology("dgx-h100")
     auto = collective(topo, CollectiveKind.ALL_REDUCE, 2**30, 16)
     ring = collective(topo, CollectiveKind.ALL_REDUCE, 2**30, 16, flat_ring=True)
-    assert (auto.algorithm, ring.algorithm) == ("hierarchical", "ring")
-    assert auto.time_s < ring.time_s
+    hier = collective(topo, CollectiveKind.ALL_REDUCE, 2**30, 16, hierarchical=True)
+    assert (auto.algorithm, ring.algorithm, hier.algorithm) == ("multi-ring", "ring", "hierarchical")
+    assert auto.time_s < hier.time_s < ring.time_s
+    nvlink = collective(topo, CollectiveKind.ALL_REDUCE, 2**30, 8)  # one node
+    assert auto.busbw_bytes_per_s == pytest.approx(nvlink.busbw_bytes_per_s, rel=0.05)
 
 
 def test_collective_command_writes_its_figures(tmp_path, capsys):
