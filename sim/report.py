@@ -16,7 +16,10 @@ from sim.runner import Run
 from sim.types import CommClass, OpKind
 from sim.units import GiB, TFLOPS
 
-__all__ = ["Report", "make_report", "format_report"]
+__all__ = ["Report", "make_report", "format_report", "LINKS_SHOWN"]
+
+LINKS_SHOWN = 5
+"""How many of the busiest links the report lists."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,9 @@ class Report:
     simulated_ranks: int
     reference: dict | None
     notes: tuple[str, ...]
+    busiest_links: tuple[dict, ...] = ()
+    """The most used links: ``link``, ``kind``, ``busy_bytes`` (the whole job's traffic on it,
+    at the efficiency its messages reach), ``utilization`` (busy time over the iteration)."""
 
     def to_dict(self) -> dict:
         """The JSON form: units in the key names, the same numbers as the table."""
@@ -87,6 +93,7 @@ class Report:
             "tasks": self.tasks,
             "simulated_ranks": self.simulated_ranks,
             "simulated_wall_s": self.simulated_wall_s,
+            "busiest_links": list(self.busiest_links),
             "notes": list(self.notes),
         }
 
@@ -124,6 +131,11 @@ def make_report(run: Run) -> Report:
         stages.append(StageReport(
             s, sum(r.compute_s for r in rs) / len(rs), sum(sum(r.exposed_comm_s.values()) for r in rs) / len(rs),
             sum(r.idle_s for r in rs) / len(rs), peak_mem.get(s, 0.0), cap))
+    busy = res.metadata.get("link_busy_bytes", [])
+    fab = run.fabric
+    used = [(b / (fab.capacity_bytes_per_s[i] * T), i) for i, b in enumerate(busy) if b > 0 and T > 0]
+    links = tuple({"link": fab.link_names[i], "kind": fab.link_kinds[i], "busy_bytes": busy[i], "utilization": u}
+                  for u, i in sorted(used, key=lambda x: (-x[0], x[1]))[:LINKS_SHOWN])
     ref = None
     if w.reference is not None and w.reference.iteration_time_s:
         m = w.reference.iteration_time_s
@@ -144,7 +156,7 @@ def make_report(run: Run) -> Report:
         mfu=flops / T / n / peak, hfu=hw / T / n / peak, bubble_fraction=bubble,
         exposed_comm_s=exposed, compute_s=compute, stages=tuple(stages), events=res.events,
         tasks=len(prog.tasks), simulated_wall_s=run.wall_s, simulated_ranks=len(res.ranks),
-        reference=ref, notes=tuple(run.notes))
+        reference=ref, notes=tuple(run.notes), busiest_links=links)
 
 
 def _pct(x: float) -> str:
@@ -202,6 +214,11 @@ def format_report(r: Report) -> str:
         worst = max(r.stages, key=lambda s: s.peak_memory_bytes)
         lines.append(f"  DOES NOT FIT: stage {worst.stage} needs {worst.peak_memory_bytes / GiB:.1f} GiB of "
                      f"{worst.capacity_bytes / GiB:.1f} GiB")
+    if r.busiest_links:
+        lines += ["", "  busiest links (share of the iteration each is busy, whole job)"]
+        for lk in r.busiest_links:
+            lines.append(f"    {lk['link']:<28} {lk['kind']:<8} {_pct(lk['utilization']):>6}  "
+                         f"{lk['busy_bytes'] / 1e9:10.2f} GB")
     if r.notes:
         lines += ["", "  defaults and notes:"] + [f"    {n}" for n in r.notes]
     lines += ["", f"  simulated {r.simulated_ranks} ranks, {r.tasks:,} tasks, {r.events:,} engine events in "

@@ -86,6 +86,7 @@ class Simulation:
         self.duration = self._durations(tasks)
         self.plans = self._plans(tasks, simulated)
         self.fixed_comm = self._fixed_comm(tasks)
+        self._op_loads: dict[int, list[tuple[int, float]]] = {}
         for (rank, stream), ids in sorted(prog.streams.items()):
             env.process(self._stream(ids))
         env.run()
@@ -169,6 +170,21 @@ class Simulation:
                     out[id(t.op)] = solo_time_s(self.plans[id(t.op)].phases, cap)
         return out
 
+    def _account(self, op) -> None:
+        """Add the bytes of a comm op placed at its solo time to its links' busy counters
+        (the flow network counts the others as they move)."""
+        loads = self._op_loads.get(id(op))
+        if loads is None:
+            acc: dict[int, float] = {}
+            for ph in self.plans[id(op)].phases:
+                for f in ph.flows:
+                    for link, w in zip(f.links, f.weights):
+                        acc[link] = acc.get(link, 0.0) + f.size_bytes * w
+            loads = self._op_loads[id(op)] = sorted(acc.items())
+        busy = self.net.busy_bytes
+        for link, nbytes in loads:
+            busy[link] += nbytes
+
     # -- the stream process -------------------------------------------------------------------
     def _notify(self, tid: int) -> None:
         ev = self.waiters.pop(tid, None)
@@ -198,7 +214,9 @@ class Simulation:
                 start_of[tid] = start
                 end = start + self.fixed_comm[id(task.op)]
                 need = self.program.coll_members.get(task.coll_key, 1)
-                if need > 1:
+                if need <= 1:
+                    self._account(task.op)
+                else:
                     rv = self.rendezvous.get(task.coll_key)
                     if rv is None:
                         rv = self.rendezvous[task.coll_key] = [0, start, env.event()]
@@ -208,6 +226,7 @@ class Simulation:
                         yield rv[2]
                     else:
                         del self.rendezvous[task.coll_key]
+                        self._account(task.op)
                         rv.append(rv[1])
                         rv[1] += self.fixed_comm[id(task.op)]
                         rv[2].succeed()

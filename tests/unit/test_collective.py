@@ -77,3 +77,17 @@ def test_compare_slower_network_is_slower(tmp_path, capsys):
     assert rows["slow-nics"]["iteration_time_s"] > rows["dgx-h100"]["iteration_time_s"]
     assert rows["slow-nics"]["speedup_vs_first"] < 1.0
     assert "slow-nics" in capsys.readouterr().out
+
+
+def test_report_lists_the_busiest_links_with_what_they_carried(tmp_path, capsys):
+    """One TP group of 8 in one node: every NVLink port carries the same TP traffic, counted
+    whether the op ran through the flow network or at its solo time."""
+    out = tmp_path / "r.json"
+    assert main(["run", "tiny", "--set", "parallel.tp=8", "--set", "parallel.pp=1", "--set", "parallel.dp=1",
+                 "--json", str(out)]) == 0
+    links = json.loads(out.read_text())["busiest_links"]
+    assert links and all(lk["kind"] == "nvlink" for lk in links)
+    assert all(0 < lk["utilization"] <= 1 for lk in links)
+    assert links == sorted(links, key=lambda lk: -lk["utilization"])
+    assert len({round(lk["busy_bytes"]) for lk in links}) == 1
+    assert "busiest links" in capsys.readouterr().out
