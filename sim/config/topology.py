@@ -69,12 +69,7 @@ def load_topology(path_or_name: str, overrides: Sequence[str] = ()) -> TopologyS
         return _graphml_topology(f, file, graphml)
     up = _Fields(f.raw.get("scale_up"), path, "scale_up", _UP_KEYS)
     out = _Fields(f.raw.get("scale_out"), path, "scale_out", _OUT_KEYS)
-    gpu = f.text("gpu")
-    if gpu is not None:
-        try:
-            gpu = get_gpu(gpu).name
-        except KeyError:
-            raise f.error("gpu", f"one of {gpu_names()} or null", gpu) from None
+    gpu = _gpu_name(f)
     with _located(path):
         return TopologySpec(
             name=f.text("name") or file.stem,
@@ -85,6 +80,17 @@ def load_topology(path_or_name: str, overrides: Sequence[str] = ()) -> TopologyS
             description=f.text("description") or "")
 
 
+def _gpu_name(f: _Fields) -> str | None:
+    """The topology's ``gpu``, canonical, or None."""
+    gpu = f.text("gpu")
+    if gpu is None:
+        return None
+    try:
+        return get_gpu(gpu).name
+    except KeyError:
+        raise f.error("gpu", f"one of {gpu_names()} or null", gpu) from None
+
+
 def _graphml_topology(f: _Fields, file, graphml: str) -> TopologySpec:
     """A topology whose links are a GraphML file (relative to the YAML's folder): the YAML gives
     its name and GPUs per node, the graph everything else (:mod:`sim.topology.graphml`)."""
@@ -93,12 +99,7 @@ def _graphml_topology(f: _Fields, file, graphml: str) -> TopologySpec:
         raise f.error("graphml", "an existing GraphML file (relative to the topology file's folder)",
                       str(graph_file))
     unused = LinkSpec(1.0, 0.0)  # scale_up / scale_out are not read for a GraphML topology
-    gpu = f.text("gpu")
-    if gpu is not None:
-        try:
-            gpu = get_gpu(gpu).name
-        except KeyError:
-            raise f.error("gpu", f"one of {gpu_names()} or null", gpu) from None
+    gpu = _gpu_name(f)
     with _located(f.path):
         return TopologySpec(
             name=f.text("name") or file.stem,
