@@ -11,13 +11,13 @@ from collections.abc import Sequence
 from sim.config.fields import _apply_overrides, _Fields, _is_number, _located, _read_yaml, _resolve
 from sim.errors import ConfigError
 from sim.hardware import EfficiencyCurve, get_gpu, gpu_names
-from sim.topology.spec import (FabricKind, LinkSpec, ScaleOutSpec, ScaleUpKind, ScaleUpSpec,
+from sim.topology.spec import (FabricKind, LinkFault, LinkSpec, ScaleOutSpec, ScaleUpKind, ScaleUpSpec,
                                TopologySpec)
 from sim.types import parse_enum
 from sim.units import GBIT_PER_S, GBPS, US
 
 _TOPO_KEYS = ("name", "description", "gpu", "gpus_per_node", "num_gpus", "scale_up", "scale_out",
-              "sources", "graphml")
+              "sources", "graphml", "faults")
 _EFF_KEYS = ("efficiency", "efficiency_by_size_bytes")
 _UP_KEYS = ("kind", "domain_size", "bandwidth_GBps", "latency_us") + _EFF_KEYS
 _OUT_KEYS = ("kind", "nics_per_node", "nic_bandwidth_Gbps", "latency_us", "nodes_per_leaf",
@@ -77,7 +77,28 @@ def load_topology(path_or_name: str, overrides: Sequence[str] = ()) -> TopologyS
             scale_up=ScaleUpSpec(kind=_kind(up, ScaleUpKind), link=_link(up, "bandwidth_GBps", GBPS),
                                  domain_size=up.integer("domain_size", required=True, positive=True)),
             scale_out=_scale_out(out), gpu=gpu, num_gpus=f.integer("num_gpus", positive=True),
-            description=f.text("description") or "")
+            description=f.text("description") or "", faults=_faults(f))
+
+
+def _faults(f: _Fields) -> tuple[LinkFault, ...]:
+    """``faults: [{between: [u, v], bandwidth_fraction: 0.5}, ...]``: links of the built graph
+    (node names as ``sim.topology.build`` makes them) running slower, or failed at 0."""
+    raw = f.raw.get("faults")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise f.error("faults", "a list of {between: [node, node], bandwidth_fraction: x}", raw)
+    out = []
+    for i, item in enumerate(raw):
+        ff = _Fields(item, f.path, f"faults[{i}]", ("between", "bandwidth_fraction"))
+        pair = ff.raw.get("between")
+        if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+            raise ff.error("between", "two node names, e.g. [nic0.0, leaf0.0]", pair)
+        frac = ff.number("bandwidth_fraction", required=True)
+        if not 0.0 <= frac <= 1.0:
+            raise ff.error("bandwidth_fraction", "a fraction in [0, 1] (0: the link has failed)", frac)
+        out.append(LinkFault(pair[0], pair[1], frac))
+    return tuple(out)
 
 
 def _gpu_name(f: _Fields) -> str | None:
@@ -107,7 +128,7 @@ def _graphml_topology(f: _Fields, file, graphml: str) -> TopologySpec:
             scale_up=ScaleUpSpec(ScaleUpKind.NVSWITCH, unused, domain_size=1),
             scale_out=ScaleOutSpec(FabricKind.NONE, unused), gpu=gpu,
             num_gpus=f.integer("num_gpus", positive=True), description=f.text("description") or "",
-            graph_file=str(graph_file))
+            graph_file=str(graph_file), faults=_faults(f))
 
 
 def _kind(f: _Fields, kind: type) -> object:

@@ -75,7 +75,7 @@ def build_topology(spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
         if have != num_gpus:
             raise ConfigError(spec.graph_file, "nodes", f"the workload's GPU count {num_gpus} (a GraphML "
                               "topology has a fixed size)", have)
-        return g
+        return _apply_faults(g, spec, num_gpus)
     if spec.num_gpus is not None and spec.num_gpus != num_gpus:
         raise ConfigError(spec.name, "num_gpus",
                           f"the workload's GPU count {num_gpus} (the topology fixes its own size)",
@@ -108,6 +108,27 @@ def build_topology(spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
     out = spec.scale_out
     if out.kind is not FabricKind.NONE and num_gpus > dom:
         _build_fabric(g, spec, num_gpus, num_nodes)
+    return _apply_faults(g, spec, num_gpus)
+
+
+def _apply_faults(g: nx.DiGraph, spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
+    """Slow down or remove the faulty links, check every GPU still reaches every other, and
+    number the links (``link_id``)."""
+    for i, fault in enumerate(spec.faults):
+        if not (g.has_edge(fault.u, fault.v) and g.has_edge(fault.v, fault.u)):
+            raise ConfigError(spec.name, f"faults[{i}].between", "two adjacent nodes of the built topology "
+                              "(e.g. [gpu0, nvs0], [nic0.0, leaf0.0])", [fault.u, fault.v])
+        for a, b in ((fault.u, fault.v), (fault.v, fault.u)):
+            if fault.bandwidth_fraction == 0:
+                g.remove_edge(a, b)
+            else:
+                g.edges[a, b]["bandwidth_bytes_per_s"] *= fault.bandwidth_fraction
+    if spec.faults:
+        lost = [r for r in range(1, num_gpus) if not (nx.has_path(g, "gpu0", f"gpu{r}")
+                                                      and nx.has_path(g, f"gpu{r}", "gpu0"))]
+        if lost:
+            raise ConfigError(spec.name, "faults", "failed links that leave every GPU reachable",
+                              [f"gpu{r}" for r in lost[:8]])
     for i, (u, v) in enumerate(sorted(g.edges())):
         g.edges[u, v]["link_id"] = i
     return g

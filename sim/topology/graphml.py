@@ -76,8 +76,6 @@ def read_graphml_topology(path: str | Path) -> nx.DiGraph:
         for a, b in ((u, v),) if src.is_directed() else ((u, v), (v, u)):
             g.add_edge(a, b, bandwidth_bytes_per_s=bw * GBPS, latency_s=lat * US,
                        efficiency=EfficiencyCurve.constant(eff), link=link, hop_weight=HOP_WEIGHT[link])
-    for i, (u, v) in enumerate(sorted(g.edges())):
-        g.edges[u, v]["link_id"] = i
     unreachable = [r for r in expected[1:] if not nx.has_path(g, expected[0], r)]
     if unreachable:
         raise ConfigError(where, "edges", "a path from gpu0 to every GPU", unreachable[:8])

@@ -79,6 +79,17 @@ class ScaleOutSpec:
 
 
 @dataclass(frozen=True)
+class LinkFault:
+    """A degraded or failed link between nodes ``u`` and ``v`` of the built graph (both
+    directions): it runs at ``bandwidth_fraction`` of its bandwidth, or is gone at 0 (traffic
+    is rerouted)."""
+
+    u: str
+    v: str
+    bandwidth_fraction: float
+
+
+@dataclass(frozen=True)
 class TopologySpec:
     """A cluster: GPUs per node, scale-up and scale-out, and an optional fixed size."""
 
@@ -92,6 +103,8 @@ class TopologySpec:
     """A fixed size; None sizes the topology from the workload."""
     description: str = ""
     graph_file: str | None = None
+    faults: tuple[LinkFault, ...] = ()
+    """Links running slower than built, or failed (:class:`LinkFault`)."""
     """A GraphML file describing the links (:mod:`sim.topology.graphml`); when set, it is the
     whole topology and ``scale_up`` / ``scale_out`` are not used."""
 
