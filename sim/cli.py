@@ -3,6 +3,7 @@
 ::
 
     llmsim run [WORKLOAD.yaml] [--case ID] [--topology T] [--trace PATH] [--json PATH] [--set KEY=VALUE ...] [--full]
+               [--slow-gpu RANK=FACTOR ...]
     llmsim memory [WORKLOAD.yaml] [--recompute none,selective,selective-op,full] [--plot PATH.png] [--json PATH]
     llmsim validate FILE... [--json PATH]
     llmsim collective --topology T --op all-reduce --bytes 1GiB --ranks 8 [--algo auto|ring|hierarchical] [--json PATH]
@@ -50,6 +51,18 @@ def _resolve_topology(workload, topology_arg: str | None, notes: list[str]):
     return topo
 
 
+def _slow_gpus(items: Sequence[str] | None) -> dict[int, float]:
+    """``["5=1.2", ...]`` -> {5: 1.2}."""
+    out: dict[int, float] = {}
+    for item in items or ():
+        rank, _, factor = item.partition("=")
+        try:
+            out[int(rank)] = float(factor)
+        except ValueError:
+            raise ConfigError("<--slow-gpu>", "--slow-gpu", "RANK=FACTOR, e.g. 5=1.2", item) from None
+    return out
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from sim.config import load_workload_with_notes
     from sim.report import format_report, make_report
@@ -57,7 +70,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     workload, notes = load_workload_with_notes(args.workload, args.set or (), args.case)
     topo = _resolve_topology(workload, args.topology, notes)
-    run = simulate(workload, topo, full=args.full, notes=notes)
+    run = simulate(workload, topo, full=args.full, notes=notes, slow_gpus=_slow_gpus(args.slow_gpu))
     report = make_report(run)
     print(format_report(report))
     if args.json:
@@ -173,6 +186,8 @@ def _parser() -> argparse.ArgumentParser:
                      "(e.g. workloads/validation/korthikanti2022.yaml)")
     run.add_argument("--full", action="store_true",
                      help="simulate every rank, not one representative rank per pipeline stage")
+    run.add_argument("--slow-gpu", action="append", metavar="RANK=FACTOR",
+                     help="a straggler: GPU RANK computes FACTOR times slower (repeatable)")
     run.set_defaults(func=_cmd_run)
     mem = sub.add_parser("memory", help="memory per GPU under each recomputation method",
                          description="Per pipeline stage: weights, gradients, optimizer state, activations "

@@ -57,7 +57,8 @@ def _gc_paused():
 
 
 def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = False,
-             costs: CostModel | None = None, notes: list[str] | None = None) -> Run:
+             costs: CostModel | None = None, notes: list[str] | None = None,
+             slow_gpus: dict[int, float] | None = None) -> Run:
     """Simulate one training iteration of ``workload`` on ``topology``.
 
     Parameters
@@ -66,7 +67,13 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         Simulate every rank instead of one representative rank per pipeline stage.
     costs : CostModel, optional
         Defaults to :class:`~sim.costs.analytical.AnalyticalCostModel` for the workload's GPU.
+    slow_gpus : dict, optional
+        GPU rank -> factor (> 1) by which its compute runs slower (a straggler). With one
+        representative rank per stage, the straggler's stage representative runs slow in its
+        place: the stage's collectives make its peers wait for it every step, so the iteration
+        ends with it either way; ``full=True`` slows exactly that GPU.
     """
+    notes = list(notes or [])
     t0 = time.perf_counter()
     with _gc_paused():
         fabric = Fabric(build_topology(topology, workload.system.num_gpus))
@@ -74,7 +81,30 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
                                 local_gpu_of=fabric.local_gpu)
         if costs is None:
             costs = AnalyticalCostModel(workload.system.gpu, fabric, representative=not full)
-        result = Simulation(program, costs, fabric.capacity_bytes_per_s).run()
+        slowdown = _slowdown(workload, program, slow_gpus or {}, notes)
+        result = Simulation(program, costs, fabric.capacity_bytes_per_s, slowdown).run()
     wall = time.perf_counter() - t0
     result.metadata["simulated_wall_s"] = wall
-    return Run(workload, topology, fabric, program, result, wall, list(notes or []))
+    return Run(workload, topology, fabric, program, result, wall, notes)
+
+
+def _slowdown(workload: WorkloadSpec, program: Program, slow_gpus: dict[int, float],
+              notes: list[str]) -> dict[int, float]:
+    """Map straggler GPUs to simulated ranks (their own, or their stage's representative)."""
+    from sim.errors import ConfigError
+    from sim.workload.layout import Layout
+
+    out: dict[int, float] = {}
+    n = workload.system.num_gpus
+    simulated = {r.rank for r in program.ranks}
+    layout = Layout.of(workload.parallel)
+    for rank, factor in sorted(slow_gpus.items()):
+        if not (isinstance(rank, int) and 0 <= rank < n):
+            raise ConfigError("<--slow-gpu>", "--slow-gpu", f"a GPU rank in 0..{n - 1}", rank)
+        if not factor >= 1.0:
+            raise ConfigError("<--slow-gpu>", "--slow-gpu", "a slowdown factor >= 1", factor)
+        target = rank if rank in simulated else layout.rank(0, 0, layout.coords(rank)[2])
+        out[target] = max(out.get(target, 1.0), factor)
+        where = "" if target == rank else f" (simulated as stage {layout.coords(rank)[2]}'s rank {target})"
+        notes.append(f"GPU {rank} computes {factor:g}x slower{where}")
+    return out

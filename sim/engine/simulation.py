@@ -55,10 +55,13 @@ class Simulation:
         Link capacities by link id (empty for a cost model that plans no flows).
     """
 
-    def __init__(self, program: Program, costs: CostModel, capacity_bytes_per_s: list[float] = ()) -> None:
+    def __init__(self, program: Program, costs: CostModel, capacity_bytes_per_s: list[float] = (),
+                 slowdown: dict[int, float] | None = None) -> None:
         self.program = program
         self.costs = costs
         self.capacity = list(capacity_bytes_per_s)
+        self.slowdown = dict(slowdown or {})
+        """Simulated rank -> factor its compute ops take longer by (a straggler GPU)."""
 
     def run(self) -> SimResult:
         """Simulate and return the recorded spans and counters.
@@ -108,7 +111,7 @@ class Simulation:
             d = cache.get(id(op))
             if d is None:
                 d = cache[id(op)] = costs.compute_time_s(op)
-            out[t.id] = d
+            out[t.id] = d * self.slowdown.get(t.rank, 1.0)
         return out
 
     def _plans(self, tasks, simulated: set[int]) -> dict[int, CommPlan]:

@@ -54,3 +54,26 @@ def test_faults_that_cut_a_gpu_off_or_name_no_link_are_clear_errors(tmp_path):
     with pytest.raises(ConfigError) as info:
         _faulty(tmp_path, "  - {between: [gpu1, nvs0], bandwidth_fraction: 1.5}\n", "frac")
     assert info.value.field == "faults[0].bandwidth_fraction"
+
+
+@pytest.mark.parametrize("rank", [0, 5])
+def test_a_straggler_gpu_slows_the_iteration_and_the_representative_run_agrees(rank):
+    """A GPU computing 1.3x slower holds its TP group every layer and its data-parallel peers
+    at the gradient reduction; simulating the stage's representative slow in its place gives
+    the full run's iteration time."""
+    w = make_workload(tp=2, pp=2, dp=2, gbs=8, layers=4)
+    topo = load_topology("dgx-a100")
+    base = make_report(simulate(w, topo)).iteration_time_s
+    rep = make_report(simulate(w, topo, slow_gpus={rank: 1.3}))
+    full = make_report(simulate(w, topo, full=True, slow_gpus={rank: 1.3}))
+    assert rep.iteration_time_s > base
+    assert rep.iteration_time_s == pytest.approx(full.iteration_time_s, rel=0.02)
+    assert any(f"GPU {rank} computes 1.3x slower" in n for n in full.notes)
+
+
+def test_bad_straggler_is_a_clear_error():
+    w = make_workload(tp=2, pp=2, dp=2, gbs=8, layers=4)
+    with pytest.raises(ConfigError, match="0..7"):
+        simulate(w, load_topology("dgx-a100"), slow_gpus={8: 1.2})
+    with pytest.raises(ConfigError, match=">= 1"):
+        simulate(w, load_topology("dgx-a100"), slow_gpus={1: 0.5})
