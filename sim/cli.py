@@ -27,6 +27,9 @@ from sim.errors import ConfigError, NotBuiltError, SimError
 
 __all__ = ["main"]
 
+LINK_COUNTERS = 5
+"""Busiest links whose utilization a written trace carries as counter tracks."""
+
 
 def _write_json(path: str, obj: dict) -> None:
     p = Path(path)
@@ -70,7 +73,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     workload, notes = load_workload_with_notes(args.workload, args.set or (), args.case)
     topo = _resolve_topology(workload, args.topology, notes)
-    run = simulate(workload, topo, full=args.full, notes=notes, slow_gpus=_slow_gpus(args.slow_gpu))
+    run = simulate(workload, topo, full=args.full, notes=notes, slow_gpus=_slow_gpus(args.slow_gpu),
+                   link_counters=LINK_COUNTERS if args.trace else 0)
     report = make_report(run)
     print(format_report(report))
     if args.json:

@@ -58,7 +58,7 @@ def _gc_paused():
 
 def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = False,
              costs: CostModel | None = None, notes: list[str] | None = None,
-             slow_gpus: dict[int, float] | None = None) -> Run:
+             slow_gpus: dict[int, float] | None = None, link_counters: int = 0) -> Run:
     """Simulate one training iteration of ``workload`` on ``topology``.
 
     Parameters
@@ -72,6 +72,10 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         representative rank per stage, the straggler's stage representative runs slow in its
         place: the stage's collectives make its peers wait for it every step, so the iteration
         ends with it either way; ``full=True`` slows exactly that GPU.
+    link_counters : int
+        Record link rates and add, for this many of the busiest links that start or end at a
+        simulated GPU, a counter ``link <name>`` of its utilization (carried rate over
+        capacity) over time to the result, for the trace.
     """
     notes = list(notes or [])
     t0 = time.perf_counter()
@@ -82,7 +86,10 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         if costs is None:
             costs = AnalyticalCostModel(workload.system.gpu, fabric, representative=not full)
         slowdown = _slowdown(workload, program, slow_gpus or {}, notes)
-        result = Simulation(program, costs, fabric.capacity_bytes_per_s, slowdown).run()
+        result = Simulation(program, costs, fabric.capacity_bytes_per_s, slowdown,
+                            record_links=link_counters > 0).run()
+        if link_counters:
+            result.counters.extend(_link_counters(fabric, result, link_counters))
     wall = time.perf_counter() - t0
     result.metadata["simulated_wall_s"] = wall
     return Run(workload, topology, fabric, program, result, wall, notes)
@@ -108,3 +115,31 @@ def _slowdown(workload: WorkloadSpec, program: Program, slow_gpus: dict[int, flo
         where = "" if target == rank else f" (simulated as stage {layout.coords(rank)[2]}'s rank {target})"
         notes.append(f"GPU {rank} computes {factor:g}x slower{where}")
     return out
+
+
+def _link_counters(fabric: Fabric, result, n: int) -> list:
+    """Utilization counters of the ``n`` busiest links with a simulated GPU at one end."""
+    import re
+
+    from sim.results import CounterSample
+
+    simulated = {r.rank for r in result.ranks}
+    busy = result.metadata["link_busy_bytes"]
+    rates = result.metadata.get("link_rates", {})
+    picked = []
+    for link in sorted(range(len(busy)), key=lambda i: (-busy[i], i)):
+        if busy[link] <= 0 or len(picked) == n:
+            break
+        ends = [int(m) for m in re.findall(r"\bgpu(\d+)\b", fabric.link_names[link])]
+        owner = next((r for r in ends if r in simulated), None)
+        if owner is not None:
+            picked.append((link, owner))
+    out = []
+    for link, owner in picked:
+        cap = fabric.capacity_bytes_per_s[link]
+        name = f"link {fabric.link_names[link]}"
+        out.append(CounterSample(owner, 0.0, name, 0.0))
+        for t, rate in rates.get(link, ()):
+            out.append(CounterSample(owner, t, name, rate / cap))
+    return out
+

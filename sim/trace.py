@@ -185,7 +185,8 @@ def _events(result: SimResult) -> Iterator[str]:
         for ts, name, value in sorted(counters[pid]):
             if not (math.isfinite(ts) and math.isfinite(value)):
                 raise ValueError(f"counter {name!r} has a value that is not finite")
-            key, v = ("allocated_GiB", value / 2**30) if name == "memory" else (name, value)
+            key, v = (("allocated_GiB", value / 2**30) if name == "memory" else
+                      ("utilization", value) if name.startswith("link ") else (name, value))
             yield (f'{{"ph":"C","name":{enc.str(name)},"pid":{pid},"tid":0,"ts":{ts!r},'
                    f'"args":{{{enc.str(key)}:{v!r}}}}}')
 

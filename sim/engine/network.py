@@ -67,6 +67,9 @@ class FlowNetwork:
         self.gen = 0
         self.busy_bytes = [0.0] * len(capacity_bytes_per_s)
         """Bytes each link carried (weighted), for utilization figures."""
+        self.rate_log: list[tuple[float, int, float]] | None = None
+        """When a list: every change of a link's carried rate, ``(time_s, link, bytes/s)``."""
+        self._link_rate: dict[int, float] = {}
 
     def transfer(self, flows) -> simpy.Event:
         """Start ``flows`` (:class:`sim.costs.base.Flow`) now; the event fires when all are done."""
@@ -132,8 +135,23 @@ class FlowNetwork:
                     keep.append(f)
             unfixed = keep
 
+    def _log_rates(self) -> None:
+        now, old = self.env.now, self._link_rate
+        new: dict[int, float] = {}
+        for f in self.active:
+            for l, w in zip(f.links, f.weights):
+                new[l] = new.get(l, 0.0) + f.rate * w
+        log = self.rate_log
+        for l in sorted(set(old) | set(new)):
+            v = new.get(l, 0.0)
+            if v != old.get(l, 0.0):
+                log.append((now, l, v))
+        self._link_rate = new
+
     def _reschedule(self) -> None:
         self._rates()
+        if self.rate_log is not None:
+            self._log_rates()
         self.gen += 1
         t_next = min(f.remaining / f.rate for f in self.active)
         ev = self.env.timeout(max(t_next, 0.0))
@@ -156,6 +174,8 @@ class FlowNetwork:
         self.active = keep
         if keep:
             self._reschedule()
+        elif self.rate_log is not None:
+            self._log_rates()
 
 
 def solo_time_s(phases, capacity_bytes_per_s: list[float]) -> float:

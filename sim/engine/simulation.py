@@ -56,12 +56,14 @@ class Simulation:
     """
 
     def __init__(self, program: Program, costs: CostModel, capacity_bytes_per_s: list[float] = (),
-                 slowdown: dict[int, float] | None = None) -> None:
+                 slowdown: dict[int, float] | None = None, record_links: bool = False) -> None:
         self.program = program
         self.costs = costs
         self.capacity = list(capacity_bytes_per_s)
         self.slowdown = dict(slowdown or {})
         """Simulated rank -> factor its compute ops take longer by (a straggler GPU)."""
+        self.record_links = record_links
+        """Record every link's carried rate over time (``metadata["link_rates"]``)."""
 
     def run(self) -> SimResult:
         """Simulate and return the recorded spans and counters.
@@ -78,6 +80,9 @@ class Simulation:
         env = _CountingEnvironment()
         self.env = env
         self.net = FlowNetwork(env, self.capacity)
+        self.pulses: list[tuple[float, int, float]] | None = [] if self.record_links else None
+        if self.record_links:
+            self.net.rate_log = []
         self.finish: list[float | None] = [None] * n
         self.start: list[float] = [0.0] * n
         self.xfer_start: dict[int, float] = {}
@@ -173,9 +178,10 @@ class Simulation:
                     out[id(t.op)] = solo_time_s(self.plans[id(t.op)].phases, cap)
         return out
 
-    def _account(self, op) -> None:
+    def _account(self, op, t0: float, duration_s: float) -> None:
         """Add the bytes of a comm op placed at its solo time to its links' busy counters
-        (the flow network counts the others as they move)."""
+        (the flow network counts the others as they move); when link rates are recorded, the
+        op loads each link evenly over ``[t0, t0 + duration_s]``."""
         loads = self._op_loads.get(id(op))
         if loads is None:
             acc: dict[int, float] = {}
@@ -187,6 +193,10 @@ class Simulation:
         busy = self.net.busy_bytes
         for link, nbytes in loads:
             busy[link] += nbytes
+        if self.pulses is not None and duration_s > 0:
+            for link, nbytes in loads:
+                self.pulses.append((t0, link, nbytes / duration_s))
+                self.pulses.append((t0 + duration_s, link, -nbytes / duration_s))
 
     # -- the stream process -------------------------------------------------------------------
     def _notify(self, tid: int) -> None:
@@ -218,7 +228,7 @@ class Simulation:
                 end = start + self.fixed_comm[id(task.op)]
                 need = self.program.coll_members.get(task.coll_key, 1)
                 if need <= 1:
-                    self._account(task.op)
+                    self._account(task.op, start, end - start)
                 else:
                     rv = self.rendezvous.get(task.coll_key)
                     if rv is None:
@@ -229,7 +239,7 @@ class Simulation:
                         yield rv[2]
                     else:
                         del self.rendezvous[task.coll_key]
-                        self._account(task.op)
+                        self._account(task.op, rv[1], self.fixed_comm[id(task.op)])
                         rv.append(rv[1])
                         rv[1] += self.fixed_comm[id(task.op)]
                         rv[2].succeed()
@@ -279,6 +289,25 @@ class Simulation:
             rv[1].succeed()
 
     # -- results ------------------------------------------------------------------------------
+    def _link_rates(self) -> dict[int, list[tuple[float, float]]]:
+        """Each link's carried rate (bytes/s) as ``(time_s, rate)`` steps: the flow network's
+        logged rates plus the pulses of ops placed at their solo time."""
+        deltas: list[tuple[float, int, float]] = list(self.pulses)
+        last: dict[int, float] = {}
+        for t, link, rate in self.net.rate_log:
+            deltas.append((t, link, rate - last.get(link, 0.0)))
+            last[link] = rate
+        out: dict[int, list[tuple[float, float]]] = {}
+        level: dict[int, float] = {}
+        for t, link, d in sorted(deltas):
+            v = level[link] = max(level.get(link, 0.0) + d, 0.0)
+            series = out.setdefault(link, [])
+            if series and series[-1][0] == t:
+                series[-1] = (t, v)
+            else:
+                series.append((t, v))
+        return out
+
     def _result(self, wall_s: float) -> SimResult:
         prog = self.program
         finish, start = self.finish, self.start
@@ -315,6 +344,8 @@ class Simulation:
                 counters.append(CounterSample(rank, ts, "memory", level))
         makespan = max((f for f in finish if f is not None), default=0.0)
         meta = {"simulated_wall_s": wall_s, "link_busy_bytes": list(self.net.busy_bytes)}
+        if self.record_links:
+            meta["link_rates"] = self._link_rates()
         return SimResult(list(prog.ranks), spans, counters, makespan, self.env.events_processed,
                          prog.world_size, meta)
 

@@ -91,3 +91,30 @@ def test_report_lists_the_busiest_links_with_what_they_carried(tmp_path, capsys)
     assert links == sorted(links, key=lambda lk: -lk["utilization"])
     assert len({round(lk["busy_bytes"]) for lk in links}) == 1
     assert "busiest links" in capsys.readouterr().out
+
+
+def test_link_counters_integrate_to_the_reported_utilization():
+    """The trace's per-link utilization over time, integrated over the iteration, is the
+    report's utilization of that link: both count the same bytes (flow network and ops placed
+    at their solo time)."""
+    from sim.config import load_workload
+    from sim.report import make_report
+    from sim.runner import simulate
+
+    w = load_workload("tiny")
+    run = simulate(w, load_topology("dgx-a100"), link_counters=5)
+    rep = make_report(run)
+    T = run.result.makespan_s
+    series: dict[str, list] = {}
+    for c in run.result.counters:
+        if c.name.startswith("link "):
+            series.setdefault(c.name[5:], []).append((c.time_s, c.value))
+    assert series
+    by_name = {lk["link"]: lk["utilization"] for lk in rep.busiest_links}
+    assert set(series) & set(by_name)
+    for name, pts in series.items():
+        pts.sort()
+        assert all(0.0 <= v <= 1.0 + 1e-9 for _, v in pts)
+        area = sum(v * (min(t1, T) - t0) for (t0, v), (t1, _) in zip(pts, pts[1:] + [(T, 0.0)]))
+        if name in by_name:
+            assert area / T == pytest.approx(by_name[name], rel=1e-6)
