@@ -7,7 +7,7 @@
     llmsim memory [WORKLOAD.yaml] [--recompute none,selective,selective-op,full] [--plot PATH.png] [--json PATH]
     llmsim validate FILE... [--json PATH]
     llmsim collective --topology T --op all-reduce --bytes 1GiB --ranks 8 [--algo auto|ring|hierarchical] [--json PATH]
-    llmsim compare [WORKLOAD.yaml] --topology A --topology B [...] [--json PATH]
+    llmsim compare [WORKLOAD.yaml] --topology A --topology B [...] [--json PATH] [--plot PATH.png]
 
 Bad input prints one line naming the file, the field, what was expected and what arrived,
 and exits with status 2; it never prints a traceback.
@@ -160,12 +160,14 @@ def _cmd_collective(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from sim.compare import compare, format_compare
+    from sim.compare import compare, format_compare, plot_compare
     from sim.config import load_topology, load_workload_with_notes
 
     workload, _notes = load_workload_with_notes(args.workload, args.set or (), args.case)
     rows = compare(workload, [load_topology(t) for t in args.topology], full=args.full)
     print(format_compare(workload, rows))
+    if args.plot:
+        plot_compare(rows, args.plot, f"{workload.name} on {workload.system.num_gpus} x {workload.system.gpu.name}")
     if args.json:
         _write_json(args.json, {"workload": workload.name, "num_gpus": workload.system.num_gpus,
                                 "rows": [r.to_dict() for r in rows]})
@@ -238,6 +240,8 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("--case", metavar="ID", help="the case to use from a file of several")
     cmp.add_argument("--full", action="store_true", help="simulate every rank")
     cmp.add_argument("--json", metavar="PATH", help="write the rows as JSON")
+    cmp.add_argument("--plot", metavar="PATH.png", help="draw the time per topology as stacked bars "
+                     "(needs matplotlib: pip install 'llmsim[plot]')")
     cmp.set_defaults(func=_cmd_compare)
     return ap
 

@@ -14,7 +14,7 @@ from sim.runner import simulate
 from sim.topology.spec import TopologySpec
 from sim.workload.spec import WorkloadSpec
 
-__all__ = ["CompareRow", "compare", "format_compare"]
+__all__ = ["CompareRow", "compare", "format_compare", "plot_compare"]
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class CompareRow:
         r = self.report
         return {"topology": self.topology, "iteration_time_s": r.iteration_time_s, "tokens_per_s": r.tokens_per_s,
                 "mfu": r.mfu, "bubble_fraction": r.bubble_fraction, "exposed_comm_s": dict(r.exposed_comm_s),
-                "speedup_vs_first": self.speedup}
+                "busiest_links": list(r.busiest_links), "speedup_vs_first": self.speedup}
 
 
 def compare(workload: WorkloadSpec, topologies: list[TopologySpec], full: bool = False) -> list[CompareRow]:
@@ -38,12 +38,50 @@ def compare(workload: WorkloadSpec, topologies: list[TopologySpec], full: bool =
     return [CompareRow(t.name, r, first / r.iteration_time_s) for t, r in zip(topologies, reports)]
 
 
+def _busiest(rep: Report) -> str:
+    if not rep.busiest_links:
+        return "-"
+    lk = rep.busiest_links[0]
+    return f"{lk['link']} ({lk['kind']}) {100 * lk['utilization']:.0f}%"
+
+
+def plot_compare(rows: list[CompareRow], path: str, title: str) -> None:
+    """Stacked bars per topology: compute, exposed communication by dimension, bubble."""
+    from pathlib import Path
+
+    from sim.plot import _pyplot
+
+    plt = _pyplot()
+    names = [r.topology for r in rows]
+    parts = [("compute", [r.report.compute_s["total"] for r in rows])]
+    for c in ("tp", "pp", "dp", "cp", "ep"):
+        vals = [r.report.exposed_comm_s.get(c, 0.0) for r in rows]
+        if any(vals):
+            parts.append((f"exposed {c}", vals))
+    parts.append(("bubble, idle", [r.report.bubble_fraction * r.report.iteration_time_s for r in rows]))
+    fig, ax = plt.subplots(figsize=(7.2, 4.0), dpi=120)
+    bottom = [0.0] * len(rows)
+    for label, vals in parts:
+        ax.bar(names, vals, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    for i, r in enumerate(rows):
+        ax.text(i, bottom[i], f"{r.report.iteration_time_s:.3f} s", ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("seconds per iteration (mean over pipeline stages)")
+    ax.set_title(title, fontsize=9)
+    ax.set_ylim(0, max(bottom) * 1.15)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
+
+
 def format_compare(workload: WorkloadSpec, rows: list[CompareRow]) -> str:
     classes = [c for c in ("tp", "pp", "dp", "cp", "ep")
                if any(r.report.exposed_comm_s.get(c, 0.0) > 0 for r in rows)]
     width = max(12, *(len(r.topology) for r in rows))
     head = (f"  {'topology':<{width}} {'iteration s':>12} {'tokens/s':>12} {'MFU':>6} {'bubble':>7} "
-            + "".join(f"{'exp ' + c + ' s':>10}" for c in classes) + f" {'speed-up':>9}")
+            + "".join(f"{'exp ' + c + ' s':>10}" for c in classes) + f" {'speed-up':>9}  busiest link")
     lines = [f"llmsim compare: {workload.name} on {workload.system.num_gpus} x {workload.system.gpu.name}", "",
              head, "  " + "-" * (len(head) - 2)]
     for r in rows:
@@ -51,5 +89,5 @@ def format_compare(workload: WorkloadSpec, rows: list[CompareRow]) -> str:
         lines.append(f"  {r.topology:<{width}} {rep.iteration_time_s:>12.4f} {rep.tokens_per_s:>12,.0f} "
                      f"{100 * rep.mfu:>5.1f}% {100 * rep.bubble_fraction:>6.1f}% "
                      + "".join(f"{rep.exposed_comm_s.get(c, 0.0):>10.4f}" for c in classes)
-                     + f" {r.speedup:>8.3f}x")
+                     + f" {r.speedup:>8.3f}x  " + _busiest(rep))
     return "\n".join(lines)

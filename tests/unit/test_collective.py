@@ -70,12 +70,15 @@ def test_compare_slower_network_is_slower(tmp_path, capsys):
     # tiny with its DP spread over 8 nodes, so its gradient all-reduce crosses the NICs
     assert main(["compare", "tiny", "--set", "system.gpu=H100-SXM5-80GB", "--set", "parallel.dp=16",
                  "--set", "parallel.global_batch_size=32", "--set", "system.num_gpus=64",
-                 "--topology", "dgx-h100", "--topology", str(slow), "--json", str(out)]) == 0
+                 "--topology", "dgx-h100", "--topology", str(slow), "--json", str(out),
+                 "--plot", str(tmp_path / "cmp.png")]) == 0
+    assert (tmp_path / "cmp.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     d = json.loads(out.read_text())
     rows = {r["topology"]: r for r in d["rows"]}
     assert rows["dgx-h100"]["speedup_vs_first"] == 1.0
     assert rows["slow-nics"]["iteration_time_s"] > rows["dgx-h100"]["iteration_time_s"]
     assert rows["slow-nics"]["speedup_vs_first"] < 1.0
+    assert rows["slow-nics"]["busiest_links"][0]["utilization"] > 0
     assert "slow-nics" in capsys.readouterr().out
 
 
@@ -118,3 +121,50 @@ def test_link_counters_integrate_to_the_reported_utilization():
         area = sum(v * (min(t1, T) - t0) for (t0, v), (t1, _) in zip(pts, pts[1:] + [(T, 0.0)]))
         if name in by_name:
             assert area / T == pytest.approx(by_name[name], rel=1e-6)
+
+
+@pytest.mark.parametrize("topology,ranks,op,published_GBps", [
+    ("dgx-a100", 8, CollectiveKind.ALL_REDUCE, 231),     # nccl-tests, 8x A100 all_reduce
+    ("dgx-h100", 8, CollectiveKind.ALL_REDUCE, 370),     # nccl-tests #212, 8x H100 ring
+    ("gb200-nvl72", 4, CollectiveKind.ALL_REDUCE, 680),  # Azure ND GB200 v6, 4 GPUs
+    ("dgx-h100", 16, CollectiveKind.SEND_RECV, 47.5),    # 400 Gb/s NDR: 46-49 GB/s (nccl-tests #290)
+])
+def test_bus_bandwidth_at_8_gib_is_within_10_percent_of_nccl_tests(topology, ranks, op, published_GBps):
+    """The sources the topology presets cite, reproduced end to end through the planner and
+    the flow network (issue #6's check)."""
+    r = collective(load_topology(topology), op, 8 * 2**30, ranks)
+    assert r.busbw_bytes_per_s / 1e9 == pytest.approx(published_GBps, rel=0.10)
+
+
+def test_two_all_reduces_share_an_oversubscribed_spine_but_not_a_non_blocking_one(tmp_path):
+    """Contention: two groups' rings leaving the same leaves at once (a plain fat tree, every
+    NIC of a node on one leaf); with 8:1 oversubscription a leaf's uplink carries one NIC's
+    worth and the two rings halve it between them (max-min), on a non-blocking tree they do
+    not meet."""
+    from sim.costs.comm import plan_comm
+    from sim.engine.network import solo_time_s
+    from sim.topology.build import build_topology
+    from sim.topology.routing import Fabric
+    from sim.types import CommClass
+    from sim.workload.ops import CommOp
+
+    def times(oversub: float):
+        text = (TOPOLOGIES / "dgx-h100.yaml").read_text()
+        text = text.replace("oversubscription: 1.0", f"oversubscription: {oversub}")
+        text = text.replace("kind: rail-optimized-fat-tree", "kind: fat-tree")
+        text = text.replace("nodes_per_leaf: 32", "nodes_per_leaf: 1")
+        path = tmp_path / f"o{oversub}.yaml"
+        path.write_text(text)
+        fabric = Fabric(build_topology(load_topology(str(path)), 32))
+        a = CommOp(CollectiveKind.ALL_REDUCE, CommClass.DP, tuple(range(0, 32, 8)), 2**30)
+        b = CommOp(CollectiveKind.ALL_REDUCE, CommClass.DP, tuple(range(1, 32, 8)), 2**30)
+        pa, pb = plan_comm(fabric, a, False), plan_comm(fabric, b, False)
+        alone = solo_time_s(pa.phases, fabric.capacity_bytes_per_s)
+        together = solo_time_s(tuple(type(pa.phases[0])(max(x.latency_s, y.latency_s), x.flows + y.flows)
+                                     for x, y in zip(pa.phases, pb.phases)), fabric.capacity_bytes_per_s)
+        return alone, together
+
+    alone, together = times(1.0)
+    assert together == pytest.approx(alone, rel=1e-9)
+    alone, together = times(8.0)
+    assert together > 1.5 * alone
