@@ -160,13 +160,15 @@ def _cmd_collective(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from sim.compare import compare, format_compare, plot_compare
+    from sim.compare import compare, format_compare
     from sim.config import load_topology, load_workload_with_notes
 
     workload, _notes = load_workload_with_notes(args.workload, args.set or (), args.case)
     rows = compare(workload, [load_topology(t) for t in args.topology], full=args.full)
     print(format_compare(workload, rows))
     if args.plot:
+        from sim.plot import plot_compare
+
         plot_compare(rows, args.plot, f"{workload.name} on {workload.system.num_gpus} x {workload.system.gpu.name}")
     if args.json:
         _write_json(args.json, {"workload": workload.name, "num_gpus": workload.system.num_gpus,

@@ -14,7 +14,7 @@ from sim.runner import simulate
 from sim.topology.spec import TopologySpec
 from sim.workload.spec import WorkloadSpec
 
-__all__ = ["CompareRow", "compare", "format_compare", "plot_compare"]
+__all__ = ["CompareRow", "compare", "format_compare"]
 
 
 @dataclass(frozen=True)
@@ -43,37 +43,6 @@ def _busiest(rep: Report) -> str:
         return "-"
     lk = rep.busiest_links[0]
     return f"{lk['link']} ({lk['kind']}) {100 * lk['utilization']:.0f}%"
-
-
-def plot_compare(rows: list[CompareRow], path: str, title: str) -> None:
-    """Stacked bars per topology: compute, exposed communication by dimension, bubble."""
-    from pathlib import Path
-
-    from sim.plot import _pyplot
-
-    plt = _pyplot()
-    names = [r.topology for r in rows]
-    parts = [("compute", [r.report.compute_s["total"] for r in rows])]
-    for c in ("tp", "pp", "dp", "cp", "ep"):
-        vals = [r.report.exposed_comm_s.get(c, 0.0) for r in rows]
-        if any(vals):
-            parts.append((f"exposed {c}", vals))
-    parts.append(("bubble, idle", [r.report.bubble_fraction * r.report.iteration_time_s for r in rows]))
-    fig, ax = plt.subplots(figsize=(7.2, 4.0), dpi=120)
-    bottom = [0.0] * len(rows)
-    for label, vals in parts:
-        ax.bar(names, vals, bottom=bottom, label=label)
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    for i, r in enumerate(rows):
-        ax.text(i, bottom[i], f"{r.report.iteration_time_s:.3f} s", ha="center", va="bottom", fontsize=8)
-    ax.set_ylabel("seconds per iteration (mean over pipeline stages)")
-    ax.set_title(title, fontsize=9)
-    ax.set_ylim(0, max(bottom) * 1.15)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
 
 
 def format_compare(workload: WorkloadSpec, rows: list[CompareRow]) -> str:

@@ -207,19 +207,10 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
     return outside + attention + mlp + scores
 
 
-def matmul_widths(model: ModelSpec, t: int) -> list[int]:
-    """Output widths per GPU of a layer's matmuls in forward order, as separate projections
-    (``wq, wk, wv, wo, w1, [w3,] w2``); the row-parallel ``wo`` and ``w2`` produce full-width
-    partial sums."""
-    h, f = model.hidden_size, model.ffn_hidden_size // t
-    mlp = [f, f, h] if model.gated_mlp else [f, h]
-    return [model.q_size // t, model.kv_size // t, model.kv_size // t, h, *mlp]
-
-
 def op_sac_saved_widths(model: ModelSpec, t: int) -> list[int]:
     """The matmul outputs torchtitan's op-level policy keeps: the 1st, 3rd, 5th... in forward
     order (its counter recomputes every second ``aten.mm``)."""
-    return matmul_widths(model, t)[0::2]
+    return [out for _, out, _ in model.separate_matmuls(t)[0::2]]
 
 
 @dataclass(frozen=True)

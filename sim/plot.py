@@ -13,7 +13,7 @@ from sim.memory import StageMemory
 from sim.types import RecomputeKind
 from sim.units import GiB
 
-__all__ = ["plot_memory"]
+__all__ = ["plot_memory", "plot_compare"]
 
 _PARTS = (("weights_bytes", "weights"), ("grads_bytes", "gradients"), ("optimizer_bytes", "optimizer state"),
           ("activations_bytes", "activations"), ("other_bytes", "other buffers"))
@@ -28,6 +28,14 @@ def _pyplot():
     except ImportError:  # pragma: no cover - depends on the environment
         raise NotBuiltError("--plot needs matplotlib: pip install 'llmsim[plot]'") from None
     return plt
+
+
+def _save(plt, fig, path: str) -> None:
+    """Write ``fig`` to ``path`` (no software tag, so the bytes do not depend on the version)."""
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
 
 
 def plot_memory(table: dict[RecomputeKind, list[StageMemory]], path: str, title: str) -> None:
@@ -52,7 +60,29 @@ def plot_memory(table: dict[RecomputeKind, list[StageMemory]], path: str, title:
     ax.set_title(title, fontsize=9)
     ax.set_ylim(0, max(max(bottom), cap) * 1.2)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
+    _save(plt, fig, path)
+
+
+def plot_compare(rows: list, path: str, title: str) -> None:
+    """Stacked bars per topology (``llmsim compare`` rows, :class:`sim.compare.CompareRow`):
+    compute, exposed communication by dimension, bubble."""
+    plt = _pyplot()
+    names = [r.topology for r in rows]
+    parts = [("compute", [r.report.compute_s["total"] for r in rows])]
+    for c in ("tp", "pp", "dp", "cp", "ep"):
+        vals = [r.report.exposed_comm_s.get(c, 0.0) for r in rows]
+        if any(vals):
+            parts.append((f"exposed {c}", vals))
+    parts.append(("bubble, idle", [r.report.bubble_fraction * r.report.iteration_time_s for r in rows]))
+    fig, ax = plt.subplots(figsize=(7.2, 4.0), dpi=120)
+    bottom = [0.0] * len(rows)
+    for label, vals in parts:
+        ax.bar(names, vals, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    for i, r in enumerate(rows):
+        ax.text(i, bottom[i], f"{r.report.iteration_time_s:.3f} s", ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("seconds per iteration (mean over pipeline stages)")
+    ax.set_title(title, fontsize=9)
+    ax.set_ylim(0, max(bottom) * 1.15)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _save(plt, fig, path)

@@ -9,6 +9,7 @@ True
 from __future__ import annotations
 
 import gc
+import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -16,10 +17,12 @@ from dataclasses import dataclass, field
 from sim.costs.analytical import AnalyticalCostModel
 from sim.costs.base import CostModel
 from sim.engine import Simulation
-from sim.results import SimResult
+from sim.errors import ConfigError
+from sim.results import CounterSample, SimResult
 from sim.topology.build import build_topology
 from sim.topology.routing import Fabric
 from sim.topology.spec import TopologySpec
+from sim.workload.layout import Layout
 from sim.workload.spec import WorkloadSpec
 from sim.workload.taskgraph import Program, build_program
 
@@ -98,9 +101,6 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
 def _slowdown(workload: WorkloadSpec, program: Program, slow_gpus: dict[int, float],
               notes: list[str]) -> dict[int, float]:
     """Map straggler GPUs to simulated ranks (their own, or their stage's representative)."""
-    from sim.errors import ConfigError
-    from sim.workload.layout import Layout
-
     out: dict[int, float] = {}
     n = workload.system.num_gpus
     simulated = {r.rank for r in program.ranks}
@@ -119,10 +119,6 @@ def _slowdown(workload: WorkloadSpec, program: Program, slow_gpus: dict[int, flo
 
 def _link_counters(fabric: Fabric, result, n: int) -> list:
     """Utilization counters of the ``n`` busiest links with a simulated GPU at one end."""
-    import re
-
-    from sim.results import CounterSample
-
     simulated = {r.rank for r in result.ranks}
     busy = result.metadata["link_busy_bytes"]
     rates = result.metadata.get("link_rates", {})

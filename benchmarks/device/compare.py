@@ -26,13 +26,10 @@ PEAK = {"bf16": 989e12, "fp8": 1979e12}
 
 
 def _attention_flops(r: dict, backward: bool) -> float:
-    """FLOPs as llmsim counts them (sim.workload.ops.AttentionOp), recomputed here so the
-    derivation needs nothing but the JSON."""
-    n = -(-r["seq"] // 128)
-    fwd = 4.0 * r["batch"] * r["heads"] * r["seq"] ** 2 * r["head_dim"]
-    if r["causal"]:
-        fwd *= (n + 1) / (2 * n)
-    return fwd * (2.5 if backward else 1.0)
+    """FLOPs of a measured attention kernel as llmsim counts them."""
+    from sim.workload.ops import AttentionOp
+
+    return AttentionOp(r["batch"], r["heads"], r["kv_heads"], r["seq"], r["head_dim"], r["causal"], backward).flops
 
 
 def _binned(pairs) -> list[tuple[float, float]]:

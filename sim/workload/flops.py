@@ -19,7 +19,7 @@ def model_flops(w: WorkloadSpec) -> tuple[float, float]:
     2022, Appendix A).
     """
     m, p = w.model, w.parallel
-    h, q, kv, f = m.hidden_size, m.q_size, m.kv_size, m.ffn_hidden_size
+    h, q, f = m.hidden_size, m.q_size, m.ffn_hidden_size
     br = 2 if m.gated_mlp else 1
     attn_gemm = 2.0 * (sum(o * i for _, o, i, _ in m.attention_gemms()) + m.attention_out_size * h)
     attn = 4.0 * m.seq_length * q
@@ -38,10 +38,8 @@ def model_flops(w: WorkloadSpec) -> tuple[float, float]:
         extra = tokens * layers_fwd
     elif p.recompute is RecomputeKind.SELECTIVE:
         extra = tokens * m.num_layers * attn
-    elif p.recompute is RecomputeKind.SELECTIVE_OP:  # every other matmul (sim.memory.matmul_widths)
-        ins = [h, h, h, q, h] + ([h, f] if m.gated_mlp else [f])
-        outs = [q, kv, kv, h, f] + ([f, h] if m.gated_mlp else [h])
-        mm = [2.0 * i * o for i, o in zip(ins, outs)]
+    elif p.recompute is RecomputeKind.SELECTIVE_OP:  # every other matmul (ModelSpec.separate_matmuls)
+        mm = [2.0 * i * o for _, o, i in m.separate_matmuls()]
         # a MoE layer recomputes wk and wo, as the task graph does (sim.workload.layers)
         extra = tokens * ((m.num_layers - n_moe) * sum(mm[1::2]) + n_moe * (mm[1] + mm[3]))
     return model, model + extra

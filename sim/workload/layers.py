@@ -268,8 +268,7 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
                 c("lm-head-dgrad", hg(T, h, V // t)), *reduce("head-grad", wait=1),
                 c("lm-head-wgrad", hg(V // t, h, T)), c("final-norm-bwd", norm_bwd))
     # every other matmul of wq, wk, wv, wo, w1, [w3,] w2, as separate projections
-    mms = [("wq", q // t, h), ("wk", kv // t, h), ("wv", kv // t, h), ("wo", h, q // t), ("w1", f // t, h)]
-    mms += [("w3", f // t, h), ("w2", h, f // t)] if branches == 2 else [("w2", h, f // t)]
+    mms = model.separate_matmuls(t)
     op_recompute = tuple(c(name, fwd_g(out, inp)) for name, out, inp in mms[1::2]) + tuple(
         st for st in fwd if st.stream is None and isinstance(st.op, MemoryOp))
     if parallel.tp_comm_overlap and sp and tp_on:

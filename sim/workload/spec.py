@@ -158,6 +158,15 @@ class ModelSpec:
         return q + [("kv-down", self.kv_lora_rank + self.qk_rope_head_dim, h, False),
                     ("kv-up", H * (self.qk_nope_head_dim + self.v_head_dim) // t, self.kv_lora_rank, True)]
 
+    def separate_matmuls(self, t: int = 1) -> list[tuple[str, int, int]]:
+        """A layer's projections as separate matmuls in forward order, ``(name, out, in)`` per
+        GPU of a ``t``-way TP group: ``wq, wk, wv, wo, w1, [w3,] w2`` (the row-parallel ``wo``
+        and ``w2`` produce full-width partial sums). The order torchtitan's op-level
+        checkpointing counts them in."""
+        h, q, kv, f = self.hidden_size, self.q_size // t, self.kv_size // t, self.ffn_hidden_size // t
+        mlp = [("w1", f, h), ("w3", f, h), ("w2", h, f)] if self.gated_mlp else [("w1", f, h), ("w2", h, f)]
+        return [("wq", q, h), ("wk", kv, h), ("wv", kv, h), ("wo", h, q), *mlp]
+
     @property
     def attention_out_size(self) -> int:
         """Input width of the attention output projection (all heads' values)."""

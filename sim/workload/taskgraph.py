@@ -226,9 +226,9 @@ class _RankProgram(DataParallelMixin):
                 prev = self.last_c
                 for layer in reversed(layers):
                     la = args + (("layer", layer),)
-                    lp = self.layer_params(vs, layer, layer == layers[0], layer == layers[-1])
                     if fsdp and not fsdp_once:
-                        self.fsdp_gather(lp, la, prev)
+                        self.fsdp_gather(self.layer_params(vs, layer, layer == layers[0], layer == layers[-1]),
+                                         la, prev)
                     is_moe = m.is_moe_layer(layer)
                     lops = self.ops.for_layer(is_moe)
                     bwd, k = lops.layer_bwd, lops.attention_bwd_index
