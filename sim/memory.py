@@ -37,6 +37,11 @@ OPTIMIZER_BYTES = 12.0
 CUBLAS_WORKSPACE_BYTES = 8 * 4 * 2**20
 """cuBLAS workspace PyTorch allocates per stream by default (``CUBLAS_WORKSPACE_CONFIG``
 ``:4096:8``, eight 4 MiB chunks; PyTorch docs, "Reproducibility")."""
+FSDP_ACCUMULATED_GRAD_BYTES = 4.0
+"""Bytes per parameter of the unsharded gradients FSDP2 accumulates across micro-batches when
+gradient sync is off: upcast to the reduce dtype, fp32 (PyTorch
+``torch/distributed/fsdp/_fully_shard/_fsdp_param.py``, ``to_accumulated_grad_if_needed``;
+torchtitan ``parallelism.mixed_precision_reduce`` default ``"float32"``)."""
 ZERO3_PREFETCH_LAYERS = 2
 """Layers whose full 16-bit weights a ZeRO-3/FSDP rank holds at once: the one computing and
 the one prefetched (FSDP2's default forward prefetch of one module)."""
@@ -353,11 +358,15 @@ def _other_bytes(w: WorkloadSpec, stage: int) -> float:
         other += 2.0 * m.seq_length // p.cp * p.micro_batch_size * m.hidden_size
     if p.zero >= 3:
         if p.pp > 1:
-            # a pipeline stage keeps all its weights gathered across micro-batches, and
-            # accumulates their gradients unsharded until the reduce-scatter after the last
-            # micro-batch (FSDP2 under torch.distributed.pipelining: no resharding after
-            # forward, gradient sync only on the last backward), both 16-bit
-            other += 2 * stage_params(m, p, stage) * WEIGHT_BYTES * (1 - 1 / (p.dp * p.cp))
+            # a pipeline stage keeps all its weights gathered (16-bit) across micro-batches,
+            # and accumulates their gradients unsharded until the reduce-scatter after the
+            # last micro-batch (FSDP2 under torch.distributed.pipelining: no resharding after
+            # forward, gradient sync only on the last backward). FSDP2 upcasts the unsharded
+            # gradient to the reduce dtype before accumulating it
+            # (``FSDPParam.to_accumulated_grad_if_needed``), fp32 in torchtitan
+            # (``mixed_precision_reduce = "float32"``)
+            other += stage_params(m, p, stage) * (WEIGHT_BYTES + FSDP_ACCUMULATED_GRAD_BYTES) \
+                * (1 - 1 / (p.dp * p.cp))
         else:
             split, replicated = _layer_split(m)
             other += ZERO3_PREFETCH_LAYERS * (split / p.tp + replicated) * WEIGHT_BYTES

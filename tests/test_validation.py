@@ -46,17 +46,23 @@ def test_megatron_ci_memory_mape_under_10_percent():
     assert all(abs(r.error_pct) < 10.0 for r in v.scored if r.is_memory)
 
 
-def test_skipped_cases_carry_their_reason(tmp_path):
+def test_model_parallel_split_follows_the_papers_rule_and_a_case_that_cannot_be_split_is_skipped(tmp_path):
     import yaml
+
+    from sim.config import load_cases
 
     cases = [c for c in yaml.safe_load((CASES / "narayanan2021.yaml").read_text()) if "_ptdp_" in c["id"]]
     path = tmp_path / "ptdp.yaml"
     path.write_text(yaml.safe_dump(cases))
+    for (case_id, w), case in zip(load_cases(str(path)), cases):
+        # Table 2 gives tp x pp only; Takeaway #1: TP up to the 8 GPUs of a DGX, PP across them
+        mp = case["system"]["num_gpus"] // case["parallel"]["dp"]
+        assert (w.parallel.tp, w.parallel.pp) == (8, mp // 8), case_id
+    broken = dict(cases[0], id="odd", system=dict(cases[0]["system"], num_gpus=385))
+    path.write_text(yaml.safe_dump([broken]))
     v = validate([str(path)])
-    skipped = [r for r in v.rows if r.skipped]
-    assert len(skipped) == len(cases), "the PTD-P rows do not publish tp and pp"
-    assert all(r.predicted is None and r.error_pct is None for r in skipped)
-    assert all("not published" in r.skipped and "parallel.tp" in r.skipped for r in skipped)
+    assert len(v.rows) == 1 and v.rows[0].skipped and v.rows[0].predicted is None
+    assert "parallel.tp" in v.rows[0].skipped and "not published" in v.rows[0].skipped
     assert v.mape_pct is None
 
 
@@ -64,7 +70,8 @@ def test_parallel_validation_gives_the_same_rows(tmp_path):
     import yaml
 
     cases = [c for c in yaml.safe_load((CASES / "korthikanti2022.yaml").read_text()) if "_t4_22B_" in c["id"]]
-    cases += [c for c in yaml.safe_load((CASES / "narayanan2021.yaml").read_text()) if "_ptdp_174" in c["id"]]
+    ptdp = next(c for c in yaml.safe_load((CASES / "narayanan2021.yaml").read_text()) if "_ptdp_174" in c["id"])
+    cases.append(dict(ptdp, system=dict(ptdp["system"], num_gpus=385)))  # cannot be split: skipped
     path = tmp_path / "mixed.yaml"
     path.write_text(yaml.safe_dump(cases))
     one = validate([str(path)])

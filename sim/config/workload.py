@@ -188,7 +188,7 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     gpu = _gpu(system_f)
     num_gpus = system_f.integer("num_gpus")
     parallel = _build_parallel(_Fields(raw.get("parallel"), path, "parallel", _PARALLEL_KEYS),
-                               num_gpus, framework, notes)
+                               num_gpus, framework, notes, system_f.integer("gpus_per_node"))
     if num_gpus is None:
         num_gpus = notes.fill("system.num_gpus", parallel.num_gpus, "tp x pp x dp x cp")
     system = _build_system(system_f, gpu, num_gpus, file.parent, notes)
@@ -312,12 +312,38 @@ def _vocab(f: _Fields, notes: _Notes) -> int:
     return f.integer("vocab_size", required=True)
 
 
+def _model_parallel_split(f: _Fields, num_gpus: int | None, gpus_per_node: int | None,
+                          notes: _Notes) -> tuple[int, int]:
+    """TP and PP, each read or filled. When both are null but the GPU count, DP and CP fix
+    their product (Narayanan et al. 2021's Table 2 gives only the model-parallel size), the
+    split follows that paper's Takeaway #1: tensor parallelism up to the GPUs of one server,
+    pipeline parallelism across servers; otherwise a null is Megatron-LM's default of 1."""
+    tp, pp = f.integer("tp"), f.integer("pp")
+    cp = 1 if f.integer("cp") is None else f.integer("cp")
+    dp = f.integer("dp")
+    if tp is None and pp is None and None not in (num_gpus, dp) and num_gpus % (dp * cp) == 0:
+        mp = num_gpus // (dp * cp)
+        per_node = gpus_per_node or 8
+        tp = max(d for d in range(1, min(mp, per_node) + 1) if mp % d == 0 and per_node % d == 0)
+        why = (f"model-parallel size {mp} = num_gpus / (dp x cp): tensor parallelism up to the "
+               f"{per_node} GPUs of a server, pipeline across servers (Narayanan et al. 2021, Takeaway #1)")
+        return notes.fill("parallel.tp", tp, why), notes.fill("parallel.pp", mp // tp, why)
+    if (tp is None) != (pp is None) and None not in (num_gpus, dp) and num_gpus % (dp * cp) == 0:
+        mp, given = num_gpus // (dp * cp), tp or pp
+        if mp % given == 0:
+            key = "parallel.pp" if pp is None else "parallel.tp"
+            value = notes.fill(key, mp // given, f"num_gpus / (dp x cp x {'tp' if pp is None else 'pp'})")
+            return (tp, value) if pp is None else (value, pp)
+    if tp is None:
+        tp = notes.fill("parallel.tp", 1, "Megatron-LM default")
+    if pp is None:
+        pp = notes.fill("parallel.pp", 1, "Megatron-LM default")
+    return tp, pp
+
+
 def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
-                    notes: _Notes) -> ParallelSpec:
-    tp_pp = {k: f.integer(k) for k in ("tp", "pp")}
-    for key in [k for k, v in tp_pp.items() if v is None]:
-        tp_pp[key] = notes.fill(f"parallel.{key}", 1, "Megatron-LM default")
-    tp, pp = tp_pp["tp"], tp_pp["pp"]
+                    notes: _Notes, gpus_per_node: int | None = None) -> ParallelSpec:
+    tp, pp = _model_parallel_split(f, num_gpus, gpus_per_node, notes)
     cp, ep = (1 if f.integer(k) is None else f.integer(k) for k in ("cp", "ep"))
     dp = f.integer("dp")
     if dp is None:
