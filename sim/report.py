@@ -149,6 +149,8 @@ def make_report(run: Run) -> Report:
                 "micro_batch_size": p.micro_batch_size, "global_batch_size": p.global_batch_size,
                 "num_microbatches": p.num_microbatches, "recompute": p.recompute.value,
                 "distributed_optimizer": p.distributed_optimizer, "dtype": w.dtype.value}
+    if run.fabric.placement is not None:  # only off the default, so default reports stay as they were
+        parallel["placement"] = p.placement if isinstance(p.placement, str) else list(p.placement)
     return Report(
         workload=w.name, topology=run.topology.name, gpu=w.system.gpu.name, num_gpus=n, parallel=parallel,
         iteration_time_s=T, tokens_per_s=w.tokens_per_iteration / T,
@@ -169,6 +171,8 @@ def format_report(r: Report) -> str:
     sched = p["schedule"] + (f" (v={p['virtual_pipeline_stages']})" if p["virtual_pipeline_stages"] > 1 else "")
     cp = f"  CP {p['cp']}" if p["cp"] > 1 else ""
     cp += f"  EP {p['ep']}" if p.get("ep", 1) > 1 else ""
+    placed = p.get("placement")
+    placed = "" if placed is None else f" (placed {placed if isinstance(placed, str) else 'by GPU list'})"
     zero = f"ZeRO-{p['zero_stage']}" if p["zero_stage"] >= 2 else None
     flags = [f"recompute {p['recompute']}"] + ([zero] if zero else [])
     if p["sequence_parallel"]:
@@ -177,7 +181,7 @@ def format_report(r: Report) -> str:
         flags.append("distributed optimizer")
     lines = [
         f"llmsim {__version__}: {r.workload} on {r.num_gpus} x {r.gpu} ({r.topology})",
-        f"  TP {p['tp']}  PP {p['pp']}{cp}  DP {p['dp']}  {sched}  {p['num_microbatches']} micro-batches of "
+        f"  TP {p['tp']}  PP {p['pp']}{cp}  DP {p['dp']}{placed}  {sched}  {p['num_microbatches']} micro-batches of "
         f"{p['micro_batch_size']}  {p['dtype']}  {', '.join(flags)}",
         "",
     ]

@@ -22,7 +22,7 @@ from sim.results import CounterSample, SimResult
 from sim.topology.build import build_topology
 from sim.topology.routing import Fabric
 from sim.topology.spec import TopologySpec
-from sim.workload.layout import Layout
+from sim.workload.layout import Layout, gpu_placement, order_placements
 from sim.workload.spec import WorkloadSpec
 from sim.workload.taskgraph import Program, build_program
 
@@ -64,6 +64,11 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
              slow_gpus: dict[int, float] | None = None, link_counters: int = 0) -> Run:
     """Simulate one training iteration of ``workload`` on ``topology``.
 
+    Ranks run on the GPUs ``workload.parallel.placement`` gives (:func:`gpu_placement`). One
+    representative rank per stage stands for the others only when they are placed alike, as
+    a rank order places them; an explicit GPU list that no order gives is therefore simulated
+    in full, with a note.
+
     Parameters
     ----------
     full : bool
@@ -71,10 +76,11 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
     costs : CostModel, optional
         Defaults to :class:`~sim.costs.analytical.AnalyticalCostModel` for the workload's GPU.
     slow_gpus : dict, optional
-        GPU rank -> factor (> 1) by which its compute runs slower (a straggler). With one
-        representative rank per stage, the straggler's stage representative runs slow in its
-        place: the stage's collectives make its peers wait for it every step, so the iteration
-        ends with it either way; ``full=True`` slows exactly that GPU.
+        Rank -> factor (> 1) by which its compute runs slower (a straggler; a rank, wherever
+        ``parallel.placement`` puts it). With one representative rank per stage, the
+        straggler's stage representative runs slow in its place: the stage's collectives make
+        its peers wait for it every step, so the iteration ends with it either way;
+        ``full=True`` slows exactly that rank.
     link_counters : int
         Record link rates and add, for this many of the busiest links that start or end at a
         simulated GPU, a counter ``link <name>`` of its utilization (carried rate over
@@ -83,7 +89,14 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
     notes = list(notes or [])
     t0 = time.perf_counter()
     with _gc_paused():
-        fabric = Fabric(build_topology(topology, workload.system.num_gpus))
+        placement = gpu_placement(workload.parallel)
+        if placement is not None and not full and not isinstance(workload.parallel.placement, str) \
+                and placement not in order_placements(workload.parallel):
+            full = True
+            notes.append("parallel.placement: an explicit GPU list that no rank order gives -> every "
+                         "rank simulated (as --full): a representative rank per stage stands for "
+                         "the others only when they are placed alike")
+        fabric = Fabric(build_topology(topology, workload.system.num_gpus), placement)
         program = build_program(workload, representative=not full, node_of=fabric.node_of,
                                 local_gpu_of=fabric.local_gpu)
         if costs is None:
@@ -126,7 +139,7 @@ def _link_counters(fabric: Fabric, result, n: int) -> list:
     for link in sorted(range(len(busy)), key=lambda i: (-busy[i], i)):
         if busy[link] <= 0 or len(picked) == n:
             break
-        ends = [int(m) for m in re.findall(r"\bgpu(\d+)\b", fabric.link_names[link])]
+        ends = [fabric.rank_on(int(m)) for m in re.findall(r"\bgpu(\d+)\b", fabric.link_names[link])]
         owner = next((r for r in ends if r in simulated), None)
         if owner is not None:
             picked.append((link, owner))

@@ -3,6 +3,12 @@
 Builds the model, parallel, system and reference parts of a case, filling null settings the
 way the producing framework (Megatron-LM, torchtitan) would (the framework-specific parallel
 defaults are in :mod:`sim.config.defaults`) and noting each default filled.
+
+``parallel.placement`` says which GPU each rank runs on (docs/placement.md): a rank order in
+Megatron-Core's notation, innermost first (``"tp-cp-ep-dp-pp"``, the default: rank ``r`` on
+GPU ``r``, TP inside a node; ``"tp-pp-dp"``: the pipeline stages of a replica next to each
+other; ``"dp-tp-pp"``: TP strided across nodes), or a list of ``num_gpus`` GPU indices, the
+``i``-th the GPU of rank ``i``. A null or absent placement is the default and adds no note.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ from sim.hardware import GPUSpec, get_gpu, gpu_names
 from sim.hf import read_hf_config
 from sim.types import Dtype, RecomputeKind, ScalingRecipe, ScheduleKind
 from sim.units import GiB
-from sim.workload.spec import ModelSpec, ParallelSpec, Reference, SystemSpec, WorkloadSpec, pipeline_split
+from sim.workload.spec import (MEGATRON_ORDER, ModelSpec, ParallelSpec, Reference, SystemSpec, WorkloadSpec,
+                               pipeline_split)
 
 DEFAULT_WORKLOAD = "gpt3-175b"
 _TOP_KEYS = ("id", "name", "description", "source", "model", "system", "parallel", "dtype", "scaling",
@@ -38,7 +45,7 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "schedule",
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce",
-                  "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "tp_comm_overlap", "overlap_param_gather", "details")
+                  "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "tp_comm_overlap", "overlap_param_gather", "placement", "details")
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node",
                 "description")
 _WORKLOAD_SETTABLE = ({"model": _MODEL_KEYS, "parallel": _PARALLEL_KEYS, "system": _SYSTEM_KEYS},
@@ -343,6 +350,22 @@ def _model_parallel_split(f: _Fields, num_gpus: int | None, gpus_per_node: int |
 
 def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
                     notes: _Notes, gpus_per_node: int | None = None) -> ParallelSpec:
+    """The ``parallel`` mapping; null settings filled as the framework would.
+
+    ``placement`` maps ranks onto GPUs (ranks count in Megatron's ``tp-cp-ep-dp-pp`` order,
+    :mod:`sim.workload.layout`):
+
+    * an order string, Megatron-Core's ``initialize_model_parallel(order=...)``: the
+      dimensions ``tp``, ``cp``, ``dp``, ``pp`` joined by ``-``, innermost (closest GPUs)
+      first. One of size 1 may be left out (it goes outermost). ``ep`` may stand right before
+      ``dp`` and changes nothing: expert-parallel groups are the inner part of the
+      data-parallel ranks in every order. ``"tp-cp-ep-dp-pp"`` (null, the default) runs rank
+      ``r`` on GPU ``r``; ``"tp-pp-dp"`` keeps a replica's pipeline stages within a node and
+      sends the gradient reduction across nodes; ``"dp-tp-pp"`` spreads a TP group across nodes.
+    * a list of ``num_gpus`` distinct GPU indices: rank ``i`` runs on GPU ``list[i]``.
+
+    Anything else is a ConfigError on ``parallel.placement``.
+    """
     tp, pp = _model_parallel_split(f, num_gpus, gpus_per_node, notes)
     cp, ep = (1 if f.integer(k) is None else f.integer(k) for k in ("cp", "ep"))
     dp = f.integer("dp")
@@ -368,6 +391,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
                        "Megatron-LM default: no recomputation")
     recompute = _recompute_meaning(recompute, framework, notes)
     zero, bucket = f.integer("zero_stage"), f.integer("grad_bucket_size_params")
+    placement = _placement(f)
     with _located(f.path):
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, virtual_pipeline_stages=vps, schedule=schedule,
@@ -382,7 +406,22 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
             attention_kernel=_attention_kernel_default(f, framework, notes),
             tp_comm_overlap=tp_overlap,
             cross_entropy=_loss_default(f, framework, notes),
+            placement=placement,
         )
+
+
+def _placement(f: _Fields) -> str | tuple[int, ...]:
+    """``parallel.placement`` as read: an order string, or a list as a tuple (the spec checks
+    the tokens and the permutation)."""
+    value = f.raw.get("placement")
+    if value is None:
+        return MEGATRON_ORDER
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return tuple(value)
+    raise f.error("placement", f"an order such as '{MEGATRON_ORDER}' (innermost first) or a list of "
+                  "GPU indices, one per rank", value)
 
 
 def _gpu(f: _Fields) -> GPUSpec:

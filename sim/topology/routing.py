@@ -2,10 +2,15 @@
 
 Routing is shortest-path by each edge's ``hop_weight`` (NetworkX Dijkstra), deterministic for
 a given graph, and cached per :class:`Fabric` instance (never across instances).
+
+Callers speak in ranks. A fabric with a ``placement`` runs rank ``r`` on GPU ``placement[r]``
+(the graph's node ``gpu{placement[r]}``); every method that takes ranks maps them here, so the
+task program, the layout and the engine never see GPU indices. Link names keep the GPUs'.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import networkx as nx
@@ -36,9 +41,17 @@ class Fabric:
     ----------
     graph : networkx.DiGraph
         As built by :func:`sim.topology.build.build_topology`.
+    placement : sequence of int, optional
+        The GPU index of each rank (a permutation of the graph's GPUs); None, or the identity,
+        runs rank ``r`` on GPU ``r``.
+
+    Raises
+    ------
+    ValueError
+        If ``placement`` is not a permutation of the graph's GPU indices.
     """
 
-    def __init__(self, graph: nx.DiGraph) -> None:
+    def __init__(self, graph: nx.DiGraph, placement: Sequence[int] | None = None) -> None:
         self.graph = graph
         edges = sorted(graph.edges(data=True), key=lambda e: e[2]["link_id"])
         self.capacity_bytes_per_s: list[float] = [d["bandwidth_bytes_per_s"] for _, _, d in edges]
@@ -46,16 +59,36 @@ class Fabric:
         self.link_kinds: list[str] = [d["link"] for _, _, d in edges]
         self._routes: dict[tuple[int, int], Route] = {}
         self.num_gpus = sum(1 for _, d in graph.nodes(data=True) if d["kind"] == "gpu")
+        if placement is not None:
+            placement = tuple(placement)
+            if sorted(placement) != list(range(self.num_gpus)):
+                raise ValueError(f"placement must be a permutation of the {self.num_gpus} GPU indices "
+                                 f"0..{self.num_gpus - 1}, got {len(placement)} items")
+            if placement == tuple(range(self.num_gpus)):
+                placement = None
+        self.placement: tuple[int, ...] | None = placement
+        """The GPU of each rank; None when rank ``r`` runs on GPU ``r``."""
+        self._rank_on = None if placement is None else {g: r for r, g in enumerate(placement)}
+
+    def gpu_of(self, rank: int) -> int:
+        """The GPU index (graph node ``gpu{i}``) that ``rank`` runs on."""
+        return rank if self.placement is None else self.placement[rank]
+
+    def rank_on(self, gpu: int) -> int:
+        """The rank that runs on GPU ``gpu`` (the inverse of :meth:`gpu_of`)."""
+        return gpu if self._rank_on is None else self._rank_on[gpu]
 
     def node_of(self, rank: int) -> int:
-        """The server (node) index of a GPU."""
-        return self.graph.nodes[f"gpu{rank}"]["node"]
+        """The server (node) index of a rank's GPU."""
+        return self.graph.nodes[f"gpu{self.gpu_of(rank)}"]["node"]
 
     def local_gpu(self, rank: int) -> int:
-        return self.graph.nodes[f"gpu{rank}"]["local_gpu"]
+        """The index of a rank's GPU within its server."""
+        return self.graph.nodes[f"gpu{self.gpu_of(rank)}"]["local_gpu"]
 
     def route(self, src: int, dst: int) -> Route:
-        """The route from GPU ``src`` to GPU ``dst`` (an empty route when they are equal)."""
+        """The route from rank ``src``'s GPU to rank ``dst``'s (an empty route when they are
+        equal)."""
         key = (src, dst)
         r = self._routes.get(key)
         if r is None:
@@ -66,6 +99,7 @@ class Fabric:
         if src == dst:
             return Route((), 0.0, float("inf"), _FREE)
         g = self.graph
+        src, dst = self.gpu_of(src), self.gpu_of(dst)
         nodes = nx.shortest_path(g, f"gpu{src}", f"gpu{dst}", weight="hop_weight")
         datas = [g.edges[u, v] for u, v in zip(nodes, nodes[1:])]
         bottleneck = min(datas, key=lambda d: d["bandwidth_bytes_per_s"])

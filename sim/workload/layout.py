@@ -6,15 +6,19 @@ group sits inside a node and pipeline stages are farthest apart. Context-paralle
 the same weights, so their gradients are reduced together with the data-parallel ones (the
 ``dp-cp`` group): here the ``dp`` coordinate runs over both, ``dp = cp + CP dp_pure``, and a CP
 group is a block of ``CP`` consecutive ``dp`` coordinates.
+
+Ranks are logical: which GPU each one runs on is the workload's ``parallel.placement``
+(:func:`gpu_placement`), applied once, by :class:`sim.topology.routing.Fabric`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import permutations
 
-from sim.workload.spec import ParallelSpec
+from sim.workload.spec import ParallelSpec, placement_digits
 
-__all__ = ["Layout"]
+__all__ = ["Layout", "gpu_placement", "order_placements"]
 
 
 @dataclass(frozen=True)
@@ -109,3 +113,50 @@ class Layout:
         """Every (sender, receiver) pair between two stages, same tp and dp coordinates."""
         return tuple((self.rank(t, d, src_pp), self.rank(t, d, dst_pp))
                      for d in range(self.dp) for t in range(self.tp))
+
+    def placement(self, digits: tuple[str, ...]) -> tuple[int, ...]:
+        """The GPU of every rank when ranks are laid on GPUs in the order ``digits`` (of
+        ``tp``, ``cp``, ``dp``, ``pp``, innermost first; ``dp`` here the pure data-parallel
+        coordinate, expert-parallel groups inside it).
+
+        >>> Layout(2, 2, 2).placement(("tp", "pp", "dp", "cp"))
+        (0, 1, 4, 5, 2, 3, 6, 7)
+        """
+        size = {"tp": self.tp, "cp": self.cp, "dp": self.dp // self.cp, "pp": self.pp}
+        stride, s = {}, 1
+        for d in digits:
+            stride[d] = s
+            s *= size[d]
+        out = []
+        for r in range(self.world_size):
+            t, d, p = self.coords(r)
+            out.append(t * stride["tp"] + d % self.cp * stride["cp"] + d // self.cp * stride["dp"]
+                       + p * stride["pp"])
+        return tuple(out)
+
+
+def gpu_placement(parallel: ParallelSpec) -> tuple[int, ...] | None:
+    """The GPU index of every rank (``out[rank]``) under ``parallel.placement``; None when
+    every rank runs on the GPU of its own index (Megatron's order, the default).
+
+    >>> gpu_placement(ParallelSpec(tp=2, pp=2, dp=2, placement="tp-pp-dp"))
+    (0, 1, 4, 5, 2, 3, 6, 7)
+    >>> gpu_placement(ParallelSpec(tp=2, pp=2, dp=2)) is None
+    True
+    """
+    pl = parallel.placement
+    if isinstance(pl, str):
+        layout = Layout.of(parallel)
+        sizes = {"tp": parallel.tp, "cp": parallel.cp, "dp": parallel.dp, "pp": parallel.pp}
+        pl = layout.placement(placement_digits(pl, sizes))
+    pl = tuple(pl)
+    return None if pl == tuple(range(len(pl))) else pl
+
+
+def order_placements(parallel: ParallelSpec) -> dict[tuple[int, ...], str]:
+    """Every placement a rank order gives (each order of tp, cp, dp and pp), with the order."""
+    layout = Layout.of(parallel)
+    out: dict[tuple[int, ...], str] = {}
+    for digits in permutations(("tp", "cp", "dp", "pp")):
+        out.setdefault(layout.placement(digits), "-".join(digits))
+    return out

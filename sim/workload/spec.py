@@ -15,9 +15,18 @@ from sim.errors import ConfigError
 from sim.hardware import GPUSpec
 from sim.types import AttentionKernel, Dtype, LossKind, RecomputeKind, ScalingRecipe, ScheduleKind
 
-__all__ = ["ModelSpec", "ParallelSpec", "SystemSpec", "Reference", "WorkloadSpec", "pipeline_split"]
+__all__ = ["ModelSpec", "ParallelSpec", "SystemSpec", "Reference", "WorkloadSpec", "pipeline_split",
+           "MEGATRON_ORDER", "placement_digits"]
 
 _SPEC = "<spec>"
+
+MEGATRON_ORDER = "tp-cp-ep-dp-pp"
+"""Megatron-Core's default rank order (``initialize_model_parallel(order=...)``), innermost
+first: the default placement, rank ``r`` on GPU ``r``."""
+
+_ORDER_TOKENS = ("tp", "cp", "ep", "dp", "pp")
+_ORDER_EXPECTED = ("an order of tp, cp, dp, pp (and ep right before dp) joined by '-', innermost first, "
+                   f"e.g. '{MEGATRON_ORDER}' or 'tp-pp-dp', or a list of GPU indices")
 
 
 def _positive_int(field: str, value: object) -> None:
@@ -46,6 +55,42 @@ def pipeline_split(num_layers: int, chunks: int) -> tuple[int, ...] | None:
     counts[0] -= 1
     counts[-1] -= 1
     return tuple(counts) if min(counts) >= 0 and sum(counts) == num_layers else None
+
+
+def placement_digits(order: str, sizes: dict[str, int]) -> tuple[str, ...]:
+    """The dimensions of a rank order string, innermost first, as they lay ranks on GPUs.
+
+    ``order`` is Megatron-Core's ``order`` argument (``"tp-cp-ep-dp-pp"``): each of ``tp``,
+    ``cp``, ``dp``, ``pp`` at most once; one of size 1 (``sizes``) may be left out and goes
+    outermost, as Megatron-Core's ``RankGenerator`` appends it. ``ep`` is not a dimension of
+    its own: expert-parallel groups are carved out of the data-parallel ranks (their inner
+    factor, :meth:`sim.workload.layout.Layout.ep_group`), so ``ep`` may only stand right before
+    ``dp`` and is dropped.
+
+    >>> placement_digits("tp-pp-dp", {"tp": 2, "cp": 1, "dp": 2, "pp": 2})
+    ('tp', 'pp', 'dp', 'cp')
+
+    Raises
+    ------
+    ConfigError
+        Field ``parallel.placement``, file ``<spec>``, for an unknown or repeated token, a
+        missing dimension larger than 1, or ``ep`` away from ``dp``.
+    """
+    tokens = [t.strip() for t in order.strip().lower().split("-")]
+    bad = [t for t in tokens if t not in _ORDER_TOKENS]
+    if bad or len(set(tokens)) != len(tokens):
+        what = f"unknown {bad[0]!r}" if bad else "a repeated dimension"
+        raise ConfigError(_SPEC, "parallel.placement", f"{_ORDER_EXPECTED} ({what})", order)
+    if "ep" in tokens and tokens[tokens.index("ep") + 1:tokens.index("ep") + 2] != ["dp"]:
+        raise ConfigError(_SPEC, "parallel.placement", "'ep' right before 'dp' ('ep-dp': expert-parallel "
+                          "groups are carved out of the data-parallel ranks)", order)
+    digits = [t for t in tokens if t != "ep"]
+    missing = [t for t in ("tp", "cp", "dp", "pp") if t not in digits]
+    needed = [f"{t}={sizes[t]}" for t in missing if sizes[t] > 1]
+    if needed:
+        raise ConfigError(_SPEC, "parallel.placement", f"an order naming every dimension larger than 1 "
+                          f"(missing {', '.join(needed)})", order)
+    return tuple(digits + missing)
 
 
 @dataclass(frozen=True)
@@ -242,6 +287,10 @@ class ParallelSpec:
 
     ``virtual_pipeline_stages`` is Megatron's ``--num-virtual-stages-per-pipeline-rank``
     (1 unless the schedule is interleaved). ``dp`` is the data-parallel degree.
+
+    ``placement`` says which GPU each rank runs on: a rank order (Megatron-Core's ``order``,
+    innermost first; :data:`MEGATRON_ORDER` puts rank ``r`` on GPU ``r``) or a tuple whose
+    ``i``-th entry is the GPU of rank ``i`` (:func:`sim.workload.layout.gpu_placement`).
     """
 
     tp: int = 1
@@ -276,11 +325,15 @@ class ParallelSpec:
     cross_entropy: LossKind = LossKind.FUSED
     """How the loss is computed (Megatron's fused vocab-parallel kernel, or PyTorch's on fp32
     logits as torchtitan runs it): it decides the loss's memory."""
+    placement: str | tuple[int, ...] = MEGATRON_ORDER
+    """Which GPU each rank runs on: a rank order such as ``"tp-pp-dp"`` (innermost first), or
+    the GPU index of every rank in rank order (a permutation of ``0 .. num_gpus - 1``)."""
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "micro_batch_size",
                   "global_batch_size", "grad_bucket_size_params"):
             _positive_int(f"parallel.{f}", getattr(self, f))
+        self._check_placement()
         if self.cp > 1 and not self.flash_attention:
             raise ConfigError(_SPEC, "parallel.flash_attention",
                               "true with parallel.cp > 1 (ring attention is built on fused attention)", False)
@@ -306,6 +359,26 @@ class ParallelSpec:
                               "(Megatron-LM requires --sequence-parallel for --tp-comm-overlap)", False)
         if self.sequence_parallel and self.tp == 1:
             raise ConfigError(_SPEC, "parallel.sequence_parallel", "false when parallel.tp is 1", True)
+
+    def _check_placement(self) -> None:
+        pl = self.placement
+        if isinstance(pl, str):
+            placement_digits(pl, {"tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp})
+            return
+        if not isinstance(pl, (tuple, list)):
+            raise ConfigError(_SPEC, "parallel.placement", _ORDER_EXPECTED, pl)
+        n = self.num_gpus
+        if len(pl) != n:
+            raise ConfigError(_SPEC, "parallel.placement", f"a list of {n} GPU indices, one per rank "
+                              f"(tp x pp x dp x cp)", f"a list of {len(pl)}")
+        odd = [g for g in pl if isinstance(g, bool) or not isinstance(g, int) or not 0 <= g < n]
+        if odd:
+            raise ConfigError(_SPEC, "parallel.placement", f"GPU indices in 0..{n - 1}", odd[0])
+        if len(set(pl)) != n:
+            twice = next(g for g in pl if pl.count(g) > 1)
+            raise ConfigError(_SPEC, "parallel.placement", f"a permutation of 0..{n - 1} (each GPU once)",
+                              f"GPU {twice} more than once")
+        object.__setattr__(self, "placement", tuple(pl))
 
     @property
     def num_gpus(self) -> int:
