@@ -6,7 +6,7 @@
                [--slow-gpu RANK=FACTOR ...]
     llmsim memory [WORKLOAD.yaml] [--recompute none,selective,selective-op,full] [--plot PATH.png] [--json PATH]
     llmsim validate FILE... [--json PATH]
-    llmsim collective --topology T --op all-reduce --bytes 1GiB --ranks 8 [--algo auto|ring|hierarchical] [--json PATH]
+    llmsim collective --topology T --op all-reduce --bytes 1GiB --ranks 8 [--algo auto|ring|multi-ring|tree|nvls|pat|hierarchical] [--json PATH]
     llmsim compare [WORKLOAD.yaml] --topology A --topology B [...] [--json PATH] [--plot PATH.png]
 
 Bad input prints one line naming the file, the field, what was expected and what arrived,
@@ -147,8 +147,7 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     if op is CollectiveKind.RING_EXCHANGE:
         raise ConfigError("<--op>", "--op", "all-reduce, all-gather, reduce-scatter, all-to-all or send-recv",
                           args.op)
-    r = collective(load_topology(args.topology), op, parse_size_bytes(args.bytes), args.ranks,
-                   flat_ring=args.algo == "ring", hierarchical=args.algo == "hierarchical")
+    r = collective(load_topology(args.topology), op, parse_size_bytes(args.bytes), args.ranks, args.algo)
     print(f"llmsim collective: {r.op.value} of {r.size_bytes:,.0f} bytes over {r.ranks} GPUs of {r.topology}")
     print(f"  algorithm     {r.algorithm} ({r.phases} phase{'s' if r.phases != 1 else ''})")
     print(f"  time          {r.time_s * 1e6:,.1f} us")
@@ -228,9 +227,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="all-reduce, all-gather, reduce-scatter, all-to-all or send-recv (default all-reduce)")
     col.add_argument("--bytes", default="1GiB", help="message size as nccl-tests counts it, e.g. 1GiB, 256MB")
     col.add_argument("--ranks", type=int, default=8, help="number of GPUs (default 8)")
-    col.add_argument("--algo", choices=("auto", "ring", "hierarchical"), default="auto",
-                     help="auto: one ring per channel across nodes, as NCCL; ring: a single ring; "
-                     "hierarchical: intra-node, inter-node, intra-node phases")
+    col.add_argument("--algo", default="auto",
+                     help="auto (the fastest of NCCL's candidates, as NCCL's tuner picks), ring (one ring), "
+                     "multi-ring (a ring per channel across nodes), tree (double binary tree, all-reduce), "
+                     "nvls (NVLink SHARP, all-reduce in one NVSwitch domain), pat (all-gather/reduce-scatter, "
+                     "one GPU per node), hierarchical (intra-node, inter-node, intra-node phases)")
     col.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     col.set_defaults(func=_cmd_collective)
     cmp = sub.add_parser("compare", help="the same workload on several topologies",

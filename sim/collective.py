@@ -10,8 +10,8 @@ and 1 for a send/receive, so that busbw compares with the link's peak whatever t
 
 >>> from sim.config import load_topology
 >>> r = collective(load_topology("dgx-h100"), CollectiveKind.ALL_REDUCE, 2**30, 8)
->>> r.algorithm, round(r.busbw_bytes_per_s / 1e9)   # 0.80 of NVLink4's 450 GB/s at 1 GiB
-('ring', 359)
+>>> r.algorithm, round(r.busbw_bytes_per_s / 1e9)   # NVLink SHARP; nccl-tests: 466 GB/s at 1 GiB
+('nvls', 468)
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from sim.errors import ConfigError
 from sim.topology.build import build_topology
 from sim.topology.routing import Fabric
 from sim.topology.spec import TopologySpec
-from sim.types import CollectiveKind, CommClass
+from sim.types import CollectiveAlgorithm, CollectiveKind, CommClass, parse_enum
 from sim.workload.ops import CommOp
 
 __all__ = ["CollectiveResult", "collective", "parse_size_bytes", "bus_factor"]
@@ -78,22 +78,26 @@ class CollectiveResult:
 
 
 def collective(topology: TopologySpec, op: CollectiveKind, size_bytes: float, ranks: int,
-               flat_ring: bool = False, hierarchical: bool = False) -> CollectiveResult:
+               algorithm: CollectiveAlgorithm | str = CollectiveAlgorithm.AUTO) -> CollectiveResult:
     """Price ``op`` of ``size_bytes`` over GPUs ``0 .. ranks - 1`` of ``topology``.
 
     ``size_bytes`` follows nccl-tests: the all-reduce buffer, the all-gather output, the
-    reduce-scatter input, the all-to-all send buffer. Across nodes the planner runs NCCL-style
-    channel rings; ``flat_ring`` forces a single ring, ``hierarchical`` the three-phase plan.
-    A send/receive goes from rank 0 to rank ``ranks - 1``.
+    reduce-scatter input, the all-to-all send buffer. ``algorithm`` is ``auto`` (the fastest
+    of NCCL's candidates, :func:`sim.costs.comm.plan_comm`) or one forced, as ``NCCL_ALGO``
+    forces it. A send/receive goes from rank 0 to rank ``ranks - 1``.
     """
+    algorithm = parse_enum(CollectiveAlgorithm, algorithm, "<--algo>", "--algo")
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
         raise ConfigError("<--ranks>", "--ranks", "an integer of at least 2", ranks)
     if topology.num_gpus is not None and ranks > topology.num_gpus:
         raise ConfigError("<--ranks>", "--ranks", f"at most the topology's {topology.num_gpus} GPUs", ranks)
     fabric = Fabric(build_topology(topology, ranks))
     group = (0, ranks - 1) if op is CollectiveKind.SEND_RECV else tuple(range(ranks))
-    plan = plan_comm(fabric, CommOp(op, CommClass.DP, group, float(size_bytes)), representative=False,
-                     flat_ring=flat_ring, hierarchical=hierarchical)
+    try:
+        plan = plan_comm(fabric, CommOp(op, CommClass.DP, group, float(size_bytes)), representative=False,
+                         algorithm=algorithm)
+    except ValueError as exc:
+        raise ConfigError("<--algo>", "--algo", str(exc), algorithm.value) from None
     t = solo_time_s(plan.phases, fabric.capacity_bytes_per_s)
     algbw = size_bytes / t if t > 0 else float("inf")
     n = len(group)

@@ -121,6 +121,26 @@ class CollectiveKind(str, Enum):
     (nccl-tests' ``sendrecv``): one step of ring attention's K/V rotation."""
 
 
+class CollectiveAlgorithm(str, Enum):
+    """How a collective is run on the topology (NCCL's ``NCCL_ALGO``, plus the plans kept for
+    comparison); :func:`sim.costs.comm.plan_comm` documents each."""
+
+    AUTO = "auto"
+    """Price the candidates NCCL would consider and take the fastest, as NCCL's tuner does."""
+    RING = "ring"
+    """One ring over the whole group (one channel)."""
+    MULTI_RING = "multi-ring"
+    """NCCL's ring algorithm across scale-up domains: one ring per channel, rail-matched."""
+    TREE = "tree"
+    """NCCL's double binary tree across nodes, a chain inside each (all-reduce)."""
+    NVLS = "nvls"
+    """NVLink SHARP: the NVSwitch reduces and multicasts (all-reduce inside one domain)."""
+    PAT = "pat"
+    """NCCL's Parallel Aggregated Trees (all-gather, reduce-scatter with one rank per node)."""
+    HIERARCHICAL = "hierarchical"
+    """Reduce-scatter inside each domain, the collective across, all-gather inside."""
+
+
 class Stream(IntEnum):
     """A GPU's in-order execution queues; the value is the trace thread id."""
 

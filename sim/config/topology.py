@@ -2,26 +2,35 @@
 
 The files give their numbers in human units named in the keys (``bandwidth_GBps``,
 ``latency_us``, ``nic_bandwidth_Gbps``); the links and efficiency curves are converted here to SI.
+Scale-out bandwidths are in Gb/s, as network links are quoted (NICs, torus and dragonfly links);
+scale-up and PCIe bandwidths in GB/s. Each fabric kind has its own keys (docs/topologies.md):
+a key of another kind is an error rather than silently unused.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
-from sim.config.fields import _apply_overrides, _Fields, _is_number, _located, _read_yaml, _resolve
+from sim.config.fields import _apply_overrides, _Fields, _is_int, _is_number, _located, _read_yaml, _resolve
 from sim.errors import ConfigError
 from sim.hardware import EfficiencyCurve, get_gpu, gpu_names
-from sim.topology.spec import (FabricKind, LinkFault, LinkSpec, ScaleOutSpec, ScaleUpKind, ScaleUpSpec,
-                               TopologySpec)
+from sim.topology.spec import (DragonflySpec, FabricKind, LinkFault, LinkSpec, ScaleOutSpec, ScaleUpKind,
+                               ScaleUpSpec, TopologySpec, TorusSpec)
 from sim.types import parse_enum
 from sim.units import GBIT_PER_S, GBPS, US
 
 _TOPO_KEYS = ("name", "description", "gpu", "gpus_per_node", "num_gpus", "scale_up", "scale_out",
               "sources", "graphml", "faults")
 _EFF_KEYS = ("efficiency", "efficiency_by_size_bytes")
-_UP_KEYS = ("kind", "domain_size", "bandwidth_GBps", "latency_us") + _EFF_KEYS
-_OUT_KEYS = ("kind", "nics_per_node", "nic_bandwidth_Gbps", "latency_us", "nodes_per_leaf",
-             "switch_latency_us", "oversubscription", "pcie") + _EFF_KEYS
+_UP_KEYS = ("kind", "domain_size", "bandwidth_GBps", "latency_us", "collective_latency_us",
+            "nvls_efficiency_by_size_bytes") + _EFF_KEYS
+_TREE_KEYS = ("nodes_per_leaf", "switch_latency_us", "oversubscription", "planes")
+_TORUS_KEYS = ("dims", "link_bandwidth_Gbps", "link_latency_us")
+_DRAGONFLY_KEYS = ("groups", "routers_per_group", "nodes_per_router", "global_links_per_router",
+                   "local_bandwidth_Gbps", "local_latency_us", "global_bandwidth_Gbps", "global_latency_us")
+_OUT_KEYS = (("kind", "nics_per_node", "nic_bandwidth_Gbps", "latency_us", "pcie") + _TREE_KEYS + _TORUS_KEYS
+             + _DRAGONFLY_KEYS + _EFF_KEYS)
 _PCIE_KEYS = ("bandwidth_GBps", "latency_us") + _EFF_KEYS
 _TOPO_SETTABLE = ({"scale_up": _UP_KEYS, "scale_out": _OUT_KEYS}, _TOPO_KEYS[:5])
 _DEFAULT_TOPOLOGY = {"A100-SXM4-80GB": "dgx-a100", "H100-SXM5-80GB": "dgx-h100",
@@ -75,7 +84,10 @@ def load_topology(path_or_name: str, overrides: Sequence[str] = ()) -> TopologyS
             name=f.text("name") or file.stem,
             gpus_per_node=f.integer("gpus_per_node", required=True, positive=True),
             scale_up=ScaleUpSpec(kind=_kind(up, ScaleUpKind), link=_link(up, "bandwidth_GBps", GBPS),
-                                 domain_size=up.integer("domain_size", required=True, positive=True)),
+                                 domain_size=up.integer("domain_size", required=True, positive=True),
+                                 collective_latency_s=_collective_latency_s(up),
+                                 nvls_efficiency=_curve(up, "nvls_efficiency_by_size_bytes")
+                                 if up.raw.get("nvls_efficiency_by_size_bytes") is not None else None),
             scale_out=_scale_out(out), gpu=gpu, num_gpus=f.integer("num_gpus", positive=True),
             description=f.text("description") or "", faults=_faults(f))
 
@@ -136,19 +148,80 @@ def _kind(f: _Fields, kind: type) -> object:
 
 
 def _scale_out(out: _Fields) -> ScaleOutSpec:
+    kind = _kind(out, FabricKind)
+    _only_for_kind(out, kind)
     switch_us, oversub = out.number("switch_latency_us") or 0.0, out.number("oversubscription")
     if not switch_us >= 0:
         raise out.error("switch_latency_us", "a non-negative latency", switch_us)
     if oversub is not None and not oversub >= 1:
         raise out.error("oversubscription", "a ratio >= 1 (1 is non-blocking)", oversub)
     pcie = out.raw.get("pcie")
+    nic = _link(out, "nic_bandwidth_Gbps", GBIT_PER_S)
     return ScaleOutSpec(
-        kind=_kind(out, FabricKind), nic=_link(out, "nic_bandwidth_Gbps", GBIT_PER_S),
+        kind=kind, nic=nic,
         nics_per_node=out.integer("nics_per_node", required=True, positive=True),
         nodes_per_leaf=out.integer("nodes_per_leaf", positive=True) or 32,
         switch_latency_s=switch_us * US, oversubscription=oversub or 1.0,
         pcie=None if pcie is None else
-        _link(_Fields(pcie, out.path, "scale_out.pcie", _PCIE_KEYS), "bandwidth_GBps", GBPS))
+        _link(_Fields(pcie, out.path, "scale_out.pcie", _PCIE_KEYS), "bandwidth_GBps", GBPS),
+        planes=out.integer("planes", positive=True) or 1,
+        torus=_torus(out, nic) if kind is FabricKind.TORUS else None,
+        dragonfly=_dragonfly(out, nic) if kind is FabricKind.DRAGONFLY else None)
+
+
+def _only_for_kind(out: _Fields, kind: FabricKind) -> None:
+    """Reject a key that belongs to another fabric kind (the fat-tree keys are also accepted,
+    unused, with kind ``none``)."""
+    own = {FabricKind.TORUS: _TORUS_KEYS, FabricKind.DRAGONFLY: _DRAGONFLY_KEYS}.get(kind, _TREE_KEYS)
+    for keys, owner in ((_TREE_KEYS, "the fat-tree kinds"), (_TORUS_KEYS, "kind torus"),
+                        (_DRAGONFLY_KEYS, "kind dragonfly")):
+        for key in keys:
+            if out.raw.get(key) is not None and key not in own:
+                raise out.error(key, f"no {key} with kind {kind.value} (it is a key of {owner}; "
+                                f"kind {kind.value} takes {sorted(own)})", out.raw[key])
+
+
+def _torus(out: _Fields, nic: LinkSpec) -> TorusSpec:
+    """``dims: [X, Y, Z]``, ``link_bandwidth_Gbps``, ``link_latency_us``."""
+    dims = out.raw.get("dims")
+    expected = "a list of 1 to 3 positive integers, e.g. [4, 4, 4] (routers along each dimension)"
+    if dims is None:
+        raise out.error("dims", f"{expected} (required for kind torus)", None)
+    if not (isinstance(dims, list) and 1 <= len(dims) <= 3
+            and all(_is_int(k) and k >= 1 for k in dims)):
+        raise out.error("dims", expected, dims)
+    return TorusSpec(dims=tuple(dims), link=_network_link(out, "link", nic))
+
+
+def _dragonfly(out: _Fields, nic: LinkSpec) -> DragonflySpec:
+    """``groups``, ``routers_per_group``, ``nodes_per_router``, optional
+    ``global_links_per_router`` (default: the fewest that join every pair of groups), and the
+    local and global links' ``*_bandwidth_Gbps`` and ``*_latency_us``."""
+    groups = out.integer("groups", required=True, positive=True)
+    routers = out.integer("routers_per_group", required=True, positive=True)
+    per_router = out.integer("global_links_per_router", positive=True)
+    need = math.ceil((groups - 1) / routers)
+    if per_router is not None and per_router < need:
+        raise out.error("global_links_per_router", f"at least ceil((groups - 1) / routers_per_group) = {need}, "
+                        "so that every pair of groups is joined", per_router)
+    return DragonflySpec(
+        groups=groups, routers_per_group=routers,
+        nodes_per_router=out.integer("nodes_per_router", required=True, positive=True),
+        global_links_per_router=need if per_router is None else per_router,
+        local=_network_link(out, "local", nic), global_link=_network_link(out, "global", nic))
+
+
+def _network_link(f: _Fields, prefix: str, nic: LinkSpec) -> LinkSpec:
+    """``{prefix}_bandwidth_Gbps`` and ``{prefix}_latency_us``, with the NIC's efficiency."""
+    bw_key, lat_key = f"{prefix}_bandwidth_Gbps", f"{prefix}_latency_us"
+    bandwidth = f.number(bw_key, required=True)
+    if not bandwidth > 0:
+        raise f.error(bw_key, "a positive bandwidth", bandwidth)
+    latency = f.number(lat_key, required=True)
+    if not latency >= 0:
+        raise f.error(lat_key, "a non-negative latency", latency)
+    return LinkSpec(bandwidth_bytes_per_s=bandwidth * GBIT_PER_S, latency_s=latency * US,
+                    efficiency=nic.efficiency)
 
 
 def _link(f: _Fields, bandwidth_key: str, unit: float) -> LinkSpec:
@@ -171,12 +244,26 @@ def _efficiency(f: _Fields) -> EfficiencyCurve:
         if not 0.0 < value <= 1.0:
             raise f.error("efficiency", "a fraction in (0, 1]", value)
         return EfficiencyCurve.constant(value)
-    pairs = f.raw["efficiency_by_size_bytes"]
+    return _curve(f, "efficiency_by_size_bytes")
+
+
+def _curve(f: _Fields, key: str) -> EfficiencyCurve:
+    pairs = f.raw[key]
     expected = "a list of [message bytes, fraction] pairs, sizes increasing, fractions in (0, 1]"
     if not (isinstance(pairs, list) and pairs and all(
             isinstance(p, list) and len(p) == 2 and all(map(_is_number, p)) for p in pairs)):
-        raise f.error("efficiency_by_size_bytes", expected, pairs)
+        raise f.error(key, expected, pairs)
     try:
         return EfficiencyCurve(tuple((float(s), float(e)) for s, e in pairs))
     except ValueError:
-        raise f.error("efficiency_by_size_bytes", expected, pairs) from None
+        raise f.error(key, expected, pairs) from None
+
+
+def _collective_latency_s(f: _Fields) -> float:
+    """``scale_up.collective_latency_us`` (default 0: the hops' latency only)."""
+    value = f.number("collective_latency_us")
+    if value is None:
+        return 0.0
+    if not value >= 0:
+        raise f.error("collective_latency_us", "a non-negative latency in microseconds", value)
+    return value * US

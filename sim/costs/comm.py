@@ -16,6 +16,21 @@ Algorithms, as NCCL runs them on one node or across nodes:
 * **hierarchical** (kept for comparison, not chosen): reduce-scatter inside each domain, the
   collective on ``S/k`` across domains among ranks with the same local index, all-gather inside
   each domain, one phase after another.
+* **NVLS** (NVLink SHARP, all-reduce inside one NVSwitch domain that supports it): each GPU
+  sends its buffer to the switch, which reduces it, reads back its reduced shard, writes it,
+  and the switch multicasts every shard to every GPU; each GPU link carries ``(1 + 1/n) S``
+  each way (hence NVLS's bus bandwidth rising with ``n``: 370, 420, 440, 460, 480 GB/s for
+  4-8 H100s in NVIDIA/nccl #1455, reproduced with one efficiency curve). Latency: NCCL's NVLS
+  latency on NVLink, 25 us (``src/graph/tuning.cc``, ``hwLat[NVLINK][NVLS][SIMPLE]``).
+* **tree** (NCCL's double binary tree, all-reduce across domains): per channel, a chain
+  through the domain's GPUs and two binary trees over the domains (the second over the
+  domains in reverse order, so a domain interior to one is a leaf of the other), each tree
+  reducing half the data up and broadcasting it down, pipelined (all flows at once). Latency
+  ``2 ((k-1) h_intra + ceil(log2 D) h_inter)`` as NCCL models it; bandwidth times 0.92, NCCL's
+  tree all-reduce correction (``tuning.cc``: ``busBw = std::min(busBw*.92, ...)``).
+* **PAT** (NCCL >= 2.23, all-gather and reduce-scatter with one rank per domain): the ring's
+  bytes in ``ceil(log2 p)`` latency steps, bandwidth times 0.75 (``tuning.cc``:
+  ``if (a == NCCL_ALGO_PAT) busBw *= .75``).
 * **p2p**: one flow along the route.
 * **direct all-to-all** (NCCL's ``ncclAllToAll``: a send and a receive to every peer, all at
   once): each rank sends ``S / p`` to each of the ``p - 1`` others, every flow on its own
@@ -24,19 +39,36 @@ Algorithms, as NCCL runs them on one node or across nodes:
 
 Each flow's bytes are divided by the efficiency its bottleneck link reaches at that message
 size (nccl-tests bus bandwidth over the link's peak), so the flow network can run links at
-their raw bandwidth.
+their raw bandwidth. Every collective also pays the topology's fixed collective latency
+(``scale_up.collective_latency_us``: what nccl-tests measure at the smallest sizes, less the
+hops; ``benchmarks/nccl/derive_curves.py``).
+
+With ``algorithm="auto"`` the planner prices the candidates NCCL's tuner weighs for the op
+and the group (ring or channel rings; tree for an all-reduce across domains; NVLS for an
+all-reduce inside an NVLS domain; PAT for all-gather and reduce-scatter with one rank per
+domain) with the same alpha-beta estimate for each (latency plus the busiest link's bytes
+over its bandwidth) and keeps the fastest, as ``ncclTopoTuneModel`` does.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 
 from sim.costs.base import CommPlan, Flow, Phase
 from sim.topology.routing import Fabric
-from sim.types import CollectiveKind
+from sim.types import CollectiveAlgorithm, CollectiveKind
 from sim.workload.ops import CommOp
 
-__all__ = ["plan_comm"]
+__all__ = ["plan_comm", "NVLS_LATENCY_S", "TREE_BANDWIDTH_FACTOR", "PAT_BANDWIDTH_FACTOR"]
+
+NVLS_LATENCY_S = 25e-6
+"""NCCL's latency of an NVLS collective on NVLink (NVIDIA/nccl ``src/graph/tuning.cc``,
+``hwLat[NCCL_HW_NVLINK][NCCL_ALGO_NVLS][NCCL_PROTO_SIMPLE] = 25`` us)."""
+TREE_BANDWIDTH_FACTOR = 0.92
+"""NCCL's tree all-reduce bandwidth correction (``tuning.cc``, ``busBw*.92``)."""
+PAT_BANDWIDTH_FACTOR = 0.75
+"""NCCL's PAT bandwidth correction (``tuning.cc``, ``busBw *= .75``)."""
 
 
 def _ring_steps(kind: CollectiveKind, p: int) -> tuple[int, float]:
@@ -130,8 +162,169 @@ def _domains(fabric: Fabric, group: tuple[int, ...]) -> list[list[int]]:
     return out
 
 
-def plan_comm(fabric: Fabric, op: CommOp, representative: bool, flat_ring: bool = False,
-              hierarchical: bool = False) -> CommPlan:
+def _collective_latency_s(fabric: Fabric) -> float:
+    """The topology's fixed latency of one collective (set by the builder from the preset)."""
+    return float(fabric.graph.graph.get("collective_latency_s", 0.0))
+
+
+def _with_latency(plan: CommPlan, extra_s: float) -> CommPlan:
+    if extra_s <= 0 or not plan.phases:
+        return plan
+    first = plan.phases[0]
+    return CommPlan((Phase(first.latency_s + extra_s, first.flows),) + plan.phases[1:], plan.algorithm)
+
+
+def estimate_s(fabric: Fabric, plan: CommPlan) -> float:
+    """An alpha-beta estimate of ``plan`` alone: each phase's latency plus its busiest link's
+    bytes over that link's bandwidth (what NCCL's tuner weighs; exact for the symmetric plans
+    here when one link is the bottleneck)."""
+    cap = fabric.capacity_bytes_per_s
+    total = 0.0
+    for ph in plan.phases:
+        load: Counter = Counter()
+        for f in ph.flows:
+            for link in f.links:
+                load[link] += f.size_bytes
+        total += ph.latency_s + max((b / cap[link] for link, b in load.items()), default=0.0)
+    return total
+
+
+def _nvls_phase(fabric: Fabric, groups: list[tuple[int, ...]], size_bytes: float, loads: Counter | None) -> Phase:
+    """NVLS all-reduce: ``(1 + 1/n) S`` up each GPU's switch port and down it."""
+    curve = fabric.graph.graph["nvls_efficiency"]
+    flows = []
+    for g in groups:
+        n = len(g)
+        per_link = (1 + 1 / n) * size_bytes / curve(size_bytes)
+        for r in g:
+            other = g[1] if r == g[0] else g[0]
+            up, down = fabric.route(r, other).links[0], fabric.route(other, r).links[-1]
+            flows.append((r, other, per_link, (up,)))
+            flows.append((other, r, per_link, (down,)))
+    return _phase(NVLS_LATENCY_S, flows, loads)
+
+
+def _nvls_possible(fabric: Fabric, group: tuple[int, ...]) -> bool:
+    """An NVLS domain (the preset gives NVLS's efficiency) holding the whole group, every GPU
+    one switch hop from the others."""
+    if fabric.graph.graph.get("nvls_efficiency") is None or len(group) < 2 or not fabric.same_domain(group):
+        return False
+    return all(len(fabric.route(group[0], r).links) == 2 for r in group[1:])
+
+
+def _tree_phase(fabric: Fabric, groups: list[tuple[int, ...]], size_bytes: float, loads: Counter | None) -> Phase:
+    """NCCL's tree all-reduce: ``k`` channels (one per GPU of a domain, each entering the
+    domains on its own rail), each a chain inside every domain and two binary trees over the
+    domains, each tree carrying half the channel's data up and down."""
+    flows = []
+    latency = 0.0
+    for g in groups:
+        doms = _domains(fabric, g)
+        k, nd = len(doms[0]), len(doms)
+        share = size_bytes / (2 * k) / TREE_BANDWIDTH_FACTOR
+        hop_intra = hop_inter = 0.0
+        for c in range(k):
+            chains = [[dom[(c + j) % k] for j in range(k)] for dom in doms]
+            heads = [ch[0] for ch in chains]
+            pairs = [(ch[j], ch[j + 1]) for ch in chains for j in range(k - 1)]
+            pairs = pairs + pairs  # both trees run through the same chains
+            for order in (list(range(nd)), list(range(nd))[::-1]):
+                pairs += [(heads[order[i]], heads[order[(i - 1) // 2]]) for i in range(1, nd)]
+            for a, b in pairs:
+                for src, dst in ((a, b), (b, a)):
+                    route = fabric.route(src, dst)
+                    flows.append((src, dst, share / route.efficiency(size_bytes), route.links))
+            if k > 1:
+                hop_intra = max(hop_intra, fabric.route(chains[0][0], chains[0][1]).latency_s)
+            if nd > 1:
+                hop_inter = max(hop_inter, fabric.route(heads[0], heads[1]).latency_s)
+        depth = math.ceil(math.log2(nd)) if nd > 1 else 0
+        latency = max(latency, 2 * ((k - 1) * hop_intra + depth * hop_inter))
+    return _phase(latency, flows, loads)
+
+
+def _pat_phase(fabric: Fabric, kind: CollectiveKind, groups: list[tuple[int, ...]], size_bytes: float,
+               loads: Counter | None) -> Phase:
+    """PAT: the ring's bytes per rank (at 0.75 of the bandwidth) in ``ceil(log2 p)`` steps."""
+    ring = _ring_phase(fabric, kind, groups, size_bytes, loads)
+    p = len(groups[0])
+    steps, _ = _ring_steps(kind, p)
+    hop = ring.latency_s / steps if steps else 0.0
+    return Phase(math.ceil(math.log2(p)) * hop,
+                 tuple(Flow(f.src, f.dst, f.size_bytes / PAT_BANDWIDTH_FACTOR, f.links, f.weights)
+                       for f in ring.flows))
+
+
+def _candidates(fabric: Fabric, op: CommOp) -> list[CollectiveAlgorithm]:
+    """The algorithms NCCL weighs for ``op`` over its group, most conventional first."""
+    A = CollectiveAlgorithm
+    doms = _domains(fabric, op.group)
+    k = len(doms[0])
+    even = all(len(d) == k for d in doms)
+    multi = len(doms) > 1 and k > 1 and even
+    out = [A.MULTI_RING if multi else A.RING]
+    if op.collective is CollectiveKind.ALL_REDUCE:
+        if len(doms) > 1 and even:
+            out.append(A.TREE)
+        elif _nvls_possible(fabric, op.group):
+            out.append(A.NVLS)
+    elif len(doms) > 2 and k == 1:
+        out.append(A.PAT)
+    return out
+
+
+def _build(fabric: Fabric, op: CommOp, algo: CollectiveAlgorithm, groups: list[tuple[int, ...]],
+           loads: Counter | None) -> CommPlan:
+    A, kind, s = CollectiveAlgorithm, op.collective, op.size_bytes
+    if algo is A.RING:
+        return CommPlan((_ring_phase(fabric, kind, groups, s, loads),), "ring")
+    if algo is A.MULTI_RING:
+        return CommPlan((_multi_ring_phase(fabric, kind, groups, s, loads),), "multi-ring")
+    if algo is A.NVLS:
+        return CommPlan((_nvls_phase(fabric, groups, s, loads),), "nvls")
+    if algo is A.TREE:
+        return CommPlan((_tree_phase(fabric, groups, s, loads),), "tree")
+    if algo is A.PAT:
+        return CommPlan((_pat_phase(fabric, kind, groups, s, loads),), "pat")
+    # hierarchical: split each replica group the same way
+    k = len(_domains(fabric, op.group)[0])
+    intra, inter = [], []
+    for g in groups:
+        gd = _domains(fabric, g)
+        intra.extend(tuple(d) for d in gd)
+        inter.extend(tuple(d[i] for d in gd) for i in range(k))
+    if kind is CollectiveKind.ALL_REDUCE:
+        phases = (_ring_phase(fabric, CollectiveKind.REDUCE_SCATTER, intra, s, loads),
+                  _ring_phase(fabric, CollectiveKind.ALL_REDUCE, inter, s / k, loads),
+                  _ring_phase(fabric, CollectiveKind.ALL_GATHER, intra, s, loads))
+    elif kind is CollectiveKind.REDUCE_SCATTER:
+        phases = (_ring_phase(fabric, kind, intra, s, loads),
+                  _ring_phase(fabric, kind, inter, s / k, loads))
+    else:  # all-gather
+        phases = (_ring_phase(fabric, kind, inter, s / k, loads),
+                  _ring_phase(fabric, kind, intra, s, loads))
+    return CommPlan(phases, "hierarchical")
+
+
+def _check_forced(fabric: Fabric, op: CommOp, algo: CollectiveAlgorithm) -> None:
+    A = CollectiveAlgorithm
+    doms = _domains(fabric, op.group)
+    even = all(len(d) == len(doms[0]) for d in doms)
+    why = None
+    if algo is A.NVLS and not (op.collective is CollectiveKind.ALL_REDUCE and _nvls_possible(fabric, op.group)):
+        why = "an all-reduce inside one NVSwitch domain whose topology gives NVLS (scale_up.nvls_efficiency_by_size_bytes)"
+    elif algo is A.TREE and not (op.collective is CollectiveKind.ALL_REDUCE and len(doms) > 1 and even):
+        why = "an all-reduce over several scale-up domains with the same number of ranks in each"
+    elif algo is A.PAT and op.collective not in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):
+        why = "an all-gather or reduce-scatter"
+    elif algo in (A.MULTI_RING, A.HIERARCHICAL) and not (len(doms) > 1 and len(doms[0]) > 1 and even):
+        why = "a group over several scale-up domains with the same number (> 1) of ranks in each"
+    if why:
+        raise ValueError(f"{algo.value} needs {why}")
+
+
+def plan_comm(fabric: Fabric, op: CommOp, representative: bool,
+              algorithm: CollectiveAlgorithm = CollectiveAlgorithm.AUTO) -> CommPlan:
     """The plan for ``op`` on ``fabric``.
 
     Parameters
@@ -139,10 +332,9 @@ def plan_comm(fabric: Fabric, op: CommOp, representative: bool, flat_ring: bool 
     representative : bool
         True when only some ranks are simulated: flows of ``op.replicas`` are then folded into
         link weights so that shared links are loaded as in the full job.
-    flat_ring : bool
-        One ring (one channel) over the whole group even where it spans scale-up domains.
-    hierarchical : bool
-        The three-phase hierarchical plan instead of the multi-channel ring across domains.
+    algorithm : CollectiveAlgorithm
+        ``AUTO`` (the fastest of NCCL's candidates) or one forced; a forced algorithm the op
+        or group cannot run raises ``ValueError`` saying what it needs.
     """
     loads = Counter() if representative else None
     groups = list(op.replicas) if (representative and op.replicas) else [op.group]
@@ -158,6 +350,17 @@ def plan_comm(fabric: Fabric, op: CommOp, representative: bool, flat_ring: bool 
                 latency = max(latency, route.latency_s)
                 flows.append((src, dst, op.size_bytes / route.efficiency(op.size_bytes), route.links))
         return CommPlan((_phase(latency, flows, loads),) if flows else (), "ring-exchange")
+    if op.collective is CollectiveKind.SEND_RECV:
+        flows = []
+        latency = 0.0
+        for src, dst in groups:
+            route = fabric.route(src, dst)
+            latency = max(latency, route.latency_s)
+            flows.append((src, dst, op.size_bytes / route.efficiency(op.size_bytes), route.links))
+        return CommPlan((_phase(latency, flows, loads),), "p2p")
+    if len(op.group) == 1:
+        return CommPlan((), "none")
+    fixed = _collective_latency_s(fabric)
     if op.collective is CollectiveKind.ALL_TO_ALL:
         flows = []
         latency = 0.0
@@ -171,40 +374,13 @@ def plan_comm(fabric: Fabric, op: CommOp, representative: bool, flat_ring: bool 
                     latency = max(latency, route.latency_s)
                     # efficiency at the collective's size, as nccl-tests' alltoall reports it
                     flows.append((src, dst, share / route.efficiency(op.size_bytes), route.links))
-        return CommPlan((_phase(latency, flows, loads),) if flows else (), "direct")
-    if op.collective is CollectiveKind.SEND_RECV:
-        flows = []
-        latency = 0.0
-        for src, dst in groups:
-            route = fabric.route(src, dst)
-            latency = max(latency, route.latency_s)
-            flows.append((src, dst, op.size_bytes / route.efficiency(op.size_bytes), route.links))
-        return CommPlan((_phase(latency, flows, loads),), "p2p")
-    if len(op.group) == 1:
-        return CommPlan((), "none")
-    doms = _domains(fabric, op.group)
-    k = len(doms[0])
-    if flat_ring or len(doms) == 1 or k == 1 or any(len(d) != k for d in doms):
-        return CommPlan((_ring_phase(fabric, op.collective, groups, op.size_bytes, loads),), "ring")
-    if not hierarchical:
-        return CommPlan((_multi_ring_phase(fabric, op.collective, groups, op.size_bytes, loads),),
-                        "multi-ring")
-    # hierarchical: split each replica group the same way
-    intra, inter = [], []
-    for g in groups:
-        gd = _domains(fabric, g)
-        intra.extend(tuple(d) for d in gd)
-        inter.extend(tuple(d[i] for d in gd) for i in range(k))
-    s = op.size_bytes
-    kind = op.collective
-    if kind is CollectiveKind.ALL_REDUCE:
-        phases = (_ring_phase(fabric, CollectiveKind.REDUCE_SCATTER, intra, s, loads),
-                  _ring_phase(fabric, CollectiveKind.ALL_REDUCE, inter, s / k, loads),
-                  _ring_phase(fabric, CollectiveKind.ALL_GATHER, intra, s, loads))
-    elif kind is CollectiveKind.REDUCE_SCATTER:
-        phases = (_ring_phase(fabric, kind, intra, s, loads),
-                  _ring_phase(fabric, kind, inter, s / k, loads))
-    else:  # all-gather
-        phases = (_ring_phase(fabric, kind, inter, s / k, loads),
-                  _ring_phase(fabric, kind, intra, s, loads))
-    return CommPlan(phases, "hierarchical")
+        return CommPlan((_phase(fixed + latency, flows, loads),) if flows else (), "direct")
+    if algorithm is CollectiveAlgorithm.AUTO:
+        options = _candidates(fabric, op)
+        if len(options) > 1:
+            algorithm = min(options, key=lambda a: estimate_s(fabric, _build(fabric, op, a, [op.group], None)))
+        else:
+            algorithm = options[0]
+    else:
+        _check_forced(fabric, op, algorithm)
+    return _with_latency(_build(fabric, op, algorithm, groups, loads), fixed)

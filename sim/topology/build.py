@@ -3,12 +3,18 @@
 Written like NetworkX's generators: a pure function that returns a graph and documents its
 attributes.
 
-Nodes carry ``kind`` (``"gpu"``, ``"nvswitch"``, ``"nic"``, ``"leaf"``, ``"spine"``); GPU
-nodes are named ``gpu{rank}`` and carry ``rank``, ``node`` and ``local_gpu``.
+Nodes carry ``kind`` (``"gpu"``, ``"nvswitch"``, ``"nic"``, ``"leaf"``, ``"spine"``,
+``"router"``); GPU nodes are named ``gpu{rank}`` and carry ``rank``, ``node`` and
+``local_gpu``; NVSwitches are ``nvs{domain}`` with ``domain``. The scale-out fabric (a
+leaf-spine fat tree in one or more planes, a torus, or a dragonfly) is added by
+:mod:`sim.topology.fabrics`, which documents its nodes.
 Edges are directed (one per link direction) and carry ``bandwidth_bytes_per_s``,
 ``latency_s``, ``efficiency`` (an :class:`~sim.hardware.EfficiencyCurve` of message size),
 ``link`` (``"nvlink"``, ``"pcie"``, ``"network"``), ``hop_weight`` (used for routing) and
-``link_id`` (a dense integer index, the flow network's handle).
+``link_id`` (a dense integer index, the flow network's handle). The graph itself carries
+``collective_latency_s`` (the system's fixed latency per collective) and ``nvls_efficiency``
+(NVLink SHARP's efficiency curve, or None where the switches have none), which the planner
+(:mod:`sim.costs.comm`) reads.
 
 References
 ----------
@@ -24,22 +30,14 @@ import math
 import networkx as nx
 
 from sim.errors import ConfigError
+from sim.topology.fabrics import HOP_WEIGHT, add_dragonfly, add_fat_tree, add_link, add_torus
 from sim.topology.spec import FabricKind, LinkSpec, ScaleUpKind, TopologySpec
 
 __all__ = ["build_topology", "ring_topology_spec", "HOP_WEIGHT"]
 
-HOP_WEIGHT = {"nvlink": 1.5, "pcie": 2.0, "network": 1.0}
-"""Routing weight of an edge by link type: GPU-to-GPU traffic inside a node stays on NVLink
-(two NVLink hops, 3.0, beat going through a shared NIC, 4.0), and cross-node traffic leaves
-through the sender's own NIC rather than through a peer GPU."""
-
-
-def _add_link(g: nx.DiGraph, u: str, v: str, spec: LinkSpec, link: str, both: bool = True,
-              bandwidth_scale: float = 1.0) -> None:
-    for a, b in ((u, v), (v, u)) if both else ((u, v),):
-        g.add_edge(a, b, bandwidth_bytes_per_s=spec.bandwidth_bytes_per_s * bandwidth_scale,
-                   latency_s=spec.latency_s, efficiency=spec.efficiency, link=link,
-                   hop_weight=HOP_WEIGHT[link])
+_FABRICS = {FabricKind.RAIL_OPTIMIZED_FAT_TREE: add_fat_tree, FabricKind.FAT_TREE: add_fat_tree,
+            FabricKind.TORUS: add_torus, FabricKind.DRAGONFLY: add_dragonfly}
+"""The scale-out builder of each fabric kind (:mod:`sim.topology.fabrics`)."""
 
 
 def build_topology(spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
@@ -83,7 +81,9 @@ def build_topology(spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
     gpn = spec.gpus_per_node
     if num_gpus % gpn and num_gpus > gpn:
         raise ConfigError(spec.name, "gpus_per_node", f"a divisor of the GPU count {num_gpus}", gpn)
-    g = nx.DiGraph(name=spec.name)
+    g = nx.DiGraph(name=spec.name, collective_latency_s=spec.scale_up.collective_latency_s,
+                   nvls_efficiency=spec.scale_up.nvls_efficiency if spec.scale_up.kind is ScaleUpKind.NVSWITCH
+                   else None)
     for r in range(num_gpus):
         g.add_node(f"gpu{r}", kind="gpu", rank=r, node=r // gpn, local_gpu=r % gpn)
 
@@ -95,19 +95,19 @@ def build_topology(spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
             sw = f"nvs{d}"
             g.add_node(sw, kind="nvswitch", domain=d)
             for r in members:
-                _add_link(g, f"gpu{r}", sw, up.link, "nvlink")
+                add_link(g, f"gpu{r}", sw, up.link, "nvlink")
         else:  # ring
             if len(members) > 1:
                 for i, r in enumerate(members):
                     nxt = members[(i + 1) % len(members)]
                     if len(members) == 2 and i == 1:
                         break
-                    _add_link(g, f"gpu{r}", f"gpu{nxt}", up.link, "nvlink")
+                    add_link(g, f"gpu{r}", f"gpu{nxt}", up.link, "nvlink")
 
     num_nodes = math.ceil(num_gpus / gpn)
     out = spec.scale_out
     if out.kind is not FabricKind.NONE and num_gpus > dom:
-        _build_fabric(g, spec, num_gpus, num_nodes)
+        _FABRICS[out.kind](g, spec, num_gpus, num_nodes)
     return _apply_faults(g, spec, num_gpus)
 
 
@@ -132,40 +132,6 @@ def _apply_faults(g: nx.DiGraph, spec: TopologySpec, num_gpus: int) -> nx.DiGrap
     for i, (u, v) in enumerate(sorted(g.edges())):
         g.edges[u, v]["link_id"] = i
     return g
-
-
-def _build_fabric(g: nx.DiGraph, spec: TopologySpec, num_gpus: int, num_nodes: int) -> None:
-    out, gpn = spec.scale_out, spec.gpus_per_node
-    nics = out.nics_per_node
-    if gpn % nics and nics % gpn:
-        raise ConfigError(spec.name, "scale_out.nics_per_node",
-                          f"a divisor or multiple of gpus_per_node={gpn}", nics)
-    units = math.ceil(num_nodes / out.nodes_per_leaf)
-    rails = nics if out.kind is FabricKind.RAIL_OPTIMIZED_FAT_TREE else 1
-    pcie = out.pcie or LinkSpec(bandwidth_bytes_per_s=math.inf, latency_s=0.0)
-    g.add_node("spine", kind="spine")
-    for u in range(units):
-        nodes_here = min(out.nodes_per_leaf, num_nodes - u * out.nodes_per_leaf)
-        for rail in range(rails):
-            leaf = f"leaf{u}.{rail}"
-            g.add_node(leaf, kind="leaf", unit=u, rail=rail)
-            nics_on_leaf = nodes_here * (1 if rails > 1 else nics)
-            uplink = LinkSpec(out.nic.bandwidth_bytes_per_s * nics_on_leaf / out.oversubscription,
-                              out.switch_latency_s, out.nic.efficiency)
-            _add_link(g, leaf, "spine", uplink, "network")
-    for n in range(num_nodes):
-        u = n // out.nodes_per_leaf
-        for j in range(nics):
-            nic = f"nic{n}.{j}"
-            g.add_node(nic, kind="nic", node=n)
-            leaf = f"leaf{u}.{j if rails > 1 else 0}"
-            _add_link(g, nic, leaf, out.nic, "network")
-        for lg in range(gpn):
-            r = n * gpn + lg
-            if r >= num_gpus:
-                break
-            j = lg * nics // gpn if nics <= gpn else lg
-            _add_link(g, f"gpu{r}", f"nic{n}.{j}", pcie, "pcie")
 
 
 def ring_topology_spec(n: int, bandwidth_bytes_per_s: float, latency_s: float) -> TopologySpec:

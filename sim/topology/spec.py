@@ -1,19 +1,24 @@
 """Topology specs: what a topology YAML describes, in SI units.
 
 A topology is a scale-up domain (GPUs joined by NVLink through NVSwitches) repeated over
-nodes, and a scale-out fabric joining the nodes' NICs. :func:`sim.topology.build.build_topology`
-turns a :class:`TopologySpec` into a NetworkX graph.
+nodes, and a scale-out fabric joining the nodes' NICs: a leaf-spine fat tree (rail-optimized or
+plain, oversubscribed or not, in one or several planes), a torus of per-node routers
+(:class:`TorusSpec`) or a dragonfly of router groups (:class:`DragonflySpec`).
+:func:`sim.topology.build.build_topology` turns a :class:`TopologySpec` into a NetworkX graph;
+docs/topologies.md describes every builder.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import Enum
 
 from sim.errors import ConfigError
 from sim.hardware import EfficiencyCurve
 
-__all__ = ["LinkSpec", "ScaleUpKind", "FabricKind", "ScaleUpSpec", "ScaleOutSpec", "TopologySpec"]
+__all__ = ["LinkSpec", "ScaleUpKind", "FabricKind", "ScaleUpSpec", "ScaleOutSpec", "TorusSpec",
+           "DragonflySpec", "TopologySpec"]
 
 _SPEC = "<spec>"
 
@@ -47,11 +52,23 @@ class ScaleUpKind(str, Enum):
 
 class FabricKind(str, Enum):
     RAIL_OPTIMIZED_FAT_TREE = "rail-optimized-fat-tree"
-    """NIC i of every node on leaf i of its scalable unit; leaves joined by spines."""
+    """NIC i of every node on leaf i of its scalable unit; leaves joined by spines (one spine
+    per plane when ``planes > 1``)."""
     FAT_TREE = "fat-tree"
-    """All NICs of a node on the same leaf."""
+    """All NICs of a node (of one plane) on the same leaf."""
+    TORUS = "torus"
+    """A 1-, 2- or 3-D torus of routers, one per node, each linked to its two neighbours in
+    every dimension with wraparound (TPU-style ICI; Jouppi et al. 2023, arXiv 2304.01433)."""
+    DRAGONFLY = "dragonfly"
+    """Groups of routers linked all-to-all inside a group, and every pair of groups joined by
+    global links (Kim, Dally, Scott and Abts 2008, "Technology-Driven, Highly-Scalable
+    Dragonfly Topology", ISCA)."""
     NONE = "none"
     """A single node: no scale-out fabric."""
+
+
+FAT_TREE_KINDS = (FabricKind.RAIL_OPTIMIZED_FAT_TREE, FabricKind.FAT_TREE)
+"""The leaf-spine kinds: the ones with leaves, spines, oversubscription and planes."""
 
 
 @dataclass(frozen=True)
@@ -61,13 +78,82 @@ class ScaleUpSpec:
     """Each GPU's link to the scale-up fabric, per direction."""
     domain_size: int = 8
     """GPUs per scale-up (NVLink) domain."""
+    collective_latency_s: float = 0.0
+    """Fixed latency of one collective on this system besides the hops (NCCL's base latency
+    and the kernel's start): nccl-tests' time at the smallest size less the hops
+    (``benchmarks/nccl/derive_curves.py``)."""
+    nvls_efficiency: EfficiencyCurve | None = None
+    """NVLink SHARP's achieved fraction of the link bandwidth by message size, for switches that
+    have it (NVSwitch 3 and later); None: no NVLS."""
+
+
+@dataclass(frozen=True)
+class TorusSpec:
+    """A torus of routers, one per node: node ``n`` sits at coordinates
+    ``(n % X, (n // X) % Y, n // (X * Y))`` (the first dimension fastest) and its router is
+    linked to the routers one step up and one step down each dimension, with wraparound.
+
+    A dimension of size 2 has one link between its two routers (not two); a dimension of size
+    1 has none.
+    """
+
+    dims: tuple[int, ...]
+    """Routers along each dimension (1 to 3 dimensions); their product is the most nodes."""
+    link: LinkSpec
+    """Each router-to-router link, per direction."""
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.dims, tuple) and 1 <= len(self.dims) <= 3
+                and all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in self.dims)):
+            raise ConfigError(_SPEC, "scale_out.dims", "a list of 1 to 3 positive integers, e.g. [4, 4, 4]",
+                              self.dims)
+
+    @property
+    def num_routers(self) -> int:
+        return math.prod(self.dims)
+
+
+@dataclass(frozen=True)
+class DragonflySpec:
+    """A dragonfly (Kim et al. 2008): ``groups`` groups of ``routers_per_group`` routers, the
+    routers of a group linked all-to-all by local links, ``nodes_per_router`` nodes on each
+    router, and ``global_links_per_router`` global ports on each router cabled so that every
+    pair of groups is joined (group ``i``'s global port ``m``, on router
+    ``m // global_links_per_router``, leads to group ``m mod (groups - 1)``, skipping ``i``
+    itself; see :func:`sim.topology.fabrics.dragonfly_global_links`).
+    """
+
+    groups: int
+    routers_per_group: int
+    nodes_per_router: int
+    global_links_per_router: int
+    """Global ports per router; at least ``ceil((groups - 1) / routers_per_group)``."""
+    local: LinkSpec
+    """Each local (intra-group) link, per direction."""
+    global_link: LinkSpec
+    """Each global (inter-group) link, per direction."""
+
+    def __post_init__(self) -> None:
+        for name in ("groups", "routers_per_group", "nodes_per_router"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and value >= 1):
+                raise ConfigError(_SPEC, f"scale_out.{name}", "a positive integer", value)
+        need = math.ceil((self.groups - 1) / self.routers_per_group)
+        if not (isinstance(self.global_links_per_router, int) and self.global_links_per_router >= need):
+            raise ConfigError(_SPEC, "scale_out.global_links_per_router",
+                              f"at least ceil((groups - 1) / routers_per_group) = {need}, so that every "
+                              "pair of groups is joined", self.global_links_per_router)
+
+    @property
+    def nodes_per_group(self) -> int:
+        return self.routers_per_group * self.nodes_per_router
 
 
 @dataclass(frozen=True)
 class ScaleOutSpec:
     kind: FabricKind
     nic: LinkSpec
-    """Each NIC's link to its leaf, per direction."""
+    """Each NIC's link to its leaf (fat trees) or router (torus, dragonfly), per direction."""
     nics_per_node: int = 8
     nodes_per_leaf: int = 32
     """Nodes in one scalable unit (one leaf per rail)."""
@@ -76,6 +162,28 @@ class ScaleOutSpec:
     """Leaf downlink / uplink bandwidth; 1 is non-blocking."""
     pcie: LinkSpec | None = None
     """GPU to NIC link; None means the NIC is never slower than it."""
+    planes: int = 1
+    """Independent leaf-spine trees (fat trees only): NIC ``j`` of every node is in plane
+    ``j * planes // nics_per_node`` and planes never meet in the fabric."""
+    torus: TorusSpec | None = None
+    """The torus (kind ``torus`` only)."""
+    dragonfly: DragonflySpec | None = None
+    """The dragonfly (kind ``dragonfly`` only)."""
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.planes, int) and self.planes >= 1):
+            raise ConfigError(_SPEC, "scale_out.planes", "a positive integer", self.planes)
+        if self.planes > 1 and self.kind not in FAT_TREE_KINDS:
+            raise ConfigError(_SPEC, "scale_out.planes",
+                              f"1 for kind {self.kind.value} (planes are for the fat-tree kinds)", self.planes)
+        if self.nics_per_node % self.planes:
+            raise ConfigError(_SPEC, "scale_out.planes",
+                              f"a divisor of scale_out.nics_per_node={self.nics_per_node}", self.planes)
+        if (self.kind is FabricKind.TORUS) != (self.torus is not None):
+            raise ConfigError(_SPEC, "scale_out.dims", "a torus exactly when kind is torus", self.torus)
+        if (self.kind is FabricKind.DRAGONFLY) != (self.dragonfly is not None):
+            raise ConfigError(_SPEC, "scale_out.groups", "a dragonfly exactly when kind is dragonfly",
+                              self.dragonfly)
 
 
 @dataclass(frozen=True)

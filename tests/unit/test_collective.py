@@ -34,11 +34,11 @@ def test_channel_rings_across_nodes_beat_one_ring_and_the_three_phase_plan():
     hierarchical plan pays its phases one after another."""
     topo = load_topology("dgx-h100")
     auto = collective(topo, CollectiveKind.ALL_REDUCE, 2**30, 16)
-    ring = collective(topo, CollectiveKind.ALL_REDUCE, 2**30, 16, flat_ring=True)
-    hier = collective(topo, CollectiveKind.ALL_REDUCE, 2**30, 16, hierarchical=True)
+    ring = collective(topo, CollectiveKind.ALL_REDUCE, 2**30, 16, algorithm="ring")
+    hier = collective(topo, CollectiveKind.ALL_REDUCE, 2**30, 16, algorithm="hierarchical")
     assert (auto.algorithm, ring.algorithm, hier.algorithm) == ("multi-ring", "ring", "hierarchical")
     assert auto.time_s < hier.time_s < ring.time_s
-    nvlink = collective(topo, CollectiveKind.ALL_REDUCE, 2**30, 8)  # one node
+    nvlink = collective(topo, CollectiveKind.ALL_REDUCE, 2**30, 8, "ring")  # one node, NVLink ring
     assert auto.busbw_bytes_per_s == pytest.approx(nvlink.busbw_bytes_per_s, rel=0.05)
 
 
@@ -125,7 +125,8 @@ def test_link_counters_integrate_to_the_reported_utilization():
 
 @pytest.mark.parametrize("topology,ranks,op,published_GBps", [
     ("dgx-a100", 8, CollectiveKind.ALL_REDUCE, 231),     # nccl-tests, 8x A100 all_reduce
-    ("dgx-h100", 8, CollectiveKind.ALL_REDUCE, 370),     # nccl-tests #212, 8x H100 ring
+    ("dgx-h100", 8, CollectiveKind.ALL_REDUCE, 480),     # nccl-tests #212, 8x H100 NVLS (auto picks it)
+    ("dgx-h100", 8, CollectiveKind.ALL_GATHER, 370),     # nccl-tests #212: ring ~370 for non-all-reduce ops
     ("gb200-nvl72", 4, CollectiveKind.ALL_REDUCE, 680),  # Azure ND GB200 v6, 4 GPUs
     ("dgx-h100", 16, CollectiveKind.SEND_RECV, 47.5),    # 400 Gb/s NDR: 46-49 GB/s (nccl-tests #290)
 ])

@@ -363,7 +363,8 @@ def test_topology_presets_in_si_units(name, up_bw, domain, nic_bw, nics, per_nod
 def test_dgx_a100_numbers():
     topo = load_topology("dgx-a100")
     assert topo.gpu == "A100-SXM4-80GB" and topo.scale_out.nodes_per_leaf == 20
-    assert topo.scale_up.link.efficiency(2**20) == pytest.approx(0.12)
+    assert topo.scale_up.link.efficiency(2**21) == pytest.approx(0.515)
+    assert topo.scale_up.collective_latency_s == pytest.approx(36.4e-6) and topo.scale_up.nvls_efficiency is None
     assert topo.scale_up.link.efficiency(8 * 2**30) == pytest.approx(0.772)
     assert topo.scale_out.nic.efficiency(1e6) == pytest.approx(0.92)
 
@@ -418,9 +419,9 @@ def test_topology_bad_curve(tmp_path):
 
 def test_topology_bad_kind(tmp_path):
     data = _topology_data()
-    data["scale_out"]["kind"] = "dragonfly"
+    data["scale_out"]["kind"] = "hypercube"
     err = _error(_write(tmp_path, data), "scale_out.kind", loader=load_topology)
-    assert "fat-tree" in err.expected
+    assert "fat-tree" in err.expected and "dragonfly" in err.expected
 
 
 def test_topology_negative_bandwidth(tmp_path):

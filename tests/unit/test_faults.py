@@ -27,8 +27,8 @@ def _faulty(tmp_path, faults: str, name="faulty"):
 def test_a_nic_at_half_speed_slows_a_cross_node_ring_by_its_share(tmp_path):
     healthy = load_topology("dgx-h100")
     slow = _faulty(tmp_path, "  - {between: [nic0.0, leaf0.0], bandwidth_fraction: 0.5}\n")
-    a = collective(healthy, CollectiveKind.ALL_REDUCE, 2**30, 16, flat_ring=True)
-    b = collective(slow, CollectiveKind.ALL_REDUCE, 2**30, 16, flat_ring=True)
+    a = collective(healthy, CollectiveKind.ALL_REDUCE, 2**30, 16, algorithm="ring")
+    b = collective(slow, CollectiveKind.ALL_REDUCE, 2**30, 16, algorithm="ring")
     # one ring over both nodes crosses through nic0.0 (gpu0 <- gpu15): its bottleneck halves
     assert b.time_s == pytest.approx(2 * a.time_s, rel=0.02)
 
