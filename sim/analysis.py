@@ -94,7 +94,11 @@ def breakdown(result: SimResult) -> list[RankBreakdown]:
         for s in spans:
             if s.stream is Stream.COMPUTE:
                 compute.append((s.start_s, s.end_s))
-                by_kind[s.kind] = by_kind.get(s.kind, 0.0) + (s.end_s - s.start_s)
+                if s.op_args and s.op_args[0][0] == "compute_by_kind":  # a layer block's share per kind
+                    for kind, share in s.op_args[0][1]:
+                        by_kind[kind] = by_kind.get(kind, 0.0) + (s.end_s - s.start_s) * share
+                else:
+                    by_kind[s.kind] = by_kind.get(s.kind, 0.0) + (s.end_s - s.start_s)
             elif s.comm_class is not None:
                 comm[s.comm_class].append((_transfer_start(s), s.end_s))
         covered = _union(compute)

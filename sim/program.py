@@ -13,10 +13,57 @@ from dataclasses import dataclass
 import networkx as nx
 
 from sim.results import RankInfo
-from sim.types import OpKind, Stream
-from sim.workload.ops import Op
+from sim.types import CommClass, OpKind, Stream
+from sim.workload.ops import CommOp, Op
 
-__all__ = ["Task", "Program"]
+__all__ = ["Task", "Program", "Block"]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Block:
+    """Ops run as one task at their solo times: a whole layer pass at layer granularity.
+
+    ``ops[i]`` is a compute op when ``streams[i]`` is None, else a comm op on that stream,
+    with the rules of a layer's steps (:class:`sim.workload.layers.Step`): a compute op follows
+    the one before it; a comm op starts after the compute op issued before it (or the block's
+    start) and after the previous op of its stream, and the ``waits[i]``-th compute op after it
+    waits for it. The engine times the block alone once (each compute op at the cost model's
+    time, each comm op at its solo time on an idle network) and places it on the compute stream
+    like a compute op, for the block's whole duration. Its spans: per comm class, the time the
+    compute stream waited on that class inside the block (its exposed communication, on the
+    class's stream, first), then the compute, in one span. The block starts and ends when its
+    first and last op would; what moves is where inside it the exposed communication sits.
+
+    Shared by every layer and micro-batch that runs the same steps.
+    """
+
+    ops: tuple[Op, ...]
+    streams: tuple[Stream | None, ...]
+    waits: tuple[int, ...]
+
+    kind = OpKind.GEMM
+    """The kind of its compute span; the engine also reports each kind's share of it."""
+
+    @property
+    def flops(self) -> float:
+        return sum(op.flops for s, op in zip(self.streams, self.ops) if s is None)
+
+    @property
+    def bytes(self) -> float:
+        return sum(op.bytes for s, op in zip(self.streams, self.ops) if s is None)
+
+    def comm_classes(self) -> list[tuple[CommClass, Stream, tuple[int, ...]]]:
+        """Each comm class in the block, in order of first use: its stream and its group."""
+        out: dict[CommClass, tuple[CommClass, Stream, tuple[int, ...]]] = {}
+        for s, op in zip(self.streams, self.ops):
+            if s is not None and op.comm_class not in out:
+                out[op.comm_class] = (op.comm_class, s, op.group)
+        return list(out.values())
+
+    def comm_ops(self, comm_class: CommClass | None = None) -> tuple[CommOp, ...]:
+        """The block's comm ops (of ``comm_class``, when given), in order."""
+        return tuple(op for s, op in zip(self.streams, self.ops)
+                     if s is not None and (comm_class is None or op.comm_class is comm_class))
 
 
 @dataclass(slots=True, eq=False)

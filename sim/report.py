@@ -64,6 +64,8 @@ class Report:
     busiest_links: tuple[dict, ...] = ()
     """The most used links: ``link``, ``kind``, ``busy_bytes`` (the whole job's traffic on it,
     at the efficiency its messages reach), ``utilization`` (busy time over the iteration)."""
+    granularity: str = "op"
+    """What one simulated task stood for: ``"op"`` or ``"layer"`` (:func:`sim.runner.simulate`)."""
 
     def to_dict(self) -> dict:
         """The JSON form: units in the key names, the same numbers as the table."""
@@ -93,6 +95,7 @@ class Report:
             "tasks": self.tasks,
             "simulated_ranks": self.simulated_ranks,
             "simulated_wall_s": self.simulated_wall_s,
+            "granularity": self.granularity,
             "busiest_links": list(self.busiest_links),
             "notes": list(self.notes),
         }
@@ -158,7 +161,7 @@ def make_report(run: Run) -> Report:
         mfu=flops / T / n / peak, hfu=hw / T / n / peak, bubble_fraction=bubble,
         exposed_comm_s=exposed, compute_s=compute, stages=tuple(stages), events=res.events,
         tasks=len(prog.tasks), simulated_wall_s=run.wall_s, simulated_ranks=len(res.ranks),
-        reference=ref, notes=tuple(run.notes), busiest_links=links)
+        reference=ref, notes=tuple(run.notes), busiest_links=links, granularity=run.granularity)
 
 
 def _pct(x: float) -> str:
@@ -225,6 +228,7 @@ def format_report(r: Report) -> str:
                          f"{lk['busy_bytes'] / 1e9:10.2f} GB")
     if r.notes:
         lines += ["", "  defaults and notes:"] + [f"    {n}" for n in r.notes]
-    lines += ["", f"  simulated {r.simulated_ranks} ranks, {r.tasks:,} tasks, {r.events:,} engine events in "
+    at = " at layer granularity" if r.granularity == "layer" else ""
+    lines += ["", f"  simulated {r.simulated_ranks} ranks, {r.tasks:,} tasks{at}, {r.events:,} engine events in "
               f"{r.simulated_wall_s:.2f} s"]
     return "\n".join(lines)

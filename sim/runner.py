@@ -13,6 +13,7 @@ import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from sim.costs.analytical import AnalyticalCostModel
 from sim.costs.base import CostModel
@@ -24,7 +25,7 @@ from sim.topology.routing import Fabric
 from sim.topology.spec import TopologySpec
 from sim.workload.layout import Layout, gpu_placement, order_placements
 from sim.workload.spec import WorkloadSpec
-from sim.workload.taskgraph import Program, build_program
+from sim.workload.taskgraph import GRANULARITIES, Program, build_program
 
 __all__ = ["Run", "simulate"]
 
@@ -40,6 +41,8 @@ class Run:
     result: SimResult
     wall_s: float
     notes: list[str] = field(default_factory=list)
+    granularity: str = "op"
+    """``"op"`` or ``"layer"``: what one task of the program stands for (see :func:`simulate`)."""
 
 
 @contextmanager
@@ -59,9 +62,21 @@ def _gc_paused():
             gc.enable()
 
 
+@lru_cache(maxsize=4)
+def _fabric(topology: TopologySpec, num_gpus: int, placement: tuple[int, ...] | None) -> Fabric:
+    """The fabric of ``topology`` at ``num_gpus`` with ``placement``, kept for the next runs on
+    the same one (a design-space sweep simulates thousands of workloads on one topology).
+    Building the graph and routing (NetworkX Dijkstra per GPU pair, cached in the fabric) are
+    deterministic, so a reused fabric gives the same results; its route cache is what is worth
+    keeping: routing the data-parallel rings of 1024 GPUs costs more than simulating the
+    iteration at layer granularity."""
+    return Fabric(build_topology(topology, num_gpus), placement)
+
+
 def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = False,
              costs: CostModel | None = None, notes: list[str] | None = None,
-             slow_gpus: dict[int, float] | None = None, link_counters: int = 0) -> Run:
+             slow_gpus: dict[int, float] | None = None, link_counters: int = 0,
+             granularity: str = "op") -> Run:
     """Simulate one training iteration of ``workload`` on ``topology``.
 
     Ranks run on the GPUs ``workload.parallel.placement`` gives (:func:`gpu_placement`). One
@@ -85,7 +100,19 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         Record link rates and add, for this many of the busiest links that start or end at a
         simulated GPU, a counter ``link <name>`` of its utilization (carried rate over
         capacity) over time to the result, for the trace.
+    granularity : {"op", "layer"}
+        ``"op"`` (the default) simulates every kernel and collective as a task. ``"layer"``
+        makes each transformer layer's forward, backward (with its recompute) and weight-gradient
+        pass of each micro-batch one block, timed alone from the same prices (its collectives at
+        their solo times, with the overlaps the op level has) and placed as one task; the
+        embedding, output layer, pipeline transfers, data-parallel and ZeRO/FSDP traffic and the
+        optimizer stay as they are. It runs several times faster, for design-space searches.
+        What it gives up: a layer's collectives never share links with other traffic (the op
+        level runs those that can meet another transfer as flows), and inside a layer pass the
+        exposed communication sits before the compute (docs/design.md, "Layer granularity").
     """
+    if granularity not in GRANULARITIES:
+        raise ConfigError("<simulate>", "granularity", f"one of {list(GRANULARITIES)}", granularity)
     notes = list(notes or [])
     t0 = time.perf_counter()
     with _gc_paused():
@@ -96,9 +123,9 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
             notes.append("parallel.placement: an explicit GPU list that no rank order gives -> every "
                          "rank simulated (as --full): a representative rank per stage stands for "
                          "the others only when they are placed alike")
-        fabric = Fabric(build_topology(topology, workload.system.num_gpus), placement)
+        fabric = _fabric(topology, workload.system.num_gpus, placement)
         program = build_program(workload, representative=not full, node_of=fabric.node_of,
-                                local_gpu_of=fabric.local_gpu)
+                                local_gpu_of=fabric.local_gpu, granularity=granularity)
         if costs is None:
             costs = AnalyticalCostModel(workload.system.gpu, fabric, representative=not full)
         slowdown = _slowdown(workload, program, slow_gpus or {}, notes)
@@ -108,7 +135,11 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
             result.counters.extend(_link_counters(fabric, result, link_counters))
     wall = time.perf_counter() - t0
     result.metadata["simulated_wall_s"] = wall
-    return Run(workload, topology, fabric, program, result, wall, notes)
+    result.metadata["granularity"] = granularity
+    if granularity == "layer":
+        notes.append("granularity: layer (each layer pass one block, timed alone; --granularity op "
+                      "simulates every op)")
+    return Run(workload, topology, fabric, program, result, wall, notes, granularity)
 
 
 def _slowdown(workload: WorkloadSpec, program: Program, slow_gpus: dict[int, float],

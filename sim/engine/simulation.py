@@ -8,6 +8,9 @@ Communication does depend on what else is on the network, so a comm task waits f
 to reach its start, joins the other simulated members of its collective (a rendezvous), then
 runs its plan's phases: a latency, then flows on :class:`~sim.engine.network.FlowNetwork`.
 The result is the same timeline a one-event-per-task simulation gives.
+
+A task whose op is a :class:`~sim.program.Block` (a whole layer pass, at layer granularity)
+is timed alone once from its ops' prices (:func:`_time_block`) and placed like compute.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from sim.costs.base import CommPlan, CostModel, Flow, Phase
 from sim.engine.network import FlowNetwork, solo_time_s
 from sim.errors import DeadlockError
 from sim.results import CounterSample, SimResult, Span
-from sim.types import CollectiveKind, Stream
-from sim.program import Program
+from sim.types import CollectiveKind, CommClass, OpKind, Stream
+from sim.program import Block, Program
 
 __all__ = ["Simulation"]
 
@@ -91,13 +94,14 @@ class Simulation:
         self.mem: dict[int, list[tuple[float, float]]] = {r.rank: [] for r in prog.ranks}
         simulated = {r.rank for r in prog.ranks}
         self.representative = prog.representative
-        self.duration = self._durations(tasks)
         self.plans = self._plans(tasks, simulated)
+        self.duration = self._durations(tasks)
         self.fixed_comm = self._fixed_comm(tasks)
         self._op_loads: dict[int, list[tuple[int, float]]] = {}
         for (rank, stream), ids in sorted(prog.streams.items()):
             env.process(self._stream(ids))
         env.run()
+        self._account_blocks()
         missing = [t for t in tasks if self.finish[t.id] is None]
         if missing:
             first = ", ".join(f"{t.name}@rank{t.rank}/{t.stream.label}" for t in missing[:5])
@@ -109,15 +113,49 @@ class Simulation:
         cache: dict[int, float] = {}
         costs = self.costs
         out = [0.0] * len(tasks)
+        self._blocks: dict[tuple[int, float], tuple] = {}
         for t in tasks:
             if t.comm:
                 continue
             op = t.op
+            if type(op) is Block:
+                out[t.id] = self._block_timing(op, self.slowdown.get(t.rank, 1.0))[0]
+                continue
             d = cache.get(id(op))
             if d is None:
                 d = cache[id(op)] = costs.compute_time_s(op)
             out[t.id] = d * self.slowdown.get(t.rank, 1.0)
         return out
+
+    def _block_timing(self, block: Block, factor: float) -> tuple:
+        """``(duration, exposed, compute_s, shares)`` of ``block`` with its compute ``factor``
+        times slower: its duration timed alone, the exposed time of each comm class (with the
+        class's stream), its compute time and each op kind's share of that."""
+        key = (id(block), factor)
+        hit = self._blocks.get(key)
+        if hit is not None:
+            return hit
+        times, by_kind = [], {}
+        for s, op in zip(block.streams, block.ops):
+            if s is None:
+                d = self._part_times.get(id(op))
+                if d is None:
+                    d = self._part_times[id(op)] = self.costs.compute_time_s(op)
+                times.append(d * factor)
+                by_kind[op.kind] = by_kind.get(op.kind, 0.0) + d
+            else:
+                d = self._part_times.get(id(op))
+                if d is None:
+                    d = self._part_times[id(op)] = solo_time_s(self.plans[id(op)].phases, self.capacity)
+                times.append(d)
+        exposed = _time_block(block, times)
+        compute = sum(t for s, t in zip(block.streams, times) if s is None)
+        total = sum(by_kind.values())
+        shares = tuple((k, v / total if total > 0 else 0.0) for k, v in by_kind.items())
+        streams = {cls: s for cls, s, _ in block.comm_classes()}
+        exposed = tuple((cls, streams[cls], e) for cls, e in exposed.items())
+        hit = self._blocks[key] = (compute + sum(e for _, _, e in exposed), exposed, compute, shares)
+        return hit
 
     def _plans(self, tasks, simulated: set[int]) -> dict[int, CommPlan]:
         """Each comm op's plan, keeping the flows that simulated ranks send or receive.
@@ -128,16 +166,28 @@ class Simulation:
         a link counts the job's flows there; where several kept flows share a link (an
         all-to-all's flows out of one rank), each stands for its share of that count."""
         cache: dict[int, CommPlan] = {}
+        self._part_times: dict[int, float] = {}
+
+        def plan(op) -> None:
+            p = self.costs.comm_plan(op)
+            phases = []
+            for ph in p.phases:
+                kept = tuple(f for f in ph.flows if f.src in simulated or f.dst in simulated)
+                if self.representative and kept:
+                    kept = _share_weights(kept)
+                phases.append(Phase(ph.latency_s, kept))
+            cache[id(op)] = CommPlan(tuple(phases), p.algorithm)
+
+        blocks = set()
         for t in tasks:
-            if t.comm and id(t.op) not in cache:
-                plan = self.costs.comm_plan(t.op)
-                phases = []
-                for ph in plan.phases:
-                    kept = tuple(f for f in ph.flows if f.src in simulated or f.dst in simulated)
-                    if self.representative and kept:
-                        kept = _share_weights(kept)
-                    phases.append(Phase(ph.latency_s, kept))
-                cache[id(t.op)] = CommPlan(tuple(phases), plan.algorithm)
+            if t.comm:
+                if id(t.op) not in cache:
+                    plan(t.op)
+            elif type(t.op) is Block and id(t.op) not in blocks:
+                blocks.add(id(t.op))
+                for op in t.op.comm_ops():
+                    if id(op) not in cache:
+                        plan(op)
         return cache
 
     def _fixed_comm(self, tasks) -> dict[int, float]:
@@ -178,10 +228,7 @@ class Simulation:
                     out[id(t.op)] = solo_time_s(self.plans[id(t.op)].phases, cap)
         return out
 
-    def _account(self, op, t0: float, duration_s: float) -> None:
-        """Add the bytes of a comm op placed at its solo time to its links' busy counters
-        (the flow network counts the others as they move); when link rates are recorded, the
-        op loads each link evenly over ``[t0, t0 + duration_s]``."""
+    def _loads(self, op) -> list[tuple[int, float]]:
         loads = self._op_loads.get(id(op))
         if loads is None:
             acc: dict[int, float] = {}
@@ -190,6 +237,42 @@ class Simulation:
                     for link, w in zip(f.links, f.weights):
                         acc[link] = acc.get(link, 0.0) + f.size_bytes * w
             loads = self._op_loads[id(op)] = sorted(acc.items())
+        return loads
+
+    def _account_blocks(self) -> None:
+        """Add the bytes of the blocks' comm ops to their links' busy counters (the flow
+        network never carried them): each op once per run, a run being shared by the block
+        tasks of its simulated members; recorded link rates spread them evenly over each
+        block."""
+        busy, pulses = self.net.busy_bytes, self.pulses
+        simulated = {r.rank for r in self.program.ranks}
+        members: dict[int, int] = {}
+        runs: dict[int, list] = {}
+        for t in self.program.tasks:
+            if type(t.op) is not Block:
+                continue
+            for op in t.op.comm_ops():
+                hit = runs.get(id(op))
+                if hit is None:
+                    hit = runs[id(op)] = [op, 0]
+                    members[id(op)] = sum(1 for r in op.group if r in simulated)
+                hit[1] += 1
+            if pulses is not None and self.duration[t.id] > 0:
+                t0, d = self.start[t.id], self.duration[t.id]
+                for op in t.op.comm_ops():
+                    rate = 1.0 / (d * members[id(op)])
+                    for link, nbytes in self._loads(op):
+                        pulses.append((t0, link, nbytes * rate))
+                        pulses.append((t0 + d, link, -nbytes * rate))
+        for op, n in runs.values():
+            for link, nbytes in self._loads(op):
+                busy[link] += nbytes * n / members[id(op)]
+
+    def _account(self, op, t0: float, duration_s: float) -> None:
+        """Add the bytes of a comm op placed at its solo time to its links' busy counters
+        (the flow network counts the others as they move); when link rates are recorded, the
+        op loads each link evenly over ``[t0, t0 + duration_s]``."""
+        loads = self._loads(op)
         busy = self.net.busy_bytes
         for link, nbytes in loads:
             busy[link] += nbytes
@@ -252,6 +335,8 @@ class Simulation:
                 yield from self._comm(task)
                 end = env.now
             else:
+                if task.coll_key >= 0:  # a block: meets the other simulated members of its group
+                    start = yield from self._meet(task, start)
                 end = start + duration[tid]
                 start_of[tid] = start
                 if task.mem_start_bytes:
@@ -261,6 +346,24 @@ class Simulation:
             finish[tid] = end
             self._notify(tid)
             cursor = end
+
+    def _meet(self, task, start: float):
+        """Wait until every simulated member of ``task``'s group has reached it; the latest
+        arrival's time is everyone's start."""
+        need = self.program.coll_members.get(task.coll_key, 1)
+        if need <= 1:
+            return start
+        rv = self.rendezvous.get(task.coll_key)
+        if rv is None:
+            rv = self.rendezvous[task.coll_key] = [0, start, self.env.event()]
+        rv[0] += 1
+        rv[1] = max(rv[1], start)
+        if rv[0] < need:
+            yield rv[2]
+        else:
+            del self.rendezvous[task.coll_key]
+            rv[2].succeed()
+        return rv[1]
 
     def _comm(self, task):
         env = self.env
@@ -308,6 +411,30 @@ class Simulation:
                 series.append((t, v))
         return out
 
+    def _block_spans(self, t, spans: list, op_args: dict) -> None:
+        """A block's spans: each comm class's exposed time (from the block's start, one after
+        another), then its compute."""
+        op = t.op
+        factor = self.slowdown.get(t.rank, 1.0)
+        key = (id(op), factor, t.name)
+        parts = op_args.get(key)
+        if parts is None:
+            _, exposed, _, shares = self._block_timing(op, factor)
+            comm = tuple((stream, f"nccl {cls.value} {t.name}", cls, e,
+                          (("collectives", len(op.comm_ops(cls))), ("bytes", sum(c.size_bytes for c in op.comm_ops(cls)))))
+                         for cls, stream, e in exposed if e > 0)
+            extra = (("compute_by_kind", shares), ("ops", sum(1 for s in op.streams if s is None)),
+                     ("flops", op.flops), ("bytes", op.bytes))
+            parts = op_args[key] = (comm, extra)
+        comm, extra = parts
+        at, end = self.start[t.id], self.finish[t.id]
+        for stream, name, cls, e, bytes_ in comm:
+            spans.append(Span(t.rank, stream, name, OpKind.COLLECTIVE, at, at + e, t.args + (("transfer_start_s", at),),
+                              cls, None, None, bytes_))
+            at += e
+        spans.append(Span(t.rank, t.stream, t.name, t.kind, at if at < end else end, end, t.args, None, None, None,
+                          extra))
+
     def _result(self, wall_s: float) -> SimResult:
         prog = self.program
         finish, start = self.finish, self.start
@@ -315,6 +442,9 @@ class Simulation:
         op_args: dict[int, tuple] = {}
         for t in prog.tasks:
             op = t.op
+            if type(op) is Block:
+                self._block_spans(t, spans, op_args)
+                continue
             extra = op_args.get(id(op))
             if extra is None:
                 shape = getattr(op, "m", None)
@@ -348,6 +478,51 @@ class Simulation:
             meta["link_rates"] = self._link_rates()
         return SimResult(list(prog.ranks), spans, counters, makespan, self.env.events_processed,
                          prog.world_size, meta)
+
+
+def _time_block(block: Block, times: list[float]) -> dict[CommClass, float]:
+    """Run ``block`` alone from time 0 with its ops taking ``times``; return, per comm class,
+    how long its compute stream waited on that class (their sum plus the compute time is the
+    block's duration). A wait is charged to the comm op that ended last among those the
+    compute op waited for; a comm op no compute op of the block waits for holds its end.
+
+    >>> from sim.workload.ops import CommOp, MemoryOp
+    >>> ar = CommOp(CollectiveKind.ALL_REDUCE, CommClass.TP, (0, 1), 8.0)
+    >>> c = MemoryOp(OpKind.NORM, 1.0)
+    >>> blk = Block((c, ar, c, c), (None, Stream.TP_COMM, None, None), (0, 1, 0, 0))
+    >>> _time_block(blk, [1.0, 3.0, 1.0, 1.0])     # the all-reduce hides behind one compute op
+    {<CommClass.TP: 'tp'>: 2.0}
+    """
+    cursor = 0.0
+    free: dict[Stream, float] = {}
+    pending: list[list] = []      # [end, class, compute ops left before the one that waits]
+    exposed: dict[CommClass, float] = {}
+    for s, op, w, d in zip(block.streams, block.ops, block.waits, times):
+        if s is not None:
+            start = max(cursor, free.get(s, 0.0))
+            free[s] = start + d
+            pending.append([start + d, op.comm_class, w])
+            exposed.setdefault(op.comm_class, 0.0)
+            continue
+        start, cls = cursor, None
+        if pending:
+            keep = []
+            for p in pending:
+                if p[2] == 0:
+                    if p[0] > start:
+                        start, cls = p[0], p[1]
+                else:
+                    p[2] -= 1
+                    keep.append(p)
+            pending = keep
+        if cls is not None:
+            exposed[cls] += start - cursor
+        cursor = start + d
+    for end, cls, _ in pending:
+        if end > cursor:
+            exposed[cls] += end - cursor
+            cursor = end
+    return exposed
 
 
 MAX_SHARED_ALL_TO_ALL = 32

@@ -10,6 +10,15 @@ By default one representative rank per pipeline stage is simulated (TP and DP ra
 stage run the same program); their collectives are still planned over the real groups, and
 the flows of the other ranks load the links (:func:`sim.costs.comm.plan_comm`). With
 ``representative=False`` every rank is simulated and collectives wait for all members.
+
+At ``granularity="layer"`` each transformer layer's forward, backward (with its recompute) and
+zero-bubble weight-gradient pass of each micro-batch is one :class:`~sim.program.Block`
+task instead of one task per op: the engine times the block alone (its ops priced as usual,
+its collectives at their solo times, overlaps as the steps' waits say) and places it on the
+compute stream for that long; its spans show each comm class's exposed time, then the compute.
+The embedding, output layer, pipeline transfers, data-parallel and ZeRO/FSDP traffic and
+the optimizer stay tasks of their own, so bubbles and data-parallel overlap still come from the
+timeline; the memory deltas of a layer sit on its block, at the pass's start and end.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from __future__ import annotations
 
 
 from sim.memory import activation_model, stage_memory, state_bytes
-from sim.program import Program, Task
+from sim.program import Block, Program, Task
 from sim.results import RankInfo
 from sim.types import CollectiveKind, CommClass, OpKind, RecomputeKind, ScheduleKind, Stream
 from sim.workload.dataparallel import GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES, DataParallelMixin
@@ -28,7 +37,10 @@ from sim.workload.ops import CommOp, MemoryOp, Op
 from sim.workload.schedules import Pass, pipeline_order
 from sim.workload.spec import WorkloadSpec
 
-__all__ = ["Task", "Program", "build_program", "OPTIMIZER_BYTES_PER_PARAM", "GRAD_REDUCE_BYTES"]
+__all__ = ["Task", "Program", "build_program", "OPTIMIZER_BYTES_PER_PARAM", "GRAD_REDUCE_BYTES", "GRANULARITIES"]
+
+GRANULARITIES = ("op", "layer")
+"""``op``: a task per op; ``layer``: a layer pass per block (see the module docstring)."""
 
 # Task and Program live in sim.program (shared with the engine); re-exported here.
 
@@ -47,6 +59,29 @@ class _Builder:
         self.members: dict[int, int] = {}
         self.ops: dict[tuple, CommOp] = {}
         """Comm ops shared by every task that moves the same bytes between the same ranks."""
+        self.blocks: dict[tuple, tuple] = {}
+        self.steps: dict[tuple, tuple] = {}
+        """Layer granularity: (block, its first comm group or None, its compute op count) per
+        step list."""
+
+    def block_steps(self, key: tuple, steps) -> tuple:
+        """The step list ``key`` names (``steps()`` builds it on the first call)."""
+        st = self.steps.get(key)
+        if st is None:
+            st = self.steps[key] = tuple(steps())
+        return st
+
+    def block(self, key: tuple, steps) -> tuple:
+        """The :class:`Block` of the step list ``key`` names (``steps()`` builds the list on
+        the first call), shared by every layer and micro-batch that runs it."""
+        hit = self.blocks.get(key)
+        if hit is None:
+            st = self.block_steps(key, steps)
+            blk = Block(tuple(x.op for x in st), tuple(x.stream for x in st), tuple(x.wait for x in st))
+            classes = blk.comm_classes()
+            hit = self.blocks[key] = (blk, classes[0][2] if classes else None,
+                                      sum(1 for x in st if x.stream is None))
+        return hit
 
     def add(self, rank: int, stream: Stream, name: str, op: Op, deps: list[int], args: tuple,
             key: tuple | None = None, kind: OpKind | None = None) -> Task:
@@ -71,7 +106,7 @@ class _RankProgram(DataParallelMixin):
     """Writes one simulated rank's tasks."""
 
     def __init__(self, b: _Builder, w: WorkloadSpec, layout: Layout, rank: int, ops: LayerOps,
-                 representative: bool) -> None:
+                 representative: bool, layer: bool = False) -> None:
         self.b, self.w, self.layout, self.rank = b, w, layout, rank
         self.tp_c, self.dp_c, self.stage = layout.coords(rank)
         self.ops = ops
@@ -81,6 +116,7 @@ class _RankProgram(DataParallelMixin):
         self.extra: list[int] = []
         self.seq: dict[tuple, int] = {}
         self.dp_tasks: list[int] = []
+        self.layer = layer
 
     # -- primitives ---------------------------------------------------------------------
     def compute(self, name: str, op: Op, args: tuple, kind: OpKind | None = None) -> Task:
@@ -121,6 +157,46 @@ class _RankProgram(DataParallelMixin):
             first.mem_start_bytes += first_mem
             last.mem_end_bytes += last_mem
         return first, last
+
+    def run_block(self, key: tuple, steps, args: tuple, name: str, first_mem: float = 0.0,
+                  last_mem: float = 0.0, split_first: bool = False) -> Task:
+        """Issue a layer pass as one :class:`Block` task on the compute stream (layer
+        granularity), with the pass's memory deltas; return its first task. It waits for what
+        the pass's first op would (a received activation, a gathered weight, a collective left
+        pending); every simulated member of its first comm class's group meets at its start,
+        as they would at the pass's first collective.
+
+        ``split_first``: the pass's first op stays a task of its own, for what is issued once
+        it has run (ZeRO-3/FSDP prefetch the next layer's weights then)."""
+        if split_first:
+            st = self.b.block_steps(key, steps)
+            if st and st[0].stream is None:
+                head = self.compute(st[0].name, st[0].op, args, st[0].kind)
+                head.mem_start_bytes += first_mem
+                self.run_block(key + ("tail",), lambda: st[1:], args, name, 0.0, last_mem)
+                return head
+        blk, group, n_compute = self.b.block(key, steps)
+        deps = self.extra
+        self.extra = []
+        if self.pending:
+            keep = []
+            for p in self.pending:
+                if p[1] < n_compute:
+                    deps.append(p[0])
+                else:
+                    p[1] -= n_compute
+                    keep.append(p)
+            self.pending = keep
+        meet = None
+        if group is not None and not self.rep:
+            n = self.seq.get(("block", group), 0)
+            self.seq[("block", group)] = n + 1
+            meet = ("block", group, n)
+        t = self.b.add(self.rank, Stream.COMPUTE, name, blk, deps, args, key=meet, kind=blk.kind)
+        t.mem_start_bytes += first_mem
+        t.mem_end_bytes += last_mem
+        self.last_c = t.id
+        return t
 
     # -- pipeline ------------------------------------------------------------------------
     def stage_rank(self, stage: int) -> int:
@@ -202,8 +278,13 @@ class _RankProgram(DataParallelMixin):
                         self.fsdp_gather(self.layer_params(vs, layer, layer == layers[0], layer == layers[-1]),
                                          args + (("layer", layer),), prev)
                     is_moe = m.is_moe_layer(layer)
-                    first, _ = self.run_steps(self.ops.for_layer(is_moe).layer_fwd, args + (("layer", layer),),
-                                              first_mem=am.stored(is_moe))
+                    lops = self.ops.for_layer(is_moe)
+                    if self.layer:
+                        first = self.run_block((id(lops), "fwd"), lambda: lops.layer_fwd, args + (("layer", layer),),
+                                               "layer-fwd", first_mem=am.stored(is_moe), split_first=gather)
+                    else:
+                        first, _ = self.run_steps(lops.layer_fwd, args + (("layer", layer),),
+                                                  first_mem=am.stored(is_moe))
                     prev = first.id
                 if vs == n_vs - 1:
                     self.run_steps(self.ops.head_fwd, args, first_mem=am.head + am.logits)
@@ -214,7 +295,12 @@ class _RankProgram(DataParallelMixin):
                 for layer in reversed(layers):
                     la = args + (("layer", layer),)
                     is_moe = m.is_moe_layer(layer)
-                    self.run_steps(self.ops.for_layer(is_moe).split_bwd[1], la, last_mem=-am.stored(is_moe))
+                    lops = self.ops.for_layer(is_moe)
+                    if self.layer:
+                        self.run_block((id(lops), "wgrad"), lambda: lops.split_bwd[1], la, "layer-wgrad",
+                                       last_mem=-am.stored(is_moe))
+                    else:
+                        self.run_steps(lops.split_bwd[1], la, last_mem=-am.stored(is_moe))
                     self.grads_ready(vs, layer, layers, chunk, i == last_g[chunk], la, buckets, fsdp, fsdp_once)
             else:
                 args = (("phase", "bwd"), ("microbatch", mb), ("chunk", chunk))
@@ -237,7 +323,11 @@ class _RankProgram(DataParallelMixin):
                     if zb:  # B only; the W pass frees what the layer stored
                         bwd, _, k = lops.split_bwd
                         release = -held
-                    if rc is RecomputeKind.FULL:
+                    if self.layer:
+                        first = self.run_block((id(lops), "bwd"), lambda: _backward_steps(lops, bwd, k, rc), la,
+                                               "layer-bwd", first_mem=held, last_mem=release,
+                                               split_first=fsdp and not fsdp_once)
+                    elif rc is RecomputeKind.FULL:
                         first, _ = self.run_steps(lops.layer_fwd, (("phase", "recompute"),) + la[1:],
                                                   first_mem=held)
                         self.run_steps(bwd, la, last_mem=release)
@@ -315,8 +405,20 @@ class _RankProgram(DataParallelMixin):
                                 [opt.id])
 
 
+def _backward_steps(lops: LayerOps, bwd: tuple, k: int, rc: RecomputeKind) -> tuple:
+    """A layer's backward steps with its recomputation, in the order the op-level program
+    issues them."""
+    if rc is RecomputeKind.FULL:
+        return lops.layer_fwd + bwd
+    if rc is RecomputeKind.SELECTIVE_OP:
+        return lops.op_recompute + bwd
+    if rc is RecomputeKind.SELECTIVE:
+        return bwd[:k] + lops.attention_fwd + bwd[k:]
+    return bwd
+
+
 def build_program(w: WorkloadSpec, representative: bool = True,
-                  node_of=lambda r: 0, local_gpu_of=lambda r: r) -> Program:
+                  node_of=lambda r: 0, local_gpu_of=lambda r: r, granularity: str = "op") -> Program:
     """Build the task program of one iteration of ``w``.
 
     Parameters
@@ -325,7 +427,11 @@ def build_program(w: WorkloadSpec, representative: bool = True,
         Simulate one rank per pipeline stage (tp = dp = 0) instead of every rank.
     node_of, local_gpu_of : callable
         Placement of a rank (from the topology), for the rank labels.
+    granularity : {"op", "layer"}
+        A task per op, or a block per layer pass (see the module docstring).
     """
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {list(GRANULARITIES)}, got {granularity!r}")
     p = w.parallel
     layout = Layout.of(p)
     b = _Builder()
@@ -347,7 +453,7 @@ def build_program(w: WorkloadSpec, representative: bool = True,
         if ops is None:
             ops = ops_cache[(group, cp_group, ep_group)] = layer_ops(w.model, p, w.dtype, group, replicas, cp_group,
                                                                      cp_replicas, ep_group, ep_replicas, w.scaling)
-        _RankProgram(b, w, layout, r, ops, representative).build()
+        _RankProgram(b, w, layout, r, ops, representative, granularity == "layer").build()
         infos.append(RankInfo(r, node_of(r), local_gpu_of(r), tp_c, stage, dp_c // p.cp, dp_c % p.cp))
         sm = stage_memory(w, stage)
         static[r] = sm.weights_bytes + sm.grads_bytes + sm.optimizer_bytes + sm.other_bytes
