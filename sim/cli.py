@@ -3,11 +3,13 @@
 ::
 
     llmsim run [WORKLOAD.yaml] [--case ID] [--topology T] [--trace PATH] [--json PATH] [--set KEY=VALUE ...] [--full]
-               [--slow-gpu RANK=FACTOR ...]
+               [--slow-gpu RANK=FACTOR ...] [--granularity op|layer]
     llmsim memory [WORKLOAD.yaml] [--recompute none,selective,selective-op,full] [--plot PATH.png] [--json PATH]
     llmsim validate FILE... [--json PATH]
     llmsim collective --topology T --op all-reduce --bytes 1GiB --ranks 8 [--algo auto|ring|multi-ring|tree|nvls|pat|hierarchical] [--json PATH]
     llmsim compare [WORKLOAD.yaml] --topology A --topology B [...] [--json PATH] [--plot PATH.png]
+    llmsim sweep [WORKLOAD.yaml] [--topology T] [--space SPACE.yaml] [--top N] [--executor local|dask://HOST:PORT]
+                 [--workers N] [--csv PATH] [--json PATH] [--plot PATH.png] [--fidelity fast|op]
 
 Bad input prints one line naming the file, the field, what was expected and what arrived,
 and exits with status 2; it never prints a traceback.
@@ -74,7 +76,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     workload, notes = load_workload_with_notes(args.workload, args.set or (), args.case)
     topo = _resolve_topology(workload, args.topology, notes)
     run = simulate(workload, topo, full=args.full, notes=notes, slow_gpus=_slow_gpus(args.slow_gpu),
-                   link_counters=LINK_COUNTERS if args.trace else 0)
+                   link_counters=LINK_COUNTERS if args.trace else 0, granularity=args.granularity)
     report = make_report(run)
     print(format_report(report))
     if args.json:
@@ -175,6 +177,31 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from sim.config import load_workload_with_notes
+    from sim.config.space import load_space
+    from sim.sweep import Fidelity, sweep
+    from sim.sweep_report import format_sweep, sweep_json, write_sweep_csv
+
+    workload, _notes = load_workload_with_notes(args.workload, args.set or (), args.case)
+    notes: list[str] = []
+    topo = _resolve_topology(workload, args.topology, notes)
+    space = load_space(args.space) if args.space else None
+    result = sweep(workload, topo, space, top=args.top, fidelity=Fidelity(args.fidelity), executor=args.executor,
+                   workers=args.workers, progress=True, notes=notes)
+    print(format_sweep(result))
+    if args.json:
+        _write_json(args.json, sweep_json(result))
+    if args.csv:
+        write_sweep_csv(result, args.csv)
+    if args.plot:
+        from sim.plot import plot_sweep
+
+        plot_sweep(result, args.plot, f"{workload.name} on {workload.system.num_gpus} x {workload.system.gpu.name}: "
+                   f"{result.simulated} configurations")
+    return 130 if result.interrupted else 0
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="llmsim", description="Simulate distributed LLM training.")
     ap.add_argument("--version", action="version", version=f"llmsim {__version__}")
@@ -195,6 +222,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="simulate every rank, not one representative rank per pipeline stage")
     run.add_argument("--slow-gpu", action="append", metavar="RANK=FACTOR",
                      help="a straggler: GPU RANK computes FACTOR times slower (repeatable)")
+    run.add_argument("--granularity", choices=("op", "layer"), default="op",
+                     help="op: every kernel and collective a task (default); layer: each layer pass one "
+                     "block timed alone, several times faster, for searches")
     run.set_defaults(func=_cmd_run)
     mem = sub.add_parser("memory", help="memory per GPU under each recomputation method",
                          description="Per pipeline stage: weights, gradients, optimizer state, activations "
@@ -246,6 +276,31 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("--plot", metavar="PATH.png", help="draw the time per topology as stacked bars "
                      "(needs matplotlib: pip install 'llmsim[plot]')")
     cmp.set_defaults(func=_cmd_compare)
+    swp = sub.add_parser("sweep", help="search the parallel strategies for the fastest that fits",
+                         description="Enumerate every valid parallel strategy of a space, prune those whose "
+                         "closed-form memory exceeds the GPU, simulate the rest and rank them by iteration time.")
+    swp.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name (its model, GPUs, "
+                     "batch and the settings the space leaves fixed)")
+    swp.add_argument("--topology", help="topology YAML or preset name (default: the workload's)")
+    swp.add_argument("--space", metavar="SPACE.yaml", help="lists of values per setting (tp, cp, pp, ep, "
+                     "virtual_pipeline_stages, schedule, micro_batch_size, recompute, sequence_parallel, "
+                     "zero_stage), or 'auto'; settings left out keep the workload's value (default: every "
+                     "setting 'auto')")
+    swp.add_argument("--top", type=int, default=10, metavar="N", help="how many of the fastest to print (default 10)")
+    swp.add_argument("--executor", default="local", metavar="local|dask://HOST:PORT",
+                     help="local processes (default), or a Dask scheduler (needs pip install 'llmsim[dask]')")
+    swp.add_argument("--workers", type=int, default=None, metavar="N",
+                     help="local worker processes (default: the CPU count; 1 runs in this process)")
+    swp.add_argument("--fidelity", choices=["fast", "op"], default="fast",
+                     help="fast (default): every configuration at layer granularity, the top N again op by op; "
+                     "op: every configuration op by op")
+    swp.add_argument("--csv", metavar="PATH", help="write every simulated configuration as CSV")
+    swp.add_argument("--json", metavar="PATH", help="write the counts and the top configurations as JSON")
+    swp.add_argument("--plot", metavar="PATH.png", help="draw tokens/s against peak memory with the Pareto front "
+                     "(needs matplotlib: pip install 'llmsim[plot]')")
+    swp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one workload field")
+    swp.add_argument("--case", metavar="ID", help="the case to use from a file of several")
+    swp.set_defaults(func=_cmd_sweep)
     return ap
 
 

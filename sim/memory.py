@@ -24,7 +24,7 @@ from sim.workload.spec import ModelSpec, ParallelSpec, WorkloadSpec, pipeline_sp
 
 __all__ = ["WEIGHT_BYTES", "GRAD_BYTES", "OPTIMIZER_BYTES", "StateBytes", "ActivationModel", "StageMemory",
            "stage_params", "state_bytes", "layer_activation_bytes", "activation_model", "stage_memory",
-           "memory_table", "CUBLAS_WORKSPACE_BYTES"]
+           "memory_table", "CUBLAS_WORKSPACE_BYTES", "activation_peak_bytes", "other_bytes"]
 
 WEIGHT_BYTES = 2.0
 """16-bit model weights."""
@@ -348,7 +348,7 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel) -> f
     return peak
 
 
-def _other_bytes(w: WorkloadSpec, stage: int) -> float:
+def other_bytes(w: WorkloadSpec, stage: int) -> float:
     """Buffers besides state and activations: the sequence-parallel all-gather buffer, ZeRO-3's
     gathered weights (and, under pipelining, their unsharded gradients), the cuBLAS workspace."""
     m, p = w.model, w.parallel
@@ -377,7 +377,7 @@ def stage_memory(w: WorkloadSpec, stage: int, recompute: RecomputeKind | None = 
     """The peak memory of one GPU of ``stage`` under ``recompute`` (default the workload's)."""
     sb = state_bytes(w.model, w.parallel, stage)
     act = activation_peak_bytes(w, stage, activation_model(w, recompute))
-    return StageMemory(stage, sb.weights_bytes, sb.grads_bytes, sb.optimizer_bytes, act, _other_bytes(w, stage),
+    return StageMemory(stage, sb.weights_bytes, sb.grads_bytes, sb.optimizer_bytes, act, other_bytes(w, stage),
                        w.system.gpu.hbm_capacity_bytes)
 
 

@@ -13,7 +13,7 @@ from sim.memory import StageMemory
 from sim.types import RecomputeKind
 from sim.units import GiB
 
-__all__ = ["plot_memory", "plot_compare"]
+__all__ = ["plot_memory", "plot_compare", "plot_sweep"]
 
 _PARTS = (("weights_bytes", "weights"), ("grads_bytes", "gradients"), ("optimizer_bytes", "optimizer state"),
           ("activations_bytes", "activations"), ("other_bytes", "other buffers"))
@@ -85,4 +85,30 @@ def plot_compare(rows: list, path: str, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.set_ylim(0, max(bottom) * 1.15)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _save(plt, fig, path)
+
+
+def plot_sweep(result, path: str, title: str) -> None:
+    """Throughput against peak memory of every configuration a sweep simulated
+    (:class:`sim.sweep.SweepResult`), the Pareto front joined and marked, the best configuration
+    ringed and the GPU's capacity as a line."""
+    plt = _pyplot()
+    rows, front = result.rows, result.pareto_rows()
+    fig, ax = plt.subplots(figsize=(7.2, 4.4), dpi=120)
+    ax.scatter([r.candidate.peak_memory_bytes / GiB for r in rows], [r.screen.tokens_per_s for r in rows],
+               s=8, alpha=0.4, color="tab:blue", label=f"simulated ({len(rows)})")
+    ax.plot([r.candidate.peak_memory_bytes / GiB for r in front], [r.screen.tokens_per_s for r in front],
+            marker="o", markersize=5, color="tab:red", linewidth=1.2, label=f"Pareto front ({len(front)})")
+    if rows:
+        best = rows[0]
+        ax.scatter([best.candidate.peak_memory_bytes / GiB], [best.screen.tokens_per_s], s=120,
+                   facecolors="none", edgecolors="black", label="fastest")
+    cap = result.capacity_bytes / GiB
+    if rows and max(r.candidate.peak_memory_bytes for r in rows) / GiB > cap / 2:  # else it would squash the points
+        ax.axvline(cap, color="black", linestyle="--", linewidth=1)
+        ax.text(cap, ax.get_ylim()[1], f"capacity {cap:.0f} GiB ", rotation=90, va="top", ha="right", fontsize=8)
+    ax.set_xlabel(f"peak memory per GPU, GiB (closed form, fullest stage; the GPU has {cap:.0f})")
+    ax.set_ylabel(f"tokens/s ({result.screen_granularity} granularity)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8, loc="lower right")
     _save(plt, fig, path)

@@ -1,0 +1,661 @@
+"""Design-space search (``llmsim sweep``): every parallel strategy of a space, ranked by speed.
+
+The search runs in four steps, one function each:
+
+1. :func:`space_points` walks the space (:class:`~sim.config.space.Space`) depth-first, setting
+   by setting in :data:`~sim.config.space.AXES` order; ``dp`` follows as
+   ``num_gpus / (tp x pp x cp)``.
+2. :func:`make_candidate` turns a point into a :class:`~sim.workload.spec.WorkloadSpec` by
+   replacing fields of the workload's :class:`~sim.workload.spec.ParallelSpec`; the specs check
+   themselves, and a point they reject with a :class:`~sim.errors.ConfigError` is *invalid*.
+3. :class:`MemoryCheck` prices each stage's memory in closed form (:mod:`sim.memory`);
+   a configuration whose peak exceeds the GPU's capacity is *pruned* without being simulated.
+4. :func:`run_simulations` simulates the rest on an executor (local processes, or a Dask
+   cluster's ``get_executor()``), a few at a time; each worker gets the two specs and returns
+   a :class:`SimOutcome`, a handful of numbers.
+
+The ranking sorts by iteration time, then by the configuration's canonical key
+(:data:`KEY_FIELDS`), never by completion order, so the result does not depend on the number
+of workers. With ``fidelity="fast"`` every configuration is simulated at layer granularity
+and the best ``top`` again op by op; with ``"op"`` everything op by op.
+
+The default rule of each setting (where a space says ``auto``, or there is no space):
+
+* ``tp``: divisors of the GPU count up to the NVLink (scale-up) domain that divide the
+  attention heads and the MLP width and divide or are divided by the KV heads: tensor
+  parallelism across the scale-out network is never competitive (Narayanan et al. 2021, arXiv
+  2104.04473, Takeaway #1).
+* ``cp``: divisors of ``num_gpus / tp`` whose ring-attention chunks keep at least
+  :data:`MIN_TOKENS_PER_CP_RANK` tokens per rank (``seq / cp``, and ``seq`` a multiple of ``2 cp``).
+* ``pp``: divisors of ``num_gpus / (tp x cp)`` for which the layers split into stages,
+  unevenly as Megatron-LM does when it counts the embedding and the loss as a layer each.
+* ``ep``: 1 for a dense model; for a mixture of experts, the divisors of the expert count that
+  divide ``dp``.
+* ``virtual_pipeline_stages``: 1, and with ``pp > 1`` every ``v`` for which ``pp x v`` divides
+  the layers.
+* ``schedule``: 1F1B without a pipeline; GPipe, 1F1B and ZB-H1 with one; interleaved 1F1B with
+  ``v > 1``.
+* ``micro_batch_size``: those of :data:`MICRO_BATCH_SIZES` that divide the local batch.
+* ``recompute``: every :class:`~sim.types.RecomputeKind`.
+* ``sequence_parallel``: off and on when ``tp > 1``.
+* ``zero_stage``: 0 to 3 (1 is the distributed optimizer) when ``dp x cp > 1``, else 0.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+from sim.config.space import AXES, Space, default_space
+from sim.errors import ConfigError, NotBuiltError
+from sim.memory import (ActivationModel, StageMemory, activation_model, activation_peak_bytes, other_bytes,
+                        state_bytes)
+from sim.report import make_report
+from sim.runner import simulate
+from sim.topology.spec import TopologySpec
+from sim.types import RecomputeKind, ScheduleKind
+from sim.workload.spec import WorkloadSpec, pipeline_split
+
+__all__ = ["Fidelity", "KEY_FIELDS", "MICRO_BATCH_SIZES", "MIN_TOKENS_PER_CP_RANK", "Candidate", "SimOutcome",
+           "SweepRow", "SweepResult", "layer_granularity_available", "space_points", "tp_limit_of", "make_candidate",
+           "candidate_key", "MemoryCheck", "feasible_candidates", "simulate_one", "open_executor", "run_simulations",
+           "pareto_front", "sweep"]
+
+MICRO_BATCH_SIZES = (1, 2, 4, 8)
+"""Micro-batch sizes the default space tries."""
+MIN_TOKENS_PER_CP_RANK = 1024
+"""The default space's smallest sequence share of one context-parallel rank: below it each
+ring-attention step is too short to hide the next K/V exchange."""
+KEY_FIELDS = ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "schedule", "micro_batch_size",
+              "recompute", "sequence_parallel", "zero_stage")
+"""The settings that name a configuration, in the order of its canonical key."""
+_SHARDING = {0: (False, 0), 1: (True, 0), 2: (False, 2), 3: (False, 3)}
+"""ZeRO level -> (distributed_optimizer, zero_stage) of a candidate."""
+_WINDOW_PER_SLOT = 2
+"""Simulations in flight per worker slot: enough to keep every worker busy, few enough that
+Ctrl-C has little to cancel."""
+
+
+class Fidelity(str, Enum):
+    """How finely ``llmsim sweep`` simulates (``--fidelity``)."""
+
+    FAST = "fast"
+    """Every configuration at layer granularity, the best again op by op."""
+    OP = "op"
+    """Every configuration op by op."""
+
+
+# --- 1. the points of a space ------------------------------------------------------------------
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _auto_tp(w: WorkloadSpec, c: dict, tp_limit: int) -> tuple:
+    m = w.model
+    return tuple(d for d in _divisors(w.system.num_gpus) if d <= tp_limit and m.num_attention_heads % d == 0
+                 and m.ffn_hidden_size % d == 0 and (m.num_kv_heads % d == 0 or d % m.num_kv_heads == 0))
+
+
+def _auto_cp(w: WorkloadSpec, c: dict, tp_limit: int) -> tuple:
+    s = w.model.seq_length
+    return tuple(d for d in _divisors(w.system.num_gpus // c["tp"] if w.system.num_gpus % c["tp"] == 0 else 1)
+                 if d == 1 or (s % (2 * d) == 0 and s // d >= MIN_TOKENS_PER_CP_RANK))
+
+
+def _auto_pp(w: WorkloadSpec, c: dict, tp_limit: int) -> tuple:
+    n = w.system.num_gpus
+    rest = n // (c["tp"] * c["cp"]) if n % (c["tp"] * c["cp"]) == 0 else 1
+    return tuple(d for d in _divisors(rest) if pipeline_split(w.model.num_layers, d) is not None)
+
+
+def _auto_ep(w: WorkloadSpec, c: dict, tp_limit: int) -> tuple:
+    if not w.model.is_moe:
+        return (1,)
+    return tuple(d for d in _divisors(w.model.num_experts) if c["dp"] % d == 0)
+
+
+def _auto_vps(w: WorkloadSpec, c: dict, tp_limit: int) -> tuple:
+    pp, layers = c["pp"], w.model.num_layers
+    return (1,) if pp == 1 else (1,) + tuple(v for v in range(2, layers // pp + 1) if layers % (pp * v) == 0)
+
+
+def _auto_schedule(w: WorkloadSpec, c: dict, tp_limit: int) -> tuple:
+    if c["pp"] == 1:
+        return (ScheduleKind.ONE_F_ONE_B,)
+    if c["virtual_pipeline_stages"] > 1:
+        return (ScheduleKind.INTERLEAVED,)
+    return (ScheduleKind.GPIPE, ScheduleKind.ONE_F_ONE_B, ScheduleKind.ZB_H1)
+
+
+def _auto_mbs(w: WorkloadSpec, c: dict, tp_limit: int) -> tuple:
+    gbs = w.parallel.global_batch_size
+    return tuple(b for b in MICRO_BATCH_SIZES if gbs % (b * c["dp"]) == 0) or (1,)
+
+
+_DEFAULT_RULES: dict[str, Callable[[WorkloadSpec, dict, int], tuple]] = {
+    "tp": _auto_tp, "cp": _auto_cp, "pp": _auto_pp, "ep": _auto_ep, "virtual_pipeline_stages": _auto_vps,
+    "schedule": _auto_schedule, "micro_batch_size": _auto_mbs,
+    "recompute": lambda w, c, t: tuple(RecomputeKind),
+    "sequence_parallel": lambda w, c, t: (False, True) if c["tp"] > 1 else (False,),
+    "zero_stage": lambda w, c, t: (0, 1, 2, 3) if c["dp"] * c["cp"] > 1 else (0,),
+}
+
+
+def _axis_values(axis: str, w: WorkloadSpec, space: Space, chosen: dict, tp_limit: int) -> tuple:
+    """The values of ``axis`` to try after the settings ``chosen`` so far."""
+    if space.is_fixed(axis):
+        return (w.parallel.zero if axis == "zero_stage" else getattr(w.parallel, axis),)
+    listed = space.values(axis)
+    return listed if listed is not None else _DEFAULT_RULES[axis](w, chosen, tp_limit)
+
+
+def space_points(w: WorkloadSpec, space: Space, tp_limit: int) -> Iterator[dict]:
+    """Every point of ``space`` for workload ``w``: one dict per combination, with a value for
+    every setting of :data:`~sim.config.space.AXES` and ``dp``, depth-first in that order.
+
+    ``tp_limit`` bounds the default rule's ``tp`` (the scale-up domain's GPUs).
+
+    >>> from sim.config import load_workload
+    >>> from sim.config.space import Space
+    >>> pts = list(space_points(load_workload("tiny"), Space({"tp": (1, 2), "pp": (1, 2)}), 8))
+    >>> [(p["tp"], p["pp"], p["dp"]) for p in pts]
+    [(1, 1, 8), (1, 2, 4), (2, 1, 4), (2, 2, 2)]
+    """
+    n = w.system.num_gpus
+    chosen: dict = {}
+
+    def walk(i: int) -> Iterator[dict]:
+        if i == len(AXES):
+            yield dict(chosen)
+            return
+        axis = AXES[i]
+        for value in _axis_values(axis, w, space, chosen, tp_limit):
+            chosen[axis] = value
+            if axis == "pp":  # dp follows; a product that does not divide the GPUs is left to the spec
+                model_parallel = chosen["tp"] * chosen["cp"] * value
+                chosen["dp"] = max(1, n // model_parallel)
+            yield from walk(i + 1)
+
+    yield from walk(0)
+
+
+def tp_limit_of(topology: TopologySpec) -> int:
+    """The largest TP the default space tries: the GPUs of one NVLink (scale-up) domain."""
+    if topology.graph_file is not None:
+        return topology.gpus_per_node
+    return max(topology.gpus_per_node, topology.scale_up.domain_size)
+
+
+# --- 2. candidates -----------------------------------------------------------------------------
+
+
+def make_candidate(w: WorkloadSpec, point: dict) -> WorkloadSpec:
+    """The workload ``w`` with the parallel settings of ``point`` (see :func:`space_points`).
+
+    ZeRO level 1 is Megatron-LM's distributed optimizer; the workload's own level keeps its own
+    flags, so a point equal to the workload gives back the workload.
+
+    Raises
+    ------
+    ConfigError
+        When the specs reject the combination (heads not divisible by TP, a global batch not
+        divisible by micro-batch x DP, ZB-H1 with full recomputation, ...).
+    """
+    p = w.parallel
+    zero = point["zero_stage"]
+    dist_opt, zero_stage = (p.distributed_optimizer, p.zero_stage) if zero == p.zero else _SHARDING[zero]
+    parallel = replace(p, tp=point["tp"], pp=point["pp"], dp=point["dp"], cp=point["cp"], ep=point["ep"],
+                       virtual_pipeline_stages=point["virtual_pipeline_stages"], schedule=point["schedule"],
+                       micro_batch_size=point["micro_batch_size"], recompute=point["recompute"],
+                       sequence_parallel=point["sequence_parallel"], distributed_optimizer=dist_opt,
+                       zero_stage=zero_stage)
+    return replace(w, parallel=parallel)
+
+
+def candidate_key(w: WorkloadSpec) -> tuple:
+    """The canonical key of a configuration: its :data:`KEY_FIELDS` (enums by their names)."""
+    p = w.parallel
+    return (p.tp, p.pp, p.dp, p.cp, p.ep, p.virtual_pipeline_stages, p.schedule.value, p.micro_batch_size,
+            p.recompute.value, p.sequence_parallel, p.zero)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A valid configuration that fits in memory."""
+
+    key: tuple
+    """Its canonical key (:func:`candidate_key`)."""
+    workload: WorkloadSpec
+    peak_memory_bytes: float
+    """The closed-form peak of its fullest stage (:mod:`sim.memory`)."""
+
+    @property
+    def settings(self) -> dict:
+        return dict(zip(KEY_FIELDS, self.key))
+
+
+# --- 3. memory ---------------------------------------------------------------------------------
+
+
+class MemoryCheck:
+    """The closed-form peak memory of candidates (:func:`sim.memory.stage_memory`, term for
+    term), with each schedule walk remembered: candidates that differ only in their ZeRO
+    sharding keep the same activations. One per sweep (the walks are of one model)."""
+
+    def __init__(self) -> None:
+        self._walks: dict[tuple, float] = {}
+
+    def _activations(self, w: WorkloadSpec, stage: int, am: ActivationModel) -> float:
+        p = w.parallel
+        key = (p.schedule, p.pp, p.virtual_pipeline_stages, p.num_microbatches, stage, am)
+        if key not in self._walks:
+            self._walks[key] = activation_peak_bytes(w, stage, am)
+        return self._walks[key]
+
+    def fitting_peak_bytes(self, w: WorkloadSpec) -> float | None:
+        """The peak memory of ``w``'s fullest stage, or None if some stage exceeds the GPU's
+        capacity.
+
+        Stages are tried first and last first (the first holds the most micro-batches in
+        flight, the last the logits), and a stage whose weights, gradients and optimizer state
+        alone exceed the capacity stops the search before its schedule is walked.
+        """
+        pp, cap = w.parallel.pp, w.system.gpu.hbm_capacity_bytes
+        am = activation_model(w)
+        peak = 0.0
+        for stage in [0] + ([pp - 1] if pp > 1 else []) + list(range(1, pp - 1)):
+            sb = state_bytes(w.model, w.parallel, stage)
+            if sb.total_bytes > cap:
+                return None
+            total = StageMemory(stage, sb.weights_bytes, sb.grads_bytes, sb.optimizer_bytes,
+                                self._activations(w, stage, am), other_bytes(w, stage), cap).total_bytes
+            if total > cap:
+                return None
+            peak = max(peak, total)
+        return peak
+
+
+# --- 4. simulation -----------------------------------------------------------------------------
+
+
+def layer_granularity_available() -> bool:
+    """Whether :func:`sim.runner.simulate` takes ``granularity="layer"`` (the one check)."""
+    return "granularity" in inspect.signature(simulate).parameters
+
+
+@dataclass(frozen=True)
+class SimOutcome:
+    """What a worker sends back for one configuration: a few numbers, not the run."""
+
+    granularity: str
+    """``"op"`` or ``"layer"``: how finely it was simulated."""
+    iteration_time_s: float = math.nan
+    tokens_per_s: float = 0.0
+    mfu: float = 0.0
+    bubble_fraction: float = 0.0
+    exposed_comm_s: dict = field(default_factory=dict)
+    """Exposed communication per parallel dimension (the report's ``exposed_comm_s``)."""
+    wall_s: float = 0.0
+    error: str | None = None
+    """Why the simulation failed (``"TypeName: message"``), or None."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def exposed_comm_total_s(self) -> float:
+        return sum(self.exposed_comm_s.values())
+
+
+def simulate_one(workload: WorkloadSpec, topology: TopologySpec, granularity: str | None) -> SimOutcome:
+    """Simulate one configuration (in a worker) and keep the numbers the sweep reports.
+
+    ``granularity`` is passed to :func:`~sim.runner.simulate` when given; None runs its default
+    (op by op). Any exception is returned as the outcome's ``error``: one failing configuration
+    is a result of the sweep, not its end.
+    """
+    t0 = time.perf_counter()
+    try:
+        run = simulate(workload, topology, **({} if granularity is None else {"granularity": granularity}))
+        rep = make_report(run)
+    except Exception as exc:  # noqa: BLE001 -- reported per configuration, with its type
+        return SimOutcome(granularity or "op", wall_s=time.perf_counter() - t0,
+                          error=f"{type(exc).__name__}: {exc}")
+    return SimOutcome(granularity or "op", rep.iteration_time_s, rep.tokens_per_s, rep.mfu, rep.bubble_fraction,
+                      dict(rep.exposed_comm_s), time.perf_counter() - t0)
+
+
+class InlineExecutor(Executor):
+    """Runs each task when it is submitted, in this process: ``--workers 1`` takes the same
+    submit-and-wait path as a pool without starting one."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        fut: Future = Future()
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # noqa: BLE001 -- delivered through the future, as a pool would
+            fut.set_exception(exc)
+        return fut
+
+
+def _ignore_sigint() -> None:
+    """Worker initializer: Ctrl-C reaches the whole process group; only the parent acts on it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _dask_client():
+    try:
+        from distributed import Client
+    except ImportError:
+        raise NotBuiltError("--executor dask://... needs dask.distributed: pip install 'llmsim[dask]'") from None
+    return Client
+
+
+@contextmanager
+def open_executor(executor: str = "local", workers: int | None = None) -> Iterator[tuple[Executor, int]]:
+    """An executor and its number of worker slots.
+
+    Parameters
+    ----------
+    executor : str
+        ``"local"``: :class:`~concurrent.futures.ProcessPoolExecutor` over ``workers`` processes
+        (default :func:`os.cpu_count`; 1 runs in this process); ``"dask://HOST:PORT"``: the
+        ``concurrent.futures`` executor of a Dask scheduler at that address
+        (``dask.distributed.Client(address).get_executor()``), imported only then; there
+        ``workers`` only bounds the simulations in flight (default: the cluster's threads).
+
+    Raises
+    ------
+    ConfigError
+        For another executor string or ``workers < 1``.
+    NotBuiltError
+        For a Dask address when ``dask.distributed`` is not installed.
+    """
+    _check_executor(executor, workers)
+    if executor == "local":
+        n = workers or os.cpu_count() or 1
+        if n == 1:
+            yield InlineExecutor(), 1
+            return
+        import multiprocessing
+
+        # "spawn": the progress bar's monitor thread makes forking unsafe
+        pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_sigint)
+        with pool:
+            yield pool, n
+        return
+    with _dask_client()("tcp://" + executor[len("dask://"):]) as client:
+        slots = workers or sum(client.nthreads().values()) or 1
+        ex = client.get_executor(pure=False)
+        try:
+            yield ex, slots
+        finally:
+            ex.shutdown(wait=False)
+
+
+def _check_executor(executor: str, workers: int | None) -> None:
+    """Check the arguments of :func:`open_executor` before any work: a ConfigError for an
+    executor it does not know or no workers, a NotBuiltError for Dask when it is missing."""
+    if workers is not None and workers < 1:
+        raise ConfigError("<--workers>", "--workers", "a positive number of worker processes", workers)
+    if executor == "local":
+        return
+    if not (executor.startswith("dask://") and len(executor) > len("dask://")):
+        raise ConfigError("<--executor>", "--executor", "local or dask://HOST:PORT", executor)
+    _dask_client()
+
+
+def _abandon(executor: Executor) -> None:
+    """After Ctrl-C: cancel what has not started and stop the local workers that still run."""
+    if not isinstance(executor, ProcessPoolExecutor):
+        executor.shutdown(wait=False)  # a Dask executor cancels its futures
+        return
+    stop = getattr(executor, "terminate_workers", None)  # Python 3.14
+    if stop is not None:
+        stop()
+        return
+    # earlier versions keep their processes in a private mapping, which shutdown() drops
+    running = list((getattr(executor, "_processes", None) or {}).values())
+    executor.shutdown(wait=False, cancel_futures=True)
+    for proc in running:
+        proc.terminate()
+
+
+def run_simulations(jobs: Sequence[Candidate], topology: TopologySpec, granularity: str | None,
+                    executor: Executor, slots: int,
+                    on_done: Callable[[Candidate, SimOutcome], None] | None = None
+                    ) -> tuple[dict[tuple, SimOutcome], bool]:
+    """Simulate ``jobs`` on ``executor``, at most ``2 x slots`` in flight.
+
+    Returns
+    -------
+    (dict, bool)
+        The outcome of each finished job by its key, and whether Ctrl-C (KeyboardInterrupt)
+        stopped the run: then the jobs in flight are cancelled and the dict holds those that
+        had finished.
+    """
+    out: dict[tuple, SimOutcome] = {}
+    todo = iter(jobs)
+    pending: dict[Future, Candidate] = {}
+    try:
+        while True:
+            while len(pending) < _WINDOW_PER_SLOT * slots:
+                job = next(todo, None)
+                if job is None:
+                    break
+                pending[executor.submit(simulate_one, job.workload, topology, granularity)] = job
+            if not pending:
+                return out, False
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: pending[f].key):
+                job = pending.pop(fut)
+                try:
+                    outcome = fut.result()
+                except Exception as exc:  # noqa: BLE001 -- a lost worker fails its job, not the sweep
+                    outcome = SimOutcome(granularity or "op", error=f"{type(exc).__name__}: {exc}")
+                out[job.key] = outcome
+                if on_done is not None:
+                    on_done(job, outcome)
+    except KeyboardInterrupt:
+        for fut in pending:
+            fut.cancel()
+        _abandon(executor)
+        return out, True
+
+
+# --- ranking -----------------------------------------------------------------------------------
+
+
+def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats: ``(memory, throughput)`` pairs, less memory
+    and more throughput being better. A point is dominated when another has no more memory and
+    no less throughput, and differs. Returned by increasing memory.
+
+    >>> pareto_front([(10, 5), (20, 9), (15, 4), (20, 8), (30, 9)])
+    [0, 1]
+    """
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], -points[i][1], i))
+    front: list[int] = []
+    best = -math.inf
+    for i in order:
+        mem, thr = points[i]
+        if thr > best or (front and points[front[-1]] == (mem, thr)):
+            front.append(i)
+            best = max(best, thr)
+    return front
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One simulated configuration: its screening result, and op by op if it was re-run."""
+
+    candidate: Candidate
+    screen: SimOutcome
+    """The sweep's first simulation (layer granularity under ``fidelity="fast"``)."""
+    op: SimOutcome | None = None
+    """The op-by-op re-run of a top configuration (``fidelity="fast"`` only)."""
+
+    @property
+    def best(self) -> SimOutcome:
+        """The finest result there is: the op-level re-run when it succeeded."""
+        return self.op if self.op is not None and self.op.ok else self.screen
+
+
+@dataclass
+class SweepResult:
+    """A finished (or interrupted) sweep, every number in SI units."""
+
+    workload: str
+    topology: str
+    gpu: str
+    num_gpus: int
+    capacity_bytes: float
+    fidelity: Fidelity
+    screen_granularity: str
+    space: str
+    tried: int = 0
+    invalid: int = 0
+    pruned: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    invalid_reasons: dict = field(default_factory=dict)
+    """How many points each field's check rejected (``parallel.global_batch_size``: 12)."""
+    rows: list[SweepRow] = field(default_factory=list)
+    """Every configuration simulated without error, by (screening time, key)."""
+    top: list[SweepRow] = field(default_factory=list)
+    """The best ``top``, by (their finest time, key)."""
+    failures: list[tuple[Candidate, str]] = field(default_factory=list)
+    interrupted: bool = False
+    stopped_while: str = ""
+    """What Ctrl-C interrupted: ``"checking"`` the space, ``"simulating"`` or the ``"op-level re-run"``."""
+    notes: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    @property
+    def simulated(self) -> int:
+        return len(self.rows)
+
+    def pareto_rows(self) -> list[SweepRow]:
+        """The simulated configurations on the Pareto front of tokens/s (as screened) against
+        peak memory (:func:`pareto_front`), by increasing memory."""
+        points = [(r.candidate.peak_memory_bytes, r.screen.tokens_per_s) for r in self.rows]
+        return [self.rows[i] for i in pareto_front(points)]
+
+
+def _bar(total: int, desc: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="config", disable=None if enabled else True, leave=False,
+                dynamic_ncols=True)
+
+
+def feasible_candidates(w: WorkloadSpec, space: Space, tp_limit: int, result: SweepResult,
+                        progress: bool = False) -> list[Candidate]:
+    """Steps 1 to 3: the valid points of ``space`` that fit in memory, by key; the points
+    tried, invalid and pruned are counted on ``result``."""
+    points = list(space_points(w, space, tp_limit))
+    kept: list[Candidate] = []
+    memory = MemoryCheck()
+    bar = _bar(len(points), "checking", progress)
+    try:
+        for point in points:
+            result.tried += 1
+            bar.update(1)
+            try:
+                cand = make_candidate(w, point)
+            except ConfigError as exc:
+                result.invalid += 1
+                result.invalid_reasons[exc.field] = result.invalid_reasons.get(exc.field, 0) + 1
+                continue
+            peak = memory.fitting_peak_bytes(cand)
+            if peak is None:
+                result.pruned += 1
+            else:
+                kept.append(Candidate(candidate_key(cand), cand, peak))
+    finally:
+        bar.close()
+    kept.sort(key=lambda c: c.key)
+    return kept
+
+
+def _simulate_all(jobs: list[Candidate], topology: TopologySpec, granularity: str | None, executor: Executor,
+                  slots: int, desc: str, progress: bool) -> tuple[dict[tuple, SimOutcome], bool]:
+    bar = _bar(len(jobs), desc, progress)
+    try:
+        return run_simulations(jobs, topology, granularity, executor, slots, lambda job, o: bar.update(1))
+    finally:
+        bar.close()
+
+
+def sweep(workload: WorkloadSpec, topology: TopologySpec, space: Space | None = None, *, top: int = 10,
+          fidelity: Fidelity = Fidelity.FAST, executor: str = "local", workers: int | None = None,
+          progress: bool = False, notes: Sequence[str] = ()) -> SweepResult:
+    """Search ``space`` (default: :func:`~sim.config.space.default_space`) for the fastest
+    parallel strategies of ``workload`` on ``topology``.
+
+    Parameters
+    ----------
+    top : int
+        How many of the fastest to rank (and, under ``fidelity="fast"``, to re-run op by op).
+    executor, workers
+        Where to simulate (:func:`open_executor`).
+    progress : bool
+        Show progress bars (tqdm, on stderr, when it is a terminal).
+
+    Returns
+    -------
+    SweepResult
+        Ctrl-C during the search returns what had finished, with ``interrupted`` set.
+    """
+    if top < 1:
+        raise ConfigError("<--top>", "--top", "a positive number of configurations", top)
+    _check_executor(executor, workers)
+    t0 = time.perf_counter()
+    space = space or default_space()
+    layered = layer_granularity_available()
+    screen = "layer" if fidelity is Fidelity.FAST and layered else None
+    result = SweepResult(workload.name, topology.name, workload.system.gpu.name, workload.system.num_gpus,
+                         workload.system.gpu.hbm_capacity_bytes, fidelity, screen or "op", space.source,
+                         notes=list(notes))
+    if fidelity is Fidelity.FAST and not layered:
+        result.notes.append("fidelity fast: sim.runner.simulate has no layer granularity yet, so every "
+                            "configuration is simulated op by op")
+    try:
+        jobs = feasible_candidates(workload, space, tp_limit_of(topology), result, progress)
+    except KeyboardInterrupt:
+        result.interrupted, result.stopped_while, result.wall_s = True, "checking", time.perf_counter() - t0
+        return result
+    with open_executor(executor, workers) as (ex, slots):
+        outcomes, result.interrupted = _simulate_all(jobs, topology, screen, ex, slots, "simulating", progress)
+        result.cancelled = len(jobs) - len(outcomes)
+        result.stopped_while = "simulating" if result.interrupted else ""
+        rows = []
+        for job in jobs:
+            o = outcomes.get(job.key)
+            if o is not None and o.ok:
+                rows.append(SweepRow(job, o))
+            elif o is not None:
+                result.failures.append((job, o.error))
+        result.failed = len(result.failures)
+        rows.sort(key=lambda r: (r.screen.iteration_time_s, r.candidate.key))
+        result.rows = rows
+        best = rows[:top]
+        if screen is not None and best and not result.interrupted:
+            again, result.interrupted = _simulate_all([r.candidate for r in best], topology, "op", ex, slots,
+                                                      "op-level re-run", progress)
+            best = [replace(r, op=again.get(r.candidate.key)) for r in best]
+            result.stopped_while = "op-level re-run" if result.interrupted else ""
+    result.top = sorted(best, key=lambda r: (r.best.iteration_time_s, r.candidate.key))
+    result.wall_s = time.perf_counter() - t0
+    return result
