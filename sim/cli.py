@@ -10,6 +10,10 @@
     llmsim compare [WORKLOAD.yaml] --topology A --topology B [...] [--json PATH] [--plot PATH.png]
     llmsim sweep [WORKLOAD.yaml] [--topology T] [--space SPACE.yaml] [--top N] [--executor local|dask://HOST:PORT]
                  [--workers N] [--csv PATH] [--json PATH] [--plot PATH.png] [--fidelity fast|op]
+    llmsim whatif generations [WORKLOAD.yaml] --from A100 --to B200 [--dtype fp8] [--order F,...] [--reoptimize]
+                 [--from-topology T] [--to-topology T] [--plot PATH.png] [--json PATH]
+    llmsim whatif nodes [WORKLOAD.yaml] [--nodes 12,7,5,3,2,1] [--scale logic,memory,network] [--table PATH]
+                 [--plot PATH.png] [--json PATH]
 
 Bad input prints one line naming the file, the field, what was expected and what arrived,
 and exits with status 2; it never prints a traceback.
@@ -202,6 +206,63 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return 130 if result.interrupted else 0
 
 
+def _cmd_whatif(args: argparse.Namespace) -> int:
+    from sim.config import default_topology_name, load_topology, load_workload_with_notes
+    from sim.hardware import get_gpu
+    from sim.whatif import (format_generations, format_nodes, generations, load_nodes_table, nodes, parse_dtype,
+                            parse_order, sweep_reoptimizer)
+
+    overrides = list(args.set or ())
+    if args.study == "generations":
+        src = _gpu_arg(args.from_gpu, "--from")
+        dst = _gpu_arg(args.to_gpu, "--to")
+        workload, _notes = load_workload_with_notes(args.workload, overrides + [f"system.gpu={src.name}"], args.case)
+        from_topo = load_topology(args.from_topology or default_topology_name(src.name))
+        to_topo = load_topology(args.to_topology or default_topology_name(dst.name))
+        g = generations(workload, dst, from_topo, to_topo, parse_order(args.order), parse_dtype(args.dtype),
+                        sweep_reoptimizer() if args.reoptimize else None)
+        print(format_generations(g))
+        if args.plot:
+            from sim.plot import plot_generations
+
+            plot_generations(g, args.plot)
+        if args.json:
+            _write_json(args.json, g.to_dict())
+        return 0
+    table = load_nodes_table(args.table)
+    workload, _notes = load_workload_with_notes(args.workload, overrides + [f"system.gpu={table['base_gpu']}"],
+                                                args.case)
+    node_list = None
+    if args.nodes:
+        try:
+            node_list = [float(x) for x in args.nodes.split(",") if x.strip()]
+        except ValueError:
+            raise ConfigError("<--nodes>", "--nodes", "comma-separated node sizes in nm, e.g. 12,7,5", args.nodes) \
+                from None
+    scale = tuple(x.strip() for x in (args.scale or "logic,memory,network").split(",") if x.strip())
+    rows = nodes(workload, table, load_topology(table["base_topology"]), get_gpu(table["base_gpu"]), node_list, scale)
+    title = f"{workload.name} on {workload.system.num_gpus} x {table['base_gpu']}-class GPUs, scaling {','.join(scale)}"
+    print(format_nodes(rows, title))
+    if args.plot:
+        from sim.plot import plot_nodes
+
+        plot_nodes(rows, args.plot, title)
+    if args.json:
+        _write_json(args.json, {"workload": workload.name, "base_gpu": table["base_gpu"],
+                                "base_topology": table["base_topology"], "scale": list(scale),
+                                "nodes": [r.to_dict() for r in rows]})
+    return 0
+
+
+def _gpu_arg(name: str, flag: str):
+    from sim.hardware import get_gpu, gpu_names
+
+    try:
+        return get_gpu(name)
+    except KeyError:
+        raise ConfigError(f"<{flag}>", flag, f"one of {gpu_names()} (or A100, H100)", name) from None
+
+
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="llmsim", description="Simulate distributed LLM training.")
     ap.add_argument("--version", action="version", version=f"llmsim {__version__}")
@@ -301,6 +362,33 @@ def _parser() -> argparse.ArgumentParser:
     swp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one workload field")
     swp.add_argument("--case", metavar="ID", help="the case to use from a file of several")
     swp.set_defaults(func=_cmd_sweep)
+    wif = sub.add_parser("whatif", help="what-if studies: GPU generations, technology nodes",
+                         description="Move a workload from one GPU system to another one factor at a time "
+                         "(generations), or onto hypothetical GPUs of each technology node (nodes).")
+    wsub = wif.add_subparsers(dest="study", metavar="STUDY", required=True)
+    gen = wsub.add_parser("generations", help="the speed-up from one GPU system to another, factor by factor")
+    gen.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name")
+    gen.add_argument("--from", dest="from_gpu", default="A100", help="the GPU it starts on (default A100)")
+    gen.add_argument("--to", dest="to_gpu", default="B200", help="the GPU it ends on (default B200)")
+    gen.add_argument("--from-topology", help="topology of the first system (default: the GPU's usual one)")
+    gen.add_argument("--to-topology", help="topology of the second system (default: the GPU's usual one)")
+    gen.add_argument("--dtype", help="number format on the second system (the 'format' factor; default: the "
+                     "workload's)")
+    gen.add_argument("--order", help="the factors in the order applied (default "
+                     "compute,format,hbm-bandwidth,hbm-capacity,nvlink,network)")
+    gen.add_argument("--reoptimize", action="store_true", help="search pipeline depth, interleaving, micro-batch "
+                     "and recomputation again for every state (llmsim sweep's search), so each runs its best layout")
+    nod = wsub.add_parser("nodes", help="hypothetical GPUs per technology node and where the time goes")
+    nod.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name")
+    nod.add_argument("--nodes", help="which nodes of the table, e.g. 12,7,5,3,2,1 (default: all)")
+    nod.add_argument("--scale", help="what to scale: a subset of logic,memory,network (default: all three)")
+    nod.add_argument("--table", help="technology-scaling YAML (default topologies/technology-nodes.yaml)")
+    for p in (gen, nod):
+        p.add_argument("--plot", metavar="PATH.png", help="draw the figure (needs matplotlib)")
+        p.add_argument("--json", metavar="PATH", help="write the same numbers as JSON")
+        p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one workload field")
+        p.add_argument("--case", metavar="ID", help="the case to use from a file of several")
+        p.set_defaults(func=_cmd_whatif)
     return ap
 
 

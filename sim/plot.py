@@ -13,7 +13,7 @@ from sim.memory import StageMemory
 from sim.types import RecomputeKind
 from sim.units import GiB
 
-__all__ = ["plot_memory", "plot_compare", "plot_sweep"]
+__all__ = ["plot_memory", "plot_compare", "plot_sweep", "plot_generations", "plot_nodes"]
 
 _PARTS = (("weights_bytes", "weights"), ("grads_bytes", "gradients"), ("optimizer_bytes", "optimizer state"),
           ("activations_bytes", "activations"), ("other_bytes", "other buffers"))
@@ -111,4 +111,54 @@ def plot_sweep(result, path: str, title: str) -> None:
     ax.set_ylabel(f"tokens/s ({result.screen_granularity} granularity)")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8, loc="lower right")
+    _save(plt, fig, path)
+
+
+def plot_generations(result, path: str) -> None:
+    """A waterfall of the factor-by-factor speed-up (:func:`sim.whatif.generations`): each bar
+    spans the cumulative speed-up before and after its factor, on a log scale so that the
+    bars' heights multiply to the end-to-end bar."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.6, 4.2), dpi=120)
+    cum = 1.0
+    labels = []
+    for i, step in enumerate(result.steps):
+        new = cum * step.speedup
+        lo, hi = min(cum, new), max(cum, new)
+        ax.bar(i, hi - lo, bottom=lo, color="tab:green" if new >= cum else "tab:red")
+        ax.text(i, hi, f"x{step.speedup:.2f}", ha="center", va="bottom", fontsize=8)
+        labels.append(step.factor)
+        cum = new
+    ax.bar(len(labels), cum - 1.0, bottom=1.0, color="tab:blue")
+    ax.text(len(labels), cum, f"x{cum:.2f}", ha="center", va="bottom", fontsize=8)
+    labels.append("end to end")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=8)
+    ax.set_ylabel("cumulative speed-up (log scale)")
+    ax.set_title(f"{result.workload}: {result.from_system} -> {result.to_system}", fontsize=9)
+    _save(plt, fig, path)
+
+
+_NODE_PARTS = (("tensor_compute_s", "tensor-core compute"), ("memory_bound_s", "memory-bound work"),
+               ("exposed_comm_s", "exposed communication"), ("bubble_idle_s", "bubble and idle"))
+
+
+def plot_nodes(rows, path: str, title: str) -> None:
+    """Stacked bars of where one iteration goes on each technology node's hypothetical GPU
+    (:func:`sim.whatif.nodes`), so that the bottleneck's shift is visible."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.6, 4.2), dpi=120)
+    names = [f"{r.node_nm:g} nm" for r in rows]
+    bottom = [0.0] * len(rows)
+    for key, label in _NODE_PARTS:
+        vals = [r.breakdown_s[key] for r in rows]
+        ax.bar(names, vals, bottom=bottom, label=label)
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    for i, r in enumerate(rows):
+        ax.text(i, bottom[i], f"{r.iteration_time_s:.3g} s" + ("" if r.fits else "\n(does not fit)"),
+                ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("seconds per iteration (per GPU)")
+    ax.set_xlabel("technology node")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
     _save(plt, fig, path)
