@@ -308,26 +308,16 @@ class Simulation:
                     start = f
             if task.comm and id(task.op) in self.fixed_comm:
                 start_of[tid] = start
-                end = start + self.fixed_comm[id(task.op)]
-                need = self.program.coll_members.get(task.coll_key, 1)
-                if need <= 1:
-                    self._account(task.op, start, end - start)
-                else:
-                    rv = self.rendezvous.get(task.coll_key)
-                    if rv is None:
-                        rv = self.rendezvous[task.coll_key] = [0, start, env.event()]
-                    rv[0] += 1
-                    rv[1] = max(rv[1], start)
-                    if rv[0] < need:
-                        yield rv[2]
-                    else:
-                        del self.rendezvous[task.coll_key]
-                        self._account(task.op, rv[1], self.fixed_comm[id(task.op)])
-                        rv.append(rv[1])
-                        rv[1] += self.fixed_comm[id(task.op)]
-                        rv[2].succeed()
-                    end = rv[1]
-                    self.xfer_start[tid] = rv[3]
+                dur = self.fixed_comm[id(task.op)]
+                if self.program.coll_members.get(task.coll_key, 1) <= 1:
+                    self._account(task.op, start, dur)
+                    end = start + dur
+                else:  # the group's members start together; the last to arrive accounts it once
+                    meet, last = yield from self._meet(task, start)
+                    if last:
+                        self._account(task.op, meet, dur)
+                    end = meet + dur
+                    self.xfer_start[tid] = meet
             elif task.comm:
                 if start > env.now:
                     yield env.timeout(start - env.now)
@@ -336,7 +326,7 @@ class Simulation:
                 end = env.now
             else:
                 if task.coll_key >= 0:  # a block: meets the other simulated members of its group
-                    start = yield from self._meet(task, start)
+                    start, _ = yield from self._meet(task, start)
                 end = start + duration[tid]
                 start_of[tid] = start
                 if task.mem_start_bytes:
@@ -348,11 +338,11 @@ class Simulation:
             cursor = end
 
     def _meet(self, task, start: float):
-        """Wait until every simulated member of ``task``'s group has reached it; the latest
-        arrival's time is everyone's start."""
+        """Wait until every simulated member of ``task``'s group has reached it. Returns the
+        latest arrival's time, everyone's start, and whether this member arrived last."""
         need = self.program.coll_members.get(task.coll_key, 1)
         if need <= 1:
-            return start
+            return start, True
         rv = self.rendezvous.get(task.coll_key)
         if rv is None:
             rv = self.rendezvous[task.coll_key] = [0, start, self.env.event()]
@@ -360,10 +350,10 @@ class Simulation:
         rv[1] = max(rv[1], start)
         if rv[0] < need:
             yield rv[2]
-        else:
-            del self.rendezvous[task.coll_key]
-            rv[2].succeed()
-        return rv[1]
+            return rv[1], False
+        del self.rendezvous[task.coll_key]
+        rv[2].succeed()
+        return rv[1], True
 
     def _comm(self, task):
         env = self.env
