@@ -16,8 +16,30 @@ from dataclasses import dataclass
 import networkx as nx
 
 from sim.hardware import EfficiencyCurve
+from sim.topology.fattree_routes import FatTreeRouter
 
 __all__ = ["Fabric", "Route"]
+
+
+def _nvlink_domains(graph: nx.DiGraph, num_gpus: int) -> tuple[list[int], list[bool]]:
+    """The NVLink component of each GPU index, and per component whether it is one NVSwitch
+    star (every GPU of it linked to one switch node that only GPUs of it reach by NVLink)."""
+    nv = nx.Graph()
+    nv.add_nodes_from(f"gpu{i}" for i in range(num_gpus))
+    nv.add_edges_from((u, v) for u, v, d in graph.edges(data=True) if d["link"] == "nvlink")
+    domain = [0] * num_gpus
+    star: list[bool] = []
+    comps = sorted((sorted(c) for c in nx.connected_components(nv)), key=lambda c: c[0])
+    for i, comp in enumerate(comps):
+        gpus = [n for n in comp if graph.nodes[n]["kind"] == "gpu"]
+        switches = [n for n in comp if graph.nodes[n]["kind"] != "gpu"]
+        for n in gpus:
+            domain[int(n[3:])] = i
+        star.append(len(switches) == 1 and all(graph.has_edge(n, switches[0]) and graph.has_edge(switches[0], n)
+                                               for n in gpus)
+                    and all(graph.edges[n, switches[0]]["link"] == "nvlink" for n in gpus)
+                    and not any(nv.has_edge(a, b) for a in gpus for b in nv.neighbors(a) if b in gpus))
+    return domain, star
 
 
 @dataclass(frozen=True)
@@ -57,6 +79,8 @@ class Fabric:
         self.capacity_bytes_per_s: list[float] = [d["bandwidth_bytes_per_s"] for _, _, d in edges]
         self.link_names: list[str] = [f"{u}->{v}" for u, v, _ in edges]
         self.link_kinds: list[str] = [d["link"] for _, _, d in edges]
+        self._latency_s: list[float] = [d["latency_s"] for _, _, d in edges]
+        self._efficiency: list[EfficiencyCurve] = [d["efficiency"] for _, _, d in edges]
         self._routes: dict[tuple[int, int], Route] = {}
         self.num_gpus = sum(1 for _, d in graph.nodes(data=True) if d["kind"] == "gpu")
         if placement is not None:
@@ -69,6 +93,10 @@ class Fabric:
         self.placement: tuple[int, ...] | None = placement
         """The GPU of each rank; None when rank ``r`` runs on GPU ``r``."""
         self._rank_on = None if placement is None else {g: r for r, g in enumerate(placement)}
+        self._domain, self._star = _nvlink_domains(graph, self.num_gpus)
+        self._fat_tree = FatTreeRouter.of(graph, self.num_gpus)
+        """Routes a fat tree from its structure (:mod:`sim.topology.fattree_routes`); None:
+        Dijkstra."""
 
     def gpu_of(self, rank: int) -> int:
         """The GPU index (graph node ``gpu{i}``) that ``rank`` runs on."""
@@ -100,18 +128,34 @@ class Fabric:
             return Route((), 0.0, float("inf"), _FREE)
         g = self.graph
         src, dst = self.gpu_of(src), self.gpu_of(dst)
-        nodes = nx.shortest_path(g, f"gpu{src}", f"gpu{dst}", weight="hop_weight")
-        datas = [g.edges[u, v] for u, v in zip(nodes, nodes[1:])]
-        bottleneck = min(datas, key=lambda d: d["bandwidth_bytes_per_s"])
-        return Route(
-            links=tuple(d["link_id"] for d in datas),
-            latency_s=sum(d["latency_s"] for d in datas),
-            bottleneck_bytes_per_s=bottleneck["bandwidth_bytes_per_s"],
-            efficiency=bottleneck["efficiency"],
-        )
+        if self._fat_tree is not None:
+            links = self._fat_tree.links(src, dst)
+        else:
+            nodes = nx.shortest_path(g, f"gpu{src}", f"gpu{dst}", weight="hop_weight")
+            links = tuple(g.edges[u, v]["link_id"] for u, v in zip(nodes, nodes[1:]))
+        cap = self.capacity_bytes_per_s
+        bottleneck = min(links, key=lambda l: cap[l])  # the first of equal ones, as before
+        latency = 0.0
+        for l in links:
+            latency += self._latency_s[l]
+        return Route(links=links, latency_s=latency, bottleneck_bytes_per_s=cap[bottleneck],
+                     efficiency=self._efficiency[bottleneck])
 
     def same_domain(self, ranks: tuple[int, ...]) -> bool:
-        """Whether all ``ranks`` reach each other without leaving the scale-up fabric."""
+        """Whether all ``ranks`` reach each other without leaving the scale-up fabric.
+
+        That is, whether the route from the first to each other is NVLink only. Ranks in
+        different NVLink components never are; in one NVSwitch domain (every GPU one hop from
+        one switch) they always are, since two NVLink hops (weight 3.0) beat any way out
+        through a NIC (at least 6.0, :data:`~sim.topology.fabrics.HOP_WEIGHT`); other domains
+        (NVLink rings, GraphML graphs) are checked on the routes.
+        """
+        dom = self._domain
+        first = self.gpu_of(ranks[0])
+        d = dom[first]
+        if any(dom[self.gpu_of(r)] != d for r in ranks[1:]):
+            return False
+        if self._star[d]:
+            return True
         kinds = self.link_kinds
-        first = ranks[0]
-        return all(all(kinds[l] == "nvlink" for l in self.route(first, r).links) for r in ranks[1:])
+        return all(all(kinds[l] == "nvlink" for l in self.route(ranks[0], r).links) for r in ranks[1:])
