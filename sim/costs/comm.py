@@ -151,6 +151,12 @@ def _phase(latency_s: float, flows: list, loads: Counter | None) -> Phase:
 
 def _domains(fabric: Fabric, group: tuple[int, ...]) -> list[list[int]]:
     """Split ``group`` into its members per scale-up domain, in order of first appearance."""
+    keys = [fabric.domain_key(r) for r in group]
+    if None not in keys:
+        by_key: dict[int, list[int]] = {}
+        for r, k in zip(group, keys):
+            by_key.setdefault(k, []).append(r)
+        return list(by_key.values())
     out: list[list[int]] = []
     for r in group:
         for d in out:

@@ -75,12 +75,19 @@ class Fabric:
 
     def __init__(self, graph: nx.DiGraph, placement: Sequence[int] | None = None) -> None:
         self.graph = graph
-        edges = sorted(graph.edges(data=True), key=lambda e: e[2]["link_id"])
-        self.capacity_bytes_per_s: list[float] = [d["bandwidth_bytes_per_s"] for _, _, d in edges]
-        self.link_names: list[str] = [f"{u}->{v}" for u, v, _ in edges]
-        self.link_kinds: list[str] = [d["link"] for _, _, d in edges]
-        self._latency_s: list[float] = [d["latency_s"] for _, _, d in edges]
-        self._efficiency: list[EfficiencyCurve] = [d["efficiency"] for _, _, d in edges]
+        m = graph.number_of_edges()
+        self.capacity_bytes_per_s: list[float] = [0.0] * m
+        self.link_names: list[str] = [""] * m
+        self.link_kinds: list[str] = [""] * m
+        self._latency_s: list[float] = [0.0] * m
+        self._efficiency: list[EfficiencyCurve] = [_FREE] * m
+        for u, v, d in graph.edges(data=True):  # link ids are 0..m-1 (build.py numbers them)
+            i = d["link_id"]
+            self.capacity_bytes_per_s[i] = d["bandwidth_bytes_per_s"]
+            self.link_names[i] = f"{u}->{v}"
+            self.link_kinds[i] = d["link"]
+            self._latency_s[i] = d["latency_s"]
+            self._efficiency[i] = d["efficiency"]
         self._routes: dict[tuple[int, int], Route] = {}
         self.num_gpus = sum(1 for _, d in graph.nodes(data=True) if d["kind"] == "gpu")
         if placement is not None:
@@ -93,10 +100,13 @@ class Fabric:
         self.placement: tuple[int, ...] | None = placement
         """The GPU of each rank; None when rank ``r`` runs on GPU ``r``."""
         self._rank_on = None if placement is None else {g: r for r, g in enumerate(placement)}
-        self._domain, self._star = _nvlink_domains(graph, self.num_gpus)
         self._fat_tree = FatTreeRouter.of(graph, self.num_gpus)
         """Routes a fat tree from its structure (:mod:`sim.topology.fattree_routes`); None:
         Dijkstra."""
+        if self._fat_tree is not None:  # it has found the domains, all NVSwitch stars
+            self._domain, self._star = self._fat_tree.gpu_domain, [True] * self._fat_tree.num_domains
+        else:
+            self._domain, self._star = _nvlink_domains(graph, self.num_gpus)
 
     def gpu_of(self, rank: int) -> int:
         """The GPU index (graph node ``gpu{i}``) that ``rank`` runs on."""
@@ -140,6 +150,13 @@ class Fabric:
             latency += self._latency_s[l]
         return Route(links=links, latency_s=latency, bottleneck_bytes_per_s=cap[bottleneck],
                      efficiency=self._efficiency[bottleneck])
+
+    def domain_key(self, rank: int) -> int | None:
+        """The NVSwitch domain of ``rank``'s GPU: ranks with equal keys are in one domain
+        (:meth:`same_domain`), those with different keys are not; None where the domain is not
+        one NVSwitch and only :meth:`same_domain` can tell."""
+        d = self._domain[self.gpu_of(rank)]
+        return d if self._star[d] else None
 
     def same_domain(self, ranks: tuple[int, ...]) -> bool:
         """Whether all ``ranks`` reach each other without leaving the scale-up fabric.

@@ -1,0 +1,172 @@
+"""Simulator speed at frontier scale: the targets of the speed issue and the cost as a job grows.
+
+::
+
+    python benchmarks/bench_scale.py                 # the three targets and the growth table
+    python benchmarks/bench_scale.py --skip-growth   # the targets only
+    python benchmarks/bench_scale.py --json scale.json
+
+Every case runs in a fresh child process (so its peak resident memory is its own) and keeps
+the best wall time of ``--repeat`` runs in that process. It prints:
+
+* **gpt3-175b-1024**: GPT-3 175B on 1,024 A100 (the preset), op level, simulated and its full
+  Chrome trace written (``.json.gz``) -- target under 1 s;
+* **Llama 3 405B on 16,384 H100**: TP 8, CP 1, PP 16, DP 128, global batch 2048, sequence
+  8192 (the ``llama3-405b`` preset's model and GPU, 1F1B, selective recomputation with sequence
+  parallelism and the distributed optimizer so that it fits), op level -- target under 5 s;
+* **the same on 100,352 H100** (DP 784, 16 micro-batches per data-parallel rank, as above) --
+  target under 10 s and under 2 GB of memory;
+* **growth**: events, tasks and wall time as DP, PP, micro-batches and layers double from the
+  16,384-GPU job.
+
+Wall times are of :func:`sim.runner.simulate` (building the topology and routes, the program,
+and running the engine); the first case adds writing the trace. They depend on the machine and
+its load; compare figures from one machine only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import multiprocessing as mp
+import platform
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import sim
+
+TARGETS_S = {"gpt3-175b-1024": 1.0, "llama3-405b-16k": 5.0, "llama3-405b-100k": 10.0}
+MEMORY_TARGET_BYTES = 2e9
+"""The 100,000-GPU job's memory target (2 GB)."""
+
+BASE = {"dp": 128, "pp": 16, "micro_batches": 16, "layers": 126}
+"""The 16,384-GPU Llama 3 405B job of the issue: TP 8, PP 16, DP 128, global batch 2048."""
+
+
+def _llama_sets(dp: int, pp: int, micro_batches: int, layers: int) -> list[str]:
+    return [f"parallel.pp={pp}", f"parallel.dp={dp}", "parallel.cp=1", "parallel.tp=8",
+            f"system.num_gpus={8 * pp * dp}", f"parallel.global_batch_size={dp * micro_batches}",
+            "parallel.micro_batch_size=1", "parallel.virtual_pipeline_stages=null", "parallel.schedule=1f1b",
+            "dtype=bf16", "parallel.recompute=selective", "parallel.sequence_parallel=true",
+            "parallel.distributed_optimizer=true", f"model.num_layers={layers}"]
+
+
+def _case(preset: str, sets: list[str], trace: bool, repeat: int, out: mp.Queue) -> None:
+    """Run in a child process: simulate ``repeat`` times and report the best."""
+    from sim.cli import _resolve_topology
+    from sim.config import load_workload_with_notes
+    from sim.runner import simulate
+    from sim.trace import write_chrome_trace
+
+    workload, notes = load_workload_with_notes(preset, sets, None)
+    topology = _resolve_topology(workload, None, notes)
+    best_sim, best_trace, run, size = float("inf"), 0.0, None, 0
+    with tempfile.TemporaryDirectory(prefix="llmsim-scale-") as tmp:
+        path = Path(tmp) / "trace.json.gz"
+        for _ in range(repeat):
+            run = None
+            gc.collect()
+            t0 = time.perf_counter()
+            run = simulate(workload, topology, notes=list(notes))
+            t1 = time.perf_counter()
+            if trace:
+                write_chrome_trace(run.result, path, title="llmsim bench")
+                size = path.stat().st_size
+            t2 = time.perf_counter()
+            if (t2 - t0) < best_sim + best_trace:
+                best_sim, best_trace = t1 - t0, t2 - t1
+    assert run is not None
+    out.put({"num_gpus": workload.system.num_gpus, "simulated_ranks": len(run.result.ranks),
+             "tasks": len(run.program.tasks), "engine_events": run.result.events,
+             "simulate_wall_s": best_sim, "trace_write_wall_s": best_trace, "trace_bytes": size,
+             "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+             "iteration_time_s": run.result.makespan_s})
+
+
+def run_case(name: str, preset: str, sets: list[str], trace: bool, repeat: int) -> dict:
+    """``_case`` in a fresh process (spawned, so it inherits no memory)."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=_case, args=(preset, sets, trace, repeat, q))
+    p.start()
+    row = q.get()
+    p.join()
+    row["case"] = name
+    row["wall_s"] = row["simulate_wall_s"] + row["trace_write_wall_s"]
+    print(f"  {name}: {row['wall_s']:.2f} s", file=sys.stderr, flush=True)
+    return row
+
+
+def targets(repeat: int) -> list[dict]:
+    rows = [run_case("gpt3-175b-1024", "gpt3-175b-1024", [], True, repeat),
+            run_case("llama3-405b-16k", "llama3-405b", _llama_sets(**BASE), False, repeat),
+            run_case("llama3-405b-100k", "llama3-405b", _llama_sets(**{**BASE, "dp": 784}), False, 1)]
+    for r in rows:
+        limit = TARGETS_S[r["case"]]
+        r["target_s"] = limit
+        r["met"] = r["wall_s"] < limit and (r["case"] != "llama3-405b-100k"
+                                            or r["peak_rss_bytes"] < MEMORY_TARGET_BYTES)
+    return rows
+
+
+def growth(repeat: int) -> list[dict]:
+    rows = [run_case("base", "llama3-405b", _llama_sets(**BASE), False, repeat)]
+    for key in ("dp", "pp", "micro_batches", "layers"):
+        params = {**BASE, key: 2 * BASE[key]}
+        rows.append(run_case(f"2x {key}", "llama3-405b", _llama_sets(**params), False, repeat))
+    base = rows[0]
+    for r in rows:
+        r["events_ratio"] = r["engine_events"] / base["engine_events"]
+        r["tasks_ratio"] = r["tasks"] / base["tasks"]
+        r["wall_ratio"] = r["simulate_wall_s"] / base["simulate_wall_s"]
+    return rows
+
+
+def _fmt_targets(rows: list[dict]) -> str:
+    head = (f"{'case':<18} {'GPUs':>7} {'sim ranks':>9} {'tasks':>8} {'events':>8} {'simulate s':>10} "
+            f"{'trace s':>8} {'total s':>8} {'target s':>8} {'peak RSS MB':>11} {'iter s':>8}  met")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['case']:<18} {r['num_gpus']:>7,} {r['simulated_ranks']:>9} {r['tasks']:>8,} "
+                     f"{r['engine_events']:>8,} {r['simulate_wall_s']:>10.2f} {r['trace_write_wall_s']:>8.2f} "
+                     f"{r['wall_s']:>8.2f} {r['target_s']:>8.1f} {r['peak_rss_bytes'] / 1e6:>11,.0f} "
+                     f"{r['iteration_time_s']:>8.3f}  {'yes' if r['met'] else 'NO'}")
+    return "\n".join(lines)
+
+
+def _fmt_growth(rows: list[dict]) -> str:
+    head = (f"{'Llama 3 405B':<16} {'GPUs':>7} {'tasks':>8} {'events':>8} {'simulate s':>10} "
+            f"{'x tasks':>8} {'x events':>8} {'x wall':>7}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['case']:<16} {r['num_gpus']:>7,} {r['tasks']:>8,} {r['engine_events']:>8,} "
+                     f"{r['simulate_wall_s']:>10.2f} {r['tasks_ratio']:>8.2f} {r['events_ratio']:>8.2f} "
+                     f"{r['wall_ratio']:>7.2f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=2, help="runs per case, the best kept (default 2)")
+    ap.add_argument("--skip-growth", action="store_true", help="only the three targets")
+    ap.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
+    args = ap.parse_args(argv)
+    rows = targets(args.repeat)
+    print(_fmt_targets(rows))
+    grow = [] if args.skip_growth else growth(args.repeat)
+    if grow:
+        print()
+        print(_fmt_growth(grow))
+    if args.json:
+        doc = {"llmsim_version": sim.__version__, "python": platform.python_version(),
+               "machine": platform.machine(), "repeat": args.repeat, "targets": rows, "growth": grow}
+        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
