@@ -19,17 +19,20 @@ __all__ = ["FlowNetwork"]
 
 _REL_EPS = 1e-9
 """A flow whose remaining bytes are below this fraction of its size has finished."""
+MEMO_ENTRIES = 200_000
+"""Distinct mixes of active flows whose rates :class:`FlowNetwork` keeps (a bound on memory)."""
 _TIME_EPS = 1e-12
 """...or whose remaining time is below this fraction of the clock (beyond a float's
 resolution at that time, where a timeout would not move the clock at all)."""
 
 
 class _Flow:
-    __slots__ = ("links", "weights", "size", "remaining", "rate", "group")
+    __slots__ = ("links", "weights", "size", "remaining", "rate", "group", "key")
 
     def __init__(self, links, weights, size, group) -> None:
         self.links = links
         self.weights = weights
+        self.key = (links, weights)
         self.size = size
         self.remaining = size
         self.rate = 0.0
@@ -70,6 +73,9 @@ class FlowNetwork:
         self.rate_log: list[tuple[float, int, float]] | None = None
         """When a list: every change of a link's carried rate, ``(time_s, link, bytes/s)``."""
         self._link_rate: dict[int, float] = {}
+        self._memo: dict[tuple, tuple[float, ...]] = {}
+        """Rates by the active flows' paths and weights, in order: the same mix of transfers
+        recurs every layer and micro-batch, and progressive filling is a pure function of it."""
 
     def transfer(self, flows) -> simpy.Event:
         """Start ``flows`` (:class:`sim.costs.base.Flow`) now; the event fires when all are done."""
@@ -110,6 +116,19 @@ class FlowNetwork:
             f = flows[0]
             f.rate = min(cap[l] / w for l, w in zip(f.links, f.weights))
             return
+        key = tuple(f.key for f in flows)
+        hit = self._memo.get(key)
+        if hit is not None:
+            for f, r in zip(flows, hit):
+                f.rate = r
+            return
+        self._fill(flows)
+        if len(self._memo) < MEMO_ENTRIES:
+            self._memo[key] = tuple(f.rate for f in flows)
+
+    def _fill(self, flows: list[_Flow]) -> None:
+        """Max-min fair rates of ``flows`` by progressive filling."""
+        cap = self.capacity
         load: dict[int, float] = {}
         for f in flows:
             for l, w in zip(f.links, f.weights):
