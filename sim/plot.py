@@ -162,3 +162,70 @@ def plot_nodes(rows, path: str, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     _save(plt, fig, path)
+
+
+# --- inference (sim/inference) ------------------------------------------------------------------
+
+__all__ += ["plot_roofline", "plot_hbm_generations"]
+
+_PHASE_MARKERS = {"prefill": "o", "decode": "^"}
+
+
+def plot_roofline(result, path: str, title: str) -> None:
+    """The roofline of each GPU (Williams et al. 2009, CACM 52(4)): attainable FLOP/s
+    ``min(peak, intensity x HBM bandwidth)`` on log-log axes, and each op of one layer
+    (:func:`sim.inference.roofline.roofline`) at its arithmetic intensity and the FLOP/s the
+    simulator's time gives it; circles prefill, triangles decode, one colour per GPU."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8.0, 5.0), dpi=120)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    points = [r for g in result for p in g.phases for r in p.ops if r.flops > 0 and r.bytes > 0]
+    lo = min([r.intensity_flops_per_byte for r in points] + [0.5]) / 2
+    hi = max([r.intensity_flops_per_byte for r in points] + [1e3]) * 2
+    for i, g in enumerate(result):
+        c = colors[i % len(colors)]
+        bw = g.gpu.hbm_bandwidth_bytes_per_s
+        used = {r.dtype for p in g.phases for r in p.ops if r.flops > 0}
+        for dtype, peak in g.gpu.peak_flops_per_s:
+            if dtype.value not in used:
+                continue
+            ridge = peak / bw
+            xs = [lo, ridge, hi]
+            ax.plot(xs, [min(peak, x * bw) / 1e12 for x in xs], color=c, linewidth=1.2,
+                    linestyle="-" if dtype.value == "bf16" else "--", label=f"{g.gpu.name} {dtype.value}")
+        for p in g.phases:
+            ops = [r for r in p.ops if r.flops > 0 and r.bytes > 0]
+            ax.scatter([r.intensity_flops_per_byte for r in ops], [r.achieved_flops_per_s / 1e12 for r in ops],
+                       color=c, marker=_PHASE_MARKERS[p.phase.value], s=28, zorder=3)
+            if i == 0:
+                for r in ops:
+                    ax.annotate(f"{r.name}", (r.intensity_flops_per_byte, r.achieved_flops_per_s / 1e12),
+                                fontsize=6, xytext=(3, 2), textcoords="offset points")
+    for phase, m in _PHASE_MARKERS.items():
+        ax.scatter([], [], color="gray", marker=m, label=f"{phase} ops")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_xlabel("arithmetic intensity, FLOP per byte of HBM traffic")
+    ax.set_ylabel("TFLOP/s (lines: attainable; points: as simulated)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    _save(plt, fig, path)
+
+
+def plot_hbm_generations(rows, path: str, title: str) -> None:
+    """Time to first token and time per output token per HBM generation
+    (:func:`sim.inference.hbm.memory_whatif`), with each generation's bandwidth."""
+    plt = _pyplot()
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(8.4, 3.8), dpi=120)
+    names = [f"{r.generation}\n{r.hbm_bandwidth_bytes_per_s / 1e12:.2f} TB/s" for r in rows]
+    for ax, key, label in ((a1, "ttft_s", "time to first token, ms"), (a2, "tpot_s", "time per output token, ms")):
+        vals = [getattr(r, key) * 1e3 for r in rows]
+        bars = ax.bar(names, vals, color=["tab:blue" if r.own else "tab:gray" for r in rows])
+        for b, v in zip(bars, vals):
+            ax.text(b.get_x() + b.get_width() / 2, v, f"{v:.2f}", ha="center", va="bottom", fontsize=8)
+        ax.set_ylabel(label)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.set_ylim(0, max(vals) * 1.2 if vals else 1)
+    fig.suptitle(title + " (blue: the GPU's own HBM)", fontsize=9)
+    _save(plt, fig, path)

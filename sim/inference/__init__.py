@@ -1,0 +1,13 @@
+"""Inference: prefill and decode of a served model, on the training simulator's engine, cost
+models and topologies (docs/inference.md).
+
+``llmsim infer`` simulates one batch of requests (:func:`simulate_inference`),
+``llmsim roofline`` classifies every GEMM and attention op of a layer against each GPU's ridge
+point (:mod:`sim.inference.roofline`), ``llmsim whatif memory`` swaps the HBM generation
+(:mod:`sim.inference.hbm`).
+"""
+
+from sim.inference.spec import InferenceSpec, Phase
+from sim.inference.runner import InferenceRun, simulate_inference
+
+__all__ = ["InferenceSpec", "Phase", "InferenceRun", "simulate_inference"]

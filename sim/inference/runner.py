@@ -1,0 +1,97 @@
+"""One inference simulation from spec to result: the fabric, the program, the engine.
+
+>>> from sim.config import load_topology
+>>> from sim.hardware import get_gpu
+>>> from sim.workload.spec import ModelSpec
+>>> m = ModelSpec("m", 2, 1024, 16, 16, 4096, 32000, 2048, gated_mlp=True)
+>>> run = simulate_inference(InferenceSpec("m", m, get_gpu("A100"), tp=2, generate_tokens=4), load_topology("dgx-a100"))
+>>> len(run.step_end_s), run.step_end_s[0] < run.step_end_s[-1]
+(4, True)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from sim.costs.analytical import AnalyticalCostModel
+from sim.engine import Simulation
+from sim.errors import ConfigError
+from sim.inference.program import GRANULARITIES, InferenceProgram, build_inference_program
+from sim.inference.spec import InferenceSpec
+from sim.results import SimResult
+from sim.topology.build import build_topology
+from sim.topology.routing import Fabric
+from sim.topology.spec import TopologySpec
+from sim.types import Stream
+
+__all__ = ["InferenceRun", "simulate_inference", "fabric_for"]
+
+
+@dataclass
+class InferenceRun:
+    """A finished inference simulation and what it was made of."""
+
+    spec: InferenceSpec
+    topology: TopologySpec
+    fabric: Fabric
+    program: InferenceProgram
+    costs: AnalyticalCostModel
+    result: SimResult
+    step_end_s: list[float]
+    """When each step's tokens are sampled: ``[0]`` is the time to first token."""
+    wall_s: float
+    granularity: str
+    notes: list[str] = field(default_factory=list)
+
+
+def fabric_for(spec: InferenceSpec, topology: TopologySpec) -> Fabric:
+    """The fabric of ``topology`` holding the spec's ``tp x pp`` GPUs (ranks on GPUs
+    ``0 .. tp x pp - 1``; a topology of fixed size keeps its size).
+
+    Raises
+    ------
+    ConfigError
+        If the topology has fewer GPUs than the spec needs.
+    """
+    n = spec.num_gpus
+    if topology.num_gpus is not None:
+        if topology.num_gpus < n:
+            raise ConfigError(topology.name, "num_gpus", f"at least tp x pp = {n} GPUs", topology.num_gpus)
+        n = topology.num_gpus
+    return Fabric(build_topology(topology, n))
+
+
+def simulate_inference(spec: InferenceSpec, topology: TopologySpec, *, granularity: str = "layer",
+                       notes: list[str] | None = None) -> InferenceRun:
+    """Simulate the prefill and every decode step of ``spec`` on ``topology``.
+
+    Parameters
+    ----------
+    granularity : {"layer", "op", "step"}
+        ``"layer"`` (the default) runs each layer of each step as one block timed alone;
+        ``"op"`` every kernel and collective as a task; ``"step"`` all of a stage's layers of
+        one step as one block (:mod:`sim.inference.program`). All give the same times;
+        ``"op"`` shows each kernel in the trace, ``"step"`` is the fastest for long outputs.
+    """
+    if granularity not in GRANULARITIES:
+        raise ConfigError("<simulate_inference>", "granularity", f"one of {list(GRANULARITIES)}", granularity)
+    t0 = time.perf_counter()
+    fabric = fabric_for(spec, topology)
+    ip = build_inference_program(spec, fabric.node_of, fabric.local_gpu, granularity)
+    costs = AnalyticalCostModel(spec.gpu, fabric, representative=True)
+    result = Simulation(ip.program, costs, fabric.capacity_bytes_per_s).run()
+    ends = _task_ends(result, ip)
+    wall = time.perf_counter() - t0
+    result.metadata["simulated_wall_s"] = wall
+    return InferenceRun(spec, topology, fabric, ip, costs, result, ends, wall, granularity, list(notes or []))
+
+
+def _task_ends(result: SimResult, ip: InferenceProgram) -> list[float]:
+    """End time of each step's sampling (the step-end task's span, found by its step)."""
+    names = {ip.program.tasks[t].name for t in ip.step_end_tasks}
+    out = [0.0] * len(ip.step_end_tasks)
+    for s in result.spans:
+        if s.name in names and s.stream is Stream.COMPUTE:
+            out[dict(s.args)["step"]] = s.end_s
+    return out

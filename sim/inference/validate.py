@@ -1,0 +1,162 @@
+"""``llmsim validate-infer``: simulate published, measured single-request latencies and score them.
+
+A case file (``tests/data/inference_latency.yaml``) lists measured runs: the model (a name
+:func:`sim.inference.models.load_model` knows), the GPU, TP, PP, batch, prompt and output
+lengths, the number formats, and what was measured (``ttft_s``, ``tpot_s``,
+``e2e_latency_s``), each with its source. Every case is simulated and every measured metric
+gets a row: measured, predicted, error ``(predicted - measured) / measured``.
+
+A measurement is *below the bandwidth floor* when it is shorter than reading the weights of
+the fullest GPU once per output token at the GPU's peak HBM bandwidth (the prefill and every
+decode step read every weight at least once; Pope et al. 2022, arXiv 2211.05102, Sec. 3):
+no run of the stated configuration can be that fast, so the figure belongs to another
+configuration than the one stated. Such rows are shown but left out of the error summary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sim.config.fields import _Fields, _read_yaml, _resolve
+from sim.errors import ConfigError
+from sim.inference.config import InferenceArgs, build_spec
+from sim.inference.memory import weights_bytes
+from sim.inference.report import make_inference_report
+from sim.inference.runner import simulate_inference
+from sim.inference.spec import InferenceSpec
+
+__all__ = ["METRICS", "Row", "Validation", "validate_inference", "format_inference_validation", "bandwidth_floor_s"]
+
+METRICS = ("ttft_s", "tpot_s", "e2e_latency_s")
+_CASE_KEYS = ("id", "source", "model", "gpu", "tp", "pp", "batch", "prompt_tokens", "generate_tokens", "dtype",
+              "kv_dtype", "topology", "measured", "notes")
+
+
+def bandwidth_floor_s(spec: InferenceSpec, metric: str) -> float:
+    """The least time ``metric`` can take: the fullest GPU's weights read once per forward
+    pass the metric covers (one for TTFT, one per decode step for TPOT, ``generate_tokens``
+    for end to end) at the GPU's peak HBM bandwidth.
+
+    >>> from sim.hardware import get_gpu
+    >>> from sim.inference.models import load_model
+    >>> name, m, _ = load_model("llama2-13b")
+    >>> round(bandwidth_floor_s(InferenceSpec(name, m, get_gpu("A100"), generate_tokens=20), "e2e_latency_s"), 3)
+    0.255
+    """
+    passes = {"ttft_s": 1, "tpot_s": 1, "e2e_latency_s": spec.generate_tokens}[metric]
+    w = max(weights_bytes(spec, s) for s in range(spec.pp))
+    return passes * w / spec.gpu.hbm_bandwidth_bytes_per_s
+
+
+@dataclass(frozen=True)
+class Row:
+    case: str
+    metric: str
+    measured: float
+    predicted: float
+    floor: float
+    source: str
+    prompt_tokens: int = 0
+    generate_tokens: int = 0
+
+    @property
+    def error(self) -> float:
+        return (self.predicted - self.measured) / self.measured
+
+    @property
+    def below_floor(self) -> bool:
+        return self.measured < self.floor
+
+    def to_dict(self) -> dict:
+        return {"case": self.case, "metric": self.metric, "measured": self.measured, "predicted": self.predicted,
+                "error": self.error, "bandwidth_floor": self.floor, "below_floor": self.below_floor,
+                "source": self.source, "prompt_tokens": self.prompt_tokens, "generate_tokens": self.generate_tokens}
+
+
+@dataclass(frozen=True)
+class Validation:
+    rows: tuple[Row, ...]
+
+    def scored(self, metric: str | None = None) -> list[Row]:
+        """Rows counted in the summary (not below the bandwidth floor), of ``metric`` if given."""
+        return [r for r in self.rows if not r.below_floor and (metric is None or r.metric == metric)]
+
+    def mape(self, metric: str | None = None) -> float:
+        rows = self.scored(metric)
+        return sum(abs(r.error) for r in rows) / len(rows) if rows else 0.0
+
+    def max_abs_error(self, metric: str | None = None) -> float:
+        return max((abs(r.error) for r in self.scored(metric)), default=0.0)
+
+    def to_dict(self) -> dict:
+        summary = {m: {"rows": len(self.scored(m)), "mape": self.mape(m), "max_abs_error": self.max_abs_error(m)}
+                   for m in METRICS if self.scored(m)}
+        summary["all"] = {"rows": len(self.scored()), "mape": self.mape(), "max_abs_error": self.max_abs_error()}
+        return {"rows": [r.to_dict() for r in self.rows], "summary": summary,
+                "excluded_below_floor": sum(r.below_floor for r in self.rows)}
+
+
+def _source(raw: object) -> str:
+    if isinstance(raw, Mapping):
+        return str(raw.get("publication") or raw.get("url") or "")
+    return str(raw or "")
+
+
+def validate_inference(path: str, granularity: str = "step") -> Validation:
+    """Simulate every case of the file at ``path`` and score each measured metric.
+
+    Raises
+    ------
+    ConfigError
+        Naming the file and the case's field for anything malformed.
+    """
+    file = _resolve(path, "tests/data")
+    where = str(file)
+    top = _Fields(_read_yaml(file), where, "", ("cases", "sources", "notes"))
+    cases = top.raw.get("cases")
+    if not isinstance(cases, list) or not cases:
+        raise top.error("cases", "a list of measured cases", cases)
+    rows = []
+    for i, case in enumerate(cases):
+        f = _Fields(case, where, f"cases[{i}]", _CASE_KEYS)
+        cid = f.text("id", required=True)
+        args = InferenceArgs(f.text("model", required=True), f.text("gpu", required=True),
+                             f.integer("tp") or 1, f.integer("pp") or 1, f.integer("batch") or 1,
+                             f.integer("prompt_tokens", required=True), f.integer("generate_tokens", required=True),
+                             f.text("dtype") or "bf16", f.text("kv_dtype"), f.text("topology"))
+        try:
+            spec, topo, _ = build_spec(args)
+        except ConfigError as exc:
+            raise ConfigError(where, f"cases[{i}] ({cid}): {exc.field}", exc.expected, exc.got) from None
+        measured = _Fields(f.raw.get("measured"), where, f"cases[{i}].measured", METRICS)
+        if not measured.raw:
+            raise f.error("measured", f"a mapping with one or more of {list(METRICS)}", None)
+        rep = make_inference_report(simulate_inference(spec, topo, granularity=granularity))
+        for metric in METRICS:
+            value = measured.number(metric)
+            if value is None:
+                continue
+            if value <= 0:
+                raise measured.error(metric, "a positive number of seconds", value)
+            rows.append(Row(cid, metric, value, getattr(rep, metric), bandwidth_floor_s(spec, metric),
+                            _source(f.raw.get("source")), spec.prompt_tokens, spec.generate_tokens))
+    return Validation(tuple(rows))
+
+
+def format_inference_validation(v: Validation) -> str:
+    """One row per case and metric, then the error summary per metric."""
+    lines = [f"{'case':<52}{'metric':<15}{'measured':>12}{'predicted':>12}{'error':>9}  note"]
+    for r in v.rows:
+        note = f"below the bandwidth floor ({r.floor * 1e3:.1f} ms): not scored" if r.below_floor else ""
+        lines.append(f"{r.case:<52}{r.metric:<15}{r.measured * 1e3:>10.2f}ms{r.predicted * 1e3:>10.2f}ms"
+                     f"{r.error * 100:>+8.1f}%  {note}")
+    lines.append("")
+    for m in METRICS:
+        if v.scored(m):
+            lines.append(f"  {m:<15} {len(v.scored(m)):>3} rows   MAPE {v.mape(m) * 100:5.1f}%   "
+                         f"worst {v.max_abs_error(m) * 100:5.1f}%")
+    lines.append(f"  {'all':<15} {len(v.scored()):>3} rows   MAPE {v.mape() * 100:5.1f}%   "
+                 f"worst {v.max_abs_error() * 100:5.1f}%   ({sum(r.below_floor for r in v.rows)} rows below the "
+                 "bandwidth floor not scored)")
+    return "\n".join(lines)
