@@ -3,7 +3,8 @@
 ::
 
     llmsim run [WORKLOAD.yaml] [--case ID] [--topology T] [--trace PATH] [--json PATH] [--set KEY=VALUE ...] [--full]
-               [--slow-gpu RANK=FACTOR ...] [--granularity op|layer]
+               [--slow-gpu RANK=FACTOR ...] [--granularity op|layer] [--trace-dir DIR] [--html PATH] [--chakra DIR]
+    llmsim run --megatron-args "ARGS"|@FILE [--hf-config config.json] [--set system.gpu=NAME] [run options]
     llmsim memory [WORKLOAD.yaml] [--recompute none,selective,selective-op,full] [--plot PATH.png] [--json PATH]
     llmsim validate FILE... [--json PATH]
     llmsim collective --topology T --op all-reduce --bytes 1GiB --ranks 8 [--algo auto|ring|multi-ring|tree|nvls|pat|hierarchical] [--json PATH]
@@ -14,6 +15,11 @@
                  [--from-topology T] [--to-topology T] [--plot PATH.png] [--json PATH]
     llmsim whatif nodes [WORKLOAD.yaml] [--nodes 12,7,5,3,2,1] [--scale logic,memory,network] [--table PATH]
                  [--plot PATH.png] [--json PATH]
+    llmsim whatif memory [MODEL] --gpu H100-SXM5-80GB --hbm HBM2e,HBM3,HBM3e,HBM4 [--plot PATH.png] [--json PATH]
+    llmsim infer [MODEL] --gpu H100-SXM5-80GB --tp 8 [--pp 1] --batch 1 --prompt 200 --generate 200 [--dtype fp8]
+                 [--trace PATH] [--json PATH]          (inference: sim/inference/commands.py, docs/inference.md)
+    llmsim roofline [MODEL] --gpu A100-SXM4-80GB,H100-SXM5-80GB,B200 --phase prefill,decode [--plot PATH.png]
+    llmsim validate-infer FILE [--json PATH]
 
 Bad input prints one line naming the file, the field, what was expected and what arrived,
 and exits with status 2; it never prints a traceback.
@@ -72,15 +78,55 @@ def _slow_gpus(items: Sequence[str] | None) -> dict[int, float]:
     return out
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def _load_workload(args: argparse.Namespace):
+    """The workload of ``run`` and ``memory``: a workload file, or Megatron-LM launch arguments
+    (``--megatron-args``, docs/megatron-args.md), whose unknown flags are also printed on stderr."""
     from sim.config import load_workload_with_notes
+
+    if getattr(args, "megatron_args", None) is None:
+        if getattr(args, "hf_config", None):
+            raise ConfigError("<--hf-config>", "--hf-config", "--megatron-args beside it (a workload file names "
+                              "its Hugging Face config in model.hf_config)", args.hf_config)
+        return load_workload_with_notes(args.workload, args.set or (), args.case)
+    from sim.config.megatron_args import UNKNOWN_NOTE, load_megatron_workload, read_megatron_args
+
+    if args.workload or args.case:
+        raise ConfigError("<--megatron-args>", "--megatron-args", "no workload file or --case beside it",
+                          args.workload or args.case)
+    text, source = read_megatron_args(args.megatron_args)
+    workload, notes = load_megatron_workload(text, source=source, hf_config=args.hf_config,
+                                             topology=getattr(args, "topology", None), overrides=args.set or ())
+    for note in notes:
+        if note.startswith(UNKNOWN_NOTE):
+            print(f"llmsim: warning: {note}", file=sys.stderr)
+    return workload, notes
+
+
+def _add_megatron_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--megatron-args", metavar='"ARGS"|@FILE',
+                   help="the workload as Megatron-LM launch arguments, or @FILE: a launch-script fragment "
+                   "(torchrun ... pretrain_gpt.py --flag v ...); GPU type with --set system.gpu=NAME "
+                   "(docs/megatron-args.md)")
+    p.add_argument("--hf-config", metavar="PATH", help="with --megatron-args: a Hugging Face config.json giving "
+                   "the model (model flags given beside it must agree)")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
     from sim.report import format_report, make_report
     from sim.runner import simulate
 
-    workload, notes = load_workload_with_notes(args.workload, args.set or (), args.case)
+    _check_trace_dir(args.trace, args.trace_dir)
+    _check_chakra(args)
+    workload, notes = _load_workload(args)
     topo = _resolve_topology(workload, args.topology, notes)
     run = simulate(workload, topo, full=args.full, notes=notes, slow_gpus=_slow_gpus(args.slow_gpu),
-                   link_counters=LINK_COUNTERS if args.trace else 0, granularity=args.granularity)
+                   link_counters=LINK_COUNTERS if args.trace or args.trace_dir else 0, granularity=args.granularity)
+    if args.trace_dir:
+        from sim.trace_ranks import representative_note
+
+        note = representative_note(run.result)
+        if note:
+            run.notes.append(note)
     report = make_report(run)
     print(format_report(report))
     if args.json:
@@ -90,7 +136,58 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         write_chrome_trace(run.result, args.trace, title=f"llmsim {workload.name}",
                            metadata={"workload": workload.name, "topology": topo.name})
+    if args.trace_dir:
+        from sim.trace_ranks import write_rank_traces
+
+        write_rank_traces(run.result, args.trace_dir, title=f"llmsim {workload.name}",
+                          metadata={"workload": workload.name, "topology": topo.name})
+    if args.html:
+        _write_html(args.html, workload, report, args.trace, args.trace_dir)
+    if args.chakra:
+        from sim.export.chakra import export_chakra
+
+        print(export_chakra(run, args.chakra).summary())
     return 0
+
+
+def _check_chakra(args: argparse.Namespace) -> None:
+    """``--chakra`` needs op granularity and protobuf: say so before simulating."""
+    if not args.chakra:
+        return
+    if args.granularity != "op":
+        raise ConfigError("<--chakra>", "--granularity", "op (a Chakra trace has a node per kernel and "
+                          "collective; a layer block hides their order and times)", args.granularity)
+    from sim.export.etfile import require_schema
+
+    require_schema()
+
+
+def _check_trace_dir(trace: str | None, trace_dir: str | None) -> None:
+    """HTA reads every ``.json``/``.gz`` file in the per-rank folder as a rank: keep the merged trace out."""
+    if trace and trace_dir and Path(trace).resolve().parent == Path(trace_dir).resolve():
+        raise ConfigError("<--trace>", "--trace", "a path outside --trace-dir (Holistic Trace Analysis reads "
+                          "every .json and .gz file there as a rank)", trace)
+
+
+def _write_html(path: str, workload, report, trace: str | None, trace_dir: str | None) -> None:
+    """``llmsim run --html``: the report page, with the workload's closed-form memory per stage and
+    links to the traces written beside it, relative to the page."""
+    from urllib.parse import quote
+
+    from sim.html_report import write_html_report
+    from sim.memory import memory_table
+
+    base = Path(path).resolve().parent
+
+    def href(target: str | None, folder: bool = False) -> str | None:
+        if not target:
+            return None
+        rel = Path(os.path.relpath(Path(target).resolve(), base)).as_posix()
+        return quote(rel + ("/" if folder else ""))
+
+    rc = workload.parallel.recompute
+    write_html_report(path, report, memory=memory_table(workload, [rc])[rc], model=workload.model.name,
+                      trace_href=href(trace), trace_dir_href=href(trace_dir, folder=True))
 
 
 def _methods(text: str | None):
@@ -107,10 +204,9 @@ def _methods(text: str | None):
 
 
 def _cmd_memory(args: argparse.Namespace) -> int:
-    from sim.config import load_workload_with_notes
     from sim.memory_report import format_memory, memory_json, memory_report
 
-    workload, notes = load_workload_with_notes(args.workload, args.set or (), args.case)
+    workload, notes = _load_workload(args)
     methods = _methods(args.recompute)
     table = memory_report(workload, methods)
     print(format_memory(workload, table, notes))
@@ -286,6 +382,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--granularity", choices=("op", "layer"), default="op",
                      help="op: every kernel and collective a task (default); layer: each layer pass one "
                      "block timed alone, several times faster, for searches")
+    run.add_argument("--trace-dir", metavar="DIR", help="write one trace per simulated rank into DIR "
+                     "(rank-N.json.gz) for Holistic Trace Analysis; keep --trace out of DIR")
+    run.add_argument("--html", metavar="PATH", help="write a one-page HTML report: summary, time and memory "
+                     "charts, notes, links to the traces")
+    run.add_argument("--chakra", metavar="DIR", help="write Chakra execution traces for ASTRA-sim into DIR: "
+                     "llmsim.<rank>.et for every rank and llmsim.comm_groups.json (needs pip install "
+                     "'llmsim[chakra]'; docs/interop.md)")
+    _add_megatron_options(run)
     run.set_defaults(func=_cmd_run)
     mem = sub.add_parser("memory", help="memory per GPU under each recomputation method",
                          description="Per pipeline stage: weights, gradients, optimizer state, activations "
@@ -298,6 +402,7 @@ def _parser() -> argparse.ArgumentParser:
     mem.add_argument("--json", metavar="PATH", help="write the table as JSON")
     mem.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one workload field")
     mem.add_argument("--case", metavar="ID", help="the case to use from a file of several")
+    _add_megatron_options(mem)
     mem.set_defaults(func=_cmd_memory)
     val = sub.add_parser("validate", help="simulate published, measured runs and score the predictions",
                          description="Reads validation-case files (format: workloads/validation/README.md), "
@@ -389,6 +494,10 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one workload field")
         p.add_argument("--case", metavar="ID", help="the case to use from a file of several")
         p.set_defaults(func=_cmd_whatif)
+    from sim.inference.commands import add_commands, add_whatif_memory
+
+    add_whatif_memory(wsub)
+    add_commands(sub)
     return ap
 
 

@@ -1,0 +1,1046 @@
+"""Megatron-LM launch arguments in, a workload out.
+
+A team about to launch ``torchrun ... pretrain_gpt.py --tensor-model-parallel-size 8 ...``
+simulates that job without rewriting it as a workload YAML: :func:`load_megatron_workload`
+reads the arguments (a string, or a file: a launch-script fragment with newlines, backslash
+continuations and ``#`` comments), maps every flag llmsim models onto the workload mapping of
+:mod:`sim.config.workload` (which then validates and builds it as it does a YAML file), and
+returns notes that list, by name, the flags it ignored (no effect on time or memory), the flags
+it recognised but does not model, and the flags it does not know.
+
+Sources. Flag names, defaults and the checks Megatron-LM makes on them are those of
+NVIDIA/Megatron-LM ``megatron/training/arguments.py`` (read at commit ``000c4ac``;
+``_add_network_size_args``, ``_add_training_args``, ``_add_distributed_args``,
+``_add_mixed_precision_args``, ``_add_transformer_engine_args``, ``_add_moe_args``,
+``_add_mla_args``, ``_add_tokenizer_args``, ``_add_data_args`` and ``validate_args``); at
+``d98e8a6`` many of them are generated from dataclass fields with the same names
+(``ArgumentGroupFactory`` turns ``field_name`` into ``--field-name``). The vocabulary is padded
+as ``megatron/training/tokenizer/tokenizer.py`` ``_vocab_size_with_padding`` pads it. The
+launcher's GPU count comes from torchrun's ``--nnodes`` and ``--nproc-per-node``.
+
+Choices (docs/megatron-args.md says the same):
+
+* **GPUs**: ``num_gpus`` when given (the CLI's ``--set system.num_gpus=N``), else torchrun's
+  ``--nnodes`` x ``--nproc-per-node`` in the fragment, else the smallest world Megatron-LM
+  accepts, ``tp x pp x cp`` (one data-parallel replica), with a note. The GPU type is
+  ``--set system.gpu=NAME`` or the one the ``--topology`` describes; there is no default.
+* **Hugging Face config and model flags**: the config gives the model; each Megatron model
+  flag given beside it must agree with it, and a disagreement is one ConfigError naming the
+  flag, the config's value and the flag's. Flags the config has no counterpart for (the
+  training ``--seq-length``, ``--normalization``) apply.
+* **Megatron-LM's defaults** stand for flags left out (no ``--overlap-grad-reduce``: the
+  gradient reduction is not overlapped; neither ``--bf16`` nor ``--fp16``: fp32), except the
+  attention kernel: ``--attention-backend`` defaults to ``auto``, which runs Transformer
+  Engine's fused attention, so only ``unfused``/``local`` give the unfused core attention.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sim.config.fields import _apply_overrides
+from sim.errors import ConfigError
+from sim.hf import read_hf_config
+from sim.workload.spec import WorkloadSpec, pipeline_split
+
+__all__ = ["MEGATRON_FLAGS", "IGNORED_FLAGS", "NOT_MODELLED_FLAGS", "UNKNOWN_NOTE", "MegatronArgs",
+           "parse_megatron_args", "read_megatron_args", "load_megatron_workload"]
+
+SOURCE = "<--megatron-args>"
+UNKNOWN_NOTE = "megatron-args: unknown, not used:"
+"""How the note listing unknown flags starts (``llmsim run`` also prints it on stderr)."""
+_NOTE = "megatron-args:"
+
+
+class _BadValue(Exception):
+    """A flag's value is missing or malformed; the caller names the flag and the source."""
+
+    def __init__(self, expected: str, got: object) -> None:
+        super().__init__(expected)
+        self.expected, self.got = expected, got
+
+
+# --- value parsers: (values after the flag) -> value -------------------------------------------
+
+_Parser = Callable[[list[str]], object]
+
+
+def _switch(value: bool = True) -> _Parser:
+    def parse(values: list[str]) -> bool:
+        if values:
+            raise _BadValue("no value (a switch)", " ".join(values))
+        return value
+    return parse
+
+
+def _one(values: list[str], what: str) -> str:
+    if len(values) != 1:
+        raise _BadValue(f"one value: {what}", " ".join(values) if values else None)
+    return values[0]
+
+
+def _integer(minimum: int = 1) -> _Parser:
+    what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+
+    def parse(values: list[str]) -> int:
+        text = _one(values, what)
+        try:
+            value = int(text)
+        except ValueError:
+            raise _BadValue(what, text) from None
+        if value < minimum:
+            raise _BadValue(what, text)
+        return value
+    return parse
+
+
+def _real(values: list[str]) -> float:
+    text = _one(values, "a number")
+    try:
+        value = float(text)
+    except ValueError:
+        raise _BadValue("a number", text) from None
+    if not value > 0:
+        raise _BadValue("a positive number", text)
+    return value
+
+
+def _choice(*options: str) -> _Parser:
+    def parse(values: list[str]) -> str:
+        text = _one(values, f"one of {list(options)}")
+        if text not in options:
+            raise _BadValue(f"one of {list(options)}", text)
+        return text
+    return parse
+
+
+def _word(values: list[str]) -> str:
+    return _one(values, "a word")
+
+
+def _words(values: list[str]) -> tuple[str, ...]:
+    if not values:
+        raise _BadValue("one or more values", None)
+    return tuple(values)
+
+
+def _moe_freq(values: list[str]) -> tuple[int, ...] | int:
+    """``--moe-layer-freq``: an integer N (one expert layer every N) or a list expression
+    such as ``([0]*3+[1]*58)`` (``moe_freq_type`` in arguments.py, which ``eval``\\ s it after
+    checking its characters); here only integers, lists, ``+`` and ``*`` are evaluated."""
+    text = _one(values, "an integer or a list expression such as ([0]*3+[1]*58)")
+    if text.strip().isdigit():
+        return int(text)
+    try:
+        return tuple(_pattern(ast.parse(text.strip(), mode="eval").body))
+    except (SyntaxError, ValueError, TypeError):
+        raise _BadValue("an integer or a list expression of 0s and 1s such as ([0]*3+[1]*58)", text) from None
+
+
+def _pattern(node: ast.AST) -> list[int] | int:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, (ast.List, ast.Tuple)):
+        items = [_pattern(e) for e in node.elts]
+        if any(not isinstance(i, int) for i in items):
+            raise ValueError("nested list")
+        return items
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
+        left, right = _pattern(node.left), _pattern(node.right)
+        if isinstance(node.op, ast.Add):
+            if isinstance(left, list) != isinstance(right, list):
+                raise TypeError("list + int")
+            return left + right
+        if isinstance(left, int) and isinstance(right, int):
+            return left * right
+        seq, times = (left, right) if isinstance(left, list) else (right, left)
+        if not isinstance(times, int) or len(seq) * times > 1_000_000:
+            raise ValueError("too long")
+        return seq * times
+    raise ValueError("not a list expression")
+
+
+# --- the flags ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Flag:
+    """A flag llmsim reads: the key it sets (a workload key such as ``parallel.tp``, or a
+    Megatron-LM setting the mapping derives workload keys from) and how its value is read."""
+
+    target: str
+    parse: _Parser
+
+
+MEGATRON_FLAGS: dict[str, _Flag] = {
+    # parallel layout (_add_distributed_args, _add_moe_args)
+    "--tensor-model-parallel-size": _Flag("parallel.tp", _integer()),
+    "--pipeline-model-parallel-size": _Flag("parallel.pp", _integer()),
+    "--context-parallel-size": _Flag("parallel.cp", _integer()),
+    "--expert-model-parallel-size": _Flag("parallel.ep", _integer()),
+    "--expert-tensor-parallel-size": _Flag("expert_tp", _integer()),
+    "--num-layers-per-virtual-pipeline-stage": _Flag("layers_per_virtual_stage", _integer()),
+    "--num-virtual-stages-per-pipeline-rank": _Flag("parallel.virtual_pipeline_stages", _integer()),
+    "--pipeline-model-parallel-layout": _Flag("pipeline_layout", _word),
+    "--decoder-first-pipeline-num-layers": _Flag("first_stage_layers", _integer(0)),
+    "--decoder-last-pipeline-num-layers": _Flag("last_stage_layers", _integer(0)),
+    "--account-for-embedding-in-pipeline-split": _Flag("embedding_in_split", _switch()),
+    "--account-for-loss-in-pipeline-split": _Flag("loss_in_split", _switch()),
+    "--use-tp-pp-dp-mapping": _Flag("tp_pp_dp_mapping", _switch()),
+    "--sequence-parallel": _Flag("parallel.sequence_parallel", _switch()),
+    "--tp-comm-overlap": _Flag("parallel.tp_comm_overlap", _switch()),
+    "--use-distributed-optimizer": _Flag("parallel.distributed_optimizer", _switch()),
+    "--overlap-grad-reduce": _Flag("parallel.overlap_grad_reduce", _switch()),
+    "--overlap-param-gather": _Flag("parallel.overlap_param_gather", _switch()),
+    "--ddp-bucket-size": _Flag("parallel.grad_bucket_size_params", _integer()),
+    "--use-torch-fsdp2": _Flag("torch_fsdp2", _switch()),
+    "--torch-fsdp2-no-reshard-after-forward": _Flag("fsdp2_no_reshard", _switch()),
+    "--use-megatron-fsdp": _Flag("megatron_fsdp", _switch()),
+    "--use-custom-fsdp": _Flag("megatron_fsdp", _switch()),
+    "--data-parallel-sharding-strategy": _Flag("sharding_strategy", _choice(
+        "no_shard", "optim", "optim_grads", "optim_grads_params")),
+    # batch and recomputation (_add_training_args)
+    "--micro-batch-size": _Flag("parallel.micro_batch_size", _integer()),
+    "--global-batch-size": _Flag("parallel.global_batch_size", _integer()),
+    "--recompute-granularity": _Flag("recompute_granularity", _choice("full", "selective")),
+    "--recompute-activations": _Flag("recompute_activations", _switch()),
+    "--recompute-method": _Flag("recompute_method", _choice("uniform", "block")),
+    "--recompute-num-layers": _Flag("recompute_num_layers", _integer()),
+    "--recompute-modules": _Flag("recompute_modules", _words),
+    "--use-flash-attn": _Flag("use_flash_attn", _switch()),
+    "--attention-backend": _Flag("attention_backend", _choice("flash", "fused", "unfused", "local", "auto")),
+    # number formats (_add_mixed_precision_args, _add_transformer_engine_args)
+    "--bf16": _Flag("bf16", _switch()),
+    "--fp16": _Flag("fp16", _switch()),
+    "--fp8-format": _Flag("fp8_format", _choice("e4m3", "hybrid")),
+    "--fp8-recipe": _Flag("fp8_recipe", _choice("tensorwise", "delayed", "mxfp8", "blockwise", "custom")),
+    "--fp4-format": _Flag("fp4_format", _choice("e2m1")),
+    "--fp4-recipe": _Flag("fp4_recipe", _choice("nvfp4", "custom")),
+    # the model (_add_network_size_args, _add_data_args, _add_tokenizer_args)
+    "--num-layers": _Flag("model.num_layers", _integer()),
+    "--hidden-size": _Flag("model.hidden_size", _integer()),
+    "--ffn-hidden-size": _Flag("model.ffn_hidden_size", _integer()),
+    "--num-attention-heads": _Flag("model.num_attention_heads", _integer()),
+    "--group-query-attention": _Flag("group_query_attention", _switch()),
+    "--num-query-groups": _Flag("num_query_groups", _integer()),
+    "--kv-channels": _Flag("model.head_dim", _integer()),
+    "--swiglu": _Flag("swiglu", _switch()),
+    "--quick-geglu": _Flag("quick_geglu", _switch()),
+    "--squared-relu": _Flag("squared_relu", _switch()),
+    "--normalization": _Flag("normalization", _choice("LayerNorm", "RMSNorm")),
+    "--position-embedding-type": _Flag("model.position_embedding", _choice(
+        "learned_absolute", "rope", "mrope", "relative", "none")),
+    "--use-rotary-position-embeddings": _Flag("rotary", _switch()),
+    "--untie-embeddings-and-output-weights": _Flag("untie", _switch()),
+    "--seq-length": _Flag("model.seq_length", _integer()),
+    "--encoder-seq-length": _Flag("encoder_seq_length", _integer()),
+    "--vocab-size": _Flag("vocab_size", _integer()),
+    "--padded-vocab-size": _Flag("padded_vocab_size", _integer()),
+    "--make-vocab-size-divisible-by": _Flag("vocab_multiple", _integer()),
+    "--tokenizer-type": _Flag("tokenizer_type", _word),
+    # mixture of experts (_add_moe_args)
+    "--num-experts": _Flag("model.num_experts", _integer(0)),
+    "--moe-router-topk": _Flag("model.moe_top_k", _integer()),
+    "--moe-ffn-hidden-size": _Flag("model.moe_ffn_hidden_size", _integer()),
+    "--moe-shared-expert-intermediate-size": _Flag("shared_expert_size", _integer()),
+    "--moe-layer-freq": _Flag("moe_layer_freq", _moe_freq),
+    "--moe-expert-capacity-factor": _Flag("model.moe_capacity_factor", _real),
+    "--moe-token-dispatcher-type": _Flag("dispatcher", _choice("allgather", "alltoall", "flex")),
+    # multi-head latent attention (_add_mla_args)
+    "--multi-latent-attention": _Flag("mla", _switch()),
+    "--q-lora-rank": _Flag("model.q_lora_rank", _integer()),
+    "--kv-lora-rank": _Flag("model.kv_lora_rank", _integer()),
+    "--qk-head-dim": _Flag("model.qk_nope_head_dim", _integer()),
+    "--qk-pos-emb-head-dim": _Flag("model.qk_rope_head_dim", _integer()),
+    "--v-head-dim": _Flag("model.v_head_dim", _integer()),
+}
+"""Every Megatron-LM flag llmsim reads, with the key it sets and its parser.
+
+Flag names and choices from NVIDIA/Megatron-LM ``megatron/training/arguments.py`` (commit
+``000c4ac``, the ``_add_*_args`` groups named in the module docstring). A key with a dot is a
+workload field set directly; a bare key is a Megatron-LM setting from which
+:func:`_workload_mapping` derives workload fields the way ``validate_args`` and
+``core_transformer_config_from_args`` derive Megatron-LM's own."""
+
+IGNORED_FLAGS = frozenset({
+    # learning rate, optimizer hyper-parameters, regularisation values, initialisation
+    "--lr", "--min-lr", "--lr-decay-style", "--lr-decay-iters", "--lr-decay-samples", "--lr-warmup-fraction",
+    "--lr-warmup-iters", "--lr-warmup-samples", "--lr-warmup-init", "--lr-wsd-decay-style",
+    "--lr-wsd-decay-samples", "--lr-wsd-decay-iters", "--decoupled-lr", "--decoupled-min-lr",
+    "--override-opt_param-scheduler", "--override-opt-param-scheduler", "--use-checkpoint-opt_param-scheduler",
+    "--use-checkpoint-opt-param-scheduler", "--weight-decay", "--start-weight-decay", "--end-weight-decay",
+    "--weight-decay-incr-style", "--clip-grad", "--adam-beta1", "--adam-beta2", "--adam-eps", "--sgd-momentum",
+    "--seed", "--init-method-std", "--init-method-xavier-uniform", "--embedding-init-method-std",
+    "--data-parallel-random-init", "--loss-scale", "--initial-loss-scale", "--min-loss-scale",
+    "--loss-scale-window", "--hysteresis", "--norm-epsilon", "--rotary-base", "--rotary-percent",
+    "--rotary-interleaved", "--rotary-seq-len-interpolation-factor", "--use-rope-scaling",
+    "--rope-scaling-factor", "--max-position-embeddings", "--apply-layernorm-1p", "--fp8-margin",
+    "--fp8-interval", "--moe-aux-loss-coeff", "--moe-z-loss-coeff", "--moe-input-jitter-eps",
+    "--moe-router-load-balancing-type", "--moe-router-score-function", "--moe-router-pre-softmax",
+    "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "--moe-router-topk-scaling-factor",
+    "--moe-token-drop-policy", "--mtp-loss-scaling-factor", "--calculate-per-token-loss",
+    # training length, evaluation, exit
+    "--train-iters", "--train-samples", "--eval-iters", "--eval-interval", "--exit-interval",
+    "--exit-duration-in-mins", "--exit-signal-handler", "--skip-train", "--full-validation",
+    "--multiple-validation-sets", "--test-mode",
+    # data and tokenizer files
+    "--data-path", "--split", "--train-data-path", "--valid-data-path", "--test-data-path", "--data-args-path",
+    "--per-split-data-args-path", "--data-cache-path", "--mock-data", "--no-mmap-bin-files", "--num-workers",
+    "--dataloader-type", "--reset-position-ids", "--reset-attention-mask", "--eod-mask-loss",
+    "--no-create-attention-mask-in-dataloader", "--num-dataset-builder-threads", "--object-storage-cache-path",
+    "--mid-level-dataset-surplus", "--allow-ambiguous-pad-tokens", "--vocab-file", "--merge-file",
+    "--tokenizer-model", "--tokenizer-metadata", "--tiktoken-pattern", "--tiktoken-num-special-tokens",
+    "--tiktoken-special-tokens", "--legacy-tokenizer", "--trust-remote-code",
+    # checkpoints
+    "--save", "--load", "--save-interval", "--persistent-save-interval", "--save-retain-interval",
+    "--no-save-optim", "--no-save-rng", "--no-load-optim", "--no-load-rng", "--load-main-params-from-ckpt",
+    "--finetune", "--pretrained-checkpoint", "--ckpt-step", "--use-checkpoint-args",
+    "--use-mp-args-from-checkpoint-args", "--exit-on-missing-checkpoint", "--use-dist-ckpt", "--dist-ckpt-format",
+    "--ckpt-format", "--ckpt-convert-format", "--ckpt-convert-save", "--auto-detect-ckpt-format",
+    "--ckpt-fully-parallel-save", "--no-ckpt-fully-parallel-save", "--ckpt-fully-parallel-load",
+    "--ckpt-assume-constant-structure", "--dist-ckpt-strictness", "--async-save", "--use-persistent-ckpt-worker",
+    "--non-persistent-save-interval", "--non-persistent-ckpt-type", "--non-persistent-global-ckpt-dir",
+    "--non-persistent-local-ckpt-dir", "--non-persistent-local-ckpt-algo", "--no-initialization",
+    "--no-use-tokenizer-model-from-checkpoint-args", "--dist-ckpt-optim-fully-reshardable",
+    # logging, profiling, monitoring
+    "--log-interval", "--log-params-norm", "--log-num-zeros-in-grad", "--log-throughput", "--log-progress",
+    "--timing-log-level", "--timing-log-option", "--log-energy", "--no-barrier-with-level-1-timing",
+    "--tensorboard-dir", "--tensorboard-log-interval", "--tensorboard-queue-size", "--log-timers-to-tensorboard",
+    "--no-log-loss-scale-to-tensorboard", "--log-validation-ppl-to-tensorboard", "--log-memory-to-tensorboard",
+    "--log-world-size-to-tensorboard", "--wandb-project", "--wandb-entity", "--wandb-exp-name",
+    "--wandb-save-dir", "--logging-level", "--log-straggler", "--disable-straggler-on-startup",
+    "--straggler-ctrlr-port", "--straggler-minmax-count", "--profile", "--profile-step-start",
+    "--profile-step-end", "--profile-ranks", "--use-pytorch-profiler", "--record-memory-history",
+    "--memory-snapshot-path", "--no-one-logger", "--one-logger-project", "--one-logger-run-name",
+    "--one-logger-async", "--app-tag-run-name", "--app-tag-run-version", "--config-logger-dir",
+    "--enable-ft-package", "--calc-ft-timeouts", "--run-workload-inspector-server", "--moe-per-layer-logging",
+    "--no-check-for-nan-in-loss-and-grad", "--check-for-spiky-loss", "--check-for-large-grads",
+    "--check-weight-hash-across-dp-replicas-interval", "--rerun-mode", "--error-injection-rate",
+    "--error-injection-type", "--result-rejected-tracker-filename", "--iterations-to-skip",
+    # process start-up and restarts
+    "--distributed-backend", "--distributed-timeout-minutes", "--distributed-timeout-seconds-after-init",
+    "--local-rank", "--lazy-mpu-init", "--use-cpu-initialization", "--init-model-with-meta-device",
+    "--adlr-autoresume", "--adlr-autoresume-interval", "--inprocess-restart", "--use-mcore-models",
+    "--disable-gloo-process-groups", "--enable-experimental", "--disable-msc",
+})
+"""Flags with no effect on a training iteration's time or memory (hyper-parameter values,
+files, logging, checkpoints, start-up): recognised and listed, not used."""
+
+NOT_MODELLED_FLAGS = frozenset({
+    "--no-overlap-p2p-communication", "--overlap-p2p-communication-warmup-flush",
+    "--microbatch-group-size-per-virtual-pipeline-stage", "--defer-embedding-wgrad-compute",
+    "--wgrad-deferral-limit", "--ddp-num-buckets", "--ddp-average-in-collective",
+    "--ddp-pad-buckets-for-high-nccl-busbw", "--ddp-reduce-scatter-with-fp32-accumulation", "--no-align-grad-reduce",
+    "--no-align-param-gather", "--overlap-param-gather-with-optimizer-step", "--num-distributed-optimizer-instances",
+    "--cp-comm-type", "--hierarchical-context-parallel-sizes", "--distribute-saved-activations",
+    "--cpu-offloading-num-layers", "--fp8-param-gather", "--first-last-layers-bf16", "--num-layers-at-start-in-bf16",
+    "--num-layers-at-end-in-bf16", "--no-fp8-wgrad", "--fp8-amax-history-len", "--fp8-amax-compute-algo",
+    "--fp4-param-gather", "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16",
+    "--fp32-residual-connection", "--attention-softmax-in-fp32", "--apply-query-key-layer-scaling",
+    "--fp16-lm-cross-entropy", "--cuda-graph-impl", "--cuda-graph-scope", "--cuda-graph-warmup-steps",
+    "--enable-cuda-graph", "--external-cuda-graph", "--te-rng-tracker", "--moe-grouped-gemm",
+    "--moe-use-legacy-grouped-gemm", "--moe-permute-fusion", "--moe-router-dtype", "--moe-router-fusion",
+    "--moe-shared-expert-overlap", "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute",
+    "--moe-enable-deepep", "--moe-deepep-num-sms", "--moe-pad-expert-input-to-capacity",
+    "--moe-router-padding-for-fp8", "--moe-router-num-groups", "--moe-router-group-topk",
+    "--moe-router-force-load-balancing", "--moe-layer-recompute", "--moe-apply-probs-on-input",
+    "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "--disable-bias-linear", "--add-qkv-bias",
+    "--qk-layernorm", "--qk-l2-norm", "--use-precision-aware-optimizer", "--main-grads-dtype",
+    "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype", "--optimizer", "--optimizer-cpu-offload",
+    "--optimizer-offload-fraction", "--overlap-cpu-optimizer-d2h-h2d", "--mtp-num-layers", "--window-size",
+    "--window-attn-skip-freq", "--no-persist-layer-norm", "--no-masked-softmax-fusion", "--no-bias-gelu-fusion",
+    "--no-bias-swiglu-fusion", "--no-bias-dropout-fusion", "--no-rope-fusion", "--no-gradient-accumulation-fusion",
+    "--use-te-activation-func", "--tp-comm-overlap-cfg", "--disable-tp-comm-overlap-ag",
+    "--disable-tp-comm-overlap-rs", "--tp-comm-overlap-rs-dgrad", "--disable-tp-comm-bulk-dgrad",
+    "--disable-tp-comm-bulk-wgrad", "--disable-tp-comm-split-ag", "--disable-tp-comm-split-rs",
+    "--tp-comm-bootstrap-backend", "--use-nccl-ub", "--disable-symmetric-registration", "--use-sharp",
+    "--sharp-enabled-group", "--fsdp-double-buffer", "--suggested-communication-unit-size",
+    "--keep-fp8-transpose-cache", "--enable-full-sharding-in-hsdp", "--empty-unused-memory-level",
+    "--transformer-impl", "--use-legacy-models", "--deterministic-mode", "--manual-gc", "--manual-gc-interval",
+    "--no-manual-gc-eval", "--rampup-batch-size", "--decrease-batch-size-if-needed", "--attention-dropout",
+    "--hidden-dropout", "--vocab-extra-ids", "--nccl-communicator-config-path", "--high-priority-stream-groups",
+    "--pipeline-model-parallel-comm-backend", "--use-ring-exchange-p2p", "--no-scatter-gather-tensors-in-pipeline",
+    "--train-sync-interval", "--no-clone-scatter-output-in-embedding", "--spec", "--yaml-cfg",
+    "--heterogeneous-layers-config-path", "--softmax-type", "--no-rope-freq", "--rope-type",
+    "--openai-gelu", "--apply-residual-connection-post-layernorm",
+})
+"""Flags that change a real run's time or memory in ways llmsim does not model (kernel
+fusions, CUDA graphs, communication tuning, offloading, optimizer variants): the run is
+simulated without them, and they are listed so."""
+
+_NPROC = ("--nproc-per-node", "--nproc_per_node")
+_GPT2_VOCAB = 50257
+"""GPT-2's BPE vocabulary (``encoder.json``), which ``--tokenizer-type GPT2BPETokenizer`` loads
+(Radford et al. 2019; Brown et al. 2020 used it for GPT-3)."""
+_TOKENIZER_VOCAB = {"GPT2BPETokenizer": _GPT2_VOCAB}
+
+
+# --- reading the arguments ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MegatronArgs:
+    """Launch arguments as read: the settings of the flags llmsim reads (by target key), and
+    the names of the flags in each other class, in the order they appeared."""
+
+    source: str
+    values: dict[str, object]
+    flags: dict[str, str] = field(default_factory=dict)
+    """Target key -> the flag (as written) that set it, for messages."""
+    ignored: tuple[str, ...] = ()
+    not_modelled: tuple[str, ...] = ()
+    unknown: tuple[str, ...] = ()
+    num_nodes: int | None = None
+    gpus_per_node: int | None = None
+    notes: tuple[str, ...] = ()
+
+
+def read_megatron_args(value: str) -> tuple[str, str]:
+    """The text and source name of a ``--megatron-args`` value: ``@FILE`` reads the file.
+
+    Raises
+    ------
+    ConfigError
+        Naming the file when it cannot be read.
+    """
+    if not value.startswith("@"):
+        return value, SOURCE
+    path = Path(value[1:])
+    try:
+        return path.read_text(encoding="utf-8"), str(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(str(path), "<file>", "a readable file of Megatron-LM arguments", str(exc)) from None
+
+
+def _is_flag(token: str) -> bool:
+    return token.startswith("-") and len(token) > 1 and not re.fullmatch(r"-[\d.]+(e-?\d+)?", token)
+
+
+def _logical_lines(text: str, source: str) -> list[tuple[int, list[str]]]:
+    """Backslash continuations joined, ``#`` comments dropped, each line split as a shell
+    would (quotes kept together), cut at a pipe, redirection or command separator."""
+    out: list[tuple[int, list[str]]] = []
+    line = 1
+    for chunk in re.split(r"(?<!\\)\n", text):
+        start, line = line, line + chunk.count("\n") + 1
+        try:
+            tokens = shlex.split(re.sub(r"\\\r?\n", " ", chunk), comments=True)
+        except ValueError as exc:
+            raise ConfigError(source, f"line {start}", "shell words (quotes closed)", str(exc)) from None
+        for i, tok in enumerate(tokens):
+            if tok in ("|", "||", "&&", ";", "&") or re.match(r"^(\d|&)?>", tok):
+                tokens = tokens[:i]
+                break
+        if tokens:
+            out.append((start, tokens))
+    return out
+
+
+def _launch_tokens(text: str, source: str) -> tuple[list[str], list[str], list[str]]:
+    """(the Megatron arguments, the launcher's words before the script, notes). The launch
+    line is the one naming a ``.py`` script; without one, every word is an argument."""
+    lines = _logical_lines(text, source)
+    launch = [(n, t) for n, t in lines if any(w.endswith(".py") for w in t)]
+    if len(launch) > 1:
+        raise ConfigError(source, f"line {launch[1][0]}", "one launch line naming a .py script (found "
+                          f"another on line {launch[0][0]})", " ".join(launch[1][1][:3]))
+    if not launch:
+        return [w for _, t in lines for w in t], [], []
+    number, words = launch[0]
+    script = min(i for i, w in enumerate(words) if w.endswith(".py"))
+    notes = [f"{_NOTE} line {n} ignored (not the launch line): {' '.join(t)[:60]}" for n, t in lines if n != number]
+    return words[script + 1:], words[:script], notes
+
+
+def _launcher(words: list[str], source: str) -> tuple[int | None, int | None]:
+    """torchrun's (or ``python -m torch.distributed.run``'s) ``--nnodes`` and ``--nproc-per-node``."""
+    found: dict[str, int] = {}
+    i = 0
+    while i < len(words):
+        name, eq, inline = words[i].partition("=")
+        if name in ("--nnodes",) + _NPROC:
+            if eq:
+                text = inline
+            elif i + 1 < len(words):
+                text, i = words[i + 1], i + 1
+            else:
+                text = None
+            if text is not None and "$" in text:
+                raise ConfigError(source, name, "a plain number (shell variables are not expanded: write "
+                                  "the value)", text)
+            if text is None or not text.isdigit() or int(text) < 1:
+                raise ConfigError(source, name, "a positive integer (a fixed count, not a range or 'gpu')", text)
+            found["nnodes" if name == "--nnodes" else "nproc"] = int(text)
+        i += 1
+    return found.get("nnodes"), found.get("nproc")
+
+
+def parse_megatron_args(text: str, source: str = SOURCE) -> MegatronArgs:
+    """Read Megatron-LM launch arguments.
+
+    Parameters
+    ----------
+    text : str
+        The arguments, or a launch-script fragment: newlines, backslash continuations and
+        ``#`` comments are allowed; when a line names a ``.py`` script
+        (``torchrun --nnodes 8 --nproc-per-node 8 pretrain_gpt.py --flag v ...``) the
+        arguments are the words after it and torchrun's ``--nnodes`` / ``--nproc-per-node``
+        before it give the GPU count; other lines are ignored, with a note.
+    source : str
+        The file the text came from, for messages.
+
+    Returns
+    -------
+    MegatronArgs
+
+    Raises
+    ------
+    ConfigError
+        Naming the flag: a value missing or malformed, an unexpanded shell variable
+        (``$VAR``, ``${VAR}``), a word where a flag should stand.
+    """
+    tokens, launcher_words, notes = _launch_tokens(text, source)
+    nodes, per_node = _launcher(launcher_words, source)
+    values: dict[str, object] = {}
+    flags: dict[str, str] = {}
+    ignored: list[str] = []
+    not_modelled: list[str] = []
+    unknown: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if "$" in token:
+            raise ConfigError(source, token, "plain arguments (shell variables are not expanded: write their "
+                              "values)", token)
+        if not _is_flag(token):
+            raise ConfigError(source, "<arguments>", "a flag (--name) where this word stands", token)
+        name, eq, inline = token.partition("=")
+        args = [inline] if eq else []
+        i += 1
+        while i < len(tokens) and not _is_flag(tokens[i]):
+            args.append(tokens[i])
+            i += 1
+        for a in args:
+            if "$" in a:
+                raise ConfigError(source, name, "a plain value (shell variables are not expanded: write the "
+                                  "value)", a)
+        if name in MEGATRON_FLAGS:
+            spec = MEGATRON_FLAGS[name]
+            try:
+                value = spec.parse(args)
+            except _BadValue as bad:
+                raise ConfigError(source, name, bad.expected, bad.got) from None
+            if spec.target in values and values[spec.target] != value:
+                notes.append(f"{_NOTE} {name} given twice; the last ({' '.join(args)}) is used, as argparse does")
+            values[spec.target], flags[spec.target] = value, name
+        else:
+            group = ignored if name in IGNORED_FLAGS else not_modelled if name in NOT_MODELLED_FLAGS else unknown
+            if name not in group:
+                group.append(name)
+    return MegatronArgs(source, values, flags, tuple(ignored), tuple(not_modelled), tuple(unknown),
+                        nodes, per_node, tuple(notes))
+
+
+# --- arguments -> workload mapping --------------------------------------------------------------
+
+
+class _Mapper:
+    """Derives the workload mapping from read arguments, collecting notes."""
+
+    def __init__(self, args: MegatronArgs, hf: Mapping[str, object] | None, hf_path: str | None) -> None:
+        self.a, self.v, self.hf, self.hf_path = args, args.values, hf, hf_path
+        self.notes: list[str] = []
+
+    def get(self, key: str, default: object = None) -> object:
+        return self.v.get(key, default)
+
+    def flag(self, key: str) -> str:
+        return self.a.flags.get(key, key)
+
+    def error(self, key: str, expected: str, got: object) -> ConfigError:
+        return ConfigError(self.a.source, self.flag(key), expected, got)
+
+    def note(self, text: str) -> None:
+        self.notes.append(f"{_NOTE} {text}")
+
+    # model ----------------------------------------------------------------------------------
+
+    def model(self, tp: int) -> dict[str, object]:
+        claims = self._model_claims()
+        if self.hf is not None:
+            model = dict(self.hf)
+            for key, (flag, value) in claims.items():
+                theirs = self._hf_value(key)
+                if theirs is not None and theirs != value:
+                    raise ConfigError(self.a.source, flag, f"{theirs!r} as the Hugging Face config {self.hf_path} "
+                                      f"has it ({key}), or leave the flag out", value)
+                model[key] = value
+            checked = sorted({flag for flag, _ in claims.values()})
+            self.note(f"model from the Hugging Face config {self.hf_path}"
+                      + (f"; model flags beside it (each agreeing where the config has the field): "
+                         f"{', '.join(checked)}" if checked else ""))
+        else:
+            model = {k: value for k, (_, value) in claims.items()}
+            for key in ("num_layers", "hidden_size", "num_attention_heads"):
+                if key not in model:
+                    raise ConfigError(self.a.source, _FLAG_OF[f"model.{key}"], "a value (required by Megatron-LM "
+                                      "without a Hugging Face config: give it, or --hf-config PATH)", None)
+            self._model_defaults(model)
+        seq = self.get("model.seq_length", self.get("encoder_seq_length"))
+        if seq is not None:
+            model["seq_length"] = seq
+        elif model.get("seq_length") is not None:
+            self.note(f"--seq-length not given -> {model['seq_length']} (the Hugging Face config's "
+                      "max_position_embeddings)")
+        else:
+            raise ConfigError(self.a.source, "--seq-length", "a value (required by Megatron-LM)", None)
+        model["vocab_size"] = self._vocab(model, tp)
+        return model
+
+    def _model_claims(self) -> dict[str, tuple[str, object]]:
+        """What the given model flags say, as model fields: key -> (flag, value)."""
+        claims: dict[str, tuple[str, object]] = {}
+        for key, value in self.v.items():
+            if key.startswith("model.") and key != "model.seq_length":
+                claims[key[6:]] = (self.flag(key), value)
+        if self.get("group_query_attention"):
+            if self.get("num_query_groups") is None:
+                raise self.error("group_query_attention", "--num-query-groups N beside it", None)
+            claims["num_kv_heads"] = (self.flag("num_query_groups"), self.get("num_query_groups"))
+        elif self.get("num_query_groups") is not None:
+            self.note("--num-query-groups ignored without --group-query-attention (Megatron-LM passes "
+                      "num_query_groups=None then)")
+        if self.get("swiglu") or self.get("quick_geglu"):
+            claims["gated_mlp"] = (self.flag("swiglu" if self.get("swiglu") else "quick_geglu"), True)
+            claims["activation"] = ("--swiglu", "swiglu") if self.get("swiglu") else ("--quick-geglu", "geglu")
+        if self.get("untie"):
+            claims["tied_embeddings"] = (self.flag("untie"), False)
+        if self.get("normalization"):
+            claims["normalization"] = ("--normalization", str(self.get("normalization")).lower())
+        if self.get("rotary") and "position_embedding" not in claims:
+            claims["position_embedding"] = ("--use-rotary-position-embeddings", "rope")
+        if self.get("vocab_size") is not None:
+            claims["vocab_size"] = (self.flag("vocab_size"), self._base_vocab_from_flag())
+        if self.get("shared_expert_size") is not None:
+            claims["num_shared_experts"] = (self.flag("shared_expert_size"), self._shared_experts(claims))
+        if self.get("moe_layer_freq") is not None:
+            claims["first_dense_layers"] = (self.flag("moe_layer_freq"), self._first_dense(claims))
+        mla_keys = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        if not self.get("mla"):
+            dropped = [claims.pop(k)[0] for k in mla_keys if k in claims]
+            if dropped:
+                self.note(f"{', '.join(dropped)} ignored without --multi-latent-attention")
+        return claims
+
+    def _hf_value(self, key: str) -> object:
+        """The config's value of a model field, None where it says nothing (read_hf_config
+        leaves out what a dense, non-MLA model has none of)."""
+        hf = self.hf or {}
+        if key == "activation":  # compared as gated_mlp: HF's "silu" is Megatron's --swiglu
+            return None
+        if key in hf:
+            return hf[key]
+        if key == "head_dim":
+            return hf["hidden_size"] // hf["num_attention_heads"]
+        if key in ("num_experts", "num_shared_experts", "first_dense_layers", "q_lora_rank", "kv_lora_rank"):
+            return 0
+        if key == "moe_ffn_hidden_size" and hf.get("num_experts"):
+            return hf["ffn_hidden_size"]  # Mixtral: the expert width is intermediate_size
+        return None
+
+    def _model_defaults(self, model: dict[str, object]) -> None:
+        """Megatron-LM's values for model flags left out (``validate_args``)."""
+        hidden, heads = model["hidden_size"], model["num_attention_heads"]
+        gated = bool(model.get("gated_mlp"))
+        if "ffn_hidden_size" not in model:
+            # validate_args: with --swiglu, int((4 * hidden * 2 / 3) / 64) * 64, else 4 * hidden
+            model["ffn_hidden_size"] = int((4 * hidden * 2 / 3) / 64) * 64 if self.get("swiglu") else 4 * hidden
+            self.note(f"--ffn-hidden-size not given -> {model['ffn_hidden_size']} (Megatron-LM's default"
+                      f"{' for --swiglu' if self.get('swiglu') else ': 4 x hidden'})")
+        model.setdefault("num_kv_heads", heads)
+        model.setdefault("gated_mlp", gated)
+        model.setdefault("activation", "gelu")
+        model.setdefault("tied_embeddings", True)
+        model.setdefault("normalization", "layernorm")
+        model.setdefault("position_embedding", "learned_absolute")
+        experts = model.get("num_experts") or 0
+        if experts > 1 and "moe_top_k" not in model:
+            model["moe_top_k"] = 2
+            self.note("--moe-router-topk not given -> 2 (Megatron-LM's default)")
+        if self.get("mla"):
+            # _add_mla_args defaults; --q-lora-rank None means no query compression
+            for key, default in (("kv_lora_rank", 32), ("qk_nope_head_dim", 128), ("qk_rope_head_dim", 64),
+                                 ("v_head_dim", 128), ("q_lora_rank", 0)):
+                model.setdefault(key, default)
+            model["num_kv_heads"] = heads
+
+    def _base_vocab_from_flag(self) -> int:
+        vocab = int(self.get("vocab_size"))
+        # NullTokenizer adds an end-of-document token: vocab_size = --vocab-size + 1 (tokenizer.py)
+        return vocab + 1 if self.get("tokenizer_type") == "NullTokenizer" else vocab
+
+    def _vocab(self, model: dict[str, object], tp: int) -> int:
+        """The padded vocabulary Megatron-LM builds the embedding with."""
+        if self.get("padded_vocab_size") is not None:
+            return int(self.get("padded_vocab_size"))
+        vocab, why = model.get("vocab_size"), "the Hugging Face config" if self.hf is not None else "--vocab-size"
+        if self.get("vocab_size") is not None:
+            why = "--vocab-size" + (" + 1 (NullTokenizer's end-of-document token)"
+                                    if self.get("tokenizer_type") == "NullTokenizer" else "")
+        if vocab is None:
+            tokenizer = self.get("tokenizer_type")
+            if tokenizer not in _TOKENIZER_VOCAB:
+                raise ConfigError(self.a.source, "--vocab-size", f"a value (the vocabulary of tokenizer "
+                                  f"{tokenizer} is in its files; llmsim knows {sorted(_TOKENIZER_VOCAB)}), "
+                                  "--padded-vocab-size, or --hf-config PATH", None)
+            vocab, why = _TOKENIZER_VOCAB[tokenizer], f"{tokenizer}'s vocabulary"
+        multiple = int(self.get("vocab_multiple", 128)) * tp
+        padded = -(-int(vocab) // multiple) * multiple
+        if padded != vocab:
+            self.note(f"vocabulary {vocab} ({why}) padded to {padded}, a multiple of "
+                      f"--make-vocab-size-divisible-by {multiple // tp} x TP {tp} (Megatron-LM's "
+                      "_vocab_size_with_padding)")
+        return padded
+
+    def _shared_experts(self, claims: dict) -> int:
+        size = int(self.get("shared_expert_size"))
+        width = claims.get("moe_ffn_hidden_size", (None, None))[1] or (self.hf or {}).get("moe_ffn_hidden_size") \
+            or claims.get("ffn_hidden_size", (None, None))[1] or (self.hf or {}).get("ffn_hidden_size")
+        if not width or size % width:
+            raise self.error("shared_expert_size", f"a multiple of the expert width {width} (llmsim models shared "
+                             "experts as whole experts of --moe-ffn-hidden-size)", size)
+        return size // width
+
+    def _first_dense(self, claims: dict) -> int:
+        freq = self.get("moe_layer_freq")
+        layers = claims.get("num_layers", (None, None))[1] or (self.hf or {}).get("num_layers")
+        if freq == 1:
+            return 0
+        if isinstance(freq, tuple):
+            dense = next((i for i, x in enumerate(freq) if x), len(freq))
+            if set(freq) <= {0, 1} and all(freq[dense:]) and (layers is None or len(freq) == layers):
+                return dense
+        raise self.error("moe_layer_freq", f"1, or a list of {layers or 'num-layers'} 0s and 1s with the dense "
+                         "layers (0) first, e.g. ([0]*3+[1]*58): llmsim models leading dense layers only", freq)
+
+    # parallel --------------------------------------------------------------------------------
+
+    def parallel(self, model: Mapping[str, object]) -> dict[str, object]:
+        get = self.get
+        tp, pp = get("parallel.tp", 1), get("parallel.pp", 1)
+        p: dict[str, object] = {k: get(f"parallel.{k}", 1) for k in ("tp", "pp", "cp", "ep")}
+        etp = get("expert_tp")
+        if etp is not None and etp != tp and (model.get("num_experts") or 0) > 1:
+            self.note(f"--expert-tensor-parallel-size {etp} not modelled: the experts run with TP {tp}")
+        vps = self._virtual_stages(model, pp)
+        p["virtual_pipeline_stages"] = vps
+        p["schedule"] = "interleaved-1f1b" if vps > 1 else "1f1b"
+        sp = bool(get("parallel.sequence_parallel"))
+        if sp and tp == 1:
+            self.note("--sequence-parallel dropped: TP is 1 (Megatron-LM's validate_args disables it)")
+            sp = False
+        p["sequence_parallel"] = sp
+        p["tp_comm_overlap"] = bool(get("parallel.tp_comm_overlap"))
+        if p["tp_comm_overlap"] and not sp:
+            raise self.error("parallel.tp_comm_overlap", "--sequence-parallel with TP > 1 beside it (Megatron-LM "
+                             "asserts it)", "--tp-comm-overlap")
+        if get("parallel.micro_batch_size") is None:
+            raise ConfigError(self.a.source, "--micro-batch-size", "a value (required by Megatron-LM)", None)
+        p["micro_batch_size"] = get("parallel.micro_batch_size")
+        p["global_batch_size"] = get("parallel.global_batch_size")
+        p["recompute"] = self._recompute(model, pp * vps)
+        self._sharding(p, pp)
+        p["overlap_grad_reduce"] = bool(get("parallel.overlap_grad_reduce"))
+        p["overlap_param_gather"] = bool(get("parallel.overlap_param_gather"))
+        if p["overlap_param_gather"] and not (p["distributed_optimizer"] or get("megatron_fsdp")):
+            raise self.error("parallel.overlap_param_gather", "--use-distributed-optimizer beside it (Megatron-LM "
+                             "asserts it)", "--overlap-param-gather")
+        if p["overlap_param_gather"] and not p["overlap_grad_reduce"]:
+            raise self.error("parallel.overlap_param_gather", "--overlap-grad-reduce beside it (Megatron-LM "
+                             "asserts it)", "--overlap-param-gather")
+        if get("parallel.grad_bucket_size_params") is not None:
+            p["grad_bucket_size_params"] = get("parallel.grad_bucket_size_params")
+        p.update(self._attention())
+        if get("tp_pp_dp_mapping"):
+            p["placement"] = "tp-cp-pp-dp"
+        if (model.get("num_experts") or 0) > 1 and get("dispatcher", "allgather") != "alltoall":
+            self.note(f"--moe-token-dispatcher-type {get('dispatcher', 'allgather')}"
+                      f"{'' if get('dispatcher') else ' (the default)'} simulated as alltoall "
+                      "(llmsim's expert-parallel dispatch)")
+        return p
+
+    def _virtual_stages(self, model: Mapping[str, object], pp: int) -> int:
+        get, layers = self.get, int(model["num_layers"])
+        given = [k for k in ("layers_per_virtual_stage", "parallel.virtual_pipeline_stages", "pipeline_layout")
+                 if get(k) is not None]
+        if len(given) > 1:
+            raise self.error(given[1], f"not beside {self.flag(given[0])} (Megatron-LM allows one of "
+                             "--num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank, "
+                             "--pipeline-model-parallel-layout)", get(given[1]))
+        extra = int(bool(get("embedding_in_split"))) + int(bool(get("loss_in_split")))
+        if get("pipeline_layout") is not None:
+            return self._layout(layers, pp)
+        if get("layers_per_virtual_stage") is not None:
+            per_stage, rem = divmod(layers + extra, pp)
+            n = int(get("layers_per_virtual_stage"))
+            if rem:
+                raise ConfigError(self.a.source, "--num-layers", f"a multiple of PP {pp} with "
+                                  "--num-layers-per-virtual-pipeline-stage (Megatron-LM asserts it)", layers)
+            if per_stage % n:
+                raise self.error("layers_per_virtual_stage", f"a divisor of the {per_stage} layers per pipeline "
+                                 "stage (Megatron-LM asserts it)", n)
+            vps = per_stage // n
+            self.note(f"--num-layers-per-virtual-pipeline-stage {n} -> {vps} virtual stages per pipeline rank")
+        else:
+            vps = int(get("parallel.virtual_pipeline_stages", 1))
+        self._split(layers, pp, vps, extra)
+        return vps
+
+    def _split(self, layers: int, pp: int, vps: int, extra: int) -> None:
+        """Check Megatron-LM's layer split against llmsim's (:func:`pipeline_split`)."""
+        chunks, get = pp * vps, self.get
+        first, last = get("first_stage_layers"), get("last_stage_layers")
+        ours = pipeline_split(layers, chunks)
+        if first is not None or last is not None:
+            if vps > 1 or ours is None or (first is not None and ours[0] != first) \
+                    or (last is not None and ours[-1] != last):
+                self.note(f"uneven split (--decoder-first/last-pipeline-num-layers {first}/{last}) not modelled: "
+                          f"llmsim splits {layers} layers as {ours}")
+            return
+        if chunks == 1:
+            return
+        if (layers + extra) % chunks:
+            hint = "" if extra == 2 else (" (or --account-for-embedding-in-pipeline-split / "
+                                          "--account-for-loss-in-pipeline-split)")
+            raise ConfigError(self.a.source, "--num-layers", f"a multiple of the {chunks} pipeline stages "
+                              f"(PP {pp} x {vps} virtual){hint}: Megatron-LM asserts it", layers)
+        if extra:
+            theirs = [(layers + extra) // chunks] * chunks
+            theirs[0] -= int(bool(get("embedding_in_split")))
+            theirs[-1] -= int(bool(get("loss_in_split")))
+            if tuple(theirs) != ours:
+                self.note(f"layer split {tuple(theirs)} (embedding/loss counted as layers) not modelled: llmsim "
+                          f"splits {ours}")
+
+    def _layout(self, layers: int, pp: int) -> int:
+        """``--pipeline-model-parallel-layout`` (``E|(t|)*3,m|m||L``): stages split by ``|``,
+        ``(...)*N`` and ``X*N`` repeat, ``t`` a decoder layer, ``E``/``L`` the embedding and
+        loss, ``m`` a multi-token-prediction layer."""
+        text = str(self.get("pipeline_layout"))
+        s = re.sub(r"[\s,]", "", text)
+        for _ in range(20):
+            expanded = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m[1] * int(m[2]), s)
+            expanded = re.sub(r"([EtmL])\*(\d+)", lambda m: m[1] * int(m[2]), expanded)
+            if expanded == s or len(expanded) > 100_000:
+                break
+            s = expanded
+        stages = s.split("|")
+        if re.search(r"[^EtmL|]", s) or len(stages) % pp:
+            raise self.error("pipeline_layout", f"stages of E, t, m, L split by '|' (a multiple of PP {pp} of them)",
+                             text)
+        counts = tuple(st.count("t") for st in stages)
+        if sum(counts) != layers:
+            raise self.error("pipeline_layout", f"{layers} decoder layers (t) in all (--num-layers)", text)
+        vps = len(stages) // pp
+        if "m" in s:
+            self.note("multi-token-prediction layers (m) in --pipeline-model-parallel-layout not modelled")
+        ours = pipeline_split(layers, len(stages))
+        if counts != ours:
+            self.note(f"layout {counts} (--pipeline-model-parallel-layout) not modelled: llmsim splits {ours}")
+        return vps
+
+    def _recompute(self, model: Mapping[str, object], chunks: int) -> str:
+        get = self.get
+        granularity = get("recompute_granularity") or ("selective" if get("recompute_activations") else None)
+        method = get("recompute_method")
+        if granularity is None:
+            if method is not None:
+                self.note(f"--recompute-method {method} ignored without --recompute-granularity")
+            return "none"
+        if granularity == "selective":
+            if method is not None:
+                raise self.error("recompute_method", "no --recompute-method with --recompute-granularity selective "
+                                 "(Megatron-LM asserts it)", method)
+            modules = get("recompute_modules")
+            if modules is not None and tuple(modules) != ("core_attn",):
+                self.note(f"--recompute-modules {' '.join(modules)} simulated as core_attn (llmsim's selective "
+                          "recomputation is the attention core's)")
+            return "selective"
+        n = get("recompute_num_layers")
+        per_stage = -(-int(model["num_layers"]) // chunks)
+        if method == "block" and n is not None and n < per_stage:
+            self.note(f"--recompute-method block --recompute-num-layers {n} simulated as full recomputation of "
+                      f"every layer (llmsim does not recompute part of a stage's {per_stage} layers)")
+        elif method == "uniform" and n is not None and n > 1:
+            self.note(f"--recompute-method uniform --recompute-num-layers {n} simulated layer by layer (n=1): "
+                      "the same recomputation, a little more activation memory kept")
+        return "full"
+
+    def _sharding(self, p: dict[str, object], pp: int) -> None:
+        get = self.get
+        dist_opt = bool(get("parallel.distributed_optimizer"))
+        zero = 0
+        if get("torch_fsdp2"):
+            if dist_opt or pp > 1 or p["ep"] > 1:
+                raise self.error("torch_fsdp2", "no --use-distributed-optimizer, PP 1 and EP 1 beside it "
+                                 "(Megatron-LM asserts them)", "--use-torch-fsdp2")
+            zero = 2 if get("fsdp2_no_reshard") else 3
+        elif get("megatron_fsdp"):
+            strategy = get("sharding_strategy", "no_shard")
+            zero = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}[strategy]
+            self.note(f"Megatron FSDP with --data-parallel-sharding-strategy {strategy} -> ZeRO stage {zero}")
+        elif get("sharding_strategy") is not None:
+            self.note("--data-parallel-sharding-strategy ignored without --use-megatron-fsdp")
+        p["distributed_optimizer"], p["zero_stage"] = dist_opt, zero
+
+    def _attention(self) -> dict[str, object]:
+        backend, flash = self.get("attention_backend"), self.get("use_flash_attn")
+        if backend in ("unfused", "local"):
+            if flash:
+                raise self.error("attention_backend", "flash, fused or auto with --use-flash-attn", backend)
+            return {"flash_attention": False, "attention_kernel": "vendor"}
+        # flash: the flash-attn package's kernels through Transformer Engine; fused/auto: cuDNN's
+        return {"flash_attention": True, "attention_kernel": "flash2" if backend == "flash" else "vendor"}
+
+    # number format ---------------------------------------------------------------------------
+
+    def dtype(self) -> tuple[str, str | None]:
+        get = self.get
+        if get("bf16") and get("fp16"):
+            raise self.error("fp16", "not beside --bf16 (Megatron-LM asserts it)", "--fp16")
+        if get("fp4_format"):
+            if get("fp8_format"):
+                raise self.error("fp4_format", "not beside --fp8-format (Megatron-LM rejects both)", "e2m1")
+            if get("fp4_recipe", "nvfp4") != "nvfp4":
+                raise self.error("fp4_recipe", "nvfp4 (a custom recipe cannot be simulated)", get("fp4_recipe"))
+            return "nvfp4", None
+        if get("fp8_format"):
+            recipe = get("fp8_recipe", "delayed")
+            if recipe == "custom":
+                raise self.error("fp8_recipe", "delayed, tensorwise, mxfp8 or blockwise (a custom quantizer "
+                                 "cannot be simulated)", recipe)
+            if recipe == "mxfp8":
+                return "mxfp8", None
+            return "fp8", {"delayed": "delayed", "tensorwise": "current", "blockwise": "block"}[recipe]
+        if get("fp8_recipe") is not None:
+            self.note("--fp8-recipe ignored without --fp8-format")
+        if get("bf16"):
+            return "bf16", None
+        if get("fp16"):
+            return "fp16", None
+        self.note("neither --bf16 nor --fp16: fp32 (Megatron-LM's default)")
+        return "fp32", None
+
+
+_FLAG_OF = {spec.target: flag for flag, spec in reversed(list(MEGATRON_FLAGS.items()))}
+"""Workload key -> the flag that sets it (the first listed), for relabelling errors."""
+
+
+def _workload_mapping(args: MegatronArgs, hf: Mapping[str, object] | None, hf_path: str | None, *,
+                      name: str, gpu: str | None, num_gpus: int | None,
+                      topology: str | None) -> tuple[dict, list[str]]:
+    """The workload mapping (the YAML's keys) the arguments describe, and the notes."""
+    m = _Mapper(args, hf, hf_path)
+    tp = int(args.values.get("parallel.tp", 1))
+    model = m.model(tp)
+    parallel = m.parallel(model)
+    experts = model.get("num_experts") or 0
+    if parallel["ep"] > 1 and experts % parallel["ep"]:
+        raise m.error("parallel.ep", f"a divisor of the {experts} experts (Megatron-LM asserts it)", parallel["ep"])
+    dtype, scaling = m.dtype()
+    mp = parallel["tp"] * parallel["pp"] * parallel["cp"]
+    system: dict[str, object] = {"gpu": gpu, "topology": topology}
+    if args.gpus_per_node is not None:
+        system["gpus_per_node"] = args.gpus_per_node
+    launched = None if args.gpus_per_node is None else (args.num_nodes or 1) * args.gpus_per_node
+    if num_gpus is None and launched is not None:
+        num_gpus = launched
+        m.note(f"{num_gpus} GPUs: torchrun --nnodes {args.num_nodes or 1} x --nproc-per-node {args.gpus_per_node}")
+    elif num_gpus is not None and launched is not None and launched != num_gpus:
+        m.note(f"{num_gpus} GPUs as asked, not the {launched} of torchrun's --nnodes x --nproc-per-node")
+    if num_gpus is None:
+        num_gpus = mp
+        m.note(f"no GPU count (torchrun --nnodes/--nproc-per-node, or --set system.num_gpus=N) -> {mp} = "
+               "TP x PP x CP, one data-parallel replica (Megatron-LM's smallest world)")
+    system["num_gpus"] = num_gpus
+    model.setdefault("name", name)
+    raw = {"name": name, "model": model, "parallel": parallel, "system": system, "dtype": dtype,
+           "framework": "Megatron-LM (launch arguments)"}
+    if scaling is not None:
+        raw["scaling"] = scaling
+    lists = [("ignored (no effect on time or memory)", args.ignored),
+             ("recognised, not modelled (simulated without it)", args.not_modelled)]
+    notes = list(args.notes) + m.notes + [f"{_NOTE} {what}: {', '.join(names)}" for what, names in lists if names]
+    if args.unknown:
+        notes.append(f"{UNKNOWN_NOTE} {', '.join(args.unknown)}")
+    return raw, notes
+
+
+def load_megatron_workload(text: str, *, source: str = SOURCE, hf_config: str | Path | None = None,
+                           gpu: str | None = None, num_gpus: int | None = None, topology: str | None = None,
+                           overrides: Sequence[str] = ()) -> tuple[WorkloadSpec, list[str]]:
+    """Build a workload from Megatron-LM launch arguments (and a Hugging Face config).
+
+    Parameters
+    ----------
+    text : str
+        The arguments or a launch-script fragment (:func:`parse_megatron_args`).
+    source : str
+        Where the text came from (a file path), for messages and the workload's name.
+    hf_config : path, optional
+        A Hugging Face ``config.json`` giving the model; model flags given beside it must agree.
+    gpu, num_gpus, topology : optional
+        The system: GPU name (default: the topology's GPU), GPU count (default: torchrun's
+        ``--nnodes`` x ``--nproc-per-node``, else TP x PP x CP), topology preset or file.
+    overrides : sequence of str
+        ``KEY=VALUE`` items applied to the mapping last, as ``--set`` does for a YAML file.
+
+    Returns
+    -------
+    (WorkloadSpec, list of str)
+        The spec and the notes: derived settings, approximations, and the flags ignored,
+        not modelled and unknown (the last under :data:`UNKNOWN_NOTE`).
+
+    Raises
+    ------
+    ConfigError
+        Naming the flag for a missing, malformed or conflicting value.
+    """
+    from sim.config.workload import _WORKLOAD_SETTABLE, _build_workload
+
+    args = parse_megatron_args(text, source)
+    hf, hf_path = None, None
+    if hf_config is not None:
+        hf_path = str(hf_config)
+        if not Path(hf_path).is_file():
+            raise ConfigError(hf_path, "<file>", "an existing Hugging Face config.json (--hf-config)", hf_path)
+        hf = read_hf_config(Path(hf_path))
+    if gpu is None and topology is not None:
+        from sim.config.topology import load_topology
+
+        gpu = load_topology(topology).gpu
+    name = Path(source).stem if source != SOURCE else "megatron-args"
+    raw, notes = _workload_mapping(args, hf, hf_path, name=name, gpu=gpu, num_gpus=num_gpus, topology=topology)
+    raw = _apply_overrides(raw, overrides, _WORKLOAD_SETTABLE)
+    if raw["system"].get("gpu") is None:
+        from sim.hardware import gpu_names
+
+        raise ConfigError(source, "system.gpu", f"a GPU: --set system.gpu=NAME or a --topology that names one "
+                          f"({', '.join(gpu_names())})", None)
+    try:
+        spec, loader_notes = _build_workload(raw, Path(source))
+    except ConfigError as exc:
+        flag = _FLAG_OF.get(exc.field)
+        if exc.path != source or flag is None:
+            raise
+        raise ConfigError(source, f"{flag} ({exc.field})", exc.expected, exc.got) from None
+    p = spec.parallel
+    if p.global_batch_size % (p.micro_batch_size * p.dp):
+        raise ConfigError(source, "--global-batch-size", f"a multiple of --micro-batch-size {p.micro_batch_size} "
+                          f"x DP {p.dp} (Megatron-LM asserts it)", p.global_batch_size)
+    return spec, notes + loader_notes
