@@ -1,5 +1,5 @@
-"""Op against layer granularity on the workload presets: predicted iteration time and the
-wall time of ``sim.runner.simulate``.
+"""Op against layer and chunk granularity on the workload presets: predicted iteration time and
+the wall time of ``sim.runner.simulate``.
 
 ::
 
@@ -51,32 +51,38 @@ def _one(preset: str, granularity: str, repeat: int) -> dict:
     return {**out, "cold_wall_s": walls[0], "warm_wall_s": min(walls[1:])}
 
 
+COARSE = ("layer", "chunk")
+
+
 def bench(preset: str, repeat: int) -> dict:
     row = {"preset": preset}
-    for g in ("op", "layer"):
+    for g in ("op",) + COARSE:
         code = (f"import json, sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
                 f"from bench_granularity import _one; print(json.dumps(_one({preset!r}, {g!r}, {repeat})))")
         res = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
         row[g] = json.loads(res.stdout.strip().splitlines()[-1])
-    op, layer = row["op"], row["layer"]
-    row["relative_difference"] = layer["iteration_time_s"] / op["iteration_time_s"] - 1.0
-    row["cold_speedup"] = op["cold_wall_s"] / layer["cold_wall_s"]
-    row["warm_speedup"] = op["warm_wall_s"] / layer["warm_wall_s"]
+    op = row["op"]
+    for g in COARSE:
+        c = row[g]
+        c["relative_difference"] = c["iteration_time_s"] / op["iteration_time_s"] - 1.0
+        c["cold_speedup"] = op["cold_wall_s"] / c["cold_wall_s"]
+        c["warm_speedup"] = op["warm_wall_s"] / c["warm_wall_s"]
     return row
 
 
 def _table(rows: list[dict]) -> str:
-    head = (f"{'preset':<16} {'op iter s':>10} {'layer iter s':>12} {'rel diff':>9} {'peak mem eq':>11} "
-            f"{'tasks op':>9} {'tasks layer':>11} {'op cold s':>9} {'layer cold s':>12} {'x':>5} "
-            f"{'op warm s':>9} {'layer warm s':>12} {'x':>5}")
+    head = (f"{'preset':<16} {'granularity':<11} {'iter s':>10} {'rel diff':>9} {'peak mem eq':>11} "
+            f"{'tasks':>9} {'cold s':>7} {'x':>5} {'warm s':>7} {'x':>5}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        op, la = r["op"], r["layer"]
-        same = "yes" if op["peak_memory_bytes"] == la["peak_memory_bytes"] else "no"
-        lines.append(f"{r['preset']:<16} {op['iteration_time_s']:>10.4f} {la['iteration_time_s']:>12.4f} "
-                     f"{100 * r['relative_difference']:>+8.3f}% {same:>11} {op['tasks']:>9,} {la['tasks']:>11,} "
-                     f"{op['cold_wall_s']:>9.3f} {la['cold_wall_s']:>12.3f} {r['cold_speedup']:>5.1f} "
-                     f"{op['warm_wall_s']:>9.3f} {la['warm_wall_s']:>12.3f} {r['warm_speedup']:>5.1f}")
+        op = r["op"]
+        for g in ("op",) + COARSE:
+            c = r[g]
+            same = "yes" if op["peak_memory_bytes"] == c["peak_memory_bytes"] else "no"
+            diff = f"{100 * c['relative_difference']:>+8.3f}%" if g != "op" else f"{'':>9}"
+            lines.append(f"{r['preset'] if g == 'op' else '':<16} {g:<11} {c['iteration_time_s']:>10.4f} {diff} "
+                         f"{same if g != 'op' else '':>11} {c['tasks']:>9,} {c['cold_wall_s']:>7.3f} "
+                         f"{c.get('cold_speedup', 1.0):>5.1f} {c['warm_wall_s']:>7.3f} {c.get('warm_speedup', 1.0):>5.1f}")
     return "\n".join(lines)
 
 

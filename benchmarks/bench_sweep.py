@@ -34,7 +34,7 @@ import time
 
 from sim.config import load_topology, load_workload
 from sim.config.space import default_space, space_from_mapping
-from sim.sweep import (Fidelity, SweepResult, candidate_key, feasible_candidates, layer_granularity_available,
+from sim.sweep import (SCREEN_GRANULARITY, Fidelity, SweepResult, candidate_key, feasible_candidates, layer_granularity_available,
                        open_executor, run_simulations, simulate_one, sweep, tp_limit_of)
 
 LARGE = "gpt3-175b-1024"
@@ -73,10 +73,10 @@ def bench_rates(workers: int, sample: int) -> tuple[list[dict], float]:
             rows.append(_rate(f"tiny default space, LocalCluster of {workers}", r.simulated,
                               time.perf_counter() - t0))
     large = load_workload(LARGE)
-    counts = SweepResult(LARGE, topo.name, "", 0, 0, Fidelity.FAST, "layer", "default")
+    counts = SweepResult(LARGE, topo.name, "", 0, 0, Fidelity.FAST, SCREEN_GRANULARITY, "default")
     jobs = feasible_candidates(large, default_space(), tp_limit_of(topo), counts)
     picked = jobs[:: max(1, len(jobs) // sample)][:sample]
-    granularity = "layer" if layer_granularity_available() else None
+    granularity = SCREEN_GRANULARITY if layer_granularity_available() else None
     with open_executor("local", workers) as (ex, slots):
         t0 = time.perf_counter()
         done, _ = run_simulations(picked, topo, granularity, ex, slots)
@@ -87,7 +87,7 @@ def bench_rates(workers: int, sample: int) -> tuple[list[dict], float]:
 def bench_large(workers: int, full: bool, sample_rate: float) -> dict:
     """The default space of gpt3-175b-1024: the check timed whole, the simulations run or projected."""
     w, topo = load_workload(LARGE), load_topology("dgx-a100")
-    counts = SweepResult(LARGE, topo.name, "", 0, 0, Fidelity.FAST, "layer", "default")
+    counts = SweepResult(LARGE, topo.name, "", 0, 0, Fidelity.FAST, SCREEN_GRANULARITY, "default")
     t0 = time.perf_counter()
     jobs = feasible_candidates(w, default_space(), tp_limit_of(topo), counts)
     check_s = time.perf_counter() - t0

@@ -379,9 +379,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="simulate every rank, not one representative rank per pipeline stage")
     run.add_argument("--slow-gpu", action="append", metavar="RANK=FACTOR",
                      help="a straggler: GPU RANK computes FACTOR times slower (repeatable)")
-    run.add_argument("--granularity", choices=("op", "layer"), default="op",
+    run.add_argument("--granularity", choices=("op", "layer", "chunk"), default="op",
                      help="op: every kernel and collective a task (default); layer: each layer pass one "
-                     "block timed alone, several times faster, for searches")
+                     "block timed alone, several times faster; chunk: each model chunk's pass one block, "
+                     "faster still, for searches")
     run.add_argument("--trace-dir", metavar="DIR", help="write one trace per simulated rank into DIR "
                      "(rank-N.json.gz) for Holistic Trace Analysis; keep --trace out of DIR")
     run.add_argument("--html", metavar="PATH", help="write a one-page HTML report: summary, time and memory "
@@ -458,7 +459,7 @@ def _parser() -> argparse.ArgumentParser:
     swp.add_argument("--workers", type=int, default=None, metavar="N",
                      help="local worker processes (default: the CPU count; 1 runs in this process)")
     swp.add_argument("--fidelity", choices=["fast", "op"], default="fast",
-                     help="fast (default): every configuration at layer granularity, the top N again op by op; "
+                     help="fast (default): every configuration at chunk granularity, the top N again op by op; "
                      "op: every configuration op by op")
     swp.add_argument("--csv", metavar="PATH", help="write every simulated configuration as CSV")
     swp.add_argument("--json", metavar="PATH", help="write the counts and the top configurations as JSON")

@@ -228,7 +228,7 @@ def format_report(r: Report) -> str:
                          f"{lk['busy_bytes'] / 1e9:10.2f} GB")
     if r.notes:
         lines += ["", "  defaults and notes:"] + [f"    {n}" for n in r.notes]
-    at = " at layer granularity" if r.granularity == "layer" else ""
+    at = f" at {r.granularity} granularity" if r.granularity != "op" else ""
     lines += ["", f"  simulated {r.simulated_ranks} ranks, {r.tasks:,} tasks{at}, {r.events:,} engine events in "
               f"{r.simulated_wall_s:.2f} s"]
     return "\n".join(lines)

@@ -100,7 +100,7 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         Record link rates and add, for this many of the busiest links that start or end at a
         simulated GPU, a counter ``link <name>`` of its utilization (carried rate over
         capacity) over time to the result, for the trace.
-    granularity : {"op", "layer"}
+    granularity : {"op", "layer", "chunk"}
         ``"op"`` (the default) simulates every kernel and collective as a task. ``"layer"``
         makes each transformer layer's forward, backward (with its recompute) and weight-gradient
         pass of each micro-batch one block, timed alone from the same prices (its collectives at
@@ -110,6 +110,10 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         What it gives up: a layer's collectives never share links with other traffic (the op
         level runs those that can meet another transfer as flows), and inside a layer pass the
         exposed communication sits before the compute (docs/design.md, "Layer granularity").
+        ``"chunk"`` goes further: a model chunk's whole forward, backward or weight-gradient
+        pass of a micro-batch is one block, except where something is issued between its
+        layers (the last micro-batch's gradient buckets, FSDP's per-layer gathers and
+        reduce-scatters), which stay at layer granularity; for screening many configurations.
     """
     if granularity not in GRANULARITIES:
         raise ConfigError("<simulate>", "granularity", f"one of {list(GRANULARITIES)}", granularity)
@@ -139,6 +143,10 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
     if granularity == "layer":
         notes.append("granularity: layer (each layer pass one block, timed alone; --granularity op "
                       "simulates every op)")
+    elif granularity == "chunk":
+        notes.append("granularity: chunk (each model chunk's pass of a micro-batch one block, timed alone, "
+                     "layer blocks where buckets or FSDP traffic are issued between layers; --granularity op "
+                     "simulates every op)")
     return Run(workload, topology, fabric, program, result, wall, notes, granularity)
 
 

@@ -16,8 +16,8 @@ The search runs in four steps, one function each:
 
 The ranking sorts by iteration time, then by the configuration's canonical key
 (:data:`KEY_FIELDS`), never by completion order, so the result does not depend on the number
-of workers. With ``fidelity="fast"`` every configuration is simulated at layer granularity
-and the best ``top`` again op by op; with ``"op"`` everything op by op.
+of workers. With ``fidelity="fast"`` every configuration is simulated at chunk granularity
+(:data:`SCREEN_GRANULARITY`) and the best ``top`` again op by op; with ``"op"`` everything op by op.
 
 The default rule of each setting (where a space says ``auto``, or there is no space):
 
@@ -288,6 +288,12 @@ class MemoryCheck:
 # --- 4. simulation -----------------------------------------------------------------------------
 
 
+SCREEN_GRANULARITY = "chunk"
+"""What ``fidelity="fast"`` screens at: a block per model chunk's pass of a micro-batch
+(:func:`sim.runner.simulate`; the same iteration time as layer granularity on every preset,
+1.2-1.9x faster, ``benchmarks/bench_granularity.py``)."""
+
+
 def layer_granularity_available() -> bool:
     """Whether :func:`sim.runner.simulate` takes ``granularity="layer"`` (the one check)."""
     return "granularity" in inspect.signature(simulate).parameters
@@ -298,7 +304,7 @@ class SimOutcome:
     """What a worker sends back for one configuration: a few numbers, not the run."""
 
     granularity: str
-    """``"op"`` or ``"layer"``: how finely it was simulated."""
+    """``"op"``, ``"layer"`` or ``"chunk"``: how finely it was simulated."""
     iteration_time_s: float = math.nan
     tokens_per_s: float = 0.0
     mfu: float = 0.0
@@ -502,7 +508,7 @@ class SweepRow:
 
     candidate: Candidate
     screen: SimOutcome
-    """The sweep's first simulation (layer granularity under ``fidelity="fast"``)."""
+    """The sweep's first simulation (chunk granularity under ``fidelity="fast"``)."""
     op: SimOutcome | None = None
     """The op-by-op re-run of a top configuration (``fidelity="fast"`` only)."""
 
@@ -624,7 +630,7 @@ def sweep(workload: WorkloadSpec, topology: TopologySpec, space: Space | None = 
     t0 = time.perf_counter()
     space = space or default_space()
     layered = layer_granularity_available()
-    screen = "layer" if fidelity is Fidelity.FAST and layered else None
+    screen = SCREEN_GRANULARITY if fidelity is Fidelity.FAST and layered else None
     result = SweepResult(workload.name, topology.name, workload.system.gpu.name, workload.system.num_gpus,
                          workload.system.gpu.hbm_capacity_bytes, fidelity, screen or "op", space.source,
                          notes=list(notes))

@@ -20,8 +20,8 @@ _CLASSES = tuple(c.value for c in CommClass)
 
 
 def _rerun(r: SweepResult) -> bool:
-    """Whether the top configurations were simulated twice (layer, then op)."""
-    return r.screen_granularity == "layer"
+    """Whether the top configurations were simulated twice (screened coarser, then op)."""
+    return r.screen_granularity != "op"
 
 
 def _counts(r: SweepResult) -> dict:
@@ -34,7 +34,7 @@ def _row_dict(row: SweepRow, rerun: bool) -> dict:
     out = {"parallel": row.candidate.settings, "iteration_time_s": best.iteration_time_s,
            "granularity": best.granularity}
     if rerun:
-        out["layer_iteration_time_s"] = row.screen.iteration_time_s
+        out["screen_iteration_time_s"] = row.screen.iteration_time_s
         if row.op is not None and not row.op.ok:
             out["op_error"] = row.op.error
     out.update({"tokens_per_s": best.tokens_per_s, "mfu": best.mfu,
@@ -78,7 +78,7 @@ def write_sweep_csv(r: SweepResult, path: str) -> None:
     head = list(KEY_FIELDS) + ["peak_memory_bytes", "granularity", "iteration_time_s", "tokens_per_s", "mfu",
                                "bubble_fraction", "exposed_comm_s"] + [f"exposed_{c}_s" for c in _CLASSES]
     if _rerun(r):
-        head += ["layer_iteration_time_s", "op_iteration_time_s"]
+        head += ["screen_iteration_time_s", "op_iteration_time_s"]
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     with p.open("w", newline="", encoding="utf-8") as fh:
@@ -104,7 +104,8 @@ def format_sweep(r: SweepResult) -> str:
     """The printed report: what was searched, the counts, the top configurations."""
     rerun = _rerun(r)
     if r.fidelity is Fidelity.FAST and rerun:
-        how = f"fidelity fast: every configuration at layer granularity, the best {len(r.top)} again op by op"
+        how = (f"fidelity fast: every configuration at {r.screen_granularity} granularity, the best {len(r.top)} "
+               "again op by op")
     else:
         how = f"fidelity {r.fidelity.value}: every configuration op by op"
     lines = [f"llmsim {__version__} sweep: {r.workload} on {r.num_gpus} x {r.gpu} ({r.topology}), "
@@ -125,7 +126,7 @@ def format_sweep(r: SweepResult) -> str:
         ep = any(row.candidate.settings["ep"] > 1 for row in r.top)
         head = (f"  {'rank':>4} {'TP':>3} {'PP':>3} {'DP':>4} {'CP':>3}" + (f" {'EP':>3}" if ep else "")
                 + f" {'v':>3}  {'schedule':<16} {'mbs':>3}  {'recompute':<12} {'SP':<3} {'ZeRO':>4}"
-                + (f" {'layer s':>10}" if rerun else "")
+                + (f" {r.screen_granularity + ' s':>10}" if rerun else "")
                 + f" {'iteration s':>11} {'tokens/s':>11} {'MFU':>6} {'peak GiB':>8} {'exp comm s':>10}")
         lines += [head, "  " + "-" * (len(head) - 2)]
         for i, row in enumerate(r.top):
@@ -154,7 +155,7 @@ def _interruption(r: SweepResult) -> str:
     if r.stopped_while == "op-level re-run":
         done = sum(1 for row in r.top if row.op is not None)
         return (f"during the op-level re-run: {done} of {len(r.top)} re-run, the others ranked by their "
-                "layer-granularity time")
+                f"{r.screen_granularity}-granularity time")
     return (f"while simulating: {r.simulated + r.failed:,} of {r.simulated + r.failed + r.cancelled:,} finished, "
             "the rest cancelled; the ranking covers those that finished")
 

@@ -39,8 +39,10 @@ from sim.workload.spec import WorkloadSpec
 
 __all__ = ["Task", "Program", "build_program", "OPTIMIZER_BYTES_PER_PARAM", "GRAD_REDUCE_BYTES", "GRANULARITIES"]
 
-GRANULARITIES = ("op", "layer")
-"""``op``: a task per op; ``layer``: a layer pass per block (see the module docstring)."""
+GRANULARITIES = ("op", "layer", "chunk")
+"""``op``: a task per op; ``layer``: a layer pass per block; ``chunk``: a model chunk's pass
+over its layers per block where nothing is issued between its layers (see the module
+docstring)."""
 
 # Task and Program live in sim.program (shared with the engine); re-exported here.
 
@@ -106,7 +108,7 @@ class _RankProgram(DataParallelMixin):
     """Writes one simulated rank's tasks."""
 
     def __init__(self, b: _Builder, w: WorkloadSpec, layout: Layout, rank: int, ops: LayerOps,
-                 representative: bool, layer: bool = False) -> None:
+                 representative: bool, layer: bool = False, chunk: bool = False) -> None:
         self.b, self.w, self.layout, self.rank = b, w, layout, rank
         self.tp_c, self.dp_c, self.stage = layout.coords(rank)
         self.ops = ops
@@ -116,7 +118,8 @@ class _RankProgram(DataParallelMixin):
         self.extra: list[int] = []
         self.seq: dict[tuple, int] = {}
         self.dp_tasks: list[int] = []
-        self.layer = layer
+        self.layer = layer or chunk
+        self.chunk = chunk
 
     # -- primitives ---------------------------------------------------------------------
     def compute(self, name: str, op: Op, args: tuple, kind: OpKind | None = None) -> Task:
@@ -198,6 +201,19 @@ class _RankProgram(DataParallelMixin):
         self.last_c = t.id
         return t
 
+    def chunk_block(self, phase: str, layers, args: tuple, steps_of, first_mem: float = 0.0,
+                    last_mem: float = 0.0) -> Task:
+        """Chunk granularity: the pass ``phase`` over ``layers`` (in the order given) as one
+        block, the layers' steps one after another, with the pass's memory deltas at its start
+        and end (see the module docstring)."""
+        m = self.w.model
+        lops = [self.ops.for_layer(m.is_moe_layer(x)) for x in layers]
+        key = (tuple(id(x) for x in lops), phase, "chunk")
+        name = f"chunk-{phase}"
+        la = args + (("layers", f"{layers[0]}..{layers[-1]}"),)
+        return self.run_block(key, lambda: tuple(st for x in lops for st in steps_of(x)), la, name,
+                              first_mem=first_mem, last_mem=last_mem)
+
     # -- pipeline ------------------------------------------------------------------------
     def stage_rank(self, stage: int) -> int:
         if self.rep:
@@ -273,6 +289,10 @@ class _RankProgram(DataParallelMixin):
                     self.run_steps(self.ops.embedding_fwd, args, first_mem=am.embedding)
                 prev = self.last_c
                 gather = (fsdp and (not fsdp_once or i == first_f[chunk])) or (pgather and i == first_f[chunk])
+                if self.chunk and not gather and layers:
+                    self.chunk_block("fwd", layers, args, lambda lops: lops.layer_fwd,
+                                     first_mem=sum(am.stored(m.is_moe_layer(x)) for x in layers))
+                    layers = ()
                 for layer in layers:
                     if gather:
                         self.fsdp_gather(self.layer_params(vs, layer, layer == layers[0], layer == layers[-1]),
@@ -292,6 +312,10 @@ class _RankProgram(DataParallelMixin):
                     self.send("act", vs + 1, mb, (vs + 1) % pp, act_size, args)
             elif pas is Pass.WEIGHT:
                 args = (("phase", "wgrad"), ("microbatch", mb), ("chunk", chunk))
+                if self.chunk and i != last_g[chunk] and not (fsdp and not fsdp_once) and layers:
+                    self.chunk_block("wgrad", layers[::-1], args, lambda lops: lops.split_bwd[1],
+                                     last_mem=-sum(am.stored(m.is_moe_layer(x)) for x in layers))
+                    layers = ()
                 for layer in reversed(layers):
                     la = args + (("layer", layer),)
                     is_moe = m.is_moe_layer(layer)
@@ -310,6 +334,17 @@ class _RankProgram(DataParallelMixin):
                     self.run_steps(self.ops.head_bwd, args, first_mem=am.loss_transient,
                                    last_mem=-(am.head + am.logits + am.loss_transient))
                 prev = self.last_c
+                if self.chunk and not (fsdp and not fsdp_once) and (zb or i != last_g[chunk]) and layers:
+                    held = max(am.transient(m.is_moe_layer(x)) for x in layers)
+                    stored = 0.0 if zb else sum(am.stored(m.is_moe_layer(x)) for x in layers)
+
+                    def steps(lops, zb=zb, rc=rc):
+                        bwd, k = lops.layer_bwd, lops.attention_bwd_index
+                        if zb:
+                            bwd, _, k = lops.split_bwd
+                        return _backward_steps(lops, bwd, k, rc)
+                    self.chunk_block("bwd", layers[::-1], args, steps, first_mem=held, last_mem=-(stored + held))
+                    layers = ()
                 for layer in reversed(layers):
                     la = args + (("layer", layer),)
                     if fsdp and not fsdp_once:
@@ -427,8 +462,9 @@ def build_program(w: WorkloadSpec, representative: bool = True,
         Simulate one rank per pipeline stage (tp = dp = 0) instead of every rank.
     node_of, local_gpu_of : callable
         Placement of a rank (from the topology), for the rank labels.
-    granularity : {"op", "layer"}
-        A task per op, or a block per layer pass (see the module docstring).
+    granularity : {"op", "layer", "chunk"}
+        A task per op, a block per layer pass, or a block per model chunk's pass (see the
+        module docstring).
     """
     if granularity not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {list(GRANULARITIES)}, got {granularity!r}")
@@ -453,7 +489,8 @@ def build_program(w: WorkloadSpec, representative: bool = True,
         if ops is None:
             ops = ops_cache[(group, cp_group, ep_group)] = layer_ops(w.model, p, w.dtype, group, replicas, cp_group,
                                                                      cp_replicas, ep_group, ep_replicas, w.scaling)
-        _RankProgram(b, w, layout, r, ops, representative, granularity == "layer").build()
+        _RankProgram(b, w, layout, r, ops, representative, granularity == "layer",
+                     granularity == "chunk").build()
         infos.append(RankInfo(r, node_of(r), local_gpu_of(r), tp_c, stage, dp_c // p.cp, dp_c % p.cp))
         sm = stage_memory(w, stage)
         static[r] = sm.weights_bytes + sm.grads_bytes + sm.optimizer_bytes + sm.other_bytes

@@ -202,7 +202,7 @@ def test_report_table_json_and_plot(tmp_path, capsys):
     data = json.loads(json_path.read_text())
     assert "tried 16   invalid 2   pruned (memory) 0   simulated 14   failed 0" in out
     best = data["top"][0]
-    assert best["rank"] == 1 and set(best) >= {"iteration_time_s", "layer_iteration_time_s", "tokens_per_s", "mfu",
+    assert best["rank"] == 1 and set(best) >= {"iteration_time_s", "screen_iteration_time_s", "tokens_per_s", "mfu",
                                               "peak_memory_bytes", "exposed_comm_s", "exposed_comm_total_s"}
     assert f"{best['tokens_per_s']:,.0f}" in out
     assert data["pareto_front"] and png.stat().st_size > 0
@@ -214,7 +214,7 @@ def test_without_layer_granularity_everything_runs_op_by_op(monkeypatch):
                    space_from_mapping({"recompute": ["none", "full"]}, "s.yaml"), workers=1)
     assert result.screen_granularity == "op" and any("op by op" in n for n in result.notes)
     assert all(r.op is None and r.best.granularity == "op" for r in result.top)
-    assert "layer_iteration_time_s" not in sweep_json(result)["top"][0]
+    assert "screen_iteration_time_s" not in sweep_json(result)["top"][0]
 
 
 def test_ctrl_c_keeps_what_finished(tmp_path, capsys, monkeypatch):
