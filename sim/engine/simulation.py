@@ -98,8 +98,17 @@ class Simulation:
         self.duration = self._durations(tasks)
         self.fixed_comm = self._fixed_comm(tasks)
         self._op_loads: dict[int, list[tuple[int, float]]] = {}
-        for (rank, stream), ids in sorted(prog.streams.items()):
-            env.process(self._stream(ids))
+        streams = [ids for _, ids in sorted(prog.streams.items())]
+        self._ids = streams
+        self._pos = [0] * len(streams)
+        self._cursor = [0.0] * len(streams)
+        self._owner = [0] * n
+        for k, ids in enumerate(streams):
+            for tid in ids:
+                self._owner[tid] = k
+        self._busy: set[int] = set()
+        for k in range(len(streams)):
+            env.process(self._stream(k))
         env.run()
         self._account_blocks()
         missing = [t for t in tasks if self.finish[t.id] is None]
@@ -287,46 +296,55 @@ class Simulation:
         if ev is not None:
             ev.succeed()
 
-    def _stream(self, ids: list[int]):
-        env = self.env
-        tasks = self.program.tasks
-        finish, start_of, duration = self.finish, self.start, self.duration
-        mem = self.mem
-        cursor = 0.0
-        for tid in ids:
+    def _eager(self, k: int) -> int:
+        """Place stream ``k``'s next tasks that need no clock: compute, and comm at its solo
+        time with no group to meet, as soon as their dependencies' end times are known. A
+        dependency on a task not placed yet first tries to place that task's stream the same
+        way (streams already being placed up the call chain are skipped). Returns the task it
+        stopped at: -1 when the stream is done, else a task that needs the process (its
+        dependency is still unknown, or it needs the clock or a rendezvous)."""
+        ids, pos = self._ids[k], self._pos[k]
+        if pos >= len(ids):
+            return -1
+        busy = self._busy
+        busy.add(k)
+        tasks, finish, owner = self.program.tasks, self.finish, self._owner
+        duration, start_of, fixed = self.duration, self.start, self.fixed_comm
+        members, mem = self.program.coll_members, self.mem
+        cursor = self._cursor[k]
+        stop = -1
+        while pos < len(ids):
+            tid = ids[pos]
             task = tasks[tid]
             start = cursor
+            blocked = False
             for d in task.deps:
                 f = finish[d]
-                while f is None:
-                    ev = self.waiters.get(d)
-                    if ev is None:
-                        ev = self.waiters[d] = env.event()
-                    yield ev
-                    f = finish[d]
+                if f is None:
+                    o = owner[d]
+                    if o not in busy:
+                        self._eager(o)
+                        f = finish[d]
+                    if f is None:
+                        blocked = True
+                        break
                 if f > start:
                     start = f
-            if task.comm and id(task.op) in self.fixed_comm:
+            if blocked:
+                stop = tid
+                break
+            if task.comm:
+                dur = fixed.get(id(task.op))
+                if dur is None or members.get(task.coll_key, 1) > 1:
+                    stop = tid
+                    break
                 start_of[tid] = start
-                dur = self.fixed_comm[id(task.op)]
-                if self.program.coll_members.get(task.coll_key, 1) <= 1:
-                    self._account(task.op, start, dur)
-                    end = start + dur
-                else:  # the group's members start together; the last to arrive accounts it once
-                    meet, last = yield from self._meet(task, start)
-                    if last:
-                        self._account(task.op, meet, dur)
-                    end = meet + dur
-                    self.xfer_start[tid] = meet
-            elif task.comm:
-                if start > env.now:
-                    yield env.timeout(start - env.now)
-                start_of[tid] = start
-                yield from self._comm(task)
-                end = env.now
+                self._account(task.op, start, dur)
+                end = start + dur
             else:
-                if task.coll_key >= 0:  # a block: meets the other simulated members of its group
-                    start, _ = yield from self._meet(task, start)
+                if task.coll_key >= 0 and members.get(task.coll_key, 1) > 1:
+                    stop = tid
+                    break
                 end = start + duration[tid]
                 start_of[tid] = start
                 if task.mem_start_bytes:
@@ -336,6 +354,66 @@ class Simulation:
             finish[tid] = end
             self._notify(tid)
             cursor = end
+            pos += 1
+        self._pos[k], self._cursor[k] = pos, cursor
+        busy.discard(k)
+        return stop
+
+    def _stream(self, k: int):
+        """The process of stream ``k``: place what needs no clock (:meth:`_eager`), wait for
+        what it cannot, run what needs the clock or a rendezvous."""
+        env = self.env
+        tasks = self.program.tasks
+        finish, start_of, duration = self.finish, self.start, self.duration
+        mem = self.mem
+        ids = self._ids[k]
+        while True:
+            tid = self._eager(k)
+            if tid < 0:
+                return
+            task = tasks[tid]
+            start = self._cursor[k]
+            waited = False
+            for d in task.deps:
+                f = finish[d]
+                if f is None:
+                    ev = self.waiters.get(d)
+                    if ev is None:
+                        ev = self.waiters[d] = env.event()
+                    yield ev
+                    waited = True
+                    break
+                if f > start:
+                    start = f
+            if waited or self._pos[k] >= len(ids) or ids[self._pos[k]] != tid:
+                continue  # something moved on while this waited: look again
+            if task.comm and id(task.op) in self.fixed_comm:
+                start_of[tid] = start
+                dur = self.fixed_comm[id(task.op)]
+                # the group's members start together; the last to arrive accounts it once
+                meet, last = yield from self._meet(task, start)
+                if last:
+                    self._account(task.op, meet, dur)
+                end = meet + dur
+                self.xfer_start[tid] = meet
+            elif task.comm:
+                if start > env.now:
+                    yield env.timeout(start - env.now)
+                start_of[tid] = start
+                yield from self._comm(task)
+                end = env.now
+            else:  # a block: meets the other simulated members of its group
+                start, _ = yield from self._meet(task, start)
+                end = start + duration[tid]
+                start_of[tid] = start
+                if task.mem_start_bytes:
+                    mem[task.rank].append((start, task.mem_start_bytes))
+                if task.mem_end_bytes:
+                    mem[task.rank].append((end, task.mem_end_bytes))
+            finish[tid] = end
+            self._cursor[k] = end
+            self._pos[k] += 1
+            self._notify(tid)
 
     def _meet(self, task, start: float):
         """Wait until every simulated member of ``task``'s group has reached it. Returns the
