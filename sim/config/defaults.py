@@ -77,12 +77,49 @@ def _flag_default(f: _Fields, key: str, notes: _Notes, why: str) -> bool:
     return notes.fill(f.field(key), False, why) if value is None else value
 
 
+TORCHTITAN_STAGES_PER_RANK = 2
+"""Model chunks per pipeline rank that torchtitan's looped (interleaved) schedules get when no
+split points are given: ``generate_split_points`` sets ``num_stages_per_rank = 2``
+(pytorch/torchtitan ``torchtitan/parallelisms/pipeline_llama.py``, late 2024)."""
+
+
+def _torchtitan_microbatches(pp: int) -> int:
+    """Pipeline micro-batches torchtitan splits a rank's local batch into when
+    ``pipeline_parallel_microbatches`` is not set: the pipeline degree
+    (``n_microbatches = job_config.experimental.pipeline_parallel_degree``,
+    pytorch/torchtitan ``torchtitan/parallelisms/pipelining_utils.py``, the rule of the
+    benchmarked torchtitan 9dec370 of 2024-12-26; PR #781 of 2025-01-07 made it the pipeline
+    degree times the stages per rank for looped schedules)."""
+    return pp
+
+
+def _virtual_stages_default(f: _Fields, framework: str, notes: _Notes) -> int:
+    """Model chunks per pipeline rank when a case leaves them null: torchtitan's interleaved
+    schedule splits the model into two per rank (:data:`TORCHTITAN_STAGES_PER_RANK`); otherwise
+    no interleaving."""
+    vps = f.integer("virtual_pipeline_stages")
+    if vps is not None:
+        return vps
+    if _is_torchtitan(framework) and str(f.raw.get("schedule") or "").startswith("interleaved"):
+        return notes.fill("parallel.virtual_pipeline_stages", TORCHTITAN_STAGES_PER_RANK,
+                          "torchtitan's interleaved schedule without split points: generate_split_points "
+                          "gives 2 stages per rank")
+    return notes.fill("parallel.virtual_pipeline_stages", 1, "no interleaving")
+
+
 def _batch_sizes(f: _Fields, dp: int, pp: int, framework: str, notes: _Notes) -> tuple[int, int]:
     mbs, gbs = f.integer("micro_batch_size"), f.integer("global_batch_size")
     if mbs is None:
-        if "torchtitan" in framework.lower() and pp == 1 and gbs and gbs % dp == 0:
-            mbs = notes.fill("parallel.micro_batch_size", gbs // dp, "torchtitan: local batch = "
+        local = gbs // dp if gbs and gbs % dp == 0 else None
+        n_mb = _torchtitan_microbatches(pp)
+        if _is_torchtitan(framework) and pp == 1 and local:
+            mbs = notes.fill("parallel.micro_batch_size", local, "torchtitan: local batch = "
                              "global / dp, no gradient accumulation")
+        elif _is_torchtitan(framework) and local and local % n_mb == 0:
+            mbs = notes.fill("parallel.micro_batch_size", local // n_mb,
+                             f"torchtitan: the local batch (global / dp = {local}) in {n_mb} pipeline "
+                             "micro-batches (pipeline_parallel_microbatches unset: the pipeline degree, "
+                             "torchtitan 9dec370 pipelining_utils.py)")
         else:
             mbs = notes.fill("parallel.micro_batch_size", 1, "torchtitan's pipeline micro-batch "
                              "default" if "torchtitan" in framework.lower() else

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sim.config.defaults import (_attention_kernel_default, _batch_sizes, _flash_default,
+from sim.config.defaults import (_attention_kernel_default, _batch_sizes, _virtual_stages_default, _flash_default,
                                  _dist_opt_default, _launch_flag, _loss_default, _tp_overlap_default,
                                  _overlap_default, _recompute_meaning, _sp_default, _zero_default)
 from sim.config.fields import (_apply_overrides, _Fields, _is_number, _located, _Notes, _presets,
@@ -381,8 +381,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
         missing = "parallel.tp" if f.raw.get("tp") is None else "parallel.pp"
         raise ConfigError(f.path, missing, f"a value: tp/pp are not published and cannot be set by "
                           f"default (tp x pp must be {num_gpus / (dp * cp):g})", None)
-    vps = f.integer("virtual_pipeline_stages")
-    vps = notes.fill("parallel.virtual_pipeline_stages", 1, "no interleaving") if vps is None else vps
+    vps = _virtual_stages_default(f, framework, notes)
     schedule = f.enum("schedule", ScheduleKind, notes, ScheduleKind.INTERLEAVED if vps > 1 else
                       ScheduleKind.ONE_F_ONE_B, f"virtual_pipeline_stages={vps}")
     mbs, gbs = _batch_sizes(f, dp, pp, framework, notes)

@@ -130,6 +130,26 @@ def test_nulls_are_filled_and_noted(tmp_path):
     assert len(notes) == 8
 
 
+@pytest.mark.parametrize("schedule,vps", [("1f1b", 1), ("interleaved-1f1b", 2)])
+@pytest.mark.parametrize("pp,gbs,mbs", [(1, 32, 16), (2, 32, 8), (2, 4, 1)])
+def test_torchtitan_pipeline_defaults(tmp_path, pp, gbs, mbs, schedule, vps):
+    """torchtitan (late 2024) splits a rank's local batch (global / dp) into as many pipeline
+    micro-batches as pipeline stages, and gives an interleaved schedule two stages per rank."""
+    data = _tiny()
+    data["framework"] = "torchtitan"
+    data["model"]["num_layers"] = 8
+    data["parallel"].update(tp=1, pp=pp, dp=2, micro_batch_size=None, global_batch_size=gbs,
+                            schedule=schedule if pp > 1 else "1f1b", virtual_pipeline_stages=None)
+    data["system"]["num_gpus"] = 2 * pp
+    spec, notes = load_workload_with_notes(str(_write(tmp_path, data)))
+    p = spec.parallel
+    assert p.micro_batch_size == mbs
+    if pp > 1 and gbs // 2 >= pp:
+        assert p.num_microbatches == pp
+    assert p.virtual_pipeline_stages == (vps if pp > 1 else 1)
+    assert any(n.startswith(f"parallel.micro_batch_size: null -> {mbs}") for n in notes)
+
+
 def test_null_global_batch_is_one_microbatch_per_dp_rank(tmp_path):
     path = _write(tmp_path, {**_tiny(), "parallel": {**_tiny()["parallel"], "global_batch_size": None}})
     spec = load_workload(str(path))
