@@ -10,7 +10,7 @@
     llmsim collective --topology T --op all-reduce --bytes 1GiB --ranks 8 [--algo auto|ring|multi-ring|tree|nvls|pat|hierarchical] [--json PATH]
     llmsim compare [WORKLOAD.yaml] --topology A --topology B [...] [--json PATH] [--plot PATH.png]
     llmsim sweep [WORKLOAD.yaml] [--topology T] [--space SPACE.yaml] [--top N] [--executor local|dask://HOST:PORT]
-                 [--workers N] [--csv PATH] [--json PATH] [--plot PATH.png] [--fidelity fast|op]
+                 [--workers N] [--csv PATH] [--json PATH] [--plot PATH.png] [--fidelity fast|op] [--exhaustive]
     llmsim whatif generations [WORKLOAD.yaml] --from A100 --to B200 [--dtype fp8] [--order F,...] [--reoptimize]
                  [--from-topology T] [--to-topology T] [--plot PATH.png] [--json PATH]
     llmsim whatif nodes [WORKLOAD.yaml] [--nodes 12,7,5,3,2,1] [--scale logic,memory,network] [--table PATH]
@@ -288,7 +288,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     topo = _resolve_topology(workload, args.topology, notes)
     space = load_space(args.space) if args.space else None
     result = sweep(workload, topo, space, top=args.top, fidelity=Fidelity(args.fidelity), executor=args.executor,
-                   workers=args.workers, progress=True, notes=notes)
+                   workers=args.workers, progress=True, notes=notes, exhaustive=args.exhaustive)
     print(format_sweep(result))
     if args.json:
         _write_json(args.json, sweep_json(result))
@@ -461,6 +461,9 @@ def _parser() -> argparse.ArgumentParser:
     swp.add_argument("--fidelity", choices=["fast", "op"], default="fast",
                      help="fast (default): every configuration at chunk granularity, the top N again op by op; "
                      "op: every configuration op by op")
+    swp.add_argument("--exhaustive", action="store_true",
+                     help="simulate every configuration that fits (default: a branch and bound skips those a lower "
+                     "bound on their iteration time shows cannot reach the top N; the top N are the same)")
     swp.add_argument("--csv", metavar="PATH", help="write every simulated configuration as CSV")
     swp.add_argument("--json", metavar="PATH", help="write the counts and the top configurations as JSON")
     swp.add_argument("--plot", metavar="PATH.png", help="draw tokens/s against peak memory with the Pareto front "

@@ -8,16 +8,25 @@ The search runs in four steps, one function each:
 2. :func:`make_candidate` turns a point into a :class:`~sim.workload.spec.WorkloadSpec` by
    replacing fields of the workload's :class:`~sim.workload.spec.ParallelSpec`; the specs check
    themselves, and a point they reject with a :class:`~sim.errors.ConfigError` is *invalid*.
-3. :class:`MemoryCheck` prices each stage's memory in closed form (:mod:`sim.memory`);
-   a configuration whose peak exceeds the GPU's capacity is *pruned* without being simulated.
-4. :func:`run_simulations` simulates the rest on an executor (local processes, or a Dask
-   cluster's ``get_executor()``), a few at a time; each worker gets the two specs and returns
-   a :class:`SimOutcome`, a handful of numbers.
+3. :class:`~sim.sweep_memory.MemoryCheck` prices each stage's memory in closed form
+   (:mod:`sim.memory`, term for term); a configuration whose peak exceeds the GPU's capacity
+   is *pruned* without being simulated.
+4. A branch and bound (:mod:`sim.sweep_search`) simulates the rest on an executor (local
+   processes, or a Dask cluster's ``get_executor()``) in order of a closed-form lower bound
+   on their iteration time (:class:`~sim.sweep_bound.IterationBound`), each job first
+   checking a tighter one (:mod:`sim.timeline_bound`, :func:`screen_one`); a configuration
+   whose bound exceeds the N-th best time of the batches finished before is left out
+   (*pruned (bound)*): it cannot be among the ``top`` fastest. With ``exhaustive=True``
+   (``--exhaustive``) :func:`run_simulations` simulates every one. Each worker gets the two
+   specs and returns a :class:`SimOutcome`, a handful of numbers.
 
 The ranking sorts by iteration time, then by the configuration's canonical key
 (:data:`KEY_FIELDS`), never by completion order, so the result does not depend on the number
-of workers. With ``fidelity="fast"`` every configuration is simulated at chunk granularity
-(:data:`SCREEN_GRANULARITY`) and the best ``top`` again op by op; with ``"op"`` everything op by op.
+of workers; the bounded search picks what to simulate from fixed batches, so that does not
+either, and its ``top`` are exactly the exhaustive sweep's. With ``fidelity="fast"``
+configurations are simulated at chunk granularity (:data:`SCREEN_GRANULARITY`) and the best
+``top`` again op by op; with ``"op"`` everything op by op. The counts add up:
+``tried = invalid + pruned + pruned_bound + simulated + failed + cancelled``.
 
 The default rule of each setting (where a space says ``auto``, or there is no space):
 
@@ -56,18 +65,20 @@ from enum import Enum
 
 from sim.config.space import AXES, Space, default_space
 from sim.errors import ConfigError, NotBuiltError
-from sim.memory import (ActivationModel, StageMemory, activation_model, activation_peak_bytes, other_bytes,
-                        state_bytes)
 from sim.report import make_report
 from sim.runner import simulate
+from sim.sweep_bound import IterationBound
+from sim.sweep_memory import MemoryCheck, StageStates
+from sim.sweep_search import bounded_search
+from sim.timeline_bound import timeline_bound
 from sim.topology.spec import TopologySpec
 from sim.types import RecomputeKind, ScheduleKind
 from sim.workload.spec import WorkloadSpec, pipeline_split
 
 __all__ = ["Fidelity", "KEY_FIELDS", "MICRO_BATCH_SIZES", "MIN_TOKENS_PER_CP_RANK", "Candidate", "SimOutcome",
            "SweepRow", "SweepResult", "layer_granularity_available", "space_points", "tp_limit_of", "make_candidate",
-           "candidate_key", "MemoryCheck", "feasible_candidates", "simulate_one", "open_executor", "run_simulations",
-           "pareto_front", "sweep"]
+           "candidate_key", "MemoryCheck", "feasible_candidates", "simulate_one", "screen_one", "open_executor",
+           "run_simulations", "pareto_front", "sweep"]
 
 MICRO_BATCH_SIZES = (1, 2, 4, 8)
 """Micro-batch sizes the default space tries."""
@@ -244,47 +255,6 @@ class Candidate:
         return dict(zip(KEY_FIELDS, self.key))
 
 
-# --- 3. memory ---------------------------------------------------------------------------------
-
-
-class MemoryCheck:
-    """The closed-form peak memory of candidates (:func:`sim.memory.stage_memory`, term for
-    term), with each schedule walk remembered: candidates that differ only in their ZeRO
-    sharding keep the same activations. One per sweep (the walks are of one model)."""
-
-    def __init__(self) -> None:
-        self._walks: dict[tuple, float] = {}
-
-    def _activations(self, w: WorkloadSpec, stage: int, am: ActivationModel) -> float:
-        p = w.parallel
-        key = (p.schedule, p.pp, p.virtual_pipeline_stages, p.num_microbatches, stage, am)
-        if key not in self._walks:
-            self._walks[key] = activation_peak_bytes(w, stage, am)
-        return self._walks[key]
-
-    def fitting_peak_bytes(self, w: WorkloadSpec) -> float | None:
-        """The peak memory of ``w``'s fullest stage, or None if some stage exceeds the GPU's
-        capacity.
-
-        Stages are tried first and last first (the first holds the most micro-batches in
-        flight, the last the logits), and a stage whose weights, gradients and optimizer state
-        alone exceed the capacity stops the search before its schedule is walked.
-        """
-        pp, cap = w.parallel.pp, w.system.gpu.hbm_capacity_bytes
-        am = activation_model(w)
-        peak = 0.0
-        for stage in [0] + ([pp - 1] if pp > 1 else []) + list(range(1, pp - 1)):
-            sb = state_bytes(w.model, w.parallel, stage)
-            if sb.total_bytes > cap:
-                return None
-            total = StageMemory(stage, sb.weights_bytes, sb.grads_bytes, sb.optimizer_bytes,
-                                self._activations(w, stage, am), other_bytes(w, stage), cap).total_bytes
-            if total > cap:
-                return None
-            peak = max(peak, total)
-        return peak
-
-
 # --- 4. simulation -----------------------------------------------------------------------------
 
 
@@ -314,10 +284,16 @@ class SimOutcome:
     wall_s: float = 0.0
     error: str | None = None
     """Why the simulation failed (``"TypeName: message"``), or None."""
+    lower_bound_s: float = math.nan
+    """The timeline bound (:mod:`sim.timeline_bound`) when the worker computed it."""
+    bounded: bool = False
+    """Not simulated: ``lower_bound_s`` exceeded the gate it was sent with
+    (:mod:`sim.sweep_search`)."""
 
     @property
     def ok(self) -> bool:
-        return self.error is None
+        """Simulated without error."""
+        return self.error is None and not self.bounded
 
     @property
     def exposed_comm_total_s(self) -> float:
@@ -340,6 +316,23 @@ def simulate_one(workload: WorkloadSpec, topology: TopologySpec, granularity: st
                           error=f"{type(exc).__name__}: {exc}")
     return SimOutcome(granularity or "op", rep.iteration_time_s, rep.tokens_per_s, rep.mfu, rep.bubble_fraction,
                       dict(rep.exposed_comm_s), time.perf_counter() - t0)
+
+
+def screen_one(workload: WorkloadSpec, topology: TopologySpec, granularity: str | None, gate_s: float) -> SimOutcome:
+    """A bounded sweep's job (in a worker): the configuration's timeline bound
+    (:func:`~sim.timeline_bound.timeline_bound`, kept per worker process) and, unless it
+    exceeds ``gate_s`` (an N-th best time of the search), its simulation (:func:`simulate_one`).
+    With ``gate_s`` infinite the bound is not computed."""
+    if math.isinf(gate_s):
+        return simulate_one(workload, topology, granularity)
+    t0 = time.perf_counter()
+    try:
+        bound = timeline_bound(topology, workload.model, workload.system.gpu).lower_bound_s(workload)
+    except Exception:  # noqa: BLE001 -- a bound that cannot be had leaves the configuration in the race
+        return simulate_one(workload, topology, granularity)
+    if bound > gate_s:
+        return SimOutcome(granularity or "op", wall_s=time.perf_counter() - t0, lower_bound_s=bound, bounded=True)
+    return replace(simulate_one(workload, topology, granularity), lower_bound_s=bound)
 
 
 class InlineExecutor(Executor):
@@ -533,8 +526,14 @@ class SweepResult:
     tried: int = 0
     invalid: int = 0
     pruned: int = 0
+    """Left out by the closed-form memory check."""
+    pruned_bound: int = 0
+    """Left out by the branch and bound: a lower bound on their iteration time exceeds a time
+    the top ``top`` already beat (:mod:`sim.sweep_search`; 0 with ``exhaustive``)."""
     failed: int = 0
     cancelled: int = 0
+    exhaustive: bool = False
+    """Every configuration that fits was simulated (no bound)."""
     invalid_reasons: dict = field(default_factory=dict)
     """How many points each field's check rejected (``parallel.global_batch_size``: 12)."""
     rows: list[SweepRow] = field(default_factory=list)
@@ -547,6 +546,9 @@ class SweepResult:
     """What Ctrl-C interrupted: ``"checking"`` the space, ``"simulating"`` or the ``"op-level re-run"``."""
     notes: list[str] = field(default_factory=list)
     wall_s: float = 0.0
+    step_wall_s: dict = field(default_factory=dict)
+    """Where the time went: ``check`` (enumeration, validity, memory), ``bound`` (the
+    closed-form bounds and their order), ``simulate``, ``op_rerun``."""
 
     @property
     def simulated(self) -> int:
@@ -567,12 +569,12 @@ def _bar(total: int, desc: str, enabled: bool):
 
 
 def feasible_candidates(w: WorkloadSpec, space: Space, tp_limit: int, result: SweepResult,
-                        progress: bool = False) -> list[Candidate]:
+                        progress: bool = False, memory: MemoryCheck | None = None) -> list[Candidate]:
     """Steps 1 to 3: the valid points of ``space`` that fit in memory, by key; the points
     tried, invalid and pruned are counted on ``result``."""
     points = list(space_points(w, space, tp_limit))
     kept: list[Candidate] = []
-    memory = MemoryCheck()
+    memory = memory or MemoryCheck()
     bar = _bar(len(points), "checking", progress)
     try:
         for point in points:
@@ -604,9 +606,35 @@ def _simulate_all(jobs: list[Candidate], topology: TopologySpec, granularity: st
         bar.close()
 
 
+def _search(jobs: list[Candidate], bound: IterationBound, top: int, topology: TopologySpec,
+            granularity: str | None, executor: Executor, progress: bool, result: SweepResult
+            ) -> tuple[dict[tuple, SimOutcome], bool]:
+    """Step 4 with the branch and bound (:mod:`sim.sweep_search`): the outcome of each
+    configuration simulated (or left out by its timeline bound) by key, and whether Ctrl-C
+    stopped it; ``result.pruned_bound`` counts those left out."""
+    t0 = time.perf_counter()
+    bound_s = {c.key: bound.lower_bound_s(c.workload) for c in jobs}
+    order = sorted(jobs, key=lambda c: (bound_s[c.key], c.key))
+    result.step_wall_s["bound"] = time.perf_counter() - t0
+    bar = _bar(len(jobs), "simulating", progress)
+    try:
+        found = bounded_search(
+            order, bound_s, top,
+            submit=lambda c, gate: executor.submit(screen_one, c.workload, topology, granularity, gate),
+            times_of=lambda o: o.iteration_time_s if o.ok else None,
+            on_done=lambda c, o: bar.update(1),
+            failed=lambda exc: SimOutcome(granularity or "op", error=f"{type(exc).__name__}: {exc}"),
+            abandon=lambda: _abandon(executor))
+        bar.update(found.unsent)
+    finally:
+        bar.close()
+    result.pruned_bound = found.unsent + sum(1 for o in found.outcomes.values() if o.bounded)
+    return {k: o for k, o in found.outcomes.items() if not o.bounded}, found.interrupted
+
+
 def sweep(workload: WorkloadSpec, topology: TopologySpec, space: Space | None = None, *, top: int = 10,
           fidelity: Fidelity = Fidelity.FAST, executor: str = "local", workers: int | None = None,
-          progress: bool = False, notes: Sequence[str] = ()) -> SweepResult:
+          progress: bool = False, notes: Sequence[str] = (), exhaustive: bool = False) -> SweepResult:
     """Search ``space`` (default: :func:`~sim.config.space.default_space`) for the fastest
     parallel strategies of ``workload`` on ``topology``.
 
@@ -618,6 +646,12 @@ def sweep(workload: WorkloadSpec, topology: TopologySpec, space: Space | None = 
         Where to simulate (:func:`open_executor`).
     progress : bool
         Show progress bars (tqdm, on stderr, when it is a terminal).
+    exhaustive : bool
+        Simulate every configuration that fits in memory. By default a branch and bound
+        (:mod:`sim.sweep_search`) leaves out those a lower bound on their iteration time
+        (:mod:`sim.sweep_bound`, :mod:`sim.timeline_bound`) shows cannot be among the ``top``
+        fastest; the ``top`` found, their times and their order are the same either way, but
+        ``rows`` (the CSV, the Pareto front) then hold only what was simulated.
 
     Returns
     -------
@@ -633,18 +667,27 @@ def sweep(workload: WorkloadSpec, topology: TopologySpec, space: Space | None = 
     screen = SCREEN_GRANULARITY if fidelity is Fidelity.FAST and layered else None
     result = SweepResult(workload.name, topology.name, workload.system.gpu.name, workload.system.num_gpus,
                          workload.system.gpu.hbm_capacity_bytes, fidelity, screen or "op", space.source,
-                         notes=list(notes))
+                         notes=list(notes), exhaustive=exhaustive)
     if fidelity is Fidelity.FAST and not layered:
         result.notes.append("fidelity fast: sim.runner.simulate has no layer granularity yet, so every "
                             "configuration is simulated op by op")
+    states = StageStates()
     try:
-        jobs = feasible_candidates(workload, space, tp_limit_of(topology), result, progress)
+        jobs = feasible_candidates(workload, space, tp_limit_of(topology), result, progress, MemoryCheck(states))
     except KeyboardInterrupt:
         result.interrupted, result.stopped_while, result.wall_s = True, "checking", time.perf_counter() - t0
         return result
+    steps = result.step_wall_s
+    steps["check"] = time.perf_counter() - t0
     with open_executor(executor, workers) as (ex, slots):
-        outcomes, result.interrupted = _simulate_all(jobs, topology, screen, ex, slots, "simulating", progress)
-        result.cancelled = len(jobs) - len(outcomes)
+        t1 = time.perf_counter()
+        if exhaustive:
+            outcomes, result.interrupted = _simulate_all(jobs, topology, screen, ex, slots, "simulating", progress)
+        else:
+            bound = IterationBound(workload.model, workload.system.gpu, states)
+            outcomes, result.interrupted = _search(jobs, bound, top, topology, screen, ex, progress, result)
+        steps["simulate"] = time.perf_counter() - t1 - steps.get("bound", 0.0)
+        result.cancelled = len(jobs) - len(outcomes) - result.pruned_bound
         result.stopped_while = "simulating" if result.interrupted else ""
         rows = []
         for job in jobs:
@@ -658,10 +701,12 @@ def sweep(workload: WorkloadSpec, topology: TopologySpec, space: Space | None = 
         result.rows = rows
         best = rows[:top]
         if screen is not None and best and not result.interrupted:
+            t1 = time.perf_counter()
             again, result.interrupted = _simulate_all([r.candidate for r in best], topology, "op", ex, slots,
                                                       "op-level re-run", progress)
             best = [replace(r, op=again.get(r.candidate.key)) for r in best]
             result.stopped_while = "op-level re-run" if result.interrupted else ""
+            steps["op_rerun"] = time.perf_counter() - t1
     result.top = sorted(best, key=lambda r: (r.best.iteration_time_s, r.candidate.key))
     result.wall_s = time.perf_counter() - t0
     return result

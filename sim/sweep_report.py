@@ -25,8 +25,9 @@ def _rerun(r: SweepResult) -> bool:
 
 
 def _counts(r: SweepResult) -> dict:
-    return {"tried": r.tried, "invalid": r.invalid, "pruned_memory": r.pruned, "simulated": r.simulated,
-            "failed": r.failed, "cancelled": r.cancelled}
+    """tried = invalid + pruned_memory + pruned_bound + simulated + failed + cancelled."""
+    return {"tried": r.tried, "invalid": r.invalid, "pruned_memory": r.pruned, "pruned_bound": r.pruned_bound,
+            "simulated": r.simulated, "failed": r.failed, "cancelled": r.cancelled}
 
 
 def _row_dict(row: SweepRow, rerun: bool) -> dict:
@@ -58,6 +59,7 @@ def sweep_json(r: SweepResult) -> dict:
         "space": r.space,
         "fidelity": r.fidelity.value,
         "screen_granularity": r.screen_granularity,
+        "exhaustive": r.exhaustive,
         "counts": _counts(r),
         "invalid_reasons": dict(sorted(r.invalid_reasons.items())),
         "interrupted": r.interrupted,
@@ -103,17 +105,19 @@ def _yes(flag: bool) -> str:
 def format_sweep(r: SweepResult) -> str:
     """The printed report: what was searched, the counts, the top configurations."""
     rerun = _rerun(r)
+    which = "every configuration" if r.exhaustive else "branch and bound (lower bounds skip the slow)"
     if r.fidelity is Fidelity.FAST and rerun:
-        how = (f"fidelity fast: every configuration at {r.screen_granularity} granularity, the best {len(r.top)} "
+        how = (f"fidelity fast: {which} at {r.screen_granularity} granularity, the best {len(r.top)} "
                "again op by op")
     else:
-        how = f"fidelity {r.fidelity.value}: every configuration op by op"
+        how = f"fidelity {r.fidelity.value}: {which} op by op"
     lines = [f"llmsim {__version__} sweep: {r.workload} on {r.num_gpus} x {r.gpu} ({r.topology}), "
              f"{r.capacity_bytes / GiB:.1f} GiB per GPU",
              f"  space: {r.space}; {how}",
-             f"  tried {r.tried:,}   invalid {r.invalid:,}   pruned (memory) {r.pruned:,}   simulated {r.simulated:,}"
-             f"   failed {r.failed:,}" + (f"   cancelled {r.cancelled:,}" if r.cancelled else "")
-             + f"   in {r.wall_s:.1f} s"]
+             f"  tried {r.tried:,}   invalid {r.invalid:,}   pruned (memory) {r.pruned:,}"
+             + ("" if r.exhaustive else f"   pruned (bound) {r.pruned_bound:,}")
+             + f"   simulated {r.simulated:,}   failed {r.failed:,}"
+             + (f"   cancelled {r.cancelled:,}" if r.cancelled else "") + f"   in {r.wall_s:.1f} s"]
     if r.invalid_reasons:
         why = ", ".join(f"{k} {v:,}" for k, v in sorted(r.invalid_reasons.items(), key=lambda kv: (-kv[1], kv[0])))
         lines.append(f"  invalid, by the field the specs rejected: {why}")

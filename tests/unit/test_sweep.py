@@ -1,12 +1,18 @@
 """Tests of the design-space search (``llmsim sweep``, :mod:`sim.sweep`): the enumeration against
 counts worked out by hand, memory pruning against the closed form, one point against ``llmsim
-run``, determinism across workers and executors, the outputs, Ctrl-C, and bad space files."""
+run``, determinism across workers and executors, the outputs, Ctrl-C, the branch and bound
+(the same top N as the exhaustive sweep, its bounds below every simulated time, its choices
+independent of workers and completion order), and bad space files."""
 
 from __future__ import annotations
 
 import csv
 import json
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
@@ -15,9 +21,16 @@ from sim.cli import main
 from sim.config import load_topology, load_workload
 from sim.config.space import Space, default_space, space_from_mapping
 from sim.errors import ConfigError
-from sim.memory import stage_memory
+import sim.sweep_memory as sweep_memory
+from sim.memory import activation_model, activation_peak_bytes, stage_memory
+from sim.runner import simulate
 from sim.sweep import Fidelity, make_candidate, pareto_front, space_points, sweep
+from sim.sweep_bound import IterationBound
 from sim.sweep_report import sweep_json
+from sim.sweep_search import bounded_search
+from sim.timeline_bound import TimelineBound, timeline_bound
+from sim.types import RecomputeKind, ScheduleKind
+from sim.workload.taskgraph import build_program
 
 SMALL_SPACE = "tp: [1, 2]\npp: [1, 2]\nmicro_batch_size: [1, 2]\nrecompute: [none, full]\n"
 
@@ -114,8 +127,8 @@ def test_one_point_space_equals_run(tmp_path, capsys, fidelity):
     ran = json.loads(run_json.read_text())
     data = _sweep_json(tmp_path, capsys, "sweep", "--space", _space_file(tmp_path, "tp: [2]\n"),
                        "--workers", "1", "--fidelity", fidelity)
-    assert data["counts"] == {"tried": 1, "invalid": 0, "pruned_memory": 0, "simulated": 1, "failed": 0,
-                              "cancelled": 0}
+    assert data["counts"] == {"tried": 1, "invalid": 0, "pruned_memory": 0, "pruned_bound": 0, "simulated": 1,
+                              "failed": 0, "cancelled": 0}
     (top,) = data["top"]
     assert top["iteration_time_s"] == ran["iteration_time_s"]
     assert top["tokens_per_s"] == ran["tokens_per_s"] and top["mfu"] == ran["mfu"]
@@ -144,6 +157,25 @@ def test_pruning_is_exactly_the_closed_form():
     assert result.pruned == len(over)
     assert {r.candidate.key for r in result.rows} == set(peaks) - over
     assert all(r.candidate.peak_memory_bytes == peaks[r.candidate.key] for r in result.rows)
+
+
+@pytest.mark.parametrize("name", ["tiny", "moe"])
+def test_memory_walk_is_the_closed_forms_float_for_float(name):
+    """The sweep's faster schedule walk gives :func:`sim.memory.activation_peak_bytes`'s very
+    float on every stage of every configuration (ZB-H1, interleaving, MoE layers, CP)."""
+    w = load_workload("tiny") if name == "tiny" else _tiny_moe()
+    space = default_space() if name == "tiny" else space_from_mapping(MOE_SPACE, "moe.yaml")
+    n = 0
+    for point in space_points(w, space, 8):
+        try:
+            c = make_candidate(w, point)
+        except ConfigError:
+            continue
+        am = activation_model(c)
+        for stage in range(c.parallel.pp):
+            assert sweep_memory.activation_peak_bytes(c, stage, am) == activation_peak_bytes(c, stage, am)
+            n += 1
+    assert n >= 200
 
 
 # --- determinism and executors ------------------------------------------------------------------
@@ -181,13 +213,16 @@ def test_missing_dask_is_one_line(tmp_path, capsys, monkeypatch):
 # --- outputs ------------------------------------------------------------------------------------
 
 
-def test_csv_has_one_row_per_simulated_configuration(tmp_path, capsys):
+@pytest.mark.parametrize("exhaustive", [True, False])
+def test_csv_has_one_row_per_simulated_configuration(tmp_path, capsys, exhaustive):
     path = tmp_path / "all.csv"
     data = _sweep_json(tmp_path, capsys, "s", "--space", _space_file(tmp_path), "--workers", "1",
-                       "--csv", str(path), "--top", "3")
+                       "--csv", str(path), "--top", "3", *(["--exhaustive"] if exhaustive else []))
     with path.open() as fh:
         rows = list(csv.DictReader(fh))
-    assert len(rows) == data["counts"]["simulated"] == 14
+    counts = data["counts"]
+    assert len(rows) == counts["simulated"] and counts["simulated"] + counts["pruned_bound"] == 14
+    assert counts["pruned_bound"] == 0 or not exhaustive
     assert len({tuple(r[k] for k in sweep_module.KEY_FIELDS) for r in rows}) == len(rows)
     assert sum(r["granularity"] == "op" for r in rows) == 3  # the re-run top 3
     assert sorted(float(r["iteration_time_s"]) for r in rows if r["granularity"] == "op") == \
@@ -200,7 +235,10 @@ def test_report_table_json_and_plot(tmp_path, capsys):
                             "--top", "2", "--json", str(json_path), "--plot", str(png))
     assert status == 0, err
     data = json.loads(json_path.read_text())
-    assert "tried 16   invalid 2   pruned (memory) 0   simulated 14   failed 0" in out
+    c = data["counts"]
+    assert (f"tried 16   invalid 2   pruned (memory) 0   pruned (bound) {c['pruned_bound']}   "
+            f"simulated {c['simulated']}   failed 0") in out
+    assert c["pruned_bound"] + c["simulated"] == 14
     best = data["top"][0]
     assert best["rank"] == 1 and set(best) >= {"iteration_time_s", "screen_iteration_time_s", "tokens_per_s", "mfu",
                                               "peak_memory_bytes", "exposed_comm_s", "exposed_comm_total_s"}
@@ -246,6 +284,164 @@ def test_pareto_front():
     # equal points are both on the front; a point with equal memory and more throughput wins
     assert pareto_front([(5, 3), (5, 3), (5, 4), (1, 1)]) == [3, 2]
     assert pareto_front([(1, 1), (2, 2), (3, 3)]) == [0, 1, 2]
+
+
+# --- branch and bound ---------------------------------------------------------------------------
+
+MOE_SPACE = {"tp": [1, 2], "cp": [1, 2], "pp": [2], "ep": "auto", "virtual_pipeline_stages": "auto",
+             "schedule": "auto", "micro_batch_size": [1], "recompute": "auto", "sequence_parallel": "auto",
+             "zero_stage": [1]}
+"""A small space of a mixture-of-experts variant of tiny (:func:`_tiny_moe`): dense and MoE
+layers, context and expert parallelism, every schedule (interleaving included) and every
+recomputation."""
+
+
+def _tiny_moe():
+    """tiny with 6 layers, the last 5 of them 4 experts (top-2), and 16 sequences a batch."""
+    w = load_workload("tiny")
+    return replace(w, model=replace(w.model, num_layers=6, num_experts=4, moe_top_k=2, first_dense_layers=1),
+                   parallel=replace(w.parallel, global_batch_size=16, sequence_parallel=True))
+
+
+@pytest.fixture(scope="module")
+def tiny_exhaustive():
+    return sweep(load_workload("tiny"), load_topology("dgx-a100"), top=10, workers=1, exhaustive=True)
+
+
+def _ranked(r, n=None):
+    """The top rows as (key, screening time, finest time), in their order."""
+    return [(row.candidate.key, row.screen.iteration_time_s, row.best.iteration_time_s) for row in r.top[:n]]
+
+
+def _adds_up(r) -> bool:
+    return r.tried == r.invalid + r.pruned + r.pruned_bound + r.simulated + r.failed + r.cancelled
+
+
+@pytest.mark.parametrize("top", [1, 3, 10])
+def test_bounded_top_equals_exhaustive_on_tiny(tiny_exhaustive, top):
+    bounded = sweep(load_workload("tiny"), load_topology("dgx-a100"), top=top, workers=1)
+    full = tiny_exhaustive
+    screen_top = [(r.candidate.key, r.screen.iteration_time_s) for r in full.rows[:top]]
+    assert [(r.candidate.key, r.screen.iteration_time_s) for r in bounded.rows[:top]] == screen_top
+    if top == 10:
+        assert _ranked(bounded) == _ranked(full)
+    assert {row.candidate.key for row in bounded.top} == {k for k, _ in screen_top}
+    assert 0 < bounded.pruned_bound and bounded.simulated + bounded.pruned_bound == full.simulated
+    assert _adds_up(bounded) and _adds_up(full) and full.pruned_bound == 0
+    # every configuration left out is slower than the N-th best (the exhaustive sweep says)
+    simulated = {r.candidate.key for r in bounded.rows}
+    nth = full.rows[top - 1].screen.iteration_time_s
+    assert all(r.screen.iteration_time_s > nth for r in full.rows if r.candidate.key not in simulated)
+
+
+def test_bounded_top_equals_exhaustive_on_a_moe_space():
+    w, topo = _tiny_moe(), load_topology("dgx-a100")
+    space = space_from_mapping(MOE_SPACE, "moe.yaml")
+    full = sweep(w, topo, space, top=5, workers=1, exhaustive=True)
+    bounded = sweep(w, topo, space, top=5, workers=1)
+    assert _ranked(bounded) == _ranked(full) and len(full.top) == 5
+    assert 0 < bounded.pruned_bound and bounded.simulated + bounded.pruned_bound == full.simulated
+    assert _adds_up(bounded) and _adds_up(full)
+    kinds = {(r.candidate.settings["schedule"], r.candidate.settings["recompute"]) for r in full.rows}
+    assert len(kinds) >= 8 and {r.candidate.settings["cp"] for r in full.rows} == {1, 2}
+
+
+def test_bound_is_below_every_simulated_time(tiny_exhaustive):
+    """The closed-form bound <= the timeline bound <= the chunk-granularity time, for every
+    configuration of tiny's default space; the timeline bound also under op granularity."""
+    w, topo = load_workload("tiny"), load_topology("dgx-a100")
+    closed = IterationBound(w.model, w.system.gpu)
+    timeline = TimelineBound(topo, w.model, w.system.gpu)
+    tighter = 0
+    for row in tiny_exhaustive.rows:
+        c = row.candidate.workload
+        lb1, lb2 = closed.lower_bound_s(c), timeline.lower_bound_s(c)
+        assert 0 < lb1 <= lb2 <= row.screen.iteration_time_s, row.candidate.key
+        tighter += lb2 > lb1
+    assert tighter > len(tiny_exhaustive.rows) / 2
+    for row in tiny_exhaustive.rows[::40]:
+        c = row.candidate.workload
+        assert timeline.lower_bound_s(c) <= simulate(c, topo).result.makespan_s, row.candidate.key
+
+
+@pytest.mark.parametrize("settings", [
+    {},  # Megatron's published setting: TP 8, PP 8, v 3, interleaved, selective, SP, distributed optimizer
+    {"virtual_pipeline_stages": 1, "schedule": ScheduleKind.ZB_H1},
+    {"virtual_pipeline_stages": 1, "schedule": ScheduleKind.ONE_F_ONE_B, "recompute": RecomputeKind.FULL,
+     "micro_batch_size": 2},
+    {"tp": 4, "pp": 16, "virtual_pipeline_stages": 2, "sequence_parallel": False,
+     "recompute": RecomputeKind.SELECTIVE_OP, "zero_stage": 2, "distributed_optimizer": False},
+    {"tp": 8, "pp": 4, "cp": 2, "virtual_pipeline_stages": 1, "schedule": ScheduleKind.GPIPE,
+     "recompute": RecomputeKind.FULL},
+])
+def test_bound_holds_around_gpt3_175b_on_1024_gpus(settings):
+    w, topo = load_workload("gpt3-175b-1024"), load_topology("dgx-a100")
+    c = replace(w, parallel=replace(w.parallel, **settings))
+    t = simulate(c, topo, granularity=sweep_module.SCREEN_GRANULARITY).result.makespan_s
+    lb1 = IterationBound(w.model, w.system.gpu).lower_bound_s(c)
+    lb2 = timeline_bound(topo, w.model, w.system.gpu).lower_bound_s(c)
+    assert lb1 <= lb2 <= t
+
+
+@pytest.mark.parametrize("name", ["tiny", "moe"])
+def test_closed_form_bound_prices_the_programs_compute(name):
+    """W_s of the closed-form bound is each simulated rank's compute, op for op: the sum of
+    the cost model's time over the compute tasks of the op-level program."""
+    w = load_workload("tiny") if name == "tiny" else _tiny_moe()
+    space = default_space() if name == "tiny" else space_from_mapping(MOE_SPACE, "moe.yaml")
+    cands = []
+    for point in space_points(w, space, 8):
+        try:
+            cands.append(make_candidate(w, point))
+        except ConfigError:
+            pass
+    bound = IterationBound(w.model, w.system.gpu)
+    for c in cands[::25]:
+        prog = build_program(c)
+        per_rank = {}
+        for t in prog.tasks:
+            if not t.comm:
+                per_rank[t.rank] = per_rank.get(t.rank, 0.0) + bound.costs.compute_time_s(t.op)
+        want = bound.stage_compute_s(c)
+        for info in prog.ranks:
+            assert per_rank[info.rank] == pytest.approx(want[info.pp], rel=1e-12), sweep_module.candidate_key(c)
+
+
+def test_search_ignores_completion_order_and_workers():
+    """Synthetic jobs finishing in random order on 1 to 5 threads: the same configurations
+    are simulated every time, and the top N are the exhaustive ones."""
+    rng = random.Random(0)
+    cands = [SimpleNamespace(key=(i,)) for i in range(90)]
+    times = {c.key: 1.0 + rng.random() for c in cands}
+    closed = {k: t * rng.uniform(0.6, 1.0) for k, t in times.items()}
+    timeline = {k: max(closed[k], t * rng.uniform(0.9, 1.0)) for k, t in times.items()}
+    order = sorted(cands, key=lambda c: (closed[c.key], c.key))
+    top = 4
+    seen = set()
+    for slots, seed in [(1, 1), (2, 2), (3, 3), (5, 4)]:
+        delay = random.Random(seed)
+
+        def job(key, gate, pause):
+            time.sleep(pause)
+            return None if timeline[key] > gate else times[key]
+
+        with ThreadPoolExecutor(slots) as ex:
+            found = bounded_search(order, closed, top,
+                                   submit=lambda c, gate: ex.submit(job, c.key, gate, delay.random() / 2000),
+                                   times_of=lambda o: o, on_done=lambda c, o: None, failed=lambda exc: None,
+                                   abandon=lambda: None)
+        simulated = tuple(sorted(k for k, o in found.outcomes.items() if o is not None))
+        best = sorted((times[k], k) for k in simulated)[:top]
+        assert best == sorted((t, k) for k, t in times.items())[:top]
+        assert len(simulated) < len(cands) and found.unsent > 0
+        seen.add(simulated)
+    assert len(seen) == 1
+
+
+def test_bounded_sweep_is_the_same_on_one_or_two_workers(tmp_path, capsys):
+    one = _sweep_json(tmp_path, capsys, "one", "--top", "3", "--workers", "1")
+    two = _sweep_json(tmp_path, capsys, "two", "--top", "3", "--workers", "2")
+    assert one == two and one["counts"]["pruned_bound"] > 0 and not one["exhaustive"]
 
 
 # --- bad input ----------------------------------------------------------------------------------

@@ -1,0 +1,172 @@
+"""The sweep's memory check: the closed-form peak memory of :mod:`sim.memory`, term for term,
+with what candidates share computed once.
+
+A design-space sweep prices tens of thousands of candidates that differ in a few settings;
+:func:`sim.memory.stage_memory` recomputes each stage's parameters layer by layer and walks the
+schedule pass by pass for each of them. Here the model state of a (TP, PP, v, DP, CP, EP,
+ZeRO, stage) (:class:`StageStates`), the other buffers and each activation walk are kept, and
+the walk (:func:`activation_peak_bytes`) adds and subtracts the same terms in the same order
+as :func:`sim.memory.activation_peak_bytes` with the per-chunk sums taken once, so every peak
+is the same float (tested on whole default spaces).
+"""
+
+from __future__ import annotations
+
+from sim.memory import (ActivationModel, StageMemory, StateBytes, activation_model, other_bytes,
+                        state_bytes)
+from sim.types import ScheduleKind
+from sim.workload.schedules import Pass, pipeline_order
+from sim.workload.spec import WorkloadSpec
+
+__all__ = ["StageStates", "MemoryCheck", "activation_peak_bytes"]
+
+
+class StageStates:
+    """:func:`sim.memory.state_bytes` of one model's candidates, each (TP, PP, v, DP, CP, EP,
+    ZeRO, stage) computed once: the memory check and the time bound (:mod:`sim.sweep_bound`)
+    both need it, and candidates that differ only in schedule, micro-batch, recomputation or
+    sequence parallelism share it."""
+
+    def __init__(self) -> None:
+        self._states: dict[tuple, StateBytes] = {}
+
+    def __call__(self, w: WorkloadSpec, stage: int) -> StateBytes:
+        p = w.parallel
+        key = (p.tp, p.pp, p.virtual_pipeline_stages, p.dp, p.cp, p.ep, p.zero, stage)
+        sb = self._states.get(key)
+        if sb is None:
+            sb = self._states[key] = state_bytes(w.model, p, stage)
+        return sb
+
+
+def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel,
+                          order: list[tuple[Pass, int, int]] | None = None) -> float:
+    """:func:`sim.memory.activation_peak_bytes`, the same float: the walk of ``stage``'s
+    schedule (``order``, from :func:`~sim.workload.schedules.pipeline_order` when not given)
+    with each chunk's stored sum taken once, the same additions and subtractions in the same
+    order.
+
+    >>> from sim.config import load_workload
+    >>> import sim.memory
+    >>> w = load_workload("tiny")
+    >>> am = activation_model(w)
+    >>> activation_peak_bytes(w, 0, am) == sim.memory.activation_peak_bytes(w, 0, am)
+    True
+    """
+    p, m = w.parallel, w.model
+    pp, v = p.pp, p.virtual_pipeline_stages
+    vs_layers = w.virtual_stage_layers()
+    last = pp * v - 1
+    zb = p.schedule is ScheduleKind.ZB_H1
+    chunks = []
+    for c in range(v):
+        vs = c * pp + stage
+        moe = [m.is_moe_layer(i) for i in vs_layers[vs]]
+        back = [(am.transient(x), am.stored(x)) for x in reversed(moe)]
+        uniform = len(set(back)) <= 1
+        chunks.append((vs, sum(am.stored(x) for x in moe), back, uniform))
+    if order is None:
+        order = pipeline_order(p.schedule, pp, v, p.num_microbatches, stage)
+    F, W = Pass.FORWARD, Pass.WEIGHT
+    cur = peak = 0.0
+    for pas, _mb, chunk in order:
+        vs, stored, back, uniform = chunks[chunk]
+        # (``if x > peak: peak = x`` is ``peak = max(peak, x)``, without the call)
+        if pas is F:
+            if vs == 0:
+                cur += am.embedding
+            cur += stored
+            if vs == last:
+                cur += am.head + am.logits
+            if cur > peak:
+                peak = cur
+        elif pas is W:
+            cur -= stored
+        else:
+            if vs == last:
+                x = cur + am.loss_transient
+                if x > peak:
+                    peak = x
+                cur -= am.logits + am.head
+            if uniform and back:
+                # cur only falls along the chunk, so its first layer holds the highest sum
+                x = cur + back[0][0]
+                if x > peak:
+                    peak = x
+                if not zb:
+                    s = back[0][1]
+                    for _ in back:
+                        cur -= s
+            else:
+                for transient, s in back:
+                    x = cur + transient
+                    if x > peak:
+                        peak = x
+                    if not zb:
+                        cur -= s
+            if vs == 0:
+                cur -= am.embedding
+    return peak
+
+
+class MemoryCheck:
+    """The closed-form peak memory of candidates (:func:`sim.memory.stage_memory`, term for
+    term), with each stage's state, other buffers and schedule walk remembered. One per sweep
+    (the caches are of one model)."""
+
+    def __init__(self, states: StageStates | None = None) -> None:
+        self.states = states or StageStates()
+        self._walks: dict[tuple, float] = {}
+        self._other: dict[tuple, float] = {}
+        self._orders: dict[tuple, list] = {}
+
+    def _order(self, w: WorkloadSpec, stage: int) -> list:
+        """The schedule of ``stage``; the orders of one (schedule, pp, v, micro-batches) are
+        kept until another comes (candidates arrive grouped by those settings)."""
+        p = w.parallel
+        key = (p.schedule, p.pp, p.virtual_pipeline_stages, p.num_microbatches, stage)
+        order = self._orders.get(key)
+        if order is None:
+            if any(k[:4] != key[:4] for k in self._orders):
+                self._orders.clear()
+            order = self._orders[key] = pipeline_order(*key)
+        return order
+
+    def _activations(self, w: WorkloadSpec, stage: int, am: ActivationModel) -> float:
+        p = w.parallel
+        key = (p.schedule, p.pp, p.virtual_pipeline_stages, p.num_microbatches, stage, am)
+        hit = self._walks.get(key)
+        if hit is None:
+            hit = self._walks[key] = activation_peak_bytes(w, stage, am, self._order(w, stage))
+        return hit
+
+    def _other_bytes(self, w: WorkloadSpec, stage: int) -> float:
+        p = w.parallel
+        key = (p.sequence_parallel, p.cp, p.micro_batch_size, p.zero, p.tp, p.pp, p.virtual_pipeline_stages,
+               p.ep, p.dp, stage)
+        hit = self._other.get(key)
+        if hit is None:
+            hit = self._other[key] = other_bytes(w, stage)
+        return hit
+
+    def fitting_peak_bytes(self, w: WorkloadSpec) -> float | None:
+        """The peak memory of ``w``'s fullest stage, or None if some stage exceeds the GPU's
+        capacity.
+
+        Stages are tried first and last first (the first holds the most micro-batches in
+        flight, the last the logits), and a stage whose weights, gradients and optimizer state
+        alone exceed the capacity stops the search before its schedule is walked.
+        """
+        pp, cap = w.parallel.pp, w.system.gpu.hbm_capacity_bytes
+        am = activation_model(w)
+        peak = 0.0
+        for stage in [0] + ([pp - 1] if pp > 1 else []) + list(range(1, pp - 1)):
+            sb = self.states(w, stage)
+            if sb.total_bytes > cap:
+                return None
+            total = StageMemory(stage, sb.weights_bytes, sb.grads_bytes, sb.optimizer_bytes,
+                                self._activations(w, stage, am), self._other_bytes(w, stage), cap).total_bytes
+            if total > cap:
+                return None
+            peak = max(peak, total)
+        return peak
