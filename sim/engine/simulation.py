@@ -296,6 +296,17 @@ class Simulation:
         if ev is not None:
             ev.succeed()
 
+    def _place(self, task, start: float) -> float:
+        """Place a compute task (or block) at ``start``: its span's start and its memory
+        deltas; returns its end."""
+        end = start + self.duration[task.id]
+        self.start[task.id] = start
+        if task.mem_start_bytes:
+            self.mem[task.rank].append((start, task.mem_start_bytes))
+        if task.mem_end_bytes:
+            self.mem[task.rank].append((end, task.mem_end_bytes))
+        return end
+
     def _eager(self, k: int) -> int:
         """Place stream ``k``'s next tasks that need no clock: compute, and comm at its solo
         time with no group to meet, as soon as their dependencies' end times are known. A
@@ -309,8 +320,8 @@ class Simulation:
         busy = self._busy
         busy.add(k)
         tasks, finish, owner = self.program.tasks, self.finish, self._owner
-        duration, start_of, fixed = self.duration, self.start, self.fixed_comm
-        members, mem = self.program.coll_members, self.mem
+        start_of, fixed = self.start, self.fixed_comm
+        members = self.program.coll_members
         cursor = self._cursor[k]
         stop = -1
         while pos < len(ids):
@@ -345,12 +356,7 @@ class Simulation:
                 if task.coll_key >= 0 and members.get(task.coll_key, 1) > 1:
                     stop = tid
                     break
-                end = start + duration[tid]
-                start_of[tid] = start
-                if task.mem_start_bytes:
-                    mem[task.rank].append((start, task.mem_start_bytes))
-                if task.mem_end_bytes:
-                    mem[task.rank].append((end, task.mem_end_bytes))
+                end = self._place(task, start)
             finish[tid] = end
             self._notify(tid)
             cursor = end
@@ -364,8 +370,7 @@ class Simulation:
         what it cannot, run what needs the clock or a rendezvous."""
         env = self.env
         tasks = self.program.tasks
-        finish, start_of, duration = self.finish, self.start, self.duration
-        mem = self.mem
+        finish, start_of = self.finish, self.start
         ids = self._ids[k]
         while True:
             tid = self._eager(k)
@@ -404,12 +409,7 @@ class Simulation:
                 end = env.now
             else:  # a block: meets the other simulated members of its group
                 start, _ = yield from self._meet(task, start)
-                end = start + duration[tid]
-                start_of[tid] = start
-                if task.mem_start_bytes:
-                    mem[task.rank].append((start, task.mem_start_bytes))
-                if task.mem_end_bytes:
-                    mem[task.rank].append((end, task.mem_end_bytes))
+                end = self._place(task, start)
             finish[tid] = end
             self._cursor[k] = end
             self._pos[k] += 1
