@@ -151,24 +151,29 @@ def _events(result: SimResult) -> Iterator[str]:
         yield (f'{{"ph":"M","name":"thread_name","pid":{pid},"tid":{tid},"args":{{"name":'
                f'{enc.str(Stream(tid).label)}}}}}')
         yield f'{{"ph":"M","name":"thread_sort_index","pid":{pid},"tid":{tid},"args":{{"sort_index":{tid}}}}}'
+    us, isfinite = _US_PER_S, math.isfinite
+    args_of = enc.args
     for (pid, tid), group in sorted(groups.items()):
         device = ranks[pid].local_gpu
         rows = []
         for s in group:
-            ts = _us(s.start_s)
-            rows.append((ts, round(_us(s.end_s) - ts, 3), s.name, s))
-        if any(b[:3] < a[:3] for a, b in zip(rows, rows[1:])):
-            rows.sort(key=lambda r: r[:3])  # the engine's streams arrive sorted already
+            ts = round(s.start_s * us, 3)  # = _us(start), inlined: this loop runs per span
+            rows.append((ts, round(round(s.end_s * us, 3) - ts, 3), s.name, s))
+        for a, b in zip(rows, rows[1:]):
+            if (b[0], b[1], b[2]) < (a[0], a[1], a[2]):
+                rows.sort(key=lambda r: r[:3])  # the engine's streams arrive sorted already
+                break
+        where = f'"pid":{pid},"tid":{tid},"ts":'
+        tails = {c: f'"stream":{tid},"device":{device}{classes[c]}}}}}' for c in classes}
         for ts, d, name, s in rows:
-            if not (math.isfinite(ts) and math.isfinite(d)):
+            if not (isfinite(ts) and isfinite(d)):
                 raise ValueError(f"span {name!r} has a time that is not finite")
             kind, cat = kinds[s.kind]
-            args = enc.args(s.args)
+            args = args_of(s.args)
             if s.op_args:
-                args = f"{args},{enc.args(s.op_args)}" if args else enc.args(s.op_args)
-            yield (f'{{"ph":"X","cat":"{cat}","name":{enc.str(name)},"pid":{pid},"tid":{tid},'
-                   f'"ts":{ts!r},"dur":{d!r},"args":{{{args}{"," if args else ""}"kind":{kind},'
-                   f'"stream":{tid},"device":{device}{classes[s.comm_class]}}}}}')
+                args = f"{args},{args_of(s.op_args)}" if args else args_of(s.op_args)
+            yield (f'{{"ph":"X","cat":"{cat}","name":{enc.str(name)},{where}{ts!r},"dur":{d!r},'
+                   f'"args":{{{args}{"," if args else ""}"kind":{kind},{tails[s.comm_class]}')
             if s.flow_out in linked:
                 yield (f'{{"ph":"s","id":{s.flow_out},"cat":"{_FLOW}","name":"{_FLOW}","pid":{pid},'
                        f'"tid":{tid},"ts":{ts!r}}}')
