@@ -91,9 +91,10 @@ def _stage_layer_indices(model: ModelSpec, parallel: ParallelSpec, stage: int) -
 
 def stage_expert_params(model: ModelSpec, parallel: ParallelSpec, stage: int) -> float:
     """Routed-expert parameters held by one GPU of ``stage``: its ``E / ep`` experts of each
-    MoE layer, split over TP."""
+    MoE layer, split over the experts' TP degree (``etp``, by default ``tp``; Megatron-Core
+    ``--expert-tensor-parallel-size``)."""
     return sum(model.expert_params(i) for i in _stage_layer_indices(model, parallel, stage)) / (
-        parallel.tp * parallel.ep)
+        parallel.expert_tp * parallel.ep)
 
 
 def stage_params(model: ModelSpec, parallel: ParallelSpec, stage: int) -> float:
@@ -123,12 +124,13 @@ def state_bytes(model: ModelSpec, parallel: ParallelSpec, stage: int) -> StateBy
 
     ZeRO-1 (Megatron's distributed optimizer) shards the 12 bytes of optimizer state over the
     data-parallel ranks, ZeRO-2 the gradients as well, ZeRO-3 (FSDP) the weights too. Routed
-    experts are sharded over their own, ``ep`` times smaller, expert-data-parallel group.
+    experts are sharded over their own expert-data-parallel group, ``tp x cp x dp / (etp x
+    ep)`` ranks (``ep`` times smaller than the ``dp-cp`` group when ``etp = tp``).
     """
     p = stage_params(model, parallel, stage)
     ex = stage_expert_params(model, parallel, stage)
     z, dp = parallel.zero, parallel.dp * parallel.cp  # CP ranks hold the same weights (dp-cp group)
-    edp = dp // parallel.ep
+    edp = parallel.expert_dp
 
     def sharded(per_param: float, level: int) -> float:
         return (p - ex) * per_param / (dp if z >= level else 1) + ex * per_param / (edp if z >= level else 1)
@@ -165,7 +167,9 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
       copies of a token keeps its expert input (``2h``, gathered over TP) and its expert's
       ``6f / t`` (``4f / t`` ungated), padded by the capacity factor; the rank's own ``sb / t``
       tokens keep the expert outputs for the weighted combine (``2kh``) and the fp32 router
-      logits and probabilities (``8E``); shared experts add a dense MLP term. Under the
+      logits and probabilities (``8E``); shared experts add a dense MLP term. With expert
+      tensor parallelism (``etp != t``) the experts keep ``sb / t x etp`` tokens' copies
+      (those of the rank's ETP group) at ``6f / etp``. Under the
       op-level policy the grouped expert GEMMs are not ``aten.mm`` and are recomputed.
     * torchtitan's op-level policy (``selective-op``) keeps the layer input, the outputs of
       every other matmul in forward order (``wq``, ``wv``, ``w1``, ``w2`` of a SwiGLU layer;
@@ -199,7 +203,9 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
     per_width = 6.0 if model.gated_mlp else 4.0
     if moe:
         k, cf = model.moe_top_k, model.moe_capacity_factor or 1.0
-        mlp = (sb * k * cf * (2.0 * h + per_width * model.moe_ffn_hidden_size / t)
+        te = parallel.expert_tp  # the experts see the tokens of their ETP group, split etp ways
+        sbe = sb if te == t else sb / t * te
+        mlp = (sbe * k * cf * (2.0 * h + per_width * model.moe_ffn_hidden_size / te)
                + sb / t * (2.0 * k * h + 8.0 * model.num_experts)
                + sb * model.shared_ffn_size * per_width / t)
     else:

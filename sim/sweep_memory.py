@@ -32,7 +32,7 @@ class StageStates:
 
     def __call__(self, w: WorkloadSpec, stage: int) -> StateBytes:
         p = w.parallel
-        key = (p.tp, p.pp, p.virtual_pipeline_stages, p.dp, p.cp, p.ep, p.zero, stage)
+        key = (p.tp, p.pp, p.virtual_pipeline_stages, p.dp, p.cp, p.ep, p.expert_tp, p.zero, stage)
         sb = self._states.get(key)
         if sb is None:
             sb = self._states[key] = state_bytes(w.model, p, stage)

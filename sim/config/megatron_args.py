@@ -412,9 +412,9 @@ class _Mapper:
         get = self.get
         tp, pp = get("parallel.tp", 1), get("parallel.pp", 1)
         p: dict[str, object] = {k: get(f"parallel.{k}", 1) for k in ("tp", "pp", "cp", "ep")}
-        etp = get("expert_tp")
-        if etp is not None and etp != tp and (model.get("num_experts") or 0) > 1:
-            self.note(f"--expert-tensor-parallel-size {etp} not modelled: the experts run with TP {tp}")
+        etp = get("parallel.etp")
+        if etp is not None and (model.get("num_experts") or 0) > 1:
+            p["etp"] = etp  # unset: Megatron-Core's default, the experts at the tensor-parallel size
         vps = self._virtual_stages(model, pp)
         p["virtual_pipeline_stages"] = vps
         p["schedule"] = "interleaved-1f1b" if vps > 1 else "1f1b"

@@ -141,7 +141,7 @@ MEGATRON_FLAGS: dict[str, _Flag] = {
     "--pipeline-model-parallel-size": _Flag("parallel.pp", _integer()),
     "--context-parallel-size": _Flag("parallel.cp", _integer()),
     "--expert-model-parallel-size": _Flag("parallel.ep", _integer()),
-    "--expert-tensor-parallel-size": _Flag("expert_tp", _integer()),
+    "--expert-tensor-parallel-size": _Flag("parallel.etp", _integer()),
     "--num-layers-per-virtual-pipeline-stage": _Flag("layers_per_virtual_stage", _integer()),
     "--num-virtual-stages-per-pipeline-rank": _Flag("parallel.virtual_pipeline_stages", _integer()),
     "--pipeline-model-parallel-layout": _Flag("pipeline_layout", _word),

@@ -42,7 +42,7 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
                "hf_config", "num_experts", "moe_top_k", "moe_ffn_hidden_size", "num_shared_experts",
                "first_dense_layers", "moe_capacity_factor", "q_lora_rank", "kv_lora_rank",
                "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
-_PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "schedule",
+_PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages", "schedule",
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce",
                   "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "tp_comm_overlap", "overlap_param_gather", "placement", "details")
@@ -368,6 +368,9 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
     """
     tp, pp = _model_parallel_split(f, num_gpus, gpus_per_node, notes)
     cp, ep = (1 if f.integer(k) is None else f.integer(k) for k in ("cp", "ep"))
+    etp = f.integer("etp", positive=True)
+    if etp is None and ep > 1:
+        notes.fill("parallel.etp", tp, "Megatron-Core's default: the experts run at the tensor-parallel size")
     dp = f.integer("dp")
     if dp is None:
         if num_gpus is None:
@@ -393,7 +396,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
     placement = _placement(f)
     with _located(f.path):
         return ParallelSpec(
-            tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, virtual_pipeline_stages=vps, schedule=schedule,
+            tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,
             sequence_parallel=_sp_default(f, tp, framework, notes, tp_overlap),
             micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute,
             distributed_optimizer=_dist_opt_default(f, notes),

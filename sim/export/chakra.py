@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Callable
 
 from sim import __version__
-from sim.errors import NotBuiltError
+from sim.errors import ConfigError, NotBuiltError
 from sim.export.etfile import (Attr, AttrType, CollectiveCommType, EtNode, NodeType, encode_metadata, encode_node,
                                frame)
 from sim.program import Block, Program, Task
@@ -425,6 +425,11 @@ def export_chakra(run, directory: str | Path, prefix: str = PREFIX) -> ChakraExp
     >>> len(exp.files), exp.synthesized_ranks
     (8, 6)
     """
-    exporter = ChakraExporter(run.program, run.result, Layout.of(run.workload.parallel),
+    layout = Layout.of(run.workload.parallel)
+    if layout.folded and run.program.representative:
+        raise ConfigError("<--chakra>", "parallel.etp", "the attention's TP degree, or --full: the files of "
+                          "unsimulated ranks are made by shifting rank coordinates, which is not built for "
+                          "expert groups folded across TP (MoE parallel folding)", layout.etp)
+    exporter = ChakraExporter(run.program, run.result, layout,
                               {"workload": run.workload.name, "topology": run.topology.name})
     return exporter.write(directory, prefix)

@@ -106,12 +106,13 @@ class DataParallelMixin:
     def edp_op(self, kind: CollectiveKind, size_bytes: float) -> CommOp:
         """The ``kind`` collective over this rank's expert-data-parallel group (the ranks that
         hold the same experts), shared like :meth:`dp_op`."""
-        key = ("edp", kind, self.stage, self.tp_c, self.dp_c // self.layout.cp % self.layout.ep, size_bytes)
+        lay = self.layout
+        group = lay.edp_group(self.tp_c, self.dp_c, self.stage)
+        key = ("edp", kind, group, size_bytes)
         op = self.b.ops.get(key)
         if op is None:
-            lay = self.layout
-            op = self.b.ops[key] = CommOp(kind, CommClass.DP, lay.edp_group(self.tp_c, self.dp_c, self.stage),
-                                          size_bytes, lay.edp_groups(self.stage) if self.rep else ())
+            op = self.b.ops[key] = CommOp(kind, CommClass.DP, group, size_bytes,
+                                          lay.edp_groups(self.stage) if self.rep else ())
         return op
 
     def reduce_experts(self, layer: int, args: tuple) -> None:
@@ -119,8 +120,8 @@ class DataParallelMixin:
         (Megatron-Core keeps expert parameters in their own gradient buffer, reduced over
         ``expert_data_parallel_group``)."""
         w, p = self.w, self.w.parallel
-        params = w.model.expert_params(layer) / (p.tp * p.ep)
-        if not params or p.dp * p.cp // p.ep == 1:
+        params = w.model.expert_params(layer) / (p.expert_tp * p.ep)
+        if not params or p.expert_dp == 1:
             return
         kind = CollectiveKind.REDUCE_SCATTER if p.shards_optimizer else CollectiveKind.ALL_REDUCE
         op = self.edp_op(kind, params * GRAD_REDUCE_BYTES)

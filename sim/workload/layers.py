@@ -140,10 +140,11 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
               replicas: tuple[tuple[int, ...], ...] = (), cp_group: tuple[int, ...] = (0,),
               cp_replicas: tuple[tuple[int, ...], ...] = (), ep_group: tuple[int, ...] = (0,),
               ep_replicas: tuple[tuple[int, ...], ...] = (),
-              scaling: ScalingRecipe = ScalingRecipe.DELAYED) -> LayerOps:
+              scaling: ScalingRecipe = ScalingRecipe.DELAYED, etp_group: tuple[int, ...] | None = None,
+              etp_replicas: tuple[tuple[int, ...], ...] | None = None) -> LayerOps:
     """Build the step lists of one pipeline stage whose TP group is ``tp_group`` (and CP group
-    ``cp_group``, EP group ``ep_group``; ``replicas`` list the groups doing the same at the
-    same time)."""
+    ``cp_group``, EP group ``ep_group``, experts' TP group ``etp_group``, by default the TP
+    group; ``replicas`` list the groups doing the same at the same time)."""
     t = parallel.tp
     cp = parallel.cp
     b, s, h = parallel.micro_batch_size, model.seq_length, model.hidden_size
@@ -279,7 +280,13 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     if model.is_moe:
         # the attention half is the dense layer's; the MLP half (from norm2 on) is replaced
         mlp_at = next(i for i, st in enumerate(fwd) if st.name == "norm2")
-        mlp_fwd, mlp_bwd = _moe_mlp(model, parallel, dtype, T, e, tp_group, replicas, ep_group, ep_replicas,
+        folded = parallel.expert_tp != t
+        # unset: the TP group, or under folding the ``etp`` consecutive ranks from its first
+        # (the ETP group of the stage's first rank, :meth:`sim.workload.layout.Layout.etp_group`)
+        etp_g = etp_group if etp_group is not None else \
+            tuple(tp_group[0] + i for i in range(parallel.expert_tp)) if folded else tp_group
+        etp_r = etp_replicas if etp_replicas is not None else () if folded else replicas
+        mlp_fwd, mlp_bwd = _moe_mlp(model, parallel, dtype, T, e, etp_g, etp_r, ep_group, ep_replicas,
                                     fwd_g, dgrad_g, wgrad_g, c, mem, norm, norm_bwd, dropout_add, gather, reduce)
         moe_fwd = fwd[:mlp_at] + mlp_fwd
         bwd_at = next(i for i, st in enumerate(bwd) if st.name == "dropout-add-bwd" and i > 0)
@@ -337,16 +344,27 @@ def _moe_mlp(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, T: int, e: 
     TP like the dense MLP), the local experts as grouped GEMMs, reduce-scatter over TP,
     all-to-all back, unpermute and weight; shared experts, if any, run as a dense MLP on the
     layer's tokens. Under balanced routing each of the ``E / ep`` local experts gets
-    ``T k ep / E`` tokens (times the capacity factor when padded). The backward mirrors it."""
+    ``T k ep / E`` tokens (times the capacity factor when padded). The backward mirrors it.
+
+    With expert tensor parallelism (``etp != tp``, MoE parallel folding, Liu et al. 2025,
+    arXiv 2504.14960) the TP collectives above run over the experts' TP group ``tp_group``
+    (here the ETP group; the dispatcher's ``tp_group`` is Megatron-Core's
+    ``expert_tensor_parallel_group``) and the experts are split ``etp`` ways. Each rank still
+    dispatches its ``T / t`` sequence-parallel tokens over the EP group (which may now span TP
+    ranks); after the all-to-all and the gather over ETP a rank's experts see the tokens of
+    its ``etp x ep`` ranks (Megatron's ``num_global_tokens = num_local_tokens x ETP x EP``):
+    ``T / t x etp x k x ep / E`` per local expert."""
     t, ep = parallel.tp, parallel.ep
+    te = parallel.expert_tp
     h, E, k = model.hidden_size, model.num_experts, model.moe_top_k
     f = model.moe_ffn_hidden_size
     br = 2 if model.gated_mlp else 1
     Tn = T // t  # MoE with TP runs under sequence parallelism (checked by the spec)
+    Te = T if te == t else Tn * te  # tokens the rank's ETP group dispatches
     routed = Tn * k  # token-expert pairs this rank dispatches
     cf = model.moe_capacity_factor or 1.0
     local = E // ep
-    per_expert = max(1, round(T * k * ep / E * cf))
+    per_expert = max(1, round(Te * k * ep / E * cf))
     a2a_bytes = routed * h * e
 
     def ep_coll(name: str, wait: int = 0) -> list[Step]:
@@ -356,9 +374,9 @@ def _moe_mlp(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, T: int, e: 
         return [Step(Stream.EP_COMM, f"ncclAllToAll {name}", op, wait)]
 
     def tp_coll(kind: CollectiveKind, name: str, wait: int = 0) -> list[Step]:
-        if t == 1:
+        if te == 1:
             return []
-        op = CommOp(kind, CommClass.TP, tp_group, T * k * cf * h * e, replicas)
+        op = CommOp(kind, CommClass.TP, tp_group, Te * k * cf * h * e, replicas)
         nccl = "ncclAllGather" if kind is CollectiveKind.ALL_GATHER else "ncclReduceScatter"
         return [Step(Stream.TP_COMM, f"{nccl} {name}", op, wait)]
 
@@ -366,15 +384,15 @@ def _moe_mlp(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, T: int, e: 
     router = act_dtype_gemm(Tn, E, h)
     topk = mem(OpKind.ELEMENTWISE, Tn * E * 4 * 3)  # fp32 logits: softmax, top-k, probabilities
     permute = mem(OpKind.ELEMENTWISE, 2 * routed * h * e)
-    routed_all = T * k * cf  # pairs the rank's local experts compute, over its TP group
-    exp_fc1 = GemmOp(per_expert, br * f // t, h, dtype, local)
-    exp_fc2 = GemmOp(per_expert, h, f // t, dtype, local)
-    exp_act = mem(OpKind.ELEMENTWISE, routed_all * f // t * e * (br + 1))
-    exp_fc1_d = GemmOp(per_expert, h, br * f // t, dtype, local)
-    exp_fc1_w = GemmOp(h, br * f // t, per_expert, dtype, local)
-    exp_fc2_d = GemmOp(per_expert, f // t, h, dtype, local)
-    exp_fc2_w = GemmOp(f // t, h, per_expert, dtype, local)
-    exp_act_b = mem(OpKind.ELEMENTWISE, routed_all * f // t * e * (2 * br + 1))
+    routed_all = Te * k * cf  # pairs the rank's local experts compute, over its ETP group
+    exp_fc1 = GemmOp(per_expert, br * f // te, h, dtype, local)
+    exp_fc2 = GemmOp(per_expert, h, f // te, dtype, local)
+    exp_act = mem(OpKind.ELEMENTWISE, routed_all * f // te * e * (br + 1))
+    exp_fc1_d = GemmOp(per_expert, h, br * f // te, dtype, local)
+    exp_fc1_w = GemmOp(h, br * f // te, per_expert, dtype, local)
+    exp_fc2_d = GemmOp(per_expert, f // te, h, dtype, local)
+    exp_fc2_w = GemmOp(f // te, h, per_expert, dtype, local)
+    exp_act_b = mem(OpKind.ELEMENTWISE, routed_all * f // te * e * (2 * br + 1))
     fwd = [c("norm2", norm), c("router", router), c("router-topk", topk), c("permute", permute),
            *ep_coll("dispatch"), *tp_coll(CollectiveKind.ALL_GATHER, "dispatch"),
            c("experts-fc1", exp_fc1), c("experts-activation", exp_act), c("experts-fc2", exp_fc2),

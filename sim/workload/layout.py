@@ -9,6 +9,13 @@ group is a block of ``CP`` consecutive ``dp`` coordinates.
 
 Ranks are logical: which GPU each one runs on is the workload's ``parallel.placement``
 (:func:`gpu_placement`), applied once, by :class:`sim.topology.routing.Fabric`.
+
+Expert groups: with the experts at the attention's TP degree (``etp`` unset or ``tp``) an EP
+group is a block of ``ep`` data-parallel coordinates (EP carved out of DP). With another
+expert tensor-parallel degree, Megatron-Core's MoE parallel folding (Liu et al. 2025, arXiv
+2504.14960; ``initialize_model_parallel``'s ``expert_decoder_rank_generator``, a
+``RankGenerator(tp=etp, ep=ep, dp=edp, cp=1)`` over the same ranks and order) numbers each
+stage's ranks again as ``r = etp + ETP (ep + EP edp)``, so EP groups may span TP ranks.
 """
 
 from __future__ import annotations
@@ -31,10 +38,50 @@ class Layout:
     pp: int
     cp: int = 1
     ep: int = 1
+    etp: int | None = None
+    """The experts' tensor-parallel degree; None: ``tp``."""
 
     @classmethod
     def of(cls, parallel: ParallelSpec) -> "Layout":
-        return cls(parallel.tp, parallel.dp * parallel.cp, parallel.pp, parallel.cp, parallel.ep)
+        return cls(parallel.tp, parallel.dp * parallel.cp, parallel.pp, parallel.cp, parallel.ep, parallel.etp)
+
+    @property
+    def folded(self) -> bool:
+        """Whether the experts run at another TP degree than the attention (MoE parallel
+        folding: expert groups from :meth:`expert_coords`)."""
+        return self.etp is not None and self.etp != self.tp
+
+    def expert_coords(self, tp: int, dp: int) -> tuple[int, int, int]:
+        """(etp, ep, edp) of the rank at (tp, dp) of a stage under MoE parallel folding: its
+        index in the stage, ``tp + TP dp``, read as ``etp + ETP (ep + EP edp)``
+        (Megatron-Core's expert ``RankGenerator``, order ``tp-ep-dp`` with ``cp=1``).
+
+        >>> Layout(2, 8, 1, ep=4, etp=1).expert_coords(1, 2)
+        (0, 1, 1)
+        """
+        etp = self.tp if self.etp is None else self.etp
+        i = tp + self.tp * dp
+        return i % etp, i // etp % self.ep, i // (etp * self.ep)
+
+    def _expert_rank(self, etp_c: int, ep_c: int, edp_c: int, pp: int) -> int:
+        etp = self.tp if self.etp is None else self.etp
+        return etp_c + etp * (ep_c + self.ep * edp_c) + self.tp * self.dp * pp
+
+    def etp_group(self, tp: int, dp: int, pp: int) -> tuple[int, ...]:
+        """The experts' tensor-parallel group of the rank at (tp, dp, pp): its TP group unless
+        folded, else ``etp`` consecutive ranks of the stage.
+
+        >>> Layout(4, 2, 1, ep=4, etp=2).etp_group(3, 1, 0)
+        (6, 7)
+        """
+        if not self.folded:
+            return self.tp_group(dp, pp)
+        _, e, d = self.expert_coords(tp, dp)
+        return tuple(self._expert_rank(t, e, d, pp) for t in range(self.etp))
+
+    def etp_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
+        """Every expert tensor-parallel group of stage ``pp``."""
+        return tuple(dict.fromkeys(self.etp_group(t, d, pp) for d in range(self.dp) for t in range(self.tp)))
 
     @property
     def world_size(self) -> int:
@@ -86,7 +133,15 @@ class Layout:
         (4, 5, 6, 7)
         >>> Layout(1, 8, 1, cp=2, ep=2).ep_group(0, 5, 0)
         (5, 7)
+
+        Folded (``etp != tp``): the ranks with the same ``etp`` and ``edp`` coordinates.
+
+        >>> Layout(2, 8, 1, ep=4, etp=1).ep_group(1, 2, 0)
+        (4, 5, 6, 7)
         """
+        if self.folded:
+            t, _, d = self.expert_coords(tp, dp)
+            return tuple(self._expert_rank(t, e, d, pp) for e in range(self.ep))
         c, pure = dp % self.cp, dp // self.cp
         base = pure - pure % self.ep
         return tuple(self.rank(tp, c + self.cp * (base + e), pp) for e in range(self.ep))
@@ -102,7 +157,13 @@ class Layout:
 
         >>> Layout(1, 8, 1, ep=4).edp_group(0, 5, 0)
         (1, 5)
+        >>> Layout(2, 8, 1, ep=4, etp=1).edp_group(1, 2, 0)
+        (1, 5, 9, 13)
         """
+        if self.folded:
+            t, e, _ = self.expert_coords(tp, dp)
+            etp = self.tp if self.etp is None else self.etp
+            return tuple(self._expert_rank(t, e, d, pp) for d in range(self.tp * self.dp // (etp * self.ep)))
         e = (dp // self.cp) % self.ep
         return tuple(self.rank(tp, d, pp) for d in range(self.dp) if (d // self.cp) % self.ep == e)
 

@@ -298,6 +298,11 @@ class ParallelSpec:
     dp: int = 1
     cp: int = 1
     ep: int = 1
+    etp: int | None = None
+    """Megatron-Core's ``--expert-tensor-parallel-size``: the tensor-parallel degree of the
+    routed experts; None runs them at ``tp`` (Megatron-Core's default). With MoE parallel
+    folding (Liu et al. 2025, arXiv 2504.14960) the experts' ``etp x ep x edp`` ranks are the
+    attention's ``tp x cp x dp`` ranks of each stage (:attr:`expert_tp`, :attr:`expert_dp`)."""
     virtual_pipeline_stages: int = 1
     schedule: ScheduleKind = ScheduleKind.ONE_F_ONE_B
     sequence_parallel: bool = False
@@ -337,7 +342,15 @@ class ParallelSpec:
         if self.cp > 1 and not self.flash_attention:
             raise ConfigError(_SPEC, "parallel.flash_attention",
                               "true with parallel.cp > 1 (ring attention is built on fused attention)", False)
-        if self.ep > 1 and self.dp % self.ep:
+        if self.etp is not None:
+            _positive_int("parallel.etp", self.etp)
+        if self.expert_tp != self.tp:
+            stage = self.tp * self.cp * self.dp
+            if stage % (self.expert_tp * self.ep):
+                raise ConfigError(_SPEC, "parallel.etp", f"etp x ep (ep={self.ep}) dividing tp x cp x dp = {stage} "
+                                  "(Megatron-Core folds the experts' etp x ep x edp ranks onto each stage's "
+                                  "tp x cp x dp ranks)", self.etp)
+        elif self.ep > 1 and self.dp % self.ep:
             raise ConfigError(_SPEC, "parallel.ep", f"a divisor of parallel.dp={self.dp} (expert-parallel "
                               "groups are carved out of the data-parallel ranks, as in Megatron-Core)", self.ep)
         if self.zero_stage not in (0, 1, 2, 3):
@@ -383,6 +396,22 @@ class ParallelSpec:
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """The routed experts' tensor-parallel degree: ``etp``, or ``tp`` when unset
+        (Megatron-Core's default for ``--expert-tensor-parallel-size``)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def expert_dp(self) -> int:
+        """The expert-data-parallel degree of each stage, ``tp x cp x dp / (etp x ep)``
+        (``expert_data_parallel_size`` in Megatron-Core's ``initialize_model_parallel``).
+
+        >>> ParallelSpec(tp=2, dp=8, ep=4, etp=1).expert_dp
+        4
+        """
+        return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
 
     @property
     def num_microbatches(self) -> int:
@@ -477,9 +506,19 @@ class WorkloadSpec:
         if m.is_moe and p.tp > 1 and not p.sequence_parallel:
             raise ConfigError(_SPEC, "parallel.sequence_parallel", "true for a mixture-of-experts model with "
                               "parallel.tp > 1 (Megatron-Core requires it)", False)
-        if m.is_moe and (m.moe_ffn_hidden_size % p.tp or m.shared_ffn_size % p.tp):
+        if p.etp is not None and p.expert_tp != p.tp and not m.is_moe:
+            raise ConfigError(_SPEC, "parallel.etp", f"null or parallel.tp={p.tp} for a dense model "
+                              "(model.num_experts is 0)", p.etp)
+        if m.is_moe and p.expert_tp == p.tp and (m.moe_ffn_hidden_size % p.tp or m.shared_ffn_size % p.tp):
             raise ConfigError(_SPEC, "parallel.tp", "a divisor of model.moe_ffn_hidden_size (experts are "
                               "split over TP like the dense MLP)", p.tp)
+        if m.is_moe and p.expert_tp != p.tp:
+            if m.moe_ffn_hidden_size % p.expert_tp:
+                raise ConfigError(_SPEC, "parallel.etp", f"a divisor of model.moe_ffn_hidden_size="
+                                  f"{m.moe_ffn_hidden_size} (experts are split over ETP)", p.etp)
+            if m.shared_ffn_size % p.tp:
+                raise ConfigError(_SPEC, "parallel.tp", "a divisor of the shared experts' width (they are "
+                                  "split over TP like the dense MLP)", p.tp)
         if s.num_gpus != p.num_gpus:
             raise ConfigError(_SPEC, "system.num_gpus",
                               f"tp x pp x dp x cp = {p.tp}x{p.pp}x{p.dp}x{p.cp} = {p.num_gpus}", s.num_gpus)

@@ -434,7 +434,7 @@ class _RankProgram(DataParallelMixin):
         if p.shards_optimizer and p.dp * p.cp > 1 and p.zero < 3 and not p.overlap_param_gather:
             op = self.dp_op(CollectiveKind.ALL_GATHER, (sb.params - sb.expert_params) * PARAM_GATHER_BYTES)
             self.collective(Stream.DP_COMM, "ncclAllGather params", op, (("phase", "param-sync"),), [opt.id])
-            if sb.expert_params and p.dp * p.cp // p.ep > 1:
+            if sb.expert_params and p.expert_dp > 1:
                 op = self.edp_op(CollectiveKind.ALL_GATHER, sb.expert_params * PARAM_GATHER_BYTES)
                 self.collective(Stream.DP_COMM, "ncclAllGather expert-params", op, (("phase", "param-sync"),),
                                 [opt.id])
@@ -485,10 +485,13 @@ def build_program(w: WorkloadSpec, representative: bool = True,
         cp_replicas = layout.cp_groups(stage) if representative else ()
         ep_group = layout.ep_group(tp_c, dp_c, stage)
         ep_replicas = layout.ep_groups(stage) if representative else ()
-        ops = ops_cache.get((group, cp_group, ep_group))
+        etp_group = layout.etp_group(tp_c, dp_c, stage)
+        etp_replicas = layout.etp_groups(stage) if representative else ()
+        ops = ops_cache.get((group, cp_group, ep_group, etp_group))
         if ops is None:
-            ops = ops_cache[(group, cp_group, ep_group)] = layer_ops(w.model, p, w.dtype, group, replicas, cp_group,
-                                                                     cp_replicas, ep_group, ep_replicas, w.scaling)
+            ops = ops_cache[(group, cp_group, ep_group, etp_group)] = layer_ops(
+                w.model, p, w.dtype, group, replicas, cp_group, cp_replicas, ep_group, ep_replicas, w.scaling,
+                etp_group, etp_replicas)
         _RankProgram(b, w, layout, r, ops, representative, granularity == "layer",
                      granularity == "chunk").build()
         infos.append(RankInfo(r, node_of(r), local_gpu_of(r), tp_c, stage, dp_c // p.cp, dp_c % p.cp))

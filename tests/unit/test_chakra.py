@@ -354,3 +354,21 @@ def test_cli_run_chakra(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--granularity" in err
     assert not (tmp_path / "x").exists()
+
+
+def test_folded_expert_groups_need_full(tmp_path):
+    """Rank substitution shifts rank coordinates; expert groups folded across TP (etp != tp) are
+    not built for it, so a representative run says so in one line instead of writing wrong
+    groups."""
+    import pytest
+
+    from sim.config import load_topology, load_workload
+    from sim.errors import ConfigError
+    from sim.export.chakra import export_chakra
+    from sim.runner import simulate
+
+    w = load_workload("mixtral-8x7b", ["parallel.tp=2", "parallel.dp=8", "parallel.sequence_parallel=true",
+                                       "parallel.etp=1"])
+    run = simulate(w, load_topology("dgx-h100"))
+    with pytest.raises(ConfigError, match="parallel.etp"):
+        export_chakra(run, tmp_path)

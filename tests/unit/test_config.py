@@ -454,3 +454,24 @@ def test_topology_spec_check_names_the_file(tmp_path):
     data = _topology_data()
     data["scale_up"]["domain_size"] = 3
     _error(_write(tmp_path, data), "scale_up.domain_size", loader=load_topology)
+
+
+def _mixtral_with_etp(tmp_path: Path, etp: object) -> Path:
+    data = yaml.safe_load((WORKLOADS / "mixtral-8x7b.yaml").read_text())
+    data["model"]["hf_config"] = str(WORKLOADS / data["model"]["hf_config"])
+    data["parallel"]["etp"] = etp
+    return _write(tmp_path, data)
+
+
+@pytest.mark.parametrize("etp", [3, "two", 0])
+def test_bad_expert_tensor_parallel_size_is_one_line_naming_parallel_etp(tmp_path, etp):
+    """Mixtral's TP 1 x DP 16 ranks per stage hold ETP x EP 8 expert ranks: 3 x 8 does not fit."""
+    _error(_mixtral_with_etp(tmp_path, etp), "parallel.etp")
+
+
+def test_expert_tensor_parallel_size_loads_and_null_is_megatron_cores_default(tmp_path):
+    spec = load_workload(str(_mixtral_with_etp(tmp_path, 2)))
+    assert (spec.parallel.etp, spec.parallel.expert_tp, spec.parallel.expert_dp) == (2, 2, 1)
+    spec, notes = load_workload_with_notes(str(_mixtral_with_etp(tmp_path, None)))
+    assert spec.parallel.etp is None and spec.parallel.expert_tp == spec.parallel.tp
+    assert any(n.startswith("parallel.etp: null -> 1") for n in notes)

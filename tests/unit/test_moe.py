@@ -200,3 +200,124 @@ def test_large_all_to_alls_are_priced_alone():
     spans = [s for s in run.result.spans if s.stream is Stream.EP_COMM and s.name.endswith("dispatch")]
     assert 64 > MAX_SHARED_ALL_TO_ALL and len(spans) == 2
     assert spans[0].end_s - spans[0].start_s == pytest.approx(spans[1].end_s - spans[1].start_s, rel=1e-12)
+
+
+# --- expert tensor parallelism (MoE parallel folding) ----------------------------------------
+
+
+def _with_experts_at(w, ep: int, etp: int | None):
+    """``w`` with ``ep``-way expert parallelism and the experts at tensor-parallel degree ``etp``
+    (set after building: with ``etp < tp`` EP need not divide DP)."""
+    import dataclasses
+    return dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, ep=ep, etp=etp))
+
+
+@pytest.mark.parametrize("pp,dp", [(1, 4), (2, 4)])
+def test_experts_folded_below_tp_agree_in_both_modes(pp, dp):
+    """TP 2 attention, experts at ETP 1 over EP 4 (Megatron-Core's expert ``RankGenerator``
+    folds each EP group over TP ranks): the representative rank and every rank simulated
+    agree, and the experts' all-to-alls run with no TP gather around them."""
+    w = make_workload(tp=2, pp=pp, dp=dp, experts=8, gbs=16, sp=True, dist_opt=True, gpu="H100-SXM5-80GB")
+    w = _with_experts_at(w, ep=4, etp=1)
+    topo = load_topology("dgx-h100")
+    runs = simulate(w, topo), simulate(w, topo, full=True)
+    rep, full = (make_report(r) for r in runs)
+    assert rep.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-9)
+    assert rep.exposed_comm_s["ep"] == pytest.approx(full.exposed_comm_s["ep"], rel=1e-6)
+    spans = runs[0].result.spans
+    assert any(s.stream is Stream.EP_COMM for s in spans)
+    assert not [s for s in spans if s.stream is Stream.TP_COMM and s.name.endswith((" dispatch", " combine"))]
+    for s in rep.stages:
+        assert s.peak_memory_bytes == pytest.approx(stage_memory(w, s.stage).total_bytes, rel=1e-12)
+
+
+def test_experts_at_tp_reproduce_the_default_exactly():
+    """``etp = tp`` is Megatron-Core's default: the same program and the same iteration."""
+    w = make_workload(tp=2, pp=2, dp=4, ep=2, experts=4, gbs=16, sp=True, dist_opt=True, shared=1,
+                      gpu="H100-SXM5-80GB")
+    same = _with_experts_at(w, ep=2, etp=2)
+    topo = load_topology("dgx-h100")
+    a, b = make_report(simulate(w, topo)), make_report(simulate(same, topo))
+    assert a.iteration_time_s == b.iteration_time_s
+    assert [s.peak_memory_bytes for s in a.stages] == [s.peak_memory_bytes for s in b.stages]
+    assert state_bytes(w.model, w.parallel, 0) == state_bytes(same.model, same.parallel, 0)
+
+
+@pytest.mark.parametrize("etp,ep", [(4, 1), (4, 4), (2, 4), (1, 4), (1, 8), (2, 8)])
+def test_expert_state_is_divided_by_etp_times_ep(etp, ep):
+    """Each GPU holds ``1 / (etp ep)`` of the experts; the distributed optimizer shards them
+    over the ``tp dp / (etp ep)`` expert-data-parallel ranks (Megatron-Core's
+    ``expert_data_parallel_size``), the rest over DP."""
+    w = _with_experts_at(make_workload(tp=4, dp=4, experts=8, gbs=8, sp=True, dist_opt=True), ep, etp)
+    sb = state_bytes(w.model, w.parallel, 0)
+    experts = sum(w.model.expert_params(i) for i in range(w.model.num_layers))
+    dense = sb.params - sb.expert_params
+    assert sb.expert_params == pytest.approx(experts / (etp * ep))
+    edp = 16 // (etp * ep)
+    assert w.parallel.expert_dp == edp
+    assert sb.optimizer_bytes == pytest.approx(12 * (dense / 4 + experts / (etp * ep) / edp))
+
+
+def test_each_token_expert_pair_is_computed_once_whatever_the_expert_tp():
+    """Folding moves work, not amounts: per rank the routed tokens sent and the expert GEMM
+    FLOPs (``2 x T/t x k x f x h`` per projection) are the same at every ETP degree."""
+    from sim.workload.layers import layer_ops
+    from sim.workload.layout import Layout
+    from sim.workload.ops import GemmOp
+    w0 = make_workload(tp=4, dp=4, experts=8, gbs=8, sp=True)
+    seen = set()
+    for etp in (1, 2, 4):
+        w = _with_experts_at(w0, 4, etp)
+        lay = Layout.of(w.parallel)
+        steps = layer_ops(w.model, w.parallel, w.dtype, lay.tp_group(0, 0), (), ep_group=lay.ep_group(0, 0, 0),
+                          etp_group=lay.etp_group(0, 0, 0)).moe.layer_fwd
+        flops = sum(s.op.flops for s in steps if s.name.startswith("experts-") and isinstance(s.op, GemmOp))
+        a2a = [s.op.size_bytes for s in steps if s.stream is Stream.EP_COMM]
+        etp_groups = {s.op.group for s in steps if s.stream is Stream.TP_COMM and s.name.endswith("dispatch")}
+        assert etp_groups == ({lay.etp_group(0, 0, 0)} if etp > 1 else set())
+        seen.add((flops, tuple(a2a)))
+    T, k, f, h = 512 // 4, 2, 4096, 1024
+    assert seen == {(2 * 2 * T * k * f * h, (T * k * h * 2.0,) * 2)}
+
+
+def test_folded_groups_follow_megatron_core_expert_rank_generator():
+    """``RankGenerator(tp=etp, ep=ep, dp=edp, cp=1, order="tp-cp-ep-dp-pp")``: rank
+    ``etp + ETP (ep + EP edp)`` within a stage; each kind of group partitions the stage."""
+    from sim.workload.layout import Layout
+    lay = Layout(4, 4, 2, ep=4, etp=2)
+    assert lay.ep_group(0, 0, 0) == (0, 2, 4, 6) and lay.ep_group(1, 2, 1) == (25, 27, 29, 31)
+    assert lay.etp_group(3, 0, 0) == (2, 3) and lay.edp_group(1, 0, 0) == (1, 9)
+    for groups in (lay.ep_groups(1), lay.etp_groups(1), lay.edp_groups(1)):
+        assert sorted(r for g in groups for r in g) == list(range(16, 32))
+
+
+@pytest.mark.parametrize("kw,field", [
+    (dict(tp=2, dp=4, ep=4, etp=3), "parallel.etp"),   # 3 x 4 does not divide 2 x 4 ranks
+    (dict(tp=2, dp=2, ep=4, etp=2), "parallel.ep"),    # at TP, EP is carved out of DP
+    (dict(tp=2, dp=4, ep=1, etp=0), "parallel.etp"),
+])
+def test_bad_expert_tensor_parallel_sizes_are_one_clear_error(kw, field):
+    from sim.workload.spec import ParallelSpec
+    with pytest.raises(ConfigError) as info:
+        ParallelSpec(sequence_parallel=True, **kw)
+    assert info.value.field == field
+
+
+def test_expert_tp_must_split_the_experts_and_needs_experts():
+    with pytest.raises(ConfigError) as info:
+        _with_experts_at(make_workload(tp=2, dp=4, gbs=8, sp=True), 1, 1)
+    assert info.value.field == "parallel.etp"
+    with pytest.raises(ConfigError) as info:
+        _with_experts_at(make_workload(tp=1, dp=8, experts=8, hidden=1001, heads=7, gbs=8), 1, 8)
+    assert info.value.field == "parallel.etp" and "moe_ffn_hidden_size=4004" in str(info.value)
+
+
+def test_megatron_expert_tensor_parallel_size_maps_to_parallel_etp():
+    from sim.config.megatron_args import load_megatron_workload
+    args = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --micro-batch-size 1 "
+            "--global-batch-size 8 --vocab-size 32000 --bf16 --num-experts 8 --moe-router-topk 2 "
+            "--tensor-model-parallel-size 2 --sequence-parallel --expert-model-parallel-size 4 "
+            "--expert-tensor-parallel-size 1")
+    spec, notes = load_megatron_workload(args, gpu="A100-SXM4-80GB", num_gpus=8)
+    assert (spec.parallel.tp, spec.parallel.ep, spec.parallel.etp, spec.parallel.expert_dp) == (2, 4, 1, 2)
+    assert not any("expert-tensor" in n for n in notes)
