@@ -17,18 +17,19 @@ section), or a Hugging Face ``config.json`` (:mod:`sim.inference.models`).
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
+
+from sim.cli import _write_json
 
 __all__ = ["add_commands", "add_whatif_memory"]
 
 DEFAULT_ROOFLINE_GPUS = "A100-SXM4-80GB,H100-SXM5-80GB,B200"
 
 
-def _write_json(path: str, obj: dict) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(obj, indent=2) + "\n")
+def _spec_json(spec) -> dict:
+    """What a roofline or memory what-if ran: the request and its parallel layout."""
+    return {"model": spec.name, "tp": spec.tp, "pp": spec.pp, "batch": spec.batch,
+            "prompt_tokens": spec.prompt_tokens, "generate_tokens": spec.generate_tokens,
+            "dtype": spec.dtype.value, "kv_dtype": spec.kv_dtype.value}
 
 
 def _args(a: argparse.Namespace, gpu: str | None = None):
@@ -71,9 +72,7 @@ def _cmd_roofline(a: argparse.Namespace) -> int:
     result = roofline(spec, gpus, [topology_for(g, a.topology) for g in gpus], phases)
     print(format_roofline(spec, result))
     if a.json:
-        _write_json(a.json, {"model": spec.name, "tp": spec.tp, "batch": spec.batch, "prompt_tokens": spec.prompt_tokens,
-                             "generate_tokens": spec.generate_tokens, "dtype": spec.dtype.value,
-                             "kv_dtype": spec.kv_dtype.value, "gpus": [g.to_dict() for g in result]})
+        _write_json(a.json, {**_spec_json(spec), "gpus": [g.to_dict() for g in result]})
     if a.plot:
         from sim.plot import plot_roofline
 
@@ -92,10 +91,7 @@ def _cmd_whatif_memory(a: argparse.Namespace) -> int:
     rows = memory_whatif(spec, topo, gens, table, a.granularity)
     print(format_memory_whatif(spec, rows))
     if a.json:
-        _write_json(a.json, {"model": spec.name, "gpu": spec.gpu.name, "tp": spec.tp, "pp": spec.pp,
-                             "batch": spec.batch, "prompt_tokens": spec.prompt_tokens,
-                             "generate_tokens": spec.generate_tokens, "dtype": spec.dtype.value,
-                             "rows": [r.to_dict() for r in rows]})
+        _write_json(a.json, {**_spec_json(spec), "gpu": spec.gpu.name, "rows": [r.to_dict() for r in rows]})
     if a.plot:
         from sim.plot import plot_hbm_generations
 
