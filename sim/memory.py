@@ -314,41 +314,69 @@ class StageMemory:
                 "capacity_bytes": self.capacity_bytes, "headroom_bytes": self.headroom_bytes, "fits": self.fits}
 
 
-def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel) -> float:
-    """Peak activation bytes of a GPU of pipeline stage ``stage``, walking its schedule.
+def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel,
+                          order: list[tuple[Pass, int, int]] | None = None) -> float:
+    """Peak activation bytes of a GPU of pipeline stage ``stage``, walking its schedule
+    (``order``, from :func:`~sim.workload.schedules.pipeline_order` when not given).
 
     Allocations and frees happen in the order the task-graph builder issues them: a layer's
     stored activations at the start of its forward, freed at the end of its backward, where
     its transient activations are held; the embedding, head and logits terms on the first and
     last virtual stages. For 1F1B this is ``min(p - stage, m)`` micro-batches of ``L / p``
-    layers (Korthikanti et al. 2022, Sec. 4.3).
+    layers (Korthikanti et al. 2022, Sec. 4.3). Each chunk's stored sum is taken once, since a
+    design-space sweep walks tens of thousands of schedules.
     """
     p, m = w.parallel, w.model
     pp, v = p.pp, p.virtual_pipeline_stages
     vs_layers = w.virtual_stage_layers()
     last = pp * v - 1
-    zb = p.schedule is ScheduleKind.ZB_H1  # stored activations live until the W pass
+    zb = p.schedule is ScheduleKind.ZB_H1
+    chunks = []
+    for c in range(v):
+        vs = c * pp + stage
+        moe = [m.is_moe_layer(i) for i in vs_layers[vs]]
+        back = [(am.transient(x), am.stored(x)) for x in reversed(moe)]
+        uniform = len(set(back)) <= 1
+        chunks.append((vs, sum(am.stored(x) for x in moe), back, uniform))
+    if order is None:
+        order = pipeline_order(p.schedule, pp, v, p.num_microbatches, stage)
+    F, W = Pass.FORWARD, Pass.WEIGHT
     cur = peak = 0.0
-    for pas, _mb, chunk in pipeline_order(p.schedule, pp, v, p.num_microbatches, stage):
-        vs = chunk * pp + stage
-        if pas is Pass.FORWARD:
+    for pas, _mb, chunk in order:
+        vs, stored, back, uniform = chunks[chunk]
+        # (``if x > peak: peak = x`` is ``peak = max(peak, x)``, without the call)
+        if pas is F:
             if vs == 0:
                 cur += am.embedding
-            cur += sum(am.stored(m.is_moe_layer(i)) for i in vs_layers[vs])
+            cur += stored
             if vs == last:
                 cur += am.head + am.logits
-            peak = max(peak, cur)
-        elif pas is Pass.WEIGHT:
-            cur -= sum(am.stored(m.is_moe_layer(i)) for i in vs_layers[vs])
+            if cur > peak:
+                peak = cur
+        elif pas is W:
+            cur -= stored
         else:
             if vs == last:
-                peak = max(peak, cur + am.loss_transient)
+                x = cur + am.loss_transient
+                if x > peak:
+                    peak = x
                 cur -= am.logits + am.head
-            # each layer's backward holds its transient on top, then frees what it stored
-            for i in reversed(vs_layers[vs]):
-                peak = max(peak, cur + am.transient(m.is_moe_layer(i)))
+            if uniform and back:
+                # cur only falls along the chunk, so its first layer holds the highest sum
+                x = cur + back[0][0]
+                if x > peak:
+                    peak = x
                 if not zb:
-                    cur -= am.stored(m.is_moe_layer(i))
+                    s = back[0][1]
+                    for _ in back:
+                        cur -= s
+            else:
+                for transient, s in back:
+                    x = cur + transient
+                    if x > peak:
+                        peak = x
+                    if not zb:
+                        cur -= s
             if vs == 0:
                 cur -= am.embedding
     return peak

@@ -4,21 +4,19 @@ with what candidates share computed once.
 A design-space sweep prices tens of thousands of candidates that differ in a few settings;
 :func:`sim.memory.stage_memory` recomputes each stage's parameters layer by layer and walks the
 schedule pass by pass for each of them. Here the model state of a (TP, PP, v, DP, CP, EP,
-ZeRO, stage) (:class:`StageStates`), the other buffers and each activation walk are kept, and
-the walk (:func:`activation_peak_bytes`) adds and subtracts the same terms in the same order
-as :func:`sim.memory.activation_peak_bytes` with the per-chunk sums taken once, so every peak
-is the same float (tested on whole default spaces).
+ZeRO, stage) (:class:`StageStates`), the other buffers and each activation walk
+(:func:`sim.memory.activation_peak_bytes` over a kept schedule order) are remembered, so every
+peak is the one :func:`sim.memory.stage_memory` gives (tested on whole default spaces).
 """
 
 from __future__ import annotations
 
-from sim.memory import (ActivationModel, StageMemory, StateBytes, activation_model, other_bytes,
-                        state_bytes)
-from sim.types import ScheduleKind
-from sim.workload.schedules import Pass, pipeline_order
+from sim.memory import (ActivationModel, StageMemory, StateBytes, activation_model, activation_peak_bytes,
+                        other_bytes, state_bytes)
+from sim.workload.schedules import pipeline_order
 from sim.workload.spec import WorkloadSpec
 
-__all__ = ["StageStates", "MemoryCheck", "activation_peak_bytes"]
+__all__ = ["StageStates", "MemoryCheck"]
 
 
 class StageStates:
@@ -37,76 +35,6 @@ class StageStates:
         if sb is None:
             sb = self._states[key] = state_bytes(w.model, p, stage)
         return sb
-
-
-def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel,
-                          order: list[tuple[Pass, int, int]] | None = None) -> float:
-    """:func:`sim.memory.activation_peak_bytes`, the same float: the walk of ``stage``'s
-    schedule (``order``, from :func:`~sim.workload.schedules.pipeline_order` when not given)
-    with each chunk's stored sum taken once, the same additions and subtractions in the same
-    order.
-
-    >>> from sim.config import load_workload
-    >>> import sim.memory
-    >>> w = load_workload("tiny")
-    >>> am = activation_model(w)
-    >>> activation_peak_bytes(w, 0, am) == sim.memory.activation_peak_bytes(w, 0, am)
-    True
-    """
-    p, m = w.parallel, w.model
-    pp, v = p.pp, p.virtual_pipeline_stages
-    vs_layers = w.virtual_stage_layers()
-    last = pp * v - 1
-    zb = p.schedule is ScheduleKind.ZB_H1
-    chunks = []
-    for c in range(v):
-        vs = c * pp + stage
-        moe = [m.is_moe_layer(i) for i in vs_layers[vs]]
-        back = [(am.transient(x), am.stored(x)) for x in reversed(moe)]
-        uniform = len(set(back)) <= 1
-        chunks.append((vs, sum(am.stored(x) for x in moe), back, uniform))
-    if order is None:
-        order = pipeline_order(p.schedule, pp, v, p.num_microbatches, stage)
-    F, W = Pass.FORWARD, Pass.WEIGHT
-    cur = peak = 0.0
-    for pas, _mb, chunk in order:
-        vs, stored, back, uniform = chunks[chunk]
-        # (``if x > peak: peak = x`` is ``peak = max(peak, x)``, without the call)
-        if pas is F:
-            if vs == 0:
-                cur += am.embedding
-            cur += stored
-            if vs == last:
-                cur += am.head + am.logits
-            if cur > peak:
-                peak = cur
-        elif pas is W:
-            cur -= stored
-        else:
-            if vs == last:
-                x = cur + am.loss_transient
-                if x > peak:
-                    peak = x
-                cur -= am.logits + am.head
-            if uniform and back:
-                # cur only falls along the chunk, so its first layer holds the highest sum
-                x = cur + back[0][0]
-                if x > peak:
-                    peak = x
-                if not zb:
-                    s = back[0][1]
-                    for _ in back:
-                        cur -= s
-            else:
-                for transient, s in back:
-                    x = cur + transient
-                    if x > peak:
-                        peak = x
-                    if not zb:
-                        cur -= s
-            if vs == 0:
-                cur -= am.embedding
-    return peak
 
 
 class MemoryCheck:
