@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.types import LossKind, RecomputeKind, ScheduleKind
+from sim.workload.context_parallel import cp_transient_bytes
 from sim.workload.schedules import Pass, pipeline_order
 from sim.workload.spec import ModelSpec, ParallelSpec, WorkloadSpec, pipeline_split
 
@@ -232,7 +233,9 @@ class ActivationModel:
     """Kept by each layer from its forward to its backward."""
     layer_transient: float
     """Held while one layer's backward runs: its recomputed activations under full
-    recomputation, else nothing more."""
+    recomputation, and what context parallelism's attention gathers or exchanges beyond ring
+    attention (:func:`sim.workload.context_parallel.cp_transient_bytes`: the full-sequence
+    K/V and their gradients of ``all_gather``, the all-to-all copies of ``a2a``)."""
     embedding: float
     """Kept by the first virtual stage: the embedding output's dropout mask."""
     head: float
@@ -264,6 +267,8 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
     sb, h, t = m.seq_length // p.cp * p.micro_batch_size, m.hidden_size, p.tp
     div = t if p.sequence_parallel else 1
 
+    cp_held = cp_transient_bytes(m, p)
+
     def terms(moe: bool) -> tuple[float, float]:
         stored = layer_activation_bytes(m, p, rc, moe)
         if rc is RecomputeKind.FULL:
@@ -272,7 +277,7 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
             transient = max(0.0, layer_activation_bytes(m, p, RecomputeKind.NONE, moe) - stored)
         else:
             transient = 0.0
-        return stored, transient
+        return stored, transient + cp_held
 
     stored, transient = terms(False)
     moe_stored, moe_transient = terms(True) if m.is_moe else (0.0, 0.0)

@@ -39,7 +39,7 @@ def format_memory(w: WorkloadSpec, table: dict[RecomputeKind, list[StageMemory]]
     sched = p.schedule.value + (f" (v={p.virtual_pipeline_stages})" if p.virtual_pipeline_stages > 1 else "")
     zero = f"  ZeRO-{p.zero}" if p.zero else ""
     lines = [f"llmsim {__version__} memory: {w.name} on {w.system.num_gpus} x {w.system.gpu.name}",
-             f"  TP {p.tp}  PP {p.pp}  DP {p.dp}{f'  CP {p.cp}' if p.cp > 1 else ''}"
+             f"  TP {p.tp}  PP {p.pp}  DP {p.dp}{f'  CP {p.cp} ({p.cp_comm_type.value})' if p.cp > 1 else ''}"
              f"{f'  EP {p.ep}' if p.ep > 1 else ''}  {sched}  {p.num_microbatches} micro-batches of "
              f"{p.micro_batch_size}  seq {w.model.seq_length}{'  sequence parallel' if p.sequence_parallel else ''}"
              f"{zero}  {'flash' if p.flash_attention else 'unfused'} attention", ""]

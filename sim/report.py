@@ -152,6 +152,10 @@ def make_report(run: Run) -> Report:
                 "micro_batch_size": p.micro_batch_size, "global_batch_size": p.global_batch_size,
                 "num_microbatches": p.num_microbatches, "recompute": p.recompute.value,
                 "distributed_optimizer": p.distributed_optimizer, "dtype": w.dtype.value}
+    if p.cp > 1:  # only with context parallelism, so other reports stay as they were
+        parallel["cp_comm_type"] = p.cp_comm_type.value
+        if p.hierarchical_context_parallel_sizes is not None:
+            parallel["hierarchical_context_parallel_sizes"] = list(p.hierarchical_context_parallel_sizes)
     if run.fabric.placement is not None:  # only off the default, so default reports stay as they were
         parallel["placement"] = p.placement if isinstance(p.placement, str) else list(p.placement)
     return Report(
@@ -168,11 +172,18 @@ def _pct(x: float) -> str:
     return f"{100 * x:.1f}%"
 
 
+def _cp_comm_label(p: dict) -> str:
+    """How context parallelism communicates, e.g. ``p2p`` or ``a2a+p2p 2x4``."""
+    levels = p.get("hierarchical_context_parallel_sizes")
+    kind = p.get("cp_comm_type", "p2p")
+    return f"{kind} {levels[0]}x{levels[1]}" if kind == "a2a+p2p" and levels else kind
+
+
 def format_report(r: Report) -> str:
     """The human-readable table of a report."""
     p = r.parallel
     sched = p["schedule"] + (f" (v={p['virtual_pipeline_stages']})" if p["virtual_pipeline_stages"] > 1 else "")
-    cp = f"  CP {p['cp']}" if p["cp"] > 1 else ""
+    cp = f"  CP {p['cp']} ({_cp_comm_label(p)})" if p["cp"] > 1 else ""
     cp += f"  EP {p['ep']}" if p.get("ep", 1) > 1 else ""
     cp += f"  ETP {p['etp']}" if p.get("etp", p["tp"]) != p["tp"] else ""
     placed = p.get("placement")

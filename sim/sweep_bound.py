@@ -74,7 +74,7 @@ def _layer_ops_key(w: WorkloadSpec) -> tuple:
     """What :func:`~sim.workload.layers.layer_ops` reads of a workload besides its groups."""
     p = w.parallel
     return (p.tp, p.cp, p.ep, p.micro_batch_size, p.sequence_parallel, p.flash_attention, p.attention_kernel,
-            p.tp_comm_overlap, w.dtype, w.scaling)
+            p.tp_comm_overlap, w.dtype, w.scaling, p.cp_comm_type, p.hierarchical_context_parallel_sizes)
 
 
 class IterationBound:

@@ -80,6 +80,27 @@ class LossKind(str, Enum):
     the incoming gradient and the result beside it, each fp32 and vocabulary-wide."""
 
 
+class CpCommType(str, Enum):
+    """How context parallelism exchanges the sequence for attention: Megatron-LM's
+    ``--cp-comm-type`` (``megatron/training/arguments.py``), which Megatron-Core hands to
+    Transformer Engine's ``attn_forward_func_with_cp``
+    (``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``)."""
+
+    P2P = "p2p"
+    """Ring attention (``AttnFuncWithCPAndKVP2P``): ``cp`` steps, the next K/V chunk sent
+    around the ring while a step computes; the backward also passes the K/V gradients."""
+    ALL_GATHER = "all_gather"
+    """``AttnFuncWithCPAndKVAllGather``: K and V all-gathered over the CP group before the
+    attention (and again in the backward), their gradients reduce-scattered after it."""
+    A2A = "a2a"
+    """DeepSpeed-Ulysses (Jacobs et al. 2023, arXiv 2309.14509; ``AttnFuncWithCPAndQKVOA2A``):
+    all-to-alls turn sequence-sharded Q, K, V into head-sharded full sequences before the
+    attention, and the output back after it."""
+    A2A_P2P = "a2a+p2p"
+    """Hierarchical: all-to-all over the first level of
+    ``--hierarchical-context-parallel-sizes``, ring attention over the second."""
+
+
 class OpKind(str, Enum):
     """What a task does; the report's ``compute_s`` is keyed by the compute kinds."""
 

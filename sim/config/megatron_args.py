@@ -415,6 +415,7 @@ class _Mapper:
         etp = get("parallel.etp")
         if etp is not None and (model.get("num_experts") or 0) > 1:
             p["etp"] = etp  # unset: Megatron-Core's default, the experts at the tensor-parallel size
+        p.update(self._cp_comm())
         vps = self._virtual_stages(model, pp)
         p["virtual_pipeline_stages"] = vps
         p["schedule"] = "interleaved-1f1b" if vps > 1 else "1f1b"
@@ -451,6 +452,23 @@ class _Mapper:
                       f"{'' if get('dispatcher') else ' (the default)'} simulated as alltoall "
                       "(llmsim's expert-parallel dispatch)")
         return p
+
+    def _cp_comm(self) -> dict[str, object]:
+        """``--cp-comm-type`` (one word for every layer; Megatron-LM also takes one per layer,
+        which llmsim does not model unless they agree) and
+        ``--hierarchical-context-parallel-sizes``, as ``parallel`` keys; absent flags leave
+        Megatron-LM's default, ``p2p``."""
+        out: dict[str, object] = {}
+        types = self.get("cp_comm_type")
+        if types is not None:
+            if len(set(types)) > 1:
+                raise self.error("cp_comm_type", "one type for every layer (per-layer types are not modelled)",
+                                 " ".join(types))
+            out["cp_comm_type"] = types[0]
+        levels = self.get("parallel.hierarchical_context_parallel_sizes")
+        if levels is not None:
+            out["hierarchical_context_parallel_sizes"] = list(levels)
+        return out
 
     def _virtual_stages(self, model: Mapping[str, object], pp: int) -> int:
         get, layers = self.get, int(model["num_layers"])

@@ -87,6 +87,31 @@ def _words(values: list[str]) -> tuple[str, ...]:
     return tuple(values)
 
 
+def _integers(values: list[str]) -> list[int]:
+    """One or more positive integers (``nargs='+', type=int``)."""
+    if not values:
+        raise _BadValue("one or more positive integers", None)
+    parse = _integer()
+    return [parse([v]) for v in values]
+
+
+_CP_COMM_TYPES = ("p2p", "a2a", "allgather", "all_gather", "a2a+p2p")
+"""``--cp-comm-type`` values: Megatron-LM's help text names ``p2p, a2a, allgather or a2a+p2p``;
+Megatron-Core passes the word to Transformer Engine unchanged, whose
+``attn_forward_func_with_cp`` spells the all-gather ``all_gather``. Both spellings are read as
+the all-gather."""
+
+
+def _cp_comm_types(values: list[str]) -> tuple[str, ...]:
+    """``--cp-comm-type``: one type for every layer, or one per layer (``nargs='+'``)."""
+    if not values:
+        raise _BadValue(f"one or more of {list(_CP_COMM_TYPES)}", None)
+    bad = [v for v in values if v not in _CP_COMM_TYPES]
+    if bad:
+        raise _BadValue(f"one or more of {list(_CP_COMM_TYPES)}", bad[0])
+    return tuple("all_gather" if v == "allgather" else v for v in values)
+
+
 def _moe_freq(values: list[str]) -> tuple[int, ...] | int:
     """``--moe-layer-freq``: an integer N (one expert layer every N) or a list expression
     such as ``([0]*3+[1]*58)`` (``moe_freq_type`` in arguments.py, which ``eval``\\ s it after
@@ -140,6 +165,8 @@ MEGATRON_FLAGS: dict[str, _Flag] = {
     "--tensor-model-parallel-size": _Flag("parallel.tp", _integer()),
     "--pipeline-model-parallel-size": _Flag("parallel.pp", _integer()),
     "--context-parallel-size": _Flag("parallel.cp", _integer()),
+    "--cp-comm-type": _Flag("cp_comm_type", _cp_comm_types),
+    "--hierarchical-context-parallel-sizes": _Flag("parallel.hierarchical_context_parallel_sizes", _integers),
     "--expert-model-parallel-size": _Flag("parallel.ep", _integer()),
     "--expert-tensor-parallel-size": _Flag("parallel.etp", _integer()),
     "--num-layers-per-virtual-pipeline-stage": _Flag("layers_per_virtual_stage", _integer()),
@@ -295,7 +322,7 @@ NOT_MODELLED_FLAGS = frozenset({
     "--wgrad-deferral-limit", "--ddp-num-buckets", "--ddp-average-in-collective",
     "--ddp-pad-buckets-for-high-nccl-busbw", "--ddp-reduce-scatter-with-fp32-accumulation", "--no-align-grad-reduce",
     "--no-align-param-gather", "--overlap-param-gather-with-optimizer-step", "--num-distributed-optimizer-instances",
-    "--cp-comm-type", "--hierarchical-context-parallel-sizes", "--distribute-saved-activations",
+    "--distribute-saved-activations",
     "--cpu-offloading-num-layers", "--fp8-param-gather", "--first-last-layers-bf16", "--num-layers-at-start-in-bf16",
     "--num-layers-at-end-in-bf16", "--no-fp8-wgrad", "--fp8-amax-history-len", "--fp8-amax-compute-algo",
     "--fp4-param-gather", "--accumulate-allreduce-grads-in-fp32", "--grad-reduce-in-bf16",

@@ -27,7 +27,7 @@ from sim.config.fields import (_apply_overrides, _Fields, _is_number, _located, 
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec, get_gpu, gpu_names
 from sim.hf import read_hf_config
-from sim.types import Dtype, RecomputeKind, ScalingRecipe, ScheduleKind
+from sim.types import CpCommType, Dtype, RecomputeKind, ScalingRecipe, ScheduleKind
 from sim.units import GiB
 from sim.workload.spec import (MEGATRON_ORDER, ModelSpec, ParallelSpec, Reference, SystemSpec, WorkloadSpec,
                                pipeline_split)
@@ -45,7 +45,8 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages", "schedule",
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce",
-                  "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "tp_comm_overlap", "overlap_param_gather", "placement", "details")
+                  "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "tp_comm_overlap", "overlap_param_gather", "placement", "details",
+                  "cp_comm_type", "hierarchical_context_parallel_sizes")
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node",
                 "description")
 _WORKLOAD_SETTABLE = ({"model": _MODEL_KEYS, "parallel": _PARALLEL_KEYS, "system": _SYSTEM_KEYS},
@@ -394,6 +395,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
     recompute = _recompute_meaning(recompute, framework, notes)
     zero, bucket = f.integer("zero_stage"), f.integer("grad_bucket_size_params")
     placement = _placement(f)
+    cp_comm, cp_levels = _cp_comm(f, cp, notes)
     with _located(f.path):
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,
@@ -409,7 +411,26 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
             tp_comm_overlap=tp_overlap,
             cross_entropy=_loss_default(f, framework, notes),
             placement=placement,
+            cp_comm_type=cp_comm,
+            hierarchical_context_parallel_sizes=cp_levels,
         )
+
+
+def _cp_comm(f: _Fields, cp: int, notes: _Notes) -> tuple[CpCommType, tuple[int, ...] | None]:
+    """``parallel.cp_comm_type`` (Megatron-LM's ``--cp-comm-type``: ``p2p``, ``all_gather``,
+    ``a2a`` or ``a2a+p2p``; null is Megatron-LM's default, ring attention, noted when ``cp >
+    1``) and ``parallel.hierarchical_context_parallel_sizes`` (a list ``[a2a, p2p]``, or null)."""
+    if f.raw.get("cp_comm_type") is None and cp == 1:
+        kind = CpCommType.P2P
+    else:
+        kind = f.enum("cp_comm_type", CpCommType, notes, CpCommType.P2P,
+                      "Megatron-LM's default --cp-comm-type: ring attention")
+    sizes = f.raw.get("hierarchical_context_parallel_sizes")
+    if sizes is None:
+        return kind, None
+    if not isinstance(sizes, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in sizes):
+        raise f.error("hierarchical_context_parallel_sizes", "a list of two integers [a2a size, p2p size]", sizes)
+    return kind, tuple(sizes)
 
 
 def _placement(f: _Fields) -> str | tuple[int, ...]:

@@ -13,12 +13,13 @@ Each step is ``Step(stream, name, op, wait)``: a compute op (``stream is None``)
 collective on ``stream`` whose result the ``wait``-th following compute op waits for (0: the
 next).
 
-Context parallelism (Megatron-LM ``--context-parallel-size``; Liu et al. 2023, "Ring
-Attention", arXiv 2310.01889) splits every sequence over the CP ranks, so all token-wise ops
-see ``s / cp`` tokens; attention runs in ``cp`` steps, each on the rank's queries against one
-K/V chunk while the next chunk arrives from the previous rank (a ring exchange overlapped with
-the compute). With Megatron's causal load balancing (each rank holds chunks ``i`` and
-``2cp - 1 - i``) every rank does ``1 / cp`` of the causal attention work.
+Context parallelism (Megatron-LM ``--context-parallel-size``) splits every sequence over the
+CP ranks, so all token-wise ops see ``s / cp`` tokens; the attention exchanges the rest of the
+sequence as ``--cp-comm-type`` says (ring attention by default, Liu et al. 2023, arXiv
+2310.01889: ``cp`` steps, each on the rank's queries against one K/V chunk while the next
+arrives from the previous rank; or an all-gather of K/V, or Ulysses all-to-alls), always
+leaving each rank ``1 / cp`` of the causal attention work under Megatron's load balancing
+(each rank holds chunks ``i`` and ``2cp - 1 - i``): :mod:`sim.workload.context_parallel`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.types import CollectiveKind, CommClass, Dtype, OpKind, ScalingRecipe, Stream
+from sim.workload.context_parallel import cp_attention
 from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp, Op, dtype_bytes
 from sim.workload.spec import ModelSpec, ParallelSpec
 
@@ -187,7 +189,9 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     norm_bwd = mem(OpKind.NORM, 3 * Tn * h * e)
     dropout_add = mem(OpKind.ELEMENTWISE, Tn * h * (3 * e + 1))
     if cp > 1:
-        attn_fwd, attn_bwd = _ring_attention(model, parallel, heads, kv_heads, cp_group, cp_replicas)
+        # the rank these ops are for: the one its TP and CP groups share
+        me = next((r for r in cp_group if r in tp_group), cp_group[0])
+        attn_fwd, attn_bwd = cp_attention(model, parallel, heads, kv_heads, ACT_DTYPE, cp_group, cp_replicas, me)
     elif parallel.flash_attention:
         ak = parallel.attention_kernel
         attn_fwd = [c("attention", AttentionOp(b, heads, kv_heads, s, model.head_dim, True, False, ACT_DTYPE,
@@ -440,31 +444,3 @@ def _unfused_attention(batch: int, s: int, hd: int, e: float) -> tuple[list[Step
            pointwise("attn-dropout-bwd", scores * (2 * e + 1)), pointwise("softmax-bwd", scores * 3 * e),
            bmm("attn-scores-dgrad", s, hd, s), bmm("attn-scores-wgrad", s, hd, s)]
     return fwd, bwd
-
-
-def _ring_attention(model: ModelSpec, parallel: ParallelSpec, heads: int, kv_heads: int,
-                    cp_group: tuple[int, ...], cp_replicas: tuple[tuple[int, ...], ...]
-                    ) -> tuple[list[Step], list[Step]]:
-    """Ring attention over ``cp`` ranks (Megatron-LM / Transformer Engine ``cp_comm_type=p2p``):
-    ``cp`` attention steps, each ``1 / cp`` of the rank's causal work, with the next K/V chunk
-    exchanged around the ring while a step computes; the backward also passes the K/V
-    gradients, so it moves twice the bytes."""
-    cp = parallel.cp
-    b, s, hd = parallel.micro_batch_size, model.seq_length, model.head_dim
-    ak = parallel.attention_kernel
-    fwd_op = AttentionOp(b, heads, kv_heads, s, hd, True, False, ACT_DTYPE, 1.0 / (cp * cp), ak)
-    bwd_op = AttentionOp(b, heads, kv_heads, s, hd, True, True, ACT_DTYPE, 1.0 / (cp * cp), ak)
-    kv_bytes = 2.0 * b * (s // cp) * kv_heads * hd * dtype_bytes(ACT_DTYPE)
-    fwd_x = CommOp(CollectiveKind.RING_EXCHANGE, CommClass.CP, cp_group, kv_bytes, cp_replicas)
-    bwd_x = CommOp(CollectiveKind.RING_EXCHANGE, CommClass.CP, cp_group, 2.0 * kv_bytes, cp_replicas)
-
-    def steps(name: str, op: AttentionOp, x: CommOp) -> list[Step]:
-        out: list[Step] = []
-        for j in range(cp):
-            if j < cp - 1:
-                # exchange chunk j+1 while step j computes; step j+1 waits for it
-                out.append(Step(Stream.CP_COMM, f"ncclSendRecv {name}-kv", x, wait=1))
-            out.append(Step(None, name, op))
-        return out
-
-    return steps("attention", fwd_op, fwd_x), steps("attention-bwd", bwd_op, bwd_x)

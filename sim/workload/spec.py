@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
-from sim.types import AttentionKernel, Dtype, LossKind, RecomputeKind, ScalingRecipe, ScheduleKind
+from sim.types import AttentionKernel, CpCommType, Dtype, LossKind, RecomputeKind, ScalingRecipe, ScheduleKind
 
 __all__ = ["ModelSpec", "ParallelSpec", "SystemSpec", "Reference", "WorkloadSpec", "pipeline_split",
            "MEGATRON_ORDER", "placement_digits"]
@@ -333,6 +333,13 @@ class ParallelSpec:
     placement: str | tuple[int, ...] = MEGATRON_ORDER
     """Which GPU each rank runs on: a rank order such as ``"tp-pp-dp"`` (innermost first), or
     the GPU index of every rank in rank order (a permutation of ``0 .. num_gpus - 1``)."""
+    cp_comm_type: CpCommType = CpCommType.P2P
+    """Megatron-LM's ``--cp-comm-type``: how context parallelism's attention exchanges the
+    sequence (ring attention by default; :class:`~sim.types.CpCommType`)."""
+    hierarchical_context_parallel_sizes: tuple[int, ...] | None = None
+    """Megatron-LM's ``--hierarchical-context-parallel-sizes`` ``[a2a, p2p]``: the all-to-all
+    and ring group sizes of ``a2a+p2p`` (their product is ``cp``; Transformer Engine supports
+    two levels)."""
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "micro_batch_size",
@@ -340,8 +347,9 @@ class ParallelSpec:
             _positive_int(f"parallel.{f}", getattr(self, f))
         self._check_placement()
         if self.cp > 1 and not self.flash_attention:
-            raise ConfigError(_SPEC, "parallel.flash_attention",
-                              "true with parallel.cp > 1 (ring attention is built on fused attention)", False)
+            raise ConfigError(_SPEC, "parallel.flash_attention", "true with parallel.cp > 1 (Transformer Engine's "
+                              "context parallelism is built on fused attention)", False)
+        self._check_cp_levels()
         if self.etp is not None:
             _positive_int("parallel.etp", self.etp)
         if self.expert_tp != self.tp:
@@ -372,6 +380,36 @@ class ParallelSpec:
                               "(Megatron-LM requires --sequence-parallel for --tp-comm-overlap)", False)
         if self.sequence_parallel and self.tp == 1:
             raise ConfigError(_SPEC, "parallel.sequence_parallel", "false when parallel.tp is 1", True)
+
+    def _check_cp_levels(self) -> None:
+        """``hierarchical_context_parallel_sizes``: two positive sizes whose product is ``cp``
+        (Megatron-LM's ``validate_args`` asserts the product; Transformer Engine's
+        ``attn_forward_func_with_cp`` "only supports two-level CP groups"), required by
+        ``a2a+p2p``."""
+        sizes = self.hierarchical_context_parallel_sizes
+        field = "parallel.hierarchical_context_parallel_sizes"
+        if sizes is None:
+            if self.cp_comm_type is CpCommType.A2A_P2P:
+                raise ConfigError(_SPEC, field, "[a2a size, p2p size] with parallel.cp_comm_type a2a+p2p "
+                                  "(Megatron-LM requires --hierarchical-context-parallel-sizes)", None)
+            return
+        if not isinstance(sizes, (tuple, list)) or len(sizes) != 2 or any(
+                isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in sizes):
+            raise ConfigError(_SPEC, field, "two positive integers [a2a size, p2p size] (Transformer Engine "
+                              "supports two levels)", sizes)
+        if sizes[0] * sizes[1] != self.cp:
+            raise ConfigError(_SPEC, field, f"two sizes whose product is parallel.cp={self.cp}", list(sizes))
+        object.__setattr__(self, "hierarchical_context_parallel_sizes", tuple(sizes))
+
+    @property
+    def cp_a2a_size(self) -> int:
+        """The ranks an attention all-to-all spans: ``cp`` for ``a2a``, the first
+        hierarchical size for ``a2a+p2p``, 1 otherwise."""
+        if self.cp_comm_type is CpCommType.A2A:
+            return self.cp
+        if self.cp_comm_type is CpCommType.A2A_P2P:
+            return self.hierarchical_context_parallel_sizes[0]
+        return 1
 
     def _check_placement(self) -> None:
         pl = self.placement
@@ -454,6 +492,35 @@ class Reference:
     peak_memory_bytes: float | None = None
 
 
+def _check_cp_comm(m: ModelSpec, p: ParallelSpec) -> None:
+    """What Transformer Engine's context-parallel attention asserts of the model
+    (``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``):
+
+    * all-to-all (``a2a``, and the first level of ``a2a+p2p``) splits the heads each TP rank
+      holds over the all-to-all group: "The number of attention heads needs to be divisible by
+      CP size!" holds for the query heads and the key/value heads alike (``q.shape[-2]`` and
+      ``k.shape[-2]``). Under GQA there is no replication: a TP rank's KV heads (``kv / tp``,
+      or the one replicated head when ``tp > kv``) must divide too.
+    * multi-head latent attention with key and value heads of different widths runs only with
+      ``p2p`` or ``a2a+p2p`` ("The context parallel running configs cannot support MLA!").
+    """
+    field = "parallel.cp_comm_type"
+    kind = p.cp_comm_type
+    if m.is_mla and m.qk_head_dim != m.v_head_dim and kind in (CpCommType.ALL_GATHER, CpCommType.A2A):
+        raise ConfigError(_SPEC, field, "p2p or a2a+p2p for multi-head latent attention with key and value heads "
+                          f"of different widths ({m.qk_head_dim} and {m.v_head_dim}; Transformer Engine "
+                          "supports no other)", kind.value)
+    a = p.cp_a2a_size
+    if a > 1:
+        heads, kv_heads = m.num_attention_heads // p.tp, max(m.num_kv_heads // p.tp, 1)
+        if heads % a or kv_heads % a:
+            what = f"the all-to-all size {a}" + (" (the first hierarchical size)" if a != p.cp else " (parallel.cp)")
+            raise ConfigError(_SPEC, field, f"p2p or all_gather: {kind.value} splits each TP rank's heads over "
+                              f"{what}, so query heads / tp = {heads} and key/value heads / tp = {kv_heads} "
+                              f"must both be multiples of it (Transformer Engine asserts it; tp={p.tp})",
+                              kind.value)
+
+
 @dataclass(frozen=True)
 class WorkloadSpec:
     """Everything one simulation needs besides the topology."""
@@ -478,6 +545,8 @@ class WorkloadSpec:
         if m.ffn_hidden_size % p.tp:
             raise ConfigError(_SPEC, "parallel.tp",
                               f"a divisor of model.ffn_hidden_size={m.ffn_hidden_size}", p.tp)
+        if p.cp > 1:
+            _check_cp_comm(m, p)
         if p.cp > 1 and m.seq_length % (2 * p.cp):
             raise ConfigError(_SPEC, "model.seq_length",
                               f"a multiple of 2 x parallel.cp = {2 * p.cp} (load-balanced causal context "
