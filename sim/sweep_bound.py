@@ -74,7 +74,8 @@ def _layer_ops_key(w: WorkloadSpec) -> tuple:
     """What :func:`~sim.workload.layers.layer_ops` reads of a workload besides its groups."""
     p = w.parallel
     return (p.tp, p.cp, p.ep, p.micro_batch_size, p.sequence_parallel, p.flash_attention, p.attention_kernel,
-            p.tp_comm_overlap, w.dtype, w.scaling, p.cp_comm_type, p.hierarchical_context_parallel_sizes)
+            p.tp_comm_overlap, w.dtype, w.scaling, p.cp_comm_type, p.hierarchical_context_parallel_sizes,
+            w.keeps_bf16_layers)
 
 
 class IterationBound:
@@ -128,18 +129,19 @@ class IterationBound:
         if ops is None:
             p = w.parallel
             ops = self._ops[key] = layer_ops(w.model, p, w.dtype, tuple(range(p.tp)), (), tuple(range(p.cp)), (),
-                                             tuple(range(p.ep)), (), w.scaling)
+                                             tuple(range(p.ep)), (), w.scaling, bf16_layers=w.keeps_bf16_layers)
         return ops
 
-    def pass_times(self, w: WorkloadSpec, is_moe: bool) -> PassTimes:
-        """One (MoE if ``is_moe``) layer's :class:`PassTimes` under ``w``'s recomputation and
-        schedule, as the task program issues them (``_RankProgram.build``)."""
+    def pass_times(self, w: WorkloadSpec, is_moe: bool, bf16: bool = False) -> PassTimes:
+        """One (MoE if ``is_moe``, kept in BF16 if ``bf16``) layer's :class:`PassTimes` under
+        ``w``'s recomputation and schedule, as the task program issues them
+        (``_RankProgram.build``)."""
         p = w.parallel
         zb = p.schedule is ScheduleKind.ZB_H1
-        key = (_layer_ops_key(w), is_moe, p.recompute, zb)
+        key = (_layer_ops_key(w), is_moe, bf16, p.recompute, zb)
         hit = self._passes.get(key)
         if hit is None:
-            lops = self.layer_ops(w).for_layer(is_moe)
+            lops = self.layer_ops(w).for_layer(is_moe, bf16)
             if zb:
                 bwd, wgrad, k = lops.split_bwd
             else:
@@ -184,19 +186,17 @@ class IterationBound:
     def _virtual_stages(self, w: WorkloadSpec) -> list[tuple[float, float, float]]:
         """``(f, b, wgrad)`` compute seconds of each virtual stage for one micro-batch."""
         m = w.model
-        dense = self.pass_times(w, False)
-        moe = self.pass_times(w, True) if m.is_moe else dense
         lops = self.layer_ops(w)
         emb_f, emb_b = self._compute_s(lops.embedding_fwd), self._compute_s(lops.embedding_bwd)
         head_f, head_b = self._compute_s(lops.head_fwd), self._compute_s(lops.head_bwd)
         layers = w.virtual_stage_layers()
         out = []
         for vs, rng in enumerate(layers):
-            n_moe = sum(1 for i in rng if m.is_moe_layer(i))
-            n_dense = len(rng) - n_moe
-            f = n_dense * dense.fwd_s + n_moe * moe.fwd_s
-            b = n_dense * dense.bwd_s + n_moe * moe.bwd_s
-            wg = n_dense * dense.wgrad_s + n_moe * moe.wgrad_s
+            f = b = wg = 0.0
+            for kind in sorted({(m.is_moe_layer(i), w.is_bf16_layer(i)) for i in rng}):
+                n = sum(1 for i in rng if (m.is_moe_layer(i), w.is_bf16_layer(i)) == kind)
+                t = self.pass_times(w, *kind)
+                f, b, wg = f + n * t.fwd_s, b + n * t.bwd_s, wg + n * t.wgrad_s
             if vs == 0:
                 f, b = f + emb_f, b + emb_b
             if vs == len(layers) - 1:

@@ -189,7 +189,8 @@ class TimelineBound:
             lay = Layout.of(p)
             ops = self._ops[key] = layer_ops(w.model, p, w.dtype, lay.tp_group(0, stage), lay.tp_groups(stage),
                                              lay.cp_group(0, 0, stage), lay.cp_groups(stage),
-                                             lay.ep_group(0, 0, stage), lay.ep_groups(stage), w.scaling)
+                                             lay.ep_group(0, 0, stage), lay.ep_groups(stage), w.scaling,
+                                             bf16_layers=w.keeps_bf16_layers)
         return ops
 
     def _list_s(self, w: WorkloadSpec, steps: tuple[Step, ...], key: tuple) -> float:
@@ -214,12 +215,12 @@ class TimelineBound:
             s = vs % p.pp
             ops = self._stage_ops(w, s)
             f = b = wg = 0.0
-            for moe in (False, True):
-                n = sum(1 for i in layers if m.is_moe_layer(i) == moe)
+            for moe, bf16 in ((False, False), (False, True), (True, False), (True, True)):
+                n = sum(1 for i in layers if (m.is_moe_layer(i), w.is_bf16_layer(i)) == (moe, bf16))
                 if not n:
                     continue
-                lops = ops.for_layer(moe)
-                key = base + (s, moe)
+                lops = ops.for_layer(moe, bf16)
+                key = base + (s, moe, bf16)
                 bwd, wgrad, k = lops.split_bwd if zb else (lops.layer_bwd, (), lops.attention_bwd_index)
                 f += n * self._list_s(w, lops.layer_fwd, key + ("fwd",))
                 b += n * self._list_s(w, _backward_steps(lops, bwd, k, p.recompute), key + ("bwd", zb, p.recompute))

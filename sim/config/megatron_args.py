@@ -632,6 +632,23 @@ class _Mapper:
         self.note("neither --bf16 nor --fp16: fp32 (Megatron-LM's default)")
         return "fp32", None
 
+    def bf16_layers(self, dtype: str, scaling: str | None) -> dict[str, int]:
+        """The first and last layers an FP8/FP4 run keeps in BF16 (``--first-last-layers-bf16``,
+        1 and 1 by default as in Megatron-LM's ``arguments.py``; refused with delayed scaling,
+        as ``megatron/core/fp8_utils.py`` asserts)."""
+        get = self.get
+        if not get("first_last_layers_bf16"):
+            if get("bf16_start") is not None or get("bf16_end") is not None:
+                self.note("--num-layers-at-start/end-in-bf16 ignored without --first-last-layers-bf16")
+            return {}
+        if dtype not in ("fp8", "mxfp8", "nvfp4"):
+            self.note("--first-last-layers-bf16 ignored: no FP8 or FP4 format")
+            return {}
+        if scaling == "delayed":
+            raise self.error("first_last_layers_bf16", "an --fp8-recipe other than delayed (Megatron-LM: "
+                             "\"Delayed scaling does not support first / last layer in BF16\")", "--fp8-recipe delayed")
+        return {"num_layers_at_start_in_bf16": get("bf16_start", 1), "num_layers_at_end_in_bf16": get("bf16_end", 1)}
+
 
 _FLAG_OF = {spec.target: flag for flag, spec in reversed(list(MEGATRON_FLAGS.items()))}
 """Workload key -> the flag that sets it (the first listed), for relabelling errors."""
@@ -669,6 +686,7 @@ def _workload_mapping(args: MegatronArgs, hf: Mapping[str, object] | None, hf_pa
            "framework": "Megatron-LM (launch arguments)"}
     if scaling is not None:
         raw["scaling"] = scaling
+    raw.update(m.bf16_layers(dtype, scaling))
     lists = [("ignored (no effect on time or memory)", args.ignored),
              ("recognised, not modelled (simulated without it)", args.not_modelled)]
     notes = list(args.notes) + m.notes + [f"{_NOTE} {what}: {', '.join(names)}" for what, names in lists if names]

@@ -34,6 +34,7 @@ from sim.workload.spec import (MEGATRON_ORDER, ModelSpec, ParallelSpec, Referenc
 
 DEFAULT_WORKLOAD = "gpt3-175b"
 _TOP_KEYS = ("id", "name", "description", "source", "model", "system", "parallel", "dtype", "scaling",
+             "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16",
              "precision_as_published", "framework", "measured", "targets", "flop_formula",
              "derived_fields", "config_complete", "notes")
 _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
@@ -50,7 +51,7 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node",
                 "description")
 _WORKLOAD_SETTABLE = ({"model": _MODEL_KEYS, "parallel": _PARALLEL_KEYS, "system": _SYSTEM_KEYS},
-                      ("name", "id", "dtype"))
+                      ("name", "id", "dtype", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"))
 _GATED = frozenset({"swiglu", "silu", "swish", "geglu"})
 _NVL72_GPUS = ("GB200", "GB300")
 
@@ -213,9 +214,11 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
                      "(embedding and loss counted as a layer each, Megatron-LM "
                      "--account-for-embedding/loss-in-pipeline-split)")
     scaling = _scaling(top, dtype, notes)
+    bf16_start, bf16_end = (top.integer(k) or 0 for k in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"))
     with _located(path):
         spec = WorkloadSpec(name=name, model=model, parallel=parallel, system=system, dtype=dtype,
-                            reference=reference, scaling=scaling)
+                            reference=reference, scaling=scaling, num_layers_at_start_in_bf16=bf16_start,
+                            num_layers_at_end_in_bf16=bf16_end)
     return spec, list(notes)
 
 

@@ -28,7 +28,7 @@ def gemm_time_s(gpu: GPUSpec, op: GemmOp) -> float:
     """
     f = op.flops
     compute = f / (gpu.peak(op.dtype) * gpu.gemm_curve(op.dtype)(f))
-    cast = _memory_s(gpu, op.extra_bytes) + gpu.kernel_launch_s if op.extra_bytes else 0.0
+    cast = _memory_s(gpu, op.extra_bytes) + op.extra_kernels * gpu.kernel_launch_s if op.extra_bytes else 0.0
     return max(compute, _memory_s(gpu, op.bytes)) + gpu.kernel_launch_s + cast
 
 

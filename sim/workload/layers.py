@@ -24,21 +24,18 @@ leaving each rank ``1 / cp`` of the causal attention work under Megatron's load 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sim.types import CollectiveKind, CommClass, Dtype, OpKind, ScalingRecipe, Stream
 from sim.workload.context_parallel import cp_attention
 from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp, Op, dtype_bytes
+from sim.workload.quantization import LOW_PRECISION, Cast, gemm_casts
 from sim.workload.spec import ModelSpec, ParallelSpec
 
 __all__ = ["Step", "LayerOps", "layer_ops"]
 
 ACT_DTYPE = Dtype.BF16
 """Activations, gradients of activations and TP traffic stay in 16 bits."""
-LOW_PRECISION = frozenset({Dtype.FP8, Dtype.MXFP8, Dtype.NVFP4})
-"""GEMM formats whose inputs are cast from 16 bits before each GEMM (Transformer Engine's
-FP8/FP4 recipes: the cast writes the 8-bit copy and its scale; NVIDIA, "Using FP8 with
-Transformer Engine")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +73,11 @@ class LayerOps:
     moe: "LayerOps | None" = None
     """The same for a mixture-of-experts layer (its MLP replaced by the router, the token
     dispatch, the experts and the combine); None for a dense model."""
+    high_precision: "LayerOps | None" = None
+    """The same layers with their linear layers in 16 bits, for the first and last layers a
+    low-precision recipe keeps in BF16 (Megatron-LM ``--first-last-layers-bf16``:
+    ``megatron/core/fp4_utils.py`` ``get_fp4_context`` @ ``322dfae`` enters no FP4 context
+    for them; ``fp8_utils.py`` likewise); None when none are kept."""
     split_bwd: tuple[tuple[Step, ...], tuple[Step, ...], int] | None = None
     """``layer_bwd`` split for zero-bubble schedules: the input-gradient steps, the
     weight-gradient steps, and the attention backward's index in the first."""
@@ -85,8 +87,10 @@ class LayerOps:
             b, w, k = split_weight_gradients(self.layer_bwd, self.attention_bwd_index)
             object.__setattr__(self, "split_bwd", (b, w, k))
 
-    def for_layer(self, is_moe: bool) -> "LayerOps":
-        return self.moe if is_moe and self.moe is not None else self
+    def for_layer(self, is_moe: bool, bf16: bool = False) -> "LayerOps":
+        """The ops of a (MoE if ``is_moe``) layer, its linear layers in BF16 if ``bf16``."""
+        ops = self.high_precision if bf16 and self.high_precision is not None else self
+        return ops.moe if is_moe and ops.moe is not None else ops
 
 
 def split_weight_gradients(steps: tuple[Step, ...], attention_index: int
@@ -143,10 +147,19 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
               cp_replicas: tuple[tuple[int, ...], ...] = (), ep_group: tuple[int, ...] = (0,),
               ep_replicas: tuple[tuple[int, ...], ...] = (),
               scaling: ScalingRecipe = ScalingRecipe.DELAYED, etp_group: tuple[int, ...] | None = None,
-              etp_replicas: tuple[tuple[int, ...], ...] | None = None) -> LayerOps:
+              etp_replicas: tuple[tuple[int, ...], ...] | None = None, bf16_layers: bool = False) -> LayerOps:
     """Build the step lists of one pipeline stage whose TP group is ``tp_group`` (and CP group
     ``cp_group``, EP group ``ep_group``, experts' TP group ``etp_group``, by default the TP
-    group; ``replicas`` list the groups doing the same at the same time)."""
+    group; ``replicas`` list the groups doing the same at the same time).
+
+    ``bf16_layers``: also build the layers' BF16 variant (:attr:`LayerOps.high_precision`),
+    for the first and last layers a low-precision ``dtype`` keeps in BF16."""
+    if bf16_layers and dtype in LOW_PRECISION:
+        low = layer_ops(model, parallel, dtype, tp_group, replicas, cp_group, cp_replicas, ep_group, ep_replicas,
+                        scaling, etp_group, etp_replicas)
+        high = layer_ops(model, parallel, ACT_DTYPE, tp_group, replicas, cp_group, cp_replicas, ep_group,
+                         ep_replicas, scaling, etp_group, etp_replicas)
+        return replace(low, high_precision=high)
     t = parallel.tp
     cp = parallel.cp
     b, s, h = parallel.micro_batch_size, model.seq_length, model.hidden_size
@@ -201,23 +214,24 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     else:
         attn_fwd, attn_bwd = _unfused_attention(b * heads, s, model.head_dim, e)
     low = dtype in LOW_PRECISION
-    cast = 1.0 + e  # read 16 bits, write 8
-    if scaling is ScalingRecipe.CURRENT:
-        cast += e  # and read the 16 bits once more for the amax (Transformer Engine Float8CurrentScaling)
-    trans = 2.0     # read and write one 8-bit copy
 
+    def gemm(m_: int, n_: int, k_: int, cast: Cast) -> GemmOp:
+        return GemmOp(m_, n_, k_, dtype, extra_bytes=cast.bytes, extra_kernels=cast.kernels)
+
+    # the quantization of each GEMM's 16-bit operands (sim.workload.quantization)
     def fwd_g(out: int, inp: int) -> GemmOp:
-        """Forward GEMM ``[T, inp] @ [inp, out]``; in 8 bits its input is cast first."""
-        return GemmOp(T, out, inp, dtype, extra_bytes=cast * T * inp if low else 0.0)
+        """Forward GEMM ``[T, inp] @ [inp, out]``; in low precision its input is quantized first."""
+        return gemm(T, out, inp, gemm_casts(dtype, scaling, T, inp, out).fprop)
 
     def dgrad_g(inp: int, out: int) -> GemmOp:
-        """Input-gradient GEMM ``[T, out] @ [out, inp]``; in 8 bits the incoming gradient is cast."""
-        return GemmOp(T, inp, out, dtype, extra_bytes=cast * T * out if low else 0.0)
+        """Input-gradient GEMM ``[T, out] @ [out, inp]``; the incoming gradient is quantized."""
+        return gemm(T, inp, out, gemm_casts(dtype, scaling, T, inp, out).dgrad)
 
     def wgrad_g(inp: int, out: int) -> GemmOp:
-        """Weight-gradient GEMM ``[inp, T] @ [T, out]``; in 8 bits on Hopper both operands are
-        transposed first (its FP8 tensor cores take only the TN layout)."""
-        return GemmOp(inp, out, T, dtype, extra_bytes=trans * T * (inp + out) if low else 0.0)
+        """Weight-gradient GEMM ``[inp, T] @ [T, out]``; in FP8 both operands are transposed
+        first (Hopper's FP8 tensor cores take only the TN layout), in NVFP4 it reads the
+        column-wise copies the casts above made."""
+        return gemm(inp, out, T, gemm_casts(dtype, scaling, T, inp, out).wgrad)
 
     # the attention's input projections: one fused QKV GEMM, or MLA's down- and
     # up-projections with the norms of its two latents

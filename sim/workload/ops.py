@@ -59,8 +59,11 @@ class GemmOp:
     batch: int = 1
     kind: OpKind = OpKind.GEMM
     extra_bytes: float = 0.0
-    """Bandwidth-bound work that goes with this GEMM: the casts (and, for FP8 weight
-    gradients on Hopper, the transposes) of its 16-bit inputs to 8 bits."""
+    """Bandwidth-bound work that goes with this GEMM: the quantization of its 16-bit inputs
+    (:mod:`sim.workload.quantization`: FP8 casts and transposes, NVFP4's amax pass and
+    row-wise and Hadamard-transformed column-wise casts)."""
+    extra_kernels: int = 0
+    """Kernel launches of that work."""
 
     @property
     def flops(self) -> float:

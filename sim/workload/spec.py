@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
 from sim.types import AttentionKernel, CpCommType, Dtype, LossKind, RecomputeKind, ScalingRecipe, ScheduleKind
+from sim.workload.quantization import LOW_PRECISION
 
 __all__ = ["ModelSpec", "ParallelSpec", "SystemSpec", "Reference", "WorkloadSpec", "pipeline_split",
            "MEGATRON_ORDER", "placement_digits"]
@@ -533,9 +534,19 @@ class WorkloadSpec:
     reference: Reference | None = None
     scaling: ScalingRecipe = ScalingRecipe.DELAYED
     """The 8-bit scaling recipe (ignored in 16 bits)."""
+    num_layers_at_start_in_bf16: int = 0
+    """Transformer layers at the start whose linear layers stay in BF16 under an FP8 or FP4
+    ``dtype`` (Megatron-LM ``--first-last-layers-bf16 --num-layers-at-start-in-bf16``;
+    Megatron-Bridge's ``num_layers_at_start_in_bf16``, 0 in its performance recipes)."""
+    num_layers_at_end_in_bf16: int = 0
+    """The same at the end (``--num-layers-at-end-in-bf16``)."""
 
     def __post_init__(self) -> None:
         m, p, s = self.model, self.parallel, self.system
+        for f in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"):
+            value = getattr(self, f)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(_SPEC, f, "an integer >= 0", value)
         if m.num_attention_heads % p.tp:
             raise ConfigError(_SPEC, "parallel.tp",
                               f"a divisor of model.num_attention_heads={m.num_attention_heads}", p.tp)
@@ -593,6 +604,20 @@ class WorkloadSpec:
                               f"tp x pp x dp x cp = {p.tp}x{p.pp}x{p.dp}x{p.cp} = {p.num_gpus}", s.num_gpus)
         if not s.gpu.supports(self.dtype):
             raise ConfigError(_SPEC, "dtype", f"a format {s.gpu.name} supports", self.dtype.value)
+
+    @property
+    def keeps_bf16_layers(self) -> bool:
+        """Whether some transformer layers run their linear layers in BF16 while the rest
+        run in the workload's low-precision ``dtype``."""
+        return self.dtype in LOW_PRECISION and (self.num_layers_at_start_in_bf16 > 0
+                                                or self.num_layers_at_end_in_bf16 > 0)
+
+    def is_bf16_layer(self, layer: int) -> bool:
+        """Whether transformer layer ``layer`` (0-based, over the whole model) is one of those
+        (Megatron-LM ``get_fp4_context``/``get_fp8_context``: ``layer_no <
+        num_layers_at_start_in_bf16`` or ``layer_no >= num_layers - num_layers_at_end_in_bf16``)."""
+        return self.keeps_bf16_layers and (layer < self.num_layers_at_start_in_bf16
+                                           or layer >= self.model.num_layers - self.num_layers_at_end_in_bf16)
 
     def virtual_stage_layers(self) -> tuple[range, ...]:
         """The layers of each virtual pipeline stage (``chunk x pp + stage``), in order."""

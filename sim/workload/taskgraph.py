@@ -206,13 +206,16 @@ class _RankProgram(DataParallelMixin):
         """Chunk granularity: the pass ``phase`` over ``layers`` (in the order given) as one
         block, the layers' steps one after another, with the pass's memory deltas at its start
         and end (see the module docstring)."""
-        m = self.w.model
-        lops = [self.ops.for_layer(m.is_moe_layer(x)) for x in layers]
+        lops = [self.layer_ops(x) for x in layers]
         key = (tuple(id(x) for x in lops), phase, "chunk")
         name = f"chunk-{phase}"
         la = args + (("layers", f"{layers[0]}..{layers[-1]}"),)
         return self.run_block(key, lambda: tuple(st for x in lops for st in steps_of(x)), la, name,
                               first_mem=first_mem, last_mem=last_mem)
+
+    def layer_ops(self, layer: int) -> LayerOps:
+        """The step lists of transformer layer ``layer`` (MoE or dense, low precision or BF16)."""
+        return self.ops.for_layer(self.w.model.is_moe_layer(layer), self.w.is_bf16_layer(layer))
 
     # -- pipeline ------------------------------------------------------------------------
     def stage_rank(self, stage: int) -> int:
@@ -298,7 +301,7 @@ class _RankProgram(DataParallelMixin):
                         self.fsdp_gather(self.layer_params(vs, layer, layer == layers[0], layer == layers[-1]),
                                          args + (("layer", layer),), prev)
                     is_moe = m.is_moe_layer(layer)
-                    lops = self.ops.for_layer(is_moe)
+                    lops = self.layer_ops(layer)
                     if self.layer:
                         first = self.run_block((id(lops), "fwd"), lambda: lops.layer_fwd, args + (("layer", layer),),
                                                "layer-fwd", first_mem=am.stored(is_moe), split_first=gather)
@@ -319,7 +322,7 @@ class _RankProgram(DataParallelMixin):
                 for layer in reversed(layers):
                     la = args + (("layer", layer),)
                     is_moe = m.is_moe_layer(layer)
-                    lops = self.ops.for_layer(is_moe)
+                    lops = self.layer_ops(layer)
                     if self.layer:
                         self.run_block((id(lops), "wgrad"), lambda: lops.split_bwd[1], la, "layer-wgrad",
                                        last_mem=-am.stored(is_moe))
@@ -351,7 +354,7 @@ class _RankProgram(DataParallelMixin):
                         self.fsdp_gather(self.layer_params(vs, layer, layer == layers[0], layer == layers[-1]),
                                          la, prev)
                     is_moe = m.is_moe_layer(layer)
-                    lops = self.ops.for_layer(is_moe)
+                    lops = self.layer_ops(layer)
                     bwd, k = lops.layer_bwd, lops.attention_bwd_index
                     held = am.transient(is_moe)
                     release = -(am.stored(is_moe) + held)
@@ -491,7 +494,7 @@ def build_program(w: WorkloadSpec, representative: bool = True,
         if ops is None:
             ops = ops_cache[(group, cp_group, ep_group, etp_group)] = layer_ops(
                 w.model, p, w.dtype, group, replicas, cp_group, cp_replicas, ep_group, ep_replicas, w.scaling,
-                etp_group, etp_replicas)
+                etp_group, etp_replicas, w.keeps_bf16_layers)
         _RankProgram(b, w, layout, r, ops, representative, granularity == "layer",
                      granularity == "chunk").build()
         infos.append(RankInfo(r, node_of(r), local_gpu_of(r), tp_c, stage, dp_c // p.cp, dp_c % p.cp))
