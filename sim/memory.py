@@ -127,11 +127,18 @@ def state_bytes(model: ModelSpec, parallel: ParallelSpec, stage: int) -> StateBy
     data-parallel ranks, ZeRO-2 the gradients as well, ZeRO-3 (FSDP) the weights too. Routed
     experts are sharded over their own expert-data-parallel group, ``tp x cp x dp / (etp x
     ep)`` ranks (``ep`` times smaller than the ``dp-cp`` group when ``etp = tp``).
+
+    Under hybrid sharding (``parallel.dp_shard``) each of the ``dp / dp_shard`` replicas holds
+    the whole state, so it is divided by the shard group, ``dp_shard x cp`` ranks (experts: the
+    expert-data-parallel degree over the replicas), instead of ``dp x cp``: Megatron-LM's
+    distributed optimizer shards over ``intra_distributed_optimizer_instance_size``
+    (``param_and_grad_buffer.py``), FSDP2 over the shard dimension of its 2-D mesh.
     """
     p = stage_params(model, parallel, stage)
     ex = stage_expert_params(model, parallel, stage)
-    z, dp = parallel.zero, parallel.dp * parallel.cp  # CP ranks hold the same weights (dp-cp group)
-    edp = parallel.expert_dp
+    # CP ranks hold the same weights (dp-cp group); replicas of a shard group hold the same state
+    z, dp = parallel.zero, parallel.shard_group_size
+    edp = parallel.expert_shard_group_size
 
     def sharded(per_param: float, level: int) -> float:
         return (p - ex) * per_param / (dp if z >= level else 1) + ex * per_param / (edp if z >= level else 1)
@@ -405,7 +412,7 @@ def other_bytes(w: WorkloadSpec, stage: int) -> float:
             # (``FSDPParam.to_accumulated_grad_if_needed``), fp32 in torchtitan
             # (``mixed_precision_reduce = "float32"``)
             other += stage_params(m, p, stage) * (WEIGHT_BYTES + FSDP_ACCUMULATED_GRAD_BYTES) \
-                * (1 - 1 / (p.dp * p.cp))
+                * (1 - 1 / p.shard_group_size)
         else:
             split, replicated = _layer_split(m)
             other += ZERO3_PREFETCH_LAYERS * (split / p.tp + replicated) * WEIGHT_BYTES

@@ -38,6 +38,8 @@ def format_memory(w: WorkloadSpec, table: dict[RecomputeKind, list[StageMemory]]
     p = w.parallel
     sched = p.schedule.value + (f" (v={p.virtual_pipeline_stages})" if p.virtual_pipeline_stages > 1 else "")
     zero = f"  ZeRO-{p.zero}" if p.zero else ""
+    if p.hybrid_shard:
+        zero += f" (shard {p.dp_shard_degree} x {p.dp_replicate} replicas)"
     lines = [f"llmsim {__version__} memory: {w.name} on {w.system.num_gpus} x {w.system.gpu.name}",
              f"  TP {p.tp}  PP {p.pp}  DP {p.dp}{f'  CP {p.cp} ({p.cp_comm_type.value})' if p.cp > 1 else ''}"
              f"{f'  EP {p.ep}' if p.ep > 1 else ''}  {sched}  {p.num_microbatches} micro-batches of "

@@ -158,6 +158,8 @@ def make_report(run: Run) -> Report:
             parallel["hierarchical_context_parallel_sizes"] = list(p.hierarchical_context_parallel_sizes)
     if run.fabric.placement is not None:  # only off the default, so default reports stay as they were
         parallel["placement"] = p.placement if isinstance(p.placement, str) else list(p.placement)
+    if p.hybrid_shard:  # likewise only with hybrid sharding
+        parallel["dp_shard"], parallel["dp_replicate"] = p.dp_shard_degree, p.dp_replicate
     return Report(
         workload=w.name, topology=run.topology.name, gpu=w.system.gpu.name, num_gpus=n, parallel=parallel,
         iteration_time_s=T, tokens_per_s=w.tokens_per_iteration / T,
@@ -188,6 +190,8 @@ def format_report(r: Report) -> str:
     cp += f"  ETP {p['etp']}" if p.get("etp", p["tp"]) != p["tp"] else ""
     placed = p.get("placement")
     placed = "" if placed is None else f" (placed {placed if isinstance(placed, str) else 'by GPU list'})"
+    if "dp_shard" in p:
+        placed = f" (shard {p['dp_shard']} x {p['dp_replicate']} replicas)" + placed
     zero = f"ZeRO-{p['zero_stage']}" if p["zero_stage"] >= 2 else None
     flags = [f"recompute {p['recompute']}"] + ([zero] if zero else [])
     if p["sequence_parallel"]:

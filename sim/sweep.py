@@ -48,6 +48,10 @@ The default rule of each setting (where a space says ``auto``, or there is no sp
 * ``recompute``: every :class:`~sim.types.RecomputeKind`.
 * ``sequence_parallel``: off and on when ``tp > 1``.
 * ``zero_stage``: 0 to 3 (1 is the distributed optimizer) when ``dp x cp > 1``, else 0.
+
+Hybrid sharding (``parallel.dp_shard``) is not searched: candidates shard over their whole
+``dp x cp`` group, except those with the workload's own DP, CP, EP and ZeRO level, which keep
+its shard degree (so the workload's point is the workload).
 """
 
 from __future__ import annotations
@@ -214,7 +218,9 @@ def make_candidate(w: WorkloadSpec, point: dict) -> WorkloadSpec:
     """The workload ``w`` with the parallel settings of ``point`` (see :func:`space_points`).
 
     ZeRO level 1 is Megatron-LM's distributed optimizer; the workload's own level keeps its own
-    flags, so a point equal to the workload gives back the workload.
+    flags, so a point equal to the workload gives back the workload. The workload's hybrid
+    sharding degree (``dp_shard``) is kept where DP, CP, EP and the ZeRO level are its own, else
+    the candidate shards fully.
 
     Raises
     ------
@@ -225,11 +231,12 @@ def make_candidate(w: WorkloadSpec, point: dict) -> WorkloadSpec:
     p = w.parallel
     zero = point["zero_stage"]
     dist_opt, zero_stage = (p.distributed_optimizer, p.zero_stage) if zero == p.zero else _SHARDING[zero]
+    own_dp = (point["dp"], point["cp"], point["ep"], zero) == (p.dp, p.cp, p.ep, p.zero)
     parallel = replace(p, tp=point["tp"], pp=point["pp"], dp=point["dp"], cp=point["cp"], ep=point["ep"],
                        virtual_pipeline_stages=point["virtual_pipeline_stages"], schedule=point["schedule"],
                        micro_batch_size=point["micro_batch_size"], recompute=point["recompute"],
                        sequence_parallel=point["sequence_parallel"], distributed_optimizer=dist_opt,
-                       zero_stage=zero_stage)
+                       zero_stage=zero_stage, dp_shard=p.dp_shard if own_dp else None)
     return replace(w, parallel=parallel)
 
 

@@ -4,7 +4,7 @@ with what candidates share computed once.
 A design-space sweep prices tens of thousands of candidates that differ in a few settings;
 :func:`sim.memory.stage_memory` recomputes each stage's parameters layer by layer and walks the
 schedule pass by pass for each of them. Here the model state of a (TP, PP, v, DP, CP, EP,
-ZeRO, stage) (:class:`StageStates`), the other buffers and each activation walk
+ZeRO, shard degree, stage) (:class:`StageStates`), the other buffers and each activation walk
 (:func:`sim.memory.activation_peak_bytes` over a kept schedule order) are remembered, so every
 peak is the one :func:`sim.memory.stage_memory` gives (tested on whole default spaces).
 """
@@ -21,16 +21,17 @@ __all__ = ["StageStates", "MemoryCheck"]
 
 class StageStates:
     """:func:`sim.memory.state_bytes` of one model's candidates, each (TP, PP, v, DP, CP, EP,
-    ZeRO, stage) computed once: the memory check and the time bound (:mod:`sim.sweep_bound`)
-    both need it, and candidates that differ only in schedule, micro-batch, recomputation or
-    sequence parallelism share it."""
+    ETP, ZeRO, DP shard degree, stage) computed once: the memory check and the time bound
+    (:mod:`sim.sweep_bound`) both need it, and candidates that differ only in schedule,
+    micro-batch, recomputation or sequence parallelism share it."""
 
     def __init__(self) -> None:
         self._states: dict[tuple, StateBytes] = {}
 
     def __call__(self, w: WorkloadSpec, stage: int) -> StateBytes:
         p = w.parallel
-        key = (p.tp, p.pp, p.virtual_pipeline_stages, p.dp, p.cp, p.ep, p.expert_tp, p.zero, stage)
+        key = (p.tp, p.pp, p.virtual_pipeline_stages, p.dp, p.cp, p.ep, p.expert_tp, p.zero, p.dp_shard_degree,
+               stage)
         sb = self._states.get(key)
         if sb is None:
             sb = self._states[key] = state_bytes(w.model, p, stage)
@@ -71,7 +72,7 @@ class MemoryCheck:
     def _other_bytes(self, w: WorkloadSpec, stage: int) -> float:
         p = w.parallel
         key = (p.sequence_parallel, p.cp, p.micro_batch_size, p.zero, p.tp, p.pp, p.virtual_pipeline_stages,
-               p.ep, p.dp, stage)
+               p.ep, p.dp, p.dp_shard_degree, stage)
         hit = self._other.get(key)
         if hit is None:
             hit = self._other[key] = other_bytes(w, stage)

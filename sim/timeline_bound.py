@@ -248,13 +248,15 @@ class TimelineBound:
     def _param_gather_s(self, w: WorkloadSpec, stage: int) -> float:
         """The weight all-gather after the optimizer step (``_RankProgram.finish``), or 0."""
         p = w.parallel
-        if not (p.shards_optimizer and p.dp * p.cp > 1 and p.zero < 3 and not p.overlap_param_gather):
+        if not (p.shards_optimizer and p.shard_group_size > 1 and p.zero < 3 and not p.overlap_param_gather):
             return 0.0
         sb = self.closed_form.states(w, stage)
         lay = Layout.of(p)
         size = (sb.params - sb.expert_params) * PARAM_GATHER_BYTES
-        return self.comm_s(w, lambda: CommOp(CollectiveKind.ALL_GATHER, CommClass.DP, lay.dp_group(0, stage), size,
-                                             lay.dp_groups(stage)), ("param-gather", stage, size))
+        # over the shard group (the data-parallel group unless hybrid), as _RankProgram.finish
+        return self.comm_s(w, lambda: CommOp(CollectiveKind.ALL_GATHER, CommClass.DP, lay.dp_shard_group(0, 0, stage),
+                                             size, lay.dp_shard_groups(stage)),
+                           ("param-gather", stage, size, lay.dp_replicate))
 
     # -- the bound ----------------------------------------------------------------------------
     def _orders(self, w: WorkloadSpec) -> list[tuple[int, ...]]:

@@ -182,6 +182,9 @@ class Stream(IntEnum):
     """Context parallelism's K/V ring exchanges."""
     EP_COMM = 29
     """Expert parallelism's token dispatch and combine (all-to-all)."""
+    DP_REPLICATE = 30
+    """Hybrid sharding's all-reduce of a reduce-scattered gradient shard across the replicas
+    (FSDP2's ``all_reduce_stream``, which waits for the reduce-scatter stream)."""
 
     @property
     def label(self) -> str:
@@ -196,6 +199,7 @@ class Stream(IntEnum):
             Stream.DP_GATHER: "dp-gather",
             Stream.CP_COMM: "cp-comm",
             Stream.EP_COMM: "ep-comm",
+            Stream.DP_REPLICATE: "dp-replicate",
         }[self]
 
 

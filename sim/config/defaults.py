@@ -213,3 +213,19 @@ def _dist_opt_default(f: _Fields, notes: _Notes) -> bool:
         if _details_has(f, flag):
             return notes.fill("parallel.distributed_optimizer", True, f"implied by {flag} in the case's flags")
     return notes.fill("parallel.distributed_optimizer", False, "off by default")
+
+
+def _dp_shard_default(f: _Fields, dp: int, cp: int, zero: int, framework: str, notes: _Notes) -> int | None:
+    """The hybrid-sharding degree: the case's ``dp_shard``, else None (full sharding over all
+    ``dp x cp`` ranks), noted where something is sharded. It is both frameworks' default:
+    torchtitan's ``data_parallel_shard_degree = -1`` (the rest of the world) with
+    ``data_parallel_replicate_degree = 1`` (``torchtitan/config/job_config.py``), Megatron-LM's
+    ``--num-distributed-optimizer-instances 1`` (``arguments.py``)."""
+    value = f.integer("dp_shard", positive=True)
+    if value is not None or zero == 0 or dp * cp == 1:
+        return value
+    who = ("torchtitan: data_parallel_shard_degree -1, data_parallel_replicate_degree 1" if _is_torchtitan(framework)
+           else "Megatron-LM: --num-distributed-optimizer-instances 1")
+    notes.fill("parallel.dp_shard", dp, f"full sharding: ZeRO-{zero} state over all dp x cp = {dp * cp} ranks, "
+               f"no replicas ({who})")
+    return None

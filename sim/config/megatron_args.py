@@ -594,6 +594,25 @@ class _Mapper:
             self.note("--data-parallel-sharding-strategy ignored without --use-megatron-fsdp")
         p["distributed_optimizer"], p["zero_stage"] = dist_opt, zero
 
+    def shard_degree(self, p: dict[str, object], dp: int | None) -> None:
+        """``--num-distributed-optimizer-instances N`` -> ``parallel.dp_shard = DP / N``: the
+        ``dp-cp`` group is cut into N consecutive intra-instance groups of ``DP x CP / N`` ranks
+        (``initialize_model_parallel`` in ``megatron/core/parallel_state.py``), each holding a
+        whole sharded copy of the optimizer; Megatron FSDP takes the same flag as its HSDP
+        replica count. ``dp`` is None when the GPU count does not split (the loader says so)."""
+        n = self.get("optimizer_instances")
+        if n is None or n == 1 or dp is None:
+            return
+        if not (p["distributed_optimizer"] or self.get("megatron_fsdp")):
+            raise self.error("optimizer_instances", "1 without --use-distributed-optimizer or --use-megatron-fsdp "
+                             "(Megatron-LM: 'Partial DistOpt cannot be used without DistOpt')", n)
+        if dp % n:
+            raise self.error("optimizer_instances", f"a divisor of DP = {dp} (llmsim's shard groups are whole "
+                             f"CP groups: DP x CP / N ranks with CP {p['cp']})", n)
+        p["dp_shard"] = dp // n
+        self.note(f"--num-distributed-optimizer-instances {n} -> parallel.dp_shard {dp // n} (DP {dp} / {n}): "
+                  "gradients reduce-scattered within an instance, the shard all-reduced across instances")
+
     def _attention(self) -> dict[str, object]:
         backend, flash = self.get("attention_backend"), self.get("use_flash_attn")
         if backend in ("unfused", "local"):
@@ -681,6 +700,7 @@ def _workload_mapping(args: MegatronArgs, hf: Mapping[str, object] | None, hf_pa
         m.note(f"no GPU count (torchrun --nnodes/--nproc-per-node, or --set system.num_gpus=N) -> {mp} = "
                "TP x PP x CP, one data-parallel replica (Megatron-LM's smallest world)")
     system["num_gpus"] = num_gpus
+    m.shard_degree(parallel, num_gpus // mp if num_gpus % mp == 0 else None)
     model.setdefault("name", name)
     raw = {"name": name, "model": model, "parallel": parallel, "system": system, "dtype": dtype,
            "framework": "Megatron-LM (launch arguments)"}

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sim.config.defaults import (_attention_kernel_default, _batch_sizes, _virtual_stages_default, _flash_default,
-                                 _dist_opt_default, _launch_flag, _loss_default, _tp_overlap_default,
+                                 _dist_opt_default, _dp_shard_default, _launch_flag, _loss_default, _tp_overlap_default,
                                  _overlap_default, _recompute_meaning, _sp_default, _zero_default)
 from sim.config.fields import (_apply_overrides, _Fields, _is_number, _located, _Notes, _presets,
                                _read_yaml, _resolve)
@@ -46,7 +46,7 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages", "schedule",
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce",
-                  "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "tp_comm_overlap", "overlap_param_gather", "placement", "details",
+                  "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details",
                   "cp_comm_type", "hierarchical_context_parallel_sizes")
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node",
                 "description")
@@ -399,20 +399,24 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
     zero, bucket = f.integer("zero_stage"), f.integer("grad_bucket_size_params")
     placement = _placement(f)
     cp_comm, cp_levels = _cp_comm(f, cp, notes)
+    # the defaults in the order their notes are listed
+    sp = _sp_default(f, tp, framework, notes, tp_overlap)
+    dist_opt = _dist_opt_default(f, notes)
+    param_gather = _launch_flag(f, "overlap_param_gather", "--overlap-param-gather", notes)
+    zero = _zero_default(framework, notes) if zero is None else zero
+    overlap = _overlap_default(f, framework, notes)
+    flash = _flash_default(f, framework, notes)
+    kernel = _attention_kernel_default(f, framework, notes)
+    loss = _loss_default(f, framework, notes)
+    dp_shard = _dp_shard_default(f, dp, cp, max(zero, int(dist_opt)), framework, notes)
     with _located(f.path):
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,
-            sequence_parallel=_sp_default(f, tp, framework, notes, tp_overlap),
-            micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute,
-            distributed_optimizer=_dist_opt_default(f, notes),
-            overlap_param_gather=_launch_flag(f, "overlap_param_gather", "--overlap-param-gather", notes),
-            zero_stage=_zero_default(framework, notes) if zero is None else zero,
-            overlap_grad_reduce=_overlap_default(f, framework, notes),
+            sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute,
+            distributed_optimizer=dist_opt, overlap_param_gather=param_gather, zero_stage=zero,
+            dp_shard=dp_shard, overlap_grad_reduce=overlap,
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,
-            flash_attention=_flash_default(f, framework, notes),
-            attention_kernel=_attention_kernel_default(f, framework, notes),
-            tp_comm_overlap=tp_overlap,
-            cross_entropy=_loss_default(f, framework, notes),
+            flash_attention=flash, attention_kernel=kernel, tp_comm_overlap=tp_overlap, cross_entropy=loss,
             placement=placement,
             cp_comm_type=cp_comm,
             hierarchical_context_parallel_sizes=cp_levels,

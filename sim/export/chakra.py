@@ -430,6 +430,10 @@ def export_chakra(run, directory: str | Path, prefix: str = PREFIX) -> ChakraExp
         raise ConfigError("<--chakra>", "parallel.etp", "the attention's TP degree, or --full: the files of "
                           "unsimulated ranks are made by shifting rank coordinates, which is not built for "
                           "expert groups folded across TP (MoE parallel folding)", layout.etp)
+    if layout.dp_replicate > 1 and run.program.representative:
+        raise ConfigError("<--chakra>", "parallel.dp_shard", "null, or --full: the files of unsimulated ranks are "
+                          "made by shifting rank coordinates, which does not keep hybrid sharding's shard groups "
+                          "(blocks of consecutive data-parallel ranks)", run.workload.parallel.dp_shard)
     exporter = ChakraExporter(run.program, run.result, layout,
                               {"workload": run.workload.name, "topology": run.topology.name})
     return exporter.write(directory, prefix)

@@ -2,15 +2,28 @@
 pass (Megatron-LM's DDP), and ZeRO-3/FSDP's per-layer weight gathers and gradient
 reduce-scatters. A mixin of the task-graph builder's rank program (``self.b`` is the builder,
 ``self.collective`` issues a comm task); kept apart because it is its own concept.
+
+Hybrid sharding (``parallel.dp_shard``, :mod:`sim.workload.layout`): weights are gathered
+within the shard group only; a gradient is reduce-scattered within the shard group, then the
+rank's shard (``1 / (dp_shard x cp)`` of it) is all-reduced across the replicas. FSDP2 runs
+that all-reduce on its own stream after the reduce-scatter's (``foreach_reduce`` in
+``torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py``: "if all_reduce_group is not
+None:  # HSDP"), here :attr:`~sim.types.Stream.DP_REPLICATE`; Megatron-LM's distributed
+optimizer with ``--num-distributed-optimizer-instances`` > 1 issues both on one
+communication stream, one after the other (``_ParamAndGradBucketGroup.start_grad_sync`` in
+``megatron/core/distributed/param_and_grad_buffer.py``), here both on
+:attr:`~sim.types.Stream.DP_COMM`.
 """
 
 from __future__ import annotations
+
+from enum import Enum
 
 from sim.memory import _layer_split
 from sim.types import CollectiveKind, CommClass, Stream
 from sim.workload.ops import CommOp
 
-__all__ = ["DataParallelMixin", "GRAD_REDUCE_BYTES", "PARAM_GATHER_BYTES"]
+__all__ = ["DataParallelMixin", "DPScope", "GRAD_REDUCE_BYTES", "PARAM_GATHER_BYTES"]
 
 GRAD_REDUCE_BYTES = 4.0
 """Gradients are reduced in fp32 under bf16 (Megatron-LM ``arguments.py``)."""
@@ -18,34 +31,93 @@ PARAM_GATHER_BYTES = 2.0
 """The distributed optimizer and ZeRO-3 gather 16-bit weights."""
 
 
+class DPScope(Enum):
+    """Which data-parallel ranks a collective spans."""
+
+    ALL = "all"
+    """The whole (data x context)-parallel group."""
+    SHARD = "shard"
+    """The rank's ZeRO/FSDP shard group (the whole group without hybrid sharding)."""
+    REPLICATE = "replicate"
+    """The ranks holding the same shard, one per replica (hybrid sharding only)."""
+    EXPERT = "expert"
+    EXPERT_SHARD = "expert-shard"
+    EXPERT_REPLICATE = "expert-replicate"
+    """The same three for routed experts, over the expert-data-parallel group."""
+
+
 class DataParallelMixin:
     """Bucketed gradient reduction and ZeRO-3 gathers for :class:`_RankProgram`."""
 
-    # -- ZeRO-3 / FSDP ---------------------------------------------------------------------
-    def dp_op(self, kind: CollectiveKind, size_bytes: float) -> CommOp:
-        """The ``kind`` collective of ``size_bytes`` over this rank's (data x context)-parallel
-        group, shared by every task that issues the same one."""
-        key = (kind, self.stage, self.tp_c, size_bytes)
+    def dp_group_of(self, scope: DPScope) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
+        """This rank's group of ``scope`` and, when ranks are representative, every group of
+        that kind in its stage (the replicas that load the links alongside)."""
+        cache = self._dp_groups
+        hit = cache.get(scope)
+        if hit is None:
+            lay, t, d, s = self.layout, self.tp_c, self.dp_c, self.stage
+            hybrid = lay.dp_replicate > 1
+            if scope is DPScope.ALL or (scope is DPScope.SHARD and not hybrid):
+                group, every = lay.dp_group(t, s), lay.dp_groups
+            elif scope is DPScope.SHARD:
+                group, every = lay.dp_shard_group(t, d, s), lay.dp_shard_groups
+            elif scope is DPScope.REPLICATE:
+                group, every = lay.dp_replicate_group(t, d, s), lay.dp_replicate_groups
+            elif scope is DPScope.EXPERT or (scope is DPScope.EXPERT_SHARD and not hybrid):
+                group, every = lay.edp_group(t, d, s), lay.edp_groups
+            elif scope is DPScope.EXPERT_SHARD:
+                group, every = lay.edp_shard_group(t, d, s), lay.edp_shard_groups
+            else:
+                group, every = lay.edp_replicate_group(t, d, s), lay.edp_replicate_groups
+            hit = cache[scope] = (group, every(s) if self.rep else ())
+        return hit
+
+    def dp_op(self, kind: CollectiveKind, size_bytes: float, scope: DPScope = DPScope.SHARD) -> CommOp:
+        """The ``kind`` collective of ``size_bytes`` over this rank's ``scope`` group (by
+        default its shard group: the (data x context)-parallel group unless hybrid), shared
+        by every task that issues the same one."""
+        group, every = self.dp_group_of(scope)
+        key = (kind, group, size_bytes)
         op = self.b.ops.get(key)
         if op is None:
-            lay = self.layout
-            op = self.b.ops[key] = CommOp(kind, CommClass.DP, lay.dp_group(self.tp_c, self.stage), size_bytes,
-                                          lay.dp_groups(self.stage) if self.rep else ())
+            op = self.b.ops[key] = CommOp(kind, CommClass.DP, group, size_bytes, every)
         return op
 
+    def reduce_grads(self, params: float, args: tuple, name: str, expert: bool = False,
+                     replicate_stream: Stream = Stream.DP_COMM) -> None:
+        """Reduce-scatter ``params`` gradients (fp32) over the shard group after the last
+        compute task, then, under hybrid sharding, all-reduce the rank's shard across the
+        replicas on ``replicate_stream`` once the reduce-scatter is done."""
+        shard, _ = self.dp_group_of(DPScope.EXPERT_SHARD if expert else DPScope.SHARD)
+        size = params * GRAD_REDUCE_BYTES
+        deps = [self.last_c]
+        if len(shard) > 1:
+            op = self.dp_op(CollectiveKind.REDUCE_SCATTER, size, DPScope.EXPERT_SHARD if expert else DPScope.SHARD)
+            t = self.collective(Stream.DP_COMM, f"ncclReduceScatter {name}", op, args, deps)
+            self.dp_tasks.append(t.id)
+            deps = [t.id]
+        if self.layout.dp_replicate > 1:
+            op = self.dp_op(CollectiveKind.ALL_REDUCE, size / len(shard),
+                            DPScope.EXPERT_REPLICATE if expert else DPScope.REPLICATE)
+            t = self.collective(replicate_stream, f"ncclAllReduce {name} (replicas)", op, args, deps)
+            self.dp_tasks.append(t.id)
+
+    # -- ZeRO-3 / FSDP ---------------------------------------------------------------------
     def fsdp_gather(self, params: float, args: tuple, after: int) -> None:
-        """All-gather one layer's 16-bit weights over the DP group before it computes, issued
-        when the layer before it starts (FSDP2's one-module forward and backward prefetch;
-        Zhao et al. 2023, "PyTorch FSDP", arXiv 2304.11277, Sec. 3.3)."""
+        """All-gather one layer's 16-bit weights over the shard group before it computes,
+        issued when the layer before it starts (FSDP2's one-module forward and backward
+        prefetch; Zhao et al. 2023, "PyTorch FSDP", arXiv 2304.11277, Sec. 3.3). Nothing
+        when the shard group is one rank (hybrid sharding with ``dp_shard x cp = 1``)."""
+        if len(self.dp_group_of(DPScope.SHARD)[0]) == 1:
+            return
         op = self.dp_op(CollectiveKind.ALL_GATHER, params * PARAM_GATHER_BYTES)
         t = self.collective(Stream.DP_GATHER, "ncclAllGather fsdp-params", op, args, [after] if after >= 0 else [])
         self.extra.append(t.id)
 
     def fsdp_reduce(self, params: float, args: tuple) -> None:
-        """Reduce-scatter one layer's gradients (fp32) right after its backward."""
-        op = self.dp_op(CollectiveKind.REDUCE_SCATTER, params * GRAD_REDUCE_BYTES)
-        t = self.collective(Stream.DP_COMM, "ncclReduceScatter fsdp-grads", op, args, [self.last_c])
-        self.dp_tasks.append(t.id)
+        """Reduce-scatter one layer's gradients (fp32) right after its backward (and, hybrid,
+        all-reduce the shard across the replicas on FSDP2's all-reduce stream)."""
+        self.reduce_grads(params, args, "fsdp-grads", replicate_stream=Stream.DP_REPLICATE)
 
     def layer_params(self, vs: int, layer: int, first: bool, last: bool) -> float:
         """One layer's parameters on this GPU, the embedding or output layer folded into the
@@ -95,36 +167,37 @@ class DataParallelMixin:
         return out
 
     def reduce_bucket(self, params: float, args: tuple) -> None:
+        """Reduce one gradient bucket: all-reduced over the (data x context)-parallel group,
+        or with the distributed optimizer reduce-scattered over the shard group (and, with
+        several optimizer instances, its shard all-reduced across them)."""
         p = self.w.parallel
-        kind = CollectiveKind.REDUCE_SCATTER if p.shards_optimizer else CollectiveKind.ALL_REDUCE
-        op = self.dp_op(kind, params * GRAD_REDUCE_BYTES)
-        name = "ncclReduceScatter grads" if p.shards_optimizer else "ncclAllReduce grads"
-        t = self.collective(Stream.DP_COMM, name, op, args + (("params", params),), [self.last_c])
+        args = args + (("params", params),)
+        if p.shards_optimizer:
+            self.reduce_grads(params, args, "grads")
+            return
+        op = self.dp_op(CollectiveKind.ALL_REDUCE, params * GRAD_REDUCE_BYTES, DPScope.ALL)
+        t = self.collective(Stream.DP_COMM, "ncclAllReduce grads", op, args, [self.last_c])
         self.dp_tasks.append(t.id)
 
     # -- expert data parallel --------------------------------------------------------------
     def edp_op(self, kind: CollectiveKind, size_bytes: float) -> CommOp:
         """The ``kind`` collective over this rank's expert-data-parallel group (the ranks that
         hold the same experts), shared like :meth:`dp_op`."""
-        lay = self.layout
-        group = lay.edp_group(self.tp_c, self.dp_c, self.stage)
-        key = ("edp", kind, group, size_bytes)
-        op = self.b.ops.get(key)
-        if op is None:
-            op = self.b.ops[key] = CommOp(kind, CommClass.DP, group, size_bytes,
-                                          lay.edp_groups(self.stage) if self.rep else ())
-        return op
+        return self.dp_op(kind, size_bytes, DPScope.EXPERT)
 
     def reduce_experts(self, layer: int, args: tuple) -> None:
         """Reduce one MoE layer's routed-expert gradients over the expert-data-parallel group
         (Megatron-Core keeps expert parameters in their own gradient buffer, reduced over
-        ``expert_data_parallel_group``)."""
+        ``expert_data_parallel_group``; with several optimizer instances reduce-scattered over
+        its intra-instance part and all-reduced across the instances)."""
         w, p = self.w, self.w.parallel
         params = w.model.expert_params(layer) / (p.expert_tp * p.ep)
         if not params or p.expert_dp == 1:
             return
-        kind = CollectiveKind.REDUCE_SCATTER if p.shards_optimizer else CollectiveKind.ALL_REDUCE
-        op = self.edp_op(kind, params * GRAD_REDUCE_BYTES)
-        name = "ncclReduceScatter expert-grads" if p.shards_optimizer else "ncclAllReduce expert-grads"
-        t = self.collective(Stream.DP_COMM, name, op, args + (("params", params),), [self.last_c])
+        args = args + (("params", params),)
+        if p.shards_optimizer:
+            self.reduce_grads(params, args, "expert-grads", expert=True)
+            return
+        op = self.edp_op(CollectiveKind.ALL_REDUCE, params * GRAD_REDUCE_BYTES)
+        t = self.collective(Stream.DP_COMM, "ncclAllReduce expert-grads", op, args, [self.last_c])
         self.dp_tasks.append(t.id)

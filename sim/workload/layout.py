@@ -7,6 +7,14 @@ the same weights, so their gradients are reduced together with the data-parallel
 ``dp-cp`` group): here the ``dp`` coordinate runs over both, ``dp = cp + CP dp_pure``, and a CP
 group is a block of ``CP`` consecutive ``dp`` coordinates.
 
+Hybrid sharding (``parallel.dp_shard``): the ``dp`` coordinates of a stage are
+``dp_replicate`` replicas of a shard group of ``dp / dp_replicate`` *consecutive* coordinates
+(with the CP ranks inside them). Megatron-Core slices each ``dp-cp`` group into its
+intra-instance groups the same way (``ranks_with_cp[i * intra : (i + 1) * intra]``), and
+torchtitan's mesh puts ``dp_replicate`` outside ``dp_shard``, ``cp`` and ``tp``. Under the
+default order a shard group is then ``dp_shard x cp x tp`` consecutive GPUs: inside a node (or
+an NVLink domain, a leaf) when that product fits, its replicas across nodes.
+
 Ranks are logical: which GPU each one runs on is the workload's ``parallel.placement``
 (:func:`gpu_placement`), applied once, by :class:`sim.topology.routing.Fabric`.
 
@@ -40,10 +48,13 @@ class Layout:
     ep: int = 1
     etp: int | None = None
     """The experts' tensor-parallel degree; None: ``tp``."""
+    dp_replicate: int = 1
+    """Replicas of a ZeRO/FSDP shard group among the ``dp`` coordinates (hybrid sharding)."""
 
     @classmethod
     def of(cls, parallel: ParallelSpec) -> "Layout":
-        return cls(parallel.tp, parallel.dp * parallel.cp, parallel.pp, parallel.cp, parallel.ep, parallel.etp)
+        return cls(parallel.tp, parallel.dp * parallel.cp, parallel.pp, parallel.cp, parallel.ep, parallel.etp,
+                   parallel.dp_replicate)
 
     @property
     def folded(self) -> bool:
@@ -110,6 +121,74 @@ class Layout:
 
     def dp_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
         return tuple(self.dp_group(t, pp) for t in range(self.tp))
+
+    # -- hybrid sharding ----------------------------------------------------------------
+    @property
+    def shard_size(self) -> int:
+        """The ``dp`` coordinates of one shard group."""
+        return self.dp // self.dp_replicate
+
+    def dp_shard_group(self, tp: int, dp: int, pp: int) -> tuple[int, ...]:
+        """The ZeRO/FSDP shard group of the rank at (tp, dp, pp): its data-parallel group
+        without hybrid sharding, else ``dp / dp_replicate`` consecutive ``dp`` coordinates.
+
+        >>> Layout(2, 8, 1, dp_replicate=2).dp_shard_group(1, 5, 0)
+        (9, 11, 13, 15)
+        """
+        n = self.shard_size
+        first = dp - dp % n
+        return tuple(self.rank(tp, first + d, pp) for d in range(n))
+
+    def dp_shard_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
+        """Every shard group of stage ``pp`` (:meth:`dp_groups` without hybrid sharding)."""
+        return tuple(self.dp_shard_group(t, d, pp) for d in range(0, self.dp, self.shard_size)
+                     for t in range(self.tp))
+
+    def dp_replicate_group(self, tp: int, dp: int, pp: int) -> tuple[int, ...]:
+        """The ranks holding the same shard as the rank at (tp, dp, pp), one per replica
+        (Megatron-Core's inter-instance group, FSDP2's ``dp_replicate`` mesh dimension).
+
+        >>> Layout(2, 8, 1, dp_replicate=2).dp_replicate_group(1, 5, 0)
+        (3, 11)
+        """
+        n = self.shard_size
+        return tuple(self.rank(tp, dp % n + n * r, pp) for r in range(self.dp_replicate))
+
+    def dp_replicate_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
+        """Every replicate group of stage ``pp``."""
+        return tuple(self.dp_replicate_group(t, d, pp) for d in range(self.shard_size) for t in range(self.tp))
+
+    def _edp_split(self, tp: int, dp: int, pp: int) -> tuple[tuple[int, ...], int, int]:
+        """(the expert-data-parallel group, the rank's index in it, the shard size)."""
+        g = self.edp_group(tp, dp, pp)
+        return g, g.index(self.rank(tp, dp, pp)), len(g) // self.dp_replicate
+
+    def edp_shard_group(self, tp: int, dp: int, pp: int) -> tuple[int, ...]:
+        """The routed experts' shard group: consecutive slices of the expert-data-parallel
+        group, one per replica (Megatron-Core's ``create_hierarchical_groups`` with sizes
+        ``[intra_partial_expert_data_parallel_size, num_distributed_optimizer_instances]``).
+
+        >>> Layout(1, 8, 1, ep=2, dp_replicate=2).edp_shard_group(0, 5, 0)
+        (5, 7)
+        """
+        g, i, n = self._edp_split(tp, dp, pp)
+        return g[i - i % n:i - i % n + n]
+
+    def edp_replicate_group(self, tp: int, dp: int, pp: int) -> tuple[int, ...]:
+        """The ranks holding the same expert shard, one per replica.
+
+        >>> Layout(1, 8, 1, ep=2, dp_replicate=2).edp_replicate_group(0, 5, 0)
+        (1, 5)
+        """
+        g, i, n = self._edp_split(tp, dp, pp)
+        return g[i % n::n]
+
+    def edp_shard_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
+        return tuple(dict.fromkeys(self.edp_shard_group(t, d, pp) for d in range(self.dp) for t in range(self.tp)))
+
+    def edp_replicate_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
+        return tuple(dict.fromkeys(self.edp_replicate_group(t, d, pp) for d in range(self.dp)
+                                   for t in range(self.tp)))
 
     def cp_group(self, tp: int, dp: int, pp: int) -> tuple[int, ...]:
         """The context-parallel group of the rank at (tp, dp, pp), in ring order.

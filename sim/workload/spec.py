@@ -341,6 +341,14 @@ class ParallelSpec:
     """Megatron-LM's ``--hierarchical-context-parallel-sizes`` ``[a2a, p2p]``: the all-to-all
     and ring group sizes of ``a2a+p2p`` (their product is ``cp``; Transformer Engine supports
     two levels)."""
+    dp_shard: int | None = None
+    """Hybrid sharding (HSDP): the data-parallel degree a ZeRO/FSDP shard group spans, a divisor
+    of ``dp``; the ``dp`` ranks are ``dp / dp_shard`` replicas of such a group (torchtitan's
+    ``data_parallel_shard_degree`` x ``data_parallel_replicate_degree``; Megatron-LM's
+    ``--num-distributed-optimizer-instances`` = ``dp / dp_shard``; PyTorch FSDP's
+    ``HYBRID_SHARD``). A group is ``dp_shard x cp`` ranks, as torchtitan's ``dp_shard_cp`` mesh
+    and Megatron-Core's intra-instance ``dp-cp`` group are. None: ``dp``, one group (full
+    sharding)."""
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "micro_batch_size",
@@ -364,6 +372,7 @@ class ParallelSpec:
                               "groups are carved out of the data-parallel ranks, as in Megatron-Core)", self.ep)
         if self.zero_stage not in (0, 1, 2, 3):
             raise ConfigError(_SPEC, "parallel.zero_stage", "0, 1, 2 or 3", self.zero_stage)
+        self._check_dp_shard()
         if self.schedule is ScheduleKind.INTERLEAVED:
             if self.pp < 2:
                 raise ConfigError(_SPEC, "parallel.schedule", "interleaved-1f1b only with parallel.pp >= 2",
@@ -411,6 +420,23 @@ class ParallelSpec:
         if self.cp_comm_type is CpCommType.A2A_P2P:
             return self.hierarchical_context_parallel_sizes[0]
         return 1
+
+    def _check_dp_shard(self) -> None:
+        n = self.dp_shard
+        if n is None:
+            return
+        _positive_int("parallel.dp_shard", n)
+        if self.dp % n:
+            raise ConfigError(_SPEC, "parallel.dp_shard", f"null or a divisor of parallel.dp={self.dp} (shard groups "
+                              "of dp_shard data-parallel ranks, replicated dp / dp_shard times)", n)
+        if self.hybrid_shard and self.zero == 0:
+            raise ConfigError(_SPEC, "parallel.dp_shard", f"null or parallel.dp={self.dp} without the distributed "
+                              "optimizer or ZeRO (nothing is sharded; Megatron-LM asserts 'Partial DistOpt cannot "
+                              "be used without DistOpt')", n)
+        if self.expert_dp % self.dp_replicate:
+            raise ConfigError(_SPEC, "parallel.dp_shard", f"a divisor of parallel.dp whose replica count dp / "
+                              f"dp_shard = {self.dp_replicate} divides the expert-data-parallel degree "
+                              f"{self.expert_dp} (Megatron-Core asserts it)", n)
 
     def _check_placement(self) -> None:
         pl = self.placement
@@ -465,6 +491,38 @@ class ParallelSpec:
     def shards_optimizer(self) -> bool:
         """Whether optimizer state is sharded over DP (distributed optimizer / ZeRO-1 and up)."""
         return self.zero >= 1
+
+    @property
+    def dp_shard_degree(self) -> int:
+        """The data-parallel degree of a shard group: ``dp_shard``, or ``dp`` when unset."""
+        return self.dp if self.dp_shard is None else self.dp_shard
+
+    @property
+    def dp_replicate(self) -> int:
+        """How many replicas of a shard group the data-parallel ranks hold, ``dp / dp_shard``
+        (Megatron-LM's ``--num-distributed-optimizer-instances``).
+
+        >>> ParallelSpec(dp=8, dp_shard=2, distributed_optimizer=True, global_batch_size=8).dp_replicate
+        4
+        """
+        return self.dp // self.dp_shard_degree
+
+    @property
+    def hybrid_shard(self) -> bool:
+        """Whether the data-parallel ranks hold more than one replica of the sharded state."""
+        return self.dp_replicate > 1
+
+    @property
+    def shard_group_size(self) -> int:
+        """The ranks a dense parameter's ZeRO/FSDP state is divided over: ``dp_shard x cp``
+        (context-parallel ranks hold the same weights)."""
+        return self.dp_shard_degree * self.cp
+
+    @property
+    def expert_shard_group_size(self) -> int:
+        """The ranks a routed expert's state is divided over: the expert-data-parallel degree
+        over the replicas (Megatron-Core's ``intra_partial_expert_data_parallel_size``)."""
+        return self.expert_dp // self.dp_replicate
 
 
 @dataclass(frozen=True)

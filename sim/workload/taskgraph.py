@@ -29,7 +29,7 @@ from sim.memory import activation_model, stage_memory, state_bytes
 from sim.program import Block, Program, Task
 from sim.results import RankInfo
 from sim.types import CollectiveKind, CommClass, OpKind, RecomputeKind, ScheduleKind, Stream
-from sim.workload.dataparallel import GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES, DataParallelMixin
+from sim.workload.dataparallel import GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES, DataParallelMixin, DPScope
 from sim.workload.flops import model_flops
 from sim.workload.layers import LayerOps, layer_ops
 from sim.workload.layout import Layout
@@ -118,6 +118,8 @@ class _RankProgram(DataParallelMixin):
         self.extra: list[int] = []
         self.seq: dict[tuple, int] = {}
         self.dp_tasks: list[int] = []
+        self._dp_groups: dict = {}
+        """This rank's data-parallel groups by scope (:meth:`dp_group_of`)."""
         self.layer = layer or chunk
         self.chunk = chunk
 
@@ -270,7 +272,7 @@ class _RankProgram(DataParallelMixin):
         act_size = m.seq_length // p.cp * p.micro_batch_size * m.hidden_size * 2.0 / p.tp
         am = activation_model(w)
         rc = p.recompute
-        fsdp = p.zero >= 3 and p.dp * p.cp > 1
+        fsdp = p.zero >= 3 and p.dp * p.cp > 1  # (hybrid with one-rank shard groups: all-reduces only)
         # With pipeline parallelism FSDP keeps a stage's weights gathered across its
         # micro-batches and reduce-scatters once, after the last one (torchtitan: no reshard
         # after forward under PP; torch.distributed.pipelining turns gradient sync off for all
@@ -279,7 +281,7 @@ class _RankProgram(DataParallelMixin):
         # --overlap-param-gather: the distributed optimizer's weight all-gather runs layer by
         # layer ahead of the first forward of each model chunk (Megatron-LM's param-gather
         # buckets, dispatched in forward order), in place of the gather after the optimizer
-        pgather = p.overlap_param_gather and p.shards_optimizer and p.zero < 3 and p.dp * p.cp > 1
+        pgather = p.overlap_param_gather and p.shards_optimizer and p.zero < 3 and p.shard_group_size > 1
         buckets = self.buckets(vs_layers)
         for i, (pas, mb, chunk) in enumerate(order):
             vs = chunk * pp + self.stage
@@ -435,10 +437,14 @@ class _RankProgram(DataParallelMixin):
         opt = self.compute("optimizer", MemoryOp(OpKind.OPTIMIZER, params_local * OPTIMIZER_BYTES_PER_PARAM),
                            (("phase", "optimizer"),))
         if p.shards_optimizer and p.dp * p.cp > 1 and p.zero < 3 and not p.overlap_param_gather:
-            op = self.dp_op(CollectiveKind.ALL_GATHER, (sb.params - sb.expert_params) * PARAM_GATHER_BYTES)
-            self.collective(Stream.DP_COMM, "ncclAllGather params", op, (("phase", "param-sync"),), [opt.id])
-            if sb.expert_params and p.expert_dp > 1:
-                op = self.edp_op(CollectiveKind.ALL_GATHER, sb.expert_params * PARAM_GATHER_BYTES)
+            # within the shard group: every optimizer instance updates its own copy (Megatron-LM's
+            # start_param_sync gathers over intra_distributed_optimizer_instance_group)
+            if p.shard_group_size > 1:
+                op = self.dp_op(CollectiveKind.ALL_GATHER, (sb.params - sb.expert_params) * PARAM_GATHER_BYTES)
+                self.collective(Stream.DP_COMM, "ncclAllGather params", op, (("phase", "param-sync"),), [opt.id])
+            if sb.expert_params and p.expert_shard_group_size > 1:
+                op = self.dp_op(CollectiveKind.ALL_GATHER, sb.expert_params * PARAM_GATHER_BYTES,
+                                DPScope.EXPERT_SHARD)
                 self.collective(Stream.DP_COMM, "ncclAllGather expert-params", op, (("phase", "param-sync"),),
                                 [opt.id])
 
