@@ -68,9 +68,14 @@ class EfficiencyCurve:
         return e0 + w * (e1 - e0)
 
 
+def _gemm_flops(m: int, n: int, k: int) -> float:
+    """FLOPs of an m x n x k GEMM (2 m n k), the x-axis of a cuBLAS sweep."""
+    return 2.0 * m * n * k
+
+
 def _cube_flops(n: int) -> float:
     """FLOPs of an n x n x n GEMM (2 n^3), the x-axis of a square cuBLAS sweep."""
-    return 2.0 * n**3
+    return _gemm_flops(n, n, n)
 
 
 @dataclass(frozen=True)
@@ -199,12 +204,84 @@ _H100_FA2_FWD = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
 _H100_FA2_BWD = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
     (34, 0.137), (35, 0.163), (36, 0.185), (37, 0.211), (38, 0.25), (39, 0.272), (40, 0.301),
     (41, 0.316), (42, 0.314), (43, 0.305), (44, 0.309))))
-# GB200 FP8 peaks at 2906.9 TFLOP/s of 5000 and FP4 at 7627.6 of 10000
-# (Azure ND_GB200_v6_results.md @2a370be); 16-bit follows pytorch/ao, which copies the H100
-# fractions for B200 "for now".
-_BLACKWELL_FP8_GEMM = EfficiencyCurve(((_cube_flops(16384), 2906.9 / 5000),))
-_BLACKWELL_FP4_GEMM = EfficiencyCurve(((_cube_flops(16384), 7627.6 / 10000),))
-
+# Blackwell cuBLASLt sweeps. Each point is the published TFLOP/s over the catalogue's dense
+# peak for that GPU and format (B200 2250 BF16 / 4500 FP8; GB200 and GB300 5000 FP8; FP4 10000
+# on GB200, 15000 on GB300). Non-square rows of the Azure tables (1024x2145x1024, 6144x12288x12288,
+# the skinny 802816x192x768) are left out, as for A100: the curve is by FLOPs, and skinny GEMMs
+# are priced by the roofline's memory term.
+#
+# GB200, Azure ND GB200 v6, cuBLASLt, random init, 10k warm-up iterations, CUDA 12.8
+# (Azure/AI-benchmarking-guide, Azure_Results/ND_GB200_v6_results.md @2a370be), square m=n=k:
+# FP8 1024 489.2, 2048 2243.6, 4096 2834.6, 8192 2876.6, 16384 2906.9, 32768 2825.6 TFLOP/s;
+# FP4 1024 287.2, 2048 1677.7, 4096 5177.3, 8192 7535.6, 16384 7627.6, 32768 7487.2 TFLOP/s.
+_GB200_FP8_GEMM = EfficiencyCurve(
+    (
+        (_cube_flops(1024), 489.2 / 5000),
+        (_cube_flops(2048), 2243.6 / 5000),
+        (_cube_flops(4096), 2834.6 / 5000),
+        (_cube_flops(8192), 2876.6 / 5000),
+        (_cube_flops(16384), 2906.9 / 5000),
+        (_cube_flops(32768), 2825.6 / 5000),
+    )
+)
+_GB200_FP4_GEMM = EfficiencyCurve(
+    (
+        (_cube_flops(1024), 287.2 / 10000),
+        (_cube_flops(2048), 1677.7 / 10000),
+        (_cube_flops(4096), 5177.3 / 10000),
+        (_cube_flops(8192), 7535.6 / 10000),
+        (_cube_flops(16384), 7627.6 / 10000),
+        (_cube_flops(32768), 7487.2 / 10000),
+    )
+)
+# GB300, Azure ND GB300 v6, the same benchmark on CUDA 13.0 (Azure_Results/ND_GB300_v6_results.md
+# in the fork egmsft/AI-benchmarking-guide @18e80a2; not in Azure's own stored history):
+# FP8 1024 553.5, 2048 2288.9, 4096 3257.0, 8192 3286.3, 16384 3308.5, 32768 3271.3 TFLOP/s;
+# FP4 1024 316.4, 2048 1678.0, 4096 5417.0, 8192 8155.9, 16384 8640.3, 32768 8555.1 TFLOP/s.
+_GB300_FP8_GEMM = EfficiencyCurve(
+    (
+        (_cube_flops(1024), 553.5 / 5000),
+        (_cube_flops(2048), 2288.9 / 5000),
+        (_cube_flops(4096), 3257.0 / 5000),
+        (_cube_flops(8192), 3286.3 / 5000),
+        (_cube_flops(16384), 3308.5 / 5000),
+        (_cube_flops(32768), 3271.3 / 5000),
+    )
+)
+_GB300_FP4_GEMM = EfficiencyCurve(
+    (
+        (_cube_flops(1024), 316.4 / 15000),
+        (_cube_flops(2048), 1678.0 / 15000),
+        (_cube_flops(4096), 5417.0 / 15000),
+        (_cube_flops(8192), 8155.9 / 15000),
+        (_cube_flops(16384), 8640.3 / 15000),
+        (_cube_flops(32768), 8555.1 / 15000),
+    )
+)
+# B200 (a production part), cuBLASLt with the best of 8 heuristic algorithms, m=n=8192 and a
+# k sweep, median of triton.testing.do_bench over 10k iterations after 10k warm-up, CUDA/cuBLAS
+# 13.0 (tmoreau89/triton, python/triton_cublas_bench/prod_benchmark_results2/fp16_results.csv
+# @ced5e01 and fp8_results.csv @f948a56; method in RESULTS.md @aabd14f):
+# k = 128, 256, 384, 512, 640, 768, 896, 1024:
+# FP16 492.9, 845.4, 1072.9, 1221.7, 1313.0, 1341.8, 1373.3, 1389.3 TFLOP/s (BF16 runs at the
+# same dense rate on Blackwell; the catalogue prices FP16 and BF16 with one curve);
+# FP8 (e4m3) 647.2, 1102.5, 1521.2, 1950.2, 2300.0, 2607.9, 2729.8, 2770.0 TFLOP/s.
+# The sweep ends at 1.4e11 FLOPs, where it has nearly levelled off; larger GEMMs take its last
+# point (GB200's square FP8 sweep is flat within 3% from 4096^3 to 32768^3).
+_B200_SWEEP_K = (128, 256, 384, 512, 640, 768, 896, 1024)
+_B200_BF16_GEMM = EfficiencyCurve(tuple(
+    (_gemm_flops(8192, 8192, k), t / 2250) for k, t in zip(_B200_SWEEP_K, (
+        492.9, 845.4, 1072.9, 1221.7, 1313.0, 1341.8, 1373.3, 1389.3)))
+)
+_B200_FP8_GEMM = EfficiencyCurve(tuple(
+    (_gemm_flops(8192, 8192, k), t / 4500) for k, t in zip(_B200_SWEEP_K, (
+        647.2, 1102.5, 1521.2, 1950.2, 2300.0, 2607.9, 2729.8, 2770.0)))
+)
+# MXFP8 (block-scaled) is priced with each GPU's FP8 curve: the same B200 run measured cuBLASLt
+# MXFP8 at 8192^3 2886.1 and 8192x8192x16384 2809.7 TFLOP/s (mxfp8_results.csv @ced5e01),
+# 0.641 and 0.624 of 4500, within 5% of the FP8 curve's 0.616 there -- not a distinct curve.
+# No 16-bit sweep of GB200 or GB300 was found: both borrow B200's BF16 fractions, and B200,
+# with no cuBLASLt FP4 result (cuBLAS 13.0 in that run rejected FP4), borrows GB200's FP4 ones.
 # Achieved HBM bandwidth of streaming kernels: pytorch/ao roofline_utils.py
 # pct_achievable_mem_bw = 0.92 (H100; used for every GPU until measured otherwise).
 _MEM_EFF = 0.92
@@ -232,8 +309,11 @@ _HOPPER_KERNELS = dict(
     flash2_attention_efficiency=_H100_FA2_FWD, flash2_attention_backward_efficiency=_H100_FA2_BWD,
     memory_efficiency=_MEM_EFF, kernel_launch_s=_LAUNCH_S)
 
-_BLACKWELL_GEMM = ((Dtype.BF16, _H100_GEMM), (Dtype.FP8, _BLACKWELL_FP8_GEMM),
-                   (Dtype.MXFP8, _BLACKWELL_FP8_GEMM), (Dtype.NVFP4, _BLACKWELL_FP4_GEMM))
+
+def _blackwell_gemm(fp8: EfficiencyCurve, fp4: EfficiencyCurve) -> tuple[tuple[Dtype, EfficiencyCurve], ...]:
+    """A Blackwell GPU's GEMM curves: B200's 16-bit sweep, its own (or the nearest) FP8 and FP4."""
+    return ((Dtype.BF16, _B200_BF16_GEMM), (Dtype.FP8, fp8), (Dtype.MXFP8, fp8), (Dtype.NVFP4, fp4))
+
 
 _GPUS = (
     GPUSpec(
@@ -292,10 +372,11 @@ _GPUS = (
         hbm_capacity_bytes=180 * GB,
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
-        gemm_efficiency=_BLACKWELL_GEMM,
+        gemm_efficiency=_blackwell_gemm(_B200_FP8_GEMM, _GB200_FP4_GEMM),
         **_HOPPER_KERNELS,
         sources="glennklockwood.com/garden/processors/B200 (HGX 1000 W); pytorch/ao roofline_utils "
-        "(2.25e15 BF16, 4.5e15 FP8, 9.0e15 FP4, 8.0e12 B/s); DGX B200: 180 GB visible per GPU",
+        "(2.25e15 BF16, 4.5e15 FP8, 9.0e15 FP4, 8.0e12 B/s); DGX B200: 180 GB visible per GPU; "
+        "cuBLASLt BF16/FP8 k-sweep from tmoreau89/triton triton_cublas_bench (FP4 as GB200)",
     ),
     GPUSpec(
         name="GB200",
@@ -303,10 +384,11 @@ _GPUS = (
         hbm_capacity_bytes=186 * GB,
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
-        gemm_efficiency=_BLACKWELL_GEMM,
+        gemm_efficiency=_blackwell_gemm(_GB200_FP8_GEMM, _GB200_FP4_GEMM),
         **_HOPPER_KERNELS,
         sources="glennklockwood.com/garden/processors/B200 (GB200 1200 W table: 2.5 PF BF16 dense, "
-        "~186 GB HBM3e at 8 TB/s, NVLink5 1.8 TB/s bidirectional)",
+        "~186 GB HBM3e at 8 TB/s, NVLink5 1.8 TB/s bidirectional); cuBLASLt FP8/FP4 sweeps from "
+        "Azure/AI-benchmarking-guide ND GB200 v6 (BF16 as B200)",
     ),
     GPUSpec(
         name="GB300",
@@ -314,10 +396,11 @@ _GPUS = (
         hbm_capacity_bytes=279 * GB,
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
-        gemm_efficiency=_BLACKWELL_GEMM,
+        gemm_efficiency=_blackwell_gemm(_GB300_FP8_GEMM, _GB300_FP4_GEMM),
         **_HOPPER_KERNELS,
         sources="NVIDIA Blackwell Ultra announcements: 288 GB HBM3e (279 GB usable), 8 TB/s, "
-        "15 PF dense NVFP4, BF16 as GB200, NVLink5 1.8 TB/s bidirectional [unverified]",
+        "15 PF dense NVFP4, BF16 as GB200, NVLink5 1.8 TB/s bidirectional [unverified]; cuBLASLt "
+        "FP8/FP4 sweeps from the Azure AI-benchmarking-guide ND GB300 v6 results (BF16 GEMM as B200)",
     ),
 )
 

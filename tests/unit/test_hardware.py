@@ -63,6 +63,53 @@ def test_gemm_time_is_the_measured_cublas_rate_for_a_large_square_gemm():
     assert 2 * 8192**3 / t / 1e12 == pytest.approx(253.7, rel=1e-9)
 
 
+# Published cuBLASLt sweeps of Blackwell GPUs, (m, n, k, TFLOP/s), copied from the tables that
+# sim/hardware.py cites: Azure ND GB200 v6 (@2a370be) and ND GB300 v6 (egmsft fork @18e80a2),
+# square m = n = k; B200 from tmoreau89/triton triton_cublas_bench prod_benchmark_results2, m = n = 8192.
+_SQUARES = (1024, 2048, 4096, 8192, 16384, 32768)
+_B200_K = (128, 256, 384, 512, 640, 768, 896, 1024)
+PUBLISHED_BLACKWELL_GEMM = {
+    ("GB200", Dtype.FP8): [(n, n, n, t) for n, t in zip(_SQUARES, (489.2, 2243.6, 2834.6, 2876.6, 2906.9, 2825.6))],
+    ("GB200", Dtype.NVFP4): [(n, n, n, t) for n, t in zip(_SQUARES, (287.2, 1677.7, 5177.3, 7535.6, 7627.6, 7487.2))],
+    ("GB300", Dtype.FP8): [(n, n, n, t) for n, t in zip(_SQUARES, (553.5, 2288.9, 3257.0, 3286.3, 3308.5, 3271.3))],
+    ("GB300", Dtype.NVFP4): [(n, n, n, t) for n, t in zip(_SQUARES, (316.4, 1678.0, 5417.0, 8155.9, 8640.3, 8555.1))],
+    ("B200", Dtype.BF16): [(8192, 8192, k, t) for k, t in zip(_B200_K, (
+        492.9, 845.4, 1072.9, 1221.7, 1313.0, 1341.8, 1373.3, 1389.3))],
+    ("B200", Dtype.FP8): [(8192, 8192, k, t) for k, t in zip(_B200_K, (
+        647.2, 1102.5, 1521.2, 1950.2, 2300.0, 2607.9, 2729.8, 2770.0))],
+}
+
+
+@pytest.mark.parametrize("gpu_name,dtype", sorted(PUBLISHED_BLACKWELL_GEMM, key=str))
+def test_blackwell_gemm_time_is_the_published_cublas_rate_at_every_swept_size(gpu_name, dtype):
+    gpu = get_gpu(gpu_name)
+    rows = PUBLISHED_BLACKWELL_GEMM[(gpu_name, dtype)]
+    assert len(gpu.gemm_curve(dtype).points) == len(rows), "one curve point per published row"
+    for m, n, k, tflops in rows:
+        t = gemm_time_s(gpu, GemmOp(m, n, k, dtype)) - gpu.kernel_launch_s
+        assert 2 * m * n * k / t / 1e12 == pytest.approx(tflops, rel=1e-9), (m, n, k)
+
+
+def test_blackwell_gpus_without_their_own_sweep_borrow_the_nearest_one():
+    b200, gb200, gb300 = get_gpu("B200"), get_gpu("GB200"), get_gpu("GB300")
+    # the only Blackwell 16-bit sweep is B200's; the only FP4 sweeps are GB200's and GB300's
+    assert gb200.gemm_curve(Dtype.BF16) is b200.gemm_curve(Dtype.BF16) is gb300.gemm_curve(Dtype.BF16)
+    assert b200.gemm_curve(Dtype.NVFP4) is gb200.gemm_curve(Dtype.NVFP4)
+    for g in (b200, gb200, gb300):
+        assert g.gemm_curve(Dtype.MXFP8) is g.gemm_curve(Dtype.FP8)
+    # MXFP8 shares the FP8 curve because B200's cuBLASLt MXFP8 (same run, mxfp8_results.csv)
+    # measured 2886.1 TFLOP/s at 8192^3 and 2809.7 at 8192x8192x16384: within 5% of it
+    for k, tflops in ((8192, 2886.1), (16384, 2809.7)):
+        f = 2.0 * 8192 * 8192 * k
+        assert b200.gemm_curve(Dtype.MXFP8)(f) == pytest.approx(tflops / 4500, rel=0.05)
+
+
+def test_small_blackwell_gemms_run_far_below_the_large_ones():
+    # the point of a sweep rather than one 16384^3 number (Azure GB200 FP8: 489.2 vs 2906.9)
+    c = get_gpu("GB200").gemm_curve(Dtype.FP8)
+    assert c(2.0 * 1024**3) < 0.2 * c(2.0 * 16384**3)
+
+
 def test_skinny_gemm_is_bandwidth_bound():
     gpu = get_gpu("H100")
     op = GemmOp(1, 16384, 16384, Dtype.BF16)  # a decode-like matrix-vector product
