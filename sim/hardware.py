@@ -103,6 +103,10 @@ class GPUSpec:
         Achieved fraction of HBM bandwidth by streaming kernels.
     kernel_launch_s : float
         Gap a kernel adds on the GPU between back-to-back launches.
+    sm_count : int
+        Streaming multiprocessors. A running NCCL kernel holds some of them (one CTA per
+        channel) and compute beside it gets the rest (:mod:`sim.engine.contention`); 0: unknown,
+        compute is not slowed by communication.
     sources : str
         Where the numbers come from.
     """
@@ -120,6 +124,7 @@ class GPUSpec:
     sources: str = ""
     flash2_attention_efficiency: EfficiencyCurve | None = None
     flash2_attention_backward_efficiency: EfficiencyCurve | None = None
+    sm_count: int = 0
 
     def attention_curve(self, kernel: AttentionKernel, backward: bool) -> EfficiencyCurve:
         """The efficiency curve of ``kernel`` in one direction."""
@@ -329,8 +334,10 @@ _GPUS = (
         attention_backward_efficiency=EfficiencyCurve.constant(179.5 / 312),
         memory_efficiency=_MEM_EFF,
         kernel_launch_s=_LAUNCH_S,
+        sm_count=108,
         sources="NVIDIA A100 datasheet (312 TF BF16 dense, 80 GB HBM2e at 2,039 GB/s, NVLink3 "
-        "600 GB/s bidirectional); cuBLASLt and FA2 sweeps from Azure/AI-benchmarking-guide",
+        "600 GB/s bidirectional); 108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper); "
+        "cuBLASLt and FA2 sweeps from Azure/AI-benchmarking-guide",
     ),
     GPUSpec(
         name="H100-SXM5-80GB",
@@ -340,8 +347,10 @@ _GPUS = (
         nvlink_bandwidth_bytes_per_s=450 * GBPS,
         gemm_efficiency=_HOPPER_GEMM,
         **_HOPPER_KERNELS,
+        sm_count=132,
         sources="glennklockwood.com/garden/processors/h100 (989 TF BF16 dense, 1979 FP8, 3.35 TB/s, "
-        "NVLink4 900 GB/s bidirectional); pytorch/ao roofline_utils",
+        "NVLink4 900 GB/s bidirectional); 132 SMs (NVIDIA H100 Tensor Core GPU Architecture "
+        "whitepaper, SXM5); pytorch/ao roofline_utils",
     ),
     GPUSpec(
         name="H100-SXM5-96GB-HBM2e",
@@ -351,9 +360,10 @@ _GPUS = (
         nvlink_bandwidth_bytes_per_s=450 * GBPS,
         gemm_efficiency=_HOPPER_GEMM,
         **_HOPPER_KERNELS,
+        sm_count=132,
         sources="Meta Grand Teton H100 variant: 96 GB HBM2e at 2.4 TB/s, 500 W cap (validation README; "
         "pytorch/ao roofline_utils 'Meta's H100 variant has 2.4 TB/s'); compute as H100 SXM "
-        "(torchtitan reports MFU against 989 TF)",
+        "(torchtitan reports MFU against 989 TF), 132 SMs",
     ),
     GPUSpec(
         name="H200",
@@ -363,8 +373,9 @@ _GPUS = (
         nvlink_bandwidth_bytes_per_s=450 * GBPS,
         gemm_efficiency=_HOPPER_GEMM,
         **_HOPPER_KERNELS,
+        sm_count=132,
         sources="MLPerf Inference v4.1 system JSON (141 GB, 18x NVLink4 900 GB/s); pytorch/ao spec table "
-        "(H200 = H100 compute); 4.8 TB/s from the NVIDIA H200 page [unverified]",
+        "(H200 = H100 compute, 132 SMs); 4.8 TB/s from the NVIDIA H200 page [unverified]",
     ),
     GPUSpec(
         name="B200",
@@ -374,9 +385,11 @@ _GPUS = (
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_blackwell_gemm(_B200_FP8_GEMM, _GB200_FP4_GEMM),
         **_HOPPER_KERNELS,
+        sm_count=148,
         sources="glennklockwood.com/garden/processors/B200 (HGX 1000 W); pytorch/ao roofline_utils "
         "(2.25e15 BF16, 4.5e15 FP8, 9.0e15 FP4, 8.0e12 B/s); DGX B200: 180 GB visible per GPU; "
-        "cuBLASLt BF16/FP8 k-sweep from tmoreau89/triton triton_cublas_bench (FP4 as GB200)",
+        "cuBLASLt BF16/FP8 k-sweep from tmoreau89/triton triton_cublas_bench (FP4 as GB200); "
+        "148 SMs, 74 per die (chipsandcheese.com, 'Nvidia's B200: Keeping the CUDA Juggernaut Rolling')",
     ),
     GPUSpec(
         name="GB200",
@@ -386,9 +399,10 @@ _GPUS = (
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_blackwell_gemm(_GB200_FP8_GEMM, _GB200_FP4_GEMM),
         **_HOPPER_KERNELS,
+        sm_count=148,
         sources="glennklockwood.com/garden/processors/B200 (GB200 1200 W table: 2.5 PF BF16 dense, "
         "~186 GB HBM3e at 8 TB/s, NVLink5 1.8 TB/s bidirectional); cuBLASLt FP8/FP4 sweeps from "
-        "Azure/AI-benchmarking-guide ND GB200 v6 (BF16 as B200)",
+        "Azure/AI-benchmarking-guide ND GB200 v6 (BF16 as B200); 148 SMs as B200 [unverified]",
     ),
     GPUSpec(
         name="GB300",
@@ -398,8 +412,9 @@ _GPUS = (
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_blackwell_gemm(_GB300_FP8_GEMM, _GB300_FP4_GEMM),
         **_HOPPER_KERNELS,
+        sm_count=160,
         sources="NVIDIA Blackwell Ultra announcements: 288 GB HBM3e (279 GB usable), 8 TB/s, "
-        "15 PF dense NVFP4, BF16 as GB200, NVLink5 1.8 TB/s bidirectional [unverified]; cuBLASLt "
+        "15 PF dense NVFP4, BF16 as GB200, NVLink5 1.8 TB/s bidirectional, 160 SMs [unverified]; cuBLASLt "
         "FP8/FP4 sweeps from the Azure AI-benchmarking-guide ND GB300 v6 results (BF16 GEMM as B200)",
     ),
 )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from sim.costs.base import CommPlan
-from sim.costs.comm import plan_comm
+from sim.costs.comm import nccl_ctas, plan_comm
 from sim.costs.compute import attention_time_s, gemm_time_s, memory_time_s
 from sim.hardware import GPUSpec
 from sim.topology.routing import Fabric
@@ -45,7 +47,13 @@ class AnalyticalCostModel:
         return t
 
     def comm_plan(self, op: CommOp) -> CommPlan:
+        """The op's plan, with the share of each member GPU's SMs its NCCL kernel holds
+        (:func:`~sim.costs.comm.nccl_ctas` over the GPU's SM count)."""
         plan = self._plans.get(op)
         if plan is None:
-            plan = self._plans[op] = plan_comm(self.fabric, op, self.representative)
+            plan = plan_comm(self.fabric, op, self.representative)
+            ctas = nccl_ctas(self.fabric, op, plan.algorithm) if self.gpu.sm_count else 0
+            if ctas:
+                plan = dataclasses.replace(plan, sm_fraction=min(ctas / self.gpu.sm_count, 1.0))
+            self._plans[op] = plan
         return plan

@@ -43,10 +43,17 @@ class Phase:
 
 @dataclass(frozen=True, slots=True)
 class CommPlan:
-    """The phases of one communication op, run one after another."""
+    """The phases of one communication op, run one after another.
+
+    ``sm_fraction`` is the share of each member GPU's SMs the op's kernel holds while it
+    moves data: NCCL runs one CTA per channel, each on an SM of its own that no compute
+    kernel shares (NVIDIA/nccl issue #689). A compute op on that GPU meanwhile runs at
+    ``1 - sum`` of the fractions held (:mod:`sim.engine.contention`); 0 leaves compute alone.
+    """
 
     phases: tuple[Phase, ...] = ()
     algorithm: str = "none"
+    sm_fraction: float = 0.0
 
 
 class CostModel(Protocol):
@@ -64,7 +71,8 @@ class FixedCostModel:
     """Fixed times for tests: ``compute_s[kind]`` per compute op, ``comm_s`` per comm op.
 
     Kinds not in ``compute_s`` take ``default_compute_s``. Communication is a single phase
-    of ``comm_s`` latency with no flows, so the network never slows it.
+    of ``comm_s`` latency with no flows, so the network never slows it; its kernel holds
+    ``comm_sm_fraction`` of the GPU's SMs (0 by default: compute is never slowed by it).
 
     >>> FixedCostModel({OpKind.GEMM: 2.0}).compute_time_s(
     ...     __import__("sim.workload.ops", fromlist=["MemoryOp"]).MemoryOp(OpKind.NORM, 1.0))
@@ -74,9 +82,10 @@ class FixedCostModel:
     compute_s: Mapping[OpKind, float] = field(default_factory=dict)
     default_compute_s: float = 0.0
     comm_s: float = 0.0
+    comm_sm_fraction: float = 0.0
 
     def compute_time_s(self, op: Op) -> float:
         return self.compute_s.get(op.kind, self.default_compute_s)
 
     def comm_plan(self, op: CommOp) -> CommPlan:
-        return CommPlan((Phase(self.comm_s),), algorithm="fixed")
+        return CommPlan((Phase(self.comm_s),), algorithm="fixed", sm_fraction=self.comm_sm_fraction)

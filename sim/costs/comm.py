@@ -60,7 +60,8 @@ from sim.topology.routing import Fabric
 from sim.types import CollectiveAlgorithm, CollectiveKind
 from sim.workload.ops import CommOp
 
-__all__ = ["plan_comm", "NVLS_LATENCY_S", "TREE_BANDWIDTH_FACTOR", "PAT_BANDWIDTH_FACTOR"]
+__all__ = ["plan_comm", "nccl_ctas", "NVLS_LATENCY_S", "TREE_BANDWIDTH_FACTOR", "PAT_BANDWIDTH_FACTOR",
+           "CTAS_IN_DOMAIN", "CTAS_NVLS", "CTAS_PER_NODE_GPU", "CTAS_ACROSS_DOMAINS"]
 
 NVLS_LATENCY_S = 25e-6
 """NCCL's latency of an NVLS collective on NVLink (NVIDIA/nccl ``src/graph/tuning.cc``,
@@ -69,6 +70,48 @@ TREE_BANDWIDTH_FACTOR = 0.92
 """NCCL's tree all-reduce bandwidth correction (``tuning.cc``, ``busBw*.92``)."""
 PAT_BANDWIDTH_FACTOR = 0.75
 """NCCL's PAT bandwidth correction (``tuning.cc``, ``busBw *= .75``)."""
+
+# NCCL runs one CTA per channel, each on an SM of its own ("NCCL CTAs won't share an SM with
+# compute kernels", NVIDIA/nccl issue #689), as many channels as it set up for the communicator
+# once the message is large enough (it trims them for small ones; not modelled).
+CTAS_IN_DOMAIN = 24
+"""Channels of a ring collective inside one NVSwitch node: 24 on 8 x A100 (NVIDIA/nccl-tests
+issue #100, HGX A100: "Channel 23/24"; other A100 logs: "24 coll channels") and on 8 x H100
+(aws-samples/aws-do-eks ``Container-Root/eks/deployment/nccl-test/README.md``, p5.48xlarge one
+node: "24 coll channels, 16 nvls channels")."""
+CTAS_NVLS = 16
+"""Channels of an NVLS all-reduce on 8 x H100 (same log: "16 nvls channels")."""
+CTAS_PER_NODE_GPU = 2
+"""Channels per member GPU of each node of a collective across nodes: a GPU drives its own NIC
+with two channels ("a PCI system with a single NIC ... should just launch 2 SMs", NCCL's
+maintainer in NVIDIA/nccl issue #689) ..."""
+CTAS_ACROSS_DOMAINS = 16
+"""... up to 16 for 8 GPUs per node ("on DGX with 8 NICs ... it would use 16 SMs", same
+thread; p5.48xlarge two nodes: "16 coll channels", aws-do-eks log above)."""
+
+
+def nccl_ctas(fabric: Fabric, op: CommOp, algorithm: str) -> int:
+    """SMs the NCCL kernel of collective ``op``, run by ``algorithm`` (a plan's), holds on
+    each member GPU while it runs: one per channel. Pipeline sends, ring exchanges and
+    all-to-alls (NCCL's p2p channels, one or two per peer across nodes) are not counted: 0.
+
+    >>> from sim.config import load_topology
+    >>> from sim.topology.build import build_topology
+    >>> from sim.types import CommClass
+    >>> fab = Fabric(build_topology(load_topology("dgx-a100"), 16))
+    >>> tp = CommOp(CollectiveKind.ALL_REDUCE, CommClass.TP, tuple(range(8)), 2**26)
+    >>> dp = CommOp(CollectiveKind.ALL_REDUCE, CommClass.DP, (0, 8), 2**26)
+    >>> nccl_ctas(fab, tp, "ring"), nccl_ctas(fab, dp, "ring"), nccl_ctas(fab, dp, "p2p")
+    (24, 2, 0)
+    """
+    if algorithm == "nvls":
+        return CTAS_NVLS
+    if algorithm not in ("ring", "multi-ring", "tree", "pat", "hierarchical"):
+        return 0
+    doms = _domains(fabric, op.group)
+    if len(doms) == 1:
+        return CTAS_IN_DOMAIN
+    return min(CTAS_PER_NODE_GPU * max(len(d) for d in doms), CTAS_ACROSS_DOMAINS)
 
 
 def _ring_steps(kind: CollectiveKind, p: int) -> tuple[int, float]:

@@ -1,25 +1,32 @@
 """Run a task program on SimPy: one process per (rank, stream), flows on a shared network.
 
-Streams run their tasks in order, like CUDA streams. A compute task's duration does not depend
-on anything else running, so when its dependencies' end times are already known the stream
-places it without waiting for the clock: its end time is fixed, its span recorded, and any
-stream waiting on it is told at once. Runs of compute ops therefore cost no engine events.
+Streams run their tasks in order, like CUDA streams. A compute task's duration depends on
+nothing but the communication kernels beside it on its GPU, which hold some of its SMs
+(:mod:`sim.engine.contention`), so when its dependencies' end times are already known, and so
+are all the kernels that can run beside it, the stream places it without waiting for the
+clock: its end time is fixed, its span recorded, and any stream waiting on it is told at once.
+Runs of compute ops therefore cost no engine events. A compute op that a kernel not yet known
+may meet (a collective in flight, or one whose start is not settled) runs on the clock instead:
+its end is re-computed whenever a kernel on its GPU starts or ends.
 Communication does depend on what else is on the network, so a comm task waits for the clock
 to reach its start, joins the other simulated members of its collective (a rendezvous), then
 runs its plan's phases: a latency, then flows on :class:`~sim.engine.network.FlowNetwork`.
 The result is the same timeline a one-event-per-task simulation gives.
 
 A task whose op is a :class:`~sim.program.Block` (a whole layer pass, at layer granularity)
-is timed alone once from its ops' prices (:func:`_time_block`) and placed like compute.
+is timed alone once from its ops' prices (:func:`_time_block`, its compute slowed by its own
+collectives) and placed like compute; kernels outside it slow its compute share.
 """
 
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import simpy
 
 from sim.costs.base import CommPlan, CostModel, Flow, Phase
+from sim.engine.contention import HeldSMs
 from sim.engine.network import FlowNetwork, solo_time_s
 from sim.errors import DeadlockError
 from sim.results import CounterSample, SimResult, Span
@@ -43,6 +50,25 @@ class _CountingEnvironment(simpy.Environment):
 
 _SEND_STREAMS = (Stream.PP_SEND, Stream.PP_SEND_GRAD)
 _RECV_STREAMS = (Stream.PP_RECV, Stream.PP_RECV_GRAD)
+
+_ALL_CONTEND = False
+"""Treat every comm stream as one whose kernels hold SMs, even at a fraction of 0 (for the tests:
+the clock-driven placement of compute must then give the eager placement's timeline)."""
+_ON_CLOCK = False
+"""Run all compute beside comm streams whose kernels hold SMs on the clock, none placed ahead of
+it (for the tests: the reference the eager placement must match)."""
+
+
+class _Run:
+    """A compute task running on the clock: its start, solo duration, share of compute
+    (``sens``), current predicted end, the generation of its pending timer, and its event."""
+
+    __slots__ = ("start", "work", "sens", "end", "gen", "done")
+
+    def __init__(self, start: float, work: float, sens: float, done: simpy.Event) -> None:
+        self.start, self.work, self.sens, self.done = start, work, sens, done
+        self.end = start + work
+        self.gen = 0
 
 
 class Simulation:
@@ -107,6 +133,15 @@ class Simulation:
             for tid in ids:
                 self._owner[tid] = k
         self._busy: set[int] = set()
+        self._contenders = self._contending_streams(tasks, streams)
+        """Rank -> its comm streams whose kernels hold SMs (empty: compute is never slowed)."""
+        self._held = {r: HeldSMs() for r in self._contenders}
+        self._running: dict[int, _Run] = {}
+        self._stalled = [-1] * len(streams)
+        """Per stream, why :meth:`_eager` last stopped: -1 unknown, a task id it waits for, or -2
+        (its next task needs the process, or it is done)."""
+        self._gate = [-1] * len(streams)
+        """Per comm stream, a task of its rank's compute stream its next task waits for."""
         for k in range(len(streams)):
             env.process(self._stream(k))
         env.run()
@@ -144,21 +179,28 @@ class Simulation:
         hit = self._blocks.get(key)
         if hit is not None:
             return hit
-        times, by_kind = [], {}
+        times, held = [], []
         for s, op in zip(block.streams, block.ops):
             if s is None:
                 d = self._part_times.get(id(op))
                 if d is None:
                     d = self._part_times[id(op)] = self.costs.compute_time_s(op)
                 times.append(d * factor)
-                by_kind[op.kind] = by_kind.get(op.kind, 0.0) + d
+                held.append(0.0)
             else:
                 d = self._part_times.get(id(op))
                 if d is None:
                     d = self._part_times[id(op)] = solo_time_s(self.plans[id(op)].phases, self.capacity)
                 times.append(d)
-        exposed = _time_block(block, times)
-        compute = sum(t for s, t in zip(block.streams, times) if s is None)
+                held.append(self.plans[id(op)].sm_fraction)
+        exposed, ran = _time_block(block, times, held)
+        by_kind: dict = {}
+        for s, op, d, solo in zip(block.streams, block.ops, ran, times):
+            if s is None:
+                # the op's price, times how much its GPU's comm kernels stretched it
+                base = self._part_times[id(op)]
+                by_kind[op.kind] = by_kind.get(op.kind, 0.0) + (base if d == solo else base * (d / solo))
+        compute = sum(d for s, d in zip(block.streams, ran) if s is None)
         total = sum(by_kind.values())
         shares = tuple((k, v / total if total > 0 else 0.0) for k, v in by_kind.items())
         streams = {cls: s for cls, s, _ in block.comm_classes()}
@@ -185,7 +227,7 @@ class Simulation:
                 if self.representative and kept:
                     kept = _share_weights(kept)
                 phases.append(Phase(ph.latency_s, kept))
-            cache[id(op)] = CommPlan(tuple(phases), p.algorithm)
+            cache[id(op)] = CommPlan(tuple(phases), p.algorithm, p.sm_fraction)
 
         blocks = set()
         for t in tasks:
@@ -266,8 +308,9 @@ class Simulation:
                     hit = runs[id(op)] = [op, 0]
                     members[id(op)] = sum(1 for r in op.group if r in simulated)
                 hit[1] += 1
-            if pulses is not None and self.duration[t.id] > 0:
-                t0, d = self.start[t.id], self.duration[t.id]
+            f = self.finish[t.id]
+            if pulses is not None and f is not None and f > self.start[t.id]:
+                t0, d = self.start[t.id], f - self.start[t.id]
                 for op in t.op.comm_ops():
                     rate = 1.0 / (d * members[id(op)])
                     for link, nbytes in self._loads(op):
@@ -296,10 +339,11 @@ class Simulation:
         if ev is not None:
             ev.succeed()
 
-    def _place(self, task, start: float) -> float:
-        """Place a compute task (or block) at ``start``: its span's start and its memory
-        deltas; returns its end."""
-        end = start + self.duration[task.id]
+    def _place(self, task, start: float, end: float | None = None) -> float:
+        """Place a compute task (or block) at ``start`` (ending at ``end``, by default its
+        duration later): its span's start and its memory deltas; returns its end."""
+        if end is None:
+            end = start + self.duration[task.id]
         self.start[task.id] = start
         if task.mem_start_bytes:
             self.mem[task.rank].append((start, task.mem_start_bytes))
@@ -322,8 +366,10 @@ class Simulation:
         tasks, finish, owner = self.program.tasks, self.finish, self._owner
         start_of, fixed = self.start, self.fixed_comm
         members = self.program.coll_members
+        contenders, held = self._contenders, self._held
         cursor = self._cursor[k]
         stop = -1
+        why = -2
         while pos < len(ids):
             tid = ids[pos]
             task = tasks[tid]
@@ -342,7 +388,7 @@ class Simulation:
                 if f > start:
                     start = f
             if blocked:
-                stop = tid
+                stop, why = tid, d
                 break
             if task.comm:
                 dur = fixed.get(id(task.op))
@@ -352,16 +398,27 @@ class Simulation:
                 start_of[tid] = start
                 self._account(task.op, start, dur)
                 end = start + dur
+                if task.rank in held:
+                    self._hold(task.rank, task.op, start, end)
             else:
                 if task.coll_key >= 0 and members.get(task.coll_key, 1) > 1:
                     stop = tid
                     break
-                end = self._place(task, start)
+                if task.rank in contenders:
+                    self._pos[k], self._cursor[k] = pos, cursor
+                    end = self._quiet_end(task, k, start)
+                    if end is None:
+                        stop = tid
+                        break
+                    self._place(task, start, end)
+                else:
+                    end = self._place(task, start)
             finish[tid] = end
             self._notify(tid)
             cursor = end
             pos += 1
         self._pos[k], self._cursor[k] = pos, cursor
+        self._stalled[k] = why
         busy.discard(k)
         return stop
 
@@ -401,19 +458,139 @@ class Simulation:
                     self._account(task.op, meet, dur)
                 end = meet + dur
                 self.xfer_start[tid] = meet
+                if task.rank in self._held:
+                    self._hold(task.rank, task.op, meet, end)
             elif task.comm:
                 if start > env.now:
                     yield env.timeout(start - env.now)
                 start_of[tid] = start
                 yield from self._comm(task)
                 end = env.now
-            else:  # a block: meets the other simulated members of its group
-                start, _ = yield from self._meet(task, start)
-                end = self._place(task, start)
+            else:  # compute that needs the clock, or a block that meets its group's members
+                if task.coll_key >= 0:
+                    start, _ = yield from self._meet(task, start)
+                if task.rank in self._contenders:
+                    if start > env.now:
+                        yield env.timeout(start - env.now)
+                        if self._pos[k] >= len(ids) or ids[self._pos[k]] != tid:
+                            continue  # placed while this waited
+                    self._busy.add(k)  # nothing else places this stream meanwhile
+                    end = self._quiet_end(task, k, start)
+                    if end is None:
+                        end = yield from self._run_on_clock(task, start)
+                    self._busy.discard(k)
+                    end = self._place(task, start, end)
+                else:
+                    end = self._place(task, start)
             finish[tid] = end
             self._cursor[k] = end
             self._pos[k] += 1
             self._notify(tid)
+
+    # -- compute beside communication kernels ----------------------------------------------
+    def _contending_streams(self, tasks, streams) -> dict[int, tuple[int, ...]]:
+        """Rank -> the indices of its comm streams that run a kernel holding SMs."""
+        out: dict[int, list[int]] = {}
+        plans = self.plans
+        for k, ids in enumerate(streams):
+            first = tasks[ids[0]] if ids else None
+            if first is None or not first.comm:
+                continue
+            if _ALL_CONTEND or any(plans[id(tasks[t].op)].sm_fraction > 0 for t in ids):
+                out.setdefault(first.rank, []).append(k)
+        return {r: tuple(ks) for r, ks in out.items()}
+
+    def _hold(self, rank: int, op, t0: float, t1: float) -> None:
+        """A kernel of ``op`` runs on ``rank`` over ``[t0, t1]``."""
+        f = self.plans[id(op)].sm_fraction
+        if f:
+            self._held[rank].hold(t0, t1, f)
+            self._rerun(rank)
+
+    def _sensitivity(self, task) -> float:
+        """The share of ``task`` that comm kernels outside it slow: 1 for a compute op; a
+        block's compute share (its own collectives' exposed time is not slowed)."""
+        if type(task.op) is not Block:
+            return 1.0
+        d, _, compute, _ = self._block_timing(task.op, self.slowdown.get(task.rank, 1.0))
+        return compute / d if d > 0 else 0.0
+
+    def _quiet_end(self, task, k: int, start: float) -> float | None:
+        """The end of compute task ``task`` (of stream ``k``) started at ``start``, when every
+        comm kernel that can run beside it on its GPU is known; None when one is not (one in
+        flight, or one whose start is not settled and may fall before that end)."""
+        if _ON_CLOCK:
+            return None
+        r = task.rank
+        busy, stalled, finish = self._busy, self._stalled, self.finish
+        contenders, held = self._contenders[r], self._held[r]
+        work = self.duration[task.id]
+        sens = 1.0 if type(task.op) is not Block else self._sensitivity(task)
+        end = held.end_s(start, work, sens)
+        gate = self._gate
+        c = 0
+        while c < len(contenders):
+            s = contenders[c]
+            g = gate[s]
+            if (g >= 0 and finish[g] is None) or self._quiet(s, k, end):
+                c += 1
+                continue
+            # its next kernel may start before `end`: settle what it can without the clock
+            # (a kernel placed at its solo time is then known) and look at every stream again
+            d = stalled[s]
+            if s in busy or not (d == -1 or (d >= 0 and finish[d] is not None)):
+                return None
+            at = self._pos[s]
+            self._eager(s)
+            if self._pos[s] == at:
+                return None
+            end, c = held.end_s(start, work, sens), 0
+        return end
+
+    def _quiet(self, c: int, k: int, end: float) -> bool:
+        """Whether comm stream ``c``'s next kernel cannot start before ``end`` (its start's
+        lower bound: its stream's last end and its dependencies' ends, a dependency not placed
+        yet on compute stream ``k`` ending no earlier than ``end``)."""
+        ids, finish, tasks = self._ids[c], self.finish, self.program.tasks
+        p, n, lb = self._pos[c], len(ids), self._cursor[c]
+        while p < n:  # a stream being placed up the call chain has placed tasks past _pos
+            f = finish[ids[p]]
+            if f is None:
+                break
+            lb, p = f, p + 1
+        if p >= n:
+            return True
+        after = False
+        for d in tasks[ids[p]].deps:
+            f = finish[d]
+            if f is None:
+                if self._owner[d] != k:
+                    return False
+                after = True
+                self._gate[c] = d  # quiet for every op of stream k before d, until d is placed
+            elif f > lb:
+                lb = f
+        return after or lb >= end
+
+    def _run_on_clock(self, task, start: float):
+        """Run compute task ``task`` from ``start`` (the clock's time) until its work is done,
+        its end re-computed as the comm kernels on its GPU start and end; return its end."""
+        r = task.rank
+        run = self._running[r] = _Run(start, self.duration[task.id], self._sensitivity(task), self.env.event())
+        self._rerun(r)
+        yield run.done
+        del self._running[r]
+        return run.end
+
+    def _rerun(self, rank: int) -> None:
+        """Re-compute the end of the compute task running on the clock on ``rank``, if any."""
+        run = self._running.get(rank)
+        if run is None or run.done.triggered:
+            return
+        run.end = self._held[rank].end_s(run.start, run.work, run.sens)
+        run.gen += 1
+        ev = self.env.timeout(max(run.end - self.env.now, 0.0))
+        ev.callbacks.append(partial(_ran, run, run.gen))
 
     def _meet(self, task, start: float):
         """Wait until every simulated member of ``task``'s group has reached it. Returns the
@@ -451,11 +628,20 @@ class Simulation:
                 self.xfer_start[tid] = env.now
         else:
             rv = None
-        for phase in self.plans[id(task.op)].phases:
+        plan = self.plans[id(task.op)]
+        ranks = [r for r in ([self.program.tasks[t].rank for t in rv[2]] if rv is not None else [task.rank])
+                 if r in self._held] if plan.sm_fraction else []
+        for r in ranks:
+            self._held[r].change(env.now, plan.sm_fraction)
+            self._rerun(r)
+        for phase in plan.phases:
             if phase.latency_s > 0:
                 yield env.timeout(phase.latency_s)
             if phase.flows:
                 yield self.net.transfer(phase.flows)
+        for r in ranks:
+            self._held[r].change(env.now, -plan.sm_fraction)
+            self._rerun(r)
         if rv is not None:
             rv[1].succeed()
 
@@ -548,29 +734,40 @@ class Simulation:
                          prog.world_size, meta)
 
 
-def _time_block(block: Block, times: list[float]) -> dict[CommClass, float]:
-    """Run ``block`` alone from time 0 with its ops taking ``times``; return, per comm class,
-    how long its compute stream waited on that class (their sum plus the compute time is the
-    block's duration). A wait is charged to the comm op that ended last among those the
-    compute op waited for; a comm op no compute op of the block waits for holds its end.
+def _time_block(block: Block, times: list[float],
+                held: list[float] | None = None) -> tuple[dict[CommClass, float], list[float]]:
+    """Run ``block`` alone from time 0 with its ops taking ``times`` (solo); return, per comm
+    class, how long its compute stream waited on that class (their sum plus the compute time
+    is the block's duration), and each op's time as run. A wait is charged to the comm op that
+    ended last among those the compute op waited for; a comm op no compute op of the block
+    waits for holds its end. ``held[i]``: the fraction of the GPU's SMs comm op ``i`` holds
+    while it runs; the compute ops beside it run that much slower
+    (:class:`~sim.engine.contention.HeldSMs`).
 
     >>> from sim.workload.ops import CommOp, MemoryOp
     >>> ar = CommOp(CollectiveKind.ALL_REDUCE, CommClass.TP, (0, 1), 8.0)
     >>> c = MemoryOp(OpKind.NORM, 1.0)
     >>> blk = Block((c, ar, c, c), (None, Stream.TP_COMM, None, None), (0, 1, 0, 0))
     >>> _time_block(blk, [1.0, 3.0, 1.0, 1.0])     # the all-reduce hides behind one compute op
-    {<CommClass.TP: 'tp'>: 2.0}
+    ({<CommClass.TP: 'tp'>: 2.0}, [1.0, 3.0, 1.0, 1.0])
+    >>> # holding half the SMs, it stretches the op beside it to 2 s and shows for 1 s
+    >>> _time_block(blk, [1.0, 3.0, 1.0, 1.0], [0.0, 0.5, 0.0, 0.0])
+    ({<CommClass.TP: 'tp'>: 1.0}, [1.0, 3.0, 2.0, 1.0])
     """
     cursor = 0.0
     free: dict[Stream, float] = {}
     pending: list[list] = []      # [end, class, compute ops left before the one that waits]
     exposed: dict[CommClass, float] = {}
-    for s, op, w, d in zip(block.streams, block.ops, block.waits, times):
+    sms = HeldSMs() if held and any(held) else None
+    ran = list(times)
+    for i, (s, op, w, d) in enumerate(zip(block.streams, block.ops, block.waits, times)):
         if s is not None:
             start = max(cursor, free.get(s, 0.0))
             free[s] = start + d
             pending.append([start + d, op.comm_class, w])
             exposed.setdefault(op.comm_class, 0.0)
+            if sms is not None and held[i]:
+                sms.hold(start, start + d, held[i])
             continue
         start, cls = cursor, None
         if pending:
@@ -585,12 +782,22 @@ def _time_block(block: Block, times: list[float]) -> dict[CommClass, float]:
             pending = keep
         if cls is not None:
             exposed[cls] += start - cursor
-        cursor = start + d
+        if sms is None:
+            cursor = start + d
+        else:
+            cursor = sms.end_s(start, d)
+            ran[i] = cursor - start
     for end, cls, _ in pending:
         if end > cursor:
             exposed[cls] += end - cursor
             cursor = end
-    return exposed
+    return exposed, ran
+
+
+def _ran(run: _Run, gen: int, _event) -> None:
+    """A compute task's timer fired: it is done unless its end moved since."""
+    if gen == run.gen and not run.done.triggered:
+        run.done.succeed()
 
 
 MAX_SHARED_ALL_TO_ALL = 32

@@ -1,0 +1,214 @@
+"""Compute beside communication kernels (sim/engine/contention.py): a collective's NCCL kernel
+holds a fraction ``f`` of its GPU's SMs, and compute meanwhile runs at ``1 - f``.
+
+Hand-built programs check the arithmetic on both of the engine's paths (a collective placed at
+its solo time, and one that runs as flows on the clock); whole workloads check that holding no
+SMs leaves every span where it was, on the eager path and on the clock-driven one alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+import sim.engine.simulation as engine
+from sim.config import load_topology, load_workload
+from sim.costs.analytical import AnalyticalCostModel
+from sim.costs.base import CommPlan, FixedCostModel, Flow, Phase
+from sim.costs.comm import CTAS_IN_DOMAIN, nccl_ctas
+from sim.engine import Simulation
+from sim.engine.contention import HeldSMs
+from sim.hardware import get_gpu
+from sim.program import Program, Task
+from sim.report import make_report
+from sim.results import RankInfo
+from sim.runner import simulate
+from sim.topology.build import build_topology
+from sim.topology.routing import Fabric
+from sim.types import CollectiveKind, CommClass, Dtype, OpKind, Stream
+from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp
+from sim.workload.taskgraph import build_program
+from tests.unit.test_granularity import CASES, FIXED, _workload
+
+
+def _spans(result):
+    return [(s.rank, s.stream, s.name, s.start_s, s.end_s) for s in result.spans]
+
+
+# -- the held fraction over time ---------------------------------------------------------------
+def test_held_sms_stretch_what_runs_beside_them_and_nothing_else():
+    h = HeldSMs()
+    h.hold(1.0, 6.0, 0.2)
+    assert h.end_s(0.0, 0.5) == 0.5                      # before the kernel: its solo time
+    assert h.end_s(1.0, 2.0) == pytest.approx(1.0 + 2.0 / 0.8, rel=1e-15)   # inside it: / (1 - f)
+    assert h.end_s(3.5, 6.0) == pytest.approx(6.0 + (6.0 - 2.5 * 0.8), rel=1e-15)  # 2.5 s beside it
+    assert h.end_s(7.0, 1.25) == 7.0 + 1.25              # after it: bit for bit
+    two = HeldSMs()
+    two.hold(0.0, 10.0, 0.2)
+    two.hold(0.0, 10.0, 0.3)
+    assert two.end_s(0.0, 1.0) == pytest.approx(2.0)     # kernels together hold what they add up to
+    assert two.end_s(1.0, 1.0, sensitivity=0.5) == pytest.approx(1.0 + 1.0 / 0.75)  # a block's compute share
+
+
+# -- hand-built programs -----------------------------------------------------------------------
+class _FlowCosts(FixedCostModel):
+    """Comm as one flow of ``size`` bytes over link 0 (1 B/s): it runs on the flow network."""
+
+    def comm_plan(self, op):
+        return CommPlan((Phase(0.0, (Flow(0, 1, op.size_bytes, (0,), (1.0,)),)),), "test",
+                        self.comm_sm_fraction)
+
+
+def _program(g2_op, flows: bool) -> Program:
+    """Rank 0: ``norm`` (1 s), then ``g2`` beside a 5 s collective issued after ``norm``, then
+    ``g3`` (1 s) once the collective is done. With ``flows``, a second collective on another
+    stream shares the collective's link, so the engine runs both as flows on the clock."""
+    tp = CommOp(CollectiveKind.ALL_REDUCE, CommClass.TP, (0,), 5.0)
+    dp = CommOp(CollectiveKind.ALL_REDUCE, CommClass.DP, (0,), 1.0)
+    norm, g3 = MemoryOp(OpKind.NORM, 1.0), GemmOp(8, 8, 8, Dtype.BF16)
+    c = Stream.COMPUTE
+    spec = [("norm", c, norm, False, []), ("coll", Stream.TP_COMM, tp, True, [0]), ("g2", c, g2_op, False, []),
+            ("g3", c, g3, False, [1])]
+    if flows:
+        spec.append(("dp", Stream.DP_COMM, dp, True, [3]))
+    tasks, streams, members = [], {}, {}
+    for i, (name, stream, op, comm, deps) in enumerate(spec):
+        key = i if comm else -1
+        if comm:
+            members[key] = 1
+        tasks.append(Task(i, 0, stream, name, op, op.kind, comm, deps, (), key))
+        streams.setdefault((0, stream), []).append(i)
+    return Program(tasks, streams, [RankInfo(0, 0, 0, 0, 0, 0)], members, {}, 1, False)
+
+
+@pytest.mark.parametrize("flows", [False, True], ids=["solo-time", "flows"])
+@pytest.mark.parametrize("fraction", [0.0, 0.2, 0.5])
+def test_a_gemm_beside_a_collective_stretches_by_one_over_one_minus_the_fraction(flows, fraction):
+    model = _FlowCosts if flows else FixedCostModel
+    # norm 1 s; the GEMM g2 1 s (all of it beside the 5 s collective), g3 1 s after it
+    costs = model({OpKind.NORM: 1.0, OpKind.GEMM: 1.0}, comm_s=5.0, comm_sm_fraction=fraction)
+    res = Simulation(_program(GemmOp(4, 4, 4, Dtype.BF16), flows), costs, [1.0] if flows else []).run()
+    span = {s.name: s for s in res.spans}
+    assert span["coll"].start_s == 1.0 and span["coll"].end_s == 6.0
+    assert span["g2"].start_s == 1.0
+    assert span["g2"].end_s == pytest.approx(1.0 + 1.0 / (1.0 - fraction), rel=1e-15)
+    # not beside any collective: exactly its own time
+    assert span["norm"].end_s == 1.0
+    assert span["g3"].start_s == 6.0 and span["g3"].end_s == 7.0
+
+
+@pytest.mark.parametrize("flows", [False, True], ids=["solo-time", "flows"])
+def test_a_gemm_longer_than_the_collective_is_slowed_only_while_it_runs(flows):
+    model = _FlowCosts if flows else FixedCostModel
+    costs = model({OpKind.NORM: 1.0, OpKind.ATTENTION: 6.0, OpKind.GEMM: 1.0}, comm_s=5.0, comm_sm_fraction=0.2)
+    res = Simulation(_program(AttentionOp(1, 1, 1, 64, 64, True, False), flows), costs, [1.0] if flows else []).run()
+    span = {s.name: s for s in res.spans}
+    # 5 s beside the collective do 4 s of its 6 s of work; the last 2 s at full rate
+    assert span["g2"].end_s == pytest.approx(8.0, rel=1e-15)
+    assert span["g3"].start_s == pytest.approx(8.0, rel=1e-15)
+
+
+# -- whole workloads ---------------------------------------------------------------------------
+@pytest.mark.parametrize("representative", [True, False], ids=["representative", "full"])
+@pytest.mark.parametrize("case", ["tp-pp-dp", "sequence-parallel", "interleaved", "zero3-fsdp", "moe-tp-ep-shared"])
+def test_holding_no_sms_the_clock_driven_path_gives_the_eager_timeline(case, representative, monkeypatch):
+    """Every comm stream treated as one whose kernels hold SMs (at a fraction of 0): compute
+    that might meet a kernel waits for the clock, and must land exactly where the eager
+    placement puts it."""
+    w = _workload(CASES[case])
+    eager = Simulation(build_program(w, representative), FIXED).run()
+    monkeypatch.setattr(engine, "_ALL_CONTEND", True)
+    clock = Simulation(build_program(w, representative), FIXED).run()
+    assert _spans(clock) == _spans(eager) and clock.makespan_s == eager.makespan_s
+
+
+@pytest.mark.parametrize("representative", [True, False], ids=["representative", "full"])
+@pytest.mark.parametrize("case", ["tp-pp-dp", "sequence-parallel", "tp-comm-overlap", "interleaved", "zb-h1",
+                                  "zero3-fsdp", "context-parallel", "moe-tp-ep-shared"])
+def test_compute_placed_ahead_of_the_clock_lands_where_the_clock_puts_it(case, representative, monkeypatch):
+    """With kernels holding SMs, the engine places a compute op ahead of the clock only when no
+    kernel it does not know yet can start before the op ends. The reference runs every such op
+    on the clock (its end re-computed at every kernel's start and end): the same timeline."""
+    costs = dataclasses.replace(FIXED, comm_sm_fraction=0.2)
+    w = _workload(CASES[case])
+    eager = Simulation(build_program(w, representative), costs).run()
+    monkeypatch.setattr(engine, "_ON_CLOCK", True)
+    clock = Simulation(build_program(w, representative), costs).run()
+    assert _spans(eager) == _spans(clock)
+    assert eager.events < clock.events
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["representative", "full"])
+@pytest.mark.parametrize("sets", [["parallel.sequence_parallel=true"], ["parallel.zero_stage=3"],
+                                  ["parallel.schedule=interleaved-1f1b", "parallel.virtual_pipeline_stages=2"],
+                                  ["parallel.cp=2", "parallel.dp=1"]])
+def test_analytical_runs_place_compute_as_the_clock_would(sets, full, monkeypatch):
+    """The same with NCCL's fractions of an A100's SMs, collectives running as flows."""
+    w, topo = load_workload("tiny", sets), load_topology("dgx-a100")
+    eager = simulate(w, topo, full=full).result
+    monkeypatch.setattr(engine, "_ON_CLOCK", True)
+    clock = simulate(w, topo, full=full).result
+    assert _spans(eager) == _spans(clock)
+
+
+@pytest.mark.parametrize("sets", [["parallel.sequence_parallel=true"], ["parallel.zero_stage=3"],
+                                  ["parallel.schedule=interleaved-1f1b", "parallel.virtual_pipeline_stages=2"]])
+def test_holding_no_sms_analytical_runs_are_unchanged(sets, monkeypatch):
+    """The analytical model with the GPU's SM count unknown (no fraction held) on both paths:
+    collectives here run as flows on the clock, and the spans do not move."""
+    w = load_workload("tiny", sets)
+    w = dataclasses.replace(w, system=dataclasses.replace(w.system, gpu=dataclasses.replace(w.system.gpu,
+                                                                                           sm_count=0)))
+    topo = load_topology("dgx-a100")
+    eager = simulate(w, topo, full=True).result
+    monkeypatch.setattr(engine, "_ALL_CONTEND", True)
+    clock = simulate(w, topo, full=True).result
+    assert _spans(clock) == _spans(eager)
+
+
+def test_collectives_slow_the_compute_beside_them_deterministically():
+    w, topo = load_workload("tiny", ["parallel.sequence_parallel=true"]), load_topology("dgx-a100")
+    off = dataclasses.replace(w, system=dataclasses.replace(w.system, gpu=dataclasses.replace(w.system.gpu,
+                                                                                             sm_count=0)))
+    runs = [make_report(simulate(w, topo)).to_dict() for _ in range(2)]
+    for r in runs:
+        r.pop("simulated_wall_s")
+    assert json.dumps(runs[0]) == json.dumps(runs[1])
+    base = make_report(simulate(off, topo))
+    assert runs[0]["iteration_time_s"] > base.iteration_time_s
+    assert runs[0]["compute_s"]["gemm"] > base.compute_s["gemm"]
+
+
+def test_an_nccl_ring_in_a_dgx_a100_holds_24_of_its_108_sms():
+    fab = Fabric(build_topology(load_topology("dgx-a100"), 16))
+    costs = AnalyticalCostModel(get_gpu("A100"), fab)
+    tp = CommOp(CollectiveKind.REDUCE_SCATTER, CommClass.TP, tuple(range(8)), 2**27)
+    assert costs.comm_plan(tp).sm_fraction == CTAS_IN_DOMAIN / 108
+    # one GPU per node: one NIC's two channels; a pipeline send: not counted
+    dp = CommOp(CollectiveKind.ALL_REDUCE, CommClass.DP, (0, 8), 2**27)
+    pp = CommOp(CollectiveKind.SEND_RECV, CommClass.PP, (0, 8), 2**27)
+    assert costs.comm_plan(dp).sm_fraction == 2 / 108 and costs.comm_plan(pp).sm_fraction == 0.0
+    assert nccl_ctas(fab, CommOp(CollectiveKind.ALL_REDUCE, CommClass.DP, tuple(range(16)), 2**27),
+                     costs.comm_plan(CommOp(CollectiveKind.ALL_REDUCE, CommClass.DP, tuple(range(16)),
+                                            2**27)).algorithm) == 16
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_layer_and_chunk_blocks_slow_as_the_op_run_does(case):
+    """Under fixed costs with collectives holding a fifth of the SMs, a layer or chunk block
+    (its compute slowed by its own collectives, and by those outside it in proportion to its
+    compute share) gives the op run's timeline, except where a collective outside the block
+    meets only part of it: FSDP's gathers beside a layer pass, and under ZB-H1 a collective that
+    ends one pass, which the op run overlaps with the next pass's first ops."""
+    costs = dataclasses.replace(FIXED, comm_sm_fraction=0.2)
+    w = _workload(CASES[case])
+    op = Simulation(build_program(w), costs).run().makespan_s
+    tol = 2e-3 if case in ("zero3-fsdp", "zb-h1") else 1e-12
+    for granularity in ("layer", "chunk"):
+        blocks = Simulation(build_program(w, granularity=granularity), costs).run().makespan_s
+        assert blocks == pytest.approx(op, rel=tol)
+    # not vacuous: with TP, the backward's collectives run beside GEMMs and lengthen the run
+    if w.parallel.tp > 1:
+        assert op > Simulation(build_program(w), FIXED).run().makespan_s
