@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from sim.errors import InfeasibleError
 from sim.types import AttentionKernel, Dtype
 from sim.units import GB, GBPS, GiB, TB, TFLOPS, US
+from sim.workload.ops import AttentionOp
 
 __all__ = ["EfficiencyCurve", "GPUSpec", "GPU_CATALOGUE", "get_gpu", "gpu_names"]
 
@@ -57,15 +58,19 @@ class EfficiencyCurve:
         return cls(((1.0, efficiency),))
 
     def __call__(self, size: float) -> float:
-        xs, pts = self._xs, self.points
-        if size <= xs[0]:
-            return pts[0][1]
-        if size >= xs[-1]:
-            return pts[-1][1]
-        i = bisect.bisect_right(xs, size)
-        (x0, e0), (x1, e1) = pts[i - 1], pts[i]
-        w = (math.log(size) - math.log(x0)) / (math.log(x1) - math.log(x0))
-        return e0 + w * (e1 - e0)
+        return _log_interpolate(self.points, self._xs, size)
+
+
+def _log_interpolate(points: tuple[tuple[float, float], ...], xs: tuple[float, ...], size: float) -> float:
+    """``points``' value at ``size``: linear in ``log(size)`` between them, clamped outside."""
+    if size <= xs[0]:
+        return points[0][1]
+    if size >= xs[-1]:
+        return points[-1][1]
+    i = bisect.bisect_right(xs, size)
+    (x0, e0), (x1, e1) = points[i - 1], points[i]
+    w = (math.log(size) - math.log(x0)) / (math.log(x1) - math.log(x0))
+    return e0 + w * (e1 - e0)
 
 
 def _gemm_flops(m: int, n: int, k: int) -> float:
@@ -287,6 +292,59 @@ _B200_FP8_GEMM = EfficiencyCurve(tuple(
 # 0.641 and 0.624 of 4500, within 5% of the FP8 curve's 0.616 there -- not a distinct curve.
 # No 16-bit sweep of GB200 or GB300 was found: both borrow B200's BF16 fractions, and B200,
 # with no cuBLASLt FP4 result (cuBLAS 13.0 in that run rejected FP4), borrows GB200's FP4 ones.
+# Fused attention on Blackwell (cuDNN, the kernel Transformer Engine runs), from NVIDIA's
+# cuDNN-frontend SDPA training benchmark run with cuDNN 9.19.1 (the H100 measurement above ran
+# 9.19.0) on GB200, GB300 and, in the same harness, H200 (NVIDIA/cudnn-frontend
+# benchmark/sdpa_benchmark_training/results/gb200_919_only_cudnn/llama3.1_20260226_174648.csv
+# and h200_919_only_cudnn/llama3.1_20260227_034703.csv @df73764, gb300_919_only_cudnn/
+# llama3.1_20260226_185510.csv @afa9f7c): batch 1, 64 query / 8 KV heads, head dim 128, BF16,
+# causal (top_left), kernel device time. Published TFLOP/s, forward and backward, at
+# s = 2k, 4k, 8k, 16k, 32k are in _CUDNN_919 below (their FLOPs count the s (s + 1) / 2
+# unmasked scores, the backward 2.5x the forward). That harness reads Hopper higher than ours
+# does: its H200 forward is 0.66-0.70 of peak at 8k-32k where the H100 curve has 0.57-0.62 at
+# the same FLOPs (backward within 6%). So each Blackwell curve is the H100
+# curve times the published ratio of achieved fractions, Blackwell over H200, at the same shape
+# -- the same FLOPs, so each source's FLOP count cancels -- placed at the kernel's FLOPs as
+# AttentionOp counts them, interpolated in log(FLOPs) between the five sizes and held at the
+# end ones beyond: what our H100 measurement would read on Blackwell. GB200 / H200: forward
+# 0.85, 0.89, 0.98, 0.99, 0.99, backward 0.89, 0.94, 0.96, 0.96, 1.00; GB300 / H200: forward
+# 1.03, 1.12, 1.16, 1.16, 1.16 (Blackwell Ultra's faster exponentials), backward 0.97-1.05.
+# B200 (GB200's die at a lower power limit; its own 2250 peak) takes GB200's fractions: NVIDIA's
+# earlier run of the same benchmark on B200 and GB300 with cuDNN 9.13 through PyTorch
+# (artifacts/sdpa_bf16_benchmark_results_NVIDIA_{B200,GB300}.csv @bb37575; CUDA-event timing, so
+# host overhead at short sequences) has B200 at 0.87 / 0.94 (forward / backward, 16k) and
+# 0.88 / 0.93 (32k) of GB300's fractions, where GB200 is at 0.86 / 0.94 and 0.85 / 0.95 in the
+# 9.19 run. FlashAttention-2 (attention_kernel: flash2) stays at the H100 curves on Blackwell.
+_CUDNN_919_SEQS = (2048, 4096, 8192, 16384, 32768)
+_CUDNN_919 = {  # GPU: (dense BF16 peak, forward TFLOP/s, backward TFLOP/s at _CUDNN_919_SEQS)
+    "H200": (989, (484, 591, 644, 673, 688), (370, 474, 541, 579, 581)),
+    "GB200": (2500, (1042, 1335, 1598, 1687, 1720), (836, 1132, 1311, 1402, 1473)),
+    "GB300": (2500, (1266, 1672, 1887, 1968, 2014), (906, 1195, 1385, 1490, 1549)),
+}
+
+
+def _cudnn_919_flops(seq: int, backward: bool) -> float:
+    """FLOPs, as AttentionOp counts them, of the benchmark's kernel at ``seq`` tokens."""
+    return AttentionOp(1, 64, 8, seq, 128, True, backward).flops
+
+
+def _attention_relative_to_h100(gpu: str, backward: bool) -> EfficiencyCurve:
+    """The H100 attention curve times ``gpu``'s published achieved fraction over H200's in the
+    cuDNN 9.19 benchmark, sampled at the H100 curve's sizes and the benchmark's."""
+    base = _H100_ATTN_BWD if backward else _H100_ATTN_FWD
+    col = 2 if backward else 1
+    peak, h200_peak = _CUDNN_919[gpu][0], _CUDNN_919["H200"][0]
+    ratio = tuple((_cudnn_919_flops(s, backward), (t / peak) / (h / h200_peak))
+                  for s, t, h in zip(_CUDNN_919_SEQS, _CUDNN_919[gpu][col], _CUDNN_919["H200"][col]))
+    rx = tuple(x for x, _ in ratio)
+    xs = sorted({x for x, _ in base.points} | set(rx))
+    return EfficiencyCurve(tuple((x, base(x) * _log_interpolate(ratio, rx, x)) for x in xs))
+
+
+_GB200_ATTN_FWD = _attention_relative_to_h100("GB200", backward=False)
+_GB200_ATTN_BWD = _attention_relative_to_h100("GB200", backward=True)
+_GB300_ATTN_FWD = _attention_relative_to_h100("GB300", backward=False)
+_GB300_ATTN_BWD = _attention_relative_to_h100("GB300", backward=True)
 # Achieved HBM bandwidth of streaming kernels: pytorch/ao roofline_utils.py
 # pct_achievable_mem_bw = 0.92 (H100; used for every GPU until measured otherwise).
 _MEM_EFF = 0.92
@@ -307,12 +365,17 @@ def _blackwell(bf16_tflops: float, fp4_tflops: float) -> tuple[tuple[Dtype, floa
             (Dtype.NVFP4, fp4_tflops * TFLOPS), (Dtype.TF32, bf16_tflops / 2 * TFLOPS))
 
 
-# The kernel efficiencies Hopper GPUs share (attention measured on our H100, HBM from pytorch/ao)
-# and Blackwell borrows until measured, as pytorch/ao's roofline tables do ("for now").
+# The kernel efficiencies Hopper GPUs share (attention measured on our H100, HBM from pytorch/ao).
+# Blackwell has its own cuDNN attention curves (B200 and GB200 one, GB300 another) and borrows
+# the rest until measured, as pytorch/ao's roofline tables do ("for now").
 _HOPPER_KERNELS = dict(
     attention_efficiency=_H100_ATTN_FWD, attention_backward_efficiency=_H100_ATTN_BWD,
     flash2_attention_efficiency=_H100_FA2_FWD, flash2_attention_backward_efficiency=_H100_FA2_BWD,
     memory_efficiency=_MEM_EFF, kernel_launch_s=_LAUNCH_S)
+_BLACKWELL_KERNELS = dict(
+    _HOPPER_KERNELS, attention_efficiency=_GB200_ATTN_FWD, attention_backward_efficiency=_GB200_ATTN_BWD)
+_BLACKWELL_ULTRA_KERNELS = dict(
+    _HOPPER_KERNELS, attention_efficiency=_GB300_ATTN_FWD, attention_backward_efficiency=_GB300_ATTN_BWD)
 
 
 def _blackwell_gemm(fp8: EfficiencyCurve, fp4: EfficiencyCurve) -> tuple[tuple[Dtype, EfficiencyCurve], ...]:
@@ -384,12 +447,13 @@ _GPUS = (
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_blackwell_gemm(_B200_FP8_GEMM, _GB200_FP4_GEMM),
-        **_HOPPER_KERNELS,
+        **_BLACKWELL_KERNELS,
         sm_count=148,
         sources="glennklockwood.com/garden/processors/B200 (HGX 1000 W); pytorch/ao roofline_utils "
         "(2.25e15 BF16, 4.5e15 FP8, 9.0e15 FP4, 8.0e12 B/s); DGX B200: 180 GB visible per GPU; "
         "cuBLASLt BF16/FP8 k-sweep from tmoreau89/triton triton_cublas_bench (FP4 as GB200); "
-        "148 SMs, 74 per die (chipsandcheese.com, 'Nvidia's B200: Keeping the CUDA Juggernaut Rolling')",
+        "148 SMs, 74 per die (chipsandcheese.com, 'Nvidia's B200: Keeping the CUDA Juggernaut Rolling'); "
+        "cuDNN attention as GB200 (NVIDIA/cudnn-frontend SDPA benchmark)",
     ),
     GPUSpec(
         name="GB200",
@@ -398,11 +462,12 @@ _GPUS = (
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_blackwell_gemm(_GB200_FP8_GEMM, _GB200_FP4_GEMM),
-        **_HOPPER_KERNELS,
+        **_BLACKWELL_KERNELS,
         sm_count=148,
         sources="glennklockwood.com/garden/processors/B200 (GB200 1200 W table: 2.5 PF BF16 dense, "
         "~186 GB HBM3e at 8 TB/s, NVLink5 1.8 TB/s bidirectional); cuBLASLt FP8/FP4 sweeps from "
-        "Azure/AI-benchmarking-guide ND GB200 v6 (BF16 as B200); 148 SMs as B200 [unverified]",
+        "Azure/AI-benchmarking-guide ND GB200 v6 (BF16 as B200); cuDNN 9.19 attention from the "
+        "NVIDIA/cudnn-frontend SDPA benchmark (relative to its H200 run); 148 SMs as B200 [unverified]",
     ),
     GPUSpec(
         name="GB300",
@@ -411,11 +476,12 @@ _GPUS = (
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_blackwell_gemm(_GB300_FP8_GEMM, _GB300_FP4_GEMM),
-        **_HOPPER_KERNELS,
+        **_BLACKWELL_ULTRA_KERNELS,
         sm_count=160,
         sources="NVIDIA Blackwell Ultra announcements: 288 GB HBM3e (279 GB usable), 8 TB/s, "
         "15 PF dense NVFP4, BF16 as GB200, NVLink5 1.8 TB/s bidirectional, 160 SMs [unverified]; cuBLASLt "
-        "FP8/FP4 sweeps from the Azure AI-benchmarking-guide ND GB300 v6 results (BF16 GEMM as B200)",
+        "FP8/FP4 sweeps from the Azure AI-benchmarking-guide ND GB300 v6 results (BF16 GEMM as B200); "
+        "cuDNN 9.19 attention from the NVIDIA/cudnn-frontend SDPA benchmark (relative to its H200 run)",
     ),
 )
 

@@ -11,7 +11,7 @@ import sim
 from sim.costs.compute import gemm_time_s
 from sim.errors import InfeasibleError
 from sim.hardware import GPU_CATALOGUE, EfficiencyCurve, get_gpu
-from sim.types import Dtype
+from sim.types import AttentionKernel, Dtype
 from sim.workload.ops import GemmOp
 
 REQUIRED = ["A100-SXM4-80GB", "H100-SXM5-80GB", "H100-SXM5-96GB-HBM2e", "H200", "B200", "GB200", "GB300"]
@@ -165,3 +165,66 @@ def test_pytorch_flash2_attention_is_slower_than_the_vendor_kernel_on_hopper_onl
     assert t("H100", AttentionKernel.FLASH2) > 1.5 * t("H100", AttentionKernel.VENDOR)
     # on Ampere the vendor path is FlashAttention-2 itself
     assert t("A100", AttentionKernel.FLASH2) == t("A100", AttentionKernel.VENDOR)
+
+
+# NVIDIA/cudnn-frontend SDPA training benchmark, cuDNN 9.19.1, batch 1, 64 query / 8 KV heads,
+# head dim 128, BF16, causal: published (forward, backward) TFLOP/s at s = 2k..32k, copied from
+# the CSVs sim/hardware.py cites (results/{gb200,gb300,h200}_919_only_cudnn/llama3.1_*.csv).
+_CUDNN_SEQS = (2048, 4096, 8192, 16384, 32768)
+PUBLISHED_CUDNN_919 = {
+    "H200": ((484, 370), (591, 474), (644, 541), (673, 579), (688, 581)),
+    "GB200": ((1042, 836), (1335, 1132), (1598, 1311), (1687, 1402), (1720, 1473)),
+    "GB300": ((1266, 906), (1672, 1195), (1887, 1385), (1968, 1490), (2014, 1549)),
+}
+
+
+@pytest.mark.parametrize("gpu_name,table", [("B200", "GB200"), ("GB200", "GB200"), ("GB300", "GB300")])
+@pytest.mark.parametrize("backward", [False, True])
+def test_blackwell_attention_is_the_h100_curve_times_the_published_ratio_to_h200(gpu_name, table, backward):
+    """At each published size the kernel runs at the H100 curve's fraction times the published
+    (Blackwell / 2500) / (H200 / 989) ratio of the same-shape rows, in this GPU's own peak."""
+    from sim.costs.compute import attention_time_s
+    from sim.workload.ops import AttentionOp
+
+    gpu, h100 = get_gpu(gpu_name), get_gpu("H100")
+    for s, bw, hop in zip(_CUDNN_SEQS, PUBLISHED_CUDNN_919[table], PUBLISHED_CUDNN_919["H200"]):
+        op = AttentionOp(1, 64, 8, s, 128, True, backward)
+        ratio = (bw[backward] / 2500) / (hop[backward] / 989)
+        expected = h100.attention_curve(AttentionKernel.VENDOR, backward)(op.flops) * ratio
+        t = attention_time_s(gpu, op) - gpu.kernel_launch_s
+        assert op.flops / t / gpu.peak(Dtype.BF16) == pytest.approx(expected, rel=1e-12), (s, backward)
+
+
+def test_b200_shares_gb200s_attention_gb300_has_its_own_and_hopper_is_unchanged():
+    b200, gb200, gb300, h100 = (get_gpu(n) for n in ("B200", "GB200", "GB300", "H100"))
+    for bwd in (False, True):
+        vendor = [g.attention_curve(AttentionKernel.VENDOR, bwd) for g in (b200, gb200, gb300, h100)]
+        assert vendor[0] is vendor[1] and vendor[2] != vendor[1] and vendor[3] not in vendor[:3]
+        # FlashAttention-2 as PyTorch runs it has no Blackwell measurement: the H100 curves
+        for g in (b200, gb200, gb300):
+            assert g.attention_curve(AttentionKernel.FLASH2, bwd) is h100.attention_curve(AttentionKernel.FLASH2, bwd)
+    assert get_gpu("H200").attention_efficiency is h100.attention_efficiency
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_b200_attention_against_gb300_matches_nvidias_own_b200_gb300_run(backward):
+    """B200 borrows GB200's fractions. NVIDIA's earlier run of the same benchmark (cuDNN 9.13,
+    batch 1, 128 / 8 heads; artifacts/sdpa_bf16_benchmark_results_NVIDIA_{B200,GB300}.csv)
+    measured B200 against GB300 directly; the catalogue's ratio agrees within 3%."""
+    from sim.costs.compute import attention_time_s
+    from sim.workload.ops import AttentionOp
+
+    published = {16384: ((1332.415, 1074.776), (1702.463, 1267.827)),
+                 32768: ((1419.000, 1108.688), (1795.879, 1319.161))}  # (B200, GB300) fwd, bwd
+    for s, (b200, gb300) in published.items():
+        op = AttentionOp(1, 128, 8, s, 128, True, backward)
+        t_b200, t_gb300 = (attention_time_s(get_gpu(n), op) for n in ("B200", "GB300"))
+        assert t_gb300 / t_b200 == pytest.approx(b200[backward] / gb300[backward], rel=0.03), s
+
+
+def test_gb300_runs_the_attention_forward_faster_than_gb200_at_the_same_peak():
+    # Blackwell Ultra's faster exponentials: 1887 vs 1598 TFLOP/s forward at 8k, 1385 vs 1311 backward
+    gb200, gb300 = get_gpu("GB200"), get_gpu("GB300")
+    f = 2.0**41
+    assert gb300.attention_efficiency(f) > 1.1 * gb200.attention_efficiency(f)
+    assert gb300.attention_backward_efficiency(f) < 1.1 * gb200.attention_backward_efficiency(f)
