@@ -23,12 +23,19 @@ class AnalyticalCostModel:
     fabric : Fabric
     representative : bool
         Whether only representative ranks are simulated (see :func:`sim.costs.comm.plan_comm`).
+    simulated : frozenset of int, optional
+        The simulated ranks, when representative: plans then hold only the flows they send or
+        receive, the ones the engine keeps, and plan only the replicas whose flows share links
+        with those (``plan_comm``'s ``keep``); None plans every flow of every replica.
     """
 
-    def __init__(self, gpu: GPUSpec, fabric: Fabric, representative: bool = True) -> None:
+    def __init__(self, gpu: GPUSpec, fabric: Fabric, representative: bool = True,
+                 simulated: frozenset[int] | None = None) -> None:
         self.gpu = gpu
         self.fabric = fabric
         self.representative = representative
+        self.simulated = simulated if representative else None
+        self._families: dict = {}
         self._compute: dict[Op, float] = {}
         self._plans: dict[CommOp, CommPlan] = {}
 
@@ -47,5 +54,6 @@ class AnalyticalCostModel:
     def comm_plan(self, op: CommOp) -> CommPlan:
         plan = self._plans.get(op)
         if plan is None:
-            plan = self._plans[op] = plan_comm(self.fabric, op, self.representative)
+            plan = self._plans[op] = plan_comm(self.fabric, op, self.representative, keep=self.simulated,
+                                                families=self._families)
         return plan
