@@ -20,7 +20,6 @@ from sim.costs.base import CostModel
 from sim.engine import Simulation
 from sim.errors import ConfigError
 from sim.results import CounterSample, SimResult
-from sim.topology.build import build_topology
 from sim.topology.routing import Fabric
 from sim.topology.spec import TopologySpec
 from sim.workload.layout import Layout, gpu_placement, order_placements
@@ -64,13 +63,13 @@ def _gc_paused():
 
 @lru_cache(maxsize=4)
 def _fabric(topology: TopologySpec, num_gpus: int, placement: tuple[int, ...] | None) -> Fabric:
-    """The fabric of ``topology`` at ``num_gpus`` with ``placement``, kept for the next runs on
+    """The fabric of ``topology`` at ``num_gpus`` with ``placement`` (:meth:`Fabric.of`: a fat
+    tree read from its structure, other fabrics built as graphs), kept for the next runs on
     the same one (a design-space sweep simulates thousands of workloads on one topology).
-    Building the graph and routing (NetworkX Dijkstra per GPU pair, cached in the fabric) are
-    deterministic, so a reused fabric gives the same results; its route cache is what is worth
-    keeping: routing the data-parallel rings of 1024 GPUs costs more than simulating the
-    iteration at layer granularity."""
-    return Fabric(build_topology(topology, num_gpus), placement)
+    Building it and routing (cached in the fabric) are deterministic, so a reused fabric gives
+    the same results; its route cache is what is worth keeping: routing the data-parallel
+    rings of 1024 GPUs costs more than simulating the iteration at layer granularity."""
+    return Fabric.of(topology, num_gpus, placement)
 
 
 def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = False,
@@ -131,7 +130,8 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         program = build_program(workload, representative=not full, node_of=fabric.node_of,
                                 local_gpu_of=fabric.local_gpu, granularity=granularity)
         if costs is None:
-            costs = AnalyticalCostModel(workload.system.gpu, fabric, representative=not full)
+            costs = AnalyticalCostModel(workload.system.gpu, fabric, representative=not full,
+                                        simulated=None if full else frozenset(r.rank for r in program.ranks))
         slowdown = _slowdown(workload, program, slow_gpus or {}, notes)
         result = Simulation(program, costs, fabric.capacity_bytes_per_s, slowdown,
                             record_links=link_counters > 0).run()

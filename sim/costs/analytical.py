@@ -25,12 +25,19 @@ class AnalyticalCostModel:
     fabric : Fabric
     representative : bool
         Whether only representative ranks are simulated (see :func:`sim.costs.comm.plan_comm`).
+    simulated : frozenset of int, optional
+        The simulated ranks, when representative: plans then hold only the flows they send or
+        receive, the ones the engine keeps, and plan only the replicas whose flows share links
+        with those (``plan_comm``'s ``keep``); None plans every flow of every replica.
     """
 
-    def __init__(self, gpu: GPUSpec, fabric: Fabric, representative: bool = True) -> None:
+    def __init__(self, gpu: GPUSpec, fabric: Fabric, representative: bool = True,
+                 simulated: frozenset[int] | None = None) -> None:
         self.gpu = gpu
         self.fabric = fabric
         self.representative = representative
+        self.simulated = simulated if representative else None
+        self._families: dict = {}
         self._compute: dict[Op, float] = {}
         self._plans: dict[CommOp, CommPlan] = {}
 
@@ -51,7 +58,8 @@ class AnalyticalCostModel:
         (:func:`~sim.costs.comm.nccl_ctas` over the GPU's SM count)."""
         plan = self._plans.get(op)
         if plan is None:
-            plan = plan_comm(self.fabric, op, self.representative)
+            plan = plan_comm(self.fabric, op, self.representative, keep=self.simulated,
+                             families=self._families)
             ctas = nccl_ctas(self.fabric, op, plan.algorithm) if self.gpu.sm_count else 0
             if ctas:
                 plan = dataclasses.replace(plan, sm_fraction=min(ctas / self.gpu.sm_count, 1.0))

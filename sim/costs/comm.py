@@ -54,6 +54,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from itertools import chain
+
+import numpy as np
 
 from sim.costs.base import CommPlan, Flow, Phase
 from sim.topology.routing import Fabric
@@ -185,16 +188,15 @@ def _phase(latency_s: float, flows: list, loads: Counter | None) -> Phase:
         return Phase(latency_s, tuple(Flow(s, d, b, links, (1.0,) * len(links)) for s, d, b, links in flows))
     # Representative mode: every flow of every replica loads its links; each flow carries
     # the count of flows of the whole job on each of its links.
-    count = Counter()
-    for *_, links in flows:
-        count.update(links)
+    count = Counter(chain.from_iterable(links for *_, links in flows))
     return Phase(latency_s, tuple(Flow(s, d, b, links, tuple(float(count[l]) for l in links))
                                   for s, d, b, links in flows))
 
 
 def _domains(fabric: Fabric, group: tuple[int, ...]) -> list[list[int]]:
     """Split ``group`` into its members per scale-up domain, in order of first appearance."""
-    keys = [fabric.domain_key(r) for r in group]
+    many = fabric.domain_keys(group) if len(group) > 64 else None
+    keys = many.tolist() if many is not None else [fabric.domain_key(r) for r in group]
     if None not in keys:
         by_key: dict[int, list[int]] = {}
         for r, k in zip(group, keys):
@@ -213,7 +215,7 @@ def _domains(fabric: Fabric, group: tuple[int, ...]) -> list[list[int]]:
 
 def _collective_latency_s(fabric: Fabric) -> float:
     """The topology's fixed latency of one collective (set by the builder from the preset)."""
-    return float(fabric.graph.graph.get("collective_latency_s", 0.0))
+    return fabric.collective_latency_s
 
 
 def _with_latency(plan: CommPlan, extra_s: float) -> CommPlan:
@@ -230,17 +232,19 @@ def estimate_s(fabric: Fabric, plan: CommPlan) -> float:
     cap = fabric.capacity_bytes_per_s
     total = 0.0
     for ph in plan.phases:
-        load: Counter = Counter()
+        load: dict[int, float] = {}
+        get = load.get
         for f in ph.flows:
+            b = f.size_bytes
             for link in f.links:
-                load[link] += f.size_bytes
+                load[link] = get(link, 0.0) + b
         total += ph.latency_s + max((b / cap[link] for link, b in load.items()), default=0.0)
     return total
 
 
 def _nvls_phase(fabric: Fabric, groups: list[tuple[int, ...]], size_bytes: float, loads: Counter | None) -> Phase:
     """NVLS all-reduce: ``(1 + 1/n) S`` up each GPU's switch port and down it."""
-    curve = fabric.graph.graph["nvls_efficiency"]
+    curve = fabric.nvls_efficiency
     flows = []
     for g in groups:
         n = len(g)
@@ -256,7 +260,7 @@ def _nvls_phase(fabric: Fabric, groups: list[tuple[int, ...]], size_bytes: float
 def _nvls_possible(fabric: Fabric, group: tuple[int, ...]) -> bool:
     """An NVLS domain (the preset gives NVLS's efficiency) holding the whole group, every GPU
     one switch hop from the others."""
-    if fabric.graph.graph.get("nvls_efficiency") is None or len(group) < 2 or not fabric.same_domain(group):
+    if fabric.nvls_efficiency is None or len(group) < 2 or not fabric.same_domain(group):
         return False
     return all(len(fabric.route(group[0], r).links) == 2 for r in group[1:])
 
@@ -295,8 +299,11 @@ def _tree_phase(fabric: Fabric, groups: list[tuple[int, ...]], size_bytes: float
 def _pat_phase(fabric: Fabric, kind: CollectiveKind, groups: list[tuple[int, ...]], size_bytes: float,
                loads: Counter | None) -> Phase:
     """PAT: the ring's bytes per rank (at 0.75 of the bandwidth) in ``ceil(log2 p)`` steps."""
-    ring = _ring_phase(fabric, kind, groups, size_bytes, loads)
-    p = len(groups[0])
+    return _pat_of_ring(_ring_phase(fabric, kind, groups, size_bytes, loads), kind, len(groups[0]))
+
+
+def _pat_of_ring(ring: Phase, kind: CollectiveKind, p: int) -> Phase:
+    """PAT's phase from the ring's over the same groups (:func:`_pat_phase`)."""
     steps, _ = _ring_steps(kind, p)
     hop = ring.latency_s / steps if steps else 0.0
     return Phase(math.ceil(math.log2(p)) * hop,
@@ -372,21 +379,9 @@ def _check_forced(fabric: Fabric, op: CommOp, algo: CollectiveAlgorithm) -> None
         raise ValueError(f"{algo.value} needs {why}")
 
 
-def plan_comm(fabric: Fabric, op: CommOp, representative: bool,
-              algorithm: CollectiveAlgorithm = CollectiveAlgorithm.AUTO) -> CommPlan:
-    """The plan for ``op`` on ``fabric``.
-
-    Parameters
-    ----------
-    representative : bool
-        True when only some ranks are simulated: flows of ``op.replicas`` are then folded into
-        link weights so that shared links are loaded as in the full job.
-    algorithm : CollectiveAlgorithm
-        ``AUTO`` (the fastest of NCCL's candidates) or one forced; a forced algorithm the op
-        or group cannot run raises ``ValueError`` saying what it needs.
-    """
-    loads = Counter() if representative else None
-    groups = list(op.replicas) if (representative and op.replicas) else [op.group]
+def _plan(fabric: Fabric, op: CommOp, algorithm: CollectiveAlgorithm, groups: list[tuple[int, ...]],
+          loads: Counter | None) -> CommPlan:
+    """The plan of ``op`` run by every group of ``groups`` at once (``algorithm`` chosen)."""
     if op.collective is CollectiveKind.RING_EXCHANGE:
         flows = []
         latency = 0.0
@@ -407,8 +402,6 @@ def plan_comm(fabric: Fabric, op: CommOp, representative: bool,
             latency = max(latency, route.latency_s)
             flows.append((src, dst, op.size_bytes / route.efficiency(op.size_bytes), route.links))
         return CommPlan((_phase(latency, flows, loads),), "p2p")
-    if len(op.group) == 1:
-        return CommPlan((), "none")
     fixed = _collective_latency_s(fabric)
     if op.collective is CollectiveKind.ALL_TO_ALL:
         flows = []
@@ -424,12 +417,191 @@ def plan_comm(fabric: Fabric, op: CommOp, representative: bool,
                     # efficiency at the collective's size, as nccl-tests' alltoall reports it
                     flows.append((src, dst, share / route.efficiency(op.size_bytes), route.links))
         return CommPlan((_phase(fixed + latency, flows, loads),) if flows else (), "direct")
-    if algorithm is CollectiveAlgorithm.AUTO:
-        options = _candidates(fabric, op)
-        if len(options) > 1:
-            algorithm = min(options, key=lambda a: estimate_s(fabric, _build(fabric, op, a, [op.group], None)))
-        else:
-            algorithm = options[0]
-    else:
-        _check_forced(fabric, op, algorithm)
     return _with_latency(_build(fabric, op, algorithm, groups, loads), fixed)
+
+
+class Replicas:
+    """A family of replica groups (``op.replicas``) indexed once: which group each rank is in,
+    and whether they are alike enough for :func:`_kept_plan` (every group the same size, no
+    rank in two). Ops of one stage share their families, so
+    :class:`~sim.costs.analytical.AnalyticalCostModel` keeps these (``plan_comm``'s
+    ``families``)."""
+
+    def __init__(self, groups: tuple[tuple[int, ...], ...]) -> None:
+        self.groups = groups
+        self.size = len(groups[0]) if groups else 0
+        self._flat = flat = list(chain.from_iterable(groups))
+        self._at = dict(zip(flat, range(len(flat))))
+        self.usable = set(map(len, groups)) == {self.size} and len(self._at) == len(flat)
+        """Every group the same size and no rank in two."""
+        self._keys: np.ndarray | None = None
+        self._one_domain: bool | None = None
+        self._shapes: set[tuple[int, int]] | None = None
+
+    def group_of(self, ranks) -> set[int]:
+        """The indices of the groups holding any of ``ranks`` (of a usable family)."""
+        at, size = self._at, self.size
+        return {at[r] // size for r in ranks if r in at}
+
+    def _domain_keys(self, fabric: Fabric) -> np.ndarray | None:
+        """Each member's NVSwitch domain, a row per group (None: not all NVSwitch domains)."""
+        if self._keys is None:
+            keys = fabric.domain_keys(self._flat)
+            if keys is None:
+                return None
+            self._keys = keys.reshape(len(self.groups), self.size)
+        return self._keys
+
+    def one_domain(self, fabric: Fabric) -> bool:
+        """Whether every group lies in one NVSwitch domain (of the one fabric it is asked of)."""
+        if self._one_domain is None:
+            keys = self._domain_keys(fabric)
+            if keys is None:
+                self._one_domain = all(fabric.same_domain(g) for g in self.groups)
+            else:
+                self._one_domain = bool((keys == keys[:, :1]).all())
+        return self._one_domain
+
+    def domain_shapes(self, fabric: Fabric) -> set[tuple[int, int]] | None:
+        """Every ``(k, d)`` of the groups: members in the first member's domain, domains
+        (what :func:`_domains` gives), or None where domains are not all NVSwitch."""
+        if self._shapes is None:
+            keys = self._domain_keys(fabric)
+            if keys is None:
+                return None
+            k = (keys == keys[:, :1]).sum(axis=1)
+            ordered = np.sort(keys, axis=1)
+            d = 1 + (ordered[:, 1:] != ordered[:, :-1]).sum(axis=1)
+            self._shapes = {(int(a), int(b)) for a, b in zip(k, d)}
+        return self._shapes
+
+
+def _kept_plan(fabric: Fabric, op: CommOp, algorithm: CollectiveAlgorithm, fam: Replicas,
+               keep: frozenset[int], own: CommPlan | None) -> CommPlan | None:
+    """The representative plan of ``op`` over its replicas ``fam`` with only the flows that
+    ``keep`` sends or receives, planning only the replicas whose flows can share a link with
+    those; None where that cannot be shown (then every replica is planned).
+
+    The kept flows come from the replicas holding a rank of ``keep`` (``own``: their plan,
+    when the caller has it). A flow loads a link only if its route runs through it, and every
+    route through a link starts or ends among the GPUs :meth:`Fabric.near_ranks` names for
+    it (on a fat tree: the GPU's, NIC's or leaf's own, or their domains'); a replica with none
+    of those ranks therefore adds nothing to the count of flows on a kept flow's link and is
+    left out. It could still set a phase's latency (the phase's steps times the longest route
+    of any flow of any replica): it is left out only when no replica left out can lengthen a
+    phase (:func:`_latency_settled`), and else planned for its latency alone; a phase's
+    latency grows with its flows' routes' latencies, so over every replica it is the larger
+    of the two. The results are those of planning every replica
+    (``tests/unit/test_fast_paths.py``)."""
+    groups = fam.groups
+    if algorithm is CollectiveAlgorithm.HIERARCHICAL or not fam.usable or len(op.group) != len(groups[0]):
+        return None
+    home = sorted(fam.group_of(keep))
+    if not home:
+        return None
+    if own is None or [groups[i] for i in home] != [op.group]:
+        own = _plan(fabric, op, algorithm, [groups[i] for i in home], None)
+    links = {link for ph in own.phases for f in ph.flows if f.src in keep or f.dst in keep for link in f.links}
+    near = fabric.near_ranks(links)
+    if near is None:
+        return None
+    picked = sorted(set(home) | fam.group_of(near))
+    plan = own if picked == home else _plan(fabric, op, algorithm, [groups[i] for i in picked], None)
+    latencies = [ph.latency_s for ph in plan.phases]
+    if len(picked) < len(groups) and not _latency_settled(fabric, plan, fam):
+        chosen = set(picked)
+        other = _plan(fabric, op, algorithm, [g for i, g in enumerate(groups) if i not in chosen], None).phases
+        if len(other) != len(latencies):
+            return None
+        latencies = [max(a, b.latency_s) for a, b in zip(latencies, other)]
+    phases = []
+    for ph, latency in zip(plan.phases, latencies):
+        count = Counter(chain.from_iterable(f.links for f in ph.flows))
+        kept = tuple(Flow(f.src, f.dst, f.size_bytes, f.links, tuple(float(count[l]) for l in f.links))
+                     for f in ph.flows if f.src in keep or f.dst in keep)
+        phases.append(Phase(latency, kept))
+    return CommPlan(tuple(phases), plan.algorithm)
+
+
+def _latency_settled(fabric: Fabric, plan: CommPlan, fam: Replicas) -> bool:
+    """Whether no replica of ``fam`` can lengthen a phase of ``plan``: each phase's latency
+    is its steps times its flows' longest route latency (NVLS: a constant), and one of
+    ``plan``'s flows in every phase already has the most latency a route of those replicas
+    can have. The tree's is ``2 ((k - 1) h_intra + ceil(log2 d) h_inter)`` per group, ``k``
+    and ``d`` its domains', the hops' latencies at most the most within a domain and the most
+    of all: settled when that bound for every replica's ``(k, d)`` (plus the collective's
+    fixed latency, as ``plan`` has it) is no more than ``plan``'s."""
+    if plan.algorithm == "nvls":
+        return True
+    bounds = fabric.latency_bounds_s()
+    if bounds is None or not all(ph.flows for ph in plan.phases):
+        return False
+    most, within = bounds
+    if plan.algorithm == "tree":
+        shapes = fam.domain_shapes(fabric)
+        if shapes is None:
+            return False
+        fixed = _collective_latency_s(fabric)
+        worst = max(2 * ((k - 1) * within + (math.ceil(math.log2(d)) if d > 1 else 0) * most) for k, d in shapes)
+        return (worst + fixed if fixed > 0 else worst) <= plan.phases[0].latency_s
+    route = fabric.route
+    if all(any(route(f.src, f.dst).latency_s >= most for f in ph.flows) for ph in plan.phases):
+        return True
+    return (all(any(route(f.src, f.dst).latency_s >= within for f in ph.flows) for ph in plan.phases)
+            and fam.one_domain(fabric))
+
+
+def plan_comm(fabric: Fabric, op: CommOp, representative: bool,
+              algorithm: CollectiveAlgorithm = CollectiveAlgorithm.AUTO, keep: frozenset[int] | None = None,
+              families: dict | None = None) -> CommPlan:
+    """The plan for ``op`` on ``fabric``.
+
+    Parameters
+    ----------
+    representative : bool
+        True when only some ranks are simulated: flows of ``op.replicas`` are then folded into
+        link weights so that shared links are loaded as in the full job.
+    algorithm : CollectiveAlgorithm
+        ``AUTO`` (the fastest of NCCL's candidates) or one forced; a forced algorithm the op
+        or group cannot run raises ``ValueError`` saying what it needs.
+    keep : frozenset of int, optional
+        The simulated ranks, when representative: the plan then holds only the flows they
+        send or receive (those the engine keeps), with the same weights and latencies, and
+        plans only the replicas that can share links with them (:func:`_kept_plan`).
+    families : dict, optional
+        Where to keep each replica family's :class:`Replicas` between calls (by the identity
+        of the family's tuple, which the entry holds).
+    """
+    groups = list(op.replicas) if (representative and op.replicas) else [op.group]
+    own = None
+    if op.collective not in (CollectiveKind.RING_EXCHANGE, CollectiveKind.SEND_RECV):
+        if len(op.group) == 1:
+            return CommPlan((), "none")
+        if op.collective is CollectiveKind.ALL_TO_ALL:
+            pass
+        elif algorithm is CollectiveAlgorithm.AUTO:
+            options = _candidates(fabric, op)
+            if len(options) > 1:
+                alone = {}
+                for a in options:
+                    if a is CollectiveAlgorithm.PAT and CollectiveAlgorithm.RING in alone:  # the ring's flows, rescaled
+                        ring = alone[CollectiveAlgorithm.RING].phases[0]
+                        alone[a] = CommPlan((_pat_of_ring(ring, op.collective, len(op.group)),), "pat")
+                    else:
+                        alone[a] = _build(fabric, op, a, [op.group], None)
+                algorithm = min(options, key=lambda a: estimate_s(fabric, alone[a]))
+                own = _with_latency(alone[algorithm], _collective_latency_s(fabric))
+            else:
+                algorithm = options[0]
+        else:
+            _check_forced(fabric, op, algorithm)
+    if keep is not None and representative and len(groups) > 1:
+        fam = None if families is None else families.get(id(op.replicas))
+        if fam is None or fam.groups is not op.replicas:  # (ops of a stage share the family's tuple)
+            fam = Replicas(op.replicas)
+            if families is not None:
+                families[id(op.replicas)] = fam
+        plan = _kept_plan(fabric, op, algorithm, fam, keep, own)
+        if plan is not None:
+            return plan
+    return _plan(fabric, op, algorithm, groups, Counter() if representative else None)

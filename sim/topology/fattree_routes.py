@@ -15,14 +15,40 @@ every leaf of a spine for each pair.
 
 :meth:`FatTreeRouter.of` returns None for any graph that is not of this form (a torus, a
 dragonfly, GraphML, a fat tree with a failed link, an NVLink domain that is not one switch),
-and those keep NetworkX's Dijkstra.
+and those keep NetworkX's Dijkstra. :meth:`FatTreeRouter.from_index` reads the same tables off
+a fat tree's spec (:class:`~sim.topology.fattree_index.FatTreeIndex`), without the graph, as
+routes need them.
+
+The router also says which GPUs the routes through a link can start or end at
+(:meth:`FatTreeRouter.endpoints`) and what forms a route can take
+(:meth:`FatTreeRouter.route_shapes`): what lets a representative simulation plan only the
+replica groups whose flows share links with the simulated ranks' (:mod:`sim.costs.comm`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import networkx as nx
 
+from sim.topology.fabrics import HOP_WEIGHT
+
 __all__ = ["FatTreeRouter"]
+
+
+class _Lazy(dict):
+    """A table filled on first look-up: ``fn(key)`` (a fat tree read from its structure,
+    :meth:`FatTreeRouter.from_index`)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def __missing__(self, key):
+        value = self[key] = self.fn(key)
+        return value
 
 
 class FatTreeRouter:
@@ -54,10 +80,18 @@ class FatTreeRouter:
         self._up: dict[int, list] = {}
         self._down: dict[int, list] = {}
         self._peers: dict[tuple[int, bool], dict[int, tuple[float, tuple[int, ...]]]] = {}
+        self._num_domains = 0
+        self._single_plane = False
+        self._roles: dict[int, tuple[str, int]] | None = None
+        """``link id -> (role, index)`` (see :meth:`endpoints`); filled as ids are looked up
+        when the router reads a fat tree's structure, all at once from a graph's tables."""
+        self._near: dict[int, frozenset[int]] = {}
+        self._gpus_of_nic: Callable[[int], list[int]] | None = None
+        self._nics_of_leaf: Callable[[int], list[int]] | None = None
 
     @property
     def num_domains(self) -> int:
-        return len(self._members)
+        return self._num_domains
 
     @classmethod
     def of(cls, graph: nx.DiGraph, num_gpus: int) -> "FatTreeRouter | None":
@@ -151,12 +185,147 @@ class FatTreeRouter:
             reach[r.gpu_domain[i]].add(r._spine[r._leaf[nic]])
         if any(p != planes for p in reach):
             return None
+        r._num_domains = len(r._members)
+        r._single_plane = len(planes) == 1
         # With one weight per link type, leaving through one's own NIC and entering through
         # the destination's is the only shortest route within a plane when two NVLink hops
         # (the detour to a peer's NIC) weigh more than the leaf-spine-leaf hops it could save.
         if all(len(w) == 1 for w in weights.values()) and "nvlink" in weights and "network" in weights:
             r._own_nics = 2 * min(weights["nvlink"]) > 2 * max(weights["network"])
         return r
+
+    @classmethod
+    def from_index(cls, index) -> "FatTreeRouter":
+        """The router of the fat tree ``index`` (a :class:`~sim.topology.fattree_index.FatTreeIndex`)
+        describes, its tables filled on first look-up: the same routes as :meth:`of` gives
+        for the built graph, at a cost that does not grow with the fabric.
+
+        GPUs are numbered as in the graph; NIC ``(n, j)`` is ``n * nics + j``, leaf ``(u, i)``
+        is ``u * leaves + i``, plane ``k`` is spine ``k``, domain ``d`` holds GPUs
+        ``d * domain_size`` on."""
+        r = cls()
+        x = index
+        gpn, nics, leaves, dom, npl = x.gpus_per_node, x.nics, x.leaves, x.domain_size, x.nodes_per_leaf
+        roles: dict[int, tuple[str, int]] = {}
+        r._roles = roles
+
+        def role(kind: str, fn: Callable[[int], int]) -> Callable[[int], int]:
+            def get(i: int) -> int:
+                lid = fn(i)
+                roles[lid] = (kind, i)
+                return lid
+            return get
+
+        def nic_of(g: int) -> int:
+            n, lg = divmod(g, gpn)
+            return n * nics + x.nic_of_local(lg)
+
+        def leaf_of(nic: int) -> int:
+            n, j = divmod(nic, nics)
+            return (n // npl) * leaves + x.leaf_index(j)
+
+        r.gpu_domain = _Lazy(lambda g: g // dom)
+        r._members = _Lazy(lambda d: list(x.domain_members(d)))
+        r._num_domains = x.num_domains
+        r._nic = _Lazy(nic_of)
+        r._up_pcie = _Lazy(role("gpu", x.gpu_to_nic))
+        r._down_pcie = _Lazy(role("gpu", x.nic_to_gpu))
+        r._up_nv = _Lazy(role("gpu", x.gpu_to_nvs))
+        r._down_nv = _Lazy(role("gpu", x.nvs_to_gpu))
+        r._leaf = _Lazy(leaf_of)
+        r._nic_up = _Lazy(role("nic", lambda nic: x.nic_to_leaf(*divmod(nic, nics))))
+        r._nic_down = _Lazy(role("nic", lambda nic: x.leaf_to_nic(*divmod(nic, nics))))
+        r._spine = _Lazy(lambda leaf: x.leaf_plane(leaf % leaves))
+        r._leaf_up = _Lazy(role("leaf", lambda leaf: x.leaf_to_spine(*divmod(leaf, leaves))))
+        r._leaf_down = _Lazy(role("leaf", lambda leaf: x.spine_to_leaf(*divmod(leaf, leaves))))
+        r._weight = _Lazy(lambda lid: x.info[lid][4])
+        r._own_nics = 2 * HOP_WEIGHT["nvlink"] > 2 * HOP_WEIGHT["network"]
+        r._single_plane = len({x.leaf_plane(i) for i in range(leaves)}) == 1
+        r._gpus_of_nic = lambda nic: list(x.gpus_of_nic(*divmod(nic, nics)))
+        r._nics_of_leaf = lambda leaf: [n * nics + j for n, j in x.nics_of_leaf(*divmod(leaf, leaves))]
+        return r
+
+    # -- which GPUs a link's traffic can come from -------------------------------------------
+    def _graph_roles(self) -> None:
+        """The roles of every link and the NICs' GPUs and leaves' NICs, from the tables a
+        graph filled (:meth:`of`)."""
+        roles: dict[int, tuple[str, int]] = {}
+        for arrs, kind in (((self._up_pcie, self._down_pcie, self._up_nv, self._down_nv), "gpu"),
+                           ((self._nic_up, self._nic_down), "nic"), ((self._leaf_up, self._leaf_down), "leaf")):
+            for arr in arrs:
+                for i, lid in enumerate(arr):
+                    roles[lid] = (kind, i)
+        self._roles = roles
+        by_nic: dict[int, list[int]] = {}
+        for g, nic in enumerate(self._nic):
+            by_nic.setdefault(nic, []).append(g)
+        by_leaf: dict[int, list[int]] = {}
+        for nic, leaf in enumerate(self._leaf):
+            by_leaf.setdefault(leaf, []).append(nic)
+        self._gpus_of_nic = lambda nic: by_nic.get(nic, [])
+        self._nics_of_leaf = lambda leaf: by_leaf.get(leaf, [])
+
+    @property
+    def own_routes_only(self) -> bool:
+        """Whether every route between domains leaves through the source GPU's own NIC and
+        enters through the destination's (one plane, and a detour to a peer's NIC never
+        cheaper): then a GPU's links carry only its own traffic."""
+        return self._own_nics and self._single_plane
+
+    def endpoints(self, link: int) -> frozenset[int]:
+        """The GPUs among which every route through ``link`` starts or ends (a superset).
+
+        A route between domains runs up from its source domain (from the source GPU, or
+        through a peer of its domain, to a NIC of that domain), across leaves, and down into
+        its destination's domain the same way; within a domain it is two NVLink hops. So a
+        GPU's or a NIC's link carries routes from or to its domain, and a leaf's links routes
+        from or to the domains with a NIC on it; with :attr:`own_routes_only`, routes from or
+        to that GPU, the NIC's GPUs and the GPUs of the leaf's NICs.
+
+        Raises
+        ------
+        KeyError
+            If ``link`` is none of the router's (a link id it never handed out).
+        """
+        hit = self._near.get(link)
+        if hit is not None:
+            return hit
+        if self._roles is None:
+            self._graph_roles()
+        kind, i = self._roles[link]
+        if kind == "gpu":
+            gpus = [i]
+        elif kind == "nic":
+            gpus = self._gpus_of_nic(i)
+        else:
+            gpus = [g for nic in self._nics_of_leaf(i) for g in self._gpus_of_nic(nic)]
+        if not self.own_routes_only:
+            gpus = [m for d in sorted({self.gpu_domain[g] for g in gpus}) for m in self._members[d]]
+        hit = self._near[link] = frozenset(gpus)
+        return hit
+
+    def role_links(self, role: str) -> list[int]:
+        """Link ids of one role (``up_nv``, ``down_nv``, ``up_pcie``, ``down_pcie``,
+        ``nic_up``, ``nic_down``, ``leaf_up``, ``leaf_down``): every one from a graph's
+        tables; GPU 0's, NIC 0's or leaf 0's when read from a structure, where a role's links
+        are all alike."""
+        arr = getattr(self, "_" + role)
+        return list(arr) if isinstance(arr, list) else [arr[0]]
+
+    def route_shapes(self) -> list[tuple[str, ...]]:
+        """The roles of the links of every form a route can take, in route order (see the
+        module docstring)."""
+        shapes = [("up_nv", "down_nv")]
+        ups = [("up_pcie", "nic_up")]
+        downs = [("nic_down", "down_pcie")]
+        if not self.own_routes_only:
+            ups.append(("up_nv", "down_nv", "up_pcie", "nic_up"))
+            downs.append(("nic_down", "down_pcie", "up_nv", "down_nv"))
+        for a in ups:
+            for core in ((), ("leaf_up", "leaf_down")):
+                for b in downs:
+                    shapes.append(a + core + b)
+        return shapes
 
     def _w(self, links: tuple[int, ...]) -> float:
         w = 0.0

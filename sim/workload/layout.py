@@ -29,11 +29,17 @@ stage's ranks again as ``r = etp + ETP (ep + EP edp)``, so EP groups may span TP
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import permutations
 
 from sim.workload.spec import ParallelSpec, placement_digits
 
 __all__ = ["Layout", "gpu_placement", "order_placements"]
+
+
+_FAMILIES_KEPT = 1024
+"""Group families (every group of one kind in a stage) each :class:`Layout` method keeps: the
+program builder and the planner ask for the same ones many times."""
 
 
 @dataclass(frozen=True)
@@ -90,8 +96,11 @@ class Layout:
         _, e, d = self.expert_coords(tp, dp)
         return tuple(self._expert_rank(t, e, d, pp) for t in range(self.etp))
 
+    @lru_cache(maxsize=_FAMILIES_KEPT)
     def etp_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
-        """Every expert tensor-parallel group of stage ``pp``."""
+        """Every expert tensor-parallel group of stage ``pp`` (the TP groups unless folded)."""
+        if not self.folded:
+            return self.tp_groups(pp)
         return tuple(dict.fromkeys(self.etp_group(t, d, pp) for d in range(self.dp) for t in range(self.tp)))
 
     @property
@@ -110,16 +119,31 @@ class Layout:
         return rank % self.tp, (rank // self.tp) % self.dp, rank // (self.tp * self.dp)
 
     def tp_group(self, dp: int, pp: int) -> tuple[int, ...]:
-        return tuple(self.rank(t, dp, pp) for t in range(self.tp))
+        """The TP group at (dp, pp): ``tp`` consecutive ranks.
+
+        >>> Layout(4, 2, 2).tp_group(1, 1)
+        (12, 13, 14, 15)
+        """
+        first = self.rank(0, dp, pp)
+        return tuple(range(first, first + self.tp))
 
     def dp_group(self, tp: int, pp: int) -> tuple[int, ...]:
-        return tuple(self.rank(tp, d, pp) for d in range(self.dp))
+        """The data-parallel group at (tp, pp): every ``tp``-th rank of the stage from ``tp``.
 
+        >>> Layout(4, 3, 2).dp_group(1, 1)
+        (13, 17, 21)
+        """
+        first = self.rank(tp, 0, pp)
+        return tuple(range(first, first + self.tp * self.dp, self.tp))
+
+    @lru_cache(maxsize=_FAMILIES_KEPT)
     def tp_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
         """Every TP group of stage ``pp``."""
         return tuple(self.tp_group(d, pp) for d in range(self.dp))
 
+    @lru_cache(maxsize=_FAMILIES_KEPT)
     def dp_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
+        """Every data-parallel group of stage ``pp``."""
         return tuple(self.dp_group(t, pp) for t in range(self.tp))
 
     # -- hybrid sharding ----------------------------------------------------------------
@@ -196,12 +220,15 @@ class Layout:
         >>> Layout(2, 4, 1, cp=2).cp_group(1, 3, 0)
         (5, 7)
         """
-        first = dp - dp % self.cp
-        return tuple(self.rank(tp, first + c, pp) for c in range(self.cp))
+        first = self.rank(tp, dp - dp % self.cp, pp)
+        return tuple(range(first, first + self.tp * self.cp, self.tp))
 
+    @lru_cache(maxsize=_FAMILIES_KEPT)
     def cp_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
         """Every CP group of stage ``pp``."""
-        return tuple(self.cp_group(t, d, pp) for d in range(0, self.dp, self.cp) for t in range(self.tp))
+        step, span = self.tp, self.tp * self.cp
+        return tuple(tuple(range(b, b + span, step)) for d in range(0, self.dp, self.cp)
+                     for b in range(self.rank(0, d, pp), self.rank(0, d, pp) + self.tp))
 
     def ep_group(self, tp: int, dp: int, pp: int) -> tuple[int, ...]:
         """The expert-parallel group of the rank at (tp, dp, pp): ``ep`` consecutive
@@ -222,12 +249,21 @@ class Layout:
             t, _, d = self.expert_coords(tp, dp)
             return tuple(self._expert_rank(t, e, d, pp) for e in range(self.ep))
         c, pure = dp % self.cp, dp // self.cp
-        base = pure - pure % self.ep
-        return tuple(self.rank(tp, c + self.cp * (base + e), pp) for e in range(self.ep))
+        first = self.rank(tp, c + self.cp * (pure - pure % self.ep), pp)
+        step = self.tp * self.cp
+        return tuple(range(first, first + step * self.ep, step))
 
+    @lru_cache(maxsize=_FAMILIES_KEPT)
     def ep_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
-        """Every EP group of stage ``pp``."""
-        return tuple(dict.fromkeys(self.ep_group(t, d, pp) for d in range(self.dp) for t in range(self.tp)))
+        """Every EP group of stage ``pp``, in order of first appearance over (dp, tp); unless
+        folded each first appears at a data-parallel coordinate whose EP index is 0."""
+        if self.folded:
+            return tuple(dict.fromkeys(self.ep_group(t, d, pp) for d in range(self.dp) for t in range(self.tp)))
+        if self.ep == 1:  # every rank of the stage alone, in rank order
+            first = self.rank(0, 0, pp)
+            return tuple((r,) for r in range(first, first + self.tp * self.dp))
+        return tuple(self.ep_group(t, d, pp) for d in range(self.dp) if (d // self.cp) % self.ep == 0
+                     for t in range(self.tp))
 
     def edp_group(self, tp: int, dp: int, pp: int) -> tuple[int, ...]:
         """The expert-data-parallel group: the ranks holding the same experts (same TP and EP
@@ -246,13 +282,20 @@ class Layout:
         e = (dp // self.cp) % self.ep
         return tuple(self.rank(tp, d, pp) for d in range(self.dp) if (d // self.cp) % self.ep == e)
 
+    @lru_cache(maxsize=_FAMILIES_KEPT)
     def edp_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:
-        return tuple(dict.fromkeys(self.edp_group(t, d, pp) for d in range(self.dp) for t in range(self.tp)))
+        """Every expert-data-parallel group of stage ``pp``, in order of first appearance over
+        (dp, tp); unless folded all appear among the first ``cp * ep`` data-parallel
+        coordinates."""
+        ds = range(self.dp if self.folded else min(self.dp, self.cp * self.ep))
+        return tuple(dict.fromkeys(self.edp_group(t, d, pp) for d in ds for t in range(self.tp)))
 
+    @lru_cache(maxsize=_FAMILIES_KEPT)
     def stage_pairs(self, src_pp: int, dst_pp: int) -> tuple[tuple[int, int], ...]:
-        """Every (sender, receiver) pair between two stages, same tp and dp coordinates."""
-        return tuple((self.rank(t, d, src_pp), self.rank(t, d, dst_pp))
-                     for d in range(self.dp) for t in range(self.tp))
+        """Every (sender, receiver) pair between two stages, same tp and dp coordinates, in
+        rank order."""
+        n, src, dst = self.tp * self.dp, self.rank(0, 0, src_pp), self.rank(0, 0, dst_pp)
+        return tuple(zip(range(src, src + n), range(dst, dst + n)))
 
     def placement(self, digits: tuple[str, ...]) -> tuple[int, ...]:
         """The GPU of every rank when ranks are laid on GPUs in the order ``digits`` (of
@@ -288,9 +331,24 @@ def gpu_placement(parallel: ParallelSpec) -> tuple[int, ...] | None:
     if isinstance(pl, str):
         layout = Layout.of(parallel)
         sizes = {"tp": parallel.tp, "cp": parallel.cp, "dp": parallel.dp, "pp": parallel.pp}
-        pl = layout.placement(placement_digits(pl, sizes))
+        digits = placement_digits(pl, sizes)
+        if _strides(digits, sizes) == _strides(("tp", "cp", "dp", "pp"), sizes):
+            return None  # Megatron's own order, up to dimensions of size 1
+        pl = layout.placement(digits)
     pl = tuple(pl)
     return None if pl == tuple(range(len(pl))) else pl
+
+
+def _strides(digits: tuple[str, ...], sizes: dict[str, int]) -> dict[str, int]:
+    """The GPU stride of each dimension larger than 1 when ranks are laid in the order
+    ``digits`` (as :meth:`Layout.placement`): two orders with equal strides place every rank
+    alike."""
+    out, s = {}, 1
+    for d in digits:
+        if sizes[d] > 1:
+            out[d] = s
+        s *= sizes[d]
+    return out
 
 
 def order_placements(parallel: ParallelSpec) -> dict[tuple[int, ...], str]:
