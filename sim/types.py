@@ -142,6 +142,30 @@ class CollectiveKind(str, Enum):
     (nccl-tests' ``sendrecv``): one step of ring attention's K/V rotation."""
 
 
+class CommKernel(str, Enum):
+    """What runs a collective on its GPUs, which decides the SMs it takes from compute
+    (:func:`sim.costs.comm.kernel_sms`)."""
+
+    NCCL = "nccl"
+    """An NCCL kernel: one CTA per channel, each on an SM of its own
+    (:func:`sim.costs.comm.nccl_ctas`)."""
+    USERBUFFERS = "userbuffers"
+    """Transformer Engine's userbuffers under Megatron-LM's ``--tp-comm-overlap``: copy-engine
+    p2p copies (ring exchange) or a kernel on a configured number of SMs (bulk, pipeline);
+    :mod:`sim.workload.tp_overlap`."""
+    SYMMETRIC_MEMORY = "symmetric-memory"
+    """PyTorch's symmetric-memory p2p copies under torchtitan's async TP (copy engines)."""
+
+
+class TpOverlapMethod(str, Enum):
+    """How Transformer Engine's userbuffers overlap one GEMM's TP communication
+    (``initialize_ub``'s ``method``; :mod:`sim.workload.tp_overlap`)."""
+
+    RING_EXCHANGE = "ring_exchange"
+    PIPELINE = "pipeline"
+    BULK = "bulk"
+
+
 class CollectiveAlgorithm(str, Enum):
     """How a collective is run on the topology (NCCL's ``NCCL_ALGO``, plus the plans kept for
     comparison); :func:`sim.costs.comm.plan_comm` documents each."""

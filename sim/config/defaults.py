@@ -9,9 +9,11 @@ case's ``framework`` would, recording a note.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from sim.config.fields import _Fields, _Notes
-from sim.types import AttentionKernel, LossKind, RecomputeKind
+from sim.types import AttentionKernel, LossKind, RecomputeKind, TpOverlapMethod, parse_enum
+from sim.workload.tp_overlap import ASYNC_TP, TE_DEFAULTS, UB_GEMMS, TpOverlapConfig, userbuffers
 
 
 def _sp_default(f: _Fields, tp: int, framework: str, notes: _Notes, tp_overlap: bool = False) -> bool:
@@ -184,6 +186,52 @@ def _tp_overlap_default(f: _Fields, tp: int, notes: _Notes) -> bool:
             if _details_has(f, flag):
                 return notes.fill("parallel.tp_comm_overlap", True, f"the case's settings list {flag}")
     return False
+
+
+_UB_KEYS = ("method", "num_sm", "use_ce", "cga_size", "set_sm_margin", "num_splits", "aggregate",
+            "atomic_gemm", "fp8_buf", "is_reduce_scatter", "comm_priority", "gemm_priority",
+            "pipeline_rs_overlap_first_gemm")
+"""The keys of one GEMM's entry in Megatron-LM's ``--tp-comm-overlap-cfg`` YAML (Transformer
+Engine's ``ub_cfgs``); ``method``, ``num_sm`` and ``use_ce`` decide the SMs held, the others
+are accepted and not modelled."""
+
+
+def _tp_overlap_cfg(f: _Fields, framework: str, tp_overlap: bool, notes: _Notes) -> TpOverlapConfig:
+    """What runs the overlapped TP collectives: torchtitan's async TP on PyTorch's symmetric
+    memory (copy engines); else Transformer Engine's userbuffers with the case's
+    ``tp_comm_overlap_cfg`` (the mapping Megatron-LM reads from ``--tp-comm-overlap-cfg``:
+    GEMM name -> ``method``, ``num_sm``, ``use_ce``...; NeMo's and Megatron-Bridge's
+    ``TransformerLayerTPOverlapCfg`` tables) over TE's defaults, which Megatron-LM keeps when no
+    file is given (:mod:`sim.workload.tp_overlap`)."""
+    raw = f.raw.get("tp_comm_overlap_cfg")
+    if _is_torchtitan(framework):
+        if raw is not None:
+            raise f.error("tp_comm_overlap_cfg", "null for torchtitan (its async TP runs on PyTorch's "
+                          "symmetric memory, not Transformer Engine's userbuffers)", raw)
+        if tp_overlap:
+            notes.fill("parallel.tp_comm_overlap_cfg", ASYNC_TP, "torchtitan's async TP")
+        return ASYNC_TP
+    if raw is None:
+        if tp_overlap:
+            notes.fill("parallel.tp_comm_overlap_cfg", TE_DEFAULTS,
+                       "Megatron-LM passes no ub_cfgs without --tp-comm-overlap-cfg: ring exchanges on the "
+                       "copy engines, bulk and pipelined overlaps on 16 SMs")
+        return TE_DEFAULTS
+    if not isinstance(raw, Mapping):
+        raise f.error("tp_comm_overlap_cfg", f"a mapping from GEMM names {list(UB_GEMMS)} to "
+                      "{method, num_sm, use_ce}", raw)
+    overrides = {}
+    for gemm, entry in raw.items():
+        if gemm not in UB_GEMMS:
+            raise f.error(f"tp_comm_overlap_cfg.{gemm}", f"a GEMM name among {list(UB_GEMMS)}", gemm)
+        g = _Fields(entry, f.path, f.field(f"tp_comm_overlap_cfg.{gemm}"), _UB_KEYS)
+        method = g.raw.get("method")
+        method = None if method is None else parse_enum(TpOverlapMethod, method, f.path, g.field("method"))
+        num_sm = g.integer("num_sm")
+        if num_sm is not None and num_sm < 0:
+            raise g.error("num_sm", "a non-negative integer", num_sm)
+        overrides[gemm] = (method, num_sm, g.flag("use_ce"))
+    return userbuffers(overrides, "the case's tp_comm_overlap_cfg over Transformer Engine's defaults")
 
 
 def _details_has(f: _Fields, flag: str) -> bool:

@@ -20,8 +20,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sim.config.defaults import (_attention_kernel_default, _batch_sizes, _virtual_stages_default, _flash_default,
-                                 _dist_opt_default, _dp_shard_default, _launch_flag, _loss_default, _tp_overlap_default,
-                                 _overlap_default, _recompute_meaning, _sp_default, _zero_default)
+                                 _dist_opt_default, _dp_shard_default, _launch_flag, _loss_default, _tp_overlap_cfg,
+                                 _tp_overlap_default, _overlap_default, _recompute_meaning, _sp_default,
+                                 _zero_default)
 from sim.config.fields import (_apply_overrides, _Fields, _is_number, _located, _Notes, _presets,
                                _read_yaml, _resolve)
 from sim.errors import ConfigError
@@ -47,6 +48,7 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce",
                   "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details",
+                  "tp_comm_overlap_cfg",
                   "cp_comm_type", "hierarchical_context_parallel_sizes")
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node",
                 "description")
@@ -393,6 +395,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
                       ScheduleKind.ONE_F_ONE_B, f"virtual_pipeline_stages={vps}")
     mbs, gbs = _batch_sizes(f, dp, pp, framework, notes)
     tp_overlap = _tp_overlap_default(f, tp, notes)
+    tp_overlap_cfg = _tp_overlap_cfg(f, framework, tp_overlap and tp > 1, notes)
     recompute = f.enum("recompute", RecomputeKind, notes, RecomputeKind.NONE,
                        "Megatron-LM default: no recomputation")
     recompute = _recompute_meaning(recompute, framework, notes)
@@ -416,7 +419,8 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
             distributed_optimizer=dist_opt, overlap_param_gather=param_gather, zero_stage=zero,
             dp_shard=dp_shard, overlap_grad_reduce=overlap,
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,
-            flash_attention=flash, attention_kernel=kernel, tp_comm_overlap=tp_overlap, cross_entropy=loss,
+            flash_attention=flash, attention_kernel=kernel, tp_comm_overlap=tp_overlap,
+            tp_comm_overlap_cfg=tp_overlap_cfg, cross_entropy=loss,
             placement=placement,
             cp_comm_type=cp_comm,
             hierarchical_context_parallel_sizes=cp_levels,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from sim.costs.base import CommPlan
-from sim.costs.comm import nccl_ctas, plan_comm
+from sim.costs.comm import kernel_sms, plan_comm
 from sim.costs.compute import attention_time_s, gemm_time_s, memory_time_s
 from sim.hardware import GPUSpec
 from sim.topology.routing import Fabric
@@ -54,13 +54,14 @@ class AnalyticalCostModel:
         return t
 
     def comm_plan(self, op: CommOp) -> CommPlan:
-        """The op's plan, with the share of each member GPU's SMs its NCCL kernel holds
-        (:func:`~sim.costs.comm.nccl_ctas` over the GPU's SM count)."""
+        """The op's plan, with the share of each member GPU's SMs its kernel holds
+        (:func:`~sim.costs.comm.kernel_sms`: NCCL's channels, or a userbuffers or
+        symmetric-memory kernel's SMs, over the GPU's SM count)."""
         plan = self._plans.get(op)
         if plan is None:
             plan = plan_comm(self.fabric, op, self.representative, keep=self.simulated,
                              families=self._families)
-            ctas = nccl_ctas(self.fabric, op, plan.algorithm) if self.gpu.sm_count else 0
+            ctas = kernel_sms(self.fabric, op, plan.algorithm) if self.gpu.sm_count else 0
             if ctas:
                 plan = dataclasses.replace(plan, sm_fraction=min(ctas / self.gpu.sm_count, 1.0))
             self._plans[op] = plan

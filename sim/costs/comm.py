@@ -60,10 +60,10 @@ import numpy as np
 
 from sim.costs.base import CommPlan, Flow, Phase
 from sim.topology.routing import Fabric
-from sim.types import CollectiveAlgorithm, CollectiveKind
+from sim.types import CollectiveAlgorithm, CollectiveKind, CommKernel
 from sim.workload.ops import CommOp
 
-__all__ = ["plan_comm", "nccl_ctas", "NVLS_LATENCY_S", "TREE_BANDWIDTH_FACTOR", "PAT_BANDWIDTH_FACTOR",
+__all__ = ["plan_comm", "nccl_ctas", "kernel_sms", "NVLS_LATENCY_S", "TREE_BANDWIDTH_FACTOR", "PAT_BANDWIDTH_FACTOR",
            "CTAS_IN_DOMAIN", "CTAS_NVLS", "CTAS_PER_NODE_GPU", "CTAS_ACROSS_DOMAINS"]
 
 NVLS_LATENCY_S = 25e-6
@@ -115,6 +115,26 @@ def nccl_ctas(fabric: Fabric, op: CommOp, algorithm: str) -> int:
     if len(doms) == 1:
         return CTAS_IN_DOMAIN
     return min(CTAS_PER_NODE_GPU * max(len(d) for d in doms), CTAS_ACROSS_DOMAINS)
+
+
+def kernel_sms(fabric: Fabric, op: CommOp, algorithm: str) -> int:
+    """SMs the kernel running ``op`` holds on each member GPU: NCCL's channels
+    (:func:`nccl_ctas`) for an NCCL collective; what its userbuffers or symmetric-memory kernel
+    is configured with otherwise (``op.kernel_sms``, 0 on the copy engines;
+    :mod:`sim.workload.tp_overlap`).
+
+    >>> from sim.config import load_topology
+    >>> from sim.topology.build import build_topology
+    >>> from sim.types import CommClass
+    >>> fab = Fabric(build_topology(load_topology("dgx-a100"), 8))
+    >>> ag = CommOp(CollectiveKind.ALL_GATHER, CommClass.TP, tuple(range(8)), 2**26)
+    >>> ub = CommOp(CollectiveKind.ALL_GATHER, CommClass.TP, tuple(range(8)), 2**26, (), CommKernel.USERBUFFERS, 16)
+    >>> kernel_sms(fab, ag, "ring"), kernel_sms(fab, ub, "ring")
+    (24, 16)
+    """
+    if op.kernel is CommKernel.NCCL:
+        return nccl_ctas(fabric, op, algorithm)
+    return op.kernel_sms
 
 
 def _ring_steps(kind: CollectiveKind, p: int) -> tuple[int, float]:

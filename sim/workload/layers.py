@@ -182,14 +182,23 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     rs = coll(CollectiveKind.REDUCE_SCATTER, act)
     ar = coll(CollectiveKind.ALL_REDUCE, act)
     tp_on = t > 1
+    overlap = parallel.tp_comm_overlap and sp and tp_on
 
-    def gather(name: str, wait: int = 0) -> list[Step]:
-        return [Step(Stream.TP_COMM, f"ncclAllGather {name}", ag, wait)] if (sp and tp_on) else []
+    def kernel(op: CommOp, gemm: str | None) -> CommOp:
+        """Under TP communication overlap, the collective overlapped with a layer GEMM (TE's
+        name for it, ``gemm``) is run by userbuffers or symmetric memory, not NCCL."""
+        if not overlap or gemm is None:
+            return op
+        cfg = parallel.tp_comm_overlap_cfg
+        return replace(op, kernel=cfg.kernel, kernel_sms=cfg.sms_of(gemm))
 
-    def reduce(name: str, wait: int = 0) -> list[Step]:
+    def gather(name: str, wait: int = 0, gemm: str | None = None) -> list[Step]:
+        return [Step(Stream.TP_COMM, f"ncclAllGather {name}", kernel(ag, gemm), wait)] if (sp and tp_on) else []
+
+    def reduce(name: str, wait: int = 0, gemm: str | None = None) -> list[Step]:
         if not tp_on:
             return []
-        return [Step(Stream.TP_COMM, f"ncclReduceScatter {name}", rs, wait)] if sp else \
+        return [Step(Stream.TP_COMM, f"ncclReduceScatter {name}", kernel(rs, gemm), wait)] if sp else \
             [Step(Stream.TP_COMM, f"ncclAllReduce {name}", ar, wait)]
 
     def c(name: str, op: Op) -> Step:
@@ -247,28 +256,33 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
         if name.endswith("-down"):
             proj_in_bwd.append(c(f"{name[:-5]}-norm-bwd", mem(OpKind.NORM, 3 * T * out * e)))
         proj_in_bwd += [c(f"{name}-dgrad", dgrad_g(inp, out)), c(f"{name}-wgrad", wgrad_g(inp, out))]
-    fwd = [c("norm1", norm), *gather("qkv-in"), *proj_in, *attn_fwd,
-           c("proj", fwd_g(h, o_in)), *reduce("proj-out"), c("dropout-add", dropout_add),
-           c("norm2", norm), *gather("fc1-in"), c("fc1", fwd_g(f * branches // t, h)),
+    # the TP collectives carry the Transformer Engine GEMM they overlap with under
+    # tp_comm_overlap (sim.workload.tp_overlap): all-gathers feeding fprop GEMMs and dgrad GEMMs
+    # of row-parallel layers are ring exchanges; the backward's re-gathered input beside a
+    # dgrad GEMM and its reduced gradient beside a wgrad GEMM are bulk overlaps
+    fwd = [c("norm1", norm), *gather("qkv-in", gemm="qkv_fprop"), *proj_in, *attn_fwd,
+           c("proj", fwd_g(h, o_in)), *reduce("proj-out", gemm="proj_fprop"), c("dropout-add", dropout_add),
+           c("norm2", norm), *gather("fc1-in", gemm="fc1_fprop"), c("fc1", fwd_g(f * branches // t, h)),
            c("activation", mem(OpKind.ELEMENTWISE, T * f // t * e * (branches + 1))),
-           c("fc2", fwd_g(h, f // t)), *reduce("fc2-out"), c("dropout-add", dropout_add)]
-    bwd = [c("dropout-add-bwd", dropout_add), *gather("fc2-grad"),
+           c("fc2", fwd_g(h, f // t)), *reduce("fc2-out", gemm="fc2_fprop"), c("dropout-add", dropout_add)]
+    bwd = [c("dropout-add-bwd", dropout_add), *gather("fc2-grad", gemm="fc2_dgrad"),
            c("fc2-dgrad", dgrad_g(f // t, h)), c("fc2-wgrad", wgrad_g(f // t, h)),
            c("activation-bwd", mem(OpKind.ELEMENTWISE, T * f // t * e * (2 * branches + 1))),
-           *gather("fc1-in", wait=1), c("fc1-dgrad", dgrad_g(h, f * branches // t)),
-           *reduce("fc1-grad", wait=1), c("fc1-wgrad", wgrad_g(h, f * branches // t)),
-           c("norm2-bwd", norm_bwd), c("dropout-add-bwd", dropout_add), *gather("proj-grad"),
+           *gather("fc1-in", wait=1, gemm="fc1_dgrad"), c("fc1-dgrad", dgrad_g(h, f * branches // t)),
+           *reduce("fc1-grad", wait=1, gemm="fc1_wgrad"), c("fc1-wgrad", wgrad_g(h, f * branches // t)),
+           c("norm2-bwd", norm_bwd), c("dropout-add-bwd", dropout_add), *gather("proj-grad", gemm="proj_dgrad"),
            c("proj-dgrad", dgrad_g(o_in, h)), c("proj-wgrad", wgrad_g(o_in, h))]
     attention_bwd_index = len(bwd)
     if model.is_mla:
         # the gathered input is first needed by a down-projection's weight gradient; the
         # input gradient (the down-projections' dgrads summed) is reduced before norm1's backward
         first_wgrad = next(i for i, st in enumerate(proj_in_bwd) if st.name.endswith("-down-wgrad"))
-        bwd += [*attn_bwd, *gather("qkv-in", wait=first_wgrad), *proj_in_bwd[:-1],
-                *reduce("qkv-grad", wait=1), proj_in_bwd[-1], c("norm1-bwd", norm_bwd)]
+        bwd += [*attn_bwd, *gather("qkv-in", wait=first_wgrad, gemm="qkv_dgrad"), *proj_in_bwd[:-1],
+                *reduce("qkv-grad", wait=1, gemm="qkv_wgrad"), proj_in_bwd[-1], c("norm1-bwd", norm_bwd)]
     else:
-        bwd += [*attn_bwd, *gather("qkv-in", wait=1), c("qkv-dgrad", dgrad_g(h, qkv_n)),
-                *reduce("qkv-grad", wait=1), c("qkv-wgrad", wgrad_g(h, qkv_n)), c("norm1-bwd", norm_bwd)]
+        bwd += [*attn_bwd, *gather("qkv-in", wait=1, gemm="qkv_dgrad"), c("qkv-dgrad", dgrad_g(h, qkv_n)),
+                *reduce("qkv-grad", wait=1, gemm="qkv_wgrad"), c("qkv-wgrad", wgrad_g(h, qkv_n)),
+                c("norm1-bwd", norm_bwd)]
 
     emb_bytes = mem(OpKind.EMBEDDING, 2 * T * h * e)
     embedding_fwd = (c("embedding", emb_bytes), *reduce("embedding-out"))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.types import AttentionKernel, CollectiveKind, CommClass, Dtype, OpKind
+from sim.types import AttentionKernel, CollectiveKind, CommClass, CommKernel, Dtype, OpKind
 
 __all__ = ["GemmOp", "AttentionOp", "MemoryOp", "CommOp", "Op", "dtype_bytes",
            "FA_BACKWARD_FLOP_RATIO", "causal_fraction"]
@@ -134,6 +134,11 @@ class CommOp:
     group that runs the same collective at the same time in a symmetric job (``group`` among
     them): when only representative ranks are simulated, their links are loaded as the full
     job would load them.
+
+    ``kernel`` says what runs it: NCCL (the SMs it holds are NCCL's channels) or, for the TP
+    collectives that Transformer Engine's userbuffers or PyTorch's symmetric memory run under
+    TP communication overlap, a kernel holding ``kernel_sms`` SMs of each member GPU (0: copy
+    engines; :mod:`sim.workload.tp_overlap`).
     """
 
     collective: CollectiveKind
@@ -141,6 +146,9 @@ class CommOp:
     group: tuple[int, ...]
     size_bytes: float
     replicas: tuple[tuple[int, ...], ...] = ()
+    kernel: CommKernel = CommKernel.NCCL
+    kernel_sms: int = 0
+    """SMs a kernel other than NCCL's holds on each member GPU while it runs."""
 
     kind = OpKind.COLLECTIVE
 

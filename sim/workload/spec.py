@@ -15,6 +15,7 @@ from sim.errors import ConfigError
 from sim.hardware import GPUSpec
 from sim.types import AttentionKernel, CpCommType, Dtype, LossKind, RecomputeKind, ScalingRecipe, ScheduleKind
 from sim.workload.quantization import LOW_PRECISION
+from sim.workload.tp_overlap import TE_DEFAULTS, TpOverlapConfig
 
 __all__ = ["ModelSpec", "ParallelSpec", "SystemSpec", "Reference", "WorkloadSpec", "pipeline_split",
            "MEGATRON_ORDER", "placement_digits"]
@@ -325,6 +326,10 @@ class ParallelSpec:
     """Megatron-LM ``--tp-comm-overlap`` (Transformer Engine userbuffers): each sequence-parallel
     all-gather and reduce-scatter is split into chunks pipelined with the GEMM it feeds or
     drains, so the GEMM no longer waits for the whole collective."""
+    tp_comm_overlap_cfg: TpOverlapConfig = TE_DEFAULTS
+    """What runs those collectives under ``tp_comm_overlap`` and the SMs each holds, per GEMM
+    (:mod:`sim.workload.tp_overlap`): Transformer Engine's userbuffers defaults, a NeMo-style
+    table, or torchtitan's symmetric-memory async TP."""
     attention_kernel: AttentionKernel = AttentionKernel.VENDOR
     """The fused attention kernel: the vendor's (cuDNN through Transformer Engine) or
     FlashAttention-2 through PyTorch's SDPA (torchtitan)."""

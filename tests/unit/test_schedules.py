@@ -45,8 +45,10 @@ def test_interleaved_matches_megatron_chunk_order():
 
 def test_tp_comm_overlap_hides_tensor_parallel_communication():
     """Megatron-LM --tp-comm-overlap: the GEMMs no longer wait for whole all-gathers and
-    reduce-scatters, so exposed TP time and the iteration shrink, the work stays the same (it
-    takes longer beside the collectives, whose kernels hold SMs: with none held, as long)."""
+    reduce-scatters, so exposed TP time and the iteration shrink, the work stays the same. Its
+    time beside the collectives changes with the kernels' SMs: userbuffers' ring exchanges hold
+    none and its bulk overlaps 16, where the backward's NCCL collectives that Megatron overlaps
+    anyway hold 24, so the GEMMs take less time; with no SM held, as long."""
     import dataclasses
 
     from sim.config import load_topology
@@ -60,7 +62,7 @@ def test_tp_comm_overlap_hides_tensor_parallel_communication():
     a, b = (make_report(simulate(x, load_topology("dgx-h100"))) for x in (w, on))
     assert b.exposed_comm_s["tp"] < 0.8 * a.exposed_comm_s["tp"]
     assert b.iteration_time_s < a.iteration_time_s
-    assert b.compute_s["gemm"] > a.compute_s["gemm"]
+    assert b.compute_s["gemm"] < a.compute_s["gemm"]
     no_sms = [dataclasses.replace(x, system=dataclasses.replace(x.system, gpu=dataclasses.replace(
         x.system.gpu, sm_count=0))) for x in (w, on)]
     a, b = (make_report(simulate(x, load_topology("dgx-h100"))) for x in no_sms)

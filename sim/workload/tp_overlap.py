@@ -1,0 +1,131 @@
+"""The SMs that TP communication overlap takes from the GEMMs beside it.
+
+Under Megatron-LM's ``--tp-comm-overlap`` the sequence-parallel all-gathers and reduce-scatters
+of a transformer layer are not NCCL kernels: Transformer Engine's userbuffers run them, one
+communicator per GEMM (``initialize_ub``, NVIDIA/TransformerEngine
+``transformer_engine/pytorch/module/base.py`` @ ``fecb10b``, and its 2.x ``get_default_config``),
+each with one of three methods:
+
+* **ring_exchange** (by default ``qkv_fprop``, ``fc1_fprop``, ``proj_dgrad``, ``fc2_dgrad``):
+  ``tp - 1`` p2p steps, each GEMM chunk on the shard in hand. With ``use_ce`` (default true)
+  the data moves by ``cudaMemcpyAsync`` on the copy engines and the kernel beside it is a
+  one-thread signal (``userbuffers_send``: ``signalonly = ... || comm->use_ce``, launched with
+  ``signalonly ? 1 : comm->sms`` blocks; ``comm_gemm_overlap/userbuffers/userbuffers.cu`` @
+  ``4a8b30a``): no SM is taken from compute. Without ``use_ce`` the copy kernel runs on
+  ``num_sm`` SMs (default 1).
+* **pipeline** (``proj_fprop``, ``fc2_fprop``): the GEMM in 4 chunks, each chunk's
+  reduce-scatter a userbuffers kernel on ``num_sm`` SMs (default 16; ``CommOverlapBase`` passes
+  ``use_ce = false``, ``comm_gemm_overlap/comm_gemm_overlap.cpp`` @ ``4757bfa``).
+* **bulk** (``qkv_dgrad``, ``qkv_wgrad``, ``fc1_dgrad``, ``fc1_wgrad``): one all-gather (the
+  layer input, beside the input-gradient GEMM) or reduce-scatter (the input gradient, beside the
+  weight-gradient GEMM) kernel on ``num_sm`` SMs (default 16) for the whole GEMM
+  (``CommOverlapBase::bulk_overlap``).
+
+Megatron-LM passes ``ub_cfgs = {}`` unless ``--tp-comm-overlap-cfg`` names a YAML file
+(``megatron/training/initialize.py`` ``_initialize_tp_communicators``, NVIDIA/Megatron-LM @
+``2fd6e2b``), so TE's defaults hold (:data:`TE_DEFAULTS`). NeMo and Megatron-Bridge pass tables
+per model and GPU (``TransformerLayerTPOverlapCfg``: NVIDIA/NeMo
+``nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py`` @ ``2600532``,
+NVIDIA-NeMo/Megatron-Bridge ``src/megatron/bridge/training/comm_overlap.py`` @ ``aae8200``;
+e.g. Llama-3 70B BF16 on H100, TP 4: bulk 4, 24, 2, 4 SMs, proj_fprop/fc2_fprop pipelined on
+24/16, the rest ring exchanges); a case states one as ``parallel.tp_comm_overlap_cfg``, the
+mapping Megatron-LM reads from that YAML file.
+
+torchtitan's async TP runs on PyTorch's symmetric memory
+(``torch/distributed/_symmetric_memory/__init__.py`` @ ``0e9ed9c``,
+``_pipelined_multi_all_gather_and_consume`` and ``_pipelined_produce_and_all2all``): every shard
+is fetched with ``Tensor.copy_`` from the peer's mapped buffer, a ``cudaMemcpyAsync`` for
+contiguous tensors of one dtype (ATen ``copy_device_to_device``), i.e. copy engines
+(:data:`ASYNC_TP`).
+
+Not modelled: a kernel's SMs are held while its collective runs (TE 2.x also launches a
+pipelined or bulk GEMM on ``sm_count - num_sm`` SMs for its whole length, ``set_sm_margin``,
+and the pipeline's last chunk on 32); the GEMM's split into chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sim.types import CommKernel, TpOverlapMethod
+
+__all__ = ["UB_GEMMS", "TE_METHODS", "TE_NUM_SM", "held_sms", "TpOverlapConfig", "userbuffers",
+           "TE_DEFAULTS", "ASYNC_TP"]
+
+_R, _P, _B = TpOverlapMethod.RING_EXCHANGE, TpOverlapMethod.PIPELINE, TpOverlapMethod.BULK
+
+TE_METHODS: dict[str, TpOverlapMethod] = {
+    "qkv_fprop": _R, "fc1_fprop": _R, "proj_dgrad": _R, "fc2_dgrad": _R,
+    "proj_fprop": _P, "fc2_fprop": _P,
+    "qkv_dgrad": _B, "qkv_wgrad": _B, "fc1_dgrad": _B, "fc1_wgrad": _B,
+}
+"""Transformer Engine's default method per GEMM (``initialize_ub``'s ``methods``)."""
+UB_GEMMS = tuple(TE_METHODS)
+"""The GEMMs of a transformer layer whose TP collectives userbuffers run."""
+TE_NUM_SM: dict[TpOverlapMethod, int] = {_R: 1, _P: 16, _B: 16}
+"""TE's default ``num_sm`` per method (``"num_sm": 1 if method == "ring_exchange" else 16``)."""
+
+
+def held_sms(method: TpOverlapMethod, num_sm: int, use_ce: bool = True) -> int:
+    """SMs a userbuffers communicator holds while it runs: none for a ring exchange on the
+    copy engines, else its ``num_sm``.
+
+    >>> held_sms(TpOverlapMethod.RING_EXCHANGE, 1), held_sms(TpOverlapMethod.RING_EXCHANGE, 1, False)
+    (0, 1)
+    >>> held_sms(TpOverlapMethod.BULK, 16)
+    16
+    """
+    if method is TpOverlapMethod.RING_EXCHANGE and use_ce:
+        return 0
+    return num_sm
+
+
+@dataclass(frozen=True)
+class TpOverlapConfig:
+    """What runs the overlapped TP collectives of a layer, and the SMs each holds, per GEMM."""
+
+    kernel: CommKernel
+    sms: tuple[tuple[str, int], ...]
+    """``(GEMM name, SMs)`` for every name of :data:`UB_GEMMS`."""
+    source: str = ""
+    """Where the numbers come from (for notes and reports)."""
+
+    def sms_of(self, gemm: str) -> int:
+        """SMs the collective overlapped with ``gemm`` holds on each member GPU."""
+        for name, n in self.sms:
+            if name == gemm:
+                return n
+        raise KeyError(gemm)
+
+    def __str__(self) -> str:
+        return self.source or self.kernel.value
+
+
+def userbuffers(overrides: Mapping[str, tuple[TpOverlapMethod | None, int | None, bool | None]] | None = None,
+                source: str = "") -> TpOverlapConfig:
+    """TE's defaults with some GEMMs' ``(method, num_sm, use_ce)`` overridden (None: TE's
+    default; a method's default ``num_sm`` follows the method, as in ``get_default_config``).
+
+    >>> cfg = userbuffers({"qkv_wgrad": (None, 24, None), "fc2_fprop": (TpOverlapMethod.RING_EXCHANGE, None, None)})
+    >>> cfg.sms_of("qkv_wgrad"), cfg.sms_of("fc2_fprop"), cfg.sms_of("fc1_wgrad"), cfg.sms_of("qkv_fprop")
+    (24, 0, 16, 0)
+    """
+    overrides = overrides or {}
+    unknown = sorted(set(overrides) - set(UB_GEMMS))
+    if unknown:
+        raise KeyError(unknown[0])
+    sms = []
+    for gemm in UB_GEMMS:
+        method, num_sm, use_ce = overrides.get(gemm, (None, None, None))
+        method = TE_METHODS[gemm] if method is None else method
+        sms.append((gemm, held_sms(method, TE_NUM_SM[method] if num_sm is None else num_sm,
+                                   True if use_ce is None else use_ce)))
+    return TpOverlapConfig(CommKernel.USERBUFFERS, tuple(sms), source or "Transformer Engine userbuffers")
+
+
+TE_DEFAULTS = userbuffers(source="Transformer Engine's userbuffers defaults")
+"""Ring exchanges on the copy engines (0 SMs), bulk and pipelined kernels on 16 SMs."""
+ASYNC_TP = TpOverlapConfig(CommKernel.SYMMETRIC_MEMORY, tuple((g, 0) for g in UB_GEMMS),
+                           "PyTorch symmetric-memory async TP (copy engines)")
+"""torchtitan's async TP: every overlapped collective a copy-engine p2p copy."""

@@ -1,0 +1,179 @@
+"""TP collectives under TP communication overlap hold the SMs of what runs them, not NCCL's.
+
+Transformer Engine's userbuffers run a ring exchange on the copy engines (no SM) and a bulk or
+pipelined overlap on ``num_sm`` SMs (16 by default); torchtitan's async TP copies on the copy
+engines (sim/workload/tp_overlap.py). A GEMM beside such a collective runs at
+``1 - SMs / sm_count`` while it runs (sim/engine/contention.py); without overlap the TP
+collectives stay NCCL kernels on their channels (tests/unit/test_contention.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sim.config import load_topology, load_workload
+from sim.costs.analytical import AnalyticalCostModel
+from sim.costs.comm import CTAS_IN_DOMAIN
+from sim.errors import ConfigError
+from sim.runner import simulate
+from sim.types import CommClass, CommKernel, Stream, TpOverlapMethod
+from sim.workload.tp_overlap import ASYNC_TP, TE_DEFAULTS, TE_METHODS, UB_GEMMS, userbuffers
+from tests.conftest import make_workload
+
+H100_SMS = 132
+
+# the TP collective of each layer step under overlap, and the TE GEMM it is overlapped with
+_GEMM_OF = {("fwd", "ncclAllGather qkv-in"): "qkv_fprop", ("fwd", "ncclReduceScatter proj-out"): "proj_fprop",
+            ("fwd", "ncclAllGather fc1-in"): "fc1_fprop", ("fwd", "ncclReduceScatter fc2-out"): "fc2_fprop",
+            ("bwd", "ncclAllGather fc2-grad"): "fc2_dgrad", ("bwd", "ncclAllGather fc1-in"): "fc1_dgrad",
+            ("bwd", "ncclReduceScatter fc1-grad"): "fc1_wgrad", ("bwd", "ncclAllGather proj-grad"): "proj_dgrad",
+            ("bwd", "ncclAllGather qkv-in"): "qkv_dgrad", ("bwd", "ncclReduceScatter qkv-grad"): "qkv_wgrad"}
+
+
+def _run(overlap: bool = True, cfg=TE_DEFAULTS):
+    """Two layers on two H100s (TP 2, sequence parallel, one micro-batch): nothing but the
+    layers' own TP collectives runs beside their GEMMs."""
+    w = make_workload(layers=2, tp=2, sp=True, gbs=1, gpu="H100-SXM5-80GB", hidden=2048, seq=2048)
+    w = dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, tp_comm_overlap=overlap,
+                                                            tp_comm_overlap_cfg=cfg))
+    run = simulate(w, load_topology("dgx-h100"))
+    return run, AnalyticalCostModel(w.system.gpu, run.fabric)
+
+
+def _layer(run, layer: int = 1) -> dict[tuple[str, str], tuple]:
+    """``(phase, name) -> (span, task)`` of rank 0's ``layer``."""
+    def key(args):
+        a = dict(args)
+        return a.get("phase"), a.get("layer"), a.get("microbatch")
+    tasks = {(t.name, key(t.args)): t for t in run.program.tasks if t.rank == 0}
+    out = {}
+    for s in run.result.spans:
+        a = dict(s.args)
+        if s.rank == 0 and a.get("layer") == layer:
+            out[(a["phase"], s.name)] = (s, tasks[(s.name, key(s.args))])
+    return out
+
+
+def test_te_defaults_follow_initialize_ub():
+    assert set(UB_GEMMS) == set(TE_METHODS) and len(UB_GEMMS) == 10
+    for gemm in UB_GEMMS:
+        expected = 0 if TE_METHODS[gemm] is TpOverlapMethod.RING_EXCHANGE else 16
+        assert TE_DEFAULTS.sms_of(gemm) == expected
+    assert TE_DEFAULTS.kernel is CommKernel.USERBUFFERS
+    assert ASYNC_TP.kernel is CommKernel.SYMMETRIC_MEMORY and all(n == 0 for _, n in ASYNC_TP.sms)
+    with pytest.raises(KeyError):
+        userbuffers({"out_proj": (None, 8, None)})
+
+
+def test_layer_collectives_carry_the_te_kernel_of_their_gemm():
+    run, costs = _run()
+    layer = _layer(run)
+    tp = {k: v for k, v in layer.items() if v[0].stream is Stream.TP_COMM}
+    assert set(tp) == set(_GEMM_OF)
+    for key, (span, task) in tp.items():
+        gemm = _GEMM_OF[key]
+        assert task.op.kernel is CommKernel.USERBUFFERS and task.op.kernel_sms == TE_DEFAULTS.sms_of(gemm)
+        assert costs.comm_plan(task.op).sm_fraction == TE_DEFAULTS.sms_of(gemm) / H100_SMS
+    # outside the layers (embedding, loss) and without overlap: NCCL on its channels
+    others = [t for t in run.program.tasks if t.comm and t.op.comm_class is CommClass.TP
+              and dict(t.args).get("layer") is None]
+    assert others and all(t.op.kernel is CommKernel.NCCL for t in others)
+    off, off_costs = _run(overlap=False)
+    for span, task in _layer(off).values():
+        if span.stream is Stream.TP_COMM:
+            assert task.op.kernel is CommKernel.NCCL
+            assert off_costs.comm_plan(task.op).sm_fraction == CTAS_IN_DOMAIN / H100_SMS
+
+
+def test_a_gemm_beside_a_ring_exchange_on_the_copy_engines_is_not_slowed():
+    run, costs = _run()
+    layer = _layer(run)
+    for comm, gemm in ((("fwd", "ncclAllGather qkv-in"), ("fwd", "qkv")),
+                       (("fwd", "ncclAllGather fc1-in"), ("fwd", "fc1")),
+                       (("bwd", "ncclAllGather fc2-grad"), ("bwd", "fc2-dgrad"))):
+        c, (g, task) = layer[comm][0], layer[gemm]
+        assert g.start_s == c.start_s < c.end_s     # the GEMM runs beside the exchange
+        assert g.end_s - g.start_s == pytest.approx(costs.compute_time_s(task.op), rel=1e-12)
+
+
+def _slowed_end_s(start_s: float, comm_end_s: float, solo_s: float, held: float) -> float:
+    """End of an op of solo time ``solo_s`` that starts with a kernel holding ``held`` of the
+    SMs until ``comm_end_s``, then runs alone."""
+    beside = (comm_end_s - start_s) * (1.0 - held)
+    return start_s + solo_s / (1.0 - held) if solo_s <= beside else comm_end_s + solo_s - beside
+
+
+@pytest.mark.parametrize("cfg, sms", [(TE_DEFAULTS, 16), (userbuffers({
+    "qkv_dgrad": (None, 4, None), "fc1_dgrad": (None, 4, None), "qkv_wgrad": (None, 24, None),
+    "fc1_wgrad": (None, 24, None)}), None)], ids=["te-defaults", "nemo-style"])
+def test_a_gemm_beside_a_bulk_overlap_runs_at_one_minus_num_sm_over_sm_count(cfg, sms):
+    run, costs = _run(cfg=cfg)
+    layer = _layer(run)
+    for comm, gemm, name in ((("bwd", "ncclAllGather qkv-in"), ("bwd", "qkv-dgrad"), "qkv_dgrad"),
+                             (("bwd", "ncclReduceScatter qkv-grad"), ("bwd", "qkv-wgrad"), "qkv_wgrad"),
+                             (("bwd", "ncclAllGather fc1-in"), ("bwd", "fc1-dgrad"), "fc1_dgrad"),
+                             (("bwd", "ncclReduceScatter fc1-grad"), ("bwd", "fc1-wgrad"), "fc1_wgrad")):
+        c, (g, task) = layer[comm][0], layer[gemm]
+        held = (sms if sms is not None else cfg.sms_of(name)) / H100_SMS
+        solo = costs.compute_time_s(task.op)
+        assert g.start_s == c.start_s
+        assert g.end_s == pytest.approx(_slowed_end_s(g.start_s, c.end_s, solo, held), rel=1e-12)
+        assert g.end_s - g.start_s > solo
+
+
+def test_a_ring_exchange_on_sms_slows_its_gemm_by_num_sm_over_sm_count():
+    cfg = userbuffers({"qkv_fprop": (None, 2, False)})
+    run, costs = _run(cfg=cfg)
+    c, (g, task) = _layer(run)[("fwd", "ncclAllGather qkv-in")][0], _layer(run)[("fwd", "qkv")]
+    solo = costs.compute_time_s(task.op)
+    assert g.end_s == pytest.approx(_slowed_end_s(g.start_s, c.end_s, solo, 2 / H100_SMS), rel=1e-12)
+
+
+def test_async_tp_copies_hold_no_sms():
+    run, costs = _run(cfg=ASYNC_TP)
+    for span, task in _layer(run).values():
+        if span.stream is Stream.TP_COMM:
+            assert task.op.kernel is CommKernel.SYMMETRIC_MEMORY and costs.comm_plan(task.op).sm_fraction == 0.0
+        elif span.stream is Stream.COMPUTE:   # nothing else runs beside the layer: all at solo time
+            assert span.end_s - span.start_s == pytest.approx(costs.compute_time_s(task.op), rel=1e-12)
+
+
+# -- the config boundary -----------------------------------------------------------------------
+def test_a_case_states_its_userbuffers_table_as_megatron_reads_it():
+    cfg = load_workload("tiny", ["parallel.sequence_parallel=true", "parallel.tp_comm_overlap=true",
+                                 "parallel.tp_comm_overlap_cfg={qkv_wgrad: {method: bulk, num_sm: 24, cga_size: 2},"
+                                 " fc2_fprop: {method: ring_exchange, num_sm: 1, set_sm_margin: true}}"]
+                        ).parallel.tp_comm_overlap_cfg
+    assert cfg.sms_of("qkv_wgrad") == 24 and cfg.sms_of("fc2_fprop") == 0 and cfg.sms_of("proj_fprop") == 16
+    assert load_workload("tiny").parallel.tp_comm_overlap_cfg == TE_DEFAULTS
+
+
+@pytest.mark.parametrize("value, field", [
+    ("{out_proj: {num_sm: 4}}", "parallel.tp_comm_overlap_cfg.out_proj"),
+    ("{qkv_wgrad: {method: tree}}", "parallel.tp_comm_overlap_cfg.qkv_wgrad.method"),
+    ("{qkv_wgrad: {num_sm: -1}}", "parallel.tp_comm_overlap_cfg.qkv_wgrad.num_sm"),
+    ("{qkv_wgrad: {sms: 4}}", "parallel.tp_comm_overlap_cfg.qkv_wgrad.sms"),
+    ("[1, 2]", "parallel.tp_comm_overlap_cfg")])
+def test_a_bad_userbuffers_table_names_the_field(value, field):
+    with pytest.raises(ConfigError) as err:
+        load_workload("tiny", [f"parallel.tp_comm_overlap_cfg={value}"])
+    assert err.value.field == field
+
+
+def test_torchtitan_async_tp_runs_on_symmetric_memory(tmp_path):
+    path = tmp_path / "titan.yaml"
+    path.write_text("""
+name: titan
+framework: torchtitan (2024)
+model: {num_layers: 2, hidden_size: 1024, num_attention_heads: 8, num_kv_heads: 8, ffn_hidden_size: 4096,
+        vocab_size: 32000, seq_length: 1024}
+system: {gpu: H100-SXM5-80GB, num_gpus: 2, gpus_per_node: 8}
+parallel: {tp: 2, pp: 1, dp: 1, micro_batch_size: 1, global_batch_size: 1, details: "torch.compile + AsyncTP"}
+""")
+    w = load_workload(str(path))
+    assert w.parallel.tp_comm_overlap and w.parallel.tp_comm_overlap_cfg == ASYNC_TP
+    with pytest.raises(ConfigError) as err:
+        load_workload(str(path), ["parallel.tp_comm_overlap_cfg={qkv_wgrad: {num_sm: 4}}"])
+    assert err.value.field == "parallel.tp_comm_overlap_cfg"
