@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from sim.costs.comm import plan_comm
 from sim.engine.network import solo_time_s
 from sim.errors import ConfigError
-from sim.topology.build import build_topology
 from sim.topology.routing import Fabric
 from sim.topology.spec import TopologySpec
 from sim.types import CollectiveAlgorithm, CollectiveKind, CommClass, parse_enum
@@ -91,7 +90,7 @@ def collective(topology: TopologySpec, op: CollectiveKind, size_bytes: float, ra
         raise ConfigError("<--ranks>", "--ranks", "an integer of at least 2", ranks)
     if topology.num_gpus is not None and ranks > topology.num_gpus:
         raise ConfigError("<--ranks>", "--ranks", f"at most the topology's {topology.num_gpus} GPUs", ranks)
-    fabric = Fabric(build_topology(topology, ranks))
+    fabric = Fabric.of(topology, ranks)
     group = (0, ranks - 1) if op is CollectiveKind.SEND_RECV else tuple(range(ranks))
     try:
         plan = plan_comm(fabric, CommOp(op, CommClass.DP, group, float(size_bytes)), representative=False,

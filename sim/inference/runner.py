@@ -20,7 +20,6 @@ from sim.errors import ConfigError
 from sim.inference.program import GRANULARITIES, InferenceProgram, build_inference_program
 from sim.inference.spec import InferenceSpec
 from sim.results import SimResult
-from sim.topology.build import build_topology
 from sim.topology.routing import Fabric
 from sim.topology.spec import TopologySpec
 from sim.types import Stream
@@ -59,7 +58,7 @@ def fabric_for(spec: InferenceSpec, topology: TopologySpec) -> Fabric:
         if topology.num_gpus < n:
             raise ConfigError(topology.name, "num_gpus", f"at least tp x pp = {n} GPUs", topology.num_gpus)
         n = topology.num_gpus
-    return Fabric(build_topology(topology, n))
+    return Fabric.of(topology, n)
 
 
 def simulate_inference(spec: InferenceSpec, topology: TopologySpec, *, granularity: str = "layer",
