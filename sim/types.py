@@ -99,6 +99,11 @@ class CpCommType(str, Enum):
     A2A_P2P = "a2a+p2p"
     """Hierarchical: all-to-all over the first level of
     ``--hierarchical-context-parallel-sizes``, ring attention over the second."""
+    TORCH = "torch"
+    """PyTorch's experimental ``context_parallel`` (``torch.distributed.tensor.experimental``,
+    the CP of torchtitan): ring attention over SDPA with K/V all-gathered once, per-step
+    outputs merged by eager fp32 ops, K/V gradients passed around the ring in fp32
+    (:mod:`sim.workload.context_parallel`)."""
 
 
 class OpKind(str, Enum):

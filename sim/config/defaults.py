@@ -158,6 +158,23 @@ def _loss_default(f: _Fields, framework: str, notes: _Notes) -> LossKind:
     return LossKind.FUSED if value is None else f.enum("cross_entropy", LossKind, notes, LossKind.FUSED, "")
 
 
+def _fused_elementwise_default(f: _Fields, framework: str, notes: _Notes) -> bool:
+    """Fused elementwise kernels: the case's ``fused_elementwise``, else for torchtitan on
+    only when its published settings (``parallel.details``) name ``torch.compile``
+    (torchtitan's ``training.compile`` is off by default, ``torchtitan/config_manager.py``;
+    eager, each norm, rotary and SwiGLU op is its own kernel: :mod:`sim.workload.eager`), else
+    on (Megatron-LM's and Transformer Engine's fused norm, SwiGLU and bias-dropout-add kernels)."""
+    flag = f.flag("fused_elementwise")
+    if flag is not None:
+        return flag
+    if _is_torchtitan(framework):
+        if _details_has(f, "torch.compile"):
+            return notes.fill("parallel.fused_elementwise", True, "the case's settings list torch.compile")
+        return notes.fill("parallel.fused_elementwise", False, "torchtitan without torch.compile: "
+                          "eager PyTorch ops, one kernel each")
+    return True
+
+
 def _attention_kernel_default(f: _Fields, framework: str, notes: _Notes) -> AttentionKernel:
     """The attention kernel when a case leaves it null: torchtitan calls PyTorch's
     ``scaled_dot_product_attention``, whose backend priority runs FlashAttention-2 before

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sim.config.defaults import (_attention_kernel_default, _batch_sizes, _virtual_stages_default, _flash_default,
+from sim.config.defaults import (_attention_kernel_default, _fused_elementwise_default, _batch_sizes, _virtual_stages_default, _flash_default,
                                  _dist_opt_default, _dp_shard_default, _launch_flag, _loss_default, _tp_overlap_cfg,
                                  _tp_overlap_default, _overlap_default, _recompute_meaning, _sp_default,
                                  _zero_default)
@@ -47,7 +47,7 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages", "schedule",
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce",
-                  "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details",
+                  "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details",
                   "tp_comm_overlap_cfg",
                   "cp_comm_type", "hierarchical_context_parallel_sizes")
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node",
@@ -215,7 +215,7 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
                      f"{split[0]} on the first, {split[-1]} on the last, up to {max(split)} between "
                      "(embedding and loss counted as a layer each, Megatron-LM "
                      "--account-for-embedding/loss-in-pipeline-split)")
-    scaling = _scaling(top, dtype, notes)
+    scaling = _scaling(top, dtype, notes, framework)
     bf16_start, bf16_end = (top.integer(k) or 0 for k in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"))
     with _located(path):
         spec = WorkloadSpec(name=name, model=model, parallel=parallel, system=system, dtype=dtype,
@@ -224,10 +224,13 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     return spec, list(notes)
 
 
-def _scaling(top: _Fields, dtype: Dtype, notes: _Notes) -> ScalingRecipe:
+def _scaling(top: _Fields, dtype: Dtype, notes: _Notes, framework: str = "") -> ScalingRecipe:
     """The 8-bit scaling recipe: the workload's ``scaling``, else per-block for MXFP8/NVFP4,
-    current scaling when a case's ``precision_as_published`` says so, else delayed (Transformer
-    Engine's default recipe)."""
+    current scaling when a case's ``precision_as_published`` says so or its framework is
+    torchtitan (torchao's ``Float8Linear`` with torchtitan's ``--float8.scaling_type_input``,
+    ``_weight`` and ``_grad_output`` defaulting to ``dynamic``, a per-tensor amax taken before
+    each cast: ``torchtitan/config_manager.py``, late 2024), else delayed (Transformer Engine's
+    default recipe)."""
     if top.raw.get("scaling") is not None:
         return top.enum("scaling", ScalingRecipe, notes, ScalingRecipe.DELAYED, "")
     if dtype in (Dtype.MXFP8, Dtype.NVFP4):
@@ -235,6 +238,9 @@ def _scaling(top: _Fields, dtype: Dtype, notes: _Notes) -> ScalingRecipe:
     published = top.raw.get("precision_as_published")
     if dtype is Dtype.FP8 and isinstance(published, str) and "current scaling" in published.lower():
         return notes.fill("scaling", ScalingRecipe.CURRENT, "precision_as_published names current scaling")
+    if dtype is Dtype.FP8 and "torchtitan" in framework.lower():
+        return notes.fill("scaling", ScalingRecipe.CURRENT, "torchtitan's float8: torchao dynamic (per-tensor "
+                          "current) scaling by default")
     return ScalingRecipe.DELAYED
 
 
@@ -401,7 +407,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
     recompute = _recompute_meaning(recompute, framework, notes)
     zero, bucket = f.integer("zero_stage"), f.integer("grad_bucket_size_params")
     placement = _placement(f)
-    cp_comm, cp_levels = _cp_comm(f, cp, notes)
+    cp_comm, cp_levels = _cp_comm(f, cp, notes, framework)
     # the defaults in the order their notes are listed
     sp = _sp_default(f, tp, framework, notes, tp_overlap)
     dist_opt = _dist_opt_default(f, notes)
@@ -411,6 +417,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
     flash = _flash_default(f, framework, notes)
     kernel = _attention_kernel_default(f, framework, notes)
     loss = _loss_default(f, framework, notes)
+    fused = _fused_elementwise_default(f, framework, notes)
     dp_shard = _dp_shard_default(f, dp, cp, max(zero, int(dist_opt)), framework, notes)
     with _located(f.path):
         return ParallelSpec(
@@ -420,19 +427,23 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
             dp_shard=dp_shard, overlap_grad_reduce=overlap,
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,
             flash_attention=flash, attention_kernel=kernel, tp_comm_overlap=tp_overlap,
-            tp_comm_overlap_cfg=tp_overlap_cfg, cross_entropy=loss,
+            tp_comm_overlap_cfg=tp_overlap_cfg, cross_entropy=loss, fused_elementwise=fused,
             placement=placement,
             cp_comm_type=cp_comm,
             hierarchical_context_parallel_sizes=cp_levels,
         )
 
 
-def _cp_comm(f: _Fields, cp: int, notes: _Notes) -> tuple[CpCommType, tuple[int, ...] | None]:
+def _cp_comm(f: _Fields, cp: int, notes: _Notes, framework: str = "") -> tuple[CpCommType, tuple[int, ...] | None]:
     """``parallel.cp_comm_type`` (Megatron-LM's ``--cp-comm-type``: ``p2p``, ``all_gather``,
-    ``a2a`` or ``a2a+p2p``; null is Megatron-LM's default, ring attention, noted when ``cp >
+    ``a2a`` or ``a2a+p2p``, or ``torch``, PyTorch's ``context_parallel``; null is torchtitan's
+    (``torch``) for torchtitan, else Megatron-LM's default, ring attention, noted when ``cp >
     1``) and ``parallel.hierarchical_context_parallel_sizes`` (a list ``[a2a, p2p]``, or null)."""
     if f.raw.get("cp_comm_type") is None and cp == 1:
         kind = CpCommType.P2P
+    elif f.raw.get("cp_comm_type") is None and "torchtitan" in framework.lower():
+        kind = notes.fill("parallel.cp_comm_type", CpCommType.TORCH, "torchtitan: PyTorch's context_parallel "
+                          "(all-gathered K/V, eager fp32 merges)")
     else:
         kind = f.enum("cp_comm_type", CpCommType, notes, CpCommType.P2P,
                       "Megatron-LM's default --cp-comm-type: ring attention")

@@ -35,7 +35,13 @@ and for ``a2a+p2p`` the two-level groups of ``get_hierarchical_context_parallel_
     ``create_hierarchical_parallel_groups``), ring attention with ``H / a`` heads over the
     second (every ``a``-th CP rank), ``p`` steps of ``1 / p^2`` each.
 
-The four are one construction here: an all-to-all level of ``a`` ranks (none when ``a = 1``)
+``torch`` -- PyTorch's experimental ``context_parallel``, torchtitan's CP
+    (pytorch/pytorch ``torch/distributed/tensor/experimental/_attention.py``,
+    ``_templated_ring_attention`` and its backward; defaults ``_ContextParallelOptions``:
+    ``convert_to_f32=True``, ``enable_load_balance=True``, ``rotate_method=ALL_GATHER``): see
+    :func:`_torch_ring`.
+
+The four Megatron variants are one construction here: an all-to-all level of ``a`` ranks (none when ``a = 1``)
 around a ring of ``p`` ranks (no exchange when ``p = 1``), or the all-gather. Every variant
 leaves a rank ``1 / cp`` of the whole sequence's attention FLOPs.
 """
@@ -44,8 +50,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sim.types import CollectiveKind, CommClass, CpCommType, Dtype, Stream
-from sim.workload.ops import AttentionOp, CommOp, dtype_bytes
+from sim.types import CollectiveKind, CommClass, CpCommType, Dtype, OpKind, Stream
+from sim.workload.ops import AttentionOp, CommOp, MemoryOp, dtype_bytes
 from sim.workload.spec import ModelSpec, ParallelSpec
 
 __all__ = ["cp_attention", "cp_levels", "cp_subgroups", "cp_bytes_sent", "cp_transient_bytes"]
@@ -54,6 +60,9 @@ if TYPE_CHECKING:
     from sim.workload.layers import Step
 
 Group = tuple[int, ...]
+
+_F32 = 4
+"""Bytes of an fp32 element (PyTorch's context_parallel merges and accumulates in fp32)."""
 
 
 def cp_levels(parallel: ParallelSpec) -> tuple[int, int]:
@@ -105,6 +114,8 @@ def cp_attention(model: ModelSpec, parallel: ParallelSpec, heads: int, kv_heads:
     def comm(kind: CollectiveKind, group: Group, replicas: tuple[Group, ...], size: float) -> CommOp:
         return CommOp(kind, CommClass.CP, group, size, replicas)
 
+    if parallel.cp_comm_type is CpCommType.TORCH:
+        return _torch_ring(parallel, s, heads, hd, dtype, cp_group, cp_replicas)
     if parallel.cp_comm_type is CpCommType.ALL_GATHER:
         # K and V of the whole sequence (the all-gather's output; its gradients, the
         # reduce-scatter's input); the two local query chunks each 1 / (2 cp) of the work
@@ -182,6 +193,10 @@ def cp_transient_bytes(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype = 
       all-to-all (``AttnFuncWithCPAndQKVOA2A.backward``): one more copy of Q, K, V plus
       ``2 b (s / cp) H d / t``. What is saved for the backward is the same as ring
       attention's (Q, K, V and the output, in either layout the same bytes).
+    * ``torch``: the backward holds the all-gathered K and V of the whole sequence with every
+      query head (``repeat_kv`` runs before SDPA), ``4 b s (H / t) d`` bytes, their contiguous
+      local copies, the fp32 dQ, dK, dV accumulators and the fp32 dK/dV buffers being sent
+      and received (``_templated_ring_attention_backward``).
     * ``p2p``: none (the ring's one-chunk K/V buffers are not counted for any variant).
 
     ``H / t`` and ``kv / t`` are the heads a TP rank holds (one key/value head when ``t``
@@ -193,9 +208,86 @@ def cp_transient_bytes(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype = 
     e = dtype_bytes(dtype)
     heads, kv = model.num_attention_heads // t, max(model.num_kv_heads // t, 1)
     kind = parallel.cp_comm_type
+    if kind is CpCommType.TORCH:
+        n = b * (s // parallel.cp) * heads * d  # one local tensor, all query heads
+        return 2.0 * parallel.cp * n * e + 2.0 * n * e + 3.0 * n * _F32 + 2.0 * 2 * n * _F32
     if kind is CpCommType.ALL_GATHER:
         return 4.0 * b * s * kv * d * e
     if parallel.cp_a2a_size > 1:
         sl = b * (s // parallel.cp) * d * e
         return sl * (heads + 2 * kv) + 2.0 * sl * heads
     return 0.0
+
+
+def _torch_ring(parallel: ParallelSpec, s: int, heads: int, hd: int, dtype: Dtype, group: Group,
+                replicas: tuple[Group, ...]) -> tuple[list[Step], list[Step]]:
+    """One layer's attention under PyTorch's ``context_parallel`` (torch
+    ``distributed/tensor/experimental/_attention.py``, stored at 0123248; the SDPA handler
+    torchtitan's CP runs through).
+
+    torchtitan calls SDPA after ``repeat_kv``, so K and V carry all ``heads`` query heads; a
+    rank holds ``c = s / cp`` tokens (two load-balanced chunks), ``n = b c heads d`` elements
+    per tensor. Forward (``_templated_ring_attention``): K and V made contiguous (copies: SDPA
+    sees them transposed), concatenated (``torch.cat``, before each of the first ``cp - 1``
+    steps) and all-gathered once (``_AllGatherRotater``; waited for before step 1); step 0 is
+    causal over the local ``c`` tokens, steps ``i > 0`` non-causal over ``c x c / 2`` (full
+    queries on the first K/V half, or the second query half on all of K/V); each step's output
+    and log-sum-exp are merged in fp32 by eager ops (``_SDPAMerger``: ``out.to(float32)``,
+    ``out - sigmoid(lse_b - lse) * (out - out_b)`` in three kernels, the log-sum-exp update),
+    the result cast back to bf16. Backward: fp32 ``zeros_like`` accumulators for dQ, dK, dV,
+    the K/V copies and gather again, per step the flash backward, ``dK/dV +=`` (on a half then
+    a ``torch.cat`` of the whole when the step used half of K/V), their fp32 concatenation sent
+    to the next rank (``_AllToAllRotater``: ``permute_tensor``, waited for after the next
+    step's attention), ``dQ +=``; finally dQ, dK, dV cast to bf16.
+
+    Ranks differ in which steps use half of K/V (rank ``r``: steps ``1..r``); the per-step
+    collectives of the backward make every rank wait for the slowest, so the merges are priced
+    as the last rank of the group runs them (full-width merges on every step).
+    """
+    from sim.workload.layers import Step  # noqa: F811 (layers imports this module)
+
+    b, cp = parallel.micro_batch_size, parallel.cp
+    e = dtype_bytes(dtype)
+    c = s // cp
+    n = float(b * c * heads * hd)
+    rows = float(b * c * heads)  # log-sum-exp elements
+
+    def mem(name: str, nbytes: float) -> Step:
+        return Step(None, name, MemoryOp(OpKind.ELEMENTWISE, nbytes))
+
+    def att(backward: bool, causal: bool, fraction: float) -> Step:
+        return Step(None, "attention-bwd" if backward else "attention",
+                    AttentionOp(b, heads, heads, c, hd, causal, backward, dtype, fraction, parallel.attention_kernel))
+
+    gather = Step(Stream.CP_COMM, "ncclAllGather attention-kv",
+                  CommOp(CollectiveKind.ALL_GATHER, CommClass.CP, group, cp * 2 * n * e, replicas), wait=2)
+    copies = [mem("cp-k-contiguous", 2 * n * e), mem("cp-v-contiguous", 2 * n * e)]
+    cat_kv = mem("cp-kv-cat", 4 * n * e)
+    lse_ops = [mem(f"cp-merge-lse-{k}", 3 * rows * _F32) for k in ("sub", "sigmoid", "sub2", "logsigmoid", "update")]
+    fwd = [*copies, cat_kv, gather, att(False, True, 1.0), mem("cp-merge-to-f32", n * (e + _F32))]
+    for i in range(1, cp):
+        fwd += [cat_kv] if i < cp - 1 else []
+        fwd += [att(False, False, 0.5), mem("cp-merge-to-f32", n * (e + _F32)),
+                mem("cp-merge-diff", 3 * n * _F32), *lse_ops[:2], mem("cp-merge-scale", 2 * n * _F32),
+                mem("cp-merge-update", 3 * n * _F32), *lse_ops[2:]]
+    fwd.append(mem("cp-merge-to-bf16", n * (_F32 + e)))
+
+    ring = CommOp(CollectiveKind.RING_EXCHANGE, CommClass.CP, group, 2 * n * _F32, replicas)
+    bwd = [mem("cp-dq-zeros", n * _F32), mem("cp-dk-zeros", n * _F32), mem("cp-dv-zeros", n * _F32),
+           *copies, cat_kv, Step(gather.stream, gather.name, gather.op, wait=5), att(True, True, 1.0),
+           mem("cp-dk-add", n * (2 * _F32 + e)), mem("cp-dv-add", n * (2 * _F32 + e))]
+    for i in range(1, cp + 1):
+        # the step's dK/dV concatenated and sent on; step i + 1 (or the final cast) waits for it
+        more = i < cp
+        wait = 3 if i < cp - 1 else 2
+        bwd += [mem("cp-dkv-cat", 4 * n * _F32),
+                Step(Stream.CP_COMM, "ncclSendRecv attention-dkv", ring, wait=wait),
+                mem("cp-dq-add", n * (2 * _F32 + e))]
+        if not more:
+            break
+        bwd += [cat_kv] if i < cp - 1 else []
+        bwd += [att(True, False, 0.5),
+                mem("cp-dk-add-half", n / 2 * (2 * _F32 + e)), mem("cp-dk-cat", 2 * n * _F32),
+                mem("cp-dv-add-half", n / 2 * (2 * _F32 + e)), mem("cp-dv-cat", 2 * n * _F32)]
+    bwd += [mem("cp-dq-to-bf16", n * (_F32 + e)), mem("cp-dkv-to-bf16", 2 * n * (_F32 + e))]
+    return fwd, bwd

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sim.types import CollectiveKind, CommClass, Dtype, OpKind, ScalingRecipe, Stream
+from sim.types import CollectiveKind, CommClass, CommKernel, Dtype, OpKind, ScalingRecipe, Stream
+from sim.workload import eager as _eager
 from sim.workload.context_parallel import cp_attention
 from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp, Op, dtype_bytes
 from sim.workload.quantization import LOW_PRECISION, Cast, gemm_casts
@@ -209,6 +210,17 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
 
     norm = mem(OpKind.NORM, 2 * Tn * h * e)
     norm_bwd = mem(OpKind.NORM, 3 * Tn * h * e)
+    eager = not parallel.fused_elementwise
+
+    def kernels(kind: OpKind, ks: list[_eager.Kernel]) -> list[Step]:
+        return [c(name, mem(kind, nbytes)) for name, nbytes in ks]
+
+    def norm_f(name: str, tokens: int = Tn) -> list[Step]:
+        """A norm's forward: one fused kernel, or torchtitan's eager RMSNorm."""
+        return kernels(OpKind.NORM, _eager.rmsnorm_forward(name, tokens, h)) if eager else [c(name, norm)]
+
+    def norm_b(name: str, tokens: int = Tn) -> list[Step]:
+        return kernels(OpKind.NORM, _eager.rmsnorm_backward(name, tokens, h)) if eager else [c(name, norm_bwd)]
     dropout_add = mem(OpKind.ELEMENTWISE, Tn * h * (3 * e + 1))
     if cp > 1:
         # the rank these ops are for: the one its TP and CP groups share
@@ -260,17 +272,30 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     # tp_comm_overlap (sim.workload.tp_overlap): all-gathers feeding fprop GEMMs and dgrad GEMMs
     # of row-parallel layers are ring exchanges; the backward's re-gathered input beside a
     # dgrad GEMM and its reduced gradient beside a wgrad GEMM are bulk overlaps
-    fwd = [c("norm1", norm), *gather("qkv-in", gemm="qkv_fprop"), *proj_in, *attn_fwd,
+    if eager and model.gated_mlp:
+        act_f = kernels(OpKind.ELEMENTWISE, _eager.swiglu_forward(T, f // t))
+        act_b = kernels(OpKind.ELEMENTWISE, _eager.swiglu_backward(T, f // t))
+    else:
+        act_f = [c("activation", mem(OpKind.ELEMENTWISE, T * f // t * e * (branches + 1)))]
+        act_b = [c("activation-bwd", mem(OpKind.ELEMENTWISE, T * f // t * e * (2 * branches + 1)))]
+    # eager only: the rotary embedding of q and k and the K/V heads repeated for SDPA
+    # (the compiled rotary kernel is not priced, as for every framework)
+    q_w, kv_w = q // t, kv_heads * model.head_dim
+    rope_f = kernels(OpKind.ELEMENTWISE, _eager.rope_forward(T, q_w, kv_w) +
+                     _eager.repeat_kv_forward(T, q_w, kv_w)) if eager and not model.is_mla else []
+    rope_b = kernels(OpKind.ELEMENTWISE, _eager.repeat_kv_backward(T, q_w, kv_w) +
+                     _eager.rope_backward(T, q_w, kv_w)) if eager and not model.is_mla else []
+    fwd = [*norm_f("norm1"), *gather("qkv-in", gemm="qkv_fprop"), *proj_in, *rope_f, *attn_fwd,
            c("proj", fwd_g(h, o_in)), *reduce("proj-out", gemm="proj_fprop"), c("dropout-add", dropout_add),
-           c("norm2", norm), *gather("fc1-in", gemm="fc1_fprop"), c("fc1", fwd_g(f * branches // t, h)),
-           c("activation", mem(OpKind.ELEMENTWISE, T * f // t * e * (branches + 1))),
+           *norm_f("norm2"), *gather("fc1-in", gemm="fc1_fprop"), c("fc1", fwd_g(f * branches // t, h)),
+           *act_f,
            c("fc2", fwd_g(h, f // t)), *reduce("fc2-out", gemm="fc2_fprop"), c("dropout-add", dropout_add)]
     bwd = [c("dropout-add-bwd", dropout_add), *gather("fc2-grad", gemm="fc2_dgrad"),
            c("fc2-dgrad", dgrad_g(f // t, h)), c("fc2-wgrad", wgrad_g(f // t, h)),
-           c("activation-bwd", mem(OpKind.ELEMENTWISE, T * f // t * e * (2 * branches + 1))),
+           *act_b,
            *gather("fc1-in", wait=1, gemm="fc1_dgrad"), c("fc1-dgrad", dgrad_g(h, f * branches // t)),
            *reduce("fc1-grad", wait=1, gemm="fc1_wgrad"), c("fc1-wgrad", wgrad_g(h, f * branches // t)),
-           c("norm2-bwd", norm_bwd), c("dropout-add-bwd", dropout_add), *gather("proj-grad", gemm="proj_dgrad"),
+           *norm_b("norm2-bwd"), c("dropout-add-bwd", dropout_add), *gather("proj-grad", gemm="proj_dgrad"),
            c("proj-dgrad", dgrad_g(o_in, h)), c("proj-wgrad", wgrad_g(o_in, h))]
     attention_bwd_index = len(bwd)
     if model.is_mla:
@@ -278,11 +303,11 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
         # input gradient (the down-projections' dgrads summed) is reduced before norm1's backward
         first_wgrad = next(i for i, st in enumerate(proj_in_bwd) if st.name.endswith("-down-wgrad"))
         bwd += [*attn_bwd, *gather("qkv-in", wait=first_wgrad, gemm="qkv_dgrad"), *proj_in_bwd[:-1],
-                *reduce("qkv-grad", wait=1, gemm="qkv_wgrad"), proj_in_bwd[-1], c("norm1-bwd", norm_bwd)]
+                *reduce("qkv-grad", wait=1, gemm="qkv_wgrad"), proj_in_bwd[-1], *norm_b("norm1-bwd")]
     else:
-        bwd += [*attn_bwd, *gather("qkv-in", wait=1, gemm="qkv_dgrad"), c("qkv-dgrad", dgrad_g(h, qkv_n)),
+        bwd += [*attn_bwd, *rope_b, *gather("qkv-in", wait=1, gemm="qkv_dgrad"), c("qkv-dgrad", dgrad_g(h, qkv_n)),
                 *reduce("qkv-grad", wait=1, gemm="qkv_wgrad"), c("qkv-wgrad", wgrad_g(h, qkv_n)),
-                c("norm1-bwd", norm_bwd)]
+                *norm_b("norm1-bwd")]
 
     emb_bytes = mem(OpKind.EMBEDDING, 2 * T * h * e)
     embedding_fwd = (c("embedding", emb_bytes), *reduce("embedding-out"))
@@ -292,18 +317,20 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     # the output layer stays in 16 bits under FP8/FP4 training (Megatron-LM and Transformer
     # Engine quantize the transformer layers' linear layers only)
     hg = lambda m_, n_, k_: GemmOp(m_, n_, k_, dtype if not low else ACT_DTYPE)  # noqa: E731
-    head_fwd = (c("final-norm", norm), *gather("head-in"), c("lm-head", hg(T, V // t, h)),
+    head_fwd = (*norm_f("final-norm"), *gather("head-in"), c("lm-head", hg(T, V // t, h)),
                 # Megatron's vocab-parallel cross entropy: fp32 logits, max / sum-exp / target
                 # all-reduced over TP (megatron/core/tensor_parallel/cross_entropy.py).
                 c("cross-entropy", mem(OpKind.LOSS, logits * (e + 3 * 4))),
                 *([Step(Stream.TP_COMM, "ncclAllReduce loss", small_ar)] if tp_on else []))
     head_bwd = (c("cross-entropy-bwd", mem(OpKind.LOSS, logits * (4 + e))),
                 c("lm-head-dgrad", hg(T, h, V // t)), *reduce("head-grad", wait=1),
-                c("lm-head-wgrad", hg(V // t, h, T)), c("final-norm-bwd", norm_bwd))
+                c("lm-head-wgrad", hg(V // t, h, T)), *norm_b("final-norm-bwd"))
     # every other matmul of wq, wk, wv, wo, w1, [w3,] w2, as separate projections
     mms = model.separate_matmuls(t)
     op_recompute = tuple(c(name, fwd_g(out, inp)) for name, out, inp in mms[1::2]) + tuple(
         st for st in fwd if st.stream is None and isinstance(st.op, MemoryOp))
+    if overlap and parallel.tp_comm_overlap_cfg.kernel is CommKernel.SYMMETRIC_MEMORY:
+        fwd, bwd = _async_tp_reductions(fwd, t, e), _async_tp_reductions(bwd, t, e)
     if parallel.tp_comm_overlap and sp and tp_on:
         # (swaps happen only between a reduce-scatter and the GEMM before it, none of them
         # across the attention backward, so attention_bwd_index stands)
@@ -311,7 +338,7 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     moe = None
     if model.is_moe:
         # the attention half is the dense layer's; the MLP half (from norm2 on) is replaced
-        mlp_at = next(i for i, st in enumerate(fwd) if st.name == "norm2")
+        mlp_at = next(i for i, st in enumerate(fwd) if st.name.startswith("norm2"))
         folded = parallel.expert_tp != t
         # unset: the TP group, or under folding the ``etp`` consecutive ranks from its first
         # (the ETP group of the stage's first rank, :meth:`sim.workload.layout.Layout.etp_group`)
@@ -319,7 +346,8 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
             tuple(tp_group[0] + i for i in range(parallel.expert_tp)) if folded else tp_group
         etp_r = etp_replicas if etp_replicas is not None else () if folded else replicas
         mlp_fwd, mlp_bwd = _moe_mlp(model, parallel, dtype, T, e, etp_g, etp_r, ep_group, ep_replicas,
-                                    fwd_g, dgrad_g, wgrad_g, c, mem, norm, norm_bwd, dropout_add, gather, reduce)
+                                    fwd_g, dgrad_g, wgrad_g, c, mem, norm_f("norm2"), norm_b("norm2-bwd"),
+                                    dropout_add, gather, reduce)
         moe_fwd = fwd[:mlp_at] + mlp_fwd
         bwd_at = next(i for i, st in enumerate(bwd) if st.name == "dropout-add-bwd" and i > 0)
         moe_bwd = mlp_bwd + bwd[bwd_at:]
@@ -330,6 +358,32 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
                        head_fwd, head_bwd, moe_recompute)
     return LayerOps(tuple(fwd), tuple(bwd), attention_bwd_index, tuple(attn_fwd),
                     embedding_fwd, embedding_bwd, head_fwd, head_bwd, op_recompute, moe)
+
+
+_ASYNC_TP_REDUCED = frozenset({"proj", "fc2", "fc1-dgrad", "qkv-dgrad"})
+"""The GEMMs whose outputs a sequence-parallel layer reduce-scatters (the row-parallel
+forwards, the column-parallel input gradients)."""
+
+
+def _async_tp_reductions(steps: list[Step], t: int, e: float) -> list[Step]:
+    """PyTorch's async TP (``torch.distributed._symmetric_memory``,
+    ``_fused_matmul_reduce_scatter_impl`` and its scaled twin, which torch.compile's
+    micro-pipeline pass substitutes for a matmul followed by a reduce-scatter) computes the
+    whole local product in ``t`` row chunks, sends each chunk to its rank on the copy engines
+    (``_pipelined_produce_and_all2all``) and then sums the ``t`` chunks it received in one
+    ``torch.sum`` kernel (``reduce_fn(stacked_partials.view(t, ...), dim=0)``): it reads the
+    ``m x n`` stacked partials and writes the ``m / t x n`` shard. NCCL's reduce-scatter does
+    that sum inside the collective; here it is a bandwidth-bound kernel after the GEMM, priced
+    with it (:attr:`~sim.workload.ops.GemmOp.extra_bytes`)."""
+    out = []
+    for st in steps:
+        op = st.op
+        if st.stream is None and st.name in _ASYNC_TP_REDUCED and isinstance(op, GemmOp):
+            nbytes = op.m * op.n * (1 + 1 / t) * e
+            op = replace(op, extra_bytes=op.extra_bytes + nbytes, extra_kernels=op.extra_kernels + 1)
+            st = Step(st.stream, st.name, op, st.wait)
+        out.append(st)
+    return out
 
 
 def _overlap_tp(steps: list[Step]) -> list[Step]:
@@ -366,7 +420,7 @@ def _overlap_tp(steps: list[Step]) -> list[Step]:
 
 def _moe_mlp(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, T: int, e: float,
              tp_group: tuple[int, ...], replicas, ep_group: tuple[int, ...], ep_replicas,
-             fwd_g, dgrad_g, wgrad_g, c, mem, norm, norm_bwd, dropout_add, gather, reduce
+             fwd_g, dgrad_g, wgrad_g, c, mem, norm2, norm2_bwd, dropout_add, gather, reduce
              ) -> tuple[list[Step], list[Step]]:
     """The MLP half of a mixture-of-experts layer, Megatron-Core's all-to-all token dispatcher
     (``megatron/core/transformer/moe/token_dispatcher.py``, ``MoEAlltoAllTokenDispatcher``):
@@ -425,7 +479,7 @@ def _moe_mlp(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, T: int, e: 
     exp_fc2_d = GemmOp(per_expert, f // te, h, dtype, local)
     exp_fc2_w = GemmOp(f // te, h, per_expert, dtype, local)
     exp_act_b = mem(OpKind.ELEMENTWISE, routed_all * f // te * e * (2 * br + 1))
-    fwd = [c("norm2", norm), c("router", router), c("router-topk", topk), c("permute", permute),
+    fwd = [*norm2, c("router", router), c("router-topk", topk), c("permute", permute),
            *ep_coll("dispatch"), *tp_coll(CollectiveKind.ALL_GATHER, "dispatch"),
            c("experts-fc1", exp_fc1), c("experts-activation", exp_act), c("experts-fc2", exp_fc2),
            *tp_coll(CollectiveKind.REDUCE_SCATTER, "combine"), *ep_coll("combine"),
@@ -448,7 +502,7 @@ def _moe_mlp(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, T: int, e: 
                     *gather("shared-in", wait=1), c("shared-fc1-dgrad", dgrad_g(h, br * fs // t)),
                     *reduce("shared-grad", wait=1), c("shared-fc1-wgrad", wgrad_g(h, br * fs // t))]
     fwd.append(c("dropout-add", dropout_add))
-    bwd.append(c("norm2-bwd", norm_bwd))
+    bwd += norm2_bwd
     return fwd, bwd
 
 

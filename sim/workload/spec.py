@@ -336,6 +336,11 @@ class ParallelSpec:
     cross_entropy: LossKind = LossKind.FUSED
     """How the loss is computed (Megatron's fused vocab-parallel kernel, or PyTorch's on fp32
     logits as torchtitan runs it): it decides the loss's memory."""
+    fused_elementwise: bool = True
+    """Whether a layer's norms, activation and residual adds run as fused kernels (Megatron-LM's
+    and Transformer Engine's fused norm and SwiGLU kernels, or ``torch.compile``'s Triton
+    kernels), or one PyTorch eager kernel per tensor op (torchtitan without
+    ``--training.compile``, its default): :mod:`sim.workload.eager`."""
     placement: str | tuple[int, ...] = MEGATRON_ORDER
     """Which GPU each rank runs on: a rank order such as ``"tp-pp-dp"`` (innermost first), or
     the GPU index of every rank in rank order (a permutation of ``0 .. num_gpus - 1``)."""

@@ -20,7 +20,7 @@ from sim.runner import simulate
 from sim.types import CollectiveKind, CommClass, CpCommType, OpKind, Stream
 from sim.workload.context_parallel import cp_bytes_sent, cp_subgroups
 from sim.workload.layers import layer_ops
-from sim.workload.ops import AttentionOp, CommOp
+from sim.workload.ops import AttentionOp, CommOp, MemoryOp
 from sim.workload.taskgraph import build_program
 from tests.conftest import make_workload
 
@@ -265,3 +265,76 @@ def test_report_names_the_type_only_with_context_parallelism(capsys):
     assert "CP 2 (a2a)" in capsys.readouterr().out
     assert main(["run", "tiny", "--granularity", "layer"]) == 0
     assert "CP" not in capsys.readouterr().out.splitlines()[1]
+
+
+# --- PyTorch's context_parallel (torchtitan) ----------------------------------------------------
+
+
+def _torch_layer(cp: int, s: int = 4096, H: int = 16, K: int = 4, d: int = 64):
+    w = make_workload(tp=1, pp=1, dp=1, cp=cp, gbs=1, layers=1, seq=s, hidden=H * d, heads=H)
+    x = with_cp(w, CpCommType.TORCH, kv_heads=K)
+    return x, layer_ops(x.model, x.parallel, x.dtype, (0,), (), tuple(range(cp)))
+
+
+@pytest.mark.parametrize("cp", [2, 4, 8])
+def test_torch_cp_does_one_cpth_of_the_work_in_load_balanced_steps(cp):
+    """Step 0 is causal over the rank's s/cp tokens, the cp - 1 others non-causal over
+    s/cp x s/(2cp): together 1/cp of the causal sequence (up to the causal kernels' diagonal
+    tiles), forward and backward alike."""
+    s, H, d = 4096, 16, 64
+    x, ops = _torch_layer(cp, s, H, d=d)
+    for steps, bwd in ((ops.layer_fwd, False), (ops.layer_bwd, True)):
+        att = [st.op for st in steps if isinstance(st.op, AttentionOp)]
+        assert len(att) == cp and att[0].causal and not any(a.causal for a in att[1:])
+        whole = AttentionOp(1, H, H, s, d, True, bwd).flops
+        assert sum(a.flops for a in att) == pytest.approx(whole / cp, rel=0.05)
+
+
+@pytest.mark.parametrize("cp", [2, 4, 8])
+def test_torch_cp_gathers_all_heads_once_and_rings_fp32_kv_gradients(cp):
+    """K/V are repeated to every query head before SDPA, so the one all-gather per pass moves
+    (cp-1)/cp of the sequence's K/V at H heads; the backward also passes each step's fp32
+    dK/dV (2 n x 4 bytes, n = s/cp x H x d) to the next rank, cp times."""
+    s, H, d = 4096, 16, 64
+    x, ops = _torch_layer(cp, s, H, d=d)
+    n = s // cp * H * d
+    gathered = (cp - 1) / cp * 2 * s * H * d * 2.0
+    cp_comm = lambda steps: [st.op for st in steps if isinstance(st.op, CommOp)]  # noqa: E731
+    fwd, bwd = cp_comm(ops.layer_fwd), cp_comm(ops.layer_bwd)
+    assert [op.collective for op in fwd] == [CollectiveKind.ALL_GATHER]
+    assert [op.collective for op in bwd] == [CollectiveKind.ALL_GATHER] + [CollectiveKind.RING_EXCHANGE] * cp
+    assert _cp_bytes(ops.layer_fwd) == pytest.approx(gathered, rel=1e-12)
+    assert _cp_bytes(ops.layer_bwd) == pytest.approx(gathered + cp * 2 * n * 4.0, rel=1e-12)
+
+
+def test_torch_cp_merges_each_step_in_fp32_eager_ops():
+    """The forward's merges, per element of the rank's output (n = s/cp x H x d): the K/V
+    copies and concatenations (8 per step before the gather and 8 for each of the cp - 2 more),
+    step 0's cast to fp32 (6), each later step's cast (6), difference (12), scale (8) and
+    update (12), the final cast (6); the log-sum-exp ops are per row."""
+    cp, s, H, d = 4, 4096, 16, 64
+    x, ops = _torch_layer(cp, s, H, d=d)
+    n, rows = s // cp * H * d, s // cp * H
+    merge = [st.op for st in ops.attention_fwd if isinstance(st.op, MemoryOp)]
+    per_elem = 8 + 8 + 8 * (cp - 2) + 6 + (cp - 1) * (6 + 12 + 8 + 12) + 6
+    assert sum(op.bytes for op in merge) == pytest.approx(n * per_elem + (cp - 1) * 5 * 3 * rows * 4)
+
+
+def test_torch_cp_is_torchtitans_default():
+    """A torchtitan case with CP and no cp_comm_type runs PyTorch's context_parallel; Megatron
+    cases keep ring attention."""
+    w = load_workload("workloads/validation/torchtitan.yaml", case="torchtitan_h100_t2_llama31_8b_8gpu_cp4_seq131072")
+    assert w.parallel.cp_comm_type is CpCommType.TORCH
+    assert load_workload("tiny", ["parallel.cp=2", "parallel.dp=1"]).parallel.cp_comm_type is P2P
+
+
+def test_torch_cp_backward_holds_the_gathered_kv_and_fp32_gradients():
+    """Beyond ring attention, its backward holds the gathered K/V at every query head
+    (2 cp n x 2 bytes), the local contiguous copies (2 n x 2), fp32 dQ, dK, dV (3 n x 4) and
+    the fp32 dK/dV buffers sent and received (2 x 2 n x 4)."""
+    cp, s, H, K, d = 2, 4096, 16, 4, 64
+    w = make_workload(tp=1, pp=1, dp=1, cp=cp, gbs=2, layers=2, seq=s, hidden=H * d, heads=H, vocab=256)
+    n = s // cp * H * d
+    extra = activation_model(with_cp(w, CpCommType.TORCH, kv_heads=K)).layer_transient - \
+        activation_model(with_cp(w, P2P, kv_heads=K)).layer_transient
+    assert extra == pytest.approx(2 * cp * n * 2 + 2 * n * 2 + 3 * n * 4 + 2 * 2 * n * 4, rel=1e-12)

@@ -177,3 +177,32 @@ parallel: {tp: 2, pp: 1, dp: 1, micro_batch_size: 1, global_batch_size: 1, detai
     with pytest.raises(ConfigError) as err:
         load_workload(str(path), ["parallel.tp_comm_overlap_cfg={qkv_wgrad: {num_sm: 4}}"])
     assert err.value.field == "parallel.tp_comm_overlap_cfg"
+
+
+def test_async_tp_sums_the_received_chunks_after_each_reduce_scattered_gemm():
+    """Under PyTorch's async TP the four GEMMs whose outputs are reduce-scattered (the
+    attention and MLP output projections, the QKV and fc1 input gradients) carry one more
+    kernel reading the m x n stacked partials and writing the m/t x n shard; nothing else
+    changes, and Transformer Engine's userbuffers add nothing."""
+    import dataclasses
+
+    from sim.workload.layers import layer_ops
+    from sim.workload.ops import GemmOp
+    from tests.conftest import make_workload
+
+    t = 4
+    w = make_workload(tp=t, sp=True, seq=512, hidden=1024, heads=16)
+
+    def gemms(cfg):
+        par = dataclasses.replace(w.parallel, tp_comm_overlap=True, tp_comm_overlap_cfg=cfg)
+        ops = layer_ops(w.model, par, w.dtype, tuple(range(t)))
+        return {st.name: st.op for st in ops.layer_fwd + ops.layer_bwd if isinstance(st.op, GemmOp)}
+
+    te, sym = gemms(TE_DEFAULTS), gemms(ASYNC_TP)
+    reduced = {"proj", "fc2", "fc1-dgrad", "qkv-dgrad"}
+    assert all(op.extra_bytes == 0 for op in te.values())
+    for name, op in sym.items():
+        if name in reduced:
+            assert op.extra_bytes == pytest.approx(op.m * op.n * (1 + 1 / t) * 2) and op.extra_kernels == 1
+        else:
+            assert op == te[name]

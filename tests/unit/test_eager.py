@@ -1,0 +1,96 @@
+"""Eager (uncompiled) elementwise kernels of torchtitan's Llama layer (sim/workload/eager.py) and
+the ``parallel.fused_elementwise`` option that selects them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from sim.config import load_workload
+from sim.workload import eager
+from sim.workload.layers import layer_ops
+from sim.workload.ops import MemoryOp
+from tests.conftest import make_workload
+
+TITAN = "workloads/validation/torchtitan.yaml"
+
+
+def _mem(steps) -> tuple[int, float]:
+    ops = [st.op for st in steps if isinstance(st.op, MemoryOp)]
+    return len(ops), sum(op.bytes for op in ops)
+
+
+def test_rmsnorm_kernels_are_the_ops_of_torchtitans_norm():
+    """Forward: float(), pow, mean, +eps, rsqrt, mul, type_as, *weight -- 8 kernels; per
+    element 2+4, 4+4, 4, -, -, 4+4, 4+2, 2+2 bytes = 36. Backward: 16 kernels."""
+    T, w = 3, 1000
+    fwd, bwd = eager.rmsnorm_forward("n", T, w), eager.rmsnorm_backward("n", T, w)
+    assert len(fwd) == 8 and len(bwd) == 16
+    per_elem = (2 + 4) + (4 + 4) + 4 + (4 + 4) + (4 + 2) + (2 + 2)
+    per_row = 4 + 8 + 8 + 4  # mean's output, +eps, rsqrt, mul's rstd read
+    assert sum(b for _, b in fwd) == pytest.approx(T * (w * per_elem + per_row))
+    assert all(name.startswith("n-") for name, _ in fwd + bwd)
+
+
+def test_gqa_repeat_and_rope_widths():
+    """RoPE runs on q and k (three kernels each, 20 bytes an element); repeat_kv copies K and V
+    from kv to q width only under GQA."""
+    assert len(eager.rope_forward(4, 64, 16)) == 6
+    assert sum(b for _, b in eager.rope_forward(4, 64, 16)) == pytest.approx(4 * (64 + 16) * 20)
+    assert eager.repeat_kv_forward(4, 64, 64) == [] == eager.repeat_kv_backward(4, 64, 64)
+    assert sum(b for _, b in eager.repeat_kv_backward(4, 64, 16)) == pytest.approx(2 * 4 * (64 + 16) * 2)
+
+
+def _gated(w, kv_heads):
+    model = dataclasses.replace(w.model, gated_mlp=True, num_kv_heads=kv_heads)
+    return dataclasses.replace(w, model=model)
+
+
+def test_eager_layer_adds_exactly_the_unfused_kernels():
+    """Against the fused layer, eager adds per layer: two norms of 36 - 4 bytes an element
+    (forward) and 92 - 6 (backward), 7 and 15 more kernels each; the rotary embedding and the
+    K/V repeat of GQA; SwiGLU at 10 instead of 6 bytes an element forward and 18 instead of 10
+    backward. GEMMs and attention are untouched."""
+    w = _gated(make_workload(seq=512, hidden=1024, heads=16), kv_heads=4)
+    T, h, f, q, kv = 512, 1024, 4096, 1024, 256
+    fused = layer_ops(w.model, w.parallel, w.dtype, (0,))
+    x = dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, fused_elementwise=False))
+    eag = layer_ops(x.model, x.parallel, x.dtype, (0,))
+    (nf, bf), (ne, be) = _mem(fused.layer_fwd), _mem(eag.layer_fwd)
+    rope_and_repeat = T * (q + kv) * 20 + 2 * T * (q + kv) * 2
+    assert be - bf == pytest.approx(2 * (36 - 4) * T * h + 2 * 24 * T + rope_and_repeat + (10 - 6) * T * f)
+    assert ne - nf == 2 * 7 + 6 + 2 + 1
+    (nf, bf), (ne, be) = _mem(fused.layer_bwd), _mem(eag.layer_bwd)
+    rsqrt_rows = 4 + 4 + 8 + 12 + 8 + 4  # sum-rstd write, per-row reads/writes of the rsqrt backward, mean-bwd
+    assert be - bf == pytest.approx(2 * (92 - 6) * T * h + 2 * rsqrt_rows * T + rope_and_repeat + (18 - 10) * T * f)
+    gemms = lambda steps: [st.op for st in steps if not isinstance(st.op, MemoryOp)]  # noqa: E731
+    assert gemms(fused.layer_fwd) == gemms(eag.layer_fwd) and gemms(fused.layer_bwd) == gemms(eag.layer_bwd)
+
+
+def test_op_level_recompute_reruns_the_eager_kernels():
+    """torchtitan's op-level checkpointing recomputes every non-matmul op: eagerly, each of them."""
+    w = _gated(make_workload(seq=512), kv_heads=16)
+    x = dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, fused_elementwise=False))
+    ops = layer_ops(x.model, x.parallel, x.dtype, (0,))
+    assert _mem(ops.op_recompute) == _mem(ops.layer_fwd)
+
+
+def test_case_fields_choose_the_mode():
+    """torchtitan rows are eager unless their settings name torch.compile; other frameworks
+    are fused; an explicit value wins."""
+    eager_row = load_workload(TITAN, case="torchtitan_h100_t1_llama31_8b_8gpu_FSDP")
+    compiled = load_workload(TITAN, case="torchtitan_h100_t1_llama31_8b_8gpu_FSDP_torchcompile")
+    assert eager_row.parallel.fused_elementwise is False and compiled.parallel.fused_elementwise is True
+    forced = load_workload(TITAN, ["parallel.fused_elementwise=true"], case="torchtitan_h100_t1_llama31_8b_8gpu_FSDP")
+    assert forced.parallel.fused_elementwise is True
+    assert load_workload("tiny").parallel.fused_elementwise is True
+
+
+def test_torchtitan_float8_is_dynamically_scaled():
+    """torchtitan's float8 (torchao Float8Linear) defaults to dynamic, i.e. current, scaling;
+    Megatron cases keep Transformer Engine's delayed default."""
+    from sim.types import ScalingRecipe
+    w = load_workload(TITAN, case="torchtitan_h100_t1_llama31_8b_8gpu_FSDP_torchcompile_Float8")
+    assert w.scaling is ScalingRecipe.CURRENT
+    assert load_workload("tiny", ["dtype=fp8", "system.gpu=H100-SXM5-80GB"]).scaling is ScalingRecipe.DELAYED
