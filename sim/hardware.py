@@ -108,6 +108,10 @@ class GPUSpec:
         Achieved fraction of HBM bandwidth by streaming kernels.
     kernel_launch_s : float
         Gap a kernel adds on the GPU between back-to-back launches.
+    deterministic_attention_efficiency, deterministic_attention_backward_efficiency : EfficiencyCurve or None
+        The attention's efficiency, forward and backward, when training must be deterministic
+        and Transformer Engine then runs another kernel than the one measured above (None:
+        the same kernel, or not known; priced as above).
     sm_count : int
         Streaming multiprocessors. A running NCCL kernel holds some of them (one CTA per
         channel) and compute beside it gets the rest (:mod:`sim.engine.contention`); 0: unknown,
@@ -130,9 +134,16 @@ class GPUSpec:
     flash2_attention_efficiency: EfficiencyCurve | None = None
     flash2_attention_backward_efficiency: EfficiencyCurve | None = None
     sm_count: int = 0
+    deterministic_attention_efficiency: EfficiencyCurve | None = None
+    deterministic_attention_backward_efficiency: EfficiencyCurve | None = None
 
-    def attention_curve(self, kernel: AttentionKernel, backward: bool) -> EfficiencyCurve:
-        """The efficiency curve of ``kernel`` in one direction."""
+    def attention_curve(self, kernel: AttentionKernel, backward: bool,
+                        deterministic: bool = False) -> EfficiencyCurve:
+        """The efficiency curve of ``kernel`` in one direction (the deterministic kernel's
+        where asked for and known)."""
+        det = self.deterministic_attention_backward_efficiency if backward else self.deterministic_attention_efficiency
+        if deterministic and det is not None:
+            return det
         if kernel is AttentionKernel.FLASH2 and self.flash2_attention_efficiency is not None:
             return self.flash2_attention_backward_efficiency if backward else self.flash2_attention_efficiency
         return self.attention_backward_efficiency if backward else self.attention_efficiency
@@ -341,6 +352,44 @@ def _attention_relative_to_h100(gpu: str, backward: bool) -> EfficiencyCurve:
     return EfficiencyCurve(tuple((x, base(x) * _log_interpolate(ratio, rx, x)) for x in xs))
 
 
+# FlashAttention-2's deterministic backward (flash-attn >= 2.4.1, ``deterministic=True``):
+# the key blocks of a (batch, head) are looped in at most ceil(SMs / (batch x heads)) CTAs,
+# each keeping its own fp32 dQ accumulator, instead of one CTA per key block adding into dQ
+# with atomics (Dao-AILab/flash-attention #988: "kernels need to avoid seqK parallelism and
+# loop it sequentially instead"). Measured on H100 by Dao-AILab/flash-attention PR #1893
+# (hopper/benchmark_attn.py, head dim 128, causal, 8192 tokens, 16 heads, batch 2,
+# deterministic=True): "Fav2 bwd: 8.279ms, 166.0 TFLOPS". Over the non-deterministic
+# FlashAttention-2 backward measured here at the same FLOPs (_H100_FA2_BWD), the rate ratio
+# below (0.55). Transformer Engine runs it wherever deterministic training rules out cuDNN's
+# fused attention, which its backend filter does below sm90 ("sub-backend 1 | workspace
+# optimization path and sm90+: yes; otherwise: no", transformer_engine/pytorch/attention/
+# dot_product_attention/utils.py): on A100, whose FlashAttention-2 curve it scales.
+FA2_DETERMINISTIC_BWD_RATIO = 166.0 / (989 * _H100_FA2_BWD(AttentionOp(2, 16, 16, 8192, 128, True, True).flops))
+
+# FlashAttention-2 on Blackwell: it has no tcgen05 kernels, so B200 runs its Ampere-style
+# mma.sync kernels at about H100's absolute rate: 361.6 TFLOP/s forward at batch 8, 16 heads,
+# 8192 tokens, head dim 128 (meta-pytorch/tritonbench PR #171, flash_v2 on B200; non-causal),
+# 0.161 of B200's 2250 TFLOP/s, where our H100 FlashAttention-2 forward curve has 0.339 of
+# 989 at the same FLOPs. So on Blackwell the H100 FlashAttention-2 curves are scaled by that
+# ratio of fractions (0.47), both directions (B200's FlashAttention-2 backward runs at 0.96 of
+# its forward in Dao-AILab/flash-attention #1589, flash_attn 2.7.4, head dim 64, 8192 tokens:
+# 329.1 against 343.1 TFLOP/s), and the deterministic backward by FA2_DETERMINISTIC_BWD_RATIO.
+# Transformer Engine runs it for deterministic training on sm100+ ("Disabling FusedAttention
+# for determinism reasons on Blackwell", utils.py, TransformerEngine PR #2130: "As of cuDNN
+# 9.12, cuDNN does not support determinism for attention backward"), until TE PR #2584
+# (2026-01) re-enabled cuDNN there with cuDNN >= 9.18.1; Megatron-LM pinned TE release_v2.9
+# (pyproject.toml at 000c4ac), which predates it.
+FA2_BLACKWELL_RATIO = (361.6 / 2250) / _H100_FA2_FWD(AttentionOp(8, 16, 16, 8192, 128, False, False).flops)
+
+
+def _scaled(curve: EfficiencyCurve, factor: float) -> EfficiencyCurve:
+    """``curve`` times ``factor`` at each of its points."""
+    return EfficiencyCurve(tuple((x, e * factor) for x, e in curve.points))
+
+
+_BLACKWELL_FA2_FWD = _scaled(_H100_FA2_FWD, FA2_BLACKWELL_RATIO)
+_BLACKWELL_FA2_DET_BWD = _scaled(_H100_FA2_BWD, FA2_BLACKWELL_RATIO * FA2_DETERMINISTIC_BWD_RATIO)
+
 _GB200_ATTN_FWD = _attention_relative_to_h100("GB200", backward=False)
 _GB200_ATTN_BWD = _attention_relative_to_h100("GB200", backward=True)
 _GB300_ATTN_FWD = _attention_relative_to_h100("GB300", backward=False)
@@ -372,10 +421,15 @@ _HOPPER_KERNELS = dict(
     attention_efficiency=_H100_ATTN_FWD, attention_backward_efficiency=_H100_ATTN_BWD,
     flash2_attention_efficiency=_H100_FA2_FWD, flash2_attention_backward_efficiency=_H100_FA2_BWD,
     memory_efficiency=_MEM_EFF, kernel_launch_s=_LAUNCH_S)
+# deterministic training on Blackwell: Transformer Engine's FlashAttention-2 (FA2_BLACKWELL_RATIO)
+_BLACKWELL_DETERMINISTIC = dict(deterministic_attention_efficiency=_BLACKWELL_FA2_FWD,
+                                deterministic_attention_backward_efficiency=_BLACKWELL_FA2_DET_BWD)
 _BLACKWELL_KERNELS = dict(
-    _HOPPER_KERNELS, attention_efficiency=_GB200_ATTN_FWD, attention_backward_efficiency=_GB200_ATTN_BWD)
+    _HOPPER_KERNELS, attention_efficiency=_GB200_ATTN_FWD, attention_backward_efficiency=_GB200_ATTN_BWD,
+    **_BLACKWELL_DETERMINISTIC)
 _BLACKWELL_ULTRA_KERNELS = dict(
-    _HOPPER_KERNELS, attention_efficiency=_GB300_ATTN_FWD, attention_backward_efficiency=_GB300_ATTN_BWD)
+    _HOPPER_KERNELS, attention_efficiency=_GB300_ATTN_FWD, attention_backward_efficiency=_GB300_ATTN_BWD,
+    **_BLACKWELL_DETERMINISTIC)
 
 
 def _blackwell_gemm(fp8: EfficiencyCurve, fp4: EfficiencyCurve) -> tuple[tuple[Dtype, EfficiencyCurve], ...]:
@@ -398,6 +452,10 @@ _GPUS = (
         memory_efficiency=_MEM_EFF,
         kernel_launch_s=_LAUNCH_S,
         sm_count=108,
+        # deterministic training: Transformer Engine runs FlashAttention-2's deterministic
+        # backward on sm80 (FA2_DETERMINISTIC_BWD_RATIO above)
+        deterministic_attention_backward_efficiency=EfficiencyCurve.constant(
+            179.5 / 312 * FA2_DETERMINISTIC_BWD_RATIO),
         sources="NVIDIA A100 datasheet (312 TF BF16 dense, 80 GB HBM2e at 2,039 GB/s, NVLink3 "
         "600 GB/s bidirectional); 108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper); "
         "cuBLASLt and FA2 sweeps from Azure/AI-benchmarking-guide",

@@ -294,3 +294,38 @@ def _dp_shard_default(f: _Fields, dp: int, cp: int, zero: int, framework: str, n
     notes.fill("parallel.dp_shard", dp, f"full sharding: ZeRO-{zero} state over all dp x cp = {dp * cp} ranks, "
                f"no replicas ({who})")
     return None
+
+
+def _framework_has(f: _Fields, framework: str, *words: str) -> str | None:
+    """The first of ``words`` (launch flags, or how the case's prose names them) in the
+    case's published settings (``parallel.details``) or its ``framework`` text."""
+    details = f.raw.get("details")
+    text = f"{details if isinstance(details, str) else ''} {framework}"
+    return next((w for w in words if w in text), None)
+
+
+def _grad_accum_fusion_default(f: _Fields, framework: str, notes: _Notes) -> bool:
+    """Gradient-accumulation fusion: the case's ``gradient_accumulation_fusion``, else off when
+    its settings or framework list ``--no-gradient-accumulation-fusion``, else on
+    (Megatron-LM's default, ``gradient_accumulation_fusion=True`` in arguments.py)."""
+    value = f.flag("gradient_accumulation_fusion")
+    if value is not None:
+        return value
+    flag = _framework_has(f, framework, "--no-gradient-accumulation-fusion")
+    if flag:
+        return notes.fill("parallel.gradient_accumulation_fusion", False, f"the case lists {flag}")
+    return True
+
+
+def _deterministic_default(f: _Fields, framework: str, notes: _Notes) -> bool:
+    """Megatron-LM's deterministic mode: the case's ``deterministic``, else on when its
+    settings or framework name ``--deterministic-mode`` (or "deterministic mode"), else off."""
+    value = f.flag("deterministic")
+    if value is not None:
+        return value
+    flag = _framework_has(f, framework, "--deterministic-mode", "deterministic mode")
+    if flag:
+        return notes.fill("parallel.deterministic", True, f"the case names {flag}: "
+                          "torch.use_deterministic_algorithms(True), NaN-filled allocations, "
+                          "deterministic attention backward")
+    return False

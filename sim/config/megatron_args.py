@@ -444,6 +444,10 @@ class _Mapper:
                              "asserts it)", "--overlap-param-gather")
         if get("parallel.grad_bucket_size_params") is not None:
             p["grad_bucket_size_params"] = get("parallel.grad_bucket_size_params")
+        if get("parallel.gradient_accumulation_fusion") is not None:
+            p["gradient_accumulation_fusion"] = get("parallel.gradient_accumulation_fusion")
+        if get("parallel.deterministic") is not None:
+            p["deterministic"] = get("parallel.deterministic")
         p.update(self._attention())
         if get("tp_pp_dp_mapping"):
             p["placement"] = "tp-cp-pp-dp"

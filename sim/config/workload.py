@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sim.config.defaults import (_attention_kernel_default, _fused_elementwise_default, _batch_sizes, _virtual_stages_default, _flash_default,
-                                 _dist_opt_default, _dp_shard_default, _launch_flag, _loss_default, _tp_overlap_cfg,
+                                 _deterministic_default, _dist_opt_default, _grad_accum_fusion_default, _dp_shard_default, _launch_flag, _loss_default, _tp_overlap_cfg,
                                  _tp_overlap_default, _overlap_default, _recompute_meaning, _sp_default,
                                  _zero_default)
 from sim.config.fields import (_apply_overrides, _Fields, _is_number, _located, _Notes, _presets,
@@ -48,7 +48,7 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce",
                   "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details",
-                  "tp_comm_overlap_cfg",
+                  "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "deterministic",
                   "cp_comm_type", "hierarchical_context_parallel_sizes")
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node",
                 "description")
@@ -419,6 +419,8 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
     loss = _loss_default(f, framework, notes)
     fused = _fused_elementwise_default(f, framework, notes)
     dp_shard = _dp_shard_default(f, dp, cp, max(zero, int(dist_opt)), framework, notes)
+    grad_fusion = _grad_accum_fusion_default(f, framework, notes)
+    deterministic = _deterministic_default(f, framework, notes)
     with _located(f.path):
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,
@@ -428,6 +430,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,
             flash_attention=flash, attention_kernel=kernel, tp_comm_overlap=tp_overlap,
             tp_comm_overlap_cfg=tp_overlap_cfg, cross_entropy=loss, fused_elementwise=fused,
+            gradient_accumulation_fusion=grad_fusion, deterministic=deterministic,
             placement=placement,
             cp_comm_type=cp_comm,
             hierarchical_context_parallel_sizes=cp_levels,

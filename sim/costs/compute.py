@@ -34,11 +34,14 @@ def gemm_time_s(gpu: GPUSpec, op: GemmOp) -> float:
 
 def attention_time_s(gpu: GPUSpec, op: AttentionOp) -> float:
     """Time of one fused attention kernel (forward or backward) on ``gpu``, at the efficiency
-    measured for a kernel of its FLOPs in that direction."""
+    measured for a kernel of its FLOPs in that direction (its deterministic backward where the
+    op asks for it and the GPU has a figure), plus the bandwidth-bound work beside it
+    (``op.extra_bytes``)."""
     f = op.flops
-    curve = gpu.attention_curve(op.kernel, op.backward)
+    curve = gpu.attention_curve(op.kernel, op.backward, op.deterministic)
     compute = f / (gpu.peak(op.dtype) * curve(f))
-    return max(compute, _memory_s(gpu, op.bytes)) + gpu.kernel_launch_s
+    fill = _memory_s(gpu, op.extra_bytes) + gpu.kernel_launch_s if op.extra_bytes else 0.0
+    return max(compute, _memory_s(gpu, op.bytes)) + gpu.kernel_launch_s + fill
 
 
 def memory_time_s(gpu: GPUSpec, op: MemoryOp) -> float:

@@ -38,6 +38,11 @@ __all__ = ["Step", "LayerOps", "layer_ops"]
 ACT_DTYPE = Dtype.BF16
 """Activations, gradients of activations and TP traffic stay in 16 bits."""
 
+MAIN_GRAD_BYTES = 4
+"""Megatron-Core keeps each weight's accumulated gradient (``main_grad``) in fp32 under 16-bit
+mixed precision (``accumulate_allreduce_grads_in_fp32``, set by ``--bf16``;
+megatron/training/arguments.py)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Step:
@@ -208,8 +213,11 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     def mem(kind: OpKind, nbytes: float) -> MemoryOp:
         return MemoryOp(kind, float(nbytes))
 
-    norm = mem(OpKind.NORM, 2 * Tn * h * e)
-    norm_bwd = mem(OpKind.NORM, 3 * Tn * h * e)
+    # deterministic mode: PyTorch NaN-fills each output Transformer Engine allocates with
+    # at::empty (GEMMs, attention, norms, activations), one more write of it (ParallelSpec.deterministic)
+    fill = 1.0 if parallel.deterministic else 0.0
+    norm = mem(OpKind.NORM, (2 + fill) * Tn * h * e)
+    norm_bwd = mem(OpKind.NORM, (3 + fill) * Tn * h * e)
     eager = not parallel.fused_elementwise
 
     def kernels(kind: OpKind, ks: list[_eager.Kernel]) -> list[Step]:
@@ -228,31 +236,46 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
         attn_fwd, attn_bwd = cp_attention(model, parallel, heads, kv_heads, ACT_DTYPE, cp_group, cp_replicas, me)
     elif parallel.flash_attention:
         ak = parallel.attention_kernel
-        attn_fwd = [c("attention", AttentionOp(b, heads, kv_heads, s, model.head_dim, True, False, ACT_DTYPE,
-                                               kernel=ak))]
-        attn_bwd = [c("attention-bwd", AttentionOp(b, heads, kv_heads, s, model.head_dim, True, True, ACT_DTYPE,
-                                                   kernel=ak))]
+        det = parallel.deterministic
+        hd = model.head_dim
+        out_fill = fill * b * s * (heads * hd * e + heads * 4)  # O and the fp32 softmax statistics
+        grad_fill = fill * b * s * (heads + 2 * kv_heads) * hd * e  # dQ, dK, dV
+        attn_fwd = [c("attention", AttentionOp(b, heads, kv_heads, s, hd, True, False, ACT_DTYPE,
+                                               kernel=ak, deterministic=det, extra_bytes=out_fill))]
+        attn_bwd = [c("attention-bwd", AttentionOp(b, heads, kv_heads, s, hd, True, True, ACT_DTYPE,
+                                                   kernel=ak, deterministic=det, extra_bytes=grad_fill))]
     else:
         attn_fwd, attn_bwd = _unfused_attention(b * heads, s, model.head_dim, e)
     low = dtype in LOW_PRECISION
 
-    def gemm(m_: int, n_: int, k_: int, cast: Cast) -> GemmOp:
-        return GemmOp(m_, n_, k_, dtype, extra_bytes=cast.bytes, extra_kernels=cast.kernels)
+    def gemm(m_: int, n_: int, k_: int, cast: Cast, extra_bytes: float = 0.0, extra_kernels: int = 0) -> GemmOp:
+        return GemmOp(m_, n_, k_, dtype, extra_bytes=cast.bytes + extra_bytes,
+                      extra_kernels=cast.kernels + extra_kernels)
+
+    def out_fill(m_: int, n_: int) -> tuple[float, int]:
+        """Deterministic mode's NaN fill of a fresh ``[m_, n_]`` 16-bit GEMM output."""
+        return (m_ * n_ * e, 1) if fill else (0.0, 0)
 
     # the quantization of each GEMM's 16-bit operands (sim.workload.quantization)
     def fwd_g(out: int, inp: int) -> GemmOp:
         """Forward GEMM ``[T, inp] @ [inp, out]``; in low precision its input is quantized first."""
-        return gemm(T, out, inp, gemm_casts(dtype, scaling, T, inp, out).fprop)
+        return gemm(T, out, inp, gemm_casts(dtype, scaling, T, inp, out).fprop, *out_fill(T, out))
 
     def dgrad_g(inp: int, out: int) -> GemmOp:
         """Input-gradient GEMM ``[T, out] @ [out, inp]``; the incoming gradient is quantized."""
-        return gemm(T, inp, out, gemm_casts(dtype, scaling, T, inp, out).dgrad)
+        return gemm(T, inp, out, gemm_casts(dtype, scaling, T, inp, out).dgrad, *out_fill(T, inp))
 
     def wgrad_g(inp: int, out: int) -> GemmOp:
         """Weight-gradient GEMM ``[inp, T] @ [T, out]``; in FP8 both operands are transposed
         first (Hopper's FP8 tensor cores take only the TN layout), in NVFP4 it reads the
-        column-wise copies the casts above made."""
-        return gemm(inp, out, T, gemm_casts(dtype, scaling, T, inp, out).wgrad)
+        column-wise copies the casts above made. Without gradient-accumulation fusion it
+        writes a fresh 16-bit gradient (NaN-filled first in deterministic mode) that a separate
+        kernel adds into the fp32 ``main_grad``: read 2 + 4 bytes, write 4, per weight."""
+        extra, kernels = 0.0, 0
+        if not parallel.gradient_accumulation_fusion:
+            extra, kernels = out_fill(inp, out)
+            extra, kernels = extra + inp * out * (e + 2 * MAIN_GRAD_BYTES), kernels + 1
+        return gemm(inp, out, T, gemm_casts(dtype, scaling, T, inp, out).wgrad, extra, kernels)
 
     # the attention's input projections: one fused QKV GEMM, or MLA's down- and
     # up-projections with the norms of its two latents
@@ -276,8 +299,8 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
         act_f = kernels(OpKind.ELEMENTWISE, _eager.swiglu_forward(T, f // t))
         act_b = kernels(OpKind.ELEMENTWISE, _eager.swiglu_backward(T, f // t))
     else:
-        act_f = [c("activation", mem(OpKind.ELEMENTWISE, T * f // t * e * (branches + 1)))]
-        act_b = [c("activation-bwd", mem(OpKind.ELEMENTWISE, T * f // t * e * (2 * branches + 1)))]
+        act_f = [c("activation", mem(OpKind.ELEMENTWISE, T * f // t * e * (branches + 1 + fill)))]
+        act_b = [c("activation-bwd", mem(OpKind.ELEMENTWISE, T * f // t * e * (2 * branches + 1 + fill * branches)))]
     # eager only: the rotary embedding of q and k and the K/V heads repeated for SDPA
     # (the compiled rotary kernel is not priced, as for every framework)
     q_w, kv_w = q // t, kv_heads * model.head_dim
@@ -322,9 +345,14 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
                 # all-reduced over TP (megatron/core/tensor_parallel/cross_entropy.py).
                 c("cross-entropy", mem(OpKind.LOSS, logits * (e + 3 * 4))),
                 *([Step(Stream.TP_COMM, "ncclAllReduce loss", small_ar)] if tp_on else []))
+    # the output layer's weight gradient (Megatron-Core's own linear layer, torch.matmul) is
+    # added into main_grad by the same hook when not accumulated in the GEMM
+    head_w = hg(V // t, h, T)
+    if not parallel.gradient_accumulation_fusion:
+        head_w = replace(head_w, extra_bytes=(V // t) * h * (e + 2 * MAIN_GRAD_BYTES), extra_kernels=1)
     head_bwd = (c("cross-entropy-bwd", mem(OpKind.LOSS, logits * (4 + e))),
                 c("lm-head-dgrad", hg(T, h, V // t)), *reduce("head-grad", wait=1),
-                c("lm-head-wgrad", hg(V // t, h, T)), *norm_b("final-norm-bwd"))
+                c("lm-head-wgrad", head_w), *norm_b("final-norm-bwd"))
     # every other matmul of wq, wk, wv, wo, w1, [w3,] w2, as separate projections
     mms = model.separate_matmuls(t)
     op_recompute = tuple(c(name, fwd_g(out, inp)) for name, out, inp in mms[1::2]) + tuple(

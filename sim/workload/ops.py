@@ -61,7 +61,9 @@ class GemmOp:
     extra_bytes: float = 0.0
     """Bandwidth-bound work that goes with this GEMM: the quantization of its 16-bit inputs
     (:mod:`sim.workload.quantization`: FP8 casts and transposes, NVFP4's amax pass and
-    row-wise and Hadamard-transformed column-wise casts)."""
+    row-wise and Hadamard-transformed column-wise casts); under deterministic mode the NaN
+    fill of its freshly allocated output; for a weight gradient not accumulated in the GEMM,
+    its addition into the fp32 ``main_grad`` (:func:`sim.workload.layers.layer_ops`)."""
     extra_kernels: int = 0
     """Kernel launches of that work."""
 
@@ -94,6 +96,13 @@ class AttentionOp:
     """Share of the whole sequence's attention this op does (one ring-attention step of
     context parallelism does ``1 / cp^2``)."""
     kernel: AttentionKernel = AttentionKernel.VENDOR
+    deterministic: bool = False
+    """The backward runs the kernel's deterministic algorithm (Transformer Engine with
+    ``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0``), priced at the GPU's
+    ``deterministic_attention_backward_efficiency`` where one is known."""
+    extra_bytes: float = 0.0
+    """Bandwidth-bound work beside the kernel: under deterministic mode the NaN fill of its
+    freshly allocated outputs (O and the softmax statistics; dQ, dK, dV)."""
 
     kind = OpKind.ATTENTION
 

@@ -333,6 +333,27 @@ class ParallelSpec:
     attention_kernel: AttentionKernel = AttentionKernel.VENDOR
     """The fused attention kernel: the vendor's (cuDNN through Transformer Engine) or
     FlashAttention-2 through PyTorch's SDPA (torchtitan)."""
+    gradient_accumulation_fusion: bool = True
+    """Megatron-LM's gradient-accumulation fusion (on by default; ``--no-gradient-accumulation-fusion``
+    turns it off): each weight-gradient GEMM accumulates straight into the fp32 ``main_grad``
+    buffer (Transformer Engine's ``fuse_wgrad_accumulation``). Off, the GEMM writes a fresh
+    16-bit gradient and Megatron-Core's backward hook adds it into ``main_grad``
+    (``param.main_grad.add_(param.grad.data)``, ``megatron/core/distributed/
+    distributed_data_parallel.py``): one more bandwidth-bound pass per weight per micro-batch
+    (:func:`sim.workload.layers.layer_ops`)."""
+    deterministic: bool = False
+    """Megatron-LM ``--deterministic-mode``. ``validate_args`` then calls
+    ``torch.use_deterministic_algorithms(True)`` (``megatron/training/arguments.py``), under
+    which PyTorch fills every ``torch.empty`` allocation with NaN before use
+    (``torch.utils.deterministic.fill_uninitialized_memory``, default True: "detrimental to
+    performance", PyTorch docs): Transformer Engine allocates its GEMM, attention, norm and
+    activation outputs with ``at::empty`` (``allocateTorchTensor``), so each is written twice.
+    Transformer Engine also runs the attention deterministically
+    (``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0``, which deterministic mode requires): where that
+    rules out cuDNN's fused attention (below sm90, and on Blackwell before cuDNN 9.18.1) it runs
+    FlashAttention-2 with its deterministic backward, priced at the GPU's
+    ``deterministic_attention_efficiency`` and ``deterministic_attention_backward_efficiency``
+    (:mod:`sim.hardware`); Hopper's cuDNN deterministic backward is priced as the ordinary one."""
     cross_entropy: LossKind = LossKind.FUSED
     """How the loss is computed (Megatron's fused vocab-parallel kernel, or PyTorch's on fp32
     logits as torchtitan runs it): it decides the loss's memory."""
