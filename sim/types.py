@@ -106,6 +106,21 @@ class CpCommType(str, Enum):
     (:mod:`sim.workload.context_parallel`)."""
 
 
+class ZeroImpl(str, Enum):
+    """How a ZeRO-3 / fully sharded data-parallel implementation issues its collectives
+    (``parallel.zero_impl``; :mod:`sim.workload.deepspeed_zero3`)."""
+
+    FSDP = "fsdp"
+    """One coalesced all-gather of a layer's 16-bit weights, prefetched a layer ahead and
+    overlapped with compute, and one reduce-scatter of its gradients (PyTorch FSDP2,
+    torchtitan, Megatron-Core's FSDP; Zhao et al. 2023, arXiv 2304.11277, Sec. 3.3)."""
+    DEEPSPEED_0_3 = "deepspeed-0.3"
+    """DeepSpeed v0.3.x stage 3 (ZeRO-3's first public releases, March-June 2021): one
+    all-gather per parameter tensor, after a device-wide synchronize, that the module waits
+    for; one reduce-scatter per parameter tensor in fp16; both through PyTorch's tensor-list
+    collectives (a view and a copy per rank)."""
+
+
 class OpKind(str, Enum):
     """What a task does; the report's ``compute_s`` is keyed by the compute kinds."""
 

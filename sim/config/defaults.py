@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 
 from sim.config.fields import _Fields, _Notes
-from sim.types import AttentionKernel, LossKind, RecomputeKind, TpOverlapMethod, parse_enum
+from sim.types import AttentionKernel, LossKind, RecomputeKind, TpOverlapMethod, ZeroImpl, parse_enum
 from sim.workload.tp_overlap import ASYNC_TP, TE_DEFAULTS, UB_GEMMS, TpOverlapConfig, userbuffers
 
 
@@ -329,3 +329,39 @@ def _deterministic_default(f: _Fields, framework: str, notes: _Notes) -> bool:
                           "torch.use_deterministic_algorithms(True), NaN-filled allocations, "
                           "deterministic attention backward")
     return False
+
+
+_DEEPSPEED_VERSION = re.compile(r"deepspeed[^0-9]{0,12}?v?(\d+)\.(\d+)", re.IGNORECASE)
+
+
+def _zero_impl_default(f: _Fields, zero: int, framework: str, notes: _Notes) -> ZeroImpl:
+    """How ZeRO-3 issues its collectives (``parallel.zero_impl``): the case's value, else
+    DeepSpeed v0.3's per-parameter, blocking collectives when the case's ``framework`` names
+    DeepSpeed at ZeRO stage 3 with a version below 0.4, or with no version and no year after
+    2021; else FSDP's per-layer, prefetched ones (PyTorch FSDP, torchtitan, Megatron-Core, and
+    DeepSpeed from 0.4 on, whose gathers were coalesced and made prefetchable from June 2021:
+    deepspeedai/DeepSpeed PR #1188, "ZeRO3, improved parameter all-gather operation").
+
+    DeepSpeed named without a version or year is taken as v0.3: ZeRO-3 was first released in
+    DeepSpeed v0.3.x (March 2021) and that is the only DeepSpeed ZeRO-3 behaviour modelled
+    apart from FSDP's (:mod:`sim.workload.deepspeed_zero3`)."""
+    value = f.raw.get("zero_impl")
+    if value is not None:
+        return parse_enum(ZeroImpl, value, f.path, f.field("zero_impl"))
+    if zero < 3 or "deepspeed" not in framework.lower():
+        return ZeroImpl.FSDP
+    version = _DEEPSPEED_VERSION.search(framework)
+    year = _framework_year(framework)
+    if version is not None:
+        old = (int(version.group(1)), int(version.group(2))) < (0, 4)
+        why = f"framework '{framework}' names DeepSpeed {version.group(1)}.{version.group(2)}"
+    else:
+        old = year is None or year <= 2021
+        why = (f"framework '{framework}' names DeepSpeed ZeRO-3 without a version"
+               + (f", dated {year}" if year is not None else ""))
+    if old:
+        return notes.fill("parallel.zero_impl", ZeroImpl.DEEPSPEED_0_3,
+                          f"{why}: DeepSpeed 0.3's per-parameter all-gathers after a device synchronize and "
+                          "per-parameter fp16 reduce-scatters (ZeRO-3's first releases, 2021)")
+    return notes.fill("parallel.zero_impl", ZeroImpl.FSDP,
+                      f"{why}: coalesced, prefetched gathers from DeepSpeed 0.4 on (PR #1188)")

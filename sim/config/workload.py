@@ -22,7 +22,7 @@ from pathlib import Path
 from sim.config.defaults import (_attention_kernel_default, _fused_elementwise_default, _batch_sizes, _virtual_stages_default, _flash_default,
                                  _deterministic_default, _dist_opt_default, _grad_accum_fusion_default, _dp_shard_default, _launch_flag, _loss_default, _tp_overlap_cfg,
                                  _tp_overlap_default, _overlap_default, _recompute_meaning, _sp_default,
-                                 _zero_default)
+                                 _zero_default, _zero_impl_default)
 from sim.config.fields import (_apply_overrides, _Fields, _is_number, _located, _Notes, _presets,
                                _read_yaml, _resolve)
 from sim.errors import ConfigError
@@ -47,7 +47,7 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages", "schedule",
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce",
-                  "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details",
+                  "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details", "zero_impl",
                   "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "deterministic",
                   "cp_comm_type", "hierarchical_context_parallel_sizes")
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node",
@@ -421,12 +421,13 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
     dp_shard = _dp_shard_default(f, dp, cp, max(zero, int(dist_opt)), framework, notes)
     grad_fusion = _grad_accum_fusion_default(f, framework, notes)
     deterministic = _deterministic_default(f, framework, notes)
+    zero_impl = _zero_impl_default(f, zero, framework, notes)
     with _located(f.path):
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,
             sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute,
             distributed_optimizer=dist_opt, overlap_param_gather=param_gather, zero_stage=zero,
-            dp_shard=dp_shard, overlap_grad_reduce=overlap,
+            dp_shard=dp_shard, zero_impl=zero_impl, overlap_grad_reduce=overlap,
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,
             flash_attention=flash, attention_kernel=kernel, tp_comm_overlap=tp_overlap,
             tp_comm_overlap_cfg=tp_overlap_cfg, cross_entropy=loss, fused_elementwise=fused,

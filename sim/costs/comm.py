@@ -41,7 +41,8 @@ Each flow's bytes are divided by the efficiency its bottleneck link reaches at t
 size (nccl-tests bus bandwidth over the link's peak), so the flow network can run links at
 their raw bandwidth. Every collective also pays the topology's fixed collective latency
 (``scale_up.collective_latency_us``: what nccl-tests measure at the smallest sizes, less the
-hops; ``benchmarks/nccl/derive_curves.py``).
+hops; ``benchmarks/nccl/derive_curves.py``), and the op's own ``issue_s`` (what the framework
+spends issuing it, e.g. a tensor-list collective's per-rank copies).
 
 With ``algorithm="auto"`` the planner prices the candidates NCCL's tuner weighs for the op
 and the group (ring or channel rings; tree for an all-reduce across domains; NVLS for an
@@ -436,8 +437,8 @@ def _plan(fabric: Fabric, op: CommOp, algorithm: CollectiveAlgorithm, groups: li
                     latency = max(latency, route.latency_s)
                     # efficiency at the collective's size, as nccl-tests' alltoall reports it
                     flows.append((src, dst, share / route.efficiency(op.size_bytes), route.links))
-        return CommPlan((_phase(fixed + latency, flows, loads),) if flows else (), "direct")
-    return _with_latency(_build(fabric, op, algorithm, groups, loads), fixed)
+        return CommPlan((_phase(fixed + op.issue_s + latency, flows, loads),) if flows else (), "direct")
+    return _with_latency(_build(fabric, op, algorithm, groups, loads), fixed + op.issue_s)
 
 
 class Replicas:
@@ -610,7 +611,7 @@ def plan_comm(fabric: Fabric, op: CommOp, representative: bool,
                     else:
                         alone[a] = _build(fabric, op, a, [op.group], None)
                 algorithm = min(options, key=lambda a: estimate_s(fabric, alone[a]))
-                own = _with_latency(alone[algorithm], _collective_latency_s(fabric))
+                own = _with_latency(alone[algorithm], _collective_latency_s(fabric) + op.issue_s)
             else:
                 algorithm = options[0]
         else:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from enum import Enum
 
 from sim.memory import _layer_split
+from sim.workload import deepspeed_zero3 as ds3
 from sim.types import CollectiveKind, CommClass, Stream
 from sim.workload.ops import CommOp
 
@@ -72,15 +73,17 @@ class DataParallelMixin:
             hit = cache[scope] = (group, every(s) if self.rep else ())
         return hit
 
-    def dp_op(self, kind: CollectiveKind, size_bytes: float, scope: DPScope = DPScope.SHARD) -> CommOp:
+    def dp_op(self, kind: CollectiveKind, size_bytes: float, scope: DPScope = DPScope.SHARD,
+              issue_s: float = 0.0) -> CommOp:
         """The ``kind`` collective of ``size_bytes`` over this rank's ``scope`` group (by
         default its shard group: the (data x context)-parallel group unless hybrid), shared
-        by every task that issues the same one."""
+        by every task that issues the same one; ``issue_s``: what issuing it costs besides
+        the transfer (:attr:`CommOp.issue_s`)."""
         group, every = self.dp_group_of(scope)
-        key = (kind, group, size_bytes)
+        key = (kind, group, size_bytes, issue_s)
         op = self.b.ops.get(key)
         if op is None:
-            op = self.b.ops[key] = CommOp(kind, CommClass.DP, group, size_bytes, every)
+            op = self.b.ops[key] = CommOp(kind, CommClass.DP, group, size_bytes, every, issue_s=issue_s)
         return op
 
     def reduce_grads(self, params: float, args: tuple, name: str, expert: bool = False,
@@ -118,6 +121,72 @@ class DataParallelMixin:
         """Reduce-scatter one layer's gradients (fp32) right after its backward (and, hybrid,
         all-reduce the shard across the replicas on FSDP2's all-reduce stream)."""
         self.reduce_grads(params, args, "fsdp-grads", replicate_stream=Stream.DP_REPLICATE)
+
+    # -- DeepSpeed 0.3 ZeRO-3 (sim.workload.deepspeed_zero3) ------------------------------
+    def ds_tensors(self, vs: int, layer: int, first: bool, last: bool) -> tuple[float, ...]:
+        """One layer's parameter tensors on this GPU, the embedding (one tensor) folded into
+        the model's first or last layer as :meth:`layer_params` folds it."""
+        m, p = self.w.model, self.w.parallel
+        out = ds3.layer_tensors(m, layer, p.tp)
+        emb = m.embedding_params() / p.tp
+        if vs == 0 and first:
+            out = (emb,) + out
+        if vs == p.pp * p.virtual_pipeline_stages - 1 and last and (p.pp > 1 or not m.tied_embeddings):
+            out = out + (emb,)
+        return out
+
+    def ds_gather(self, tensors: tuple[float, ...], args: tuple, keep_last: bool = False) -> None:
+        """DeepSpeed 0.3's fetch of a layer's modules: one all-gather per gathered tensor, each
+        after everything before it on the device (its ``torch.cuda.synchronize()``), the next
+        compute after all of them; ``keep_last``: the last tensor is still gathered (a
+        recomputed forward's last module, kept for the backward that follows at once)."""
+        shard, _ = self.dp_group_of(DPScope.SHARD)
+        big = ds3.gathered(tensors)
+        if len(shard) == 1 or not big:
+            return
+        if keep_last:
+            big = big[:-1]
+        gpu = self.w.system.gpu
+        for numel in big:
+            size = numel * PARAM_GATHER_BYTES
+            op = self.dp_op(CollectiveKind.ALL_GATHER, size, issue_s=ds3.gather_issue_s(len(shard), size, gpu))
+            deps = ([self.last_c] if self.last_c >= 0 else []) + self.ds_waits
+            t = self.collective(Stream.DP_GATHER, "ncclAllGather ds-param", op, args, deps)
+            self.ds_waits = []
+            self.extra.append(t.id)
+
+    def ds_reduce(self, tensors: tuple[float, ...], args: tuple) -> None:
+        """DeepSpeed 0.3's gradient reduction of a layer: one fp16 reduce-scatter per tensor
+        (persistent ones too), which the next gather's device-wide synchronize waits for."""
+        shard, _ = self.dp_group_of(DPScope.SHARD)
+        if len(shard) == 1:
+            return
+        gpu = self.w.system.gpu
+        for numel in tensors:
+            size = numel * ds3.GRAD_BYTES
+            op = self.dp_op(CollectiveKind.REDUCE_SCATTER, size, issue_s=ds3.reduce_issue_s(len(shard), size, gpu))
+            t = self.collective(Stream.DP_COMM, "ncclReduceScatter ds-grads", op, args, [self.last_c])
+            self.dp_tasks.append(t.id)
+            self.ds_waits.append(t.id)
+            self.extra.append(t.id)
+
+    def ds_persistent_gather(self, vs_layers: tuple[range, ...], after: int) -> None:
+        """DeepSpeed 0.3's ``_post_step``: one all-gather of every persistent (small)
+        parameter of the stage after the optimizer step, unpacked rank by rank in Python."""
+        shard, _ = self.dp_group_of(DPScope.SHARD)
+        p = self.w.parallel
+        small = [x for vs in range(self.stage, p.pp * p.virtual_pipeline_stages, p.pp)
+                 for layer in vs_layers[vs]
+                 for x in ds3.persistent(ds3.layer_tensors(self.w.model, layer, p.tp))]
+        if self.stage == p.pp - 1:
+            small += [float(self.w.model.hidden_size)] * 2  # the final norm's weight and bias
+        if len(shard) == 1 or not small:
+            return
+        size = sum(small) * PARAM_GATHER_BYTES
+        op = self.dp_op(CollectiveKind.ALL_GATHER, size,
+                        issue_s=ds3.persistent_issue_s(len(shard), len(small), size, self.w.system.gpu))
+        self.collective(Stream.DP_COMM, "ncclAllGather ds-persistent-params", op, (("phase", "param-sync"),),
+                        [after])
 
     def layer_params(self, vs: int, layer: int, first: bool, last: bool) -> float:
         """One layer's parameters on this GPU, the embedding or output layer folded into the

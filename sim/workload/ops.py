@@ -158,6 +158,10 @@ class CommOp:
     kernel: CommKernel = CommKernel.NCCL
     kernel_sms: int = 0
     """SMs a kernel other than NCCL's holds on each member GPU while it runs."""
+    issue_s: float = 0.0
+    """Time the framework spends around the transfer that grows with the group rather than
+    the bytes: a tensor-list collective's per-rank views and copies
+    (:mod:`sim.workload.deepspeed_zero3`). Added to the collective's latency."""
 
     kind = OpKind.COLLECTIVE
 

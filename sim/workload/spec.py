@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
-from sim.types import AttentionKernel, CpCommType, Dtype, LossKind, RecomputeKind, ScalingRecipe, ScheduleKind
+from sim.types import (AttentionKernel, CpCommType, Dtype, LossKind, RecomputeKind, ScalingRecipe, ScheduleKind,
+                       ZeroImpl)
 from sim.workload.quantization import LOW_PRECISION
 from sim.workload.tp_overlap import TE_DEFAULTS, TpOverlapConfig
 
@@ -381,6 +382,12 @@ class ParallelSpec:
     and Megatron-Core's intra-instance ``dp-cp`` group are. None: ``dp``, one group (full
     sharding)."""
 
+    zero_impl: ZeroImpl = ZeroImpl.FSDP
+    """How ZeRO-3 (``zero_stage`` 3) issues its weight gathers and gradient reductions: FSDP's
+    per-layer coalesced, prefetched collectives (the default: PyTorch FSDP2, torchtitan,
+    Megatron-Core), or DeepSpeed v0.3's per-parameter, blocking ones
+    (:class:`~sim.types.ZeroImpl`, :mod:`sim.workload.deepspeed_zero3`). Ignored below stage 3."""
+
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "micro_batch_size",
                   "global_batch_size", "grad_bucket_size_params"):
@@ -404,6 +411,10 @@ class ParallelSpec:
         if self.zero_stage not in (0, 1, 2, 3):
             raise ConfigError(_SPEC, "parallel.zero_stage", "0, 1, 2 or 3", self.zero_stage)
         self._check_dp_shard()
+        if self.zero_impl is ZeroImpl.DEEPSPEED_0_3 and self.zero_stage == 3 and (self.pp > 1 or self.hybrid_shard):
+            raise ConfigError(_SPEC, "parallel.zero_impl", "fsdp with parallel.pp > 1 or hybrid sharding "
+                              "(DeepSpeed 0.3's pipeline engine runs ZeRO stage 1 at most, and its ZeRO-3 "
+                              "shards over the whole data-parallel group)", self.zero_impl.value)
         if self.schedule is ScheduleKind.INTERLEAVED:
             if self.pp < 2:
                 raise ConfigError(_SPEC, "parallel.schedule", "interleaved-1f1b only with parallel.pp >= 2",

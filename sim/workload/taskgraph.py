@@ -28,7 +28,7 @@ from __future__ import annotations
 from sim.memory import activation_model, stage_memory, state_bytes
 from sim.program import Block, Program, Task
 from sim.results import RankInfo
-from sim.types import CollectiveKind, CommClass, OpKind, RecomputeKind, ScheduleKind, Stream
+from sim.types import CollectiveKind, CommClass, OpKind, RecomputeKind, ScheduleKind, Stream, ZeroImpl
 from sim.workload.dataparallel import GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES, DataParallelMixin, DPScope
 from sim.workload.flops import model_flops
 from sim.workload.layers import LayerOps, layer_ops
@@ -118,6 +118,8 @@ class _RankProgram(DataParallelMixin):
         self.extra: list[int] = []
         self.seq: dict[tuple, int] = {}
         self.dp_tasks: list[int] = []
+        self.ds_waits: list[int] = []
+        """DeepSpeed 0.3 ZeRO-3: reduce-scatters the next gather's synchronize waits for."""
         self._dp_groups: dict = {}
         """This rank's data-parallel groups by scope (:meth:`dp_group_of`)."""
         self.layer = layer or chunk
@@ -278,6 +280,9 @@ class _RankProgram(DataParallelMixin):
         # after forward under PP; torch.distributed.pipelining turns gradient sync off for all
         # but the last micro-batch); without it, every micro-batch gathers and reduces.
         fsdp_once = fsdp and pp > 1
+        # DeepSpeed 0.3's ZeRO-3: per-parameter, blocking gathers and reduce-scatters instead
+        # (sim.workload.deepspeed_zero3); no prefetch, so no pass's first op is split off
+        ds = fsdp and p.zero_impl is ZeroImpl.DEEPSPEED_0_3
         # --overlap-param-gather: the distributed optimizer's weight all-gather runs layer by
         # layer ahead of the first forward of each model chunk (Megatron-LM's param-gather
         # buckets, dispatched in forward order), in place of the gather after the optimizer
@@ -299,14 +304,18 @@ class _RankProgram(DataParallelMixin):
                                      first_mem=sum(am.stored(m.is_moe_layer(x)) for x in layers))
                     layers = ()
                 for layer in layers:
-                    if gather:
+                    if gather and ds:
+                        self.ds_gather(self.ds_tensors(vs, layer, layer == layers[0], layer == layers[-1]),
+                                       args + (("layer", layer),))
+                    elif gather:
                         self.fsdp_gather(self.layer_params(vs, layer, layer == layers[0], layer == layers[-1]),
                                          args + (("layer", layer),), prev)
                     is_moe = m.is_moe_layer(layer)
                     lops = self.layer_ops(layer)
                     if self.layer:
                         first = self.run_block((id(lops), "fwd"), lambda: lops.layer_fwd, args + (("layer", layer),),
-                                               "layer-fwd", first_mem=am.stored(is_moe), split_first=gather)
+                                               "layer-fwd", first_mem=am.stored(is_moe),
+                                               split_first=gather and not ds)
                     else:
                         first, _ = self.run_steps(lops.layer_fwd, args + (("layer", layer),),
                                                   first_mem=am.stored(is_moe))
@@ -352,7 +361,12 @@ class _RankProgram(DataParallelMixin):
                     layers = ()
                 for layer in reversed(layers):
                     la = args + (("layer", layer),)
-                    if fsdp and not fsdp_once:
+                    if ds:
+                        tensors = self.ds_tensors(vs, layer, layer == layers[0], layer == layers[-1])
+                        if rc is RecomputeKind.FULL:  # the recomputed forward's gathers
+                            self.ds_gather(tensors, (("phase", "recompute"),) + la[1:])
+                        self.ds_gather(tensors, la, keep_last=rc is RecomputeKind.FULL)
+                    elif fsdp and not fsdp_once:
                         self.fsdp_gather(self.layer_params(vs, layer, layer == layers[0], layer == layers[-1]),
                                          la, prev)
                     is_moe = m.is_moe_layer(layer)
@@ -366,7 +380,7 @@ class _RankProgram(DataParallelMixin):
                     if self.layer:
                         first = self.run_block((id(lops), "bwd"), lambda: _backward_steps(lops, bwd, k, rc), la,
                                                "layer-bwd", first_mem=held, last_mem=release,
-                                               split_first=fsdp and not fsdp_once)
+                                               split_first=fsdp and not fsdp_once and not ds)
                     elif rc is RecomputeKind.FULL:
                         first, _ = self.run_steps(lops.layer_fwd, (("phase", "recompute"),) + la[1:],
                                                   first_mem=held)
@@ -407,7 +421,9 @@ class _RankProgram(DataParallelMixin):
         them, and after the chunk's last micro-batch its full gradient buckets and its
         experts' gradients are reduced."""
         p = self.w.parallel
-        if fsdp and (not fsdp_once or last):
+        if fsdp and p.zero_impl is ZeroImpl.DEEPSPEED_0_3:
+            self.ds_reduce(self.ds_tensors(vs, layer, layer == layers[0], layer == layers[-1]), la)
+        elif fsdp and (not fsdp_once or last):
             self.fsdp_reduce(self.layer_params(vs, layer, layer == layers[0], layer == layers[-1]), la)
         if p.overlap_grad_reduce and last:
             args = la[:-1]
@@ -436,6 +452,8 @@ class _RankProgram(DataParallelMixin):
         self.extra.extend(self.dp_tasks)
         opt = self.compute("optimizer", MemoryOp(OpKind.OPTIMIZER, params_local * OPTIMIZER_BYTES_PER_PARAM),
                            (("phase", "optimizer"),))
+        if p.zero >= 3 and p.zero_impl is ZeroImpl.DEEPSPEED_0_3 and p.dp * p.cp > 1:
+            self.ds_persistent_gather(w.virtual_stage_layers(), opt.id)
         if p.shards_optimizer and p.dp * p.cp > 1 and p.zero < 3 and not p.overlap_param_gather:
             # within the shard group: every optimizer instance updates its own copy (Megatron-LM's
             # start_param_sync gathers over intra_distributed_optimizer_instance_group)
