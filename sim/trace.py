@@ -31,6 +31,9 @@ google/perfetto):
 
 The output is deterministic: events are sorted by a total order, no wall-clock time is
 recorded and gzip output has ``mtime=0`` and no file name, so equal inputs give equal bytes.
+The spans are formatted a stream at a time (:func:`_events`), to the byte the text of
+formatting them one at a time (:func:`_events_plain`, kept as the reference and the path for
+times the bulk path does not take), and compressed on a second thread as they are formatted.
 The JSON is compact (``","``/``":"``); HTA's rank regex needs ``"rank": N`` with a space, which
 matters only for per-rank files carrying ``distributedInfo``, not for this merged trace.
 """
@@ -40,9 +43,14 @@ from __future__ import annotations
 import bisect
 import gc
 import gzip
+import io
+import itertools
 import json
 import math
+import operator
 import os
+import queue
+import threading
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -87,6 +95,8 @@ class _Json:
     def __init__(self) -> None:
         self.strings: dict[str, str] = {}
         self.tuples: dict[int, tuple[object, str]] = {}
+        self.heads: dict[tuple[int, ...], tuple | None] = {}
+        """:meth:`_pairs` by the ids of the pairs (:func:`_appended_args`)."""
 
     def str(self, text: str) -> str:
         out = self.strings.get(text)
@@ -120,6 +130,17 @@ class _Json:
             return hit[1]
         return self._args(pairs)
 
+    def _pairs(self, pairs: tuple) -> tuple | None:
+        """``(pairs, their keys, their text)`` of a tuple of distinct ``(str, value)`` pairs,
+        kept (so that the ids of the pairs stay theirs); None for any other tuple."""
+        texts = []
+        for p in pairs:
+            if type(p) is not tuple or len(p) != 2 or type(p[0]) is not str:
+                return None
+            texts.append(f"{self.str(p[0])}:{self.value(p[1])}")
+        keys = frozenset(p[0] for p in pairs)
+        return (pairs, keys, ",".join(texts)) if len(keys) == len(pairs) else None
+
     def _args(self, pairs) -> str:
         items = pairs.items() if isinstance(pairs, dict) else pairs
         seen: dict[str, str] = {}
@@ -131,7 +152,216 @@ class _Json:
 def _events(result: SimResult) -> Iterator[str]:
     """The trace's events as JSON text, in a total order that does not depend on the order of
     the spans given: metadata, then each (pid, tid) in order with its slices and arrows by time,
-    then each rank's counters by time."""
+    then each rank's counters by time.
+
+    The same text as :func:`_events_plain`, which formats one span at a time, in a fraction of
+    its time: the spans' times are rounded to whole nanoseconds all at once (:func:`_ns`) and
+    written as integers, the text around them that depends on the op and the stream is cached,
+    and so is each args tuple's text (by identity; the comm spans' tuples, each seen once, are
+    formatted together by :func:`_appended_args`); each event is then joined from its pieces."""
+    spans = result.spans
+    n = len(spans)
+    ranks = {info.rank: info for info in result.ranks}
+    if n:
+        start = np.fromiter(map(_START, spans), dtype=float, count=n) * _US_PER_S
+        end = np.fromiter(map(_END, spans), dtype=float, count=n) * _US_PER_S
+    if not n or not (np.all((start >= 0) & (start < _FAST_MAX_US)) and np.all((end >= start) & (end < _FAST_MAX_US))) \
+            or np.any(np.signbit(start)) or np.any(np.signbit(end)):  # -0.0 is written "-0.0"
+        yield from _events_plain(result)  # which raises on NaN and infinities
+        return
+    ts_ns = _ns(start)
+    dur_ns = _ns(end) - ts_ns
+    if np.any(dur_ns < 0):
+        yield from _events_plain(result)
+        return
+    rank_a = np.fromiter(map(_RANK, spans), dtype=np.int64, count=n)
+    missing = set(np.unique(rank_a).tolist()) - ranks.keys()
+    if missing:
+        s = next(s for s in spans if s.rank in missing)
+        raise ValueError(f"span {s.name!r} is on rank {s.rank}, which has no RankInfo")
+    tid_a = np.fromiter(map(int, map(_STREAM, spans)), dtype=np.int64, count=n)
+    order = np.lexsort((tid_a, rank_a))  # stable: the spans of a (pid, tid) in their given order
+    key = rank_a[order] * (int(tid_a.max()) + 1) + tid_a[order]
+    cuts = (np.flatnonzero(key[1:] != key[:-1]) + 1).tolist()
+    firsts = [0] + cuts
+    bounds = list(zip(firsts, cuts + [n]))
+    group_keys = [(int(rank_a[order[i]]), int(tid_a[order[i]])) for i in firsts]
+    ts_q, ts_r = np.divmod(ts_ns, 1000)
+    dur_q, dur_r = np.divmod(dur_ns, 1000)
+    in_order = [c[order].tolist() for c in (ts_q, ts_r, dur_q, dur_r)]  # whole µs and ns, by (pid, tid)
+    frac = _FRACTIONS
+    flows_out = {s.flow_out for s in spans} - {None}
+    linked = flows_out & {s.flow_in for s in spans}  # both ends (never None)
+    enc = _Json()
+    kinds = {k: (enc.str(k.value), "comm" if k.is_comm else "kernel") for k in OpKind}
+    classes: dict = {None: "", **{c: f',"comm_class":"{c.value}"' for c in CommClass}}
+    for pid in sorted(ranks):
+        yield (f'{{"ph":"M","name":"process_name","pid":{pid},"tid":0,"args":{{"name":'
+               f'{enc.str(ranks[pid].label)}}}}}')
+        yield f'{{"ph":"M","name":"process_sort_index","pid":{pid},"tid":0,"args":{{"sort_index":{pid}}}}}'
+    for pid, tid in group_keys:
+        yield (f'{{"ph":"M","name":"thread_name","pid":{pid},"tid":{tid},"args":{{"name":'
+               f'{enc.str(Stream(tid).label)}}}}}')
+        yield f'{{"ph":"M","name":"thread_sort_index","pid":{pid},"tid":{tid},"args":{{"sort_index":{tid}}}}}'
+    args_of = enc.args
+    parts: dict[int, str] = {}
+    """The text of an args tuple (or mapping) by id, with a comma after it unless it is empty:
+    the spans keep each one alive, so an id stays its object's here."""
+    for (pid, tid), (lo, hi) in zip(group_keys, bounds):
+        idx = order[lo:hi]
+        tq, tr, dq, dr = (c[lo:hi] for c in in_order)
+        if hi - lo > 1 and not _in_order(ts_ns[idx], dur_ns[idx], [spans[i].name for i in idx.tolist()]):
+            idx = np.asarray(sorted(idx.tolist(), key=lambda i: (ts_ns[i], dur_ns[i], spans[i].name)))
+            tq, tr, dq, dr = ts_q[idx].tolist(), ts_r[idx].tolist(), dur_q[idx].tolist(), dur_r[idx].tolist()
+        device = ranks[pid].local_gpu
+        where = f'"pid":{pid},"tid":{tid},"ts":'
+        tails = {c: f'"stream":{tid},"device":{device}{classes[c]}}}}}' for c in classes}
+        group = list(map(spans.__getitem__, idx.tolist()))
+        # each event is pieces joined: the text before "ts", ts, dur, the args, the text after
+        keys = list(zip(map(_NAME, group), map(_KIND, group), map(_CLASS, group)))
+        heads = {}
+        for name, kind, cc in set(keys):
+            k, cat = kinds[kind]
+            heads[(name, kind, cc)] = (f'{{"ph":"X","cat":"{cat}","name":{enc.str(name)},{where}',
+                                       f'"kind":{k},{tails[cc]}')
+        texts = []
+        for col in (list(map(_ARGS, group)), list(map(_OP_ARGS, group))):
+            got = list(map(parts.get, map(id, col)))
+            if None in got:
+                new = list({id(col[j]): col[j] for j, t in enumerate(got) if t is None}.values())
+                if len(new) > 64:  # a comm span's args are seen once: look at them together
+                    for a, t in zip(new, _appended_args(enc, new)):
+                        if t is not None:
+                            parts[id(a)] = t
+                for a in new:
+                    if id(a) not in parts:
+                        t = args_of(a)
+                        parts[id(a)] = f"{t}," if t else ""
+                got = list(map(parts.__getitem__, map(id, col)))
+            texts.append(got)
+        head = list(map(heads.__getitem__, keys))
+        events = list(map("".join, zip(
+            map(_FIRST, head), map(str, tq), map(frac.__getitem__, tr), itertools.repeat(',"dur":'),
+            map(str, dq), map(frac.__getitem__, dr), itertools.repeat(',"args":{'), texts[0], texts[1],
+            map(_SECOND, head))))
+        outs, ins = list(map(_FLOW_OUT, group)), list(map(_FLOW_IN, group))
+        if linked.isdisjoint(outs) and linked.isdisjoint(ins):
+            yield from events
+            continue
+        for j, e in enumerate(events):
+            yield e
+            ts = f"{tq[j]}{frac[tr[j]]}"
+            if outs[j] in linked:
+                yield (f'{{"ph":"s","id":{outs[j]},"cat":"{_FLOW}","name":"{_FLOW}","pid":{pid},'
+                       f'"tid":{tid},"ts":{ts}}}')
+            if ins[j] in linked:
+                d = (dq[j] * 1000 + dr[j]) / 1000
+                at = round((tq[j] * 1000 + tr[j]) / 1000 + d / 2, 3) if d > 0 else ts
+                yield (f'{{"ph":"f","bp":"e","id":{ins[j]},"cat":"{_FLOW}","name":"{_FLOW}",'
+                       f'"pid":{pid},"tid":{tid},"ts":{at}}}')
+    yield from _counter_events(result, ranks, enc)
+
+
+def _appended_args(enc: _Json, tuples: list) -> list:
+    """The text of each args tuple that is a tuple seen before with one float pair appended
+    (a comm span's: its task's pairs, the same objects, and ``transfer_start_s``), followed by
+    a comma, as :meth:`_Json.args` writes it, all at once; None for the others."""
+    out: list = [None] * len(tuples)
+    if tuples and set(map(type, tuples)) == {tuple} and min(map(len, tuples)) > 1:  # the usual case, at C speed
+        lasts = list(map(_LAST, tuples))
+        ok = range(len(tuples)) if set(map(type, lasts)) == {tuple} and set(map(len, lasts)) == {2} else None
+    else:
+        ok = None
+    if ok is None:
+        ok = [j for j, a in enumerate(tuples) if type(a) is tuple and len(a) > 1 and type(a[-1]) is tuple
+              and len(a[-1]) == 2]
+        lasts = [tuples[j][-1] for j in ok]
+    if not ok:
+        return out
+    names = set(map(_FIRST, lasts))
+    values = list(map(_SECOND, lasts))
+    if len(names) != 1 or type(next(iter(names))) is not str or set(map(type, values)) != {float} \
+            or not np.all(np.isfinite(values)):
+        return out
+    name = next(iter(names))
+    keys = list(map(tuple, map(map, itertools.repeat(id), map(_BUT_LAST, (tuples[j] for j in ok)))))
+    cache = enc.heads
+    for key, j in zip(keys, ok):
+        if key not in cache:
+            cache[key] = enc._pairs(tuples[j][:-1])
+    heads = list(map(cache.__getitem__, keys))
+    for h in {id(h): h for h in heads}.values():
+        if h is None or not h[2] or name in h[1]:  # not distinct (str, value) pairs, or the name again
+            return out
+    pair = f",{enc.str(name)}:"
+    for j, text in zip(ok, map("".join, zip(map(_THIRD, heads), itertools.repeat(pair),
+                                           map(float.__repr__, values), itertools.repeat(",")))):
+        out[j] = text
+    return out
+
+
+def _in_order(ts: np.ndarray, dur: np.ndarray, names: list[str]) -> bool:
+    """Whether the rows ``(ts, dur, name)`` are sorted (the engine's streams arrive sorted)."""
+    a, b = (ts[:-1], dur[:-1]), (ts[1:], dur[1:])
+    if np.any((b[0] < a[0]) | ((b[0] == a[0]) & (b[1] < a[1]))):
+        return False
+    for j in np.flatnonzero((b[0] == a[0]) & (b[1] == a[1])).tolist():
+        if names[j + 1] < names[j]:
+            return False
+    return True
+
+
+(_RANK, _STREAM, _NAME, _KIND, _START, _END, _ARGS, _CLASS, _FLOW_OUT, _FLOW_IN,
+ _OP_ARGS) = map(operator.itemgetter, range(11))  # Span's fields
+_FIRST, _SECOND, _THIRD = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
+_LAST, _BUT_LAST = operator.itemgetter(-1), operator.itemgetter(slice(None, -1))
+_FAST_MAX_US = 1e11
+"""The largest time (µs, 28 hours) :func:`_events` writes from whole nanoseconds: below it a
+time rounded to nanoseconds has at most 15 significant digits, which a double holds, so the
+shortest repr of the double nearest ``n / 1000``, which ``round(x, 3)`` gives, is that decimal."""
+_FRACTIONS = tuple(".0" if r == 0 else "." + f"{r:03d}".rstrip("0") for r in range(1000))
+"""The digits after the point of ``repr(n / 1000)`` by ``n % 1000`` (``12.0``, ``12.5``, ``12.345``)."""
+
+
+def _ns(us: np.ndarray) -> np.ndarray:
+    """``round(x, 3) * 1000`` of each element, as integers, to the last bit: Python rounds the
+    exact binary value half to even; ``rint`` of ``x * 1000`` does too except where the
+    product's own rounding could cross a half, and those few are left to Python. For
+    ``0 <= x <`` :data:`_FAST_MAX_US`.
+
+    >>> x = np.array([0.0005, 0.0015, 1.2345, 2.675, 1234567.0004999])
+    >>> (_ns(x) / 1000).tolist() == [round(v, 3) for v in x.tolist()]
+    True
+    """
+    p = us * 1000.0
+    r = np.rint(p)
+    near_half = np.abs(np.abs(p - r) - 0.5) <= 4 * np.spacing(p)
+    for j in np.flatnonzero(near_half).tolist():
+        r[j] = round(round(float(us[j]), 3) * 1000.0)
+    return r.astype(np.int64)
+
+
+def _counter_events(result: SimResult, ranks: dict, enc: _Json) -> Iterator[str]:
+    """Each rank's counters by time."""
+    counters: dict[int, list] = {}
+    for c in result.counters:
+        if c.rank not in ranks:
+            raise ValueError(f"counter {c.name!r} is on rank {c.rank}, which has no RankInfo")
+        counters.setdefault(c.rank, []).append((_us(c.time_s), c.name, float(c.value)))
+    for pid in sorted(counters):
+        for ts, name, value in sorted(counters[pid]):
+            if not (math.isfinite(ts) and math.isfinite(value)):
+                raise ValueError(f"counter {name!r} has a value that is not finite")
+            key, v = (("allocated_GiB", value / 2**30) if name == "memory" else
+                      ("utilization", value) if name.startswith("link ") else (name, value))
+            yield (f'{{"ph":"C","name":{enc.str(name)},"pid":{pid},"tid":0,"ts":{ts!r},'
+                   f'"args":{{{enc.str(key)}:{v!r}}}}}')
+
+
+def _events_plain(result: SimResult) -> Iterator[str]:
+    """The trace's events as JSON text, one span at a time: the reference :func:`_events` must
+    equal (``tests/unit/test_trace.py``), and the path for spans it does not take (a time that
+    is not finite or is past :data:`_FAST_MAX_US`)."""
     ranks = {info.rank: info for info in result.ranks}
     spans = result.spans
     linked = ({s.flow_out for s in spans} & {s.flow_in for s in spans}) - {None}  # both ends
@@ -181,28 +411,64 @@ def _events(result: SimResult) -> Iterator[str]:
                 at = round(ts + d / 2, 3) if d > 0 else ts
                 yield (f'{{"ph":"f","bp":"e","id":{s.flow_in},"cat":"{_FLOW}","name":"{_FLOW}",'
                        f'"pid":{pid},"tid":{tid},"ts":{at!r}}}')
-    counters: dict[int, list] = {}
-    for c in result.counters:
-        if c.rank not in ranks:
-            raise ValueError(f"counter {c.name!r} is on rank {c.rank}, which has no RankInfo")
-        counters.setdefault(c.rank, []).append((_us(c.time_s), c.name, float(c.value)))
-    for pid in sorted(counters):
-        for ts, name, value in sorted(counters[pid]):
-            if not (math.isfinite(ts) and math.isfinite(value)):
-                raise ValueError(f"counter {name!r} has a value that is not finite")
-            key, v = (("allocated_GiB", value / 2**30) if name == "memory" else
-                      ("utilization", value) if name.startswith("link ") else (name, value))
-            yield (f'{{"ph":"C","name":{enc.str(name)},"pid":{pid},"tid":0,"ts":{ts!r},'
-                   f'"args":{{{enc.str(key)}:{v!r}}}}}')
+    yield from _counter_events(result, ranks, enc)
+
+
+def _trace_parts(result: SimResult, title: str, metadata: dict | None) -> Iterator[str]:
+    """The trace's JSON text in pieces of :data:`_PART_EVENTS` events (joined, the whole)."""
+    other = {"title": title, **(metadata or {}), "simulator": "llmsim"}
+    yield ('{"schemaVersion":1,"displayTimeUnit":"ms","otherData":'
+           + json.dumps(other, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+           + ',"traceEvents":[')
+    events, sep = _events(result), ""
+    while True:
+        part = list(itertools.islice(events, _PART_EVENTS))
+        if not part:
+            break
+        yield sep + ",".join(part)
+        sep = ","
+    yield "]}"
+
+
+_PART_EVENTS = 1 << 14
+"""Events per piece of text handed to the compressor (about 4 MB)."""
 
 
 def _trace_text(result: SimResult, title: str, metadata: dict | None) -> str:
-    other = {"title": title, **(metadata or {}), "simulator": "llmsim"}
-    head = ('{"schemaVersion":1,"displayTimeUnit":"ms","otherData":'
-            + json.dumps(other, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-            + ',"traceEvents":[')
     with _gc_paused():
-        return head + ",".join(_events(result)) + "]}"
+        return "".join(_trace_parts(result, title, metadata))
+
+
+def _gzip_bytes(parts: Iterator[str]) -> bytes:
+    """``parts`` encoded as UTF-8 and gzip-compressed (level 3, no file name, ``mtime=0``),
+    compressed on a second thread while the next parts are formatted (zlib releases the GIL).
+    Deflate's output does not depend on how its input is cut into writes, so the bytes are
+    those of compressing the whole text at once."""
+    buf = io.BytesIO()
+    todo: queue.Queue = queue.Queue(maxsize=4)
+    failed: list[BaseException] = []
+
+    def compress() -> None:
+        try:
+            with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=3) as gz:
+                while (data := todo.get()) is not None:
+                    gz.write(data)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+            failed.append(e)
+            while todo.get() is not None:
+                pass
+
+    worker = threading.Thread(target=compress, name="llmsim-trace-gzip", daemon=True)
+    worker.start()
+    try:
+        for text in parts:
+            todo.put(text.encode("utf-8"))
+    finally:
+        todo.put(None)
+        worker.join()
+    if failed:
+        raise failed[0]
+    return buf.getvalue()
 
 
 def chrome_trace(result: SimResult, *, title: str = "llmsim", metadata: dict | None = None) -> dict:
@@ -264,15 +530,15 @@ def write_chrome_trace(result: SimResult, path: str | os.PathLike, *, title: str
     -----
     The bytes depend only on the inputs: the gzip header has no file name and ``mtime=0``.
     """
-    data = _trace_text(result, title, metadata).encode("utf-8")
     path = Path(path)
+    if path.name.endswith(".gz"):
+        with _gc_paused():
+            data = _gzip_bytes(_trace_parts(result, title, metadata))
+    else:
+        data = _trace_text(result, title, metadata).encode("utf-8")
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as fh:
-        if path.name.endswith(".gz"):
-            with gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0, compresslevel=3) as gz:
-                gz.write(data)
-        else:
-            fh.write(data)
+        fh.write(data)
 
 
 def _num(x: object) -> bool:

@@ -256,11 +256,21 @@ class Simulation:
         alone, so representative and full runs price it the same way.
         """
         comm = [t for t in tasks if t.comm]
-        streams_of: dict[int, set] = {}
+        streams_of: dict[int, tuple | set] = {}  # a key's one (rank, stream), or its set of them
         for t in comm:
-            streams_of.setdefault(t.coll_key, set()).add((t.rank, t.stream))
-        frozen = {k: frozenset(v) for k, v in streams_of.items()}
-        signatures = {(id(t.op), frozen[t.coll_key]) for t in comm}
+            here = (t.rank, t.stream)
+            seen = streams_of.get(t.coll_key)
+            if seen is None:
+                streams_of[t.coll_key] = here
+            elif type(seen) is tuple:
+                if seen != here:
+                    streams_of[t.coll_key] = {seen, here}
+            else:
+                seen.add(here)
+        alone: dict[tuple, frozenset] = {}  # one frozenset per (rank, stream): most keys have one
+        frozen = {k: frozenset(v) if type(v) is set else alone.get(v) or alone.setdefault(v, frozenset((v,)))
+                  for k, v in streams_of.items()}
+        signatures = set(zip(map(id, (t.op for t in comm)), map(frozen.__getitem__, (t.coll_key for t in comm))))
         link_common: dict[int, frozenset] = {}
         op_links: dict[int, set] = {}
         for oid, streams in signatures:
@@ -367,10 +377,12 @@ class Simulation:
         start_of, fixed = self.start, self.fixed_comm
         members = self.program.coll_members
         contenders, held = self._contenders, self._held
+        gate, duration, mem, waiters = self._gate, self.duration, self.mem, self.waiters
         cursor = self._cursor[k]
         stop = -1
         why = -2
-        while pos < len(ids):
+        n = len(ids)
+        while pos < n:
             tid = ids[pos]
             task = tasks[tid]
             start = cursor
@@ -404,17 +416,32 @@ class Simulation:
                 if task.coll_key >= 0 and members.get(task.coll_key, 1) > 1:
                     stop = tid
                     break
-                if task.rank in contenders:
-                    self._pos[k], self._cursor[k] = pos, cursor
-                    end = self._quiet_end(task, k, start)
-                    if end is None:
-                        stop = tid
-                        break
-                    self._place(task, start, end)
+                r = task.rank
+                if r in contenders:
+                    gated = type(task.op) is not Block and not _ON_CLOCK
+                    for c in contenders[r]:
+                        g = gate[c]
+                        if g < 0 or finish[g] is not None:
+                            gated = False
+                            break
+                    if gated:  # every comm stream beside it waits for a later op of this stream:
+                        end = held[r].end_s(start, duration[tid])  # what _quiet_end finds first
+                    else:
+                        self._pos[k], self._cursor[k] = pos, cursor
+                        end = self._quiet_end(task, k, start)
+                        if end is None:
+                            stop = tid
+                            break
                 else:
-                    end = self._place(task, start)
+                    end = start + duration[tid]
+                start_of[tid] = start
+                if task.mem_start_bytes:
+                    mem[r].append((start, task.mem_start_bytes))
+                if task.mem_end_bytes:
+                    mem[r].append((end, task.mem_end_bytes))
             finish[tid] = end
-            self._notify(tid)
+            if tid in waiters:
+                waiters.pop(tid).succeed()
             cursor = end
             pos += 1
         self._pos[k], self._cursor[k] = pos, cursor
@@ -693,6 +720,9 @@ class Simulation:
         prog = self.program
         finish, start = self.finish, self.start
         spans = []
+        append = spans.append
+        new = tuple.__new__  # a Span without the Python-level __new__ of a NamedTuple
+        xfer = self.xfer_start
         op_args: dict[int, tuple] = {}
         for t in prog.tasks:
             op = t.op
@@ -709,16 +739,20 @@ class Simulation:
                     extra += (("flops", op.flops),)
                 extra += (("bytes", op.bytes),)
                 op_args[id(op)] = extra
+            i = t.id
             if t.comm:
-                flow_out = t.flow_id if (t.flow_id >= 0 and t.stream in _SEND_STREAMS) else None
-                flow_in = t.flow_id if (t.flow_id >= 0 and t.stream in _RECV_STREAMS) else None
-                xs = self.xfer_start.get(t.id, start[t.id])
-                spans.append(Span(t.rank, t.stream, t.name, t.kind, start[t.id], finish[t.id],
-                                  t.args + (("transfer_start_s", xs),), op.comm_class,
-                                  flow_out, flow_in, extra))
+                flow_out = flow_in = None
+                if t.flow_id >= 0:
+                    if t.stream in _SEND_STREAMS:
+                        flow_out = t.flow_id
+                    elif t.stream in _RECV_STREAMS:
+                        flow_in = t.flow_id
+                xs = xfer.get(i, start[i])
+                append(new(Span, (t.rank, t.stream, t.name, t.kind, start[i], finish[i],
+                                  t.args + (("transfer_start_s", xs),), op.comm_class, flow_out, flow_in, extra)))
             else:
-                spans.append(Span(t.rank, t.stream, t.name, t.kind, start[t.id], finish[t.id], t.args,
-                                  None, None, None, extra))
+                append(new(Span, (t.rank, t.stream, t.name, t.kind, start[i], finish[i], t.args, None, None, None,
+                                  extra)))
         counters = []
         for rank in sorted(self.mem):
             level = prog.static_memory_bytes.get(rank, 0.0)
