@@ -307,13 +307,25 @@ def _framework_has(f: _Fields, framework: str, *words: str) -> str | None:
 def _grad_accum_fusion_default(f: _Fields, framework: str, notes: _Notes) -> bool:
     """Gradient-accumulation fusion: the case's ``gradient_accumulation_fusion``, else off when
     its settings or framework list ``--no-gradient-accumulation-fusion``, else on
-    (Megatron-LM's default, ``gradient_accumulation_fusion=True`` in arguments.py)."""
+    (Megatron-LM's default, ``gradient_accumulation_fusion=True`` in arguments.py), except for a
+    framework dated 2021 or earlier, which predates the fusion: Megatron-LM's 2021 linear layers
+    leave the weight gradient to autograd (``F.linear``) and its DDP hook adds ``param.grad``
+    into the fp32 ``main_grad`` (``megatron/model/distributed.py``, ``_make_param_hook``); the
+    fused wgrad-accumulate GEMM (apex ``fused_weight_gradient_mlp_cuda``) reached the
+    tensor-parallel layers in early 2022 (NVIDIA/apex PR #1297, "[transformer] Fuse grad
+    accumulation with wgrad", 2022-02-18, porting Megatron-LM's ``ColumnParallelLinear``)."""
     value = f.flag("gradient_accumulation_fusion")
     if value is not None:
         return value
     flag = _framework_has(f, framework, "--no-gradient-accumulation-fusion")
     if flag:
         return notes.fill("parallel.gradient_accumulation_fusion", False, f"the case lists {flag}")
+    year = _framework_year(framework)
+    if year is not None and year <= 2021:
+        return notes.fill("parallel.gradient_accumulation_fusion", False,
+                          f"framework '{framework}' predates gradient-accumulation fusion (early "
+                          "2022, NVIDIA/apex #1297): the DDP hook adds each bf16/fp16 weight "
+                          "gradient into the fp32 main_grad")
     return True
 
 
