@@ -180,7 +180,19 @@ def _attention_kernel_default(f: _Fields, framework: str, notes: _Notes) -> Atte
     ``scaled_dot_product_attention``, whose backend priority runs FlashAttention-2 before
     cuDNN (pytorch/pytorch ``sdp_utils.cpp``; measured 1.7-2.3x slower than cuDNN on H100,
     huggingface/transformers#48163, and in benchmarks/device here); Megatron-LM and NeMo go
-    through Transformer Engine, which picks cuDNN's fused attention on Hopper."""
+    through Transformer Engine, which picks cuDNN's fused attention on Hopper.
+
+    With context parallelism too, from Transformer Engine 1.2 (11 Jan. 2024) on; NeMo's README
+    at its 24.03 release pins TE commit bfe21c3 on the ``pytorch:24.02-py3`` base, after that:
+    TE 1.2's release notes, "Performance of DotProductAttention is increased on Hopper GPUs by
+    utilizing cuDNN"; its ``DotProductAttention.forward`` then reads "Select FusedAttention on
+    sm90 and FlashAttention on others for performance" and keeps FusedAttention under context
+    parallelism when the backend is ``F16_arbitrary_seqlen``, whose ``AttnFuncWithCP`` calls
+    ``fused_attn_fwd``/``fused_attn_bwd`` per ring step (TransformerEngine PR #572, "port cuDNN
+    Flash Attn API to CP implementation", Jan. 2024). Before TE 1.2 it ranked FlashAttention first
+    everywhere and ran context parallelism on FlashAttention alone ("Context parallelism is only
+    implemented with Flash Attention!"); no case names such a version. Blackwell: TE 2.x
+    ``get_attention_backend`` prefers FusedAttention for compute capability >= 9.0."""
     value = f.raw.get("attention_kernel")
     if value is None and _is_torchtitan(framework):
         return notes.fill("parallel.attention_kernel", AttentionKernel.FLASH2,
