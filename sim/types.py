@@ -206,6 +206,17 @@ class CollectiveAlgorithm(str, Enum):
     """Reduce-scatter inside each domain, the collective across, all-gather inside."""
 
 
+class NcclProtocol(str, Enum):
+    """NCCL's wire protocols (``NCCL_PROTO``); :mod:`sim.costs.nccl_protocol` prices them."""
+
+    LL = "LL"
+    """8-byte lines, 4 of data and a 4-byte flag: the lowest latency, a fraction of the bandwidth."""
+    LL128 = "LL128"
+    """128-byte lines, 120 of data and 8 of flags: most of the bandwidth, a middle latency."""
+    SIMPLE = "Simple"
+    """Plain copies and a memory fence per chunk: all of the bandwidth, the highest latency."""
+
+
 class Stream(IntEnum):
     """A GPU's in-order execution queues; the value is the trace thread id."""
 

@@ -12,7 +12,11 @@ Algorithms, as NCCL runs them on one node or across nodes:
   carrying ``1/k`` of the data, each entering and leaving a node on a different GPU, so that
   every GPU's NIC carries one ring's crossing and the NVLink ports carry the rest (NCCL builds
   one ring per channel, rail-matched between nodes: NVIDIA/nccl ``src/graph/rings.cc``,
-  ``search.cc``). Its bus bandwidth is the lesser of NVLink's and ``k`` NICs'.
+  ``search.cc``). Its bus bandwidth is the lesser of NVLink's and ``k`` NICs'. Its latency
+  is NCCL's for the protocol NCCL's tuner picks at the message size and rank count (LL for
+  small messages, LL128 or Simple for large ones): each step inside a node at that protocol's
+  NVLink hop latency, each step between nodes at its network hop latency, and its bytes at
+  that protocol's share of the bandwidth (:mod:`sim.costs.nccl_protocol`).
 * **hierarchical** (kept for comparison, not chosen): reduce-scatter inside each domain, the
   collective on ``S/k`` across domains among ranks with the same local index, all-gather inside
   each domain, one phase after another.
@@ -59,9 +63,10 @@ from itertools import chain
 
 import numpy as np
 
+from sim.costs import nccl_protocol
 from sim.costs.base import CommPlan, Flow, Phase
 from sim.topology.routing import Fabric
-from sim.types import CollectiveAlgorithm, CollectiveKind, CommKernel
+from sim.types import CollectiveAlgorithm, CollectiveKind, CommKernel, NcclProtocol
 from sim.workload.ops import CommOp
 
 __all__ = ["plan_comm", "nccl_ctas", "kernel_sms", "NVLS_LATENCY_S", "TREE_BANDWIDTH_FACTOR", "PAT_BANDWIDTH_FACTOR",
@@ -186,22 +191,55 @@ def _channel_rings(fabric: Fabric, group: tuple[int, ...]) -> list[tuple[int, ..
 
 
 def _multi_ring_phase(fabric: Fabric, kind: CollectiveKind, groups: list[tuple[int, ...]], size_bytes: float,
-                      loads: Counter | None) -> Phase:
-    """One collective as ``k`` channel rings per group, each moving ``1/k`` of the bytes."""
+                      loads: Counter | None, protocol: tuple[float, float] = (0.0, 1.0)) -> Phase:
+    """One collective as ``k`` channel rings per group, each moving ``1/k`` of the bytes;
+    ``protocol``: the latency it adds and the bytes factor it sets (:func:`_ring_protocol`)."""
     p = len(groups[0])
     steps, factor = _ring_steps(kind, p)
+    extra_s, bytes_factor = protocol
     flows = []
     worst_latency = 0.0
     for g in groups:
         rings = _channel_rings(fabric, g)
-        share = factor * size_bytes / len(rings)
+        share = factor * size_bytes / len(rings) * bytes_factor
         for ring in rings:
             for i, src in enumerate(ring):
                 dst = ring[(i + 1) % p]
                 route = fabric.route(src, dst)
                 worst_latency = max(worst_latency, route.latency_s)
                 flows.append((src, dst, share / route.efficiency(size_bytes), route.links))
-    return _phase(steps * worst_latency, flows, loads)
+    return _phase(max(steps * worst_latency + extra_s, 0.0), flows, loads)
+
+
+def _ring_protocol(fabric: Fabric, op: CommOp) -> tuple[float, float]:
+    """What the protocol NCCL would run ``op`` with as channel rings across domains changes
+    in :func:`_multi_ring_phase`: ``(latency to add, bytes factor)``.
+
+    The ring's steps are priced at LL's hop latency (the topology's), the slowest hop for
+    every step; NCCL prices a ring across nodes at the protocol its tuner picks for the size
+    and rank count, each intra-node step at the NVLink figure and each inter-node step at the
+    network's (:mod:`sim.costs.nccl_protocol`). The difference is added, and the bytes are
+    divided by the protocol's bandwidth factor (LL's quarter, LL128's 0.92). Neither double
+    counts a measurement: the cross-node bandwidth is the NIC's at nccl-tests' largest sizes
+    (``scale_out.efficiency``), where Simple runs and latency is negligible, and rings inside
+    one domain, whose curves were derived at LL's hops (``benchmarks/nccl/derive_curves.py``),
+    are not changed. The protocol is chosen from ``op``'s own group, as every rank of an NCCL
+    communicator chooses the same; NCCL's base latency beyond LL's is added (LL's is in the
+    topology's fixed collective latency)."""
+    doms = _domains(fabric, op.group)
+    k, nd, p = len(doms[0]), len(doms), len(op.group)
+    if nd < 2 or k < 2:
+        return 0.0, 1.0
+    steps, factor = _ring_steps(op.collective, p)
+    inter_steps = 2 * nd if op.collective is CollectiveKind.ALL_REDUCE else nd - 1
+    # ring 0 of _channel_rings: its first hop inside the first domain, and its hop out of it
+    intra_s = fabric.route(doms[0][0], doms[0][2 if k > 2 else 1]).latency_s
+    out = fabric.route(doms[0][1], doms[1][1])
+    simple_s = factor * op.size_bytes / k / (out.bottleneck_bytes_per_s * out.efficiency(op.size_bytes))
+    proto = nccl_protocol.ring_protocol(steps, inter_steps, intra_s, out.latency_s, simple_s)
+    latency = nccl_protocol.ring_protocol_latency_s(proto, steps, inter_steps, intra_s, out.latency_s)
+    extra = latency - nccl_protocol.RING_BASE_LATENCY_S[NcclProtocol.LL] - steps * max(intra_s, out.latency_s)
+    return extra, 1.0 / nccl_protocol.RING_BANDWIDTH_FACTOR[proto]
 
 
 def _phase(latency_s: float, flows: list, loads: Counter | None) -> Phase:
@@ -356,7 +394,7 @@ def _build(fabric: Fabric, op: CommOp, algo: CollectiveAlgorithm, groups: list[t
     if algo is A.RING:
         return CommPlan((_ring_phase(fabric, kind, groups, s, loads),), "ring")
     if algo is A.MULTI_RING:
-        return CommPlan((_multi_ring_phase(fabric, kind, groups, s, loads),), "multi-ring")
+        return CommPlan((_multi_ring_phase(fabric, kind, groups, s, loads, _ring_protocol(fabric, op)),), "multi-ring")
     if algo is A.NVLS:
         return CommPlan((_nvls_phase(fabric, groups, s, loads),), "nvls")
     if algo is A.TREE:
