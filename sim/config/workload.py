@@ -14,7 +14,6 @@ other; ``"dp-tp-pp"``: TP strided across nodes), or a list of ``num_gpus`` GPU i
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -194,6 +193,7 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     case_id = top.text("id")
     name = top.text("name") or case_id or file.stem
     framework = raw.get("framework") if isinstance(raw.get("framework"), str) else ""
+    framework = _dated_framework(framework, raw.get("source"), notes)
     model = _build_model(raw.get("model"), path, file.parent, framework, notes, name)
     system_f = _Fields(raw.get("system"), path, "system", _SYSTEM_KEYS)
     gpu = _gpu(system_f)
@@ -222,6 +222,33 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
                             reference=reference, scaling=scaling, num_layers_at_start_in_bf16=bf16_start,
                             num_layers_at_end_in_bf16=bf16_end)
     return spec, list(notes)
+
+
+_ARXIV_ID = re.compile(r"arxiv(?:\.org/abs/|:)\s*(\d{2})(\d{2})\.\d{4,5}", re.IGNORECASE)
+_YEAR = re.compile(r"\b(20\d\d)\b")
+
+
+def _dated_framework(framework: str, source: object, notes: _Notes) -> str:
+    """The case's ``framework`` text, dated by its publication when the text carries no year.
+
+    A published run cannot have used software newer than its publication, so a framework named
+    without a date (``"Megatron-LM"``) is taken as of the year the case's ``source`` was
+    published: a year in ``source.publication``, else the year of the arXiv identifier in
+    ``source.url`` or ``source.publication`` (``arXiv:2104.04473`` is April 2021). The
+    defaults that depend on the software's era (``sim.config.defaults``: FlashAttention,
+    overlapped gradient reduction, gradient-accumulation fusion, DeepSpeed's ZeRO-3) then read
+    that year. A framework text with a year, or a source with neither, is left as it is."""
+    if _YEAR.search(framework) or not isinstance(source, Mapping):
+        return framework
+    texts = [str(source.get(k) or "") for k in ("publication", "url")]
+    years = [int(y) for y in _YEAR.findall(texts[0])]
+    years += [2000 + int(m.group(1)) for t in texts for m in _ARXIV_ID.finditer(t)]
+    if not years:
+        return framework
+    year = min(years)
+    notes.append(f"framework: '{framework}' carries no date; taken as of its publication ({year}, "
+              "source.publication / source.url), since a published run used no later software")
+    return f"{framework} (as of {year})"
 
 
 def _scaling(top: _Fields, dtype: Dtype, notes: _Notes, framework: str = "") -> ScalingRecipe:

@@ -141,18 +141,17 @@ def test_megatron_flags_and_case_text_set_the_options():
 
 def test_frameworks_dated_2021_predate_gradient_accumulation_fusion():
     """A case whose framework text is dated 2021 or earlier runs the unfused accumulation (the
-    fusion reached Megatron-LM's tensor-parallel layers in early 2022); 2022 and later, and an
-    undated framework, keep Megatron-LM's default."""
+    fusion reached Megatron-LM's tensor-parallel layers in early 2022); 2022 and later keep
+    Megatron-LM's default."""
     import yaml
-    path = "workloads/validation/narayanan2021.yaml"
     from pathlib import Path
+    path = "workloads/validation/narayanan2021.yaml"
     text = {c["id"]: c["framework"] for c in yaml.safe_load(Path(path).read_text())}
-    nar = load_case_records(path)
-    dated = [r for r in nar if "2021" in text[r.id]]
-    undated = [r for r in nar if "20" not in text[r.id]]
-    assert dated and undated
+    dated = [r for r in load_case_records(path) if "2021" in text[r.id]]
+    assert dated
     assert all(not r.workload.parallel.gradient_accumulation_fusion for r in dated)
-    assert all(r.workload.parallel.gradient_accumulation_fusion for r in undated)
+    later = load_case_records("workloads/validation/korthikanti2022.yaml")  # "Megatron-LM (2022)"
+    assert later and all(r.workload.parallel.gradient_accumulation_fusion for r in later)
     # the unfused run is slower than the same case with the fusion forced back on
     from sim.config import load_topology
     from sim.config.topology import default_topology_name
