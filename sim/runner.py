@@ -22,6 +22,7 @@ from sim.errors import ConfigError
 from sim.results import CounterSample, SimResult
 from sim.topology.routing import Fabric
 from sim.topology.spec import TopologySpec
+from sim.types import CollectiveAlgorithm
 from sim.workload.layout import Layout, gpu_placement, order_placements
 from sim.workload.spec import WorkloadSpec
 from sim.workload.taskgraph import GRANULARITIES, Program, build_program
@@ -70,6 +71,14 @@ def _fabric(topology: TopologySpec, num_gpus: int, placement: tuple[int, ...] | 
     the same results; its route cache is what is worth keeping: routing the data-parallel
     rings of 1024 GPUs costs more than simulating the iteration at layer granularity."""
     return Fabric.of(topology, num_gpus, placement)
+
+
+def excluded_algorithms(workload: WorkloadSpec) -> frozenset:
+    """The collective algorithms the run's NCCL may not use: NVLS under deterministic mode
+    (Megatron-LM's ``validate_args``, ``megatron/training/arguments.py``, requires
+    ``NCCL_ALGO`` to be one of Tree, Ring, CollnetDirect, CollnetChain or ``^NVLS``: whichever
+    is set, NCCL runs no NVLS)."""
+    return frozenset({CollectiveAlgorithm.NVLS}) if workload.parallel.deterministic else frozenset()
 
 
 def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = False,
@@ -131,7 +140,8 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
                                 local_gpu_of=fabric.local_gpu, granularity=granularity)
         if costs is None:
             costs = AnalyticalCostModel(workload.system.gpu, fabric, representative=not full,
-                                        simulated=None if full else frozenset(r.rank for r in program.ranks))
+                                        simulated=None if full else frozenset(r.rank for r in program.ranks),
+                                        excluded=excluded_algorithms(workload))
         slowdown = _slowdown(workload, program, slow_gpus or {}, notes)
         result = Simulation(program, costs, fabric.capacity_bytes_per_s, slowdown,
                             record_links=link_counters > 0).run()

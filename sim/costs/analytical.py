@@ -32,8 +32,10 @@ class AnalyticalCostModel:
     """
 
     def __init__(self, gpu: GPUSpec, fabric: Fabric, representative: bool = True,
-                 simulated: frozenset[int] | None = None) -> None:
+                 simulated: frozenset[int] | None = None, excluded: frozenset = frozenset()) -> None:
         self.gpu = gpu
+        self.excluded = excluded
+        """Collective algorithms NCCL may not use in this run (``plan_comm``'s ``excluded``)."""
         self.fabric = fabric
         self.representative = representative
         self.simulated = simulated if representative else None
@@ -60,7 +62,7 @@ class AnalyticalCostModel:
         plan = self._plans.get(op)
         if plan is None:
             plan = plan_comm(self.fabric, op, self.representative, keep=self.simulated,
-                             families=self._families)
+                             families=self._families, excluded=self.excluded)
             ctas = kernel_sms(self.fabric, op, plan.algorithm) if self.gpu.sm_count else 0
             if ctas:
                 plan = dataclasses.replace(plan, sm_fraction=min(ctas / self.gpu.sm_count, 1.0))

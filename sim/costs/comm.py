@@ -612,7 +612,7 @@ def _latency_settled(fabric: Fabric, plan: CommPlan, fam: Replicas) -> bool:
 
 def plan_comm(fabric: Fabric, op: CommOp, representative: bool,
               algorithm: CollectiveAlgorithm = CollectiveAlgorithm.AUTO, keep: frozenset[int] | None = None,
-              families: dict | None = None) -> CommPlan:
+              families: dict | None = None, excluded: frozenset = frozenset()) -> CommPlan:
     """The plan for ``op`` on ``fabric``.
 
     Parameters
@@ -630,6 +630,10 @@ def plan_comm(fabric: Fabric, op: CommOp, representative: bool,
     families : dict, optional
         Where to keep each replica family's :class:`Replicas` between calls (by the identity
         of the family's tuple, which the entry holds).
+    excluded : frozenset of CollectiveAlgorithm, optional
+        Algorithms ``AUTO`` may not pick, as ``NCCL_ALGO`` rules them out (Megatron-LM's
+        deterministic mode requires ``NCCL_ALGO`` to be one of Tree, Ring, CollnetDirect,
+        CollnetChain or ``^NVLS``: no NVLS).
     """
     groups = list(op.replicas) if (representative and op.replicas) else [op.group]
     own = None
@@ -640,6 +644,8 @@ def plan_comm(fabric: Fabric, op: CommOp, representative: bool,
             pass
         elif algorithm is CollectiveAlgorithm.AUTO:
             options = _candidates(fabric, op)
+            if excluded:
+                options = [a for a in options if a not in excluded] or options[:1]
             if len(options) > 1:
                 alone = {}
                 for a in options:

@@ -160,3 +160,24 @@ def test_frameworks_dated_2021_predate_gradient_accumulation_fusion():
     topo = load_topology(default_topology_name(w.system.gpu.name))
     fused = dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, gradient_accumulation_fusion=True))
     assert simulate(w, topo).result.makespan_s > simulate(fused, topo).result.makespan_s
+
+
+def test_deterministic_mode_runs_no_nvls():
+    """Megatron-LM's deterministic mode requires NCCL_ALGO to exclude NVLS: an all-reduce in an
+    H100 node that NCCL's tuner would run as NVLS runs as a ring instead."""
+    from sim.config import load_topology
+    from sim.costs.analytical import AnalyticalCostModel
+    from sim.runner import excluded_algorithms
+    from sim.topology.build import build_topology
+    from sim.topology.routing import Fabric
+    from sim.types import CollectiveAlgorithm, CollectiveKind, CommClass
+    from sim.workload.ops import CommOp
+    fabric = Fabric(build_topology(load_topology("dgx-h100"), 8))
+    op = CommOp(CollectiveKind.ALL_REDUCE, CommClass.TP, (0, 1, 2, 3), 2.0**30)
+    w, _ = _ops()
+    free = AnalyticalCostModel(get_gpu("H100"), fabric, representative=False)
+    det_w = dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, deterministic=True))
+    assert excluded_algorithms(w) == frozenset() and excluded_algorithms(det_w) == {CollectiveAlgorithm.NVLS}
+    det = AnalyticalCostModel(get_gpu("H100"), fabric, representative=False, excluded=excluded_algorithms(det_w))
+    assert free.comm_plan(op).algorithm == "nvls"
+    assert det.comm_plan(op).algorithm != "nvls"
