@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sim.config.defaults import (_attention_kernel_default, _fused_elementwise_default, _batch_sizes, _virtual_stages_default, _flash_default,
+from sim.config.defaults import (_framework_year, _attention_kernel_default, _fused_elementwise_default, _batch_sizes, _virtual_stages_default, _flash_default,
                                  _deterministic_default, _dist_opt_default, _grad_accum_fusion_default, _dp_shard_default, _launch_flag, _loss_default, _tp_overlap_cfg,
                                  _tp_overlap_default, _overlap_default, _recompute_meaning, _sp_default,
                                  _zero_default, _zero_impl_default)
@@ -225,7 +225,6 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
 
 
 _ARXIV_ID = re.compile(r"arxiv(?:\.org/abs/|:)\s*(\d{2})(\d{2})\.\d{4,5}", re.IGNORECASE)
-_YEAR = re.compile(r"\b(20\d\d)\b")
 
 
 def _dated_framework(framework: str, source: object, notes: _Notes) -> str:
@@ -238,14 +237,13 @@ def _dated_framework(framework: str, source: object, notes: _Notes) -> str:
     defaults that depend on the software's era (``sim.config.defaults``: FlashAttention,
     overlapped gradient reduction, gradient-accumulation fusion, DeepSpeed's ZeRO-3) then read
     that year. A framework text with a year, or a source with neither, is left as it is."""
-    if _YEAR.search(framework) or not isinstance(source, Mapping):
+    if _framework_year(framework) is not None or not isinstance(source, Mapping):
         return framework
     texts = [str(source.get(k) or "") for k in ("publication", "url")]
-    years = [int(y) for y in _YEAR.findall(texts[0])]
-    years += [2000 + int(m.group(1)) for t in texts for m in _ARXIV_ID.finditer(t)]
-    if not years:
+    years = [2000 + int(m.group(1)) for t in texts for m in _ARXIV_ID.finditer(t)]
+    year = _framework_year(texts[0]) or (min(years) if years else None)
+    if year is None:
         return framework
-    year = min(years)
     notes.append(f"framework: '{framework}' carries no date; taken as of its publication ({year}, "
               "source.publication / source.url), since a published run used no later software")
     return f"{framework} (as of {year})"
