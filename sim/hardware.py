@@ -225,6 +225,16 @@ _H100_FA2_FWD = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
 _H100_FA2_BWD = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
     (34, 0.137), (35, 0.163), (36, 0.185), (37, 0.211), (38, 0.25), (39, 0.272), (40, 0.301),
     (41, 0.316), (42, 0.314), (43, 0.305), (44, 0.309))))
+def _square_sweep(peak_tflops: float, *tflops: float) -> EfficiencyCurve:
+    """A curve from a square cuBLASLt sweep at m = n = k = 1024, 2048, ... 32768
+    (:data:`_SQUARE_SIZES`): each point is the measured TFLOP/s over ``peak_tflops``."""
+    return EfficiencyCurve(tuple((_cube_flops(n), t / peak_tflops) for n, t in zip(_SQUARE_SIZES, tflops, strict=True)))
+
+
+_SQUARE_SIZES = (1024, 2048, 4096, 8192, 16384, 32768)
+"""The square sizes of Azure's AI-benchmarking-guide cuBLASLt sweeps."""
+
+
 # Blackwell cuBLASLt sweeps. Each point is the published TFLOP/s over the catalogue's dense
 # peak for that GPU and format (B200 2250 BF16 / 4500 FP8; GB200 and GB300 5000 FP8; FP4 10000
 # on GB200, 15000 on GB300). Non-square rows of the Azure tables (1024x2145x1024, 6144x12288x12288,
@@ -235,50 +245,14 @@ _H100_FA2_BWD = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
 # (Azure/AI-benchmarking-guide, Azure_Results/ND_GB200_v6_results.md @2a370be), square m=n=k:
 # FP8 1024 489.2, 2048 2243.6, 4096 2834.6, 8192 2876.6, 16384 2906.9, 32768 2825.6 TFLOP/s;
 # FP4 1024 287.2, 2048 1677.7, 4096 5177.3, 8192 7535.6, 16384 7627.6, 32768 7487.2 TFLOP/s.
-_GB200_FP8_GEMM = EfficiencyCurve(
-    (
-        (_cube_flops(1024), 489.2 / 5000),
-        (_cube_flops(2048), 2243.6 / 5000),
-        (_cube_flops(4096), 2834.6 / 5000),
-        (_cube_flops(8192), 2876.6 / 5000),
-        (_cube_flops(16384), 2906.9 / 5000),
-        (_cube_flops(32768), 2825.6 / 5000),
-    )
-)
-_GB200_FP4_GEMM = EfficiencyCurve(
-    (
-        (_cube_flops(1024), 287.2 / 10000),
-        (_cube_flops(2048), 1677.7 / 10000),
-        (_cube_flops(4096), 5177.3 / 10000),
-        (_cube_flops(8192), 7535.6 / 10000),
-        (_cube_flops(16384), 7627.6 / 10000),
-        (_cube_flops(32768), 7487.2 / 10000),
-    )
-)
+_GB200_FP8_GEMM = _square_sweep(5000, 489.2, 2243.6, 2834.6, 2876.6, 2906.9, 2825.6)
+_GB200_FP4_GEMM = _square_sweep(10000, 287.2, 1677.7, 5177.3, 7535.6, 7627.6, 7487.2)
 # GB300, Azure ND GB300 v6, the same benchmark on CUDA 13.0 (Azure_Results/ND_GB300_v6_results.md
 # in the fork egmsft/AI-benchmarking-guide @18e80a2; not in Azure's own stored history):
 # FP8 1024 553.5, 2048 2288.9, 4096 3257.0, 8192 3286.3, 16384 3308.5, 32768 3271.3 TFLOP/s;
 # FP4 1024 316.4, 2048 1678.0, 4096 5417.0, 8192 8155.9, 16384 8640.3, 32768 8555.1 TFLOP/s.
-_GB300_FP8_GEMM = EfficiencyCurve(
-    (
-        (_cube_flops(1024), 553.5 / 5000),
-        (_cube_flops(2048), 2288.9 / 5000),
-        (_cube_flops(4096), 3257.0 / 5000),
-        (_cube_flops(8192), 3286.3 / 5000),
-        (_cube_flops(16384), 3308.5 / 5000),
-        (_cube_flops(32768), 3271.3 / 5000),
-    )
-)
-_GB300_FP4_GEMM = EfficiencyCurve(
-    (
-        (_cube_flops(1024), 316.4 / 15000),
-        (_cube_flops(2048), 1678.0 / 15000),
-        (_cube_flops(4096), 5417.0 / 15000),
-        (_cube_flops(8192), 8155.9 / 15000),
-        (_cube_flops(16384), 8640.3 / 15000),
-        (_cube_flops(32768), 8555.1 / 15000),
-    )
-)
+_GB300_FP8_GEMM = _square_sweep(5000, 553.5, 2288.9, 3257.0, 3286.3, 3308.5, 3271.3)
+_GB300_FP4_GEMM = _square_sweep(15000, 316.4, 1678.0, 5417.0, 8155.9, 8640.3, 8555.1)
 # B200 (a production part), cuBLASLt with the best of 8 heuristic algorithms, m=n=8192 and a
 # k sweep, median of triton.testing.do_bench over 10k iterations after 10k warm-up, CUDA/cuBLAS
 # 13.0 (tmoreau89/triton, python/triton_cublas_bench/prod_benchmark_results2/fp16_results.csv
