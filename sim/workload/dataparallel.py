@@ -138,8 +138,10 @@ class DataParallelMixin:
     def ds_gather(self, tensors: tuple[float, ...], args: tuple, keep_last: bool = False) -> None:
         """DeepSpeed 0.3's fetch of a layer's modules: one all-gather per gathered tensor, each
         after everything before it on the device (its ``torch.cuda.synchronize()``), the next
-        compute after all of them; ``keep_last``: the last tensor is still gathered (a
-        recomputed forward's last module, kept for the backward that follows at once)."""
+        compute after all of them, each carrying the hooks' host time
+        (:data:`~sim.workload.deepspeed_zero3.FETCH_HOST_S`) on top of its per-rank issue cost;
+        ``keep_last``: the last tensor is still gathered (a recomputed forward's last module,
+        kept for the backward that follows at once)."""
         shard, _ = self.dp_group_of(DPScope.SHARD)
         big = ds3.gathered(tensors)
         if len(shard) == 1 or not big:
@@ -149,7 +151,8 @@ class DataParallelMixin:
         gpu = self.w.system.gpu
         for numel in big:
             size = numel * PARAM_GATHER_BYTES
-            op = self.dp_op(CollectiveKind.ALL_GATHER, size, issue_s=ds3.gather_issue_s(len(shard), size, gpu))
+            op = self.dp_op(CollectiveKind.ALL_GATHER, size,
+                            issue_s=ds3.gather_issue_s(len(shard), size, gpu) + ds3.FETCH_HOST_S)
             deps = ([self.last_c] if self.last_c >= 0 else []) + self.ds_waits
             t = self.collective(Stream.DP_GATHER, "ncclAllGather ds-param", op, args, deps)
             self.ds_waits = []

@@ -33,6 +33,11 @@ as released in v0.3.x (March-June 2021; ``deepspeed/runtime/zero/stage3.py`` and
   module's backward kernels, already queued, still run: it is taken as hidden. The step's
   persistent gather unpacks every persistent parameter rank by rank in Python
   (``_allgather_params``: ``narrow``, ``view``, ``narrow``, ``copy_`` per parameter and rank).
+* **Host time exposed.** Those synchronizations (and the release's
+  ``torch.ones(1).half().to(param.device)``, which synchronizes the stream) leave the device
+  idle while the hooks' Python runs, so each gathered tensor adds :data:`FETCH_HOST_S`, a
+  figure calibrated on an external single-node measurement (DeepSpeed issue #1174 and PR
+  #1188), not on the validation cases.
 * **fp16 gradients.** ``deepspeed.zero.Init`` "converts floating point tensors to half
   precision" and ``_reduce_scatter_gradient`` reduces ``param.grad`` in the parameter's dtype:
   2 bytes per element (:data:`GRAD_BYTES`), not the fp32 of Megatron-LM's reduction.
@@ -56,7 +61,7 @@ from sim.hardware import GPUSpec
 from sim.workload.spec import ModelSpec
 
 __all__ = ["PERSISTENCE_THRESHOLD_NUMEL", "GRAD_BYTES", "PY_TENSOR_OP_S", "UNPACK_OPS_PER_RANK",
-           "layer_tensors", "gathered", "persistent", "gather_issue_s", "reduce_issue_s", "persistent_issue_s"]
+           "FETCH_HOST_S", "layer_tensors", "gathered", "persistent", "gather_issue_s", "reduce_issue_s", "persistent_issue_s"]
 
 PERSISTENCE_THRESHOLD_NUMEL = 100_000
 """Parameters with fewer elements stay gathered (DeepSpeed v0.3 ``stage3.py``,
@@ -74,6 +79,33 @@ is Python's (N. Gimelshein, pytorch/pytorch issue #41383, 2020, for PyTorch of t
 UNPACK_OPS_PER_RANK = 4
 """Python tensor ops per persistent parameter and rank when ``_allgather_params`` copies the
 gathered buffer into the parameters: ``narrow``, ``view``, ``narrow``, ``copy_``."""
+
+FETCH_HOST_S = 1.2e-3
+"""Host time of fetching one gathered parameter that the device waits out, beyond what
+:func:`gather_issue_s` and NCCL's transfer price: DeepSpeed 0.3's module hooks in Python
+(``pre_sub_module_forward_function``: ``fetch_sub_module``, ``prefetch_next_sub_modules``,
+their eagerly formatted ``print_rank_0`` f-strings; the ``Pre/PostBackwardFunction`` applies),
+``_allgather_param``'s allocation, ``torch.cuda.synchronize()``, PyTorch's tensor-list
+``all_gather`` launch, ``_synchronize_communication``'s ``handle.wait()``,
+``comm_stream.synchronize()`` and ``torch.cuda.synchronize()``, and the release
+(``_partition_param``: ``param.data = torch.ones(1).half().to(param.device)``, a pageable
+host-to-device copy that synchronizes the stream). Each of those synchronizations drains the
+device, so this host work is not hidden behind queued kernels as it would be in eager PyTorch.
+
+**Calibrated on an external measurement, not derived bottom-up**: bing_bert with 5.1B
+parameters (64 layers, hidden 2,560) on one 8 x A100 p4d.24xlarge with DeepSpeed 0.3.16 ran
+its forward in ~480 ms under ZeRO-3 against ~60 ms under ZeRO-2 (deepspeedai/DeepSpeed issue
+#1174, 2021-06-19; ~470 ms in PR #1188, 2021-06-25, which gives the model's shape). Of those
+~415 ms, llmsim without this term prices ~93 ms (the 261 gathers' NCCL transfers, zeroing,
+copies and per-rank ops); the remaining ~322 ms over 261 gathered tensors is 1.24 ms each
+(``PYTHONPATH=. python benchmarks/bench_deepspeed_zero3.py`` prints the derivation;
+``benchmarks/deepspeed_zero3/bert5b_ds1174.yaml`` is the setup). The count takes four gathered
+weights a layer, the DeepSpeed transformer kernel's (``attn_qkvw``, ``attn_ow``, ``inter_w``,
+``output_w``), which the issue's ``--attention_dropout_checkpoint --gelu_checkpoint`` flags
+imply; bing_bert's own layers (separate query, key and value) would give six and 0.8 ms. The
+validation cases played no part. The same measurement's backward (~900 ms) is not used: with
+this term llmsim gives ~0.6 s for it, so the gradient reduction's host time (the grad hooks'
+bucket copies, the per-parameter reduce-scatters and gradient partitioning) is not priced."""
 
 
 def layer_tensors(model: ModelSpec, layer: int, tp: int) -> tuple[float, ...]:

@@ -158,6 +158,38 @@ def test_the_issue_cost_is_per_rank_and_lands_in_the_collective_latency():
     assert [f.size_bytes for f in b.phases[0].flows] == [f.size_bytes for f in a.phases[0].flows]
 
 
+def test_each_parameter_gather_carries_the_fetch_host_time_and_nothing_else_does():
+    """The module hooks' host time is charged once per gathered tensor, on top of the per-rank
+    issue cost; the reduce-scatters and the step's persistent gather do not carry it."""
+    w = _ds(make_workload(layers=2, dp=16, gbs=16, zero=3, recompute=RecomputeKind.FULL))
+    prog = build_program(w)
+    gpu = w.system.gpu
+    gathers = _dp_tasks(prog, 0, "ncclAllGather ds-param")
+    assert gathers
+    for t in gathers:
+        bare = ds3.gather_issue_s(16, t.op.size_bytes, gpu)
+        assert t.op.issue_s == pytest.approx(bare + ds3.FETCH_HOST_S)
+    for t in _dp_tasks(prog, 0, "ncclReduceScatter ds-grads"):
+        assert t.op.issue_s == pytest.approx(ds3.reduce_issue_s(16, t.op.size_bytes, gpu))
+    persist = _dp_tasks(prog, 0, "ncclAllGather ds-persistent-params")[0]
+    count = 2 * len(ds3.persistent(ds3.layer_tensors(w.model, 0, 1))) + 2  # and the final norm's two
+    assert persist.op.issue_s == pytest.approx(ds3.persistent_issue_s(16, count, persist.op.size_bytes, gpu))
+
+
+@pytest.mark.parametrize("recompute", [RecomputeKind.FULL, RecomputeKind.NONE])
+def test_the_fetch_host_time_is_exposed_once_per_gather(monkeypatch, recompute):
+    """The gathers are blocking, so each one's host time lengthens the iteration by itself:
+    the makespan grows by exactly (number of gathers) x the added time; FSDP does not move."""
+    def run(impl, host_s):
+        monkeypatch.setattr(ds3, "FETCH_HOST_S", host_s)
+        w = _ds(make_workload(layers=2, dp=16, gbs=16, zero=3, recompute=recompute), impl)
+        return simulate(w, DGX).result.makespan_s, len(_dp_tasks(build_program(w), 0, "ncclAllGather ds-param"))
+    (base, n), (more, n2) = run(ZeroImpl.DEEPSPEED_0_3, 0.0), run(ZeroImpl.DEEPSPEED_0_3, 1e-3)
+    assert n == n2 > 0
+    assert more - base == pytest.approx(n * 1e-3, rel=1e-6)
+    assert run(ZeroImpl.FSDP, 0.0)[0] == run(ZeroImpl.FSDP, 1e-3)[0]
+
+
 def test_per_parameter_blocking_collectives_cost_time_growing_with_the_group():
     """The same per-GPU work over more ranks: FSDP's overlapped gathers stay hidden, DeepSpeed
     0.3's serialized per-parameter collectives add time that grows with the group."""
