@@ -341,6 +341,46 @@ def _grad_accum_fusion_default(f: _Fields, framework: str, notes: _Notes) -> boo
     return True
 
 
+def _async_tp_allreduce_default(f: _Fields, framework: str, notes: _Notes) -> bool:
+    """The asynchronous input-gradient all-reduce of column-parallel layers
+    (:attr:`~sim.workload.spec.ParallelSpec.async_tp_grad_allreduce`): the case's value, else
+    off when its settings list ``--no-async-tensor-model-parallel-allreduce``, else on, except
+    for a framework dated 2021 or earlier: Megatron-LM's ``ColumnParallelLinearWithAsyncAllreduce``
+    came in autumn 2021 (NVIDIA/apex PR #1183, "ColumnParallelLinearWithAsyncAllreduce autocast
+    support", ports it; the next apex PR, #1203, is dated 2021-10-26), after the 2021 releases
+    whose ``ColumnParallelLinear`` all-reduced the input gradient synchronously in
+    ``_CopyToModelParallelRegion.backward``."""
+    value = f.flag("async_tp_grad_allreduce")
+    if value is not None:
+        return value
+    flag = _framework_has(f, framework, "--no-async-tensor-model-parallel-allreduce")
+    if flag:
+        return notes.fill("parallel.async_tp_grad_allreduce", False, f"the case lists {flag}")
+    year = _framework_year(framework)
+    if year is not None and year <= 2021:
+        return notes.fill("parallel.async_tp_grad_allreduce", False,
+                          f"framework '{framework}' predates Megatron-LM's asynchronous TP all-reduce "
+                          "(ColumnParallelLinearWithAsyncAllreduce, autumn 2021, NVIDIA/apex #1183): the "
+                          "input gradient is all-reduced after the weight gradient, blocking")
+    return True
+
+
+def _unfused_bias_default(f: _Fields, framework: str, notes: _Notes) -> bool:
+    """Megatron-LM's pre-Transformer-Engine linear layers with their separate bias kernels
+    (:attr:`~sim.workload.spec.ParallelSpec.unfused_linear_bias`): the case's value, else on
+    for a framework dated 2022 or earlier (Megatron-LM's ``megatron/mpu`` linears; Megatron-Core
+    runs Transformer Engine's from 2023), else off."""
+    value = f.flag("unfused_linear_bias")
+    if value is not None:
+        return value
+    year = _framework_year(framework)
+    if year is not None and year <= 2022:
+        return notes.fill("parallel.unfused_linear_bias", True,
+                          f"framework '{framework}': Megatron-LM's own linear layers, whose biases are "
+                          "added and reduced by separate PyTorch kernels (before Transformer Engine)")
+    return False
+
+
 def _deterministic_default(f: _Fields, framework: str, notes: _Notes) -> bool:
     """Megatron-LM's deterministic mode: the case's ``deterministic``, else on when its
     settings or framework name ``--deterministic-mode`` (or "deterministic mode"), else off."""

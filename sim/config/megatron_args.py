@@ -448,6 +448,10 @@ class _Mapper:
             p["gradient_accumulation_fusion"] = get("parallel.gradient_accumulation_fusion")
         if get("parallel.deterministic") is not None:
             p["deterministic"] = get("parallel.deterministic")
+        if get("transformer_impl") == "local" and not get("disable_bias_linear"):
+            p["unfused_linear_bias"] = True
+            self.note("--transformer-impl local -> parallel.unfused_linear_bias true: Megatron-Core's own "
+                      "linear layers add and reduce their biases in separate kernels")
         p.update(self._attention())
         if get("tp_pp_dp_mapping"):
             p["placement"] = "tp-cp-pp-dp"

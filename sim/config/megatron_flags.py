@@ -186,6 +186,11 @@ MEGATRON_FLAGS: dict[str, _Flag] = {
     "--ddp-bucket-size": _Flag("parallel.grad_bucket_size_params", _integer()),
     "--no-gradient-accumulation-fusion": _Flag("parallel.gradient_accumulation_fusion", _switch(False)),
     "--deterministic-mode": _Flag("parallel.deterministic", _switch()),
+    # Megatron-Core's own linear layers (``--transformer-impl local``) add and reduce their
+    # biases in separate kernels, as Megatron-LM's did before Transformer Engine
+    # (ParallelSpec.unfused_linear_bias); --disable-bias-linear leaves no bias to add
+    "--transformer-impl": _Flag("transformer_impl", _choice("local", "transformer_engine", "inference_optimized")),
+    "--disable-bias-linear": _Flag("disable_bias_linear", _switch()),
     "--use-torch-fsdp2": _Flag("torch_fsdp2", _switch()),
     "--torch-fsdp2-no-reshard-after-forward": _Flag("fsdp2_no_reshard", _switch()),
     "--use-megatron-fsdp": _Flag("megatron_fsdp", _switch()),
@@ -339,7 +344,7 @@ NOT_MODELLED_FLAGS = frozenset({
     "--moe-enable-deepep", "--moe-deepep-num-sms", "--moe-pad-expert-input-to-capacity",
     "--moe-router-padding-for-fp8", "--moe-router-num-groups", "--moe-router-group-topk",
     "--moe-router-force-load-balancing", "--moe-layer-recompute", "--moe-apply-probs-on-input",
-    "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "--disable-bias-linear", "--add-qkv-bias",
+    "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "--add-qkv-bias",
     "--qk-layernorm", "--qk-l2-norm", "--use-precision-aware-optimizer", "--main-grads-dtype",
     "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype", "--optimizer", "--optimizer-cpu-offload",
     "--optimizer-offload-fraction", "--overlap-cpu-optimizer-d2h-h2d", "--mtp-num-layers", "--window-size",
@@ -351,7 +356,7 @@ NOT_MODELLED_FLAGS = frozenset({
     "--tp-comm-bootstrap-backend", "--use-nccl-ub", "--disable-symmetric-registration", "--use-sharp",
     "--sharp-enabled-group", "--fsdp-double-buffer", "--suggested-communication-unit-size",
     "--keep-fp8-transpose-cache", "--enable-full-sharding-in-hsdp", "--empty-unused-memory-level",
-    "--transformer-impl", "--use-legacy-models", "--manual-gc", "--manual-gc-interval",
+    "--use-legacy-models", "--manual-gc", "--manual-gc-interval",
     "--no-manual-gc-eval", "--rampup-batch-size", "--decrease-batch-size-if-needed", "--attention-dropout",
     "--hidden-dropout", "--vocab-extra-ids", "--nccl-communicator-config-path", "--high-priority-stream-groups",
     "--pipeline-model-parallel-comm-backend", "--use-ring-exchange-p2p", "--no-scatter-gather-tensors-in-pipeline",

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sim.config.defaults import (_framework_year, _attention_kernel_default, _fused_elementwise_default, _batch_sizes, _virtual_stages_default, _flash_default,
-                                 _deterministic_default, _dist_opt_default, _grad_accum_fusion_default, _dp_shard_default, _launch_flag, _loss_default, _tp_overlap_cfg,
+                                 _deterministic_default, _dist_opt_default, _grad_accum_fusion_default, _async_tp_allreduce_default, _unfused_bias_default, _dp_shard_default, _launch_flag, _loss_default, _tp_overlap_cfg,
                                  _tp_overlap_default, _overlap_default, _recompute_meaning, _sp_default,
                                  _zero_default, _zero_impl_default)
 from sim.config.fields import (_apply_overrides, _Fields, _is_number, _located, _Notes, _presets,
@@ -47,7 +47,7 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce",
                   "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details", "zero_impl",
-                  "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "deterministic",
+                  "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "deterministic", "async_tp_grad_allreduce", "unfused_linear_bias",
                   "cp_comm_type", "hierarchical_context_parallel_sizes")
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node",
                 "description")
@@ -446,6 +446,8 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
     dp_shard = _dp_shard_default(f, dp, cp, max(zero, int(dist_opt)), framework, notes)
     grad_fusion = _grad_accum_fusion_default(f, framework, notes)
     deterministic = _deterministic_default(f, framework, notes)
+    async_ar = _async_tp_allreduce_default(f, framework, notes)
+    bias_kernels = _unfused_bias_default(f, framework, notes)
     zero_impl = _zero_impl_default(f, zero, framework, notes)
     with _located(f.path):
         return ParallelSpec(
@@ -457,6 +459,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
             flash_attention=flash, attention_kernel=kernel, tp_comm_overlap=tp_overlap,
             tp_comm_overlap_cfg=tp_overlap_cfg, cross_entropy=loss, fused_elementwise=fused,
             gradient_accumulation_fusion=grad_fusion, deterministic=deterministic,
+            async_tp_grad_allreduce=async_ar, unfused_linear_bias=bias_kernels,
             placement=placement,
             cp_comm_type=cp_comm,
             hierarchical_context_parallel_sizes=cp_levels,

@@ -308,17 +308,48 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
                      _eager.repeat_kv_forward(T, q_w, kv_w)) if eager and not model.is_mla else []
     rope_b = kernels(OpKind.ELEMENTWISE, _eager.repeat_kv_backward(T, q_w, kv_w) +
                      _eager.rope_backward(T, q_w, kv_w)) if eager and not model.is_mla else []
-    fwd = [*norm_f("norm1"), *gather("qkv-in", gemm="qkv_fprop"), *proj_in, *rope_f, *attn_fwd,
+    # Megatron-LM's own QKV linear adds its bias after the GEMM (``output = output + bias``)
+    qkv_bias = [c("qkv-bias", mem(OpKind.ELEMENTWISE, 2 * T * qkv_n * e))] \
+        if parallel.unfused_linear_bias and not model.is_mla else []
+    fwd = [*norm_f("norm1"), *gather("qkv-in", gemm="qkv_fprop"), *proj_in, *qkv_bias, *rope_f, *attn_fwd,
            c("proj", fwd_g(h, o_in)), *reduce("proj-out", gemm="proj_fprop"), c("dropout-add", dropout_add),
            *norm_f("norm2"), *gather("fc1-in", gemm="fc1_fprop"), c("fc1", fwd_g(f * branches // t, h)),
            *act_f,
            c("fc2", fwd_g(h, f // t)), *reduce("fc2-out", gemm="fc2_fprop"), c("dropout-add", dropout_add)]
-    bwd = [c("dropout-add-bwd", dropout_add), *gather("fc2-grad", gemm="fc2_dgrad"),
+    # the residual stream: each layer input and each post-attention sum feeds a norm and the
+    # next residual add, so autograd sums its two gradients once the norm's backward has run
+    # (torch/csrc/autograd/input_buffer.cpp, InputBuffer::add: ``old_var + var``, or ``add_``
+    # in place): read two, write one, on the tokens the norm sees
+    resid_b = [c("residual-grad-add", mem(OpKind.ELEMENTWISE, 3 * Tn * h * e))]
+
+    def bias_grad(name: str, tokens: int, width: int) -> list[Step]:
+        """The sum over the tokens of a linear layer's output gradient, its bias gradient,
+        where Megatron-LM's own linear layers leave it to a kernel of its own
+        (:attr:`ParallelSpec.unfused_linear_bias`): reads the gradient once."""
+        return [c(f"{name}-bias-grad", mem(OpKind.ELEMENTWISE, tokens * width * e))] \
+            if parallel.unfused_linear_bias else []
+
+    def dgrad_reduce_wgrad(name: str, dgrad: GemmOp, wgrad: GemmOp, gemm: str,
+                           bias: list[Step] = ()) -> list[Step]:
+        """A column-parallel layer's input gradient, its TP reduction and its weight
+        gradient: the reduction beside the wgrad GEMM (Megatron-LM's asynchronous all-reduce,
+        or sequence parallelism's reduce-scatter), or, before the asynchronous all-reduce
+        (:attr:`ParallelSpec.async_tp_grad_allreduce` off, no sequence parallelism), after both
+        GEMMs, waited for by the next op."""
+        if sp or parallel.async_tp_grad_allreduce:
+            # Megatron's backward sums the bias gradient after the wgrad GEMM, beside the reduction
+            return [c(f"{name}-dgrad", dgrad), *reduce(f"{name}-grad", wait=1 + len(bias), gemm=gemm),
+                    c(f"{name}-wgrad", wgrad), *bias]
+        # F.linear's ``output += bias``: its backward (the bias sum) runs before the GEMMs'
+        return [*bias, c(f"{name}-dgrad", dgrad), c(f"{name}-wgrad", wgrad), *reduce(f"{name}-grad")]
+
+    bwd = [c("dropout-add-bwd", dropout_add), *bias_grad("fc2", Tn, h), *gather("fc2-grad", gemm="fc2_dgrad"),
            c("fc2-dgrad", dgrad_g(f // t, h)), c("fc2-wgrad", wgrad_g(f // t, h)),
-           *act_b,
-           *gather("fc1-in", wait=1, gemm="fc1_dgrad"), c("fc1-dgrad", dgrad_g(h, f * branches // t)),
-           *reduce("fc1-grad", wait=1, gemm="fc1_wgrad"), c("fc1-wgrad", wgrad_g(h, f * branches // t)),
-           *norm_b("norm2-bwd"), c("dropout-add-bwd", dropout_add), *gather("proj-grad", gemm="proj_dgrad"),
+           *act_b, *bias_grad("fc1", T, f * branches // t),
+           *gather("fc1-in", wait=1, gemm="fc1_dgrad"),
+           *dgrad_reduce_wgrad("fc1", dgrad_g(h, f * branches // t), wgrad_g(h, f * branches // t), "fc1_wgrad"),
+           *norm_b("norm2-bwd"), *resid_b, c("dropout-add-bwd", dropout_add), *bias_grad("proj", Tn, h),
+           *gather("proj-grad", gemm="proj_dgrad"),
            c("proj-dgrad", dgrad_g(o_in, h)), c("proj-wgrad", wgrad_g(o_in, h))]
     attention_bwd_index = len(bwd)
     if model.is_mla:
@@ -326,11 +357,12 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
         # input gradient (the down-projections' dgrads summed) is reduced before norm1's backward
         first_wgrad = next(i for i, st in enumerate(proj_in_bwd) if st.name.endswith("-down-wgrad"))
         bwd += [*attn_bwd, *gather("qkv-in", wait=first_wgrad, gemm="qkv_dgrad"), *proj_in_bwd[:-1],
-                *reduce("qkv-grad", wait=1, gemm="qkv_wgrad"), proj_in_bwd[-1], *norm_b("norm1-bwd")]
+                *reduce("qkv-grad", wait=1, gemm="qkv_wgrad"), proj_in_bwd[-1], *norm_b("norm1-bwd"), *resid_b]
     else:
-        bwd += [*attn_bwd, *rope_b, *gather("qkv-in", wait=1, gemm="qkv_dgrad"), c("qkv-dgrad", dgrad_g(h, qkv_n)),
-                *reduce("qkv-grad", wait=1, gemm="qkv_wgrad"), c("qkv-wgrad", wgrad_g(h, qkv_n)),
-                *norm_b("norm1-bwd")]
+        bwd += [*attn_bwd, *rope_b, *gather("qkv-in", wait=1, gemm="qkv_dgrad"),
+                *dgrad_reduce_wgrad("qkv", dgrad_g(h, qkv_n), wgrad_g(h, qkv_n), "qkv_wgrad",
+                                    bias_grad("qkv", T, qkv_n)),
+                *norm_b("norm1-bwd"), *resid_b]
 
     emb_bytes = mem(OpKind.EMBEDDING, 2 * T * h * e)
     embedding_fwd = (c("embedding", emb_bytes), *reduce("embedding-out"))
@@ -374,7 +406,7 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
             tuple(tp_group[0] + i for i in range(parallel.expert_tp)) if folded else tp_group
         etp_r = etp_replicas if etp_replicas is not None else () if folded else replicas
         mlp_fwd, mlp_bwd = _moe_mlp(model, parallel, dtype, T, e, etp_g, etp_r, ep_group, ep_replicas,
-                                    fwd_g, dgrad_g, wgrad_g, c, mem, norm_f("norm2"), norm_b("norm2-bwd"),
+                                    fwd_g, dgrad_g, wgrad_g, c, mem, norm_f("norm2"), norm_b("norm2-bwd") + resid_b,
                                     dropout_add, gather, reduce)
         moe_fwd = fwd[:mlp_at] + mlp_fwd
         bwd_at = next(i for i, st in enumerate(bwd) if st.name == "dropout-add-bwd" and i > 0)
@@ -539,8 +571,18 @@ def _unfused_attention(batch: int, s: int, hd: int, e: float) -> tuple[list[Step
     score GEMM, the fused scale-mask-softmax, dropout (1-byte mask), a batched value GEMM; the
     backward runs two GEMMs for each forward one and the softmax and dropout gradients, all on
     the full ``s x s`` scores of each head (Korthikanti et al. 2022, Sec. 4.1, the ``5as/h``
-    activation term)."""
+    activation term).
+
+    Around the kernels, PyTorch runs the copies and scalings of that code: the forward's
+    ``context_layer.permute(2, 0, 1, 3).contiguous()`` (and the same permute of its gradient
+    backward); the backward of ``torch.baddbmm(..., alpha=1/norm_factor)``, which scales each
+    of the query and key gradients by ``alpha`` in a kernel of its own (PyTorch
+    ``tools/autograd/derivatives.yaml``: ``batch1: maybe_multiply(grad.bmm(...), alpha)``);
+    and the backward of ``split_tensor_along_last_dim`` (``torch.split`` of the fused QKV
+    output), which concatenates the query, key and value gradients (``torch.cat``). Each reads
+    and writes its tensor once."""
     scores = batch * s * s
+    head_out = batch * s * hd  # one of q, k, v or the context, in elements
 
     def bmm(name: str, m: int, n: int, k: int) -> Step:
         return Step(None, name, GemmOp(m, n, k, ACT_DTYPE, batch, OpKind.ATTENTION))
@@ -548,9 +590,13 @@ def _unfused_attention(batch: int, s: int, hd: int, e: float) -> tuple[list[Step
     def pointwise(name: str, nbytes: float) -> Step:
         return Step(None, name, MemoryOp(OpKind.ATTENTION, float(nbytes)))
 
+    copy = 2 * e * head_out
     fwd = [bmm("attn-scores", s, s, hd), pointwise("softmax", scores * 2 * e),
-           pointwise("attn-dropout", scores * (2 * e + 1)), bmm("attn-values", s, hd, s)]
-    bwd = [bmm("attn-values-dgrad", s, s, hd), bmm("attn-values-wgrad", s, hd, s),
+           pointwise("attn-dropout", scores * (2 * e + 1)), bmm("attn-values", s, hd, s),
+           pointwise("context-permute", copy)]
+    bwd = [pointwise("context-permute-bwd", copy),
+           bmm("attn-values-dgrad", s, s, hd), bmm("attn-values-wgrad", s, hd, s),
            pointwise("attn-dropout-bwd", scores * (2 * e + 1)), pointwise("softmax-bwd", scores * 3 * e),
-           bmm("attn-scores-dgrad", s, hd, s), bmm("attn-scores-wgrad", s, hd, s)]
+           bmm("attn-scores-dgrad", s, hd, s), bmm("attn-scores-wgrad", s, hd, s),
+           pointwise("q-scale-bwd", copy), pointwise("k-scale-bwd", copy), pointwise("qkv-split-bwd", 3 * copy)]
     return fwd, bwd

@@ -342,6 +342,27 @@ class ParallelSpec:
     (``param.main_grad.add_(param.grad.data)``, ``megatron/core/distributed/
     distributed_data_parallel.py``): one more bandwidth-bound pass per weight per micro-batch
     (:func:`sim.workload.layers.layer_ops`)."""
+    async_tp_grad_allreduce: bool = True
+    """Whether a column-parallel layer's input-gradient all-reduce (TP without sequence
+    parallelism) runs beside its weight-gradient GEMM: Megatron-LM's
+    ``ColumnParallelLinearWithAsyncAllreduce`` (autumn 2021; NVIDIA/apex PR #1183 ports it,
+    ``--no-async-tensor-model-parallel-allreduce`` turns it off) issues the all-reduce with
+    ``async_op=True`` between the dgrad and wgrad GEMMs. Before it, ``ColumnParallelLinear``
+    ran ``F.linear`` on ``copy_to_tensor_model_parallel_region(input_)``, whose backward
+    all-reduces the input gradient synchronously after the linear's backward has computed both
+    gradients (``megatron/mpu/mappings.py`` ``_CopyToModelParallelRegion``), so the next
+    compute op waits for the whole all-reduce."""
+    unfused_linear_bias: bool = False
+    """Megatron-LM's own tensor-parallel linear layers (``megatron/mpu/layers.py``, before
+    Transformer Engine, whose GEMMs fuse the bias into their epilogue): GPT's linear biases are
+    added and their gradients summed by PyTorch kernels of their own. The QKV projection's
+    forward adds its bias after the GEMM (``output = output + bias``) and its backward sums the
+    output gradient over the tokens (``grad_output.sum(dim=0)``); the first MLP projection's
+    bias goes through the fused bias-GeLU, whose backward returns the full-size gradient for
+    the bias (``GeLUFunction.backward``: ``return tmp, tmp``, ``megatron/model/fused_bias_gelu.py``)
+    that autograd then sums; the two row-parallel biases are expanded into the
+    bias-dropout-add (``attention_bias.expand_as(residual)``, ``megatron/model/transformer.py``),
+    whose backward sums the gradient over the tokens. Each sum reads the gradient once."""
     deterministic: bool = False
     """Megatron-LM ``--deterministic-mode``. ``validate_args`` then calls
     ``torch.use_deterministic_algorithms(True)`` (``megatron/training/arguments.py``), under
