@@ -5,13 +5,17 @@ joins cached pieces of text, and formats the args of comm spans together;
 ``sim.trace._events_plain`` formats one span at a time, as the writer always did. Both are run
 on whole simulations and on hand-made spans that hit each corner (ties sorted by name, times
 half a nanosecond off, every kind of args value, repeated keys, arrows with one end); the
-gzip writer that compresses on a second thread is compared with compressing the whole text.
+gzip writer that compresses on a second thread is compared with compressing the whole text, and
+the writer that has a forked process format the later streams with the one that formats them all
+(also when the child fails, cannot be forked, or is given up early).
 """
 
 from __future__ import annotations
 
 import gzip
 import io
+import os
+import threading
 
 import numpy as np
 import pytest
@@ -132,3 +136,134 @@ def test_failed_gzip_write_leaves_no_file(tmp_path):
     with pytest.raises(ValueError, match="not finite"):
         trace.write_chrome_trace(r, path)
     assert not path.exists()
+
+
+# -- the forked writer: a child process formats the later streams -------------------------------
+
+needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
+
+
+def _one_shot_gzip(data: bytes) -> bytes:
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=3) as gz:
+        gz.write(data)
+    return buf.getvalue()
+
+
+def _serial_bytes(result: SimResult, gz: bool) -> bytes:
+    text = trace._trace_text(result, "t", {"k": 1}).encode("utf-8")
+    return _one_shot_gzip(text) if gz else text
+
+
+def _idle_two_cpus(m) -> None:
+    """Make the machine look like one with a CPU free for the child, whatever runs beside."""
+    m.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    m.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+
+
+def _written(result: SimResult, path, monkeypatch, share: float) -> bytes:
+    with monkeypatch.context() as m:
+        m.setattr(trace, "_FORK_MIN_SPANS", 0)
+        _idle_two_cpus(m)
+        # earlier tests may leave idle threads behind (tqdm's monitor, Dask's offload thread),
+        # which would rightly keep a real run from forking; the child here only formats
+        m.setattr(threading, "active_count", lambda: 1)
+        m.setattr(trace, "_PARENT_SHARE", share)
+        m.setattr(trace, "_trace_parts", lambda *a: pytest.fail("the forked writer did not fork"))
+        trace.write_chrome_trace(result, path, title="t", metadata={"k": 1})
+    return path.read_bytes()
+
+
+@needs_fork
+@pytest.mark.parametrize("share", [0.0, 0.3, 0.7, 1.0])  # 0: the child formats every stream; 1: nothing
+@pytest.mark.parametrize("name", ["t.json.gz", "t.json"])
+def test_forked_writer_gives_the_serial_bytes(share, name, tmp_path, monkeypatch):
+    w, notes = load_workload_with_notes("tiny", ["parallel.pp=4", "parallel.dp=1"], None)
+    r = simulate(w, load_topology("dgx-a100"), notes=notes, link_counters=2).result
+    for result in (r, _corners()):
+        assert _written(result, tmp_path / name, monkeypatch, share) == _serial_bytes(result, name.endswith(".gz"))
+
+
+@needs_fork
+def test_forked_writer_finishes_what_a_failed_child_did_not_send(tmp_path, monkeypatch):
+    r = _corners()
+    parent, group = os.getpid(), trace._Bulk.group
+
+    def fails_in_the_child(self, g):
+        if os.getpid() != parent and g == len(self.groups) - 1:
+            raise RuntimeError("the child fails at its last stream")
+        return group(self, g)
+
+    monkeypatch.setattr(trace._Bulk, "group", fails_in_the_child)
+    assert _written(r, tmp_path / "t.json.gz", monkeypatch, 0.3) == _serial_bytes(r, True)
+
+
+@needs_fork
+def test_forked_writer_raises_what_the_child_raised(tmp_path, monkeypatch):
+    r = _corners()
+    r.counters.append(CounterSample(0, 1e-6, "memory", float("nan")))  # formatted by the child
+    with pytest.raises(ValueError, match="not finite"):
+        _written(r, tmp_path / "t.json.gz", monkeypatch, 0.3)
+    assert not (tmp_path / "t.json.gz").exists()
+
+
+@needs_fork
+def test_forked_writer_without_a_child_writes_it_all_itself(tmp_path, monkeypatch):
+    def no_fork():
+        raise OSError("no memory for a child")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    assert _written(_corners(), tmp_path / "t.json.gz", monkeypatch, 0.3) == _serial_bytes(_corners(), True)
+
+
+@needs_fork
+def test_a_trace_given_up_early_ends_its_child(monkeypatch):
+    forked, fork = [], os.fork
+
+    def recorded():
+        pid = fork()
+        if pid:
+            forked.append(pid)
+        return pid
+
+    monkeypatch.setattr(trace, "_FORK_MIN_SPANS", 0)
+    _idle_two_cpus(monkeypatch)
+    monkeypatch.setattr(threading, "active_count", lambda: 1)  # as in _written
+    monkeypatch.setattr(trace, "_PARENT_SHARE", 0.0)
+    monkeypatch.setattr(os, "fork", recorded)
+    parts = trace._forked_parts(_corners(), "t", None)
+    next(parts), next(parts)  # the header and the metadata: the child has started
+    parts.close()
+    assert len(forked) == 1
+    with pytest.raises(ChildProcessError):  # reaped
+        os.waitpid(forked[0], 0)
+
+
+def test_forked_writer_does_not_fork_beside_a_thread(tmp_path, monkeypatch):
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        monkeypatch.setattr(trace, "_FORK_MIN_SPANS", 0)
+        _idle_two_cpus(monkeypatch)
+        monkeypatch.setattr(os, "fork", lambda: pytest.fail("forked beside a running thread"))
+        trace.write_chrome_trace(_corners(), tmp_path / "t.json.gz", title="t", metadata={"k": 1})
+    finally:
+        release.set()
+        other.join()
+    assert (tmp_path / "t.json.gz").read_bytes() == _serial_bytes(_corners(), True)
+
+
+@pytest.mark.parametrize("cpus, load, forks", [({0, 1}, 0.9, True), ({0, 1}, 2.5, False), ({0}, 0.0, False)])
+def test_forks_only_with_a_cpu_free(cpus, load, forks, monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: cpus, raising=False)
+    monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(threading, "active_count", lambda: 1)  # as in _written
+    assert trace._may_fork(trace._FORK_MIN_SPANS) is (forks and hasattr(os, "fork"))
+    assert not trace._may_fork(trace._FORK_MIN_SPANS - 1)
+
+
+def test_gzip_of_bytes_and_of_nothing():
+    text = "é" * 10
+    assert trace._gzip_bytes(iter([text[:3], text[3:].encode("utf-8")])) == _one_shot_gzip(text.encode("utf-8"))
+    assert trace._gzip_bytes(iter([])) == _one_shot_gzip(b"")
