@@ -230,6 +230,9 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     def norm_b(name: str, tokens: int = Tn) -> list[Step]:
         return kernels(OpKind.NORM, _eager.rmsnorm_backward(name, tokens, h)) if eager else [c(name, norm_bwd)]
     dropout_add = mem(OpKind.ELEMENTWISE, Tn * h * (3 * e + 1))
+    # its backward reads the gradient and the 1-byte mask and writes the branch's gradient; the
+    # residual's gradient is the incoming one, passed on by autograd without a copy
+    dropout_add_bwd = mem(OpKind.ELEMENTWISE, Tn * h * (2 * e + 1))
     if cp > 1:
         # the rank these ops are for: the one its TP and CP groups share
         me = next((r for r in cp_group if r in tp_group), cp_group[0])
@@ -343,12 +346,12 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
         # F.linear's ``output += bias``: its backward (the bias sum) runs before the GEMMs'
         return [*bias, c(f"{name}-dgrad", dgrad), c(f"{name}-wgrad", wgrad), *reduce(f"{name}-grad")]
 
-    bwd = [c("dropout-add-bwd", dropout_add), *bias_grad("fc2", Tn, h), *gather("fc2-grad", gemm="fc2_dgrad"),
+    bwd = [c("dropout-add-bwd", dropout_add_bwd), *bias_grad("fc2", Tn, h), *gather("fc2-grad", gemm="fc2_dgrad"),
            c("fc2-dgrad", dgrad_g(f // t, h)), c("fc2-wgrad", wgrad_g(f // t, h)),
            *act_b, *bias_grad("fc1", T, f * branches // t),
            *gather("fc1-in", wait=1, gemm="fc1_dgrad"),
            *dgrad_reduce_wgrad("fc1", dgrad_g(h, f * branches // t), wgrad_g(h, f * branches // t), "fc1_wgrad"),
-           *norm_b("norm2-bwd"), *resid_b, c("dropout-add-bwd", dropout_add), *bias_grad("proj", Tn, h),
+           *norm_b("norm2-bwd"), *resid_b, c("dropout-add-bwd", dropout_add_bwd), *bias_grad("proj", Tn, h),
            *gather("proj-grad", gemm="proj_dgrad"),
            c("proj-dgrad", dgrad_g(o_in, h)), c("proj-wgrad", wgrad_g(o_in, h))]
     attention_bwd_index = len(bwd)
@@ -407,7 +410,7 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
         etp_r = etp_replicas if etp_replicas is not None else () if folded else replicas
         mlp_fwd, mlp_bwd = _moe_mlp(model, parallel, dtype, T, e, etp_g, etp_r, ep_group, ep_replicas,
                                     fwd_g, dgrad_g, wgrad_g, c, mem, norm_f("norm2"), norm_b("norm2-bwd") + resid_b,
-                                    dropout_add, gather, reduce)
+                                    dropout_add, dropout_add_bwd, gather, reduce)
         moe_fwd = fwd[:mlp_at] + mlp_fwd
         bwd_at = next(i for i, st in enumerate(bwd) if st.name == "dropout-add-bwd" and i > 0)
         moe_bwd = mlp_bwd + bwd[bwd_at:]
@@ -480,7 +483,7 @@ def _overlap_tp(steps: list[Step]) -> list[Step]:
 
 def _moe_mlp(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, T: int, e: float,
              tp_group: tuple[int, ...], replicas, ep_group: tuple[int, ...], ep_replicas,
-             fwd_g, dgrad_g, wgrad_g, c, mem, norm2, norm2_bwd, dropout_add, gather, reduce
+             fwd_g, dgrad_g, wgrad_g, c, mem, norm2, norm2_bwd, dropout_add, dropout_add_bwd, gather, reduce
              ) -> tuple[list[Step], list[Step]]:
     """The MLP half of a mixture-of-experts layer, Megatron-Core's all-to-all token dispatcher
     (``megatron/core/transformer/moe/token_dispatcher.py``, ``MoEAlltoAllTokenDispatcher``):
@@ -544,7 +547,7 @@ def _moe_mlp(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, T: int, e: 
            c("experts-fc1", exp_fc1), c("experts-activation", exp_act), c("experts-fc2", exp_fc2),
            *tp_coll(CollectiveKind.REDUCE_SCATTER, "combine"), *ep_coll("combine"),
            c("unpermute", permute)]
-    bwd = [c("dropout-add-bwd", dropout_add), c("unpermute-bwd", permute), *ep_coll("combine-grad"),
+    bwd = [c("dropout-add-bwd", dropout_add_bwd), c("unpermute-bwd", permute), *ep_coll("combine-grad"),
            *tp_coll(CollectiveKind.ALL_GATHER, "combine-grad"),
            c("experts-fc2-dgrad", exp_fc2_d), c("experts-fc2-wgrad", exp_fc2_w),
            c("experts-activation-bwd", exp_act_b), c("experts-fc1-dgrad", exp_fc1_d),

@@ -161,3 +161,19 @@ def test_only_2021_2022_megatron_cases_run_the_unfused_bias_kernels():
         for r in load_case_records(path):
             if r.workload is not None:
                 assert r.workload.parallel.unfused_linear_bias is old, r.id
+
+
+def test_dropout_add_backward_reads_gradient_and_mask_only():
+    """The bias-dropout-add's forward reads the branch and the residual and writes the sum and
+    a 1-byte mask (3 e + 1 bytes an element); its backward reads the gradient and the mask and
+    writes the branch's gradient (2 e + 1): the residual's gradient is the incoming one, which
+    autograd passes on without a copy."""
+    for sp in (False, True):
+        w, ops = _ops(sp=sp)
+        tokens = w.parallel.micro_batch_size * w.model.seq_length // (w.parallel.tp if sp else 1)
+        per = tokens * w.model.hidden_size
+        fwd = [st.op for st in ops.layer_fwd if st.name == "dropout-add"]
+        bwd = [st.op for st in ops.layer_bwd if st.name == "dropout-add-bwd"]
+        assert len(fwd) == len(bwd) == 2
+        assert all(op.bytes == per * (3 * E + 1) for op in fwd)
+        assert all(op.bytes == per * (2 * E + 1) for op in bwd)
