@@ -326,18 +326,25 @@ def _grad_accum_fusion_default(f: _Fields, framework: str, notes: _Notes) -> boo
     fused wgrad-accumulate GEMM (apex ``fused_weight_gradient_mlp_cuda``) reached the
     tensor-parallel layers in early 2022 (NVIDIA/apex PR #1297, "[transformer] Fuse grad
     accumulation with wgrad", 2022-02-18, porting Megatron-LM's ``ColumnParallelLinear``)."""
-    value = f.flag("gradient_accumulation_fusion")
+    return _off_flag_or_era(f, framework, notes, "gradient_accumulation_fusion",
+                            "--no-gradient-accumulation-fusion",
+                            "predates gradient-accumulation fusion (early 2022, NVIDIA/apex #1297): the DDP "
+                            "hook adds each bf16/fp16 weight gradient into the fp32 main_grad")
+
+
+def _off_flag_or_era(f: _Fields, framework: str, notes: _Notes, key: str, off_flag: str, why: str) -> bool:
+    """A Megatron-LM feature that is on by default: the case's ``parallel.<key>``, else off when
+    its settings or framework list ``off_flag``, else off for a framework dated 2021 or earlier
+    (``why`` says what that software lacked, after the framework's name), else on."""
+    value = f.flag(key)
     if value is not None:
         return value
-    flag = _framework_has(f, framework, "--no-gradient-accumulation-fusion")
+    flag = _framework_has(f, framework, off_flag)
     if flag:
-        return notes.fill("parallel.gradient_accumulation_fusion", False, f"the case lists {flag}")
+        return notes.fill(f"parallel.{key}", False, f"the case lists {flag}")
     year = _framework_year(framework)
     if year is not None and year <= 2021:
-        return notes.fill("parallel.gradient_accumulation_fusion", False,
-                          f"framework '{framework}' predates gradient-accumulation fusion (early "
-                          "2022, NVIDIA/apex #1297): the DDP hook adds each bf16/fp16 weight "
-                          "gradient into the fp32 main_grad")
+        return notes.fill(f"parallel.{key}", False, f"framework '{framework}' {why}")
     return True
 
 
@@ -350,19 +357,11 @@ def _async_tp_allreduce_default(f: _Fields, framework: str, notes: _Notes) -> bo
     support", ports it; the next apex PR, #1203, is dated 2021-10-26), after the 2021 releases
     whose ``ColumnParallelLinear`` all-reduced the input gradient synchronously in
     ``_CopyToModelParallelRegion.backward``."""
-    value = f.flag("async_tp_grad_allreduce")
-    if value is not None:
-        return value
-    flag = _framework_has(f, framework, "--no-async-tensor-model-parallel-allreduce")
-    if flag:
-        return notes.fill("parallel.async_tp_grad_allreduce", False, f"the case lists {flag}")
-    year = _framework_year(framework)
-    if year is not None and year <= 2021:
-        return notes.fill("parallel.async_tp_grad_allreduce", False,
-                          f"framework '{framework}' predates Megatron-LM's asynchronous TP all-reduce "
-                          "(ColumnParallelLinearWithAsyncAllreduce, autumn 2021, NVIDIA/apex #1183): the "
-                          "input gradient is all-reduced after the weight gradient, blocking")
-    return True
+    return _off_flag_or_era(f, framework, notes, "async_tp_grad_allreduce",
+                            "--no-async-tensor-model-parallel-allreduce",
+                            "predates Megatron-LM's asynchronous TP all-reduce (ColumnParallelLinearWithAsyncAllreduce, "
+                            "autumn 2021, NVIDIA/apex #1183): the input gradient is all-reduced after the weight "
+                            "gradient, blocking")
 
 
 def _unfused_bias_default(f: _Fields, framework: str, notes: _Notes) -> bool:
