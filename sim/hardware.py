@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 
 from sim.errors import InfeasibleError
+from sim.power import PowerSpec
 from sim.types import AttentionKernel, Dtype
 from sim.units import GB, GBPS, GiB, TB, TFLOPS, US
 from sim.workload.ops import AttentionOp
@@ -116,6 +117,10 @@ class GPUSpec:
         Streaming multiprocessors. A running NCCL kernel holds some of them (one CTA per
         channel) and compute beside it gets the rest (:mod:`sim.engine.contention`); 0: unknown,
         compute is not slowed by communication.
+    power : PowerSpec or None
+        Board power limit and the clocks the efficiency curves were measured at; an iteration's
+        compute-bound kernels then run at the clock its kernel mix holds under the limit
+        (:mod:`sim.power`). None: not measured, every kernel at its measured rate.
     sources : str
         Where the numbers come from.
     """
@@ -134,6 +139,7 @@ class GPUSpec:
     flash2_attention_efficiency: EfficiencyCurve | None = None
     flash2_attention_backward_efficiency: EfficiencyCurve | None = None
     sm_count: int = 0
+    power: PowerSpec | None = None
     deterministic_attention_efficiency: EfficiencyCurve | None = None
     deterministic_attention_backward_efficiency: EfficiencyCurve | None = None
 
@@ -169,6 +175,12 @@ class GPUSpec:
             if d is key:
                 return c
         raise InfeasibleError(f"{self.name}: no GEMM efficiency data for {dtype.value}")
+
+    @property
+    def fastest_power_level_w(self) -> float | None:
+        """The power level at which every kernel runs at the maximum clock (``inf``), for
+        lower bounds; None without a power model (every kernel at its measured rate)."""
+        return math.inf if self.power is not None else None
 
     def supports(self, dtype: Dtype) -> bool:
         return any(d is dtype for d, _ in self.peak_flops_per_s)
@@ -411,6 +423,25 @@ def _blackwell_gemm(fp8: EfficiencyCurve, fp4: EfficiencyCurve) -> tuple[tuple[D
     return ((Dtype.BF16, _B200_BF16_GEMM), (Dtype.FP8, fp8), (Dtype.MXFP8, fp8), (Dtype.NVFP4, fp4))
 
 
+# H100 SXM5 80GB under its 700 W limit, measured by this project: benchmarks/device/
+# power_clock.py on one H100 80GB HBM3 (driver 580.159, torch 2.11), nvidia-smi sampled every
+# 100 ms beside each kernel family run back to back for 3.5-4 s. Raw samples:
+# benchmarks/device/results/h100-sxm5-80gb-2026-11-26-power.json; benchmarks/device/
+# power_derive.py derives every number below from them and tests/unit/test_power.py checks the
+# two agree. Idle with the clocks up 134.3 W; maximum clock 1980 MHz; gamma 2.22 (least squares
+# over FP8 GEMMs on 32/66/99/132 SMs: below the limit at 1980 MHz, at it at 1636/1387/1241 MHz).
+# Clocks held back to back at the limit: BF16 GEMMs 1374 MHz (median of five large shapes,
+# 1339-1410), FP8 GEMMs 1293 (4096^3 and 8192^3), cuDNN attention forward 1679 and backward
+# 1559, FlashAttention-2 forward 1703 and backward 1799 (the backward from the forward+backward
+# runs' draw at the clock they held). Eight PyTorch bandwidth-bound kernels drew 499-566 W at
+# 1980 MHz: median 390.1 W above idle.
+def _h100_power(limit_w: float) -> PowerSpec:
+    return PowerSpec(limit_w=limit_w, measured_limit_w=700.0, idle_w=134.3, max_clock_hz=1980e6,
+                     dvfs_exponent=2.22, gemm_clock_hz=(("bf16", 1374e6), ("fp8", 1293e6)),
+                     attention_clock_hz=1679e6, attention_backward_clock_hz=1559e6,
+                     flash2_clock_hz=1703e6, flash2_backward_clock_hz=1799e6, memory_activity_w=390.1)
+
+
 _GPUS = (
     GPUSpec(
         name="A100-SXM4-80GB",
@@ -443,6 +474,7 @@ _GPUS = (
         gemm_efficiency=_HOPPER_GEMM,
         **_HOPPER_KERNELS,
         sm_count=132,
+        power=_h100_power(700.0),
         sources="glennklockwood.com/garden/processors/h100 (989 TF BF16 dense, 1979 FP8, 3.35 TB/s, "
         "NVLink4 900 GB/s bidirectional); 132 SMs (NVIDIA H100 Tensor Core GPU Architecture "
         "whitepaper, SXM5); pytorch/ao roofline_utils",
@@ -456,6 +488,7 @@ _GPUS = (
         gemm_efficiency=_HOPPER_GEMM,
         **_HOPPER_KERNELS,
         sm_count=132,
+        power=_h100_power(500.0),
         sources="Meta Grand Teton H100 variant: 96 GB HBM2e at 2.4 TB/s, 500 W cap (validation README; "
         "pytorch/ao roofline_utils 'Meta's H100 variant has 2.4 TB/s'); compute as H100 SXM "
         "(torchtitan reports MFU against 989 TF), 132 SMs",
@@ -469,6 +502,7 @@ _GPUS = (
         gemm_efficiency=_HOPPER_GEMM,
         **_HOPPER_KERNELS,
         sm_count=132,
+        power=_h100_power(700.0),
         sources="MLPerf Inference v4.1 system JSON (141 GB, 18x NVLink4 900 GB/s); pytorch/ao spec table "
         "(H200 = H100 compute, 132 SMs); 4.8 TB/s from the NVIDIA H200 page [unverified]",
     ),

@@ -52,7 +52,7 @@ then memory, then the networks; seed-paper.md, Sec. 10 item 4)."""
 
 _COMPUTE_FIELDS = ("peak_flops_per_s", "gemm_efficiency", "attention_efficiency", "attention_backward_efficiency",
                    "flash2_attention_efficiency", "flash2_attention_backward_efficiency", "kernel_launch_s",
-                   "sm_count")
+                   "sm_count", "power")
 
 Reoptimizer = Callable[[WorkloadSpec, TopologySpec], ParallelSpec]
 """Given a workload (on its current hybrid GPU) and topology, the best parallel settings."""

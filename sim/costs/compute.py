@@ -3,22 +3,75 @@
 ``t = max(flops / (peak x efficiency(flops)), bytes / (hbm_bandwidth x memory_efficiency))
 + kernel_launch`` -- the roofline of Williams et al. 2009 (CACM 52(4)) with the achievable
 fractions measured on each GPU (:mod:`sim.hardware`).
+
+Each efficiency was measured back to back, at the clock the GPU's power limit allowed that
+kernel family (:class:`~sim.power.PowerSpec`). Given ``level_w``, the power level an
+iteration's mix runs its kernels at (:func:`sim.power.solve_level_w`), the compute term scales
+by the family's measured clock over its clock at that level; the bandwidth term does not.
 """
 
 from __future__ import annotations
 
 from sim.hardware import GPUSpec
-from sim.types import Dtype
-from sim.workload.ops import AttentionOp, GemmOp, MemoryOp
+from sim.power import KernelLoad
+from sim.types import AttentionKernel, Dtype
+from sim.workload.ops import AttentionOp, GemmOp, MemoryOp, Op
 
-__all__ = ["gemm_time_s", "attention_time_s", "memory_time_s", "Dtype"]
+__all__ = ["gemm_time_s", "attention_time_s", "memory_time_s", "kernel_load", "Dtype"]
 
 
 def _memory_s(gpu: GPUSpec, nbytes: float) -> float:
     return nbytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency)
 
 
-def gemm_time_s(gpu: GPUSpec, op: GemmOp) -> float:
+def _gemm_parts(gpu: GPUSpec, op: GemmOp) -> tuple[float, float, float]:
+    """(compute-bound, bandwidth-bound, added) seconds: the time is ``max`` of the first two
+    plus the third."""
+    f = op.flops
+    compute = f / (gpu.peak(op.dtype) * gpu.gemm_curve(op.dtype)(f))
+    cast = _memory_s(gpu, op.extra_bytes) + op.extra_kernels * gpu.kernel_launch_s if op.extra_bytes else 0.0
+    return compute, _memory_s(gpu, op.bytes), gpu.kernel_launch_s + cast
+
+
+def _attention_parts(gpu: GPUSpec, op: AttentionOp) -> tuple[float, float, float]:
+    f = op.flops
+    curve = gpu.attention_curve(op.kernel, op.backward, op.deterministic)
+    compute = f / (gpu.peak(op.dtype) * curve(f))
+    fill = _memory_s(gpu, op.extra_bytes) + gpu.kernel_launch_s if op.extra_bytes else 0.0
+    return compute, _memory_s(gpu, op.bytes), gpu.kernel_launch_s + fill
+
+
+def _clock_hz(gpu: GPUSpec, op: Op) -> float:
+    """The clock ``op``'s family was measured at (its :class:`~sim.power.PowerSpec`)."""
+    p = gpu.power
+    if isinstance(op, GemmOp):
+        return p.gemm_clock(op.dtype.value)
+    if op.kernel is AttentionKernel.FLASH2:
+        return p.flash2_backward_clock_hz if op.backward else p.flash2_clock_hz
+    return p.attention_backward_clock_hz if op.backward else p.attention_clock_hz
+
+
+def _scaled(gpu: GPUSpec, op: Op, compute: float, level_w: float | None) -> float:
+    """``compute`` (at the family's measured clock) at the clock ``op`` holds at ``level_w``
+    (``inf``: the maximum clock; None or ``gpu.power`` None: unchanged)."""
+    if level_w is None or gpu.power is None:
+        return compute
+    measured = _clock_hz(gpu, op)
+    return compute * measured / gpu.power.clock_hz(level_w, gpu.power.activity_w(measured))
+
+
+def kernel_load(gpu: GPUSpec, op: Op) -> KernelLoad:
+    """``op`` as :func:`sim.power.solve_clock_hz` sees it (``gpu.power`` must be set)."""
+    p = gpu.power
+    if isinstance(op, (GemmOp, AttentionOp)):
+        compute, memory, added = (_gemm_parts if isinstance(op, GemmOp) else _attention_parts)(gpu, op)
+        clock = _clock_hz(gpu, op)
+        return KernelLoad(compute, clock, memory, added, p.activity_w(clock) if compute > memory
+                          else p.memory_activity_w)
+    return KernelLoad(0.0, 0.0, memory_time_s(gpu, op), 0.0, p.memory_activity_w)
+
+
+def gemm_time_s(gpu: GPUSpec, op: GemmOp, level_w: float | None = None) -> float:
     """Time of one GEMM on ``gpu``.
 
     >>> from sim.hardware import get_gpu
@@ -26,22 +79,17 @@ def gemm_time_s(gpu: GPUSpec, op: GemmOp) -> float:
     >>> round(2 * 16384**3 / (t - 2e-6) / 1e12, 1)  # cuBLASLt measured 256.5 TFLOP/s
     256.5
     """
-    f = op.flops
-    compute = f / (gpu.peak(op.dtype) * gpu.gemm_curve(op.dtype)(f))
-    cast = _memory_s(gpu, op.extra_bytes) + op.extra_kernels * gpu.kernel_launch_s if op.extra_bytes else 0.0
-    return max(compute, _memory_s(gpu, op.bytes)) + gpu.kernel_launch_s + cast
+    compute, memory, added = _gemm_parts(gpu, op)
+    return max(_scaled(gpu, op, compute, level_w), memory) + added
 
 
-def attention_time_s(gpu: GPUSpec, op: AttentionOp) -> float:
+def attention_time_s(gpu: GPUSpec, op: AttentionOp, level_w: float | None = None) -> float:
     """Time of one fused attention kernel (forward or backward) on ``gpu``, at the efficiency
     measured for a kernel of its FLOPs in that direction (its deterministic backward where the
     op asks for it and the GPU has a figure), plus the bandwidth-bound work beside it
     (``op.extra_bytes``)."""
-    f = op.flops
-    curve = gpu.attention_curve(op.kernel, op.backward, op.deterministic)
-    compute = f / (gpu.peak(op.dtype) * curve(f))
-    fill = _memory_s(gpu, op.extra_bytes) + gpu.kernel_launch_s if op.extra_bytes else 0.0
-    return max(compute, _memory_s(gpu, op.bytes)) + gpu.kernel_launch_s + fill
+    compute, memory, added = _attention_parts(gpu, op)
+    return max(_scaled(gpu, op, compute, level_w), memory) + added
 
 
 def memory_time_s(gpu: GPUSpec, op: MemoryOp) -> float:

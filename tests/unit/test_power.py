@@ -1,0 +1,130 @@
+"""The power-limited clock (sim/power.py) against the H100 measurement it comes from."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from sim.config import load_topology
+from sim.costs.compute import gemm_time_s
+from sim.hardware import get_gpu
+from sim.power import KernelLoad, solve_level_w
+from sim.runner import simulate
+from sim.sweep_bound import IterationBound
+from sim.types import Dtype
+from sim.workload.ops import GemmOp
+from tests.conftest import make_workload
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "device" / "results" / "h100-sxm5-80gb-2026-11-26-power.json"
+H100 = get_gpu("H100-SXM5-80GB")
+P = H100.power
+
+
+def _derive():
+    spec = importlib.util.spec_from_file_location("power_derive", ROOT / "benchmarks" / "device" / "power_derive.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.derive(str(RESULTS))
+
+
+def _configs():
+    return {c["name"]: c for run in json.loads(RESULTS.read_text())["runs"] for c in run["configs"]}
+
+
+def test_catalogue_constants_are_the_measurement():
+    d = _derive()
+    assert P.idle_w == pytest.approx(d["idle_w"], rel=5e-3)
+    assert P.max_clock_hz == pytest.approx(d["max_clock_hz"])
+    assert P.dvfs_exponent == pytest.approx(d["dvfs_exponent"], abs=0.01)
+    assert P.gemm_clock("bf16") == pytest.approx(d["gemm_bf16_clock_hz"], rel=5e-3)
+    assert P.gemm_clock("fp8") == pytest.approx(d["gemm_fp8_clock_hz"], rel=5e-3)
+    for key in ("attention_clock_hz", "attention_backward_clock_hz", "flash2_clock_hz", "flash2_backward_clock_hz",
+                "memory_activity_w"):
+        assert getattr(P, key) == pytest.approx(d[key], rel=5e-3), key
+
+
+@pytest.mark.parametrize("clock", [P.gemm_clock("bf16"), P.gemm_clock("fp8"), P.attention_clock_hz,
+                                   P.attention_backward_clock_hz, P.flash2_clock_hz])
+def test_a_family_back_to_back_holds_the_clock_it_was_measured_at(clock):
+    load = KernelLoad(1e-3, clock, 0.0, 0.0, P.activity_w(clock))
+    level = solve_level_w(P, [load])
+    assert level == pytest.approx(P.limit_w, rel=1e-6)
+    assert P.clock_hz(level, load.activity_w) == pytest.approx(clock, rel=1e-6)
+
+
+def test_bandwidth_bound_kernels_alone_stay_below_the_limit():
+    assert solve_level_w(P, [KernelLoad(0.0, 0.0, 1e-3, 0.0, P.memory_activity_w)]) == math.inf
+
+
+def test_a_gemm_between_copies_runs_as_fast_as_measured():
+    """The measured mixed stream: one 16384x14336x4096 BF16 GEMM, then twelve BF16->FP32
+    casts of a 16384x4096 tensor, repeated. The model, fed the GEMM's and the cast's
+    back-to-back rates and clocks, must predict the GEMM's rate in the mix (it rose 16%)."""
+    cfg = _configs()
+    alone, mixed, cast = (cfg[n] for n in ("gemm-16384x14336x4096-alone", "gemm-16384x14336x4096-between-copies",
+                                          "mem-cast-bf16-fp32"))
+    steady = [s for s in alone["smi"] if s[0] >= 0.4 * alone["seconds"]]
+    alone_clock = sum(s[3] for s in steady) / len(steady) * 1e6
+    flops = 2.0 * 16384 * 14336 * 4096
+    gemm = KernelLoad(flops / (alone["rate_second_half"] * 1e12), alone_clock, 0.0, 0.0, P.activity_w(alone_clock))
+    copies = KernelLoad(0.0, 0.0, 6 * 16384 * 4096 / (cast["rate_second_half"] * 1e12), 0.0, P.memory_activity_w, 12)
+    level = solve_level_w(P, [gemm, copies])
+    assert P.clock_hz(level, P.memory_activity_w) == P.max_clock_hz  # the casts ran at the maximum
+    predicted_tflops = alone["rate_second_half"] * P.clock_hz(level, gemm.activity_w) / alone_clock
+    assert mixed["rate_second_half"] > 1.1 * alone["rate_second_half"]  # the effect is real
+    assert predicted_tflops == pytest.approx(mixed["rate_second_half"], rel=0.05)
+
+
+def test_a_lower_limit_lowers_the_clock():
+    loads = [KernelLoad(1e-3, 1374e6, 0.0, 0.0, P.activity_w(1374e6)),
+             KernelLoad(0.0, 0.0, 5e-4, 0.0, P.memory_activity_w)]
+    capped = get_gpu("H100-SXM5-96GB-HBM2e").power
+    assert capped.limit_w < P.limit_w
+    gemm_clock = [p.clock_hz(solve_level_w(p, loads), loads[0].activity_w) for p in (capped, P)]
+    assert gemm_clock[0] < gemm_clock[1] < P.max_clock_hz
+
+
+def test_gemm_time_scales_with_the_clock_and_not_below_its_memory_floor():
+    op = GemmOp(8192, 8192, 8192, Dtype.BF16)
+    base = gemm_time_s(H100, op)
+    assert gemm_time_s(H100, op, P.limit_w) == pytest.approx(base)  # back to back: as measured
+    fastest = gemm_time_s(H100, op, math.inf)
+    ratio = P.gemm_clock("bf16") / P.max_clock_hz
+    assert fastest == pytest.approx((base - H100.kernel_launch_s) * ratio + H100.kernel_launch_s, rel=1e-9)
+    thin = GemmOp(8192, 8, 8192, Dtype.BF16)  # bandwidth-bound: the clock does not move it
+    assert gemm_time_s(H100, thin, math.inf) == pytest.approx(gemm_time_s(H100, thin))
+
+
+def _h100_workload(**kw):
+    return make_workload(gpu="H100-SXM5-80GB", hidden=2048, heads=16, seq=2048, **kw)
+
+
+def test_a_simulation_runs_at_the_clock_its_mix_holds():
+    w = _h100_workload(dp=2, gbs=4)
+    topo = load_topology("dgx-h100")
+    run = simulate(w, topo)
+    clock = run.result.metadata["gemm_clock_hz"]
+    assert P.gemm_clock("bf16") < clock <= P.max_clock_hz  # a mixed stream: above the GEMMs' own
+    assert any(n.startswith("power:") for n in run.notes)
+    unmodelled = dataclasses.replace(w, system=dataclasses.replace(
+        w.system, gpu=dataclasses.replace(H100, power=None)))
+    plain = simulate(unmodelled, topo)
+    assert "gemm_clock_hz" not in plain.result.metadata
+    assert run.result.makespan_s < plain.result.makespan_s
+
+
+def test_a100_has_no_power_model():
+    run = simulate(make_workload(dp=2, gbs=4), load_topology("dgx-a100"))
+    assert "gemm_clock_hz" not in run.result.metadata
+
+
+def test_the_sweep_bound_holds_at_any_clock():
+    w = _h100_workload(dp=2, gbs=8, layers=2)
+    t = simulate(w, load_topology("dgx-h100")).result.makespan_s
+    assert IterationBound(w.model, w.system.gpu).lower_bound_s(w) <= t
