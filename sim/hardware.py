@@ -177,10 +177,10 @@ class GPUSpec:
         raise InfeasibleError(f"{self.name}: no GEMM efficiency data for {dtype.value}")
 
     @property
-    def fastest_power_level_w(self) -> float | None:
-        """The power level at which every kernel runs at the maximum clock (``inf``), for
-        lower bounds; None without a power model (every kernel at its measured rate)."""
-        return math.inf if self.power is not None else None
+    def fastest_clock_hz(self) -> float | None:
+        """The clock no kernel mix runs faster than (the maximum), for lower bounds; None
+        without a power model (every kernel at its measured rate)."""
+        return self.power.max_clock_hz if self.power is not None else None
 
     def supports(self, dtype: Dtype) -> bool:
         return any(d is dtype for d, _ in self.peak_flops_per_s)
@@ -425,21 +425,21 @@ def _blackwell_gemm(fp8: EfficiencyCurve, fp4: EfficiencyCurve) -> tuple[tuple[D
 
 # H100 SXM5 80GB under its 700 W limit, measured by this project: benchmarks/device/
 # power_clock.py on one H100 80GB HBM3 (driver 580.159, torch 2.11), nvidia-smi sampled every
-# 100 ms beside each kernel family run back to back for 3.5-4 s. Raw samples:
+# 100 ms beside each kernel family run back to back for 3-4 s. Raw samples:
 # benchmarks/device/results/h100-sxm5-80gb-2026-11-26-power.json; benchmarks/device/
 # power_derive.py derives every number below from them and tests/unit/test_power.py checks the
 # two agree. Idle with the clocks up 134.3 W; maximum clock 1980 MHz; gamma 2.22 (least squares
 # over FP8 GEMMs on 32/66/99/132 SMs: below the limit at 1980 MHz, at it at 1636/1387/1241 MHz).
-# Clocks held back to back at the limit: BF16 GEMMs 1374 MHz (median of five large shapes,
-# 1339-1410), FP8 GEMMs 1293 (4096^3 and 8192^3), cuDNN attention forward 1679 and backward
-# 1559, FlashAttention-2 forward 1703 and backward 1799 (the backward from the forward+backward
-# runs' draw at the clock they held). Eight PyTorch bandwidth-bound kernels drew 499-566 W at
-# 1980 MHz: median 390.1 W above idle.
+# Clocks held back to back at the limit: BF16 GEMMs 1364 MHz (median of six large-shape runs,
+# 1339-1410), FP8 GEMMs 1293 (4096^3 and 8192^3), cuDNN attention forward 1684 and
+# forward+backward 1543, FlashAttention-2 forward 1712 and forward+backward 1794 (2 x 32 heads
+# x 8192, causal). Eight PyTorch bandwidth-bound kernels drew 499-566 W at 1980 MHz: median
+# 390.1 W above idle.
 def _h100_power(limit_w: float) -> PowerSpec:
     return PowerSpec(limit_w=limit_w, measured_limit_w=700.0, idle_w=134.3, max_clock_hz=1980e6,
-                     dvfs_exponent=2.22, gemm_clock_hz=(("bf16", 1374e6), ("fp8", 1293e6)),
-                     attention_clock_hz=1679e6, attention_backward_clock_hz=1559e6,
-                     flash2_clock_hz=1703e6, flash2_backward_clock_hz=1799e6, memory_activity_w=390.1)
+                     dvfs_exponent=2.22, gemm_clock_hz=(("bf16", 1364e6), ("fp8", 1293e6)),
+                     attention_clock_hz=1684e6, attention_backward_clock_hz=1543e6,
+                     flash2_clock_hz=1712e6, flash2_backward_clock_hz=1794e6, memory_activity_w=390.1)
 
 
 _GPUS = (

@@ -66,9 +66,9 @@ class Report:
     at the efficiency its messages reach), ``utilization`` (busy time over the iteration)."""
     granularity: str = "op"
     """What one simulated task stood for: ``"op"`` or ``"layer"`` (:func:`sim.runner.simulate`)."""
-    gemm_clock_hz: float | None = None
-    """The clock BF16 GEMMs ran at under the GPU's power limit (:mod:`sim.power`; None: the GPU
-    has no power model and every kernel runs at its measured rate)."""
+    sm_clock_hz: float | None = None
+    """The SM clock the compute-bound kernels ran at under the GPU's power limit
+    (:mod:`sim.power`; None: the GPU has no power model, every kernel at its measured rate)."""
 
     def to_dict(self) -> dict:
         """The JSON form: units in the key names, the same numbers as the table."""
@@ -99,7 +99,7 @@ class Report:
             "simulated_ranks": self.simulated_ranks,
             "simulated_wall_s": self.simulated_wall_s,
             "granularity": self.granularity,
-            "gemm_clock_hz": self.gemm_clock_hz,
+            "sm_clock_hz": self.sm_clock_hz,
             "busiest_links": list(self.busiest_links),
             "notes": list(self.notes),
         }
@@ -172,7 +172,7 @@ def make_report(run: Run) -> Report:
         exposed_comm_s=exposed, compute_s=compute, stages=tuple(stages), events=res.events,
         tasks=len(prog.tasks), simulated_wall_s=run.wall_s, simulated_ranks=len(res.ranks),
         reference=ref, notes=tuple(run.notes), busiest_links=links, granularity=run.granularity,
-        gemm_clock_hz=res.metadata.get("gemm_clock_hz"))
+        sm_clock_hz=res.metadata.get("sm_clock_hz"))
 
 
 def _pct(x: float) -> str:

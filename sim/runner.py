@@ -22,7 +22,7 @@ from sim.costs.compute import kernel_load
 from sim.engine import Simulation
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
-from sim.power import solve_level_w
+from sim.power import solve_clock_hz
 from sim.program import Block
 from sim.results import CounterSample, SimResult
 from sim.topology.routing import Fabric
@@ -48,11 +48,10 @@ class Run:
     notes: list[str] = field(default_factory=list)
     granularity: str = "op"
     """``"op"`` or ``"layer"``: what one task of the program stands for (see :func:`simulate`)."""
-    power_level_w: float | None = None
-    """The power level its compute-bound kernels ran at under the GPU's limit
-    (:func:`power_level_w`; ``inf``: all at the maximum clock; None: not modelled or a cost
-    model of the caller's): ``AnalyticalCostModel(..., power_level_w=run.power_level_w)``
-    prices its ops as the run did."""
+    clock_hz: float | None = None
+    """The SM clock its compute-bound kernels ran at under the GPU's power limit
+    (:func:`power_clock_hz`; None: not modelled, or a cost model of the caller's):
+    ``AnalyticalCostModel(..., clock_hz=run.clock_hz)`` prices its ops as the run did."""
 
 
 @contextmanager
@@ -148,15 +147,18 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         fabric = _fabric(topology, workload.system.num_gpus, placement)
         program = build_program(workload, representative=not full, node_of=fabric.node_of,
                                 local_gpu_of=fabric.local_gpu, granularity=granularity)
-        level_w = None
+        clock_hz = None
         if costs is None:
             gpu = workload.system.gpu
-            level_w = power_level_w(gpu, program)
-            if level_w is not None:
-                notes.append(_power_note(gpu, level_w))
+            clock_hz = power_clock_hz(gpu, program)
+            if clock_hz is not None:
+                notes.append(f"power: under {gpu.name}'s {gpu.power.limit_w:.0f} W limit this iteration's "
+                             f"kernels hold {clock_hz / 1e6:.0f} MHz (back to back: BF16 GEMMs "
+                             f"{gpu.power.gemm_clock('bf16') / 1e6:.0f}, bandwidth-bound kernels "
+                             f"{gpu.power.max_clock_hz / 1e6:.0f}); GEMMs and attention run at it (sim/power.py)")
             costs = AnalyticalCostModel(gpu, fabric, representative=not full,
                                         simulated=None if full else frozenset(r.rank for r in program.ranks),
-                                        excluded=excluded_algorithms(workload), power_level_w=level_w)
+                                        excluded=excluded_algorithms(workload), clock_hz=clock_hz)
         slowdown = _slowdown(workload, program, slow_gpus or {}, notes)
         result = Simulation(program, costs, fabric.capacity_bytes_per_s, slowdown,
                             record_links=link_counters > 0).run()
@@ -164,9 +166,8 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
             result.counters.extend(_link_counters(fabric, result, link_counters))
     wall = time.perf_counter() - t0
     result.metadata["simulated_wall_s"] = wall
-    if level_w is not None:
-        p = workload.system.gpu.power
-        result.metadata["gemm_clock_hz"] = p.clock_hz(level_w, p.activity_w(p.gemm_clock("bf16")))
+    if clock_hz is not None:
+        result.metadata["sm_clock_hz"] = clock_hz
     result.metadata["granularity"] = granularity
     if granularity == "layer":
         notes.append("granularity: layer (each layer pass one block, timed alone; --granularity op "
@@ -175,22 +176,13 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         notes.append("granularity: chunk (each model chunk's pass of a micro-batch one block, timed alone, "
                      "layer blocks where buckets or FSDP traffic are issued between layers; --granularity op "
                      "simulates every op)")
-    return Run(workload, topology, fabric, program, result, wall, notes, granularity, level_w)
+    return Run(workload, topology, fabric, program, result, wall, notes, granularity, clock_hz)
 
 
-def _power_note(gpu: GPUSpec, level_w: float) -> str:
-    p = gpu.power
-    gemm = p.clock_hz(level_w, p.activity_w(p.gemm_clock("bf16")))
-    held = "never reaches it (every kernel at the maximum clock)" if level_w == float("inf") else \
-        f"runs its compute-bound kernels at {level_w:.0f} W: BF16 GEMMs at {gemm / 1e6:.0f} MHz"
-    return (f"power: under {gpu.name}'s {p.limit_w:.0f} W limit this iteration's mix {held} "
-            f"(measured back to back: {p.gemm_clock('bf16') / 1e6:.0f} MHz; sim/power.py)")
-
-
-def power_level_w(gpu: GPUSpec, program: Program) -> float | None:
-    """The power level ``gpu`` runs ``program``'s compute kernels at under its limit (every
-    simulated rank's, each as often as it runs; :func:`sim.power.solve_level_w`), or None
-    when the GPU's power behaviour is not measured (:attr:`GPUSpec.power`)."""
+def power_clock_hz(gpu: GPUSpec, program: Program) -> float | None:
+    """The SM clock ``gpu`` holds under its power limit over ``program``'s compute kernels
+    (every simulated rank's, each as often as it runs; :func:`sim.power.solve_clock_hz`), or
+    None when the GPU's power behaviour is not measured (:attr:`GPUSpec.power`)."""
     if gpu.power is None:
         return None
     by_id: dict[int, list] = {}
@@ -207,7 +199,7 @@ def power_level_w(gpu: GPUSpec, program: Program) -> float | None:
         for o in ([o for s, o in zip(op.streams, op.ops) if s is None] if isinstance(op, Block) else (op,)):
             counts[o] = counts.get(o, 0) + n
     loads = [dataclasses.replace(kernel_load(gpu, op), count=n) for op, n in counts.items()]
-    return solve_level_w(gpu.power, loads) if loads else None
+    return solve_clock_hz(gpu.power, loads) if loads else None
 
 
 def _slowdown(workload: WorkloadSpec, program: Program, slow_gpus: dict[int, float],

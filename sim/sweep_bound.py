@@ -97,9 +97,9 @@ class IterationBound:
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, states: StageStates | None = None) -> None:
         self.model, self.gpu = model, gpu
-        # compute_time_s uses only the GPU; at the maximum clocks, so the bound holds whatever
-        # clocks a candidate's kernel mix holds under the power limit (sim.power)
-        self.costs = AnalyticalCostModel(gpu, None, power_level_w=gpu.fastest_power_level_w)
+        # compute_time_s uses only the GPU; at the maximum clock, so the bound holds whatever
+        # clock a candidate's kernel mix holds under the power limit (sim.power)
+        self.costs = AnalyticalCostModel(gpu, None, clock_hz=gpu.fastest_clock_hz)
         self.states = states or StageStates()
         self._ops: dict[tuple, LayerOps] = {}
         """Kept for the life of the bound: the ids of their step lists key ``_steps_s``."""

@@ -161,7 +161,7 @@ class TimelineBound:
             if costs is None:
                 fabric = _fabric(self.topology, w.system.num_gpus, placement)
                 costs = self._costs[(w.system.num_gpus, placement)] = AnalyticalCostModel(
-                    self.gpu, fabric, representative=True, power_level_w=self.gpu.fastest_power_level_w)  # see sweep_bound
+                    self.gpu, fabric, representative=True, clock_hz=self.gpu.fastest_clock_hz)  # see sweep_bound
             lay = Layout.of(p)
             rep = placement is None or isinstance(p.placement, str) or placement in order_placements(p)
             hit = self._layouts[key] = (key, costs, frozenset(lay.rank(0, 0, s) for s in range(p.pp)), rep)

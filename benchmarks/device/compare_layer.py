@@ -78,8 +78,8 @@ def simulated() -> dict:
             continue
         key = ("fwd" if a["phase"] == "fwd" else "bwd", _family_sim(s.name))
         out[key] = out.get(key, 0.0) + (s.end_s - s.start_s) * 1e6
-    clock = run.result.metadata.get("gemm_clock_hz")
-    print(f"llmsim: {w.system.gpu.name}, BF16 GEMM clock {clock / 1e6:.0f} MHz" if clock else "llmsim: no power model")
+    clock = run.result.metadata.get("sm_clock_hz")
+    print(f"llmsim: {w.system.gpu.name}, compute clock {clock / 1e6:.0f} MHz" if clock else "llmsim: no power model")
     return out
 
 

@@ -82,10 +82,29 @@ def graphed(fn, calls):
     return g.replay
 
 
+def attention_calls():
+    """FlashAttention-2 or cuDNN (the caller's ``sdpa_kernel``) on 2 x 32 heads x 8192 tokens,
+    head dim 128, causal: ``(forward, forward and backward, forward FLOPs)``."""
+    import torch.nn.functional as F
+
+    bsz, h, s, d = 2, 32, 8192, 128
+    q, k_, v_ = (torch.randn(bsz, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                 for _ in range(3))
+    g = torch.randn(bsz, h, s, d, device="cuda", dtype=torch.bfloat16)
+
+    def fwd():
+        with torch.no_grad():
+            F.scaled_dot_product_attention(q, k_, v_, is_causal=True)
+
+    def both():
+        o = F.scaled_dot_product_attention(q, k_, v_, is_causal=True)
+        torch.autograd.grad(o, (q, k_, v_), g)
+    return fwd, both, 4.0 * bsz * h * s * s * d / 2
+
+
 def kernel_classes(args, record):
     """Each kernel class alone, back to back for ``args.seconds``: its rate, and (from the
     background samples) the clock and power it holds at this card's limit."""
-    import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     def run(name, fn, work, unit, calls=1, graph=True):
@@ -109,20 +128,9 @@ def kernel_classes(args, record):
         b8 = torch.randn(n, n, device="cuda").to(torch.float8_e4m3fn).t()
         run(f"gemm-fp8-{n}x{n}x{n}", lambda a8=a8, b8=b8: torch._scaled_mm(
             a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16), 2.0 * n ** 3, "TFLOP/s", calls)
-    bsz, h, s, d = 2, 32, 8192, 128
-    q, k_, v_ = (torch.randn(bsz, h, s, d, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-                 for _ in range(3))
-    g = torch.randn(bsz, h, s, d, device="cuda", dtype=torch.bfloat16)
-    fwd_flops = 4.0 * bsz * h * s * s * d / 2  # causal
+    fwd, both, fwd_flops = attention_calls()
     for backend, label in ((SDPBackend.FLASH_ATTENTION, "fa2"), (SDPBackend.CUDNN_ATTENTION, "cudnn")):
         with sdpa_kernel([backend]):
-            def fwd():
-                with torch.no_grad():
-                    F.scaled_dot_product_attention(q, k_, v_, is_causal=True)
-
-            def both():
-                o = F.scaled_dot_product_attention(q, k_, v_, is_causal=True)
-                torch.autograd.grad(o, (q, k_, v_), g)
             run(f"attn-{label}-fwd", fwd, fwd_flops, "TFLOP/s", graph=False)
             run(f"attn-{label}-fwdbwd", both, 3.5 * fwd_flops, "TFLOP/s", graph=False)
     tok, hid = 16384, 4096
@@ -146,11 +154,67 @@ def kernel_classes(args, record):
     record("idle-after", 0, "-", [], t0)
 
 
+def mixes(args, record):
+    """Compute-bound kernels of two families alternating, each timed with CUDA events: does a
+    less power-dense kernel (FlashAttention-2, cuDNN attention) beside GEMMs run at the GEMMs'
+    clock, or at its own clock for one common power level? Each kernel also alone, and the
+    attention forward+backward runs warmed up first (sustained clocks)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    m, k, n = 16384, 4096, 14336
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    wt = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    attn_fwd, attn_both, _ = attention_calls()
+
+    def gemm():
+        x @ wt.t()
+
+    def timed(name, parts, seconds):
+        """``parts``: [(label, fn)] run in turn; per-label milliseconds of each call."""
+        for _ in range(3):
+            for _, fn in parts:
+                fn()
+        torch.cuda.synchronize()
+        t_warm = time.time() + 1.0
+        while time.time() < t_warm:  # reach the sustained clock before timing
+            for _, fn in parts:
+                fn()
+            torch.cuda.synchronize()
+        t0, out = time.time(), {label: [] for label, _ in parts}
+        while time.time() < t0 + seconds:
+            evs = []
+            for _ in range(4):
+                for label, fn in parts:
+                    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    e0.record()
+                    fn()
+                    e1.record()
+                    evs.append((label, e0, e1))
+            evs[-1][2].synchronize()
+            for label, e0, e1 in evs:
+                out[label].append(e0.elapsed_time(e1))
+        windows = [(time.time(), sum(v) / len(v)) for v in out.values()]
+        record(name, 0, "ms per call: " + ", ".join(f"{lb} {sum(v) / len(v):.3f}" for lb, v in out.items()),
+               windows, t0)
+        configs_ms[name] = {lb: sorted(v)[len(v) // 2] for lb, v in out.items()}
+        time.sleep(0.5)
+
+    configs_ms = {}
+    for backend, label in ((SDPBackend.FLASH_ATTENTION, "fa2"), (SDPBackend.CUDNN_ATTENTION, "cudnn")):
+        with sdpa_kernel([backend]):
+            timed(f"alone-{label}-fwd", [(f"{label}-fwd", attn_fwd)], args.seconds)
+            timed(f"alone-{label}-fwdbwd", [(f"{label}-fwdbwd", attn_both)], args.seconds)
+            timed(f"mix-gemm-{label}-fwd", [("gemm", gemm), (f"{label}-fwd", attn_fwd)], args.seconds)
+            timed(f"mix-gemm-{label}-fwdbwd", [("gemm", gemm), (f"{label}-fwdbwd", attn_both)], args.seconds)
+    timed("alone-gemm", [("gemm", gemm)], args.seconds)
+    return configs_ms
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--part", choices=("dvfs", "kernels"), default="dvfs")
+    ap.add_argument("--part", choices=("dvfs", "kernels", "mix"), default="dvfs")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -163,13 +227,17 @@ def main():
         tail = [w[1] for w in windows[len(windows) // 2:]]
         print(f"{name}: {active} SMs, {dtype}, {sum(tail) / max(len(tail), 1):.4g} (TFLOP/s or TB/s)", flush=True)
 
-    if args.part == "kernels":
-        kernel_classes(args, lambda name, active, unit, w, t0: record(name, active, unit, w, t0))
+    if args.part in ("kernels", "mix"):
+        if args.part == "kernels":
+            kernel_classes(args, lambda name, active, unit, w, t0: record(name, active, unit, w, t0))
+            extra = {}
+        else:
+            extra = {"median_ms": mixes(args, lambda name, active, unit, w, t0: record(name, active, unit, w, t0))}
         proc.terminate()
         proc.wait(timeout=10)
-        with open(os.path.join(args.out, "power_kernels.json"), "w") as fh:
+        with open(os.path.join(args.out, f"power_{args.part}.json"), "w") as fh:
             json.dump({"device": torch.cuda.get_device_name(), "sms": sms, "smi_fields": fields,
-                       "configs": configs}, fh, indent=1)
+                       "configs": configs, **extra}, fh, indent=1)
         return
 
     n = 8192

@@ -59,25 +59,23 @@ def derive(path: str = DEFAULT) -> dict:
         return _mean(_steady(cfg[name]), 3) * 1e6
 
     bf16_names = ["gemm-bf16-carveout0", "gemm-bf16-4096x4096x4096", "gemm-bf16-16384x4096x4096",
-                  "gemm-bf16-16384x14336x4096", "gemm-16384x14336x4096-alone"]
+                  "gemm-bf16-16384x14336x4096", "gemm-16384x14336x4096-alone", "alone-gemm"]
     bf16 = statistics.median(clock(n) for n in bf16_names)
     fp8 = statistics.mean((clock("gemm-fp8-carveout0"), clock("gemm-fp8-4096x4096x4096")))
 
-    def backward_clock(name: str) -> float:
-        # the forward+backward runs began idle and stayed above the limit while the one-second
-        # average caught up: their busy samples give the family's draw at the clock held, and
-        # from it the clock the limit allows back to back
-        busy = [s for s in cfg[name]["smi"] if s[2] > 300.0]
-        f = _mean(busy, 3) * 1e6
-        activity = (_mean(busy, 2) - idle_w) / (f / max_clock) ** gamma
-        return max_clock * ((LIMIT_W - idle_w) / activity) ** (1.0 / gamma)
+    def mean_clock(*names: str) -> float:
+        return statistics.mean(clock(n) for n in names)
 
     mem = [n for n in cfg if n.startswith("mem-")]
     memory_w = statistics.median(_mean(_steady(cfg[n]), 1) for n in mem) - idle_w
     return {"idle_w": idle_w, "max_clock_hz": max_clock, "dvfs_exponent": gamma,
             "gemm_bf16_clock_hz": bf16, "gemm_fp8_clock_hz": fp8,
-            "attention_clock_hz": clock("attn-cudnn-fwd"), "attention_backward_clock_hz": backward_clock("attn-cudnn-fwdbwd"),
-            "flash2_clock_hz": clock("attn-fa2-fwd"), "flash2_backward_clock_hz": backward_clock("attn-fa2-fwdbwd"),
+            # forward: the two back-to-back runs (kernels part, mix part); backward: the warmed
+            # forward+backward runs (one clock for both kernels of the pair)
+            "attention_clock_hz": mean_clock("attn-cudnn-fwd", "alone-cudnn-fwd"),
+            "attention_backward_clock_hz": clock("alone-cudnn-fwdbwd"),
+            "flash2_clock_hz": mean_clock("attn-fa2-fwd", "alone-fa2-fwd"),
+            "flash2_backward_clock_hz": clock("alone-fa2-fwdbwd"),
             "memory_activity_w": memory_w, "fp8_points": pts}
 
 

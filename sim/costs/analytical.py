@@ -29,18 +29,17 @@ class AnalyticalCostModel:
         The simulated ranks, when representative: plans then hold only the flows they send or
         receive, the ones the engine keeps, and plan only the replicas whose flows share links
         with those (``plan_comm``'s ``keep``); None plans every flow of every replica.
-    power_level_w : float, optional
-        The power level this run's kernel mix holds its kernels at under the GPU's limit
-        (:func:`sim.power.solve_level_w`; ``inf``: the maximum clock); GEMMs and attention then
-        run at their clocks for it instead of the clocks their efficiencies were measured at.
-        None: at those clocks.
+    clock_hz : float, optional
+        The SM clock this run's kernel mix holds under the GPU's power limit
+        (:func:`sim.power.solve_clock_hz`); GEMMs and attention then run at it instead of the
+        clocks their efficiencies were measured at. None: at those clocks.
     """
 
     def __init__(self, gpu: GPUSpec, fabric: Fabric, representative: bool = True,
                  simulated: frozenset[int] | None = None, excluded: frozenset = frozenset(),
-                 power_level_w: float | None = None) -> None:
+                 clock_hz: float | None = None) -> None:
         self.gpu = gpu
-        self.power_level_w = power_level_w
+        self.clock_hz = clock_hz
         self.excluded = excluded
         """Collective algorithms NCCL may not use in this run (``plan_comm``'s ``excluded``)."""
         self.fabric = fabric
@@ -54,9 +53,9 @@ class AnalyticalCostModel:
         t = self._compute.get(op)
         if t is None:
             if isinstance(op, GemmOp):
-                t = gemm_time_s(self.gpu, op, self.power_level_w)
+                t = gemm_time_s(self.gpu, op, self.clock_hz)
             elif isinstance(op, AttentionOp):
-                t = attention_time_s(self.gpu, op, self.power_level_w)
+                t = attention_time_s(self.gpu, op, self.clock_hz)
             else:
                 t = memory_time_s(self.gpu, op)
             self._compute[op] = t

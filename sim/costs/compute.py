@@ -5,9 +5,9 @@
 fractions measured on each GPU (:mod:`sim.hardware`).
 
 Each efficiency was measured back to back, at the clock the GPU's power limit allowed that
-kernel family (:class:`~sim.power.PowerSpec`). Given ``level_w``, the power level an
-iteration's mix runs its kernels at (:func:`sim.power.solve_level_w`), the compute term scales
-by the family's measured clock over its clock at that level; the bandwidth term does not.
+kernel family (:class:`~sim.power.PowerSpec`). Given ``clock_hz``, the clock an iteration's
+mix holds (:func:`sim.power.solve_clock_hz`), the compute term scales by the family's measured
+clock over it; the bandwidth term does not.
 """
 
 from __future__ import annotations
@@ -51,13 +51,12 @@ def _clock_hz(gpu: GPUSpec, op: Op) -> float:
     return p.attention_backward_clock_hz if op.backward else p.attention_clock_hz
 
 
-def _scaled(gpu: GPUSpec, op: Op, compute: float, level_w: float | None) -> float:
-    """``compute`` (at the family's measured clock) at the clock ``op`` holds at ``level_w``
-    (``inf``: the maximum clock; None or ``gpu.power`` None: unchanged)."""
-    if level_w is None or gpu.power is None:
+def _scaled(gpu: GPUSpec, op: Op, compute: float, clock_hz: float | None) -> float:
+    """``compute`` (at the family's measured clock) at ``clock_hz`` (None or ``gpu.power``
+    None: unchanged)."""
+    if clock_hz is None or gpu.power is None:
         return compute
-    measured = _clock_hz(gpu, op)
-    return compute * measured / gpu.power.clock_hz(level_w, gpu.power.activity_w(measured))
+    return compute * _clock_hz(gpu, op) / clock_hz
 
 
 def kernel_load(gpu: GPUSpec, op: Op) -> KernelLoad:
@@ -65,13 +64,14 @@ def kernel_load(gpu: GPUSpec, op: Op) -> KernelLoad:
     p = gpu.power
     if isinstance(op, (GemmOp, AttentionOp)):
         compute, memory, added = (_gemm_parts if isinstance(op, GemmOp) else _attention_parts)(gpu, op)
-        clock = _clock_hz(gpu, op)
-        return KernelLoad(compute, clock, memory, added, p.activity_w(clock) if compute > memory
-                          else p.memory_activity_w)
+        if compute > memory:
+            clock = _clock_hz(gpu, op)
+            return KernelLoad(compute, clock, memory, added, p.activity_w(clock))
+        return KernelLoad(0.0, 0.0, memory, added, p.memory_activity_w)
     return KernelLoad(0.0, 0.0, memory_time_s(gpu, op), 0.0, p.memory_activity_w)
 
 
-def gemm_time_s(gpu: GPUSpec, op: GemmOp, level_w: float | None = None) -> float:
+def gemm_time_s(gpu: GPUSpec, op: GemmOp, clock_hz: float | None = None) -> float:
     """Time of one GEMM on ``gpu``.
 
     >>> from sim.hardware import get_gpu
@@ -80,16 +80,16 @@ def gemm_time_s(gpu: GPUSpec, op: GemmOp, level_w: float | None = None) -> float
     256.5
     """
     compute, memory, added = _gemm_parts(gpu, op)
-    return max(_scaled(gpu, op, compute, level_w), memory) + added
+    return max(_scaled(gpu, op, compute, clock_hz), memory) + added
 
 
-def attention_time_s(gpu: GPUSpec, op: AttentionOp, level_w: float | None = None) -> float:
+def attention_time_s(gpu: GPUSpec, op: AttentionOp, clock_hz: float | None = None) -> float:
     """Time of one fused attention kernel (forward or backward) on ``gpu``, at the efficiency
     measured for a kernel of its FLOPs in that direction (its deterministic backward where the
     op asks for it and the GPU has a figure), plus the bandwidth-bound work beside it
     (``op.extra_bytes``)."""
     compute, memory, added = _attention_parts(gpu, op)
-    return max(_scaled(gpu, op, compute, level_w), memory) + added
+    return max(_scaled(gpu, op, compute, clock_hz), memory) + added
 
 
 def memory_time_s(gpu: GPUSpec, op: MemoryOp) -> float:

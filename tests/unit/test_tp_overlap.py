@@ -39,7 +39,7 @@ def _run(overlap: bool = True, cfg=TE_DEFAULTS):
     w = dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, tp_comm_overlap=overlap,
                                                             tp_comm_overlap_cfg=cfg))
     run = simulate(w, load_topology("dgx-h100"))
-    return run, AnalyticalCostModel(w.system.gpu, run.fabric, power_level_w=run.power_level_w)
+    return run, AnalyticalCostModel(w.system.gpu, run.fabric, clock_hz=run.clock_hz)
 
 
 def _layer(run, layer: int = 1) -> dict[tuple[str, str], tuple]:
