@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from sim.errors import InfeasibleError
 from sim.power import PowerSpec
-from sim.types import AttentionKernel, Dtype
+from sim.types import AttentionKernel, Dtype, MemoryAccess
 from sim.units import GB, GBPS, GiB, TB, TFLOPS, US
 from sim.workload.ops import AttentionOp
 
@@ -117,6 +117,10 @@ class GPUSpec:
         Streaming multiprocessors. A running NCCL kernel holds some of them (one CTA per
         channel) and compute beside it gets the rest (:mod:`sim.engine.contention`); 0: unknown,
         compute is not slowed by communication.
+    memory_access_efficiency : tuple of (MemoryAccess, float)
+        Achieved fraction of HBM bandwidth of PyTorch's non-vectorized elementwise kernels, by
+        access pattern; a pattern not listed (and :attr:`MemoryAccess.STREAM`) runs at
+        ``memory_efficiency``.
     power : PowerSpec or None
         Board power limit and the clocks the efficiency curves were measured at; an iteration's
         compute-bound kernels then run at the clock its kernel mix holds under the limit
@@ -140,6 +144,7 @@ class GPUSpec:
     flash2_attention_backward_efficiency: EfficiencyCurve | None = None
     sm_count: int = 0
     power: PowerSpec | None = None
+    memory_access_efficiency: tuple[tuple[MemoryAccess, float], ...] = ()
     deterministic_attention_efficiency: EfficiencyCurve | None = None
     deterministic_attention_backward_efficiency: EfficiencyCurve | None = None
 
@@ -175,6 +180,14 @@ class GPUSpec:
             if d is key:
                 return c
         raise InfeasibleError(f"{self.name}: no GEMM efficiency data for {dtype.value}")
+
+    def memory_efficiency_of(self, access: MemoryAccess) -> float:
+        """Achieved fraction of HBM bandwidth of a bandwidth-bound kernel walking memory so."""
+        if access is not MemoryAccess.STREAM:
+            for a, e in self.memory_access_efficiency:
+                if a is access:
+                    return e
+        return self.memory_efficiency
 
     @property
     def fastest_clock_hz(self) -> float | None:
@@ -435,6 +448,16 @@ def _blackwell_gemm(fp8: EfficiencyCurve, fp4: EfficiencyCurve) -> tuple[tuple[D
 # forward+backward 1543, FlashAttention-2 forward 1712 and forward+backward 1794 (2 x 32 heads
 # x 8192, causal). Eight PyTorch bandwidth-bound kernels drew 499-566 W at 1980 MHz: median
 # 390.1 W above idle.
+# PyTorch's non-vectorized elementwise kernels on the same H100, same runs (``mem-*``: each back
+# to back, bytes = inputs read once + output written once), as fractions of its 3.35 TB/s:
+# a bf16 -> fp32 copy 1.954 TB/s, ``x * weight`` (bf16, weight along the last dim) 1.569,
+# ``x * rstd`` (fp32, one value per row) 2.375, ``repeat_kv``'s expand-and-reshape 1.256; the
+# vectorized add, fp32 -> bf16 copy, pow and mean reach 2.90-3.03, the 0.92 above. The H100 96GB
+# (HBM2e) and the H200 take the same fractions of their own bandwidth (not measured).
+_H100_MEMORY_ACCESS = ((MemoryAccess.UPCAST, 0.583), (MemoryAccess.BROADCAST_LAST, 0.468),
+                       (MemoryAccess.BROADCAST_ROW, 0.709), (MemoryAccess.STRIDED, 0.375))
+
+
 def _h100_power(limit_w: float) -> PowerSpec:
     return PowerSpec(limit_w=limit_w, measured_limit_w=700.0, idle_w=134.3, max_clock_hz=1980e6,
                      dvfs_exponent=2.22, gemm_clock_hz=(("bf16", 1364e6), ("fp8", 1293e6)),
@@ -475,6 +498,7 @@ _GPUS = (
         **_HOPPER_KERNELS,
         sm_count=132,
         power=_h100_power(700.0),
+        memory_access_efficiency=_H100_MEMORY_ACCESS,
         sources="glennklockwood.com/garden/processors/h100 (989 TF BF16 dense, 1979 FP8, 3.35 TB/s, "
         "NVLink4 900 GB/s bidirectional); 132 SMs (NVIDIA H100 Tensor Core GPU Architecture "
         "whitepaper, SXM5); pytorch/ao roofline_utils",
@@ -489,6 +513,7 @@ _GPUS = (
         **_HOPPER_KERNELS,
         sm_count=132,
         power=_h100_power(500.0),
+        memory_access_efficiency=_H100_MEMORY_ACCESS,
         sources="Meta Grand Teton H100 variant: 96 GB HBM2e at 2.4 TB/s, 500 W cap (validation README; "
         "pytorch/ao roofline_utils 'Meta's H100 variant has 2.4 TB/s'); compute as H100 SXM "
         "(torchtitan reports MFU against 989 TF), 132 SMs",
@@ -503,6 +528,7 @@ _GPUS = (
         **_HOPPER_KERNELS,
         sm_count=132,
         power=_h100_power(700.0),
+        memory_access_efficiency=_H100_MEMORY_ACCESS,
         sources="MLPerf Inference v4.1 system JSON (141 GB, 18x NVLink4 900 GB/s); pytorch/ao spec table "
         "(H200 = H100 compute, 132 SMs); 4.8 TB/s from the NVIDIA H200 page [unverified]",
     ),

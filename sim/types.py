@@ -121,6 +121,23 @@ class ZeroImpl(str, Enum):
     collectives (a view and a copy per rank)."""
 
 
+class MemoryAccess(str, Enum):
+    """How a bandwidth-bound kernel walks memory, which sets the share of HBM bandwidth it
+    reaches (PyTorch's elementwise kernels: ``aten/src/ATen/native/cuda/Loops.cuh``)."""
+
+    STREAM = "stream"
+    """Contiguous inputs and output of one dtype: the vectorized kernel (and the fused kernels
+    of Transformer Engine or ``torch.compile``)."""
+    UPCAST = "upcast"
+    """A copy into a wider dtype (``x.float()`` of bf16): ``unrolled_elementwise_kernel``."""
+    BROADCAST_LAST = "broadcast-last"
+    """An operand broadcast along the rows (``x * weight``): the strided ``elementwise_kernel``."""
+    BROADCAST_ROW = "broadcast-row"
+    """One value per row broadcast across it (``x * rstd``, ``mean``'s backward)."""
+    STRIDED = "strided"
+    """A copy out of an expanded, strided view (``repeat_kv``'s ``reshape``)."""
+
+
 class OpKind(str, Enum):
     """What a task does; the report's ``compute_s`` is keyed by the compute kinds."""
 

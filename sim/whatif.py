@@ -181,7 +181,8 @@ def generations(workload: WorkloadSpec, to_gpu: GPUSpec, from_topology: Topology
             detail = f"{dtype.value} at {gpu.peak(dtype) / 1e12:,.0f} TFLOP/s"
         elif factor == "hbm-bandwidth":
             gpu = dataclasses.replace(gpu, hbm_bandwidth_bytes_per_s=to_gpu.hbm_bandwidth_bytes_per_s,
-                                      memory_efficiency=to_gpu.memory_efficiency)
+                                      memory_efficiency=to_gpu.memory_efficiency,
+                                      memory_access_efficiency=to_gpu.memory_access_efficiency)
             detail = f"{gpu.hbm_bandwidth_bytes_per_s / 1e12:.2f} TB/s"
         elif factor == "hbm-capacity":
             gpu = dataclasses.replace(gpu, hbm_capacity_bytes=to_gpu.hbm_capacity_bytes)

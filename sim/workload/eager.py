@@ -21,79 +21,86 @@ backward is autograd's formula for each op (pytorch/pytorch ``tools/autograd/der
 ``silu_backward``, the ``sum`` of an ``expand``), plus the addition autograd makes where a
 tensor feeds two ops (``x`` in RMSNorm feeds ``pow`` and ``mul``).
 
-Each function returns ``(name, bytes)`` per kernel, for ``tokens`` rows of the given widths;
-the bytes are each op's reads and writes at its dtypes (activations bf16, the norm's and the
-rotary embedding's upcasts fp32; per-row statistics, ``tokens x 4`` bytes, are counted as
-such). The rotary embedding's compiled kernel is not priced on the fused side (it is not
+Each function returns ``(name, bytes, access)`` per kernel, for ``tokens`` rows of the given
+widths; the bytes are each op's reads and writes at its dtypes (activations bf16, the norm's and
+the rotary embedding's upcasts fp32; per-row statistics, ``tokens x 4`` bytes, are counted as
+such), the access pattern the one PyTorch's kernel for it walks (:class:`MemoryAccess`: the
+upcasts run ``unrolled_elementwise_kernel``, the broadcasts and ``repeat_kv``'s copy the strided
+``elementwise_kernel``, as profiled in a torchtitan layer on our H100,
+``benchmarks/device/results/h100-sxm5-80gb-2026-11-26-eager-layer.json``). The rotary embedding's compiled kernel is not priced on the fused side (it is not
 modelled for any framework), so the eager rotary kernels are its whole cost here.
 """
 
 from __future__ import annotations
 
+from sim.types import MemoryAccess
+
 __all__ = ["Kernel", "rmsnorm_forward", "rmsnorm_backward", "rope_forward", "rope_backward",
            "repeat_kv_forward", "repeat_kv_backward", "swiglu_forward", "swiglu_backward"]
 
-Kernel = tuple[str, float]
-"""A kernel's name and the HBM bytes it moves."""
+Kernel = tuple[str, float, MemoryAccess]
+"""A kernel's name, the HBM bytes it moves and how it walks them."""
 
 _BF16, _FP32 = 2, 4
+_S, _UP, _BL, _BR = MemoryAccess.STREAM, MemoryAccess.UPCAST, MemoryAccess.BROADCAST_LAST, MemoryAccess.BROADCAST_ROW
 
 # RMSNorm on a [tokens, width] bf16 input: per element (rows: per token) bytes of each op
 _RMSNORM_FWD = (
-    ("float", _BF16 + _FP32, 0),          # x.float()
-    ("pow", 2 * _FP32, 0),                # x.pow(2)
-    ("mean", _FP32, _FP32),               # .mean(-1, keepdim=True)
-    ("add-eps", 0, 2 * _FP32),            # + eps (one value per row)
-    ("rsqrt", 0, 2 * _FP32),              # torch.rsqrt
-    ("mul-rstd", 2 * _FP32, _FP32),       # x * rsqrt(...)
-    ("type-as", _FP32 + _BF16, 0),        # .type_as(x)
-    ("mul-weight", 2 * _BF16, 0),         # output * self.weight
+    ("float", _BF16 + _FP32, 0, _UP),      # x.float()
+    ("pow", 2 * _FP32, 0, _S),            # x.pow(2)
+    ("mean", _FP32, _FP32, _S),           # .mean(-1, keepdim=True)
+    ("add-eps", 0, 2 * _FP32, _S),        # + eps (one value per row)
+    ("rsqrt", 0, 2 * _FP32, _S),          # torch.rsqrt
+    ("mul-rstd", 2 * _FP32, _FP32, _BR),  # x * rsqrt(...)
+    ("type-as", _FP32 + _BF16, 0, _S),    # .type_as(x)
+    ("mul-weight", 2 * _BF16, 0, _BL),    # output * self.weight
 )
 _RMSNORM_BWD = (
-    ("mul-weight-dgrad", 2 * _BF16, 0),           # grad * weight
-    ("mul-weight-wgrad", 3 * _BF16, 0),           # grad * output ...
-    ("sum-weight-wgrad", _BF16, 0),               # ... summed over the tokens
-    ("type-as-bwd", _BF16 + _FP32, 0),            # grad.to(float32)
-    ("mul-rstd-dgrad", 2 * _FP32, _FP32),         # grad * rstd
-    ("mul-rstd-rgrad", 3 * _FP32, 0),             # grad * x ...
-    ("sum-rstd-rgrad", _FP32, _FP32),             # ... summed over the row
-    ("rsqrt-bwd-pow", 0, 2 * _FP32),              # -0.5 * grad * result.pow(3)
-    ("rsqrt-bwd-mul", 0, 3 * _FP32),
-    ("rsqrt-bwd-scale", 0, 2 * _FP32),
-    ("mean-bwd", _FP32, _FP32),                   # grad.expand(...) / n
-    ("pow-bwd-copy", 2 * _FP32, 0),               # self.pow(1)
-    ("pow-bwd-scale", 2 * _FP32, 0),              # 2 * ...
-    ("pow-bwd-mul", 3 * _FP32, 0),                # grad * ...
-    ("accumulate", 3 * _FP32, 0),                 # x feeds pow and mul: the two grads added
-    ("float-bwd", _FP32 + _BF16, 0),              # grad.to(bfloat16)
+    ("mul-weight-dgrad", 2 * _BF16, 0, _BL),       # grad * weight
+    ("mul-weight-wgrad", 3 * _BF16, 0, _S),        # grad * output ...
+    ("sum-weight-wgrad", _BF16, 0, _S),            # ... summed over the tokens
+    ("type-as-bwd", _BF16 + _FP32, 0, _UP),        # grad.to(float32)
+    ("mul-rstd-dgrad", 2 * _FP32, _FP32, _BR),     # grad * rstd
+    ("mul-rstd-rgrad", 3 * _FP32, 0, _S),          # grad * x ...
+    ("sum-rstd-rgrad", _FP32, _FP32, _S),          # ... summed over the row
+    ("rsqrt-bwd-pow", 0, 2 * _FP32, _S),           # -0.5 * grad * result.pow(3)
+    ("rsqrt-bwd-mul", 0, 3 * _FP32, _S),
+    ("rsqrt-bwd-scale", 0, 2 * _FP32, _S),
+    ("mean-bwd", _FP32, _FP32, _BR),               # grad.expand(...) / n
+    ("pow-bwd-copy", 2 * _FP32, 0, _S),            # self.pow(1)
+    ("pow-bwd-scale", 2 * _FP32, 0, _S),           # 2 * ...
+    ("pow-bwd-mul", 3 * _FP32, 0, _S),             # grad * ...
+    ("accumulate", 3 * _FP32, 0, _S),              # x feeds pow and mul: the two grads added
+    ("float-bwd", _FP32 + _BF16, 0, _S),           # grad.to(bfloat16)
 )
 # the rotary embedding of one [tokens, width] projection (q or k), bf16 in and out
 _ROPE_FWD = (
-    ("float", _BF16 + _FP32),            # xq.float()
-    ("complex-mul", 2 * _FP32),          # view_as_complex(...) * freqs_cis (complex64)
-    ("type-as", _FP32 + _BF16),          # .type_as(xq)
+    ("float", _BF16 + _FP32, _UP),       # xq.float()
+    ("complex-mul", 2 * _FP32, _S),      # view_as_complex(...) * freqs_cis (complex64)
+    ("type-as", _FP32 + _BF16, _S),      # .type_as(xq)
 )
 _ROPE_BWD = (
-    ("type-as-bwd", _BF16 + _FP32),      # grad.to(float32)
-    ("complex-mul-bwd", 2 * _FP32),      # grad * freqs_cis.conj()
-    ("float-bwd", _FP32 + _BF16),        # grad.to(bfloat16)
+    ("type-as-bwd", _BF16 + _FP32, _UP), # grad.to(float32)
+    ("complex-mul-bwd", 2 * _FP32, _S),  # grad * freqs_cis.conj()
+    ("float-bwd", _FP32 + _BF16, _S),    # grad.to(bfloat16)
 )
 # SwiGLU on the [tokens, ffn] outputs of w1 and w3 (bf16)
 _SWIGLU_FWD = (("silu", 2 * _BF16), ("mul", 3 * _BF16))
 _SWIGLU_BWD = (("mul-bwd-gate", 3 * _BF16), ("mul-bwd-up", 3 * _BF16), ("silu-bwd", 3 * _BF16))
+# (SwiGLU's kernels are vectorized: contiguous bf16 in and out)
 
 
 def _rmsnorm(table, prefix: str, tokens: int, width: int) -> list[Kernel]:
-    return [(f"{prefix}-{name}", float(tokens * (width * per_elem + per_row)))
-            for name, per_elem, per_row in table]
+    return [(f"{prefix}-{name}", float(tokens * (width * per_elem + per_row)), access)
+            for name, per_elem, per_row, access in table]
 
 
 def rmsnorm_forward(prefix: str, tokens: int, width: int) -> list[Kernel]:
     """The eight kernels of torchtitan's ``RMSNorm.forward`` on ``tokens x width``.
 
-    >>> [n for n, _ in rmsnorm_forward("norm1", 1, 8)][:3]
+    >>> [n for n, _, _ in rmsnorm_forward("norm1", 1, 8)][:3]
     ['norm1-float', 'norm1-pow', 'norm1-mean']
-    >>> sum(b for _, b in rmsnorm_forward("n", 1, 1000)) // 1000  # 36 bytes an element
+    >>> sum(b for _, b, _ in rmsnorm_forward("n", 1, 1000)) // 1000  # 36 bytes an element
     36.0
     """
     return _rmsnorm(_RMSNORM_FWD, prefix, tokens, width)
@@ -105,8 +112,8 @@ def rmsnorm_backward(prefix: str, tokens: int, width: int) -> list[Kernel]:
 
 
 def _per_width(table, prefix: str, tokens: int, widths: tuple[tuple[str, int], ...]) -> list[Kernel]:
-    return [(f"{prefix}-{tag}-{name}", float(tokens * w * per_elem)) for tag, w in widths if w
-            for name, per_elem in table]
+    return [(f"{prefix}-{tag}-{name}", float(tokens * w * per_elem), access) for tag, w in widths if w
+            for name, per_elem, access in table]
 
 
 def rope_forward(tokens: int, q_width: int, kv_width: int) -> list[Kernel]:
@@ -124,25 +131,26 @@ def repeat_kv_forward(tokens: int, q_width: int, kv_width: int) -> list[Kernel]:
     the expanded view copies (one kernel each, reading the K/V heads and writing them
     repeated); none when every query head has its own K/V head.
 
-    >>> repeat_kv_forward(1, 8, 8), [b for _, b in repeat_kv_forward(1, 8, 2)]
+    >>> repeat_kv_forward(1, 8, 8), [b for _, b, _ in repeat_kv_forward(1, 8, 2)]
     ([], [20.0, 20.0])
     """
     if q_width == kv_width:
         return []
     per_token = float(tokens * (kv_width + q_width) * _BF16)
-    return [("repeat-kv-k", per_token), ("repeat-kv-v", per_token)]
+    return [("repeat-kv-k", per_token, MemoryAccess.STRIDED), ("repeat-kv-v", per_token, MemoryAccess.STRIDED)]
 
 
 def repeat_kv_backward(tokens: int, q_width: int, kv_width: int) -> list[Kernel]:
-    """The backward of ``expand``: the K and V gradients summed over the repeated heads."""
-    return [(f"{name}-bwd", b) for name, b in repeat_kv_forward(tokens, q_width, kv_width)]
+    """The backward of ``expand``: the K and V gradients summed over the repeated heads (a
+    reduction over a middle dimension: priced as streaming, 2.0 TB/s measured in the layer)."""
+    return [(f"{name}-bwd", b, _S) for name, b, _ in repeat_kv_forward(tokens, q_width, kv_width)]
 
 
 def swiglu_forward(tokens: int, ffn_width: int) -> list[Kernel]:
     """``F.silu(w1(x)) * w3(x)``: a SiLU kernel and a multiply."""
-    return [(f"swiglu-{n}", float(tokens * ffn_width * b)) for n, b in _SWIGLU_FWD]
+    return [(f"swiglu-{n}", float(tokens * ffn_width * b), _S) for n, b in _SWIGLU_FWD]
 
 
 def swiglu_backward(tokens: int, ffn_width: int) -> list[Kernel]:
     """Its backward: the multiply's two input gradients, then ``silu_backward``."""
-    return [(f"swiglu-{n}", float(tokens * ffn_width * b)) for n, b in _SWIGLU_BWD]
+    return [(f"swiglu-{n}", float(tokens * ffn_width * b), _S) for n, b in _SWIGLU_BWD]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sim.types import CollectiveKind, CommClass, CommKernel, Dtype, OpKind, ScalingRecipe, Stream
+from sim.types import CollectiveKind, CommClass, CommKernel, Dtype, MemoryAccess, OpKind, ScalingRecipe, Stream
 from sim.workload import eager as _eager
 from sim.workload.context_parallel import cp_attention
 from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp, Op, dtype_bytes
@@ -210,8 +210,8 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     def c(name: str, op: Op) -> Step:
         return Step(None, name, op)
 
-    def mem(kind: OpKind, nbytes: float) -> MemoryOp:
-        return MemoryOp(kind, float(nbytes))
+    def mem(kind: OpKind, nbytes: float, access: MemoryAccess = MemoryAccess.STREAM) -> MemoryOp:
+        return MemoryOp(kind, float(nbytes), access)
 
     # deterministic mode: PyTorch NaN-fills each output Transformer Engine allocates with
     # at::empty (GEMMs, attention, norms, activations), one more write of it (ParallelSpec.deterministic)
@@ -221,7 +221,7 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     eager = not parallel.fused_elementwise
 
     def kernels(kind: OpKind, ks: list[_eager.Kernel]) -> list[Step]:
-        return [c(name, mem(kind, nbytes)) for name, nbytes in ks]
+        return [c(name, mem(kind, nbytes, access)) for name, nbytes, access in ks]
 
     def norm_f(name: str, tokens: int = Tn) -> list[Step]:
         """A norm's forward: one fused kernel, or torchtitan's eager RMSNorm."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.types import AttentionKernel, CollectiveKind, CommClass, CommKernel, Dtype, OpKind
+from sim.types import AttentionKernel, CollectiveKind, CommClass, CommKernel, Dtype, MemoryAccess, OpKind
 
 __all__ = ["GemmOp", "AttentionOp", "MemoryOp", "CommOp", "Op", "dtype_bytes",
            "FA_BACKWARD_FLOP_RATIO", "causal_fraction"]
@@ -124,10 +124,12 @@ class AttentionOp:
 
 @dataclass(frozen=True, slots=True)
 class MemoryOp:
-    """A bandwidth-bound kernel (norm, activation, dropout, optimizer...) moving ``bytes``."""
+    """A bandwidth-bound kernel (norm, activation, dropout, optimizer...) moving ``bytes``,
+    walking memory as ``access`` says."""
 
     kind: OpKind
     bytes: float
+    access: MemoryAccess = MemoryAccess.STREAM
 
     @property
     def flops(self) -> float:

@@ -4,10 +4,14 @@ the ``parallel.fused_elementwise`` option that selects them."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+from pathlib import Path
 
 import pytest
 
 from sim.config import load_workload
+from sim.hardware import get_gpu
+from sim.types import MemoryAccess
 from sim.workload import eager
 from sim.workload.layers import layer_ops
 from sim.workload.ops import MemoryOp
@@ -29,17 +33,46 @@ def test_rmsnorm_kernels_are_the_ops_of_torchtitans_norm():
     assert len(fwd) == 8 and len(bwd) == 16
     per_elem = (2 + 4) + (4 + 4) + 4 + (4 + 4) + (4 + 2) + (2 + 2)
     per_row = 4 + 8 + 8 + 4  # mean's output, +eps, rsqrt, mul's rstd read
-    assert sum(b for _, b in fwd) == pytest.approx(T * (w * per_elem + per_row))
-    assert all(name.startswith("n-") for name, _ in fwd + bwd)
+    assert sum(b for _, b, _ in fwd) == pytest.approx(T * (w * per_elem + per_row))
+    assert all(name.startswith("n-") for name, _, _ in fwd + bwd)
 
 
 def test_gqa_repeat_and_rope_widths():
     """RoPE runs on q and k (three kernels each, 20 bytes an element); repeat_kv copies K and V
     from kv to q width only under GQA."""
     assert len(eager.rope_forward(4, 64, 16)) == 6
-    assert sum(b for _, b in eager.rope_forward(4, 64, 16)) == pytest.approx(4 * (64 + 16) * 20)
+    assert sum(b for _, b, _ in eager.rope_forward(4, 64, 16)) == pytest.approx(4 * (64 + 16) * 20)
     assert eager.repeat_kv_forward(4, 64, 64) == [] == eager.repeat_kv_backward(4, 64, 64)
-    assert sum(b for _, b in eager.repeat_kv_backward(4, 64, 16)) == pytest.approx(2 * 4 * (64 + 16) * 2)
+    assert sum(b for _, b, _ in eager.repeat_kv_backward(4, 64, 16)) == pytest.approx(2 * 4 * (64 + 16) * 2)
+
+
+def test_each_kernel_walks_memory_as_pytorchs_kernel_for_it():
+    """The upcasts run the unrolled kernel, the broadcasts and repeat_kv's copy the strided one
+    (as profiled in the layer on our H100); the rest are vectorized."""
+    access = {n: a for n, _, a in eager.rmsnorm_forward("n", 1, 8) + eager.rmsnorm_backward("n", 1, 8)
+              + eager.rope_forward(1, 8, 2) + eager.rope_backward(1, 8, 2) + eager.repeat_kv_forward(1, 8, 2)}
+    assert access["n-float"] is access["n-type-as-bwd"] is access["rope-q-float"] is MemoryAccess.UPCAST
+    assert access["n-mul-weight"] is access["n-mul-weight-dgrad"] is MemoryAccess.BROADCAST_LAST
+    assert access["n-mul-rstd"] is access["n-mul-rstd-dgrad"] is access["n-mean-bwd"] is MemoryAccess.BROADCAST_ROW
+    assert access["repeat-kv-k"] is MemoryAccess.STRIDED
+    assert access["n-pow"] is access["n-type-as"] is access["rope-q-type-as"] is MemoryAccess.STREAM
+    h100, a100 = get_gpu("H100-SXM5-80GB"), get_gpu("A100-SXM4-80GB")
+    assert all(h100.memory_efficiency_of(a) < h100.memory_efficiency for a in MemoryAccess
+               if a is not MemoryAccess.STREAM)
+    assert all(a100.memory_efficiency_of(a) == a100.memory_efficiency for a in MemoryAccess)  # not measured
+
+
+def test_the_bandwidth_bound_kernels_of_a_profiled_layer_take_the_time_measured():
+    """Held out: the access efficiencies come from kernels run alone (power_clock.py); a whole
+    torchtitan layer profiled on the same H100 (eager_layer.py) must agree, per pass, within 5%."""
+    spec = importlib.util.spec_from_file_location(
+        "compare_layer", Path(__file__).resolve().parents[2] / "benchmarks" / "device" / "compare_layer.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    measured, simulated = mod.measured(), mod.simulated()
+    for phase in ("fwd", "bwd"):
+        key = (phase, "bandwidth-bound")
+        assert simulated[key] == pytest.approx(measured[key], rel=0.05), phase
 
 
 def _gated(w, kv_heads):
