@@ -279,17 +279,44 @@ def _launch_flag(f: _Fields, key: str, flag: str, notes: _Notes) -> bool:
     return False
 
 
-def _dist_opt_default(f: _Fields, notes: _Notes) -> bool:
+_NEMO_OPTIMIZER = ("NeMo and Megatron-Bridge recipes: distributed_fused_adam_with_cosine_annealing sets "
+                   "use_distributed_optimizer=True (nemo/collections/llm/recipes/optim/adam.py; NeMo 1's "
+                   "launcher: optim.name distributed_fused_adam with overlap_param_sync, "
+                   "conf/training/llama/llama3_8b.yaml)")
+
+
+def _is_nemo(framework: str) -> bool:
+    """A NeMo or Megatron-Bridge run (their recipes, not Megatron-LM's launch defaults)."""
+    low = framework.lower()
+    return "nemo" in low or "megatron-bridge" in low
+
+
+def _dist_opt_default(f: _Fields, framework: str, notes: _Notes) -> bool:
     """The distributed optimizer: the case's value, else on when its flags include
     ``--use-distributed-optimizer`` or ``--overlap-param-gather`` (which Megatron-LM only
-    accepts with it), else off."""
+    accepts with it) or the framework is NeMo or Megatron-Bridge (their recipes' optimizer),
+    else off (Megatron-LM's default)."""
     value = f.flag("distributed_optimizer")
     if value is not None:
         return value
     for flag in ("--use-distributed-optimizer", "--overlap-param-gather"):
         if _details_has(f, flag):
             return notes.fill("parallel.distributed_optimizer", True, f"implied by {flag} in the case's flags")
+    if _is_nemo(framework):
+        return notes.fill("parallel.distributed_optimizer", True, _NEMO_OPTIMIZER)
     return notes.fill("parallel.distributed_optimizer", False, "off by default")
+
+
+def _param_gather_default(f: _Fields, framework: str, dist_opt: bool, notes: _Notes) -> bool:
+    """Overlapping the distributed optimizer's parameter all-gather with the next forward: the
+    case's value, else on for ``--overlap-param-gather`` in its flags or a NeMo /
+    Megatron-Bridge run with the distributed optimizer (the recipes overlap it), else off."""
+    value = _launch_flag(f, "overlap_param_gather", "--overlap-param-gather", notes)
+    if value or f.flag("overlap_param_gather") is not None:
+        return value
+    if dist_opt and _is_nemo(framework):
+        return notes.fill("parallel.overlap_param_gather", True, _NEMO_OPTIMIZER)
+    return False
 
 
 def _dp_shard_default(f: _Fields, dp: int, cp: int, zero: int, framework: str, notes: _Notes) -> int | None:

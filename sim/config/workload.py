@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from sim.config.defaults import (_framework_year, _attention_kernel_default, _fused_elementwise_default, _batch_sizes, _virtual_stages_default, _flash_default,
-                                 _deterministic_default, _dist_opt_default, _grad_accum_fusion_default, _async_tp_allreduce_default, _unfused_bias_default, _dp_shard_default, _launch_flag, _loss_default, _tp_overlap_cfg,
+                                 _deterministic_default, _dist_opt_default, _param_gather_default, _grad_accum_fusion_default, _async_tp_allreduce_default, _unfused_bias_default, _dp_shard_default, _loss_default, _tp_overlap_cfg,
                                  _tp_overlap_default, _overlap_default, _recompute_meaning, _sp_default,
                                  _zero_default, _zero_impl_default)
 from sim.config.fields import (_apply_overrides, _Fields, _is_number, _located, _Notes, _presets,
@@ -435,8 +435,8 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
     cp_comm, cp_levels = _cp_comm(f, cp, notes, framework)
     # the defaults in the order their notes are listed
     sp = _sp_default(f, tp, framework, notes, tp_overlap)
-    dist_opt = _dist_opt_default(f, notes)
-    param_gather = _launch_flag(f, "overlap_param_gather", "--overlap-param-gather", notes)
+    dist_opt = _dist_opt_default(f, framework, notes)
+    param_gather = _param_gather_default(f, framework, dist_opt, notes)
     zero = _zero_default(framework, notes) if zero is None else zero
     overlap = _overlap_default(f, framework, notes)
     flash = _flash_default(f, framework, notes)

@@ -44,3 +44,16 @@ def test_narayanan_table_2_runs_with_2021_software():
         p = r.workload.parallel
         assert (p.flash_attention, p.overlap_grad_reduce, p.gradient_accumulation_fusion) == (False, False, False)
         assert any("as of its publication" in n or "carries no date" in n for n in r.notes)
+
+
+def test_nemo_and_megatron_bridge_runs_use_their_recipes_distributed_optimizer():
+    """NeMo's and Megatron-Bridge's recipes build the optimizer with
+    ``use_distributed_optimizer=True`` and overlap its parameter gather; Megatron-LM's launch
+    default is off, and a case's own value wins either way."""
+    for path in ("workloads/validation/nemo2407.yaml", "workloads/validation/megatronbridge.yaml",
+                 "workloads/validation/nemo-longseq.yaml"):
+        for rec in load_case_records(path):
+            p = rec.workload.parallel
+            assert p.distributed_optimizer and p.overlap_param_gather, rec.id
+    for rec in load_case_records("workloads/validation/korthikanti2022.yaml"):
+        assert not rec.workload.parallel.distributed_optimizer, rec.id
