@@ -7,7 +7,10 @@ batch 2 x 8192 tokens) and simulates the same layer: the torchtitan Table 1 case
 recomputation. It prints, per pass of the middle layer, the GEMMs, the attention and the
 bandwidth-bound kernels, measured and predicted.
 
-    python benchmarks/device/compare_layer.py
+    python benchmarks/device/compare_layer.py [--compiled]
+
+``--compiled``: the same layer under ``torch.compile`` (each block compiled, as torchtitan's
+``--training.compile``) against the case with ``torch.compile`` (fused elementwise kernels).
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ import yaml
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 RESULTS = os.path.join(HERE, "results", "h100-sxm5-80gb-2026-11-26-eager-layer.json")
-CASE = "torchtitan_h100_t1_llama31_8b_8gpu_FSDP"
+CASES = {False: ("torchtitan_h100_t1_llama31_8b_8gpu_FSDP", "llama31_8b_b2_s8192"),
+         True: ("torchtitan_h100_t1_llama31_8b_8gpu_FSDP_torchcompile", "llama31_8b_b2_s8192_compiled")}
 
 
 def _family_measured(aten_op: str) -> str:
-    if aten_op == "aten::mm":
+    if aten_op in ("aten::mm", "aten::addmm"):
         return "gemm"
     return "attention" if "flash_attention" in aten_op else "bandwidth-bound"
 
@@ -38,8 +42,9 @@ def _family_sim(name: str) -> str:
     return "gemm" if name.split("-")[0] in gemms and not name.startswith(("norm",)) else "bandwidth-bound"
 
 
-def measured(case: str = "llama31_8b_b2_s8192") -> dict:
+def measured(compiled: bool = False) -> dict:
     """Per pass and family, microseconds of the middle layer's kernels."""
+    case = CASES[compiled][1]
     with open(RESULTS) as fh:
         data = json.load(fh)
     layers = next(c["layers"] for c in data["summary"]["cases"] if c["case"] == case)
@@ -53,14 +58,14 @@ def measured(case: str = "llama31_8b_b2_s8192") -> dict:
     return out
 
 
-def simulated() -> dict:
+def simulated(compiled: bool = False) -> dict:
     from sim.config import default_topology_name, load_case_records, load_topology
     from sim.runner import simulate
     from sim.types import Stream
 
     with open(os.path.join(ROOT, "workloads", "validation", "torchtitan.yaml")) as fh:
         cases = yaml.safe_load(fh)
-    c = next(x for x in cases if x["id"] == CASE)
+    c = next(x for x in cases if x["id"] == CASES[compiled][0])
     c["system"].update(gpu="H100-SXM5-80GB", num_gpus=1)
     c["parallel"].update(dp=1, global_batch_size=2, recompute="none")
     c["model"]["num_layers"] = 3
@@ -84,7 +89,8 @@ def simulated() -> dict:
 
 
 def main() -> None:
-    m, s = measured(), simulated()
+    compiled = "--compiled" in sys.argv[1:]
+    m, s = measured(compiled), simulated(compiled)
     print(f"{'pass':5s} {'kernels':16s} {'measured ms':>12s} {'llmsim ms':>10s} {'error':>7s}")
     for phase in ("fwd", "bwd"):
         tm = ts = 0.0
