@@ -27,7 +27,7 @@ DVFS table):
 * ``f`` is the highest clock, at most the maximum, at which the time-weighted mean draw of the
   iteration's kernels stays within the limit.
 
-Against the measured mixes (held out of the constants): the GEMM between casts at 793 TFLOP/s
+Against the measured mixes (held out of the constants): the GEMM between casts at 774 TFLOP/s
 (measured 795); in the four GEMM-attention mixes every kernel within 9% and every pair's total
 within 1% (``tests/unit/test_power.py``). The clocks of two compute families in a mix were
 found between one shared clock and each at its own clock for a common draw, nearer the former;
