@@ -14,6 +14,7 @@ other; ``"dp-tp-pp"``: TP strided across nodes), or a list of ``num_gpus`` GPU i
 from __future__ import annotations
 
 import re
+import dataclasses
 from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -50,7 +51,7 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "deterministic", "async_tp_grad_allreduce", "unfused_linear_bias",
                   "cp_comm_type", "hierarchical_context_parallel_sizes")
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node",
-                "description")
+                "description", "power_limit_w")
 _WORKLOAD_SETTABLE = ({"model": _MODEL_KEYS, "parallel": _PARALLEL_KEYS, "system": _SYSTEM_KEYS},
                       ("name", "id", "dtype", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"))
 _GATED = frozenset({"swiglu", "silu", "swish", "geglu"})
@@ -524,8 +525,25 @@ def _build_system(f: _Fields, gpu: GPUSpec, num_gpus: int, base: Path, notes: _N
                 topology.removesuffix(".yaml") not in _presets("topologies"):
             raise f.error("topology", f"a topology file or one of the presets "
                           f"{_presets('topologies')}", topology)
+    gpu = _power_limited(f, gpu)
     with _located(f.path):
         return SystemSpec(gpu=gpu, num_gpus=num_gpus, gpus_per_node=per_node, topology=topology)
+
+
+def _power_limited(f: _Fields, gpu: GPUSpec) -> GPUSpec:
+    """``gpu`` under the case's ``system.power_limit_w`` (a board power cap, as ``nvidia-smi
+    -pl`` sets), for a GPU whose clock under its limit is measured (:mod:`sim.power`)."""
+    limit = f.number("power_limit_w")
+    if limit is None:
+        return gpu
+    if gpu.power is None:
+        measured = [n for n in gpu_names() if get_gpu(n).power is not None]
+        raise f.error("power_limit_w", f"a GPU whose power behaviour is measured ({', '.join(measured)})",
+                      f"{limit:g} W on {gpu.name}")
+    if not gpu.power.idle_w < limit <= 2 * gpu.power.measured_limit_w:
+        raise f.error("power_limit_w", f"watts above the GPU's idle draw ({gpu.power.idle_w:g} W) and at most "
+                      f"{2 * gpu.power.measured_limit_w:g}", limit)
+    return dataclasses.replace(gpu, power=dataclasses.replace(gpu.power, limit_w=limit))
 
 
 def _build_reference(raw: object, path: str, source: str) -> Reference | None:

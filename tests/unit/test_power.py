@@ -146,3 +146,33 @@ def test_the_sweep_bound_holds_at_any_clock():
     w = _h100_workload(dp=2, gbs=8, layers=2)
     t = simulate(w, load_topology("dgx-h100")).result.makespan_s
     assert IterationBound(w.model, w.system.gpu).lower_bound_s(w) <= t
+
+
+def _capped_workload(tmp_path, text: str):
+    from sim.config import load_workload
+    path = tmp_path / "w.yaml"
+    path.write_text("name: pw\nmodel: {num_layers: 2, hidden_size: 2048, num_attention_heads: 16, seq_length: 2048,"
+                    " vocab_size: 32000}\nparallel: {tp: 1, pp: 1, dp: 2, global_batch_size: 4}\n" + text)
+    return load_workload(str(path))
+
+
+def test_a_power_cap_in_the_workload_lowers_the_clock_and_slows_the_run(tmp_path):
+    topo = load_topology("dgx-h100")
+    runs = {w: simulate(_capped_workload(tmp_path, f"system: {{gpu: H100-SXM5-80GB, num_gpus: 2, power_limit_w: {w}}}\n"),
+                        topo) for w in (400, 500, 700)}
+    clocks = [runs[w].clock_hz for w in (400, 500, 700)]
+    times = [runs[w].result.makespan_s for w in (400, 500, 700)]
+    assert clocks[0] < clocks[1] < clocks[2] and times[0] > times[1] > times[2]
+    assert any("500 W limit" in n for n in runs[500].notes)
+
+
+@pytest.mark.parametrize("system,expected", [
+    ("{gpu: A100-SXM4-80GB, num_gpus: 2, power_limit_w: 300}", "power behaviour is measured"),
+    ("{gpu: H100-SXM5-80GB, num_gpus: 2, power_limit_w: 50}", "above the GPU's idle draw"),
+    ("{gpu: H100-SXM5-80GB, num_gpus: 2, power_limit_w: lots}", "a number"),
+])
+def test_a_power_cap_it_cannot_price_is_one_clear_error(tmp_path, system, expected):
+    from sim.errors import ConfigError
+    with pytest.raises(ConfigError, match=expected) as err:
+        _capped_workload(tmp_path, f"system: {system}\n")
+    assert "system.power_limit_w" in str(err.value)
