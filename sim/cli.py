@@ -16,6 +16,7 @@
     llmsim whatif nodes [WORKLOAD.yaml] [--nodes 12,7,5,3,2,1] [--scale logic,memory,network] [--table PATH]
                  [--plot PATH.png] [--json PATH]
     llmsim whatif memory [MODEL] --gpu H100-SXM5-80GB --hbm HBM2e,HBM3,HBM3e,HBM4 [--plot PATH.png] [--json PATH]
+    llmsim whatif power [WORKLOAD.yaml] [--limits 400,500,600,700] [--json PATH]
     llmsim infer [MODEL] --gpu H100-SXM5-80GB --tp 8 [--pp 1] --batch 1 --prompt 200 --generate 200 [--dtype fp8]
                  [--trace PATH] [--json PATH]          (inference: sim/inference/commands.py, docs/inference.md)
     llmsim roofline [MODEL] --gpu A100-SXM4-80GB,H100-SXM5-80GB,B200 --phase prefill,decode [--plot PATH.png]
@@ -309,6 +310,19 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
                             parse_order, sweep_reoptimizer)
 
     overrides = list(args.set or ())
+    if args.study == "power":
+        from sim.whatif_power import format_power_caps, parse_limits, power_caps
+
+        workload, _notes = load_workload_with_notes(args.workload, overrides, args.case)
+        topo = load_topology(workload.system.topology or default_topology_name(workload.system.gpu.name))
+        rated = workload.system.gpu.power.limit_w if workload.system.gpu.power else 0.0
+        rows = power_caps(workload, topo, parse_limits(args.limits, rated))
+        print(format_power_caps(rows, f"{workload.name} on {workload.system.num_gpus} x "
+                                      f"{workload.system.gpu.name} under board power caps"))
+        if args.json:
+            _write_json(args.json, {"workload": workload.name, "gpu": workload.system.gpu.name,
+                                    "num_gpus": workload.system.num_gpus, "caps": [r.to_dict() for r in rows]})
+        return 0
     if args.study == "generations":
         src = _gpu_arg(args.from_gpu, "--from")
         dst = _gpu_arg(args.to_gpu, "--to")
@@ -471,9 +485,10 @@ def _parser() -> argparse.ArgumentParser:
     swp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one workload field")
     swp.add_argument("--case", metavar="ID", help="the case to use from a file of several")
     swp.set_defaults(func=_cmd_sweep)
-    wif = sub.add_parser("whatif", help="what-if studies: GPU generations, technology nodes",
+    wif = sub.add_parser("whatif", help="what-if studies: GPU generations, technology nodes, power caps",
                          description="Move a workload from one GPU system to another one factor at a time "
-                         "(generations), or onto hypothetical GPUs of each technology node (nodes).")
+                         "(generations), onto hypothetical GPUs of each technology node (nodes), or under "
+                         "several board power caps (power).")
     wsub = wif.add_subparsers(dest="study", metavar="STUDY", required=True)
     gen = wsub.add_parser("generations", help="the speed-up from one GPU system to another, factor by factor")
     gen.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name")
@@ -492,6 +507,13 @@ def _parser() -> argparse.ArgumentParser:
     nod.add_argument("--nodes", help="which nodes of the table, e.g. 12,7,5,3,2,1 (default: all)")
     nod.add_argument("--scale", help="what to scale: a subset of logic,memory,network (default: all three)")
     nod.add_argument("--table", help="technology-scaling YAML (default topologies/technology-nodes.yaml)")
+    pwr = wsub.add_parser("power", help="the same job under several board power caps (Hopper GPUs)")
+    pwr.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name")
+    pwr.add_argument("--limits", help="caps in watts, e.g. 400,500,600,700 (default: 60-100%% of the GPU's limit)")
+    pwr.add_argument("--json", metavar="PATH", help="write the same numbers as JSON")
+    pwr.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one workload field")
+    pwr.add_argument("--case", metavar="ID", help="the case to use from a file of several")
+    pwr.set_defaults(func=_cmd_whatif)
     for p in (gen, nod):
         p.add_argument("--plot", metavar="PATH.png", help="draw the figure (needs matplotlib)")
         p.add_argument("--json", metavar="PATH", help="write the same numbers as JSON")

@@ -22,7 +22,7 @@ from sim.costs.compute import kernel_load
 from sim.engine import Simulation
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
-from sim.power import solve_clock_hz
+from sim.power import KernelLoad, solve_clock_hz
 from sim.program import Block
 from sim.results import CounterSample, SimResult
 from sim.topology.routing import Fabric
@@ -179,12 +179,9 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
     return Run(workload, topology, fabric, program, result, wall, notes, granularity, clock_hz)
 
 
-def power_clock_hz(gpu: GPUSpec, program: Program) -> float | None:
-    """The SM clock ``gpu`` holds under its power limit over ``program``'s compute kernels
-    (every simulated rank's, each as often as it runs; :func:`sim.power.solve_clock_hz`), or
-    None when the GPU's power behaviour is not measured (:attr:`GPUSpec.power`)."""
-    if gpu.power is None:
-        return None
+def power_loads(gpu: GPUSpec, program: Program) -> list[KernelLoad]:
+    """``program``'s compute kernels as the power model sees them: every simulated rank's,
+    each distinct op once with the count of times it runs (``gpu.power`` must be set)."""
     by_id: dict[int, list] = {}
     for t in program.tasks:
         if t.comm or t.stream is not Stream.COMPUTE:
@@ -198,7 +195,16 @@ def power_clock_hz(gpu: GPUSpec, program: Program) -> float | None:
     for op, n in by_id.values():
         for o in ([o for s, o in zip(op.streams, op.ops) if s is None] if isinstance(op, Block) else (op,)):
             counts[o] = counts.get(o, 0) + n
-    loads = [dataclasses.replace(kernel_load(gpu, op), count=n) for op, n in counts.items()]
+    return [dataclasses.replace(kernel_load(gpu, op), count=n) for op, n in counts.items()]
+
+
+def power_clock_hz(gpu: GPUSpec, program: Program) -> float | None:
+    """The SM clock ``gpu`` holds under its power limit over ``program``'s compute kernels
+    (:func:`power_loads`, :func:`sim.power.solve_clock_hz`), or None when the GPU's power
+    behaviour is not measured (:attr:`GPUSpec.power`)."""
+    if gpu.power is None:
+        return None
+    loads = power_loads(gpu, program)
     return solve_clock_hz(gpu.power, loads) if loads else None
 
 

@@ -176,3 +176,23 @@ def test_a_power_cap_it_cannot_price_is_one_clear_error(tmp_path, system, expect
     with pytest.raises(ConfigError, match=expected) as err:
         _capped_workload(tmp_path, f"system: {system}\n")
     assert "system.power_limit_w" in str(err.value)
+
+
+def test_whatif_power_trades_time_for_energy(tmp_path):
+    """Under lower caps the job runs longer, draws no more than its cap, and (its kernels at
+    lower voltage) does more work per joule; the command writes the same numbers as JSON."""
+    from sim.cli import main
+    from sim.whatif_power import power_caps
+
+    w = _h100_workload(dp=2, gbs=4, layers=2)
+    rows = power_caps(w, load_topology("dgx-h100"), (400, 550, 700))
+    times = [r.iteration_time_s for r in rows]
+    assert times[0] > times[1] > times[2]
+    assert all(r.mean_power_w <= r.limit_w + 1e-6 for r in rows)
+    assert rows[0].tokens_per_j > rows[2].tokens_per_j
+    assert rows[0].energy_per_iteration_j == pytest.approx(rows[0].mean_power_w * rows[0].iteration_time_s)
+    out = tmp_path / "p.json"
+    assert main(["whatif", "power", "llama3-8b-h100", "--limits", "500,700", "--json", str(out)]) == 0
+    caps = json.loads(out.read_text())["caps"]
+    assert [c["limit_w"] for c in caps] == [500.0, 700.0] and caps[0]["iteration_time_s"] > caps[1]["iteration_time_s"]
+    assert main(["whatif", "power", "tiny"]) == 2  # an A100: no measured power behaviour

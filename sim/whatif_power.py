@@ -1,0 +1,102 @@
+"""``llmsim whatif power``: the same job under several board power caps.
+
+Datacenters cap GPUs below their rated power to fit a power budget (Meta's Grand Teton H100s
+run at 500 W, not 700). For a GPU whose clock under its limit is measured (:mod:`sim.power`),
+this study simulates the workload at each cap and reports what it costs: the clock its kernels
+hold, the iteration time and throughput, the mean board draw and the energy per iteration.
+
+Energy per GPU and iteration is ``P_busy x t_busy + P_idle x (T - t_busy)``: ``P_busy`` is the
+time-weighted draw of the compute stream's kernels at the solved clock
+(:func:`sim.power.mean_power_w`), ``t_busy`` the compute time per GPU (the report's
+``compute_s``, mean over pipeline stages), ``P_idle`` the GPU's idle draw for the rest (exposed
+communication and pipeline bubbles). The communication kernels' own draw is not counted, nor
+the rest of the node (CPUs, NICs, switches, fans).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Sequence
+
+from sim.errors import ConfigError
+from sim.power import mean_power_w
+from sim.report import make_report
+from sim.runner import power_loads, simulate
+from sim.topology.spec import TopologySpec
+from sim.workload.spec import WorkloadSpec
+
+__all__ = ["PowerRow", "power_caps", "parse_limits", "format_power_caps"]
+
+
+@dataclass(frozen=True)
+class PowerRow:
+    """One cap: what the job does under it (per GPU unless said)."""
+
+    limit_w: float
+    sm_clock_hz: float
+    iteration_time_s: float
+    tokens_per_s: float
+    mean_power_w: float
+    energy_per_iteration_j: float
+    tokens_per_j: float
+    """Whole job: tokens per joule drawn by all its GPUs."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def parse_limits(text: str | None, rated_w: float) -> tuple[float, ...]:
+    """``--limits 400,500,600,700`` -> watts (default: 60% to 100% of the rated limit)."""
+    if not text:
+        return tuple(round(rated_w * f) for f in (0.6, 0.7, 0.8, 0.9, 1.0))
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ConfigError("<--limits>", "--limits", "comma-separated watts, e.g. 400,500,600,700", text) from None
+    if not values:
+        raise ConfigError("<--limits>", "--limits", "comma-separated watts, e.g. 400,500,600,700", text)
+    return values
+
+
+def power_caps(workload: WorkloadSpec, topology: TopologySpec, limits: Sequence[float]) -> list[PowerRow]:
+    """Simulate ``workload`` under each board power cap in ``limits``.
+
+    Raises
+    ------
+    ConfigError
+        If the workload's GPU has no measured power behaviour, or a cap is below its idle draw.
+    """
+    gpu = workload.system.gpu
+    if gpu.power is None:
+        raise ConfigError("<whatif power>", "system.gpu", "a GPU whose power behaviour is measured (Hopper: "
+                          "H100-SXM5-80GB, H100-SXM5-96GB-HBM2e, H200)", gpu.name)
+    rows = []
+    for limit in limits:
+        if not gpu.power.idle_w < limit:
+            raise ConfigError("<--limits>", "--limits", f"caps above the GPU's idle draw ({gpu.power.idle_w:g} W)",
+                              limit)
+        capped = dataclasses.replace(gpu, power=dataclasses.replace(gpu.power, limit_w=float(limit)))
+        w = dataclasses.replace(workload, system=dataclasses.replace(workload.system, gpu=capped))
+        run = simulate(w, topology)
+        rep = make_report(run)
+        t = rep.iteration_time_s
+        busy = min(sum(rep.compute_s.values()), t)
+        p_busy = mean_power_w(capped.power, power_loads(capped, run.program), run.clock_hz)
+        energy = p_busy * busy + capped.power.idle_w * (t - busy)
+        rows.append(PowerRow(float(limit), run.clock_hz, t, rep.tokens_per_s, energy / t, energy,
+                             w.tokens_per_iteration / (energy * w.system.num_gpus)))
+    return rows
+
+
+def format_power_caps(rows: Sequence[PowerRow], title: str) -> str:
+    lines = [title, "",
+             f"  {'cap W':>6} {'clock MHz':>10} {'iteration s':>12} {'tokens/s':>12} {'mean W':>7} "
+             f"{'J/iteration/GPU':>16} {'tokens/J':>9}"]
+    for r in rows:
+        lines.append(f"  {r.limit_w:6.0f} {r.sm_clock_hz / 1e6:10.0f} {r.iteration_time_s:12.4f} "
+                     f"{r.tokens_per_s:12,.0f} {r.mean_power_w:7.0f} {r.energy_per_iteration_j:16,.0f} "
+                     f"{r.tokens_per_j:9.2f}")
+    lines += ["", "  per GPU: the compute stream's draw while busy, idle draw while it waits; communication "
+              "kernels and the rest of the node not counted (sim/whatif_power.py)"]
+    return "\n".join(lines)
