@@ -196,3 +196,18 @@ def test_whatif_power_trades_time_for_energy(tmp_path):
     caps = json.loads(out.read_text())["caps"]
     assert [c["limit_w"] for c in caps] == [500.0, 700.0] and caps[0]["iteration_time_s"] > caps[1]["iteration_time_s"]
     assert main(["whatif", "power", "tiny"]) == 2  # an A100: no measured power behaviour
+
+
+@pytest.mark.parametrize("gpu,results", [("H100-SXM5-80GB", RESULTS),
+                                         ("H200", RESULTS.parent / "h200-2026-11-26-power.json")])
+def test_access_efficiencies_are_the_measured_bandwidths(gpu, results):
+    """Each non-vectorized access pattern's fraction of HBM is its kernel's measured rate over
+    the GPU's peak bandwidth (power_clock.py's mem-* runs on that GPU)."""
+    from sim.types import MemoryAccess
+    spec = get_gpu(gpu)
+    cfg = {c["name"]: c for run in json.loads(results.read_text())["runs"] for c in run["configs"]}
+    kernel = {MemoryAccess.UPCAST: "mem-cast-bf16-fp32", MemoryAccess.BROADCAST_LAST: "mem-mul-bcast-bf16-weight",
+              MemoryAccess.BROADCAST_ROW: "mem-mul-bcast-fp32-row", MemoryAccess.STRIDED: "mem-repeat-kv"}
+    for access, name in kernel.items():
+        measured = cfg[name]["rate_second_half"] * 1e12 / spec.hbm_bandwidth_bytes_per_s
+        assert spec.memory_efficiency_of(access) == pytest.approx(measured, abs=5e-4), access
