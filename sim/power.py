@@ -31,7 +31,11 @@ Against the measured mixes (held out of the constants): the GEMM between casts a
 (measured 795); in the four GEMM-attention mixes every kernel within 9% and every pair's total
 within 1% (``tests/unit/test_power.py``). The clocks of two compute families in a mix were
 found between one shared clock and each at its own clock for a common draw, nearer the former;
-the total, which sets the iteration's time, is within 1% either way. What it leaves out: the
+the total, which sets the iteration's time, is within 1% either way. The controller is slow:
+polled every 0.6 ms through NVML (``benchmarks/device/clock_lag.py``), the clock held 1,980 MHz
+for 100-200 ms after dense GEMMs began and then fell to about 1,500 MHz (later 1,185-1,260), and
+after a switch to copies held its low value for about 100 ms before rising; so across the
+kernels of a layer (tens of ms) the clock is about one value, set by the recent mix. What it leaves out: the
 communication kernels' draw (NVLink and the SMs NCCL holds), idle time inside the iteration
 (pipeline bubbles, waits: the firmware averages over a second or so, so these would raise the
 clock a little), and the temperature dependence of leakage (measured at 49-69 C). Only GPUs
