@@ -218,6 +218,8 @@ def format_report(r: Report) -> str:
         f"  model TFLOP/s per GPU {r.tflops_per_gpu:.1f}   MFU {_pct(r.mfu)}",
         f"  with recomputation    {r.hfu_tflops_per_gpu:.1f}   HFU {_pct(r.hfu)}",
     ]
+    if r.sm_clock_hz is not None:
+        lines.append(f"  SM clock              {r.sm_clock_hz / 1e6:.0f} MHz under the power limit (sim/power.py)")
     if r.reference and "tflops_per_gpu" in r.reference:
         lines.append(f"  measured TFLOP/s      {r.reference['tflops_per_gpu']:.1f}   ({r.reference['source']}: "
                      f"{r.reference['error_pct']:+.1f}%)")
