@@ -11,6 +11,7 @@ studies build modified copies with :func:`dataclasses.replace`.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -595,6 +596,24 @@ _ALIASES = {"A100": "A100-SXM4-80GB", "H100": "H100-SXM5-80GB"}
 def gpu_names() -> list[str]:
     """The catalogue's GPU names, sorted."""
     return sorted(GPU_CATALOGUE)
+
+
+def power_limited(gpu: GPUSpec, limit_w: float) -> GPUSpec:
+    """``gpu`` under a board power cap of ``limit_w`` (as ``nvidia-smi -pl`` sets it).
+
+    Raises
+    ------
+    ValueError
+        With what a cap needs, if ``gpu``'s power behaviour is not measured or ``limit_w`` is
+        not above its idle draw and at most twice the limit it was measured at.
+    """
+    if gpu.power is None:
+        measured = ", ".join(n for n in gpu_names() if GPU_CATALOGUE[n].power is not None)
+        raise ValueError(f"a GPU whose power behaviour is measured ({measured})")
+    p = gpu.power
+    if not p.idle_w < limit_w <= 2 * p.measured_limit_w:
+        raise ValueError(f"watts above the GPU's idle draw ({p.idle_w:g} W) and at most {2 * p.measured_limit_w:g}")
+    return dataclasses.replace(gpu, power=dataclasses.replace(p, limit_w=float(limit_w)))
 
 
 def get_gpu(name: str) -> GPUSpec:

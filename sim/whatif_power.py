@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from sim.errors import ConfigError
+from sim.hardware import power_limited
 from sim.power import mean_power_w
 from sim.report import make_report
 from sim.runner import power_loads, simulate
@@ -68,15 +69,14 @@ def power_caps(workload: WorkloadSpec, topology: TopologySpec, limits: Sequence[
         If the workload's GPU has no measured power behaviour, or a cap is below its idle draw.
     """
     gpu = workload.system.gpu
-    if gpu.power is None:
-        raise ConfigError("<whatif power>", "system.gpu", "a GPU whose power behaviour is measured (Hopper: "
-                          "H100-SXM5-80GB, H100-SXM5-96GB-HBM2e, H200)", gpu.name)
     rows = []
     for limit in limits:
-        if not gpu.power.idle_w < limit:
-            raise ConfigError("<--limits>", "--limits", f"caps above the GPU's idle draw ({gpu.power.idle_w:g} W)",
-                              limit)
-        capped = dataclasses.replace(gpu, power=dataclasses.replace(gpu.power, limit_w=float(limit)))
+        try:
+            capped = power_limited(gpu, limit)
+        except ValueError as exc:
+            if gpu.power is None:
+                raise ConfigError("<whatif power>", "system.gpu", str(exc), gpu.name) from None
+            raise ConfigError("<whatif power>", "--limits", str(exc), limit) from None
         w = dataclasses.replace(workload, system=dataclasses.replace(workload.system, gpu=capped))
         run = simulate(w, topology)
         rep = make_report(run)

@@ -14,7 +14,6 @@ other; ``"dp-tp-pp"``: TP strided across nodes), or a list of ``num_gpus`` GPU i
 from __future__ import annotations
 
 import re
-import dataclasses
 from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,7 +25,7 @@ from sim.config.defaults import (_framework_year, _attention_kernel_default, _fu
 from sim.config.fields import (_apply_overrides, _Fields, _is_number, _located, _Notes, _presets,
                                _read_yaml, _resolve)
 from sim.errors import ConfigError
-from sim.hardware import GPUSpec, get_gpu, gpu_names
+from sim.hardware import GPUSpec, get_gpu, gpu_names, power_limited
 from sim.hf import read_hf_config
 from sim.types import CpCommType, Dtype, RecomputeKind, ScalingRecipe, ScheduleKind
 from sim.units import GiB
@@ -531,19 +530,14 @@ def _build_system(f: _Fields, gpu: GPUSpec, num_gpus: int, base: Path, notes: _N
 
 
 def _power_limited(f: _Fields, gpu: GPUSpec) -> GPUSpec:
-    """``gpu`` under the case's ``system.power_limit_w`` (a board power cap, as ``nvidia-smi
-    -pl`` sets), for a GPU whose clock under its limit is measured (:mod:`sim.power`)."""
+    """``gpu`` under the case's ``system.power_limit_w`` (:func:`sim.hardware.power_limited`)."""
     limit = f.number("power_limit_w")
     if limit is None:
         return gpu
-    if gpu.power is None:
-        measured = [n for n in gpu_names() if get_gpu(n).power is not None]
-        raise f.error("power_limit_w", f"a GPU whose power behaviour is measured ({', '.join(measured)})",
-                      f"{limit:g} W on {gpu.name}")
-    if not gpu.power.idle_w < limit <= 2 * gpu.power.measured_limit_w:
-        raise f.error("power_limit_w", f"watts above the GPU's idle draw ({gpu.power.idle_w:g} W) and at most "
-                      f"{2 * gpu.power.measured_limit_w:g}", limit)
-    return dataclasses.replace(gpu, power=dataclasses.replace(gpu.power, limit_w=limit))
+    try:
+        return power_limited(gpu, limit)
+    except ValueError as exc:
+        raise f.error("power_limit_w", str(exc), f"{limit:g} W on {gpu.name}") from None
 
 
 def _build_reference(raw: object, path: str, source: str) -> Reference | None:
