@@ -62,6 +62,7 @@ class _Builder:
         self.ops: dict[tuple, CommOp] = {}
         """Comm ops shared by every task that moves the same bytes between the same ranks."""
         self.blocks: dict[tuple, tuple] = {}
+        self._by_rank: dict[int, dict[Stream, list[int]]] = {}
         self.steps: dict[tuple, tuple] = {}
         """Layer granularity: (block, its first comm group or None, its compute op count) per
         step list."""
@@ -97,11 +98,19 @@ class _Builder:
             task.coll_key = k
             self.members[k] = self.members.get(k, 0) + 1
         tasks.append(task)
-        lst = self.streams.get((rank, stream))
+        lists = self.rank_streams(rank)
+        lst = lists.get(stream)
         if lst is None:
-            lst = self.streams[(rank, stream)] = []
+            lst = lists[stream] = self.streams[(rank, stream)] = []
         lst.append(task.id)
         return task
+
+    def rank_streams(self, rank: int) -> dict[Stream, list[int]]:
+        """``rank``'s entries of :attr:`streams` by stream (the same lists)."""
+        lists = self._by_rank.get(rank)
+        if lists is None:
+            lists = self._by_rank[rank] = {s: ids for (r, s), ids in self.streams.items() if r == rank}
+        return lists
 
 
 class _RankProgram(DataParallelMixin):
@@ -149,17 +158,52 @@ class _RankProgram(DataParallelMixin):
 
     def run_steps(self, steps, args: tuple, first_mem: float = 0.0, last_mem: float = 0.0
                   ) -> tuple[Task | None, Task | None]:
-        """Issue ``steps``; return the first and last compute task."""
+        """Issue ``steps``; return the first and last compute task.
+
+        The tasks are those :meth:`compute` and :meth:`collective` would add one at a time,
+        made here in one loop (this runs for every op of every layer pass)."""
         first = last = None
+        b, rank = self.b, self.rank
+        tasks, seq, keys, members = b.tasks, self.seq, b.keys, b.members
+        lists = b.rank_streams(rank)
+        compute_ids = lists.get(Stream.COMPUTE)
+        last_c, pending, extra = self.last_c, self.pending, self.extra
         for st in steps:
-            if st.stream is not None:
-                t = self.collective(st.stream, st.name, st.op, args,
-                                    [self.last_c] if self.last_c >= 0 else [])
-                self.pending.append([t.id, st.wait])
+            stream = st.stream
+            tid = len(tasks)
+            if stream is not None:
+                op = st.op
+                n = seq.get(op.group, 0)
+                seq[op.group] = n + 1
+                t = Task(tid, rank, stream, st.name, op, st.kind, True, [last_c] if last_c >= 0 else [], args)
+                k = keys.setdefault((op.group, n), len(keys))
+                t.coll_key = k
+                members[k] = members.get(k, 0) + 1
+                ids = lists.get(stream)
+                if ids is None:
+                    ids = lists[stream] = b.streams[(rank, stream)] = []
+                ids.append(tid)
+                pending.append([tid, st.wait])
             else:
-                last = self.compute(st.name, st.op, args, st.kind)
+                deps, extra = extra, []
+                if pending:
+                    keep = []
+                    for p in pending:
+                        if p[1] == 0:
+                            deps.append(p[0])
+                        else:
+                            p[1] -= 1
+                            keep.append(p)
+                    pending = keep
+                t = Task(tid, rank, Stream.COMPUTE, st.name, st.op, st.kind, False, deps, args)
+                if compute_ids is None:
+                    compute_ids = lists[Stream.COMPUTE] = b.streams[(rank, Stream.COMPUTE)] = []
+                compute_ids.append(tid)
+                last_c, last = tid, t
                 if first is None:
-                    first = last
+                    first = t
+            tasks.append(t)
+        self.last_c, self.pending, self.extra = last_c, pending, extra
         if first is not None:
             first.mem_start_bytes += first_mem
             last.mem_end_bytes += last_mem
