@@ -251,6 +251,36 @@ _H100_FA2_FWD = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
 _H100_FA2_BWD = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
     (34, 0.137), (35, 0.163), (36, 0.185), (37, 0.211), (38, 0.25), (39, 0.272), (40, 0.301),
     (41, 0.316), (42, 0.314), (43, 0.305), (44, 0.309))))
+# cuDNN's deterministic attention backward on H100: what Transformer Engine asks cuDNN for
+# under deterministic training on sm90 (NVTE_ALLOW_NONDETERMINISTIC_ALGO=0, which Megatron-LM's
+# --deterministic-mode sets; TE keeps FusedAttention for it on sm90+, see
+# FA2_DETERMINISTIC_BWD_RATIO below), i.e. ``use_deterministic_algorithm=True`` in the cuDNN
+# frontend's ``sdpa_backward``. Measured by this project on H100 SXM5 with cuDNN 9.19.0
+# (benchmarks/device/attention_deterministic.py; results/h100-sxm5-80gb-2026-11-27-
+# attention-deterministic.json): its time over the default backward's, same run, batch 1,
+# 32 query / 8 KV heads, head dim 128, causal, at _H100_DET_SEQS tokens. Other shapes of the
+# run spread 1.13-1.31, higher with fewer (batch x heads) to spread over the SMs (8 heads at
+# 16k: 1.31; 64 heads at 8k: 1.13); the curve, like every attention curve here, goes by FLOPs.
+_H100_DET_SEQS = (2048, 4096, 8192, 16384, 32768)
+_H100_DET_SLOWDOWN = (1.040, 1.129, 1.141, 1.173, 1.159)
+
+
+def _det_flops(seq: int) -> float:
+    """FLOPs, as AttentionOp counts them, of the measured deterministic backward at ``seq``."""
+    return AttentionOp(1, 32, 8, seq, 128, True, True).flops
+
+
+def _slowed(base: EfficiencyCurve, slowdown: tuple[tuple[float, float], ...]) -> EfficiencyCurve:
+    """``base`` divided by ``slowdown`` (``(FLOPs, factor)`` points, interpolated in
+    log(FLOPs), held at the ends), sampled at both's sizes."""
+    sx = tuple(x for x, _ in slowdown)
+    xs = sorted({x for x, _ in base.points} | set(sx))
+    return EfficiencyCurve(tuple((x, base(x) / _log_interpolate(slowdown, sx, x)) for x in xs))
+
+
+_H100_ATTN_DET_BWD = _slowed(_H100_ATTN_BWD, tuple(zip(map(_det_flops, _H100_DET_SEQS), _H100_DET_SLOWDOWN)))
+
+
 def _square_sweep(peak_tflops: float, *tflops: float) -> EfficiencyCurve:
     """A curve from a square cuBLASLt sweep at m = n = k = 1024, 2048, ... 32768
     (:data:`_SQUARE_SIZES`): each point is the measured TFLOP/s over ``peak_tflops``."""
@@ -419,6 +449,7 @@ def _blackwell(bf16_tflops: float, fp4_tflops: float) -> tuple[tuple[Dtype, floa
 # the rest until measured, as pytorch/ao's roofline tables do ("for now").
 _HOPPER_KERNELS = dict(
     attention_efficiency=_H100_ATTN_FWD, attention_backward_efficiency=_H100_ATTN_BWD,
+    deterministic_attention_backward_efficiency=_H100_ATTN_DET_BWD,
     flash2_attention_efficiency=_H100_FA2_FWD, flash2_attention_backward_efficiency=_H100_FA2_BWD,
     memory_efficiency=_MEM_EFF, kernel_launch_s=_LAUNCH_S)
 # deterministic training on Blackwell: Transformer Engine's FlashAttention-2 (FA2_BLACKWELL_RATIO)

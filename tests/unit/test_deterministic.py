@@ -92,7 +92,8 @@ def test_unfused_wgrad_output_is_also_filled_in_deterministic_mode():
 def test_deterministic_attention_backward_on_a100_is_flash2_deterministic():
     """A100: Transformer Engine runs FlashAttention-2's deterministic backward, 0.55 of the
     non-deterministic rate (flash-attention PR #1893 over our H100 FlashAttention-2 curve);
-    the forward and Hopper's backward are unchanged."""
+    the forward is unchanged. Hopper keeps cuDNN, whose deterministic backward costs far less
+    (measured; tests/unit/test_hardware.py)."""
     assert FA2_DETERMINISTIC_BWD_RATIO == pytest.approx(0.548, abs=0.005)
     a100, h100 = get_gpu("A100"), get_gpu("H100")
     bwd = AttentionOp(2, 8, 2, 8192, 128, True, True)
@@ -102,7 +103,7 @@ def test_deterministic_attention_backward_on_a100_is_flash2_deterministic():
         (attention_time_s(a100, bwd) - launch) / FA2_DETERMINISTIC_BWD_RATIO, rel=1e-9)
     fwd = AttentionOp(2, 8, 2, 8192, 128, True, False)
     assert attention_time_s(a100, dataclasses.replace(fwd, deterministic=True)) == attention_time_s(a100, fwd)
-    assert attention_time_s(h100, det) == attention_time_s(h100, bwd)
+    assert attention_time_s(h100, bwd) < attention_time_s(h100, det) < 0.8 * attention_time_s(h100, bwd) / FA2_DETERMINISTIC_BWD_RATIO
 
 
 @pytest.mark.parametrize("gpu", ["B200", "GB200", "GB300"])

@@ -228,3 +228,33 @@ def test_gb300_runs_the_attention_forward_faster_than_gb200_at_the_same_peak():
     f = 2.0**41
     assert gb300.attention_efficiency(f) > 1.1 * gb200.attention_efficiency(f)
     assert gb300.attention_backward_efficiency(f) < 1.1 * gb200.attention_backward_efficiency(f)
+
+
+def test_hopper_deterministic_attention_backward_is_the_h100_measurement():
+    """The slowdown of cuDNN's deterministic attention backward on Hopper is re-derived from
+    the committed raw timings (benchmarks/device/results/), so it cannot be edited to fit a
+    case; the forward and the default backward are unchanged by it."""
+    import dataclasses
+    import json
+
+    from sim.costs.compute import attention_time_s
+    from sim.hardware import _H100_DET_SEQS, _H100_DET_SLOWDOWN
+    from sim.workload.ops import AttentionOp
+
+    path = (Path(sim.__file__).resolve().parent.parent / "benchmarks" / "device" / "results"
+            / "h100-sxm5-80gb-2026-11-27-attention-deterministic.json")
+    rows = {(r["batch"], r["heads"], r["kv_heads"], r["seq"]): r for r in json.loads(path.read_text())["rows"]}
+    measured = tuple(rows[(1, 32, 8, s)]["bwd_deterministic_s"] / rows[(1, 32, 8, s)]["bwd_s"] for s in _H100_DET_SEQS)
+    assert _H100_DET_SLOWDOWN == pytest.approx(measured, abs=5e-4)
+    for name in ("H100", "H200"):
+        gpu = get_gpu(name)
+        for seq, slow in zip(_H100_DET_SEQS, _H100_DET_SLOWDOWN):
+            op = AttentionOp(1, 32, 8, seq, 128, True, True)
+            det = dataclasses.replace(op, deterministic=True)
+            ratio = (attention_time_s(gpu, det) - gpu.kernel_launch_s) / (attention_time_s(gpu, op) - gpu.kernel_launch_s)
+            assert ratio == pytest.approx(slow, rel=1e-6)
+            fwd = AttentionOp(1, 32, 8, seq, 128, True, False)
+            assert attention_time_s(gpu, dataclasses.replace(fwd, deterministic=True)) == attention_time_s(gpu, fwd)
+    # Blackwell keeps Transformer Engine's FlashAttention-2 for deterministic training
+    b200 = get_gpu("B200")
+    assert b200.deterministic_attention_backward_efficiency is not get_gpu("H100").deterministic_attention_backward_efficiency
