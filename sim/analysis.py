@@ -74,10 +74,7 @@ class RankBreakdown:
 
 
 def _transfer_start(span: Span) -> float:
-    for k, v in span.args:
-        if k == "transfer_start_s":
-            return v
-    return span.start_s
+    return span.start_s if span.transfer_start_s is None else span.transfer_start_s
 
 
 def breakdown(result: SimResult) -> list[RankBreakdown]:

@@ -20,7 +20,11 @@ class Span(NamedTuple):
 
     ``args`` (this task's: phase, layer, micro-batch) and ``op_args`` (its op's: shape,
     FLOPs, bytes) are mappings or tuples of ``(key, value)`` pairs (``dict(...)`` reads both). ``flow_out`` / ``flow_in`` carry the id of a p2p arrow that starts at this span
-    (the send) or ends in it (the receive).
+    (the send) or ends in it (the receive). ``transfer_start_s``: a communication span's
+    transfer start (once its group's members have met; its span starts when its stream
+    reached it), None for the others; the trace writes it as the ``transfer_start_s`` arg
+    after ``args``. (A comm span's ``args`` are then its task's own tuple, shared with the
+    task's other spans, whose text the trace writer formats once.)
     """
 
     rank: int
@@ -35,6 +39,7 @@ class Span(NamedTuple):
     flow_in: int | None = None
     op_args: tuple = ()
     """Arguments of the op itself (shape, FLOPs, bytes), shared by every span of that op."""
+    transfer_start_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -212,6 +212,8 @@ class _Bulk:
         enc = self.enc = _Json()
         self.kinds = {k: (enc.str(k.value), "comm" if k.is_comm else "kernel") for k in OpKind}
         self.classes: dict = {None: "", **{c: f',"comm_class":"{c.value}"' for c in CommClass}}
+        self.xfer_keys: dict[int, bool] = {}
+        """Whether an args tuple (by id, as :attr:`parts`) lacks a ``transfer_start_s`` key."""
         self.parts: dict[int, str] = {}
         """The text of an args tuple (or mapping) by id, with a comma after it unless it is
         empty: the spans keep each one alive, so an id stays its object's here."""
@@ -270,6 +272,21 @@ class _Bulk:
             out.append(f'{{"ph":"M","name":"thread_sort_index","pid":{pid},"tid":{tid},"args":{{"sort_index":{tid}}}}}')
         return out
 
+    def with_transfer(self, args, text: str, start_s) -> str:
+        """The text of ``args`` (``text``, from :attr:`parts`) with a span's
+        ``transfer_start_s`` after them, followed by a comma, as :func:`_with_transfer` writes
+        it: appended to ``text`` unless ``args`` already has that key (then written whole)."""
+        key = self.xfer_keys.get(id(args))
+        if key is None:
+            try:
+                key = _TRANSFER not in (dict(args) if args else {})
+            except (TypeError, ValueError):  # not pairs: written whole (and refused there)
+                key = False
+            self.xfer_keys[id(args)] = key
+        if key:
+            return f"{text}{self.enc.str(_TRANSFER)}:{self.enc.value(start_s)},"
+        return _with_transfer(self.enc, args, start_s) + ","
+
     def group(self, g: int) -> list[str]:
         """The slices and arrows of the ``g``-th (pid, tid), by time."""
         (pid, tid), (lo, hi) = self.groups[g], self.bounds[g]
@@ -305,6 +322,10 @@ class _Bulk:
                         parts[id(a)] = f"{t}," if t else ""
                 got = list(map(parts.__getitem__, map(id, col)))
             texts.append(got)
+        xfer = list(map(_XFER, group))
+        if xfer.count(None) < len(xfer):  # comm spans: their transfer start after their task's args
+            texts[0] = [t if x is None else self.with_transfer(a, t, x)
+                        for a, t, x in zip(map(_ARGS, group), texts[0], xfer)]
         head = list(map(heads.__getitem__, keys))
         events = list(map("".join, zip(
             map(_FIRST, head), map(str, tq), map(frac.__getitem__, tr), itertools.repeat(',"dur":'),
@@ -378,7 +399,16 @@ def _in_order(ts: np.ndarray, dur: np.ndarray, names: list[str]) -> bool:
 
 
 (_RANK, _STREAM, _NAME, _KIND, _START, _END, _ARGS, _CLASS, _FLOW_OUT, _FLOW_IN,
- _OP_ARGS) = map(operator.itemgetter, range(11))  # Span's fields
+ _OP_ARGS, _XFER) = map(operator.itemgetter, range(12))  # Span's fields
+_TRANSFER = "transfer_start_s"
+
+
+def _with_transfer(enc: _Json, args, start_s) -> str:
+    """The text of ``args`` with ``("transfer_start_s", start_s)`` after them (a comm span's
+    :attr:`~sim.results.Span.transfer_start_s`), as one args mapping: a key given twice keeps
+    its first place and its last value, as :meth:`_Json.args` writes any repeated key."""
+    items = list(args.items() if isinstance(args, dict) else args)
+    return enc._args(items + [(_TRANSFER, start_s)])
 _FIRST, _SECOND, _THIRD = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
 _LAST, _BUT_LAST = operator.itemgetter(-1), operator.itemgetter(slice(None, -1))
 _FAST_MAX_US = 1e11
@@ -465,7 +495,7 @@ def _events_plain(result: SimResult) -> Iterator[str]:
             if not (isfinite(ts) and isfinite(d)):
                 raise ValueError(f"span {name!r} has a time that is not finite")
             kind, cat = kinds[s.kind]
-            args = args_of(s.args)
+            args = args_of(s.args) if s.transfer_start_s is None else _with_transfer(enc, s.args, s.transfer_start_s)
             if s.op_args:
                 args = f"{args},{args_of(s.op_args)}" if args else args_of(s.op_args)
             yield (f'{{"ph":"X","cat":"{cat}","name":{enc.str(name)},{where}{ts!r},"dur":{d!r},'

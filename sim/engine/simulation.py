@@ -710,8 +710,8 @@ class Simulation:
         comm, extra = parts
         at, end = self.start[t.id], self.finish[t.id]
         for stream, name, cls, e, bytes_ in comm:
-            spans.append(Span(t.rank, stream, name, OpKind.COLLECTIVE, at, at + e, t.args + (("transfer_start_s", at),),
-                              cls, None, None, bytes_))
+            spans.append(Span(t.rank, stream, name, OpKind.COLLECTIVE, at, at + e, t.args, cls, None, None, bytes_,
+                              at))
             at += e
         spans.append(Span(t.rank, t.stream, t.name, t.kind, at if at < end else end, end, t.args, None, None, None,
                           extra))
@@ -748,11 +748,11 @@ class Simulation:
                     elif t.stream in _RECV_STREAMS:
                         flow_in = t.flow_id
                 xs = xfer.get(i, start[i])
-                append(new(Span, (t.rank, t.stream, t.name, t.kind, start[i], finish[i],
-                                  t.args + (("transfer_start_s", xs),), op.comm_class, flow_out, flow_in, extra)))
+                append(new(Span, (t.rank, t.stream, t.name, t.kind, start[i], finish[i], t.args, op.comm_class,
+                                  flow_out, flow_in, extra, xs)))
             else:
                 append(new(Span, (t.rank, t.stream, t.name, t.kind, start[i], finish[i], t.args, None, None, None,
-                                  extra)))
+                                  extra, None)))
         counters = []
         for rank in sorted(self.mem):
             level = prog.static_memory_bytes.get(rank, 0.0)

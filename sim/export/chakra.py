@@ -268,7 +268,7 @@ class ChakraExporter:
             data = tuple(sorted({i for d in t.deps for i in ids[d]}))
             ctrl = ids[last[t.stream]] if t.stream in last else ()
             span = spans[t.id]
-            start = dict(span.args).get("transfer_start_s", span.start_s) if t.comm else span.start_s
+            start = span.transfer_start_s if t.comm and span.transfer_start_s is not None else span.start_s
             start_us = round(start / US)
             times = (start_us, round(span.end_s / US) - start_us)
             tail = tail_of.get((t.stream, t.args))

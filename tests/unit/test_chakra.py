@@ -128,7 +128,7 @@ def test_every_task_is_a_node_with_its_deps_and_times(tiny_run):
             assert _attr(n, "stream") == int(t.stream)
             prev[t.stream] = t.id
             span = spans[t.id]
-            start = dict(span.args).get("transfer_start_s", span.start_s)
+            start = span.start_s if span.transfer_start_s is None else span.transfer_start_s
             assert abs(n.duration_micros * US - (span.end_s - start)) <= 1 * US
             assert abs(n.start_time_micros * US - start) <= 0.5 * US
             if t.comm:

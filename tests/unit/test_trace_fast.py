@@ -79,8 +79,32 @@ def _corners() -> SimResult:
     for i in range(90):
         spans.append(Span(3, Stream.TP_COMM, "rs", OpKind.COLLECTIVE, i * 1e-6, i * 1e-6 + 1e-7,
                           odd[i % 3] if i % 10 == 0 else base + (("transfer_start_s", i * 0.1),), CommClass.TP))
+    # the engine's comm spans: the task's own args, the transfer start in its field (also
+    # after args that have the key already, after a mapping, an int and a numpy float)
+    odd_args = [base, base + (("transfer_start_s", 9.5),), {"phase": "fwd"}, (), base]
+    odd_starts = [1e-6 / 3, 2.5e-6, 3, np.float64(4.25e-6), 7e-7]
+    for i in range(80):
+        spans.append(Span(3, Stream.DP_COMM, "ag", OpKind.COLLECTIVE, i * 1e-6, i * 1e-6 + 2e-7,
+                          odd_args[i % 5] if i % 8 == 0 else base, CommClass.DP, op_args=(("bytes", 64),),
+                          transfer_start_s=odd_starts[i % 5] if i % 8 == 0 else i * 1e-6 + 1e-9 / 7))
     counters = [CounterSample(0, 0.0, "memory", 2.0**31), CounterSample(3, 1e-6, "link a-b", 0.5)]
     return SimResult(ranks, spans, counters, 1e-4, 1, 4)
+
+
+def test_transfer_start_field_writes_the_arg_it_replaced():
+    """A comm span's ``transfer_start_s`` field is written exactly as the same pair appended
+    to its args was (how the engine recorded it before), on the bulk and the plain path."""
+    base = (("phase", "bwd"), ("layer", 3))
+    ranks = [RankInfo(0, 0, 0, 0, 0, 0)]
+    for args, start in ((base, 1.25e-6), ((), 3), (base + (("transfer_start_s", 0.5),), 2e-7),
+                        ({"phase": "fwd"}, np.float64(1e-6))):
+        field = [Span(0, Stream.TP_COMM, "ar", OpKind.COLLECTIVE, 1e-6, 2e-6, args, CommClass.TP,
+                      op_args=(("bytes", 8),), transfer_start_s=start)]
+        items = tuple(args.items()) if isinstance(args, dict) else args
+        appended = [field[0]._replace(args=items + (("transfer_start_s", start),), transfer_start_s=None)]
+        want = _plain(SimResult(ranks, appended, [], 2e-6, 1, 1))
+        assert _plain(SimResult(ranks, field, [], 2e-6, 1, 1)) == want
+        assert ",".join(trace._events(SimResult(ranks, field, [], 2e-6, 1, 1))) == want
 
 
 def test_bulk_equals_plain_on_corners(monkeypatch):
