@@ -142,6 +142,13 @@ class Simulation:
         (its next task needs the process, or it is done)."""
         self._gate = [-1] * len(streams)
         """Per comm stream, a task of its rank's compute stream its next task waits for."""
+        self._solo: dict[int, tuple] = {}
+        """A comm op placed at its solo time (:meth:`_eager`): its link loads and SM share."""
+        self._ctx = (self._busy, tasks, self.finish, self._owner, self.start, self.fixed_comm,
+                     prog.coll_members, self._contenders, self._held, self._gate, self.duration, self.mem,
+                     self.waiters, self._ids, self._pos, self._cursor, self._stalled, self._solo,
+                     self.net.busy_bytes, self._running)
+        """The containers :meth:`_eager` reads, in one tuple (it runs for nearly every task)."""
         for k in range(len(streams)):
             env.process(self._stream(k))
         env.run()
@@ -368,17 +375,13 @@ class Simulation:
         way (streams already being placed up the call chain are skipped). Returns the task it
         stopped at: -1 when the stream is done, else a task that needs the process (its
         dependency is still unknown, or it needs the clock or a rendezvous)."""
-        ids, pos = self._ids[k], self._pos[k]
+        (busy, tasks, finish, owner, start_of, fixed, members, contenders, held, gate, duration, mem,
+         waiters, all_ids, positions, cursors, stalled, solo, busy_bytes, running) = self._ctx
+        ids, pos = all_ids[k], positions[k]
         if pos >= len(ids):
             return -1
-        busy = self._busy
         busy.add(k)
-        tasks, finish, owner = self.program.tasks, self.finish, self._owner
-        start_of, fixed = self.start, self.fixed_comm
-        members = self.program.coll_members
-        contenders, held = self._contenders, self._held
-        gate, duration, mem, waiters = self._gate, self.duration, self.mem, self.waiters
-        cursor = self._cursor[k]
+        cursor = cursors[k]
         stop = -1
         why = -2
         n = len(ids)
@@ -408,10 +411,23 @@ class Simulation:
                     stop = tid
                     break
                 start_of[tid] = start
-                self._account(task.op, start, dur)
+                op = task.op
+                hit = solo.get(id(op))
+                if hit is None:
+                    hit = solo[id(op)] = (self._loads(op), self.plans[id(op)].sm_fraction)
+                loads, f = hit
+                for link, nbytes in loads:  # _account, inlined
+                    busy_bytes[link] += nbytes
                 end = start + dur
-                if task.rank in held:
-                    self._hold(task.rank, task.op, start, end)
+                if self.pulses is not None and dur > 0:
+                    for link, nbytes in loads:
+                        self.pulses.append((start, link, nbytes / dur))
+                        self.pulses.append((end, link, -nbytes / dur))
+                r = task.rank
+                if f and r in held:  # _hold, inlined
+                    held[r].hold(start, end, f)
+                    if running:
+                        self._rerun(r)
             else:
                 if task.coll_key >= 0 and members.get(task.coll_key, 1) > 1:
                     stop = tid
@@ -427,7 +443,7 @@ class Simulation:
                     if gated:  # every comm stream beside it waits for a later op of this stream:
                         end = held[r].end_s(start, duration[tid])  # what _quiet_end finds first
                     else:
-                        self._pos[k], self._cursor[k] = pos, cursor
+                        positions[k], cursors[k] = pos, cursor
                         end = self._quiet_end(task, k, start)
                         if end is None:
                             stop = tid
@@ -444,8 +460,8 @@ class Simulation:
                 waiters.pop(tid).succeed()
             cursor = end
             pos += 1
-        self._pos[k], self._cursor[k] = pos, cursor
-        self._stalled[k] = why
+        positions[k], cursors[k] = pos, cursor
+        stalled[k] = why
         busy.discard(k)
         return stop
 
@@ -549,17 +565,44 @@ class Simulation:
         if _ON_CLOCK:
             return None
         r = task.rank
-        busy, stalled, finish = self._busy, self._stalled, self.finish
-        contenders, held = self._contenders[r], self._held[r]
-        work = self.duration[task.id]
+        (busy, tasks, finish, owner, _, _, _, contenders, held, gate, duration, _, _, all_ids, positions,
+         cursors, stalled, _, _, _) = self._ctx
+        contenders, held = contenders[r], held[r]
+        work = duration[task.id]
         sens = 1.0 if type(task.op) is not Block else self._sensitivity(task)
         end = held.end_s(start, work, sens)
-        gate = self._gate
         c = 0
         while c < len(contenders):
             s = contenders[c]
             g = gate[s]
-            if (g >= 0 and finish[g] is None) or self._quiet(s, k, end):
+            if g >= 0 and finish[g] is None:
+                c += 1
+                continue
+            # whether stream s's next kernel cannot start before `end` (its start's lower bound: its
+            # stream's last end and its dependencies' ends, one not placed yet on stream k ending later)
+            ids = all_ids[s]
+            p, n, lb = positions[s], len(ids), cursors[s]
+            while p < n:  # a stream being placed up the call chain has placed tasks past _pos
+                f = finish[ids[p]]
+                if f is None:
+                    break
+                lb, p = f, p + 1
+            if p >= n:
+                c += 1
+                continue
+            after = quiet = False
+            for d in tasks[ids[p]].deps:
+                f = finish[d]
+                if f is None:
+                    if owner[d] != k:
+                        break
+                    after = True
+                    gate[s] = d  # quiet for every op of stream k before d, until d is placed
+                elif f > lb:
+                    lb = f
+            else:
+                quiet = after or lb >= end
+            if quiet:
                 c += 1
                 continue
             # its next kernel may start before `end`: settle what it can without the clock
@@ -567,37 +610,12 @@ class Simulation:
             d = stalled[s]
             if s in busy or not (d == -1 or (d >= 0 and finish[d] is not None)):
                 return None
-            at = self._pos[s]
+            at = positions[s]
             self._eager(s)
-            if self._pos[s] == at:
+            if positions[s] == at:
                 return None
             end, c = held.end_s(start, work, sens), 0
         return end
-
-    def _quiet(self, c: int, k: int, end: float) -> bool:
-        """Whether comm stream ``c``'s next kernel cannot start before ``end`` (its start's
-        lower bound: its stream's last end and its dependencies' ends, a dependency not placed
-        yet on compute stream ``k`` ending no earlier than ``end``)."""
-        ids, finish, tasks = self._ids[c], self.finish, self.program.tasks
-        p, n, lb = self._pos[c], len(ids), self._cursor[c]
-        while p < n:  # a stream being placed up the call chain has placed tasks past _pos
-            f = finish[ids[p]]
-            if f is None:
-                break
-            lb, p = f, p + 1
-        if p >= n:
-            return True
-        after = False
-        for d in tasks[ids[p]].deps:
-            f = finish[d]
-            if f is None:
-                if self._owner[d] != k:
-                    return False
-                after = True
-                self._gate[c] = d  # quiet for every op of stream k before d, until d is placed
-            elif f > lb:
-                lb = f
-        return after or lb >= end
 
     def _run_on_clock(self, task, start: float):
         """Run compute task ``task`` from ``start`` (the clock's time) until its work is done,
