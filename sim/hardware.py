@@ -278,7 +278,35 @@ def _slowed(base: EfficiencyCurve, slowdown: tuple[tuple[float, float], ...]) ->
     return EfficiencyCurve(tuple((x, base(x) / _log_interpolate(slowdown, sx, x)) for x in xs))
 
 
-_H100_ATTN_DET_BWD = _slowed(_H100_ATTN_BWD, tuple(zip(map(_det_flops, _H100_DET_SEQS), _H100_DET_SLOWDOWN)))
+_H100_DET_POINTS = tuple(zip(map(_det_flops, _H100_DET_SEQS), _H100_DET_SLOWDOWN))
+_H100_ATTN_DET_BWD = _slowed(_H100_ATTN_BWD, _H100_DET_POINTS)
+
+
+# The same sweep on our H200 (benchmarks/device/kernels.py, the same shapes; raw data
+# benchmarks/device/results/h200-2026-11-27-kernels.json, re-derived by compare.py and checked
+# by tests/unit/test_hardware.py). Back to back its GEMMs reach the H100's fractions of peak
+# (0.69-0.70 BF16, 0.61-0.64 FP8 above 2^37 FLOPs) at a higher clock (BF16 1,461 MHz against
+# 1,364: its power model below), so they are its own curves, not the H100's at its clock.
+_H200_GEMM = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
+    (30, 0.307), (31, 0.432), (32, 0.497), (33, 0.567), (34, 0.616), (35, 0.625), (36, 0.72),
+    (37, 0.695), (38, 0.694), (39, 0.686), (40, 0.697), (41, 0.697), (42, 0.696), (43, 0.702),
+    (44, 0.697))))
+_H200_FP8_GEMM = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
+    (30, 0.171), (31, 0.229), (32, 0.34), (33, 0.418), (34, 0.442), (35, 0.481), (36, 0.665),
+    (37, 0.621), (38, 0.621), (39, 0.613), (40, 0.622), (41, 0.628), (42, 0.617), (43, 0.626),
+    (44, 0.638))))
+_H200_ATTN_FWD = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
+    (33, 0.302), (34, 0.366), (35, 0.42), (36, 0.483), (37, 0.519), (38, 0.536), (39, 0.592),
+    (40, 0.596), (41, 0.586), (42, 0.6), (43, 0.61))))
+_H200_ATTN_BWD = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
+    (34, 0.262), (35, 0.3), (36, 0.347), (37, 0.4), (38, 0.451), (39, 0.488), (40, 0.562),
+    (41, 0.534), (42, 0.542), (43, 0.551), (44, 0.553))))
+_H200_FA2_FWD = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
+    (33, 0.156), (34, 0.191), (35, 0.207), (36, 0.23), (37, 0.287), (38, 0.295), (39, 0.311),
+    (40, 0.339), (41, 0.347), (42, 0.34), (43, 0.353))))
+_H200_FA2_BWD = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
+    (34, 0.141), (35, 0.166), (36, 0.191), (37, 0.216), (38, 0.251), (39, 0.277), (40, 0.305),
+    (41, 0.307), (42, 0.318), (43, 0.328), (44, 0.323))))
 
 
 def _square_sweep(peak_tflops: float, *tflops: float) -> EfficiencyCurve:
@@ -452,6 +480,12 @@ _HOPPER_KERNELS = dict(
     deterministic_attention_backward_efficiency=_H100_ATTN_DET_BWD,
     flash2_attention_efficiency=_H100_FA2_FWD, flash2_attention_backward_efficiency=_H100_FA2_BWD,
     memory_efficiency=_MEM_EFF, kernel_launch_s=_LAUNCH_S)
+# The H200's own curves (its deterministic backward slowed by the H100's measured factor: the
+# same cuDNN kernel, not measured on the H200).
+_H200_KERNELS = dict(
+    _HOPPER_KERNELS, attention_efficiency=_H200_ATTN_FWD, attention_backward_efficiency=_H200_ATTN_BWD,
+    deterministic_attention_backward_efficiency=_slowed(_H200_ATTN_BWD, _H100_DET_POINTS),
+    flash2_attention_efficiency=_H200_FA2_FWD, flash2_attention_backward_efficiency=_H200_FA2_BWD)
 # deterministic training on Blackwell: Transformer Engine's FlashAttention-2 (FA2_BLACKWELL_RATIO)
 _BLACKWELL_DETERMINISTIC = dict(deterministic_attention_efficiency=_BLACKWELL_FA2_FWD,
                                 deterministic_attention_backward_efficiency=_BLACKWELL_FA2_DET_BWD)
@@ -492,6 +526,18 @@ _H100_MEMORY_ACCESS = ((MemoryAccess.UPCAST, 0.583), (MemoryAccess.BROADCAST_LAS
 # of its 4.8 TB/s: 2.134, 1.679, 2.744 and 1.261 TB/s (the vectorized ones 4.03-4.29).
 _H200_MEMORY_ACCESS = ((MemoryAccess.UPCAST, 0.445), (MemoryAccess.BROADCAST_LAST, 0.350),
                        (MemoryAccess.BROADCAST_ROW, 0.572), (MemoryAccess.STRIDED, 0.263))
+
+
+def _h200_power(limit_w: float) -> PowerSpec:
+    """Our H200's power behaviour (benchmarks/device/power_clock.py on it, raw samples in
+    results/h200-2026-11-26-power.json, constants from power_derive.py and checked by
+    tests/unit/test_power.py): HBM3e's bandwidth-bound kernels draw more (509.8 W above idle
+    against 390.1), its dynamic power is steeper in the clock (2.50 against 2.22), and each
+    family holds a higher clock back to back."""
+    return PowerSpec(limit_w=limit_w, measured_limit_w=700.0, idle_w=125.5, max_clock_hz=1980e6,
+                     dvfs_exponent=2.50, gemm_clock_hz=(("bf16", 1461e6), ("fp8", 1388e6)),
+                     attention_clock_hz=1686e6, attention_backward_clock_hz=1675e6,
+                     flash2_clock_hz=1874e6, flash2_backward_clock_hz=1944e6, memory_activity_w=509.8)
 
 
 def _h100_power(limit_w: float) -> PowerSpec:
@@ -560,14 +606,10 @@ _GPUS = (
         hbm_capacity_bytes=141 * GB,
         hbm_bandwidth_bytes_per_s=4800 * GBPS,
         nvlink_bandwidth_bytes_per_s=450 * GBPS,
-        gemm_efficiency=_HOPPER_GEMM,
-        **_HOPPER_KERNELS,
+        gemm_efficiency=((Dtype.BF16, _H200_GEMM), (Dtype.FP8, _H200_FP8_GEMM)),
+        **_H200_KERNELS,
         sm_count=132,
-        # the H100's power model: the H200 measured here (h200-2026-11-26-power.json) holds its
-        # BF16 GEMMs at 1461 MHz back to back but at 660 TFLOP/s against the H100's 677 at 1364,
-        # so its clock is not the reference of the H100 curves it borrows; not used until its
-        # own curves are measured
-        power=_h100_power(700.0),
+        power=_h200_power(700.0),
         memory_access_efficiency=_H200_MEMORY_ACCESS,
         sources="MLPerf Inference v4.1 system JSON (141 GB, 18x NVLink4 900 GB/s); pytorch/ao spec table "
         "(H200 = H100 compute, 132 SMs); 4.8 TB/s from the NVIDIA H200 page (our H200 moved 4.28 TB/s "

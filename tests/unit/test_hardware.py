@@ -117,14 +117,14 @@ def test_skinny_gemm_is_bandwidth_bound():
     assert t == pytest.approx(op.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency))
 
 
-def _measured_curves():
+def _measured_curves(results: str | None = None):
     import importlib.util
 
-    path = Path(sim.__file__).resolve().parent.parent / "benchmarks" / "device" / "compare.py"
-    spec = importlib.util.spec_from_file_location("device_compare", path)
+    device = Path(sim.__file__).resolve().parent.parent / "benchmarks" / "device"
+    spec = importlib.util.spec_from_file_location("device_compare", device / "compare.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.derive_curves()
+    return mod.derive_curves() if results is None else mod.derive_curves(device / "results" / results)
 
 
 def test_hopper_efficiencies_are_the_h100_measurement_not_tuned_numbers():
@@ -138,6 +138,20 @@ def test_hopper_efficiencies_are_the_h100_measurement_not_tuned_numbers():
            "attention_flash2_bwd": h100.flash2_attention_backward_efficiency}
     for key, curve in got.items():
         assert [(x, pytest.approx(e, abs=1e-9)) for x, e in derived[key]] == list(curve.points), key
+
+
+def test_h200_efficiencies_are_the_h200_measurement():
+    """The H200's curves are re-derived from its own committed raw timings (the same sweep,
+    run on our H200), as the H100's are from the H100's."""
+    derived = _measured_curves("h200-2026-11-27-kernels.json")
+    h200 = get_gpu("H200")
+    got = {"gemm_bf16": h200.gemm_curve(Dtype.BF16), "gemm_fp8": h200.gemm_curve(Dtype.FP8),
+           "attention_fwd": h200.attention_efficiency, "attention_bwd": h200.attention_backward_efficiency,
+           "attention_flash2_fwd": h200.flash2_attention_efficiency,
+           "attention_flash2_bwd": h200.flash2_attention_backward_efficiency}
+    for key, curve in got.items():
+        assert [(x, pytest.approx(e, abs=1e-9)) for x, e in derived[key]] == list(curve.points), key
+    assert h200.gemm_curve(Dtype.BF16) is not get_gpu("H100").gemm_curve(Dtype.BF16)
 
 
 def test_attention_is_less_efficient_for_short_sequences_on_h100():
@@ -203,7 +217,8 @@ def test_b200_shares_gb200s_attention_gb300_has_its_own_and_hopper_is_unchanged(
         # FlashAttention-2 as PyTorch runs it has no Blackwell measurement: the H100 curves
         for g in (b200, gb200, gb300):
             assert g.attention_curve(AttentionKernel.FLASH2, bwd) is h100.attention_curve(AttentionKernel.FLASH2, bwd)
-    assert get_gpu("H200").attention_efficiency is h100.attention_efficiency
+    # the H200 has its own measured curves (test_h200_efficiencies_are_the_h200_measurement)
+    assert get_gpu("H200").attention_efficiency is not h100.attention_efficiency
 
 
 @pytest.mark.parametrize("backward", [False, True])

@@ -21,23 +21,28 @@ from tests.conftest import make_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "device" / "results" / "h100-sxm5-80gb-2026-11-26-power.json"
+H200_RESULTS = RESULTS.parent / "h200-2026-11-26-power.json"
 H100 = get_gpu("H100-SXM5-80GB")
 P = H100.power
+MEASURED = [("H100-SXM5-80GB", RESULTS), ("H200", H200_RESULTS)]
+"""Each GPU with a power model and the samples its constants come from."""
 
 
-def _derive():
+def _derive(results: Path = RESULTS):
     spec = importlib.util.spec_from_file_location("power_derive", ROOT / "benchmarks" / "device" / "power_derive.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return mod.derive(str(RESULTS))
+    return mod.derive(str(results))
 
 
-def _configs():
-    return {c["name"]: c for run in json.loads(RESULTS.read_text())["runs"] for c in run["configs"]}
+def _configs(results: Path = RESULTS):
+    return {c["name"]: c for run in json.loads(results.read_text())["runs"] for c in run["configs"]}
 
 
-def test_catalogue_constants_are_the_measurement():
-    d = _derive()
+@pytest.mark.parametrize("gpu,results", MEASURED)
+def test_catalogue_constants_are_the_measurement(gpu, results):
+    P = get_gpu(gpu).power
+    d = _derive(results)
     assert P.idle_w == pytest.approx(d["idle_w"], rel=5e-3)
     assert P.max_clock_hz == pytest.approx(d["max_clock_hz"])
     assert P.dvfs_exponent == pytest.approx(d["dvfs_exponent"], abs=0.01)
@@ -81,13 +86,15 @@ def _steady_clock(c):
     return sum(s[3] for s in steady) / len(steady) * 1e6
 
 
+@pytest.mark.parametrize("gpu,results", MEASURED)
 @pytest.mark.parametrize("attention", ["fa2-fwd", "fa2-fwdbwd", "cudnn-fwd", "cudnn-fwdbwd"])
-def test_a_gemm_and_attention_alternating_take_the_time_measured(attention):
+def test_a_gemm_and_attention_alternating_take_the_time_measured(attention, gpu, results):
     """The measured GEMM-attention mixes: each kernel alone back to back (its time and clock),
-    then the two alternating. One shared clock for both must give each kernel's time in the
-    mix within 10% and the pair's within 2%; each at its own back-to-back clock (no
-    interaction) misses the GEMM by up to 16%."""
-    cfg = _configs()
+    then the two alternating, on each GPU measured (held out of its constants). One shared
+    clock for both must give each kernel's time in the mix within 10% and the pair's within
+    2%; each at its own back-to-back clock (no interaction) misses the GEMM by up to 16%."""
+    P = get_gpu(gpu).power
+    cfg = _configs(results)
     alone = {"gemm": cfg["alone-gemm"], attention: cfg[f"alone-{attention}"]}
     loads = {k: KernelLoad(c["median_ms"][k], _steady_clock(c), 0.0, 0.0, P.activity_w(_steady_clock(c)))
              for k, c in alone.items()}
