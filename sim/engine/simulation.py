@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from functools import partial
 
+import numpy as np
 import simpy
 
 from sim.costs.base import CommPlan, CostModel, Flow, Phase
@@ -128,10 +129,11 @@ class Simulation:
         self._ids = streams
         self._pos = [0] * len(streams)
         self._cursor = [0.0] * len(streams)
-        self._owner = [0] * n
-        for k, ids in enumerate(streams):
-            for tid in ids:
-                self._owner[tid] = k
+        owner = np.zeros(n, dtype=np.int64)  # the stream of each task
+        if streams:
+            owner[np.concatenate([np.asarray(ids, dtype=np.int64) for ids in streams])] = \
+                np.repeat(np.arange(len(streams)), [len(ids) for ids in streams])
+        self._owner = owner.tolist()
         self._busy: set[int] = set()
         self._contenders = self._contending_streams(tasks, streams)
         """Rank -> its comm streams whose kernels hold SMs (empty: compute is never slowed)."""
@@ -153,7 +155,7 @@ class Simulation:
             env.process(self._stream(k))
         env.run()
         self._account_blocks()
-        missing = [t for t in tasks if self.finish[t.id] is None]
+        missing = [t for t in tasks if self.finish[t.id] is None] if None in self.finish else []
         if missing:
             first = ", ".join(f"{t.name}@rank{t.rank}/{t.stream.label}" for t in missing[:5])
             raise DeadlockError(f"{len(missing)} tasks never ran; first: {first}")
