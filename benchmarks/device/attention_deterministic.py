@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import math
-import subprocess
 import time
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernels import smi  # noqa: E402
 
 SHAPES = [  # (batch, q heads, kv heads, seq, head_dim)
     (2, 8, 2, 8192, 128),    # Megatron-LM CI gpt3_7b TP 4, micro-batch 2
@@ -35,14 +39,6 @@ SHAPES = [  # (batch, q heads, kv heads, seq, head_dim)
     (1, 32, 32, 4096, 128),  # an MHA shape, for comparison
     (1, 8, 8, 16384, 128),
 ]
-
-
-def smi() -> str:
-    try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=name,clocks.sm,power.draw,temperature.gpu",
-                               "--format=csv,noheader"], capture_output=True, text=True, timeout=20).stdout.strip()
-    except Exception as exc:  # noqa: BLE001
-        return f"nvidia-smi failed: {exc}"
 
 
 def timed(fn, reps: int = 20, warmup: int = 3) -> float:

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
+import os
+import sys
 import time
 
 import torch
@@ -32,19 +33,14 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kernels import smi  # noqa: E402
+
 SHAPES = [  # (batch, heads, seq, head_dim): Llama 2 7B at TP 1 and TP 4, the 1.7B README model, GPT-3 heads
     (1, 32, 4096, 128), (1, 32, 16384, 128), (1, 8, 16384, 128), (1, 8, 32768, 128),
     (1, 16, 4096, 128), (1, 12, 2048, 128), (2, 32, 4096, 128),
 ]
 ATTENTION_NAMES = ("fmha", "flash", "cudnn", "attention", "sdpa", "cutlass")
-
-
-def smi() -> str:
-    try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=name,clocks.sm,power.draw,temperature.gpu",
-                               "--format=csv,noheader"], capture_output=True, text=True, timeout=20).stdout.strip()
-    except Exception as exc:  # noqa: BLE001
-        return f"nvidia-smi failed: {exc}"
 
 
 def tensors(layout: str, b: int, h: int, s: int, d: int):

@@ -127,31 +127,19 @@ def _measured_curves(results: str | None = None):
     return mod.derive_curves() if results is None else mod.derive_curves(device / "results" / results)
 
 
-def test_hopper_efficiencies_are_the_h100_measurement_not_tuned_numbers():
-    """The H100 curves in the catalogue are re-derived from the committed raw timings
-    (benchmarks/device/results/), so none can be edited to fit a case."""
-    derived = _measured_curves()
-    h100 = get_gpu("H100")
-    got = {"gemm_bf16": h100.gemm_curve(Dtype.BF16), "gemm_fp8": h100.gemm_curve(Dtype.FP8),
-           "attention_fwd": h100.attention_efficiency, "attention_bwd": h100.attention_backward_efficiency,
-           "attention_flash2_fwd": h100.flash2_attention_efficiency,
-           "attention_flash2_bwd": h100.flash2_attention_backward_efficiency}
+@pytest.mark.parametrize("gpu,results", [("H100", None), ("H200", "h200-2026-11-27-kernels.json")])
+def test_hopper_efficiencies_are_the_measurement_not_tuned_numbers(gpu, results):
+    """Each Hopper GPU's curves in the catalogue are re-derived from its own committed raw
+    timings (benchmarks/device/results/: the same sweep run on our H100 and on our H200), so
+    none can be edited to fit a case."""
+    derived = _measured_curves(results)
+    spec = get_gpu(gpu)
+    got = {"gemm_bf16": spec.gemm_curve(Dtype.BF16), "gemm_fp8": spec.gemm_curve(Dtype.FP8),
+           "attention_fwd": spec.attention_efficiency, "attention_bwd": spec.attention_backward_efficiency,
+           "attention_flash2_fwd": spec.flash2_attention_efficiency,
+           "attention_flash2_bwd": spec.flash2_attention_backward_efficiency}
     for key, curve in got.items():
         assert [(x, pytest.approx(e, abs=1e-9)) for x, e in derived[key]] == list(curve.points), key
-
-
-def test_h200_efficiencies_are_the_h200_measurement():
-    """The H200's curves are re-derived from its own committed raw timings (the same sweep,
-    run on our H200), as the H100's are from the H100's."""
-    derived = _measured_curves("h200-2026-11-27-kernels.json")
-    h200 = get_gpu("H200")
-    got = {"gemm_bf16": h200.gemm_curve(Dtype.BF16), "gemm_fp8": h200.gemm_curve(Dtype.FP8),
-           "attention_fwd": h200.attention_efficiency, "attention_bwd": h200.attention_backward_efficiency,
-           "attention_flash2_fwd": h200.flash2_attention_efficiency,
-           "attention_flash2_bwd": h200.flash2_attention_backward_efficiency}
-    for key, curve in got.items():
-        assert [(x, pytest.approx(e, abs=1e-9)) for x, e in derived[key]] == list(curve.points), key
-    assert h200.gemm_curve(Dtype.BF16) is not get_gpu("H100").gemm_curve(Dtype.BF16)
 
 
 def test_attention_is_less_efficient_for_short_sequences_on_h100():
