@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
-import math
 import time
 
 import torch
