@@ -226,6 +226,50 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
     return outside + attention + mlp + scores
 
 
+def _eager_torchtitan(model: ModelSpec, parallel: ParallelSpec, moe: bool) -> bool:
+    """Whether the layer is torchtitan's Llama layer run eagerly (no ``torch.compile``: each
+    norm, rotary and SwiGLU op its own kernel and its own saved tensors)."""
+    return (not parallel.fused_elementwise and model.gated_mlp and parallel.flash_attention and not moe
+            and not model.is_mla)
+
+
+def eager_layer_bytes(model: ModelSpec, parallel: ParallelSpec) -> tuple[float, float]:
+    """``(stored without recomputation, backward working set)`` of one eager torchtitan Llama
+    layer for one micro-batch, from the tensors its autograd keeps (torchtitan
+    ``models/llama/model.py``, December 2024), per token:
+
+    * each RMSNorm on ``x.float()``: the fp32 input its ``pow`` and ``mul`` save (``4h``) and the
+      BF16 normed output the weight's ``mul`` saves, which the next linears share (``2h``): ``12h``
+      for the two;
+    * attention: SDPA (FlashAttention-2) saves Q, the K and V ``repeat_kv`` expanded to every
+      query head, and its output (``8q``) with the fp32 log-sum-exp (``4 heads``); ``wo`` saves
+      the contiguous copy of the output (``2q``). The rotary product saves only the
+      frequencies (no gradient flows to them);
+    * SwiGLU: ``silu`` saves ``w1``'s output, the product saves ``silu``'s output and ``w3``'s
+      output, ``w2`` saves the product: ``8f``.
+
+    So ``12h + 10q + 8f`` bytes and ``4 heads`` (``q``, ``f`` and the heads divided by TP, the
+    norms' ``h`` too under sequence parallelism), against the ``10h + 4q + 4kv + 6f`` of
+    Megatron's fused layer. The backward's working set on top of what it recomputes: the
+    gradients of SwiGLU's two inputs, held together (``2 x 2f``), and the fp32 gradient of a
+    norm's input (``4h``).
+
+    Measured on our H100 (``benchmarks/device/memory_layer.py``, Llama 3.1 8B layers, results
+    ``h100-sxm5-80gb-2026-11-27-memory-layer.json``): stored without recomputation 3.25 GiB at
+    2 x 8192 tokens (this gives 3.13), the backward's transient under torchtitan's op-level
+    policy 3.14 GiB (3.29) and under full recomputation at 32768 tokens 8.68 GiB (8.52).
+    Without recomputation the backward releases saved tensors as it goes, and its measured
+    transient (0.58 GiB) is less than the working set: not modelled (0).
+    """
+    s, b, h, t = model.seq_length // parallel.cp, parallel.micro_batch_size, model.hidden_size, parallel.tp
+    sb = s * b
+    div = t if parallel.sequence_parallel else 1
+    q, f, heads = model.q_size / t, model.ffn_hidden_size / t, model.num_attention_heads / t
+    stored = sb * (12.0 * h / div + 10.0 * q + 8.0 * f + 4.0 * heads)
+    work = sb * (4.0 * f + 4.0 * h / div)
+    return stored, work
+
+
 def op_sac_saved_widths(model: ModelSpec, t: int) -> list[int]:
     """The matmul outputs torchtitan's op-level policy keeps: the 1st, 3rd, 5th... in forward
     order (its counter recomputes every second ``aten.mm``)."""
@@ -259,6 +303,15 @@ class ActivationModel:
     moe_layer_stored: float = 0.0
     moe_layer_transient: float = 0.0
     """The two layer terms for a mixture-of-experts layer."""
+    loss_cached: float = 0.0
+    """Held by PyTorch's caching allocator, unused, while the loss's backward runs, under
+    PyTorch's cross entropy: the BF16 logits (``2 sbV / t``), freed before the backward
+    (torchtitan's train step drops ``pred``), stay cached as a block half the size of each
+    fp32 gradient the backward then asks for, which gets new memory. The allocator never hands
+    cached memory back within the iteration, so the GPU needs it (an out-of-memory error
+    counts it) and torchtitan's ``max_reserved`` logs it; later requests that fit reuse it.
+    Measured on our H100 (``benchmarks/device/memory_layer.py``): reserved over allocated at
+    the loss, 4.29 GiB at 2 x 8192 tokens and 8.91 at 32768 (this: 3.91 and 7.83)."""
 
     def stored(self, is_moe: bool) -> float:
         return self.moe_layer_stored if is_moe else self.layer_stored
@@ -278,6 +331,14 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
 
     def terms(moe: bool) -> tuple[float, float]:
         stored = layer_activation_bytes(m, p, rc, moe)
+        if _eager_torchtitan(m, p, moe):  # what eager autograd keeps (eager_layer_bytes)
+            full, work = eager_layer_bytes(m, p)
+            if rc is RecomputeKind.NONE:
+                return full, cp_held
+            if rc is RecomputeKind.FULL:
+                return stored, full + work + cp_held
+            if rc is RecomputeKind.SELECTIVE_OP:
+                return stored, max(0.0, full - stored) + work + cp_held
         if rc is RecomputeKind.FULL:
             transient = layer_activation_bytes(m, p, RecomputeKind.NONE, moe)
         elif rc is RecomputeKind.SELECTIVE_OP:  # the recomputed rest of one layer
@@ -289,9 +350,10 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
     stored, transient = terms(False)
     moe_stored, moe_transient = terms(True) if m.is_moe else (0.0, 0.0)
     logits = sb * m.vocab_size / t
-    loss_transient = 8.0 * logits if p.cross_entropy is LossKind.TORCH_FP32 else 0.0
-    return ActivationModel(stored, transient, sb * h / div, 4.0 * sb * h / div, 4.0 * logits, loss_transient,
-                           moe_stored, moe_transient)
+    torch_loss = p.cross_entropy is LossKind.TORCH_FP32
+    return ActivationModel(stored, transient, sb * h / div, 4.0 * sb * h / div, 4.0 * logits,
+                           8.0 * logits if torch_loss else 0.0, moe_stored, moe_transient,
+                           2.0 * logits if torch_loss else 0.0)
 
 
 @dataclass(frozen=True)
@@ -369,7 +431,7 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel,
             cur -= stored
         else:
             if vs == last:
-                x = cur + am.loss_transient
+                x = cur + am.loss_transient + am.loss_cached
                 if x > peak:
                     peak = x
                 cur -= am.logits + am.head

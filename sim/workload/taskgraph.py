@@ -389,8 +389,8 @@ class _RankProgram(DataParallelMixin):
                 if vs < n_vs - 1:
                     self.recv("grad", vs, mb, (vs + 1) % pp, act_size, args)
                 else:
-                    self.run_steps(self.ops.head_bwd, args, first_mem=am.loss_transient,
-                                   last_mem=-(am.head + am.logits + am.loss_transient))
+                    self.run_steps(self.ops.head_bwd, args, first_mem=am.loss_transient + am.loss_cached,
+                                   last_mem=-(am.head + am.logits + am.loss_transient + am.loss_cached))
                 prev = self.last_c
                 if self.chunk and not (fsdp and not fsdp_once) and (zb or i != last_g[chunk]) and layers:
                     held = max(am.transient(m.is_moe_layer(x)) for x in layers)

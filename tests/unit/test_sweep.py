@@ -177,7 +177,7 @@ def _plain_walk(w, stage: int, am) -> float:
             cur -= sum(am.stored(m.is_moe_layer(i)) for i in layers[vs])
         else:
             if vs == last:
-                peak = max(peak, cur + am.loss_transient)
+                peak = max(peak, cur + am.loss_transient + am.loss_cached)
                 cur -= am.logits + am.head
             for i in reversed(layers[vs]):
                 peak = max(peak, cur + am.transient(m.is_moe_layer(i)))
