@@ -52,6 +52,9 @@ class Run:
     """The SM clock its compute-bound kernels ran at under the GPU's power limit
     (:func:`power_clock_hz`; None: not modelled, or a cost model of the caller's):
     ``AnalyticalCostModel(..., clock_hz=run.clock_hz)`` prices its ops as the run did."""
+    power_loads: list = field(default_factory=list)
+    """The compute kernels the clock was solved over (:func:`power_loads`; empty where it was
+    not), for what draws power at that clock (``sim.whatif_power``)."""
 
 
 @contextmanager
@@ -147,10 +150,11 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         fabric = _fabric(topology, workload.system.num_gpus, placement)
         program = build_program(workload, representative=not full, node_of=fabric.node_of,
                                 local_gpu_of=fabric.local_gpu, granularity=granularity)
-        clock_hz = None
+        clock_hz, loads = None, []
         if costs is None:
             gpu = workload.system.gpu
-            clock_hz = power_clock_hz(gpu, program)
+            loads = power_loads(gpu, program) if gpu.power is not None else []
+            clock_hz = solve_clock_hz(gpu.power, loads) if loads else None
             if clock_hz is not None:
                 notes.append(f"power: under {gpu.name}'s {gpu.power.limit_w:.0f} W limit this iteration's "
                              f"kernels hold {clock_hz / 1e6:.0f} MHz (back to back: BF16 GEMMs "
@@ -176,7 +180,7 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         notes.append("granularity: chunk (each model chunk's pass of a micro-batch one block, timed alone, "
                      "layer blocks where buckets or FSDP traffic are issued between layers; --granularity op "
                      "simulates every op)")
-    return Run(workload, topology, fabric, program, result, wall, notes, granularity, clock_hz)
+    return Run(workload, topology, fabric, program, result, wall, notes, granularity, clock_hz, loads)
 
 
 def power_loads(gpu: GPUSpec, program: Program) -> list[KernelLoad]:

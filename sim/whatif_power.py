@@ -23,7 +23,7 @@ from sim.errors import ConfigError
 from sim.hardware import power_limited
 from sim.power import mean_power_w
 from sim.report import make_report
-from sim.runner import power_loads, simulate
+from sim.runner import simulate
 from sim.topology.spec import TopologySpec
 from sim.workload.spec import WorkloadSpec
 
@@ -82,7 +82,7 @@ def power_caps(workload: WorkloadSpec, topology: TopologySpec, limits: Sequence[
         rep = make_report(run)
         t = rep.iteration_time_s
         busy = min(sum(rep.compute_s.values()), t)
-        p_busy = mean_power_w(capped.power, power_loads(capped, run.program), run.clock_hz)
+        p_busy = mean_power_w(capped.power, run.power_loads, run.clock_hz)
         energy = p_busy * busy + capped.power.idle_w * (t - busy)
         rows.append(PowerRow(float(limit), run.clock_hz, t, rep.tokens_per_s, energy / t, energy,
                              w.tokens_per_iteration / (energy * w.system.num_gpus)))
