@@ -70,7 +70,7 @@ def phases(repeat: int) -> tuple[dict, object]:
     out: dict = {}
     out["build_program_s"], prog = _best(lambda: build_program(w, node_of=fabric.node_of,
                                                                local_gpu_of=fabric.local_gpu), repeat)
-    clock = power_clock_hz(w.system.gpu, prog)
+    clock, _ = power_clock_hz(w.system.gpu, prog)
 
     def engine():
         costs = AnalyticalCostModel(w.system.gpu, fabric, representative=True,

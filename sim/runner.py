@@ -153,8 +153,7 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         clock_hz, loads = None, []
         if costs is None:
             gpu = workload.system.gpu
-            loads = power_loads(gpu, program) if gpu.power is not None else []
-            clock_hz = solve_clock_hz(gpu.power, loads) if loads else None
+            clock_hz, loads = power_clock_hz(gpu, program)
             if clock_hz is not None:
                 notes.append(f"power: under {gpu.name}'s {gpu.power.limit_w:.0f} W limit this iteration's "
                              f"kernels hold {clock_hz / 1e6:.0f} MHz (back to back: BF16 GEMMs "
@@ -202,14 +201,14 @@ def power_loads(gpu: GPUSpec, program: Program) -> list[KernelLoad]:
     return [dataclasses.replace(kernel_load(gpu, op), count=n) for op, n in counts.items()]
 
 
-def power_clock_hz(gpu: GPUSpec, program: Program) -> float | None:
+def power_clock_hz(gpu: GPUSpec, program: Program) -> tuple[float | None, list[KernelLoad]]:
     """The SM clock ``gpu`` holds under its power limit over ``program``'s compute kernels
-    (:func:`power_loads`, :func:`sim.power.solve_clock_hz`), or None when the GPU's power
-    behaviour is not measured (:attr:`GPUSpec.power`)."""
+    (:func:`sim.power.solve_clock_hz`), with those kernels (:func:`power_loads`); None and no
+    kernels when the GPU's power behaviour is not measured (:attr:`GPUSpec.power`)."""
     if gpu.power is None:
-        return None
+        return None, []
     loads = power_loads(gpu, program)
-    return solve_clock_hz(gpu.power, loads) if loads else None
+    return (solve_clock_hz(gpu.power, loads) if loads else None), loads
 
 
 def _slowdown(workload: WorkloadSpec, program: Program, slow_gpus: dict[int, float],

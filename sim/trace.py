@@ -101,8 +101,6 @@ class _Json:
     def __init__(self) -> None:
         self.strings: dict[str, str] = {}
         self.tuples: dict[int, tuple[object, str]] = {}
-        self.heads: dict[tuple[int, ...], tuple | None] = {}
-        """:meth:`_pairs` by the ids of the pairs (:func:`_appended_args`)."""
 
     def str(self, text: str) -> str:
         out = self.strings.get(text)
@@ -135,17 +133,6 @@ class _Json:
                 hit = self.tuples[id(pairs)] = (pairs, self._args(pairs))
             return hit[1]
         return self._args(pairs)
-
-    def _pairs(self, pairs: tuple) -> tuple | None:
-        """``(pairs, their keys, their text)`` of a tuple of distinct ``(str, value)`` pairs,
-        kept (so that the ids of the pairs stay theirs); None for any other tuple."""
-        texts = []
-        for p in pairs:
-            if type(p) is not tuple or len(p) != 2 or type(p[0]) is not str:
-                return None
-            texts.append(f"{self.str(p[0])}:{self.value(p[1])}")
-        keys = frozenset(p[0] for p in pairs)
-        return (pairs, keys, ",".join(texts)) if len(keys) == len(pairs) else None
 
     def _args(self, pairs) -> str:
         items = pairs.items() if isinstance(pairs, dict) else pairs
@@ -184,8 +171,9 @@ class _Bulk:
 
     The spans' times are rounded to whole nanoseconds all at once (:func:`_ns`) and written as
     integers, the text around them that depends on the op and the stream is cached, and so is
-    each args tuple's text (by identity; the comm spans' tuples, each seen once, are formatted
-    together by :func:`_appended_args`); each event is then joined from its pieces. Everything
+    each args tuple's text (by identity; a comm span's transfer start, its own field, is
+    written after its task's shared args, :meth:`with_transfer`); each event is then joined
+    from its pieces. Everything
     that needs all the spans is worked out here, once, so that a forked process can format a
     share of the groups (:func:`_forked_parts`)."""
 
@@ -311,15 +299,9 @@ class _Bulk:
         for col in (list(map(_ARGS, group)), list(map(_OP_ARGS, group))):
             got = list(map(parts.get, map(id, col)))
             if None in got:
-                new = list({id(col[j]): col[j] for j, t in enumerate(got) if t is None}.values())
-                if len(new) > 64:  # a comm span's args are seen once: look at them together
-                    for a, t in zip(new, _appended_args(enc, new)):
-                        if t is not None:
-                            parts[id(a)] = t
-                for a in new:
-                    if id(a) not in parts:
-                        t = enc.args(a)
-                        parts[id(a)] = f"{t}," if t else ""
+                for a in {id(col[j]): col[j] for j, t in enumerate(got) if t is None}.values():
+                    t = enc.args(a)
+                    parts[id(a)] = f"{t}," if t else ""
                 got = list(map(parts.__getitem__, map(id, col)))
             texts.append(got)
         xfer = list(map(_XFER, group))
@@ -349,44 +331,6 @@ class _Bulk:
         return out
 
 
-def _appended_args(enc: _Json, tuples: list) -> list:
-    """The text of each args tuple that is a tuple seen before with one float pair appended
-    (a comm span's: its task's pairs, the same objects, and ``transfer_start_s``), followed by
-    a comma, as :meth:`_Json.args` writes it, all at once; None for the others."""
-    out: list = [None] * len(tuples)
-    if tuples and set(map(type, tuples)) == {tuple} and min(map(len, tuples)) > 1:  # the usual case, at C speed
-        lasts = list(map(_LAST, tuples))
-        ok = range(len(tuples)) if set(map(type, lasts)) == {tuple} and set(map(len, lasts)) == {2} else None
-    else:
-        ok = None
-    if ok is None:
-        ok = [j for j, a in enumerate(tuples) if type(a) is tuple and len(a) > 1 and type(a[-1]) is tuple
-              and len(a[-1]) == 2]
-        lasts = [tuples[j][-1] for j in ok]
-    if not ok:
-        return out
-    names = set(map(_FIRST, lasts))
-    values = list(map(_SECOND, lasts))
-    if len(names) != 1 or type(next(iter(names))) is not str or set(map(type, values)) != {float} \
-            or not np.all(np.isfinite(values)):
-        return out
-    name = next(iter(names))
-    keys = list(map(tuple, map(map, itertools.repeat(id), map(_BUT_LAST, (tuples[j] for j in ok)))))
-    cache = enc.heads
-    for key, j in zip(keys, ok):
-        if key not in cache:
-            cache[key] = enc._pairs(tuples[j][:-1])
-    heads = list(map(cache.__getitem__, keys))
-    for h in {id(h): h for h in heads}.values():
-        if h is None or not h[2] or name in h[1]:  # not distinct (str, value) pairs, or the name again
-            return out
-    pair = f",{enc.str(name)}:"
-    for j, text in zip(ok, map("".join, zip(map(_THIRD, heads), itertools.repeat(pair),
-                                           map(float.__repr__, values), itertools.repeat(",")))):
-        out[j] = text
-    return out
-
-
 def _in_order(ts: np.ndarray, dur: np.ndarray, names: list[str]) -> bool:
     """Whether the rows ``(ts, dur, name)`` are sorted (the engine's streams arrive sorted)."""
     a, b = (ts[:-1], dur[:-1]), (ts[1:], dur[1:])
@@ -409,8 +353,7 @@ def _with_transfer(enc: _Json, args, start_s) -> str:
     its first place and its last value, as :meth:`_Json.args` writes any repeated key."""
     items = list(args.items() if isinstance(args, dict) else args)
     return enc._args(items + [(_TRANSFER, start_s)])
-_FIRST, _SECOND, _THIRD = operator.itemgetter(0), operator.itemgetter(1), operator.itemgetter(2)
-_LAST, _BUT_LAST = operator.itemgetter(-1), operator.itemgetter(slice(None, -1))
+_FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
 _FAST_MAX_US = 1e11
 """The largest time (µs, 28 hours) :func:`_events` writes from whole nanoseconds: below it a
 time rounded to nanoseconds has at most 15 significant digits, which a double holds, so the

@@ -69,7 +69,7 @@ def _corners() -> SimResult:
         Span(0, Stream.PP_SEND, "send0", OpKind.P2P, 5e-6, 5e-6, comm_class=CommClass.PP, flow_out=9),
         Span(0, Stream.PP_SEND, "dangling", OpKind.P2P, 6e-6, 7e-6, comm_class=CommClass.PP, flow_out=8),
     ]
-    # comm spans, enough to be formatted together: a task's pairs with one float appended
+    # comm spans with the transfer start appended to their args (as a span made elsewhere may carry it)
     for i in range(100):
         spans.append(Span(0, Stream.TP_COMM, f"ar{i % 3}", OpKind.COLLECTIVE, i * 1e-6, i * 1e-6 + 3.3e-7,
                           base + (("transfer_start_s", i * 1e-6 + 1e-9 / 3),), CommClass.TP,
