@@ -89,6 +89,9 @@ class Task:
     mem_start_bytes: float = 0.0
     mem_end_bytes: float = 0.0
     flow_id: int = -1
+    alone: bool = False
+    """A comm task that no compute op of its rank runs beside: it starts after the compute op
+    issued before it and the next compute op waits for it. Its kernel's SMs slow nothing."""
 
 
 @dataclass

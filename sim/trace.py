@@ -299,15 +299,18 @@ class _Bulk:
         for col in (list(map(_ARGS, group)), list(map(_OP_ARGS, group))):
             got = list(map(parts.get, map(id, col)))
             if None in got:
-                for a in {id(col[j]): col[j] for j, t in enumerate(got) if t is None}.values():
+                for a in {id(a): a for a in itertools.compress(col, map(operator.is_, got, itertools.repeat(None)))}.values():
                     t = enc.args(a)
                     parts[id(a)] = f"{t}," if t else ""
                 got = list(map(parts.__getitem__, map(id, col)))
             texts.append(got)
         xfer = list(map(_XFER, group))
         if xfer.count(None) < len(xfer):  # comm spans: their transfer start after their task's args
-            texts[0] = [t if x is None else self.with_transfer(a, t, x)
-                        for a, t, x in zip(map(_ARGS, group), texts[0], xfer)]
+            # a finite float after args whose text has no such key (the tag not in it) is appended
+            # here, as with_transfer would; anything else goes through it
+            tag = _TRANSFER_TAG
+            texts[0] = [t if x is None else f"{t}{tag}{x!r}," if type(x) is float and x - x == 0.0 and tag not in t
+                        else self.with_transfer(a, t, x) for a, t, x in zip(map(_ARGS, group), texts[0], xfer)]
         head = list(map(heads.__getitem__, keys))
         events = list(map("".join, zip(
             map(_FIRST, head), map(str, tq), map(frac.__getitem__, tr), itertools.repeat(',"dur":'),
@@ -345,6 +348,8 @@ def _in_order(ts: np.ndarray, dur: np.ndarray, names: list[str]) -> bool:
 (_RANK, _STREAM, _NAME, _KIND, _START, _END, _ARGS, _CLASS, _FLOW_OUT, _FLOW_IN,
  _OP_ARGS, _XFER) = map(operator.itemgetter, range(12))  # Span's fields
 _TRANSFER = "transfer_start_s"
+_TRANSFER_TAG = f'"{_TRANSFER}":'
+"""The key's text as :meth:`_Json.args` writes it: args text without it has no such key."""
 
 
 def _with_transfer(enc: _Json, args, start_s) -> str:

@@ -7,7 +7,9 @@ are all the kernels that can run beside it, the stream places it without waiting
 clock: its end time is fixed, its span recorded, and any stream waiting on it is told at once.
 Runs of compute ops therefore cost no engine events. A compute op that a kernel not yet known
 may meet (a collective in flight, or one whose start is not settled) runs on the clock instead:
-its end is re-computed whenever a kernel on its GPU starts or ends.
+its end is re-computed whenever a kernel on its GPU starts or ends. A comm task the next
+compute op of its rank waits for (:attr:`~sim.program.Task.alone`) runs while that GPU
+computes nothing, so its kernel's SMs are not counted held: they would slow no op.
 Communication does depend on what else is on the network, so a comm task waits for the clock
 to reach its start, joins the other simulated members of its collective (a rendezvous), then
 runs its plan's phases: a latency, then flows on :class:`~sim.engine.network.FlowNetwork`.
@@ -142,6 +144,9 @@ class Simulation:
         self._stalled = [-1] * len(streams)
         """Per stream, why :meth:`_eager` last stopped: -1 unknown, a task id it waits for, or -2
         (its next task needs the process, or it is done)."""
+        self._compute_of = {r: k for k, ids in enumerate(streams)
+                            if ids and tasks[ids[0]].stream is Stream.COMPUTE for r in (tasks[ids[0]].rank,)}
+        """Rank -> the index of its compute stream."""
         self._gate = [-1] * len(streams)
         """Per comm stream, a task of its rank's compute stream its next task waits for."""
         self._solo: dict[int, tuple] = {}
@@ -149,7 +154,7 @@ class Simulation:
         self._ctx = (self._busy, tasks, self.finish, self._owner, self.start, self.fixed_comm,
                      prog.coll_members, self._contenders, self._held, self._gate, self.duration, self.mem,
                      self.waiters, self._ids, self._pos, self._cursor, self._stalled, self._solo,
-                     self.net.busy_bytes, self._running)
+                     self.net.busy_bytes, self._running, self._compute_of)
         """The containers :meth:`_eager` reads, in one tuple (it runs for nearly every task)."""
         for k in range(len(streams)):
             env.process(self._stream(k))
@@ -378,7 +383,7 @@ class Simulation:
         stopped at: -1 when the stream is done, else a task that needs the process (its
         dependency is still unknown, or it needs the clock or a rendezvous)."""
         (busy, tasks, finish, owner, start_of, fixed, members, contenders, held, gate, duration, mem,
-         waiters, all_ids, positions, cursors, stalled, solo, busy_bytes, running) = self._ctx
+         waiters, all_ids, positions, cursors, stalled, solo, busy_bytes, running, compute_of) = self._ctx
         ids, pos = all_ids[k], positions[k]
         if pos >= len(ids):
             return -1
@@ -406,6 +411,8 @@ class Simulation:
                     start = f
             if blocked:
                 stop, why = tid, d
+                if task.comm and owner[d] == compute_of.get(task.rank):
+                    gate[k] = d  # its next kernel waits for d: the compute ops before d are quiet
                 break
             if task.comm:
                 dur = fixed.get(id(task.op))
@@ -426,7 +433,7 @@ class Simulation:
                         self.pulses.append((start, link, nbytes / dur))
                         self.pulses.append((end, link, -nbytes / dur))
                 r = task.rank
-                if f and r in held:  # _hold, inlined
+                if f and r in held and not task.alone:  # _hold, inlined
                     held[r].hold(start, end, f)
                     if running:
                         self._rerun(r)
@@ -503,7 +510,7 @@ class Simulation:
                     self._account(task.op, meet, dur)
                 end = meet + dur
                 self.xfer_start[tid] = meet
-                if task.rank in self._held:
+                if task.rank in self._held and not task.alone:
                     self._hold(task.rank, task.op, meet, end)
             elif task.comm:
                 if start > env.now:
@@ -568,7 +575,7 @@ class Simulation:
             return None
         r = task.rank
         (busy, tasks, finish, owner, _, _, _, contenders, held, gate, duration, _, _, all_ids, positions,
-         cursors, stalled, _, _, _) = self._ctx
+         cursors, stalled, _, _, _, _) = self._ctx
         contenders, held = contenders[r], held[r]
         work = duration[task.id]
         sens = 1.0 if type(task.op) is not Block else self._sensitivity(task)
@@ -676,8 +683,9 @@ class Simulation:
         else:
             rv = None
         plan = self.plans[id(task.op)]
-        ranks = [r for r in ([self.program.tasks[t].rank for t in rv[2]] if rv is not None else [task.rank])
-                 if r in self._held] if plan.sm_fraction else []
+        tasks = self.program.tasks
+        ranks = [tasks[t].rank for t in (rv[2] if rv is not None else (task.id,))
+                 if tasks[t].rank in self._held and not tasks[t].alone] if plan.sm_fraction else []
         for r in ranks:
             self._held[r].change(env.now, plan.sm_fraction)
             self._rerun(r)

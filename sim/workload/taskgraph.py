@@ -184,6 +184,8 @@ class _RankProgram(DataParallelMixin):
                     ids = lists[stream] = b.streams[(rank, stream)] = []
                 ids.append(tid)
                 pending.append([tid, st.wait])
+                if not st.wait:  # the next compute op waits for it
+                    t.alone = True
             else:
                 deps, extra = extra, []
                 if pending:

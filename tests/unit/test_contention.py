@@ -14,6 +14,7 @@ import json
 import pytest
 
 import sim.engine.simulation as engine
+import sim.runner as runner
 from sim.config import load_topology, load_workload
 from sim.costs.analytical import AnalyticalCostModel
 from sim.costs.base import CommPlan, FixedCostModel, Flow, Phase
@@ -212,3 +213,66 @@ def test_layer_and_chunk_blocks_slow_as_the_op_run_does(case):
     # not vacuous: with TP, the backward's collectives run beside GEMMs and lengthen the run
     if w.parallel.tp > 1:
         assert op > Simulation(build_program(w), FIXED).run().makespan_s
+
+
+# -- comm kernels beside an idle compute stream ------------------------------------------------
+def _next_compute(prog, task):
+    """The first compute task after ``task`` (by id) on its rank's compute stream."""
+    ids = prog.streams[(task.rank, Stream.COMPUTE)]
+    return next((prog.tasks[i] for i in ids if i > task.id), None)
+
+
+@pytest.mark.parametrize("case", ["tp-pp-dp", "sequence-parallel", "tp-comm-overlap", "interleaved", "zb-h1",
+                                  "zero3-fsdp", "context-parallel", "moe-tp-ep-shared"])
+def test_a_comm_task_marked_alone_runs_while_its_gpu_computes_nothing(case):
+    """``Task.alone``: the compute op issued before it is among its dependencies and the next
+    compute op of its rank waits for it, so no compute op can run beside its kernel."""
+    prog = build_program(_workload(CASES[case]), False)
+    alone = [t for t in prog.tasks if t.alone]
+    assert all(t.comm for t in alone)
+    for t in alone:
+        before = [i for i in prog.streams[(t.rank, Stream.COMPUTE)] if i < t.id]
+        assert not before or before[-1] in t.deps
+        nxt = _next_compute(prog, t)
+        assert nxt is None or t.id in nxt.deps
+    if case in ("sequence-parallel", "tp-pp-dp"):
+        assert alone  # the forward's TP collectives
+
+
+@pytest.mark.parametrize("representative", [True, False], ids=["representative", "full"])
+@pytest.mark.parametrize("case", ["tp-pp-dp", "sequence-parallel", "tp-comm-overlap", "interleaved", "zb-h1",
+                                  "zero3-fsdp", "context-parallel", "moe-tp-ep-shared"])
+def test_the_sms_of_comm_kernels_marked_alone_would_slow_nothing(case, representative):
+    """The engine does not count the SMs an ``alone`` comm task's kernel holds. Counted (every
+    task's mark cleared), the timeline is the same to the last bit."""
+    costs = dataclasses.replace(FIXED, comm_sm_fraction=0.2)
+    w = _workload(CASES[case])
+    skipped = Simulation(build_program(w, representative), costs).run()
+    prog = build_program(w, representative)
+    marked = sum(t.alone for t in prog.tasks)
+    for t in prog.tasks:
+        t.alone = False
+    counted = Simulation(prog, costs).run()
+    assert _spans(skipped) == _spans(counted) and skipped.makespan_s == counted.makespan_s
+    if case == "sequence-parallel":
+        assert marked
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["representative", "full"])
+def test_analytical_runs_are_the_same_counting_the_sms_of_alone_kernels(full, monkeypatch):
+    """The same with NCCL's fractions of an A100's SMs, collectives running as flows."""
+    w, topo = load_workload("tiny", ["parallel.sequence_parallel=true"]), load_topology("dgx-a100")
+    skipped = simulate(w, topo, full=full).result
+    build = runner.build_program
+    cleared = []
+
+    def unmarked(*args, **kwargs):
+        prog = build(*args, **kwargs)
+        cleared.extend(t for t in prog.tasks if t.alone)
+        for t in cleared:
+            t.alone = False
+        return prog
+
+    monkeypatch.setattr(runner, "build_program", unmarked)
+    counted = simulate(w, topo, full=full).result
+    assert cleared and _spans(skipped) == _spans(counted)
