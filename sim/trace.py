@@ -58,7 +58,7 @@ import struct
 import tempfile
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -101,6 +101,9 @@ class _Json:
     def __init__(self) -> None:
         self.strings: dict[str, str] = {}
         self.tuples: dict[int, tuple[object, str]] = {}
+        self.pairs: dict[tuple, str] = {}
+        """The text of a ``(key, value)`` pair with an int or str value, by the key, the value's
+        type and the value (the args of layer passes repeat them)."""
 
     def str(self, text: str) -> str:
         out = self.strings.get(text)
@@ -136,10 +139,18 @@ class _Json:
 
     def _args(self, pairs) -> str:
         items = pairs.items() if isinstance(pairs, dict) else pairs
-        seen: dict[str, str] = {}
+        seen: dict[str, str] = {}  # a key given twice: its first place, its last value
+        cache = self.pairs
         for k, v in items:
-            seen[k] = self.value(v)
-        return ",".join(f"{self.str(k)}:{v}" for k, v in seen.items())
+            t = type(v)
+            if t is int or t is str:  # a pair's text by the pair (and the value's type: 1 == True)
+                text = cache.get((k, t, v))
+                if text is None:
+                    text = cache[(k, t, v)] = f"{self.str(k)}:{self.value(v)}"
+            else:
+                text = f"{self.str(k)}:{self.value(v)}"
+            seen[k] = text
+        return ",".join(seen.values())
 
 
 def _events(result: SimResult) -> Iterator[str]:
@@ -196,7 +207,7 @@ class _Bulk:
         """The (pid, tid) pairs in order; :attr:`bounds` are their spans' slices of :attr:`order`."""
         self.ts_qr = np.divmod(ts_ns, 1000)  # whole µs and ns
         self.dur_qr = np.divmod(dur_ns, 1000)
-        self.linked = ({s.flow_out for s in spans} - {None}) & {s.flow_in for s in spans}  # both ends
+        self.linked = (set(map(_FLOW_OUT, spans)) - {None}) & set(map(_FLOW_IN, spans))  # both ends
         enc = self.enc = _Json()
         self.kinds = {k: (enc.str(k.value), "comm" if k.is_comm else "kernel") for k in OpKind}
         self.classes: dict = {None: "", **{c: f',"comm_class":"{c.value}"' for c in CommClass}}
@@ -280,7 +291,7 @@ class _Bulk:
         (pid, tid), (lo, hi) = self.groups[g], self.bounds[g]
         spans, enc, parts, ts_ns, dur_ns = self.spans, self.enc, self.parts, self.ts_ns, self.dur_ns
         idx = self.order[lo:hi]
-        if hi - lo > 1 and not _in_order(ts_ns[idx], dur_ns[idx], [spans[i].name for i in idx.tolist()]):
+        if hi - lo > 1 and not _in_order(ts_ns[idx], dur_ns[idx], lambda j: spans[int(idx[j])].name):
             idx = np.asarray(sorted(idx.tolist(), key=lambda i: (ts_ns[i], dur_ns[i], spans[i].name)))
         tq, tr, dq, dr = (c[idx].tolist() for c in (*self.ts_qr, *self.dur_qr))
         frac, linked = _FRACTIONS, self.linked
@@ -313,9 +324,8 @@ class _Bulk:
                         else self.with_transfer(a, t, x) for a, t, x in zip(map(_ARGS, group), texts[0], xfer)]
         head = list(map(heads.__getitem__, keys))
         events = list(map("".join, zip(
-            map(_FIRST, head), map(str, tq), map(frac.__getitem__, tr), itertools.repeat(',"dur":'),
-            map(str, dq), map(frac.__getitem__, dr), itertools.repeat(',"args":{'), texts[0], texts[1],
-            map(_SECOND, head))))
+            map(_FIRST, head), map(str, tq), map(_FRACTIONS_DUR.__getitem__, tr),
+            map(str, dq), map(_FRACTIONS_ARGS.__getitem__, dr), texts[0], texts[1], map(_SECOND, head))))
         outs, ins = list(map(_FLOW_OUT, group)), list(map(_FLOW_IN, group))
         if linked.isdisjoint(outs) and linked.isdisjoint(ins):
             return events
@@ -334,13 +344,14 @@ class _Bulk:
         return out
 
 
-def _in_order(ts: np.ndarray, dur: np.ndarray, names: list[str]) -> bool:
-    """Whether the rows ``(ts, dur, name)`` are sorted (the engine's streams arrive sorted)."""
+def _in_order(ts: np.ndarray, dur: np.ndarray, name: Callable[[int], str]) -> bool:
+    """Whether the rows ``(ts, dur, name(j))`` are sorted (the engine's streams arrive sorted);
+    a row's name is asked for only where its time and duration tie with a neighbour's."""
     a, b = (ts[:-1], dur[:-1]), (ts[1:], dur[1:])
     if np.any((b[0] < a[0]) | ((b[0] == a[0]) & (b[1] < a[1]))):
         return False
     for j in np.flatnonzero((b[0] == a[0]) & (b[1] == a[1])).tolist():
-        if names[j + 1] < names[j]:
+        if name(j + 1) < name(j):
             return False
     return True
 
@@ -365,6 +376,9 @@ time rounded to nanoseconds has at most 15 significant digits, which a double ho
 shortest repr of the double nearest ``n / 1000``, which ``round(x, 3)`` gives, is that decimal."""
 _FRACTIONS = tuple(".0" if r == 0 else "." + f"{r:03d}".rstrip("0") for r in range(1000))
 """The digits after the point of ``repr(n / 1000)`` by ``n % 1000`` (``12.0``, ``12.5``, ``12.345``)."""
+_FRACTIONS_DUR = tuple(f + ',"dur":' for f in _FRACTIONS)
+_FRACTIONS_ARGS = tuple(f + ',"args":{' for f in _FRACTIONS)
+"""The same, each followed by the text up to the next number (a slice's duration, its args)."""
 
 
 def _ns(us: np.ndarray) -> np.ndarray:

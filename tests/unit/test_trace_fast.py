@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import gzip
 import io
+import json
+import math
 import os
 import threading
 
@@ -62,6 +64,9 @@ def _corners() -> SimResult:
         # values of every kind, a repeated key, non-ASCII text
         Span(3, Stream.COMPUTE, "vals", OpKind.ATTENTION, 1e-5, 2e-5,
              (("s", "é\"x"), ("i", np.int64(3)), ("f", np.float64(0.1)), ("b", False), ("s", "again"))),
+        # values equal as Python values, each written as its type is: 1, true, 1.0, "1"
+        *(Span(3, Stream.COMPUTE, f"eq{j}", OpKind.NORM, 3e-5 + j * 1e-6, 3e-5 + (j + 1) * 1e-6, (("v", v), ("w", j)))
+          for j, v in enumerate((1, True, 1.0, "1", 1, np.int64(1), 0, False, 0.0, -0.0))),
         # arrows: a pair, and one with its other end missing
         Span(0, Stream.PP_SEND, "send", OpKind.P2P, 3e-6, 4e-6, comm_class=CommClass.PP, flow_out=7),
         Span(3, Stream.PP_RECV, "recv", OpKind.P2P, 3e-6, 4.0000005e-6, comm_class=CommClass.PP, flow_in=7),
@@ -112,6 +117,16 @@ def test_bulk_equals_plain_on_corners(monkeypatch):
     assert _fast(r, monkeypatch) == _plain(r)
     shuffled = SimResult(r.ranks, r.spans[::-1], r.counters, r.makespan_s, r.events, r.world_size)
     assert _fast(shuffled, monkeypatch) == _plain(r)
+
+
+def test_args_equal_as_python_values_keep_their_json_types(monkeypatch):
+    """1, True, 1.0 and "1" are one dict key in Python (or two); each arg is written as its own
+    type, whatever was written before it (the writer caches a pair's text)."""
+    events = json.loads(f"[{_fast(_corners(), monkeypatch)}]")
+    got = {e["name"]: e["args"]["v"] for e in events if e.get("name", "").startswith("eq")}
+    want = (1, True, 1.0, "1", 1, 1, 0, False, 0.0, -0.0)
+    assert [(type(v), v) for v in (got[f"eq{j}"] for j in range(len(want)))] == [(type(v), v) for v in want]
+    assert math.copysign(1.0, got["eq9"]) == -1.0
 
 
 def test_round_ns_is_pythons_round():
