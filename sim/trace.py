@@ -45,8 +45,6 @@ from __future__ import annotations
 
 import bisect
 import gc
-import gzip
-import io
 import itertools
 import json
 import math
@@ -57,13 +55,16 @@ import signal
 import struct
 import tempfile
 import threading
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import NamedTuple
 from pathlib import Path
 
 import numpy as np
 
+from sim.gzip_parts import GzipParts, deflate_part
 from sim.results import SimResult
 from sim.types import CommClass, OpKind, Stream
 
@@ -502,23 +503,27 @@ _PART_EVENTS = 1 << 14
 _FORK_MIN_SPANS = 50_000
 """Spans from which :func:`_forked_parts` formats a share of them in a second process: below
 it, forking (a few ms, and copies of the pages both processes touch) costs more than it saves."""
-_PARENT_SHARE = 0.42
-"""The share of the spans (counters counted as spans) formatted by the process that also runs
-the compressor's thread: less than half, so that both processes need about as much CPU time
-(gpt3-175b-1024: about 0.95 s here, gzip included, and 0.75 s in the child)."""
+_PARENT_SHARE = 0.48
+"""The share of the spans (counters counted as spans) formatted by the process that forks the
+child: each process deflates the text it formats (:func:`_gzip_bytes`), so about half. The
+child's share costs it more than the same share costs the parent (it first copies the pages
+it touches: gpt3-175b-1024 formatted and deflated whole, 1.25 s in the child against 1.05 s
+here); shares from 0.42 to 0.55 write that trace in 0.75-0.85 s here, within the noise."""
 
 
-def _forked_parts(result: SimResult, title: str, metadata: dict | None) -> Iterator[str | bytes]:
+def _forked_parts(result: SimResult, title: str, metadata: dict | None, *,
+                  deflate: bool = False) -> Iterator[str | bytes | _Deflated | _TextSum]:
     """:func:`_trace_parts`, with the later batches of events (:class:`_Bulk`: streams, then the
     counters) formatted by a forked child process while this one formats the metadata and the
-    earlier streams, and its text arriving UTF-8 encoded.
+    earlier streams, and its text arriving UTF-8 encoded (``deflate``: each of its pieces
+    deflated apart, :class:`_Deflated`, then the CRC-32 and length of them all, :class:`_TextSum`,
+    for :func:`_gzip_bytes`).
 
-    Only formatting is split: the compressor must see one stream of text, in order, for its
-    bytes to be today's. The child writes each batch's text to an unlinked temporary file and
+    The child writes each batch's text (or its deflated text) to an unlinked temporary file and
     then its length to a pipe, so it never waits for this process to read; this process, once
     it has made its own pieces, passes on the child's as they come, so the text is that of
-    :func:`_trace_parts`. Should the child fail, this process formats the batches it did not
-    send (and so raises what the child raised). Where :func:`_may_fork` says no (a small
+    :func:`_trace_parts`, cut in the same pieces. Should the child fail, this process formats
+    the batches it did not send (and so raises what the child raised). Where :func:`_may_fork` says no (a small
     trace, no ``os.fork``, a running thread, no CPU free) or no child can be had, this is
     :func:`_trace_parts`; no thread may start before the first piece is taken, since forking
     copies no other thread, whatever lock it held (:func:`_gzip_bytes` starts its compressor
@@ -530,7 +535,7 @@ def _forked_parts(result: SimResult, title: str, metadata: dict | None) -> Itera
     yield _header(title, metadata)
     done = np.cumsum(bulk.weights())
     split = min(max(1, int(np.searchsorted(done, _PARENT_SHARE * done[-1])) + 1), len(bulk))
-    child = _Child.start(bulk, split)
+    child = _Child.start(bulk, split, deflate)
     if child is None:  # no child to be had: all of it here
         yield from _pieces(bulk.batches(0, len(bulk)), first=True)
     else:
@@ -558,20 +563,40 @@ def _may_fork(spans: int) -> bool:
     return cpus > 1 and load < cpus
 
 
+class _Deflated(NamedTuple):
+    """A piece of the trace's text deflated in the child (:func:`sim.gzip_parts.deflate_part`)."""
+
+    chunk: bytes
+
+
+class _TextSum(NamedTuple):
+    """The CRC-32 and length of the text of the :class:`_Deflated` pieces before it."""
+
+    crc: int
+    size: int
+
+
+_MESSAGE = struct.Struct("<qIq")
+"""The child's message for each batch: the bytes it wrote to the spool, and the running CRC-32
+and length of its text so far."""
+
+
 class _Child:
     """A forked process formatting the batches of a :class:`_Bulk` from ``split`` on.
 
-    It writes each batch's text, UTF-8 encoded, to an unlinked temporary file, then the
-    text's length to a pipe (a message a batch, even an empty one), so it never waits for
-    this process to read; :meth:`pieces` passes the texts on as they come and, should the
-    child fail, formats the batches it did not send, here."""
+    It writes each batch's text, UTF-8 encoded (``deflate``: deflated, with the running CRC-32
+    and length of the text), to an unlinked temporary file, then a message to a pipe (a message
+    a batch, even an empty one), so it never waits for this process to read; :meth:`pieces`
+    passes the texts on as they come and, should the child fail, formats the batches it did
+    not send, here."""
 
-    def __init__(self, bulk: _Bulk, split: int, spool, read_end: int, pid: int) -> None:
-        self.bulk, self.split, self.spool, self.read_end, self.pid = bulk, split, spool, read_end, pid
+    def __init__(self, bulk: _Bulk, split: int, deflate: bool, spool, read_end: int, pid: int) -> None:
+        self.bulk, self.split, self.deflate = bulk, split, deflate
+        self.spool, self.read_end, self.pid = spool, read_end, pid
         self.running = True
 
     @classmethod
-    def start(cls, bulk: _Bulk, split: int) -> _Child | None:
+    def start(cls, bulk: _Bulk, split: int, deflate: bool = False) -> _Child | None:
         """Fork the child; None if the system would not (no memory, processes or temporary
         file for it)."""
         spool = read_end = write_end = None
@@ -590,24 +615,31 @@ class _Child:
             status = 1
             try:
                 os.close(read_end)
+                crc = size = 0
                 for batch in bulk.batches(split, len(bulk)):
                     data = "".join(_pieces([batch], first=False)).encode("utf-8")
+                    if deflate and data:
+                        crc, size = zlib.crc32(data, crc), size + len(data)
+                        data = deflate_part(data)
                     _write_all(spool.fileno(), data)
-                    _write_all(write_end, struct.pack("<q", len(data)))
+                    _write_all(write_end, _MESSAGE.pack(len(data), crc, size))
                 status = 0
             finally:
                 os._exit(status)
         os.close(write_end)
-        return cls(bulk, split, spool, read_end, pid)
+        return cls(bulk, split, deflate, spool, read_end, pid)
 
-    def pieces(self) -> Iterator[str | bytes]:
-        """The child's text, in the pieces of :func:`_pieces`."""
-        offset = sent = 0
-        while message := _read_all(self.read_end, 8):
-            size, = struct.unpack("<q", message)
-            if size:
-                yield _pread_all(self.spool.fileno(), size, offset)
-            offset, sent = offset + size, sent + 1
+    def pieces(self) -> Iterator[bytes | _Deflated | _TextSum]:
+        """The child's text, in the pieces of :func:`_pieces` (deflated, then their sum)."""
+        offset = sent = crc = size = 0
+        while message := _read_all(self.read_end, _MESSAGE.size):
+            n, crc, size = _MESSAGE.unpack(message)
+            if n:
+                data = _pread_all(self.spool.fileno(), n, offset)
+                yield _Deflated(data) if self.deflate else data
+            offset, sent = offset + n, sent + 1
+        if size:
+            yield _TextSum(crc, size)
         self.running = False
         if os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1]) != 0:  # it failed: the rest here
             yield from _pieces(self.bulk.batches(self.split + sent, len(self.bulk)), first=False)
@@ -653,21 +685,27 @@ def _trace_text(result: SimResult, title: str, metadata: dict | None) -> str:
         return "".join(_trace_parts(result, title, metadata))
 
 
-def _gzip_bytes(parts: Iterator[str | bytes]) -> bytes:
-    """``parts`` encoded as UTF-8 (if not bytes already) and gzip-compressed (level 3, no file
-    name, ``mtime=0``), compressed on a second thread while the next parts are formatted (zlib
-    releases the GIL). The thread starts once the first part is taken, so that
-    :func:`_forked_parts` forks before it. Deflate's output does not depend on how its input is
-    cut into writes, so the bytes are those of compressing the whole text at once."""
-    buf = io.BytesIO()
+def _gzip_bytes(parts: Iterator[str | bytes | _Deflated | _TextSum]) -> bytes:
+    """``parts`` as one gzip member (:class:`sim.gzip_parts.GzipParts`: level 3, no file name,
+    ``mtime=0``): each text part (UTF-8 encoded unless bytes already) deflated apart, on a
+    second thread while the next parts are formatted (zlib releases the GIL); parts deflated in
+    :func:`_forked_parts`'s child passed through, with their sum. The thread starts once the
+    first part is taken, so that :func:`_forked_parts` forks before it. The bytes depend on
+    the text and where it is cut into parts, not on which process deflated a part."""
+    gz = GzipParts()
     todo: queue.Queue = queue.Queue(maxsize=4)
     failed: list[BaseException] = []
 
     def compress() -> None:
         try:
-            with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=3) as gz:
-                while (data := todo.get()) is not None:
-                    gz.write(data)
+            while (part := todo.get()) is not None:
+                kind = type(part)
+                if kind is _Deflated:
+                    gz.add_deflated(part.chunk)
+                elif kind is _TextSum:
+                    gz.add_sum(part.crc, part.size)
+                else:
+                    gz.add_text(part)
         except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
             failed.append(e)
             while todo.get() is not None:
@@ -675,21 +713,18 @@ def _gzip_bytes(parts: Iterator[str | bytes]) -> bytes:
 
     worker = None
     try:
-        for text in parts:
+        for part in parts:
             if worker is None:
                 worker = threading.Thread(target=compress, name="llmsim-trace-gzip", daemon=True)
                 worker.start()
-            todo.put(text if type(text) is bytes else text.encode("utf-8"))
+            todo.put(part.encode("utf-8") if type(part) is str else part)
     finally:
         if worker is not None:
             todo.put(None)
             worker.join()
     if failed:
         raise failed[0]
-    if worker is None:  # no parts: the empty text's gzip
-        todo.put(None)
-        compress()
-    return buf.getvalue()
+    return gz.finish()
 
 
 def chrome_trace(result: SimResult, *, title: str = "llmsim", metadata: dict | None = None) -> dict:
@@ -754,7 +789,7 @@ def write_chrome_trace(result: SimResult, path: str | os.PathLike, *, title: str
     path = Path(path)
     if path.name.endswith(".gz"):
         with _gc_paused():
-            data = _gzip_bytes(_forked_parts(result, title, metadata))
+            data = _gzip_bytes(_forked_parts(result, title, metadata, deflate=True))
     else:
         with _gc_paused():
             data = b"".join(p if type(p) is bytes else p.encode("utf-8")

@@ -13,17 +13,18 @@ the writer that has a forked process format the later streams with the one that 
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import math
 import os
 import threading
+import zlib
 
 import numpy as np
 import pytest
 
 import sim.trace as trace
 from sim.config import load_topology, load_workload_with_notes
+from sim.gzip_parts import deflate_part
 from sim.results import CounterSample, RankInfo, SimResult, Span
 from sim.runner import simulate
 from sim.types import CommClass, OpKind, Stream
@@ -156,16 +157,30 @@ def test_span_on_unknown_rank_raises_in_bulk():
         list(trace._events(r))
 
 
-def test_threaded_gzip_is_one_shot_gzip():
+def test_gzip_of_the_parts_is_one_member_of_the_text():
     r = _corners()
     text = trace._trace_text(r, "t", {"k": 1})
-    buf = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=3) as gz:
-        gz.write(text.encode("utf-8"))
     parts = list(trace._trace_parts(r, "t", {"k": 1}))
-    assert "".join(parts) == text
-    assert trace._gzip_bytes(iter(parts)) == buf.getvalue()
-    assert trace._gzip_bytes(iter([text[:7], "", text[7:]])) == buf.getvalue()
+    assert "".join(parts) == text and len(parts) > 2
+    data = trace._gzip_bytes(iter(parts))
+    assert gzip.decompress(data) == text.encode("utf-8")
+    assert zlib.decompress(data, 31) == text.encode("utf-8")  # one member: nothing after it
+    assert trace._gzip_bytes(iter(parts)) == data  # the same parts, the same bytes
+    # cut elsewhere: the same text (the bytes follow the cuts)
+    assert gzip.decompress(trace._gzip_bytes(iter([text[:7], "", text[7:]]))) == text.encode("utf-8")
+
+
+def test_parts_deflated_elsewhere_give_the_bytes_of_deflating_them_here():
+    """What the forked writer's child sends (its pieces deflated apart, then their CRC-32 and
+    length) makes the file deflating the same pieces in this process makes."""
+    pieces = ["{head", ',"a":"é"' * 1000, ',"b":2' * 3000, "]}"]
+    here = trace._gzip_bytes(iter(pieces))
+    sent = [p.encode("utf-8") for p in pieces[1:3]]
+    crc = zlib.crc32(sent[1], zlib.crc32(sent[0]))
+    elsewhere = [pieces[0], *(trace._Deflated(deflate_part(b)) for b in sent),
+                 trace._TextSum(crc, sum(map(len, sent))), pieces[3]]
+    assert trace._gzip_bytes(iter(elsewhere)) == here
+    assert gzip.decompress(here) == "".join(pieces).encode("utf-8")
 
 
 def test_failed_gzip_write_leaves_no_file(tmp_path):
@@ -182,16 +197,14 @@ def test_failed_gzip_write_leaves_no_file(tmp_path):
 needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on this platform")
 
 
-def _one_shot_gzip(data: bytes) -> bytes:
-    buf = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=3) as gz:
-        gz.write(data)
-    return buf.getvalue()
-
-
 def _serial_bytes(result: SimResult, gz: bool) -> bytes:
+    """What the writer writes with no child: the text, or its parts as one gzip member."""
     text = trace._trace_text(result, "t", {"k": 1}).encode("utf-8")
-    return _one_shot_gzip(text) if gz else text
+    if not gz:
+        return text
+    data = trace._gzip_bytes(trace._trace_parts(result, "t", {"k": 1}))
+    assert gzip.decompress(data) == text
+    return data
 
 
 def _idle_two_cpus(m) -> None:
@@ -304,5 +317,5 @@ def test_forks_only_with_a_cpu_free(cpus, load, forks, monkeypatch):
 
 def test_gzip_of_bytes_and_of_nothing():
     text = "é" * 10
-    assert trace._gzip_bytes(iter([text[:3], text[3:].encode("utf-8")])) == _one_shot_gzip(text.encode("utf-8"))
-    assert trace._gzip_bytes(iter([])) == _one_shot_gzip(b"")
+    assert gzip.decompress(trace._gzip_bytes(iter([text[:3], text[3:].encode("utf-8")]))) == text.encode("utf-8")
+    assert gzip.decompress(trace._gzip_bytes(iter([]))) == b""
