@@ -14,7 +14,7 @@ from sim import __version__
 from sim.analysis import breakdown
 from sim.runner import Run
 from sim.types import CommClass, OpKind
-from sim.units import GiB, TFLOPS
+from sim.units import GiB, TFLOPS, round_sig
 
 __all__ = ["Report", "make_report", "format_report", "LINKS_SHOWN"]
 
@@ -142,7 +142,7 @@ def make_report(run: Run) -> Report:
     fab = run.fabric
     used = [(b / (fab.capacity_bytes_per_s[i] * T), i) for i, b in enumerate(busy) if b > 0 and T > 0]
     links = tuple({"link": fab.link_names[i], "kind": fab.link_kinds[i], "busy_bytes": busy[i], "utilization": u}
-                  for u, i in sorted(used, key=lambda x: (-x[0], x[1]))[:LINKS_SHOWN])
+                  for u, i in sorted(used, key=lambda x: (-round_sig(x[0]), x[1]))[:LINKS_SHOWN])
     ref = None
     if w.reference is not None and w.reference.iteration_time_s:
         m = w.reference.iteration_time_s

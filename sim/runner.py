@@ -26,6 +26,7 @@ from sim.power import KernelLoad, solve_clock_hz
 from sim.program import Block
 from sim.results import CounterSample, SimResult
 from sim.topology.routing import Fabric
+from sim.units import round_sig
 from sim.topology.spec import TopologySpec
 from sim.types import CollectiveAlgorithm, Stream
 from sim.workload.layout import Layout, gpu_placement, order_placements
@@ -236,7 +237,7 @@ def _link_counters(fabric: Fabric, result, n: int) -> list:
     busy = result.metadata["link_busy_bytes"]
     rates = result.metadata.get("link_rates", {})
     picked = []
-    for link in sorted(range(len(busy)), key=lambda i: (-busy[i], i)):
+    for link in sorted(range(len(busy)), key=lambda i: (-round_sig(busy[i]), i)):
         if busy[link] <= 0 or len(picked) == n:
             break
         ends = [fabric.rank_on(int(m)) for m in re.findall(r"\bgpu(\d+)\b", fabric.link_names[link])]

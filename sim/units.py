@@ -30,3 +30,13 @@ GBPS = 1e9
 """One gigabyte per second (GB/s) in bytes per second."""
 GBIT_PER_S = 1e9 / 8
 """One gigabit per second (Gb/s) in bytes per second."""
+
+
+def round_sig(x: float, digits: int = 12) -> float:
+    """``x`` to ``digits`` significant digits: a key that ranks quantities equal to rounding
+    (a link's bytes summed in a different order) as equal, so a tie is broken by what follows.
+
+    >>> round_sig(0.1 + 0.2) == round_sig(0.3)
+    True
+    """
+    return float(f"{x:.{digits}g}")

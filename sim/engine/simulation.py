@@ -13,7 +13,12 @@ computes nothing, so its kernel's SMs are not counted held: they would slow no o
 Communication does depend on what else is on the network, so a comm task waits for the clock
 to reach its start, joins the other simulated members of its collective (a rendezvous), then
 runs its plan's phases: a latency, then flows on :class:`~sim.engine.network.FlowNetwork`.
-The result is the same timeline a one-event-per-task simulation gives.
+Two exceptions are placed like compute, at their solo time: an op whose links no other
+stream's ops cross (:meth:`Simulation._fixed_comm`), and an op with no group to meet that no
+other transfer can meet on its links before that time is up (:meth:`Simulation._alone_on_links`:
+every other stream crossing them has ended its last op and cannot start its next before then).
+The result is the same timeline a one-event-per-task simulation gives (to rounding, where an op
+is placed alone: the flow network's own ends carry a few ulps from the events beside them).
 
 A task whose op is a :class:`~sim.program.Block` (a whole layer pass, at layer granularity)
 is timed alone once from its ops' prices (:func:`_time_block`, its compute slowed by its own
@@ -22,6 +27,8 @@ collectives) and placed like compute; kernels outside it slow its compute share.
 
 from __future__ import annotations
 
+import bisect
+import math
 import time
 from functools import partial
 
@@ -57,6 +64,9 @@ _RECV_STREAMS = (Stream.PP_RECV, Stream.PP_RECV_GRAD)
 _ALL_CONTEND = False
 """Treat every comm stream as one whose kernels hold SMs, even at a fraction of 0 (for the tests:
 the clock-driven placement of compute must then give the eager placement's timeline)."""
+_SHARED_ON_CLOCK = False
+"""Run every comm op whose links other streams' ops cross as flows on the clock, none placed at
+its solo time when alone there (for the tests: the reference that placement must match)."""
 _ON_CLOCK = False
 """Run all compute beside comm streams whose kernels hold SMs on the clock, none placed ahead of
 it (for the tests: the reference the eager placement must match)."""
@@ -149,6 +159,19 @@ class Simulation:
         """Rank -> the index of its compute stream."""
         self._gate = [-1] * len(streams)
         """Per comm stream, a task of its rank's compute stream its next task waits for."""
+        self._on_clock: set[int] = set()
+        """Comm streams running an op on the clock now (met, or meeting, its group; its latency
+        or its flows)."""
+        self._solo_sums = {k: np.concatenate(([0.0], np.cumsum([self.duration[t] for t in streams[k]]))).tolist()
+                           for k in self._compute_of.values()}
+        """Per compute stream, the running sums of its ops' solo times (a lower bound on when
+        an op not placed yet ends: :meth:`_alone_on_links`)."""
+        self._index = {key: k for k, key in enumerate(sorted(prog.streams))}
+        """(rank, stream) -> the index of that stream."""
+        self._members: dict[int, list[int]] | None = None
+        """The tasks of each collective with several simulated members (made when first asked)."""
+        self._sharers: dict[int, tuple[int, ...]] = {}
+        """A comm op's links' other users: the streams of every op that crosses one of them."""
         self._solo: dict[int, tuple] = {}
         """A comm op placed at its solo time (:meth:`_eager`): its link loads and SM share."""
         self._ctx = (self._busy, tasks, self.finish, self._owner, self.start, self.fixed_comm,
@@ -286,6 +309,7 @@ class Simulation:
                   for k, v in streams_of.items()}
         signatures = set(zip(map(id, (t.op for t in comm)), map(frozen.__getitem__, (t.coll_key for t in comm))))
         link_common: dict[int, frozenset] = {}
+        link_users: dict[int, set] = {}
         op_links: dict[int, set] = {}
         for oid, streams in signatures:
             links = op_links.get(oid)
@@ -294,6 +318,8 @@ class Simulation:
             for l in links:
                 common = link_common.get(l)
                 link_common[l] = streams if common is None else (common & streams)
+                link_users.setdefault(l, set()).update(streams)
+        self._op_links, self._link_users = op_links, link_users
         out: dict[int, float] = {}
         cap = self.capacity
         for t in comm:
@@ -357,6 +383,109 @@ class Simulation:
                 self.pulses.append((t0, link, nbytes / duration_s))
                 self.pulses.append((t0 + duration_s, link, -nbytes / duration_s))
 
+    def _alone_on_links(self, task, k: int, start: float) -> float | None:
+        """The solo time of comm task ``task`` (of stream ``k``, no group to meet) started at
+        ``start``, when no transfer of another stream can share one of its links before that
+        time is up; None when one may (one running on the clock, one placed ahead of it that
+        ends after ``start``, or one whose start is not settled or falls before the end).
+
+        An op that some other stream's ops cross a link of runs as flows on the clock unless it
+        is alone there (:meth:`_fixed_comm` places the others at their solo time everywhere):
+        alone, its flows share links only among themselves, as :func:`solo_time_s` times them.
+        """
+        oid = id(task.op)
+        sharers = self._sharers.get(oid)
+        if sharers is None:
+            users = set()
+            for l in self._op_links[oid]:
+                users |= self._link_users[l]
+            sharers = self._sharers[oid] = tuple(sorted(self._index[u] for u in users if self._index[u] != k))
+        on_clock = self._on_clock
+        if not sharers or _SHARED_ON_CLOCK or k in on_clock:
+            return None
+        if on_clock:  # first the cheap no: a stream crossing these links is moving bytes now
+            tasks, rendezvous = self.program.tasks, self.rendezvous
+            for s in sharers:
+                if s in on_clock and tasks[self._ids[s][self._pos[s]]].coll_key not in rendezvous:
+                    return None
+        d = self._part_times.get(oid)
+        if d is None:
+            d = self._part_times[oid] = solo_time_s(self.plans[oid].phases, self.capacity)
+        end = start + d
+        mine = self._compute_of.get(task.rank, -1) if task.alone else -1
+        for s in sharers:
+            last, lb = self._next_start(s, mine)
+            if last > start or lb < end:  # an op of s placed ends after this starts, or may start before its end
+                return None
+        return d
+
+    def _next_start(self, s: int, mine: int = -1, nested: bool = False) -> tuple[float, float]:
+        """The end of stream ``s``'s last op placed, and a time its next op cannot start
+        before: its last end, its dependencies' ends, and for one not placed yet a bound
+        (:meth:`_end_bound`); for one meeting its group on the clock, the latest bound of the
+        members not there yet (``nested``: unknown); -inf when unknown (its transfer running)."""
+        finish, ids = self.finish, self._ids[s]
+        p, n, last = self._pos[s], len(ids), self._cursor[s]
+        while p < n:  # a stream being placed up the call chain has placed tasks past _pos
+            f = finish[ids[p]]
+            if f is None:
+                break
+            last, p = f, p + 1
+        if p >= n:
+            return last, math.inf
+        nxt = self.program.tasks[ids[p]]
+        if s in self._on_clock:
+            rv = self.rendezvous.get(nxt.coll_key)
+            if rv is None or nested:  # its transfer has begun
+                return last, -math.inf
+            arrived, lb = rv[2], -math.inf
+            for m in self._members_of(nxt.coll_key):
+                if m not in arrived:
+                    lb = max(lb, self._next_start(self._owner[m], nested=True)[1])
+            return last, lb
+        lb = last
+        for dep in nxt.deps:
+            f = finish[dep]
+            if f is None:
+                f = self._end_bound(dep, mine)
+            if f > lb:
+                lb = f
+        return last, lb
+
+    def _end_bound(self, tid: int, mine: int = -1) -> float:
+        """A time task ``tid``, not placed yet, cannot end before: on a compute stream, its
+        stream's last end plus the solo times of it and the ops before it (held SMs only slow
+        them); +inf on ``mine``, the compute stream of a comm task the next compute op waits for
+        (:attr:`~sim.program.Task.alone`), from that op on; -inf elsewhere (unknown)."""
+        q = self._owner[tid]
+        sums = self._solo_sums.get(q)
+        if sums is None:
+            return -math.inf
+        ids = self._ids[q]
+        at, here = bisect.bisect_left(ids, tid), self._first_unplaced(q)
+        if q == mine and at >= here:
+            return math.inf
+        prev = self.finish[ids[here - 1]] if here else 0.0
+        return prev + (sums[at + 1] - sums[here])
+
+    def _members_of(self, key: int) -> list[int]:
+        """The tasks of collective ``key`` (of those with several simulated members)."""
+        if self._members is None:
+            self._members = {}
+            counts = self.program.coll_members
+            for t in self.program.tasks:
+                if t.comm and counts.get(t.coll_key, 1) > 1:
+                    self._members.setdefault(t.coll_key, []).append(t.id)
+        return self._members[key]
+
+    def _first_unplaced(self, k: int) -> int:
+        """The position of stream ``k``'s first task with no end yet (its length if none)."""
+        ids, finish = self._ids[k], self.finish
+        p = self._pos[k]
+        while p < len(ids) and finish[ids[p]] is not None:
+            p += 1
+        return p
+
     # -- the stream process -------------------------------------------------------------------
     def _notify(self, tid: int) -> None:
         ev = self.waiters.pop(tid, None)
@@ -415,10 +544,16 @@ class Simulation:
                     gate[k] = d  # its next kernel waits for d: the compute ops before d are quiet
                 break
             if task.comm:
-                dur = fixed.get(id(task.op))
-                if dur is None or members.get(task.coll_key, 1) > 1:
+                if members.get(task.coll_key, 1) > 1:
                     stop = tid
                     break
+                dur = fixed.get(id(task.op))
+                if dur is None:
+                    positions[k], cursors[k] = pos, cursor
+                    dur = self._alone_on_links(task, k, start)
+                    if dur is None:
+                        stop = tid
+                        break
                 start_of[tid] = start
                 op = task.op
                 hit = solo.get(id(op))
@@ -515,8 +650,12 @@ class Simulation:
             elif task.comm:
                 if start > env.now:
                     yield env.timeout(start - env.now)
+                    if self._pos[k] >= len(ids) or ids[self._pos[k]] != tid:
+                        continue  # placed at its solo time while this waited
                 start_of[tid] = start
+                self._on_clock.add(k)
                 yield from self._comm(task)
+                self._on_clock.discard(k)
                 end = env.now
             else:  # compute that needs the clock, or a block that meets its group's members
                 if task.coll_key >= 0:

@@ -23,7 +23,7 @@ from sim.engine import Simulation
 from sim.engine.contention import HeldSMs
 from sim.hardware import get_gpu
 from sim.program import Program, Task
-from sim.report import make_report
+from sim.report import format_report, make_report
 from sim.results import RankInfo
 from sim.runner import simulate
 from sim.topology.build import build_topology
@@ -148,6 +148,9 @@ def test_compute_placed_ahead_of_the_clock_lands_where_the_clock_puts_it(case, r
 def test_analytical_runs_place_compute_as_the_clock_would(sets, full, monkeypatch):
     """The same with NCCL's fractions of an A100's SMs, collectives running as flows."""
     w, topo = load_workload("tiny", sets), load_topology("dgx-a100")
+    # collectives whose links other streams cross run as flows in both (where one is placed at
+    # its solo time depends on what is placed ahead of the clock: a rounding apart, tested below)
+    monkeypatch.setattr(engine, "_SHARED_ON_CLOCK", True)
     eager = simulate(w, topo, full=full).result
     monkeypatch.setattr(engine, "_ON_CLOCK", True)
     clock = simulate(w, topo, full=full).result
@@ -262,6 +265,7 @@ def test_the_sms_of_comm_kernels_marked_alone_would_slow_nothing(case, represent
 def test_analytical_runs_are_the_same_counting_the_sms_of_alone_kernels(full, monkeypatch):
     """The same with NCCL's fractions of an A100's SMs, collectives running as flows."""
     w, topo = load_workload("tiny", ["parallel.sequence_parallel=true"]), load_topology("dgx-a100")
+    monkeypatch.setattr(engine, "_SHARED_ON_CLOCK", True)  # as in the test above
     skipped = simulate(w, topo, full=full).result
     build = runner.build_program
     cleared = []
@@ -276,3 +280,87 @@ def test_analytical_runs_are_the_same_counting_the_sms_of_alone_kernels(full, mo
     monkeypatch.setattr(runner, "build_program", unmarked)
     counted = simulate(w, topo, full=full).result
     assert cleared and _spans(skipped) == _spans(counted)
+
+
+# -- collectives alone on links other streams cross --------------------------------------------
+def _sharing(dp_dep: int, dp_after_s: float, g2_waits: bool = True) -> Program:
+    """Rank 0: ``norm`` (1 s), a 5-byte collective on link 0 (1 B/s) after it, ``g2`` and ``g3``
+    (1 s each), the first waiting for it (or ``g3``, if not ``g2_waits``), then ``late``
+    (``dp_after_s``); a 1-byte collective on another stream crosses link 0 after task
+    ``dp_dep``."""
+    tp = CommOp(CollectiveKind.ALL_REDUCE, CommClass.TP, (0,), 5.0)
+    dp = CommOp(CollectiveKind.ALL_REDUCE, CommClass.DP, (0,), 1.0)
+    c = Stream.COMPUTE
+    spec = [("norm", c, MemoryOp(OpKind.NORM, 1.0), False, []), ("coll", Stream.TP_COMM, tp, True, [0]),
+            ("g2", c, GemmOp(4, 4, 4, Dtype.BF16), False, [1] if g2_waits else []),
+            ("g3", c, GemmOp(8, 8, 8, Dtype.BF16), False, [] if g2_waits else [1]),
+            ("late", c, AttentionOp(1, 1, 1, 64, 64, True, False), False, []),
+            ("dp", Stream.DP_COMM, dp, True, [dp_dep])]
+    tasks, streams, members = [], {}, {}
+    for i, (name, stream, op, comm, deps) in enumerate(spec):
+        if comm:
+            members[i] = 1
+        tasks.append(Task(i, 0, stream, name, op, op.kind, comm, deps, (), i if comm else -1))
+        streams.setdefault((0, stream), []).append(i)
+    return Program(tasks, streams, [RankInfo(0, 0, 0, 0, 0, 0)], members, {}, 1, False)
+
+
+def _sharing_costs(late_s: float) -> _FlowCosts:
+    return _FlowCosts({OpKind.NORM: 1.0, OpKind.GEMM: 1.0, OpKind.ATTENTION: late_s}, comm_s=0.0)
+
+
+def test_a_collective_no_other_transfer_can_meet_takes_its_solo_time_without_the_clock(monkeypatch):
+    """The DP collective waits for ``late``, which cannot end before 1 + 5 + 1 + 1 + 10 s: the
+    TP collective is alone on link 0 (5 s), placed like a compute op; the same spans as when it
+    runs as a flow on the clock, with fewer engine events."""
+    solo = Simulation(_sharing(4, 10.0), _sharing_costs(10.0), [1.0]).run()
+    monkeypatch.setattr(engine, "_SHARED_ON_CLOCK", True)
+    flows = Simulation(_sharing(4, 10.0), _sharing_costs(10.0), [1.0]).run()
+    span = {x.name: x for x in solo.spans}
+    assert (span["coll"].start_s, span["coll"].end_s) == (1.0, 6.0)
+    assert (span["dp"].start_s, span["dp"].end_s) == (18.0, 19.0)
+    assert _spans(solo) == _spans(flows)
+    assert solo.events < flows.events
+
+
+@pytest.mark.parametrize("dp_dep, g2_waits", [(0, True), (2, False), (2, True)],
+                         ids=["starts-with-it", "starts-beside-it", "starts-after-it"])
+def test_a_collective_another_transfer_may_meet_shares_the_link(dp_dep, g2_waits):
+    """The DP collective may start on link 0 while the TP one runs (after ``norm`` at 1 s, or
+    after ``g2``, which runs beside it or after it): where they meet, both run as flows and
+    share the link."""
+    res = Simulation(_sharing(dp_dep, 10.0, g2_waits), _sharing_costs(10.0), [1.0]).run()
+    span = {x.name: x for x in res.spans}
+    if dp_dep == 0:  # both from t=1 at 0.5 B/s: DP's byte done at 3, TP's last 4 bytes at 1 B/s
+        assert span["dp"].end_s == pytest.approx(3.0) and span["coll"].end_s == pytest.approx(7.0)
+    elif not g2_waits:  # DP from t=2 (g2 beside TP): TP alone 1 s (1 byte), then both at 0.5 B/s
+        assert span["dp"].start_s == 2.0
+        assert span["dp"].end_s == pytest.approx(4.0) and span["coll"].end_s == pytest.approx(7.0)
+    else:  # g2 waits for the TP collective, so DP starts after it: no overlap, both at full rate
+        assert span["coll"].end_s == 6.0 and span["dp"].start_s == 7.0 and span["dp"].end_s == 8.0
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["representative", "full"])
+@pytest.mark.parametrize("sets", [["parallel.sequence_parallel=true"], ["parallel.zero_stage=3"],
+                                  ["parallel.schedule=interleaved-1f1b", "parallel.virtual_pipeline_stages=2"],
+                                  ["parallel.cp=2", "parallel.dp=1"], ["parallel.tp=1", "parallel.dp=4"]])
+def test_collectives_placed_alone_on_their_links_give_the_flows_timeline(sets, full, monkeypatch):
+    """Analytical runs whose collectives share links with other streams' (NCCL's plans, the
+    A100's SM fractions): placing one at its solo time where nothing can meet it gives the
+    timeline of running every such collective as flows on the clock, to rounding (the flow
+    network advances every flow at each event, so its ends carry a few ulps of its own), and
+    the same report."""
+    w, topo = load_workload("tiny", sets), load_topology("dgx-a100")
+    solo = simulate(w, topo, full=full)
+    monkeypatch.setattr(engine, "_SHARED_ON_CLOCK", True)
+    flows = simulate(w, topo, full=full)
+    a, b = solo.result.spans, flows.result.spans
+    assert [(s.rank, s.stream, s.name) for s in a] == [(s.rank, s.stream, s.name) for s in b]
+    for x, y in zip(a, b):
+        assert x.start_s == pytest.approx(y.start_s, rel=1e-12, abs=1e-15)
+        assert x.end_s == pytest.approx(y.end_s, rel=1e-12, abs=1e-15)
+    def shown(run) -> list[str]:  # the report as printed, but for the simulator's own wall time and events
+        return [line for line in format_report(make_report(run)).splitlines() if "engine events" not in line]
+
+    assert shown(solo) == shown(flows)
+    assert solo.result.events <= flows.result.events
