@@ -150,6 +150,8 @@ class Simulation:
         self._contenders = self._contending_streams(tasks, streams)
         """Rank -> its comm streams whose kernels hold SMs (empty: compute is never slowed)."""
         self._held = {r: HeldSMs() for r in self._contenders}
+        self._retiring = {c for cs in self._contenders.values() for c in cs}
+        """Contending comm streams with tasks left (:meth:`_retire`)."""
         self._running: dict[int, _Run] = {}
         self._stalled = [-1] * len(streams)
         """Per stream, why :meth:`_eager` last stopped: -1 unknown, a task id it waits for, or -2
@@ -159,6 +161,8 @@ class Simulation:
         """Rank -> the index of its compute stream."""
         self._gate = [-1] * len(streams)
         """Per comm stream, a task of its rank's compute stream its next task waits for."""
+        self._seen = [0] * len(streams)
+        """Per stream, a position all tasks before which have ended (:meth:`_first_unplaced`)."""
         self._on_clock: set[int] = set()
         """Comm streams running an op on the clock now (met, or meeting, its group; its latency
         or its flows)."""
@@ -425,13 +429,9 @@ class Simulation:
         (:meth:`_end_bound`); for one meeting its group on the clock, the latest bound of the
         members not there yet (``nested``: unknown); -inf when unknown (its transfer running)."""
         finish, ids = self.finish, self._ids[s]
-        p, n, last = self._pos[s], len(ids), self._cursor[s]
-        while p < n:  # a stream being placed up the call chain has placed tasks past _pos
-            f = finish[ids[p]]
-            if f is None:
-                break
-            last, p = f, p + 1
-        if p >= n:
+        p = self._first_unplaced(s)
+        last = finish[ids[p - 1]] if p else 0.0
+        if p >= len(ids):
             return last, math.inf
         nxt = self.program.tasks[ids[p]]
         if s in self._on_clock:
@@ -479,11 +479,14 @@ class Simulation:
         return self._members[key]
 
     def _first_unplaced(self, k: int) -> int:
-        """The position of stream ``k``'s first task with no end yet (its length if none)."""
+        """The position of stream ``k``'s first task with no end yet (its length if none). A
+        stream being placed up the call chain has placed tasks past its ``_pos``; tasks are
+        placed in order, so the walk goes on from where the last one stopped."""
         ids, finish = self._ids[k], self.finish
-        p = self._pos[k]
-        while p < len(ids) and finish[ids[p]] is not None:
+        p, n = max(self._pos[k], self._seen[k]), len(ids)
+        while p < n and finish[ids[p]] is not None:
             p += 1
+        self._seen[k] = p
         return p
 
     # -- the stream process -------------------------------------------------------------------
@@ -607,7 +610,16 @@ class Simulation:
         positions[k], cursors[k] = pos, cursor
         stalled[k] = why
         busy.discard(k)
+        if pos >= n and k in self._retiring:
+            self._retire(k)
         return stop
+
+    def _retire(self, k: int) -> None:
+        """Comm stream ``k`` has placed its last task: no kernel of it is left to meet, so its
+        rank's compute no longer looks at it."""
+        self._retiring.discard(k)
+        r = self.program.tasks[self._ids[k][0]].rank
+        self._contenders[r] = tuple(c for c in self._contenders[r] if c != k)
 
     def _stream(self, k: int):
         """The process of stream ``k``: place what needs no clock (:meth:`_eager`), wait for
@@ -677,6 +689,8 @@ class Simulation:
             self._cursor[k] = end
             self._pos[k] += 1
             self._notify(tid)
+            if self._pos[k] >= len(ids) and k in self._retiring:
+                self._retire(k)
 
     # -- compute beside communication kernels ----------------------------------------------
     def _contending_streams(self, tasks, streams) -> dict[int, tuple[int, ...]]:
