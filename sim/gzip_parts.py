@@ -61,8 +61,8 @@ def _gf2_square(mat: list[int]) -> list[int]:
 
 def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     """The CRC-32 of ``a + b`` from ``crc1 = crc32(a)``, ``crc2 = crc32(b)`` and ``len(b)``:
-    zlib's ``crc32_combine`` (crc32.c, zlib 1.2.11), applying ``len2`` zero bytes to ``crc1`` as
-    a GF(2) matrix squared once per bit of ``len2``.
+    zlib's ``crc32_combine`` (crc32.c, zlib 1.2.11): ``len2`` zero bytes applied to ``crc1`` as a
+    power of the GF(2) matrix of one zero bit, squared once per bit of ``len2``.
 
     >>> a, b = b"trace ", b"events"
     >>> crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
@@ -70,22 +70,15 @@ def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     """
     if len2 <= 0:
         return crc1
-    odd = [0xEDB88320] + [1 << n for n in range(31)]  # the operator for one zero bit
-    even = _gf2_square(odd)  # two zero bits
-    odd = _gf2_square(even)  # four
-    while True:  # one zero byte is eight bits: apply the squares for each set bit of len2
-        even = _gf2_square(odd)
+    op = [0xEDB88320] + [1 << n for n in range(31)]  # the operator of one zero bit
+    for _ in range(3):  # squared three times: one zero byte
+        op = _gf2_square(op)
+    while len2:  # its powers commute: apply the power of two for each set bit of len2
         if len2 & 1:
-            crc1 = _gf2_times(even, crc1)
+            crc1 = _gf2_times(op, crc1)
         len2 >>= 1
-        if not len2:
-            break
-        odd = _gf2_square(even)
-        if len2 & 1:
-            crc1 = _gf2_times(odd, crc1)
-        len2 >>= 1
-        if not len2:
-            break
+        if len2:
+            op = _gf2_square(op)
     return crc1 ^ crc2
 
 
