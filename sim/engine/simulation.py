@@ -174,8 +174,9 @@ class Simulation:
         """(rank, stream) -> the index of that stream."""
         self._members: dict[int, list[int]] | None = None
         """The tasks of each collective with several simulated members (made when first asked)."""
-        self._sharers: dict[int, tuple[int, ...]] = {}
-        """A comm op's links' other users: the streams of every op that crosses one of them."""
+        self._sharers: dict[tuple[int, int], tuple[int, ...]] = {}
+        """A comm op's links' other users, by the op and its stream: every other stream with an
+        op that crosses one of them."""
         self._solo: dict[int, tuple] = {}
         """A comm op placed at its solo time (:meth:`_eager`): its link loads and SM share."""
         self._ctx = (self._busy, tasks, self.finish, self._owner, self.start, self.fixed_comm,
@@ -398,12 +399,12 @@ class Simulation:
         alone, its flows share links only among themselves, as :func:`solo_time_s` times them.
         """
         oid = id(task.op)
-        sharers = self._sharers.get(oid)
+        sharers = self._sharers.get((oid, k))
         if sharers is None:
             users = set()
             for l in self._op_links[oid]:
                 users |= self._link_users[l]
-            sharers = self._sharers[oid] = tuple(sorted(self._index[u] for u in users if self._index[u] != k))
+            sharers = self._sharers[(oid, k)] = tuple(sorted(self._index[u] for u in users if self._index[u] != k))
         on_clock = self._on_clock
         if not sharers or _SHARED_ON_CLOCK or k in on_clock:
             return None
