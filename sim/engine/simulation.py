@@ -166,10 +166,9 @@ class Simulation:
         self._on_clock: set[int] = set()
         """Comm streams running an op on the clock now (met, or meeting, its group; its latency
         or its flows)."""
-        self._solo_sums = {k: np.concatenate(([0.0], np.cumsum([self.duration[t] for t in streams[k]]))).tolist()
-                           for k in self._compute_of.values()}
+        self._solo_sums: dict[int, list[float]] = {}
         """Per compute stream, the running sums of its ops' solo times (a lower bound on when
-        an op not placed yet ends: :meth:`_alone_on_links`)."""
+        an op not placed yet ends: :meth:`_end_bound`), made when first asked."""
         self._index = {key: k for k, key in enumerate(sorted(prog.streams))}
         """(rank, stream) -> the index of that stream."""
         self._members: dict[int, list[int]] | None = None
@@ -459,10 +458,13 @@ class Simulation:
         them); +inf on ``mine``, the compute stream of a comm task the next compute op waits for
         (:attr:`~sim.program.Task.alone`), from that op on; -inf elsewhere (unknown)."""
         q = self._owner[tid]
+        ids = self._ids[q]
         sums = self._solo_sums.get(q)
         if sums is None:
-            return -math.inf
-        ids = self._ids[q]
+            if self.program.tasks[ids[0]].stream is not Stream.COMPUTE:
+                return -math.inf
+            duration = self.duration
+            sums = self._solo_sums[q] = np.concatenate(([0.0], np.cumsum([duration[t] for t in ids]))).tolist()
         at, here = bisect.bisect_left(ids, tid), self._first_unplaced(q)
         if q == mine and at >= here:
             return math.inf
