@@ -229,9 +229,7 @@ class Simulation:
                 times.append(d * factor)
                 held.append(0.0)
             else:
-                d = self._part_times.get(id(op))
-                if d is None:
-                    d = self._part_times[id(op)] = solo_time_s(self.plans[id(op)].phases, self.capacity)
+                d = self._solo_time(id(op))
                 times.append(d)
                 held.append(self.plans[id(op)].sm_fraction)
         exposed, ran = _time_block(block, times, held)
@@ -325,13 +323,19 @@ class Simulation:
                 link_users.setdefault(l, set()).update(streams)
         self._op_links, self._link_users = op_links, link_users
         out: dict[int, float] = {}
-        cap = self.capacity
         for t in comm:
             if id(t.op) not in out:
                 big_a2a = t.op.collective is CollectiveKind.ALL_TO_ALL and len(t.op.group) > MAX_SHARED_ALL_TO_ALL
                 if big_a2a or all(link_common[l] for l in op_links[id(t.op)]):
-                    out[id(t.op)] = solo_time_s(self.plans[id(t.op)].phases, cap)
+                    out[id(t.op)] = self._solo_time(id(t.op))
         return out
+
+    def _solo_time(self, oid: int) -> float:
+        """How long comm op ``oid`` takes on an idle network (:func:`solo_time_s`), once per op."""
+        d = self._part_times.get(oid)
+        if d is None:
+            d = self._part_times[oid] = solo_time_s(self.plans[oid].phases, self.capacity)
+        return d
 
     def _loads(self, op) -> list[tuple[int, float]]:
         loads = self._op_loads.get(id(op))
@@ -412,9 +416,7 @@ class Simulation:
             for s in sharers:
                 if s in on_clock and tasks[self._ids[s][self._pos[s]]].coll_key not in rendezvous:
                     return None
-        d = self._part_times.get(oid)
-        if d is None:
-            d = self._part_times[oid] = solo_time_s(self.plans[oid].phases, self.capacity)
+        d = self._solo_time(oid)
         end = start + d
         mine = self._compute_of.get(task.rank, -1) if task.alone else -1
         for s in sharers:
