@@ -127,9 +127,12 @@ def make_report(run: Run) -> Report:
     compute["total"] = sum(r.compute_s for r in rows) / k
     bubble = sum(r.idle_s for r in rows) / k / T if T else 0.0
     peak_mem: dict[int, float] = {}
+    stage_of = {}
+    for i in res.ranks:
+        stage_of.setdefault(i.rank, i.pp)  # the first RankInfo of a rank, as a search would find
     for c in res.counters:
         if c.name == "memory":
-            stage = next(i.pp for i in res.ranks if i.rank == c.rank)
+            stage = stage_of[c.rank]
             peak_mem[stage] = max(peak_mem.get(stage, 0.0), c.value)
     cap = w.system.gpu.hbm_capacity_bytes
     stages = []
