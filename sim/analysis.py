@@ -44,25 +44,6 @@ def union_length(intervals: list[tuple[float, float]]) -> float:
     return sum(b - a for a, b in _union(intervals))
 
 
-def _subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """``a`` minus ``b``, both sorted disjoint unions."""
-    out = []
-    j = 0
-    for s, e in a:
-        cur = s
-        while j < len(b) and b[j][1] <= cur:
-            j += 1
-        k = j
-        while k < len(b) and b[k][0] < e:
-            if b[k][0] > cur:
-                out.append((cur, b[k][0]))
-            cur = max(cur, b[k][1])
-            k += 1
-        if cur < e:
-            out.append((cur, e))
-    return out
-
-
 @dataclass
 class RankBreakdown:
     """One simulated rank's iteration, in seconds."""
@@ -74,10 +55,6 @@ class RankBreakdown:
     idle_s: float
     compute_by_kind_s: dict[OpKind, float] = field(default_factory=dict)
     comm_busy_s: dict[CommClass, float] = field(default_factory=dict)
-
-
-def _transfer_start(span: Span) -> float:
-    return span.start_s if span.transfer_start_s is None else span.transfer_start_s
 
 
 def _merge(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -99,8 +76,8 @@ def _merge(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _minus(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`_subtract` on :func:`_merge` results: ``a``'s pieces outside ``b``, each one the
-    overlap of an interval of ``a`` with a gap between ``b``'s intervals, in order."""
+    """The parts of ``a`` outside ``b`` (both :func:`_merge` results), in order: each one the
+    overlap of an interval of ``a`` with a gap between ``b``'s intervals, none empty."""
     (a_s, a_e), (b_s, b_e) = a, b
     gap_s = np.concatenate(([-np.inf], b_e))
     gap_e = np.concatenate((b_s, [np.inf]))
@@ -131,6 +108,7 @@ _RANK, _STREAM, _KIND, _START, _END, _CLASS, _OP_ARGS, _XFER = (
 
 
 def _kind_shares(op_args) -> bool:
+    """Whether a compute span's op args carry a layer block's time per kind (its first pair)."""
     return bool(op_args) and op_args[0][0] == "compute_by_kind"
 
 
@@ -138,7 +116,7 @@ def _by_kind_loop(spans: list[Span]) -> dict[OpKind, float]:
     """Compute time by kind from the compute spans ``spans``, a layer block's by its shares."""
     by_kind: dict[OpKind, float] = {}
     for s in spans:
-        if s.op_args and s.op_args[0][0] == "compute_by_kind":  # a layer block's share per kind
+        if _kind_shares(s.op_args):  # a layer block's share per kind
             for kind, share in s.op_args[0][1]:
                 by_kind[kind] = by_kind.get(kind, 0.0) + (s.end_s - s.start_s) * share
         else:
