@@ -9,12 +9,11 @@ transfer starts (all members arrived), not from when this rank began waiting.
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.results import SimResult, Span
+from sim.results import SPAN_FIELDS, SimResult, Span
 from sim.types import CommClass, OpKind, Stream
 
 __all__ = ["RankBreakdown", "breakdown", "union_length"]
@@ -103,8 +102,7 @@ def _length(iv: tuple[np.ndarray, np.ndarray]) -> float:
     return _total(iv[1] - iv[0])
 
 
-_RANK, _STREAM, _KIND, _START, _END, _CLASS, _OP_ARGS, _XFER = (
-    operator.itemgetter(i) for i in (0, 1, 3, 4, 5, 7, 10, 11))  # Span's fields
+_RANK, _STREAM, _, _KIND, _START, _END, _, _CLASS, _, _, _OP_ARGS, _XFER = SPAN_FIELDS
 
 
 def _kind_shares(op_args) -> bool:

@@ -7,12 +7,13 @@ iteration.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from sim.types import CommClass, OpKind, Stream
 
-__all__ = ["Span", "CounterSample", "RankInfo", "SimResult"]
+__all__ = ["Span", "SPAN_FIELDS", "CounterSample", "RankInfo", "SimResult"]
 
 
 class Span(NamedTuple):
@@ -40,6 +41,11 @@ class Span(NamedTuple):
     op_args: tuple = ()
     """Arguments of the op itself (shape, FLOPs, bytes), shared by every span of that op."""
     transfer_start_s: float | None = None
+
+
+SPAN_FIELDS = tuple(map(operator.itemgetter, range(len(Span._fields))))
+"""A getter of each of :class:`Span`'s fields, in their order: ``map`` one over many spans
+(the trace writer, the breakdown) without a Python-level attribute access per span."""
 
 
 @dataclass(frozen=True, slots=True)

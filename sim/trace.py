@@ -65,7 +65,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.gzip_parts import GzipParts, deflate_part
-from sim.results import SimResult
+from sim.results import SPAN_FIELDS, SimResult
 from sim.types import CommClass, OpKind, Stream
 
 __all__ = ["chrome_trace", "write_chrome_trace", "validate_chrome_trace"]
@@ -358,7 +358,7 @@ def _in_order(ts: np.ndarray, dur: np.ndarray, name: Callable[[int], str]) -> bo
 
 
 (_RANK, _STREAM, _NAME, _KIND, _START, _END, _ARGS, _CLASS, _FLOW_OUT, _FLOW_IN,
- _OP_ARGS, _XFER) = map(operator.itemgetter, range(12))  # Span's fields
+ _OP_ARGS, _XFER) = SPAN_FIELDS
 _TRANSFER = "transfer_start_s"
 _TRANSFER_TAG = f'"{_TRANSFER}":'
 """The key's text as :meth:`_Json.args` writes it: args text without it has no such key."""
