@@ -1,0 +1,95 @@
+"""How many layer passes run with no contending communication kernel beside them?
+
+::
+
+    python benchmarks/quiet_passes.py                       # gpt3-175b-1024 gpt3-175b llama3-70b
+    python benchmarks/quiet_passes.py tiny mixtral-8x7b --json quiet.json
+
+A pass here is a simulated rank's compute spans that share one args tuple (the generator
+gives every op of one layer pass, of one micro-batch and chunk, the same tuple). For each
+workload preset this simulates one iteration at op level. It prints the comm streams whose
+kernels slow compute on the first simulated rank (``Simulation._contending_streams``: those
+holding SMs). It then counts the passes that no span of a contending stream other than TP
+overlaps. Such a pass's ops wait only for one another and for the pass's own TP collectives,
+so its timeline is fixed once its first op starts. ``docs/design.md`` ("Speed at scale")
+reads the counts as the share of the work an engine could place a pass at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from sim.cli import _resolve_topology
+from sim.config import load_workload_with_notes
+from sim.engine.simulation import Simulation
+from sim.runner import simulate
+from sim.types import Stream
+
+DEFAULT = ("gpt3-175b-1024", "gpt3-175b", "llama3-70b")
+
+
+def count(preset: str) -> dict:
+    """The passes of one op-level simulation of ``preset`` and those with no contending comm
+    span (other than TP) beside them."""
+    workload, notes = load_workload_with_notes(preset, [], None)
+    topology = _resolve_topology(workload, None, notes)
+    seen: list[dict] = []
+    original = Simulation._contending_streams
+
+    def spy(self, tasks, streams):
+        out = original(self, tasks, streams)
+        seen.append({r: sorted(tasks[streams[k][0]].stream.name for k in ks) for r, ks in out.items()})
+        return out
+
+    Simulation._contending_streams = spy
+    try:
+        run = simulate(workload, topology, notes=list(notes))
+    finally:
+        Simulation._contending_streams = original
+    contenders = seen[0] if seen else {}
+    first = run.result.ranks[0].rank
+    passes: dict[tuple, list] = defaultdict(list)
+    beside: dict[int, list] = defaultdict(list)
+    for s in run.result.spans:
+        if s.stream is Stream.COMPUTE:
+            passes[(s.rank, id(s.args))].append(s)
+        elif s.stream.name in contenders.get(s.rank, ()) and s.stream is not Stream.TP_COMM:
+            beside[s.rank].append((s.start_s, s.end_s))
+    quiet = ops = quiet_ops = 0
+    for (rank, _), spans in passes.items():
+        a, b = min(x.start_s for x in spans), max(x.end_s for x in spans)
+        ops += len(spans)
+        if not any(s < b and e > a for s, e in beside[rank]):
+            quiet += 1
+            quiet_ops += len(spans)
+    return {"preset": preset, "contending_streams": contenders.get(first, []), "passes": len(passes),
+            "quiet_passes": quiet, "compute_ops": ops, "quiet_compute_ops": quiet_ops,
+            "quiet_pass_share": quiet / len(passes) if passes else None,
+            "quiet_op_share": quiet_ops / ops if ops else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("presets", nargs="*", default=list(DEFAULT), help="workload presets (default: %(default)s)")
+    ap.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
+    args = ap.parse_args(argv)
+    rows = [count(p) for p in args.presets]
+    head = f"{'preset':<16} {'contending streams':<30} {'passes':>8} {'quiet':>8} {'share':>7} {'ops share':>9}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        share = "-" if r["quiet_pass_share"] is None else f"{r['quiet_pass_share']:.1%}"
+        ops = "-" if r["quiet_op_share"] is None else f"{r['quiet_op_share']:.1%}"
+        print(f"{r['preset']:<16} {', '.join(r['contending_streams']) or '-':<30} {r['passes']:>8,} "
+              f"{r['quiet_passes']:>8,} {share:>7} {ops:>9}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
