@@ -9,9 +9,10 @@ A pass here is a simulated rank's compute spans that share one args tuple (the g
 gives every op of one layer pass, of one micro-batch and chunk, the same tuple). For each
 workload preset this simulates one iteration at op level. It prints the comm streams whose
 kernels slow compute on the first simulated rank (``Simulation._contending_streams``: those
-holding SMs). It then counts the passes that no span of a contending stream other than TP
-overlaps. Such a pass's ops wait only for one another and for the pass's own TP collectives,
-so its timeline is fixed once its first op starts. ``docs/design.md`` ("Speed at scale")
+holding SMs). It then counts the passes none of whose compute spans a kernel of such a stream
+overlaps, the pass's own TP collectives included: a collective the next compute op waits for
+runs between two of them and does not count, one overlapped with the next ops does. Such a
+pass's ops run at their solo rates, so its timeline is fixed once its first op starts. ``docs/design.md`` ("Speed at scale")
 reads the counts as the share of the work an engine could place a pass at a time.
 """
 
@@ -22,6 +23,8 @@ import json
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+import numpy as np
 
 from sim.cli import _resolve_topology
 from sim.config import load_workload_with_notes
@@ -57,13 +60,23 @@ def count(preset: str) -> dict:
     for s in run.result.spans:
         if s.stream is Stream.COMPUTE:
             passes[(s.rank, id(s.args))].append(s)
-        elif s.stream.name in contenders.get(s.rank, ()) and s.stream is not Stream.TP_COMM:
+        elif s.stream.name in contenders.get(s.rank, ()) and s.end_s > s.start_s:
             beside[s.rank].append((s.start_s, s.end_s))
+    starts = {r: sorted(v) for r, v in beside.items()}
+    ends = {r: np.maximum.accumulate([e for _, e in v]) for r, v in starts.items()}
+    firsts = {r: np.array([a for a, _ in v]) for r, v in starts.items()}
+
+    def met(rank: int, a: float, b: float) -> bool:
+        """Whether a contending kernel runs somewhere inside ``(a, b)``."""
+        if rank not in firsts:
+            return False
+        i = int(np.searchsorted(firsts[rank], b, side="left"))  # kernels starting before b
+        return i > 0 and ends[rank][i - 1] > a
+
     quiet = ops = quiet_ops = 0
     for (rank, _), spans in passes.items():
-        a, b = min(x.start_s for x in spans), max(x.end_s for x in spans)
         ops += len(spans)
-        if not any(s < b and e > a for s, e in beside[rank]):
+        if not any(met(rank, x.start_s, x.end_s) for x in spans):
             quiet += 1
             quiet_ops += len(spans)
     return {"preset": preset, "contending_streams": contenders.get(first, []), "passes": len(passes),
