@@ -12,8 +12,9 @@ kernels slow compute on the first simulated rank (``Simulation._contending_strea
 holding SMs). It then counts the passes none of whose compute spans a kernel of such a stream
 overlaps, the pass's own TP collectives included: a collective the next compute op waits for
 runs between two of them and does not count, one overlapped with the next ops does. Such a
-pass's ops run at their solo rates, so its timeline is fixed once its first op starts. ``docs/design.md`` ("Speed at scale")
-reads the counts as the share of the work an engine could place a pass at a time.
+pass's ops run at their solo rates, so its timeline is fixed once its first op starts.
+``docs/design.md`` ("Speed at scale") reads the counts as the share of the work an engine
+could place a pass at a time.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ DEFAULT = ("gpt3-175b-1024", "gpt3-175b", "llama3-70b")
 
 
 def count(preset: str) -> dict:
-    """The passes of one op-level simulation of ``preset`` and those with no contending comm
-    span (other than TP) beside them."""
+    """The passes of one op-level simulation of ``preset`` and those none of whose compute
+    spans a contending comm kernel (the pass's own TP collectives included) overlaps."""
     workload, notes = load_workload_with_notes(preset, [], None)
     topology = _resolve_topology(workload, None, notes)
     seen: list[dict] = []
