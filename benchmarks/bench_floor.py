@@ -9,8 +9,9 @@ simulated at op level with its full Chrome trace written, in under 1 s on this 2
 machine. This prints, best of ``--repeat`` runs in one process:
 
 * **the pipeline's phases**: building the task program, pricing (plans, compute prices, the
-  comm ops placed at their solo time), the engine's loop, assembling the result's spans, and
-  writing the gzip-compressed trace (its text formatted and deflated on both cores);
+  comm ops placed at their solo time), the engine's loop, assembling the result's spans and
+  the busiest links' utilization counters (as ``llmsim run --trace`` does), and writing the
+  gzip-compressed trace (its text formatted and deflated on both cores);
 * **floors**: what the output alone costs in CPython here, with none of llmsim's logic:
   - one record per op (:class:`~sim.program.Task`, a slotted dataclass) and one span per op
     (a :class:`~sim.results.Span` tuple made with ``tuple.__new__``, as the engine does);
@@ -36,13 +37,13 @@ import zlib
 from pathlib import Path
 
 import sim
-from sim.cli import _resolve_topology
+from sim.cli import LINK_COUNTERS, _resolve_topology
 from sim.config import load_workload_with_notes
 from sim.costs.analytical import AnalyticalCostModel
 from sim.engine.simulation import Simulation
 from sim.program import Task
 from sim.results import Span
-from sim.runner import _fabric, excluded_algorithms, gpu_placement, power_clock_hz
+from sim.runner import _fabric, _link_counters, excluded_algorithms, gpu_placement, power_clock_hz
 from sim.trace import write_chrome_trace
 from sim.types import OpKind, Stream
 from sim.workload.taskgraph import build_program
@@ -77,7 +78,7 @@ def phases(repeat: int) -> tuple[dict, object]:
         costs = AnalyticalCostModel(w.system.gpu, fabric, representative=True,
                                     simulated=frozenset(r.rank for r in prog.ranks),
                                     excluded=excluded_algorithms(w), clock_hz=clock)
-        s = Simulation(prog, costs, fabric.capacity_bytes_per_s, {})
+        s = Simulation(prog, costs, fabric.capacity_bytes_per_s, {}, record_links=True)
         marks = {}
         orig_result = s._result
 
@@ -96,6 +97,8 @@ def phases(repeat: int) -> tuple[dict, object]:
         s._fixed_comm = timed_fixed
         marks["start"] = time.perf_counter()
         res = s.run()
+        res.counters.extend(_link_counters(fabric, res, LINK_COUNTERS))  # as llmsim run --trace does
+        marks["result_end"] = time.perf_counter()
         return res, marks
 
     best = None

@@ -10,7 +10,8 @@ Every case runs in a fresh child process (so its peak resident memory is its own
 the best wall time of ``--repeat`` runs in that process. It prints:
 
 * **gpt3-175b-1024**: GPT-3 175B on 1,024 A100 (the preset), op level, simulated and its full
-  Chrome trace written (``.json.gz``) -- target under 1 s;
+  Chrome trace written (``.json.gz``) as ``llmsim run --trace`` writes it, with the
+  utilization counters of the busiest links (``sim.cli.LINK_COUNTERS``) -- target under 1 s;
 * **Llama 3 405B on 16,384 H100**: TP 8, CP 1, PP 16, DP 128, global batch 2048, sequence
   8192 (the ``llama3-405b`` preset's model and GPU, 1F1B, selective recomputation with sequence
   parallelism and the distributed optimizer so that it fits), op level -- target under 5 s;
@@ -59,7 +60,7 @@ def _llama_sets(dp: int, pp: int, micro_batches: int, layers: int) -> list[str]:
 
 def _case(preset: str, sets: list[str], trace: bool, repeat: int, out: mp.Queue) -> None:
     """Run in a child process: simulate ``repeat`` times and report the best."""
-    from sim.cli import _resolve_topology
+    from sim.cli import LINK_COUNTERS, _resolve_topology
     from sim.config import load_workload_with_notes
     from sim.report import make_report
     from sim.runner import simulate
@@ -74,7 +75,7 @@ def _case(preset: str, sets: list[str], trace: bool, repeat: int, out: mp.Queue)
             run = None
             gc.collect()
             t0 = time.perf_counter()
-            run = simulate(workload, topology, notes=list(notes))
+            run = simulate(workload, topology, notes=list(notes), link_counters=LINK_COUNTERS if trace else 0)
             t1 = time.perf_counter()
             if trace:
                 write_chrome_trace(run.result, path, title="llmsim bench")

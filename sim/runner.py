@@ -235,7 +235,6 @@ def _link_counters(fabric: Fabric, result, n: int) -> list:
     """Utilization counters of the ``n`` busiest links with a simulated GPU at one end."""
     simulated = {r.rank for r in result.ranks}
     busy = result.metadata["link_busy_bytes"]
-    rates = result.metadata.get("link_rates", {})
     picked = []
     for link in sorted(range(len(busy)), key=lambda i: (-round_sig(busy[i]), i)):
         if busy[link] <= 0 or len(picked) == n:
@@ -244,6 +243,8 @@ def _link_counters(fabric: Fabric, result, n: int) -> list:
         owner = next((r for r in ends if r in simulated), None)
         if owner is not None:
             picked.append((link, owner))
+    link_rates = result.metadata.get("link_rates")
+    rates = link_rates.series(link for link, _ in picked) if link_rates is not None else {}
     out = []
     for link, owner in picked:
         cap = fabric.capacity_bytes_per_s[link]

@@ -37,6 +37,7 @@ import simpy
 
 from sim.costs.base import CommPlan, CostModel, Flow, Phase
 from sim.engine.contention import HeldSMs
+from sim.engine.link_rates import LinkRates
 from sim.engine.network import FlowNetwork, solo_time_s
 from sim.errors import DeadlockError
 from sim.results import CounterSample, SimResult, Span
@@ -105,7 +106,8 @@ class Simulation:
         self.slowdown = dict(slowdown or {})
         """Simulated rank -> factor its compute ops take longer by (a straggler GPU)."""
         self.record_links = record_links
-        """Record every link's carried rate over time (``metadata["link_rates"]``)."""
+        """Record every link's carried rate over time (``metadata["link_rates"]``, a
+        :class:`~sim.engine.link_rates.LinkRates` that works out the links asked for)."""
 
     def run(self) -> SimResult:
         """Simulate and return the recorded spans and counters.
@@ -122,7 +124,9 @@ class Simulation:
         env = _CountingEnvironment()
         self.env = env
         self.net = FlowNetwork(env, self.capacity)
-        self.pulses: list[tuple[float, int, float]] | None = [] if self.record_links else None
+        self.pulses: list[tuple[float, float, list, int]] | None = [] if self.record_links else None
+        """Ops loading their links evenly: ``(start, duration, loads, members)``, read by
+        :class:`~sim.engine.link_rates.LinkRates` (only when link rates are recorded)."""
         if self.record_links:
             self.net.rate_log = []
         self.finish: list[float | None] = [None] * n
@@ -370,10 +374,7 @@ class Simulation:
             if pulses is not None and f is not None and f > self.start[t.id]:
                 t0, d = self.start[t.id], f - self.start[t.id]
                 for op in t.op.comm_ops():
-                    rate = 1.0 / (d * members[id(op)])
-                    for link, nbytes in self._loads(op):
-                        pulses.append((t0, link, nbytes * rate))
-                        pulses.append((t0 + d, link, -nbytes * rate))
+                    pulses.append((t0, d, self._loads(op), members[id(op)]))
         for op, n in runs.values():
             for link, nbytes in self._loads(op):
                 busy[link] += nbytes * n / members[id(op)]
@@ -387,9 +388,7 @@ class Simulation:
         for link, nbytes in loads:
             busy[link] += nbytes
         if self.pulses is not None and duration_s > 0:
-            for link, nbytes in loads:
-                self.pulses.append((t0, link, nbytes / duration_s))
-                self.pulses.append((t0 + duration_s, link, -nbytes / duration_s))
+            self.pulses.append((t0, duration_s, loads, 0))
 
     def _alone_on_links(self, task, k: int, start: float) -> float | None:
         """The solo time of comm task ``task`` (of stream ``k``, no group to meet) started at
@@ -572,9 +571,7 @@ class Simulation:
                     busy_bytes[link] += nbytes
                 end = start + dur
                 if self.pulses is not None and dur > 0:
-                    for link, nbytes in loads:
-                        self.pulses.append((start, link, nbytes / dur))
-                        self.pulses.append((end, link, -nbytes / dur))
+                    self.pulses.append((start, dur, loads, 0))
                 r = task.rank
                 if f and r in held and not task.alone:  # _hold, inlined
                     held[r].hold(start, end, f)
@@ -859,25 +856,6 @@ class Simulation:
             rv[1].succeed()
 
     # -- results ------------------------------------------------------------------------------
-    def _link_rates(self) -> dict[int, list[tuple[float, float]]]:
-        """Each link's carried rate (bytes/s) as ``(time_s, rate)`` steps: the flow network's
-        logged rates plus the pulses of ops placed at their solo time."""
-        deltas: list[tuple[float, int, float]] = list(self.pulses)
-        last: dict[int, float] = {}
-        for t, link, rate in self.net.rate_log:
-            deltas.append((t, link, rate - last.get(link, 0.0)))
-            last[link] = rate
-        out: dict[int, list[tuple[float, float]]] = {}
-        level: dict[int, float] = {}
-        for t, link, d in sorted(deltas):
-            v = level[link] = max(level.get(link, 0.0) + d, 0.0)
-            series = out.setdefault(link, [])
-            if series and series[-1][0] == t:
-                series[-1] = (t, v)
-            else:
-                series.append((t, v))
-        return out
-
     def _block_spans(self, t, spans: list, op_args: dict) -> None:
         """A block's spans: each comm class's exposed time (from the block's start, one after
         another), then its compute."""
@@ -949,7 +927,7 @@ class Simulation:
         makespan = max((f for f in finish if f is not None), default=0.0)
         meta = {"simulated_wall_s": wall_s, "link_busy_bytes": list(self.net.busy_bytes)}
         if self.record_links:
-            meta["link_rates"] = self._link_rates()
+            meta["link_rates"] = LinkRates(self.pulses, self.net.rate_log)
         return SimResult(list(prog.ranks), spans, counters, makespan, self.env.events_processed,
                          prog.world_size, meta)
 
