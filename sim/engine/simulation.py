@@ -299,21 +299,29 @@ class Simulation:
         alone, so representative and full runs price it the same way.
         """
         comm = [t for t in tasks if t.comm]
-        streams_of: dict[int, tuple | set] = {}  # a key's one (rank, stream), or its set of them
+        # each op with the set of (rank, stream) its key's tasks run on: a key with one task
+        # (most: a simulated rank's own collective) gives its own; the others are gathered
+        counts = self.program.coll_members
+        singles: set[tuple] = set()
+        shared: dict[int, tuple[set, set]] = {}  # key -> its tasks' op ids and (rank, stream)s
         for t in comm:
-            here = (t.rank, t.stream)
-            seen = streams_of.get(t.coll_key)
-            if seen is None:
-                streams_of[t.coll_key] = here
-            elif type(seen) is tuple:
-                if seen != here:
-                    streams_of[t.coll_key] = {seen, here}
+            k = t.coll_key
+            if k >= 0 and counts.get(k, 1) == 1:
+                singles.add((id(t.op), t.rank, t.stream))
             else:
-                seen.add(here)
-        alone: dict[tuple, frozenset] = {}  # one frozenset per (rank, stream): most keys have one
-        frozen = {k: frozenset(v) if type(v) is set else alone.get(v) or alone.setdefault(v, frozenset((v,)))
-                  for k, v in streams_of.items()}
-        signatures = set(zip(map(id, (t.op for t in comm)), map(frozen.__getitem__, (t.coll_key for t in comm))))
+                hit = shared.get(k)
+                if hit is None:
+                    hit = shared[k] = (set(), set())
+                hit[0].add(id(t.op))
+                hit[1].add((t.rank, t.stream))
+        alone: dict[tuple, frozenset] = {}  # one frozenset per (rank, stream)
+        signatures = set()
+        for oid, rank, stream in singles:
+            here = (rank, stream)
+            signatures.add((oid, alone.get(here) or alone.setdefault(here, frozenset((here,)))))
+        for oids, heres in shared.values():
+            together = frozenset(heres)
+            signatures.update((oid, together) for oid in oids)
         link_common: dict[int, frozenset] = {}
         link_users: dict[int, set] = {}
         op_links: dict[int, set] = {}
@@ -327,8 +335,10 @@ class Simulation:
                 link_users.setdefault(l, set()).update(streams)
         self._op_links, self._link_users = op_links, link_users
         out: dict[int, float] = {}
+        seen: set[int] = set()
         for t in comm:
-            if id(t.op) not in out:
+            if id(t.op) not in seen:
+                seen.add(id(t.op))
                 big_a2a = t.op.collective is CollectiveKind.ALL_TO_ALL and len(t.op.group) > MAX_SHARED_ALL_TO_ALL
                 if big_a2a or all(link_common[l] for l in op_links[id(t.op)]):
                     out[id(t.op)] = self._solo_time(id(t.op))
