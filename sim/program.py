@@ -9,12 +9,14 @@ members of one collective.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from sim.results import RankInfo
 from sim.types import CommClass, OpKind, Stream
 from sim.workload.ops import CommOp, Op
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["Task", "Program", "Block"]
 
@@ -112,6 +114,8 @@ class Program:
 
     def to_networkx(self) -> nx.DiGraph:
         """The task graph: dependencies plus stream order as edges (``dep`` = "data" / "stream")."""
+        import networkx as nx
+
         g = nx.DiGraph()
         for t in self.tasks:
             g.add_node(t.id, rank=t.rank, stream=t.stream, name=t.name, kind=t.kind)

@@ -26,12 +26,14 @@ of a scalable unit on leaf i).
 from __future__ import annotations
 
 import math
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from sim.errors import ConfigError
 from sim.topology.fabrics import HOP_WEIGHT, add_dragonfly, add_fat_tree, add_link, add_torus
 from sim.topology.spec import FabricKind, LinkSpec, ScaleUpKind, TopologySpec
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["build_topology", "ring_topology_spec", "HOP_WEIGHT"]
 
@@ -81,6 +83,8 @@ def build_topology(spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
     gpn = spec.gpus_per_node
     if num_gpus % gpn and num_gpus > gpn:
         raise ConfigError(spec.name, "gpus_per_node", f"a divisor of the GPU count {num_gpus}", gpn)
+    import networkx as nx  # imported where a graph is built: a fat tree's runs need none
+
     g = nx.DiGraph(name=spec.name, collective_latency_s=spec.scale_up.collective_latency_s,
                    nvls_efficiency=spec.scale_up.nvls_efficiency if spec.scale_up.kind is ScaleUpKind.NVSWITCH
                    else None)
@@ -124,6 +128,8 @@ def _apply_faults(g: nx.DiGraph, spec: TopologySpec, num_gpus: int) -> nx.DiGrap
             else:
                 g.edges[a, b]["bandwidth_bytes_per_s"] *= fault.bandwidth_fraction
     if spec.faults:
+        import networkx as nx
+
         lost = [r for r in range(1, num_gpus) if not (nx.has_path(g, "gpu0", f"gpu{r}")
                                                       and nx.has_path(g, f"gpu{r}", "gpu0"))]
         if lost:

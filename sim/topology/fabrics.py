@@ -37,11 +37,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from sim.errors import ConfigError
 from sim.topology.spec import FabricKind, LinkSpec, TopologySpec
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["HOP_WEIGHT", "GLOBAL_HOP_WEIGHT", "add_link", "add_fat_tree", "add_torus", "add_dragonfly",
            "attach_nodes", "torus_coords", "dragonfly_global_links"]

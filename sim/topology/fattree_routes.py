@@ -28,10 +28,12 @@ replica groups whose flows share links with the simulated ranks' (:mod:`sim.cost
 from __future__ import annotations
 
 from collections.abc import Callable
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from sim.topology.fabrics import HOP_WEIGHT
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["FatTreeRouter"]
 

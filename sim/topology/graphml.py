@@ -27,13 +27,15 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from pathlib import Path
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from sim.errors import ConfigError
 from sim.hardware import EfficiencyCurve
 from sim.topology.build import HOP_WEIGHT
 from sim.units import GBPS, US
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["read_graphml_topology"]
 
@@ -47,6 +49,8 @@ def _number(d: dict, key: str, where: str, field: str, default: float | None = N
 
 def read_graphml_topology(path: str | Path) -> nx.DiGraph:
     """The directed link graph described by the GraphML file ``path`` (see the module doc)."""
+    import networkx as nx
+
     where = str(path)
     try:
         src = nx.read_graphml(path)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from sim.hardware import EfficiencyCurve
@@ -25,12 +25,17 @@ from sim.topology.fattree_index import FatTreeIndex
 from sim.topology.fattree_routes import FatTreeRouter
 from sim.topology.spec import TopologySpec
 
+if TYPE_CHECKING:
+    import networkx as nx
+
 __all__ = ["Fabric", "Route"]
 
 
 def _nvlink_domains(graph: nx.DiGraph, num_gpus: int) -> tuple[list[int], list[bool]]:
     """The NVLink component of each GPU index, and per component whether it is one NVSwitch
     star (every GPU of it linked to one switch node that only GPUs of it reach by NVLink)."""
+    import networkx as nx
+
     nv = nx.Graph()
     nv.add_nodes_from(f"gpu{i}" for i in range(num_gpus))
     nv.add_edges_from((u, v) for u, v, d in graph.edges(data=True) if d["link"] == "nvlink")
@@ -246,6 +251,8 @@ class Fabric:
         if self._fat_tree is not None:
             links = self._fat_tree.links(src, dst)
         else:
+            import networkx as nx
+
             g = self.graph
             nodes = nx.shortest_path(g, f"gpu{src}", f"gpu{dst}", weight="hop_weight")
             links = tuple(g.edges[u, v]["link_id"] for u, v in zip(nodes, nodes[1:]))
