@@ -319,3 +319,48 @@ def test_gzip_of_bytes_and_of_nothing():
     text = "é" * 10
     assert gzip.decompress(trace._gzip_bytes(iter([text[:3], text[3:].encode("utf-8")]))) == text.encode("utf-8")
     assert gzip.decompress(trace._gzip_bytes(iter([]))) == b""
+
+
+def _counter_corners() -> SimResult:
+    """Counters that need each rule of the plain path: ties of time sorted by name then value
+    (0.0 and -0.0 tied, kept in their order), times half a nanosecond off, memory in GiB, link
+    utilization, another name, ranks given out of order, ints and numpy values."""
+    ranks = [RankInfo(0, 0, 0, 0, 0, 0), RankInfo(3, 0, 3, 1, 0, 0)]
+    c = CounterSample
+    counters = [c(3, 2e-6, "memory", 3.0 * 2**30), c(0, 2e-6, "link b", 0.25), c(0, 2e-6, "link a", 0.75),
+                c(0, 2e-6, "link a", 0.5), c(0, 5e-10, "memory", 1), c(0, 1.5e-9, "memory", np.float64(2.5)),
+                c(0, 2.675e-6, "other", -0.0), c(0, 2.675e-6, "other", 0.0), c(0, 2.675e-6, "other", -0.0),
+                c(3, 0.0, "link gpu3->nvs0", np.int64(1)), c(3, 1.0005e-6, "memory", 1e300), c(0, 7.0, "é\"x", 1e-300)]
+    rng = np.random.default_rng(5)
+    for j in range(300):  # many at a few times, on both ranks
+        counters.append(c(int(rng.choice([0, 3])), float(rng.integers(0, 20)) * 1e-7, str(rng.choice(["memory", "link x"])),
+                          float(rng.choice([0.0, 1.0, 0.1, 2.0**33]))))
+    return SimResult(ranks, [], counters, 8.0, 0, 4)
+
+
+def test_counters_by_columns_are_the_plain_texts():
+    r = _counter_corners()
+    ranks = {i.rank: i for i in r.ranks}
+    want = list(trace._counter_events(r, ranks, trace._Json()))
+    assert trace._counter_batch(r, ranks, trace._Json()) == want
+    text = ",".join(want)
+    assert '"ts":2.675,' in text and '"allocated_GiB":3.0}' in text and '"name":"link gpu3->nvs0","pid":3,"tid":0,"ts":0.0,"args":{"utilization":1.0}}' in text
+
+
+@pytest.mark.parametrize("bad,error", [
+    (CounterSample(0, 1e-6, "memory", float("nan")), "not finite"),
+    (CounterSample(0, float("inf"), "memory", 1.0), "not finite"),
+    (CounterSample(5, 1e-6, "memory", 1.0), "rank 5, which has no RankInfo"),
+])
+def test_counters_the_columns_do_not_take_are_refused_as_plain(bad, error):
+    r = _counter_corners()
+    r.counters.insert(40, bad)
+    with pytest.raises(ValueError, match=error):
+        trace._counter_batch(r, {i.rank: i for i in r.ranks}, trace._Json())
+
+
+def test_counters_at_times_the_columns_do_not_take_are_written_as_plain():
+    r = _counter_corners()
+    r.counters += [CounterSample(3, -1e-6, "memory", 1.0), CounterSample(0, -0.0, "link a", 0.5)]
+    ranks = {i.rank: i for i in r.ranks}
+    assert trace._counter_batch(r, ranks, trace._Json()) == list(trace._counter_events(r, ranks, trace._Json()))
