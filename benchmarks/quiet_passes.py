@@ -5,8 +5,10 @@
     python benchmarks/quiet_passes.py                       # gpt3-175b-1024 gpt3-175b llama3-70b
     python benchmarks/quiet_passes.py tiny mixtral-8x7b --json quiet.json
 
-A pass here is a simulated rank's compute spans that share one args tuple (the generator
-gives every op of one layer pass, of one micro-batch and chunk, the same tuple). For each
+A pass here is a simulated rank's compute spans of one layer, micro-batch, chunk and phase
+(the generator gives every op of one layer pass the same args tuple; a backward's recomputed
+forward ops, with phase ``recompute``, belong to that backward pass).
+``benchmarks/pass_replay.py`` goes on from here: it replays the passes alone. For each
 workload preset this simulates one iteration at op level. It prints the comm streams whose
 kernels slow compute on the first simulated rank (``Simulation._contending_streams``: those
 holding SMs). It then counts the passes none of whose compute spans a kernel of such a stream
@@ -58,9 +60,14 @@ def count(preset: str) -> dict:
     first = run.result.ranks[0].rank
     passes: dict[tuple, list] = defaultdict(list)
     beside: dict[int, list] = defaultdict(list)
+    keys: dict[int, tuple] = {}
     for s in run.result.spans:
         if s.stream is Stream.COMPUTE:
-            passes[(s.rank, id(s.args))].append(s)
+            k = keys.get(id(s.args))
+            if k is None:  # a backward's recomputed forward ops belong to its pass
+                k = keys[id(s.args)] = tuple(("phase", "bwd") if p == ("phase", "recompute") else p
+                                             for p in s.args)
+            passes[(s.rank, k)].append(s)
         elif s.stream.name in contenders.get(s.rank, ()) and s.end_s > s.start_s:
             beside[s.rank].append((s.start_s, s.end_s))
     starts = {r: sorted(v) for r, v in beside.items()}
