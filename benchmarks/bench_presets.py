@@ -7,7 +7,9 @@
     python benchmarks/bench_presets.py --repeat 5 --json bench.json
 
 Each preset is loaded with :func:`sim.config.load_workload_with_notes` and its topology resolved
-the way ``llmsim run`` does; the wall times are the best of ``--repeat`` runs. Figures depend on
+the way ``llmsim run`` does, and simulated with the busiest links' utilization recorded, as
+``llmsim run --trace`` does (the trace carries them as counters); the wall times are the best of
+``--repeat`` runs. Figures depend on
 the machine.
 """
 
@@ -23,7 +25,7 @@ import time
 from pathlib import Path
 
 import sim
-from sim.cli import _resolve_topology
+from sim.cli import LINK_COUNTERS, _resolve_topology
 from sim.config import load_workload_with_notes
 from sim.runner import simulate
 from sim.trace import write_chrome_trace
@@ -45,7 +47,7 @@ def bench(preset: str, repeat: int, tmp: Path) -> dict:
         run = None
         gc.collect()
         t0 = time.perf_counter()
-        run = simulate(workload, topology, notes=list(notes))
+        run = simulate(workload, topology, notes=list(notes), link_counters=LINK_COUNTERS)  # as --trace does
         sim_s.append(time.perf_counter() - t0)
         gc.collect()
         t0 = time.perf_counter()
