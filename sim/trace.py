@@ -287,8 +287,23 @@ class _Bulk:
             return f"{text}{self.enc.str(_TRANSFER)}:{self.enc.value(start_s)},"
         return _with_transfer(self.enc, args, start_s) + ","
 
-    def group(self, g: int) -> list[str]:
-        """The slices and arrows of the ``g``-th (pid, tid), by time."""
+    def scalar_args(self) -> bool:
+        """Whether every span's args and op args hold only strings, ints, floats, bools and
+        None (numpy's included): JSON that parsing and compact re-encoding give back unchanged
+        (a list or mapping value is written with spaces after its commas)."""
+        for col in (_ARGS, _OP_ARGS):
+            for a in {id(a): a for a in map(col, self.spans)}.values():
+                for _, v in (a.items() if isinstance(a, dict) else a):
+                    if not (v is None or type(v) in _SCALARS or isinstance(v, (np.integer, np.floating))):
+                        return False
+        return True
+
+    def group(self, g: int, hta: tuple[int, Callable] | None = None) -> list[str]:
+        """The slices and arrows of the ``g``-th (pid, tid), by time.
+
+        ``hta``: ``(n, namer)`` to write them as a per-rank file for Holistic Trace Analysis has
+        them (:mod:`sim.trace_ranks`): ``cat`` ``"kernel"``, the name ``namer(name, kind)``, a
+        ``correlation`` id after the args counted on from ``n``, and no arrows."""
         (pid, tid), (lo, hi) = self.groups[g], self.bounds[g]
         spans, enc, parts, ts_ns, dur_ns = self.spans, self.enc, self.parts, self.ts_ns, self.dur_ns
         idx = self.order[lo:hi]
@@ -305,8 +320,12 @@ class _Bulk:
         heads = {}
         for name, kind, cc in set(keys):
             k, cat = self.kinds[kind]
-            heads[(name, kind, cc)] = (f'{{"ph":"X","cat":"{cat}","name":{enc.str(name)},{where}',
-                                       f'"kind":{k},{tails[cc]}')
+            if hta is None:
+                heads[(name, kind, cc)] = (f'{{"ph":"X","cat":"{cat}","name":{enc.str(name)},{where}',
+                                           f'"kind":{k},{tails[cc]}')
+            else:  # the args end with the correlation id, written per slice below
+                heads[(name, kind, cc)] = (f'{{"ph":"X","cat":"kernel","name":{enc.str(hta[1](name, kind))},{where}',
+                                           f'"kind":{k},{tails[cc][:-2]},"correlation":')
         texts = []
         for col in (list(map(_ARGS, group)), list(map(_OP_ARGS, group))):
             got = list(map(parts.get, map(id, col)))
@@ -324,6 +343,12 @@ class _Bulk:
             texts[0] = [t if x is None else f"{t}{tag}{x!r}," if type(x) is float and x - x == 0.0 and tag not in t
                         else self.with_transfer(a, t, x) for a, t, x in zip(map(_ARGS, group), texts[0], xfer)]
         head = list(map(heads.__getitem__, keys))
+        if hta is not None:
+            n = hta[0]
+            return list(map("".join, zip(
+                map(_FIRST, head), map(str, tq), map(_FRACTIONS_DUR.__getitem__, tr),
+                map(str, dq), map(_FRACTIONS_ARGS.__getitem__, dr), texts[0], texts[1], map(_SECOND, head),
+                map(str, range(n + 1, n + 1 + len(group))), itertools.repeat("}}"))))
         events = list(map("".join, zip(
             map(_FIRST, head), map(str, tq), map(_FRACTIONS_DUR.__getitem__, tr),
             map(str, dq), map(_FRACTIONS_ARGS.__getitem__, dr), texts[0], texts[1], map(_SECOND, head))))
@@ -371,6 +396,7 @@ def _with_transfer(enc: _Json, args, start_s) -> str:
     items = list(args.items() if isinstance(args, dict) else args)
     return enc._args(items + [(_TRANSFER, start_s)])
 _FIRST, _SECOND = operator.itemgetter(0), operator.itemgetter(1)
+_SCALARS = frozenset((str, int, float, bool))
 _FAST_MAX_US = 1e11
 """The largest time (µs, 28 hours) :func:`_events` writes from whole nanoseconds: below it a
 time rounded to nanoseconds has at most 15 significant digits, which a double holds, so the

@@ -52,6 +52,7 @@ deterministic: same result, same files (gzip with ``mtime=0`` and no file name).
 
 from __future__ import annotations
 
+import collections
 import gzip
 import itertools
 import json
@@ -60,8 +61,10 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
 from sim.results import SimResult
-from sim.trace import _US_PER_S, chrome_trace
+from sim.trace import _FAST_MAX_US, _US_PER_S, _Bulk, _counter_batch, chrome_trace
 from sim.types import OpKind
 
 __all__ = ["HOST_TID", "rank_traces", "write_rank_traces", "hta_kernel_name", "rank_file_name",
@@ -157,12 +160,16 @@ def _host_events(rank: int, makespan_s: float) -> list[dict]:
 def _text(rank: int, world_size: int, other: dict, events: list[dict], host: list[dict]) -> str:
     """One file's JSON: ``distributedInfo`` on its own line (HTA's line-by-line rank regex), one
     event a line; metadata first, then the host thread, then the rank's slices and counters."""
-    info = json.dumps({"backend": "nccl", "rank": rank, "world_size": world_size})  # ": " separators
     meta = [e for e in events if e["ph"] == "M"]
     rest = [e for e in events if e["ph"] != "M"]
-    body = ",\n".join(_encode(e) for e in meta + host + rest)
+    return _frame(rank, world_size, _encode(other), ",\n".join(_encode(e) for e in meta + host + rest))
+
+
+def _frame(rank: int, world_size: int, other: str, body: str) -> str:
+    """A rank file's text around its events' (``other``: ``otherData``'s JSON)."""
+    info = json.dumps({"backend": "nccl", "rank": rank, "world_size": world_size})  # ": " separators
     return (f'{{"schemaVersion": 1,\n"distributedInfo": {info},\n"displayTimeUnit": "ms",\n'
-            f'"otherData": {_encode(other)},\n"traceEvents": [\n{body}\n]}}\n')
+            f'"otherData": {other},\n"traceEvents": [\n{body}\n]}}\n')
 
 
 def rank_traces(result: SimResult, *, title: str = "llmsim", metadata: dict | None = None) -> dict[int, str]:
@@ -189,10 +196,69 @@ def rank_traces(result: SimResult, *, title: str = "llmsim", metadata: dict | No
 
 
 def _texts(result: SimResult, title: str, metadata: dict | None) -> Iterator[tuple[int, str]]:
-    """(rank, text) in rank order, one at a time (``--full`` on 1,024 GPUs makes many)."""
+    """(rank, text) in rank order, one at a time (``--full`` on 1,024 GPUs makes many): written
+    from the merged trace's pieces where :func:`_bulk_texts` takes the result, else parsed from
+    the merged trace (:func:`_plain_texts`, the reference); the same text either way."""
+    bulk = _bulk_texts(result, title, metadata)
+    return bulk if bulk is not None else _plain_texts(result, title, metadata)
+
+
+def _plain_texts(result: SimResult, title: str, metadata: dict | None) -> Iterator[tuple[int, str]]:
+    """:func:`_texts` from the merged trace parsed back into events."""
     other, by_pid = _split(result, title, metadata)
     for rank in sorted(by_pid):
         yield rank, _text(rank, result.world_size, other, by_pid.pop(rank), _host_events(rank, result.makespan_s))
+
+
+def _bulk_texts(result: SimResult, title: str, metadata: dict | None) -> Iterator[tuple[int, str]] | None:
+    """:func:`_texts` from the merged trace's own pieces (:class:`sim.trace._Bulk`): each slice
+    written as :func:`_split` leaves it (``cat`` ``"kernel"``, :func:`hta_kernel_name`, the
+    rank's next ``correlation`` id after its args), the metadata and counters as they are, no
+    arrows. None where the merged trace would not be written that way (a time the bulk writer
+    does not take, a counter its columns do not, an args value that is a list or mapping:
+    parsed and re-encoded compactly it would lose the spaces after its commas)."""
+    bulk = _Bulk.of(result)
+    if bulk is None or not bulk.scalar_args() or not _counters_in_columns(result, bulk.ranks):
+        return None
+    meta = bulk.metadata()
+    pids = sorted(bulk.ranks)
+    counters = _counter_batch(result, bulk.ranks, bulk.enc)
+    per_pid = collections.Counter(c.rank for c in result.counters)
+    other = _encode({"title": title, **(metadata or {}), "simulator": "llmsim"})
+    return _bulk_files(result, bulk, meta, pids, counters, per_pid, other)
+
+
+def _bulk_files(result, bulk, meta, pids, counters, per_pid, other) -> Iterator[tuple[int, str]]:
+    first, at = 2 * len(pids), 0
+    groups_of: dict[int, list[int]] = {}
+    for g, (pid, _) in enumerate(bulk.groups):
+        groups_of.setdefault(pid, []).append(g)
+    for i, rank in enumerate(pids):
+        events = meta[2 * i:2 * i + 2]
+        for g in groups_of.get(rank, ()):
+            events += meta[first + 2 * g:first + 2 * g + 2]
+        events += [_encode(e) for e in _host_events(rank, result.makespan_s)]
+        n = 0
+        for g in groups_of.get(rank, ()):
+            slices = bulk.group(g, (n, hta_kernel_name))
+            n += len(slices)
+            events += slices
+        events += counters[at:at + per_pid[rank]]
+        at += per_pid[rank]
+        yield rank, _frame(rank, result.world_size, other, ",\n".join(events))
+
+
+def _counters_in_columns(result: SimResult, ranks: dict) -> bool:
+    """Whether :func:`sim.trace._counter_batch` writes ``result``'s counters by columns."""
+    if not result.counters:
+        return True
+    us = np.fromiter((c.time_s for c in result.counters), dtype=float, count=len(result.counters)) * _US_PER_S
+    try:
+        value = np.fromiter((float(c.value) for c in result.counters), dtype=float, count=len(result.counters))
+    except (TypeError, ValueError):
+        return False
+    return bool({c.rank for c in result.counters} <= ranks.keys() and np.all(np.isfinite(value))
+                and np.all((us >= 0) & (us < _FAST_MAX_US)) and not np.any(np.signbit(us)))
 
 
 def write_rank_traces(result: SimResult, directory: str | os.PathLike, *, title: str = "llmsim",

@@ -258,3 +258,47 @@ def test_real_hta_reads_the_files(tiny, tiny_dir, monkeypatch):
         assert rec["compute_time(us)"] == pytest.approx(rows[rec["rank"]].compute_s * 1e6, abs=0.5)
     assert sorted(overlap["rank"]) == sorted(rows)
     assert {"COMMUNICATION", "COMPUTATION"} <= set(kinds["kernel_type"])
+
+
+def _bulk_and_plain(result):
+    import sim.trace_ranks as tr
+
+    bulk = tr._bulk_texts(result, "t", {"workload": "x", "n": 3})
+    return (dict(bulk) if bulk is not None else None), dict(tr._plain_texts(result, "t", {"workload": "x", "n": 3}))
+
+
+@pytest.mark.parametrize("sets", [[], ["parallel.pp=4", "parallel.dp=1", "parallel.sequence_parallel=true"]])
+def test_files_from_the_merged_pieces_are_the_parsed_ones(sets):
+    """The rank files written from the merged trace's pieces are, to the byte, those parsed from
+    it and re-encoded: renamed comm kernels, correlation ids counted per rank across its streams,
+    the memory and link counters, no arrows."""
+    from sim.config import load_workload_with_notes
+
+    w, notes = load_workload_with_notes("tiny", sets, None)
+    r = simulate(w, load_topology("dgx-a100"), notes=notes, link_counters=2).result
+    assert any(c.name.startswith("link ") for c in r.counters) and any(s.flow_out is not None for s in r.spans)
+    bulk, plain = _bulk_and_plain(r)
+    assert bulk is not None and bulk == plain
+    assert '"correlation":1}}' in bulk[r.ranks[0].rank] and '"ncclKernel_' in bulk[r.ranks[0].rank]
+
+
+def test_files_fall_back_to_parsing_where_the_pieces_would_differ(tiny):
+    """A list-valued arg (written with spaces in the merged trace, compactly in a rank file) or a
+    time the bulk writer does not take: the parsed path writes the files."""
+    import dataclasses
+
+    import sim.trace_ranks as tr
+    from sim.results import Span
+
+    s = tiny.result.spans[0]
+    for odd in (s._replace(op_args=s.op_args + (("shares", ((1, 0.5),)),)), s._replace(end_s=float(2e5))):
+        r = dataclasses.replace(tiny.result, spans=[odd] + tiny.result.spans[1:])
+        assert isinstance(odd, Span) and tr._bulk_texts(r, "t", None) is None
+        assert dict(tr._texts(r, "t", None)) == dict(tr._plain_texts(r, "t", None))
+
+
+def test_texts_take_the_pieces_when_they_can(tiny, monkeypatch):
+    import sim.trace_ranks as tr
+
+    monkeypatch.setattr(tr, "_plain_texts", lambda *a: pytest.fail("parsed the merged trace"))
+    assert len(dict(tr._texts(tiny.result, "t", None))) == len(tiny.result.ranks)
