@@ -59,7 +59,7 @@ from typing import Callable
 from sim import __version__
 from sim.errors import ConfigError, NotBuiltError
 from sim.export.etfile import (Attr, AttrType, CollectiveCommType, EtNode, NodeType, encode_metadata, encode_node,
-                               frame)
+                               encode_node_attrs, frame)
 from sim.program import Block, Program, Task
 from sim.results import SimResult
 from sim.types import CollectiveKind
@@ -300,12 +300,12 @@ class ChakraExporter:
         self._template_of = (rank, out)
         return out
 
-    def _resolver(self, rank: int) -> Callable[[EtNode, _Comm], tuple]:
-        """For ``rank``: a comm node template -> (its attributes that depend on the rank, the node)."""
+    def _added(self, rank: int) -> Callable[[_Comm], tuple[Attr, ...]]:
+        """For ``rank``: a comm node's template -> its attributes that depend on the rank."""
         shift = self._map(rank)
         memo: dict[_Comm, tuple[Attr, ...]] = {}
 
-        def resolve(node: EtNode, comm: _Comm) -> tuple:
+        def added(comm: _Comm) -> tuple[Attr, ...]:
             add = memo.get(comm)
             if add is None:
                 if comm.group:
@@ -315,14 +315,14 @@ class ChakraExporter:
                     add = (Attr("comm_src", AttrType.INT32, shift(comm.src)),
                            Attr("comm_dst", AttrType.INT32, shift(comm.dst)))
                 memo[comm] = add
-            return add, replace(node, attrs=node.attrs + add)
+            return add
 
-        return resolve
+        return added
 
     def nodes(self, rank: int) -> list[EtNode]:
         """The nodes of ``rank``'s file, in id order."""
-        resolve = self._resolver(rank)
-        return [n if c is None else resolve(n, c)[1] for n, c in self._template(self.source(rank))]
+        added = self._added(rank)
+        return [n if c is None else replace(n, attrs=n.attrs + added(c)) for n, c in self._template(self.source(rank))]
 
     def metadata_attrs(self, rank: int) -> tuple[Attr, ...]:
         """``GlobalMetadata`` attributes of ``rank``'s file."""
@@ -344,26 +344,25 @@ class ChakraExporter:
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
         files, counts, total = [], [], 0
-        encoded: dict[tuple, bytes] = {}
-        """Framed nodes of the current source rank's program, shared by the ranks that run it."""
+        src_of = -1
         for rank in range(self.world_size):
-            src, resolve = self.source(rank), self._resolver(rank)
-            if encoded and next(iter(encoded))[0] != src:
-                encoded = {}
-            blobs = []
-            for n, c in self._template(src):
-                if c is None:
-                    key = (src, n.id)
-                    b = encoded.get(key)
-                    if b is None:
-                        b = encoded[key] = frame(encode_node(n))
-                else:
-                    add, full = resolve(n, c)
-                    key = (src, n.id, add)
-                    b = encoded.get(key)
-                    if b is None:
-                        b = encoded[key] = frame(encode_node(full))
-                blobs.append(b)
+            src, added = self.source(rank), self._added(rank)
+            if src != src_of:  # the source rank's program, encoded once for the ranks that run it
+                src_of, template = src, self._template(src)
+                blobs_of = [frame(encode_node(n)) if c is None else None for n, c in template]
+                comm_at = [(i, encode_node(n), c) for i, (n, c) in enumerate(template) if c is not None]
+                extra_of: dict[tuple, bytes] = {}  # a rank's attributes -> their encoding
+                framed: dict[tuple, bytes] = {}  # (node, its rank's attributes) -> the framed node
+            blobs = blobs_of.copy()
+            for i, base, c in comm_at:
+                add = added(c)
+                b = framed.get((i, add))
+                if b is None:
+                    extra = extra_of.get(add)
+                    if extra is None:
+                        extra = extra_of[add] = encode_node_attrs(add)
+                    b = framed[(i, add)] = frame(base + extra)
+                blobs[i] = b
             path = out / f"{prefix}.{rank}.et"
             data = frame(encode_metadata(SCHEMA_VERSION, self.metadata_attrs(rank))) + b"".join(blobs)
             path.write_bytes(data)

@@ -154,6 +154,16 @@ def encode_node(node: EtNode) -> bytes:
     return msg.SerializeToString(deterministic=True)
 
 
+def encode_node_attrs(attrs: tuple[Attr, ...]) -> bytes:
+    """The serialization of ``attrs`` as a ``Node``'s ``attr`` entries alone. ``attr`` is the
+    last field of ``Node`` (number 10) and a deterministic serialization writes fields in number
+    order, so ``encode_node(n)`` followed by this is ``encode_node`` of ``n`` with ``attrs``
+    appended to its attributes (tested): a node whose last attributes depend on the rank is
+    encoded once and completed per rank by concatenation."""
+    pb = require_schema()
+    return pb.Node(attr=[_attr_proto(pb, a) for a in attrs]).SerializeToString(deterministic=True)
+
+
 def encode_metadata(version: str, attrs: tuple[Attr, ...]) -> bytes:
     """The deterministic serialization of a ``GlobalMetadata`` message (unframed)."""
     pb = require_schema()

@@ -372,3 +372,42 @@ def test_folded_expert_groups_need_full(tmp_path):
     run = simulate(w, load_topology("dgx-h100"))
     with pytest.raises(ConfigError, match="parallel.etp"):
         export_chakra(run, tmp_path)
+
+
+def test_a_nodes_rank_attributes_are_appended_by_concatenation(mixed_runs):
+    """``encode_node(n) + encode_node_attrs(add)`` is ``encode_node`` of ``n`` with ``add``
+    appended (``attr`` is the last field): on every comm node of the mixed workload's template,
+    with each rank's attributes, and on nodes with no attributes, ids of every size and long
+    names."""
+    from dataclasses import replace
+
+    from sim.export.etfile import Attr, AttrType, encode_node, encode_node_attrs
+
+    exp = _exporter(mixed_runs[0])
+    checked = 0
+    for rank in (0, 3, 5, exp.world_size - 1):
+        added = exp._added(rank)
+        for n, c in exp._template(exp.source(rank)):
+            if c is not None:
+                add = added(c)
+                assert encode_node(n) + encode_node_attrs(add) == encode_node(replace(n, attrs=n.attrs + add))
+                checked += 1
+    assert checked > 100
+    add = (Attr("pg_name", AttrType.STRING, "12"), Attr("comm_src", AttrType.INT32, 2**31 - 1))
+    for n in (EtNode(0, "", NodeType.COMM_COLL_NODE), EtNode(2**40, "x" * 500, NodeType.COMM_SEND_NODE, (1, 2), (3,), 7, 9)):
+        assert encode_node(n) + encode_node_attrs(add) == encode_node(replace(n, attrs=n.attrs + add))
+
+
+def test_files_are_the_nodes_encoded_one_by_one(mixed_runs, tmp_path):
+    """``write`` encodes a source rank's nodes once and completes comm nodes per rank by
+    concatenation: every file equals its nodes (``nodes(rank)``) encoded and framed one by one."""
+    from sim.export.chakra import SCHEMA_VERSION
+    from sim.export.etfile import encode_metadata, encode_node
+
+    for run in mixed_runs:
+        exp = _exporter(run)
+        out = exp.write(tmp_path / str(id(run)))
+        for rank, path in enumerate(out.files):
+            want = frame(encode_metadata(SCHEMA_VERSION, exp.metadata_attrs(rank))) + \
+                b"".join(frame(encode_node(n)) for n in exp.nodes(rank))
+            assert path.read_bytes() == want, rank
