@@ -446,6 +446,25 @@ def _counter_events(result: SimResult, ranks: dict, enc: _Json) -> Iterator[str]
 _C_RANK, _C_TIME, _C_NAME, _C_VALUE = map(operator.attrgetter, ("rank", "time_s", "name", "value"))
 
 
+def _counter_columns(result: SimResult, ranks: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The counters' ranks, times in µs and values as arrays, where :func:`_counter_batch`
+    writes them by columns; None where it leaves them to :func:`_counter_events` (a time or value
+    not finite or not a number, a time negative or past :data:`_FAST_MAX_US`, a rank with no
+    :class:`~sim.results.RankInfo`)."""
+    counters = result.counters
+    n = len(counters)
+    pid = np.fromiter(map(_C_RANK, counters), dtype=np.int64, count=n)
+    us = np.fromiter(map(_C_TIME, counters), dtype=float, count=n) * _US_PER_S
+    try:
+        value = np.fromiter(map(float, map(_C_VALUE, counters)), dtype=float, count=n)
+    except (TypeError, ValueError):
+        return None
+    if not (set(np.unique(pid).tolist()) <= ranks.keys() and np.all(np.isfinite(value))
+            and np.all((us >= 0) & (us < _FAST_MAX_US)) and not np.any(np.signbit(us))):
+        return None
+    return pid, us, value
+
+
 def _counter_batch(result: SimResult, ranks: dict, enc: _Json) -> list[str]:
     """:func:`_counter_events`, to the byte, made by columns: each counter's time rounded to
     whole nanoseconds at once and written as integer microseconds plus a fraction (as
@@ -457,12 +476,10 @@ def _counter_batch(result: SimResult, ranks: dict, enc: _Json) -> list[str]:
     n = len(counters)
     if not n:
         return []
-    pid = np.fromiter(map(_C_RANK, counters), dtype=np.int64, count=n)
-    us = np.fromiter(map(_C_TIME, counters), dtype=float, count=n) * _US_PER_S
-    value = np.fromiter(map(float, map(_C_VALUE, counters)), dtype=float, count=n)
-    if not (set(np.unique(pid).tolist()) <= ranks.keys() and np.all(np.isfinite(value))
-            and np.all((us >= 0) & (us < _FAST_MAX_US)) and not np.any(np.signbit(us))):
+    columns = _counter_columns(result, ranks)
+    if columns is None:
         return list(_counter_events(result, ranks, enc))
+    pid, us, value = columns
     names = list(map(_C_NAME, counters))
     code = {name: i for i, name in enumerate(sorted(set(names)))}  # in the names' order
     name_code = np.fromiter(map(code.__getitem__, names), dtype=np.int64, count=n)

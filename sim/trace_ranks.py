@@ -61,10 +61,8 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
-
 from sim.results import SimResult
-from sim.trace import _FAST_MAX_US, _US_PER_S, _Bulk, _counter_batch, chrome_trace
+from sim.trace import _US_PER_S, _Bulk, _counter_batch, _counter_columns, chrome_trace
 from sim.types import OpKind
 
 __all__ = ["HOST_TID", "rank_traces", "write_rank_traces", "hta_kernel_name", "rank_file_name",
@@ -218,7 +216,7 @@ def _bulk_texts(result: SimResult, title: str, metadata: dict | None) -> Iterato
     does not take, a counter its columns do not, an args value that is a list or mapping:
     parsed and re-encoded compactly it would lose the spaces after its commas)."""
     bulk = _Bulk.of(result)
-    if bulk is None or not bulk.scalar_args() or not _counters_in_columns(result, bulk.ranks):
+    if bulk is None or not bulk.scalar_args() or _counter_columns(result, bulk.ranks) is None:
         return None
     meta = bulk.metadata()
     pids = sorted(bulk.ranks)
@@ -228,7 +226,11 @@ def _bulk_texts(result: SimResult, title: str, metadata: dict | None) -> Iterato
     return _bulk_files(result, bulk, meta, pids, counters, per_pid, other)
 
 
-def _bulk_files(result, bulk, meta, pids, counters, per_pid, other) -> Iterator[tuple[int, str]]:
+def _bulk_files(result: SimResult, bulk: _Bulk, meta: list[str], pids: list[int], counters: list[str],
+                per_pid: collections.Counter, other: str) -> Iterator[tuple[int, str]]:
+    """Each rank's file, in rank order: its process and thread metadata (of ``meta``, the merged
+    trace's), the host thread, its streams' slices with correlation ids counted across them,
+    then its counters (``counters``: every rank's, in rank order, ``per_pid`` of each)."""
     first, at = 2 * len(pids), 0
     groups_of: dict[int, list[int]] = {}
     for g, (pid, _) in enumerate(bulk.groups):
@@ -246,19 +248,6 @@ def _bulk_files(result, bulk, meta, pids, counters, per_pid, other) -> Iterator[
         events += counters[at:at + per_pid[rank]]
         at += per_pid[rank]
         yield rank, _frame(rank, result.world_size, other, ",\n".join(events))
-
-
-def _counters_in_columns(result: SimResult, ranks: dict) -> bool:
-    """Whether :func:`sim.trace._counter_batch` writes ``result``'s counters by columns."""
-    if not result.counters:
-        return True
-    us = np.fromiter((c.time_s for c in result.counters), dtype=float, count=len(result.counters)) * _US_PER_S
-    try:
-        value = np.fromiter((float(c.value) for c in result.counters), dtype=float, count=len(result.counters))
-    except (TypeError, ValueError):
-        return False
-    return bool({c.rank for c in result.counters} <= ranks.keys() and np.all(np.isfinite(value))
-                and np.all((us >= 0) & (us < _FAST_MAX_US)) and not np.any(np.signbit(us)))
 
 
 def write_rank_traces(result: SimResult, directory: str | os.PathLike, *, title: str = "llmsim",
