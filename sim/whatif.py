@@ -166,7 +166,8 @@ def generations(workload: WorkloadSpec, to_gpu: GPUSpec, from_topology: Topology
     if reoptimize is not None:  # start from the best layout of the first system, not the workload's
         parallel = reoptimize(_with_system(workload, gpu, topo, dtype, parallel), topo)
         from_name += f" ({_describe(parallel)})"
-    run = _simulate(_with_system(workload, gpu, topo, dtype, parallel), topo)
+    state = (_with_system(workload, gpu, topo, dtype, parallel), topo)
+    run = _simulate(*state)
     base_time, base_break = run.result.makespan_s, breakdown(run)
     prev, steps = base_time, []
     for factor in order:
@@ -201,7 +202,9 @@ def generations(workload: WorkloadSpec, to_gpu: GPUSpec, from_topology: Topology
         if reoptimize is not None:
             parallel = reoptimize(_with_system(workload, gpu, topo, dtype, parallel), topo)
             detail += f"; best layout {_describe(parallel)}"
-        run = _simulate(_with_system(workload, gpu, topo, dtype, parallel), topo)
+        now = (_with_system(workload, gpu, topo, dtype, parallel), topo)
+        if now != state:  # a factor that leaves the workload and system as they were (a format the
+            state, run = now, _simulate(*now)  # workload already has) is not simulated again
         t = run.result.makespan_s
         steps.append(Step(factor, t, prev / t, detail, breakdown(run), _fits(run)))
         prev = t

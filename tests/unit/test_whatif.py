@@ -53,6 +53,31 @@ def test_a_factor_off_the_critical_path_changes_nothing():
     assert step["compute"].speedup > 1.2
 
 
+def test_a_factor_that_changes_nothing_reuses_the_last_simulation(monkeypatch):
+    """A factor that leaves the workload and the system as they were (the format the workload
+    already has, the same HBM capacity) reuses the last simulation: speed-up exactly 1 and the
+    same breakdown, what simulating again gives; a factor that changes them simulates."""
+    import sim.whatif as whatif
+
+    calls = []
+    real = whatif._simulate
+    monkeypatch.setattr(whatif, "_simulate", lambda w, t: calls.append((w, t)) or real(w, t))
+    w = load_workload("tiny", MULTI_NODE)
+    args = (get_gpu("H100-SXM5-80GB"), load_topology("dgx-a100"), load_topology("dgx-h100"))
+    g = generations(w, *args)  # bf16 -> bf16; A100 80 GB -> H100 80 GB
+    bf16_calls = len(calls)
+    assert bf16_calls <= len(FACTORS) - 1  # neither format nor capacity changes anything here
+    assert all(a != b for a, b in zip(calls, calls[1:]))  # no state simulated twice in a row
+    step = {s.factor: s for s in g.steps}
+    for factor in ("format", "hbm-capacity"):
+        before = g.steps[[s.factor for s in g.steps].index(factor) - 1]
+        assert step[factor].speedup == 1.0
+        assert step[factor].breakdown_s == before.breakdown_s and step[factor].fits == before.fits
+    calls.clear()
+    g8 = generations(w, *args, to_dtype=Dtype.FP8)  # a format that changes: simulated
+    assert len(calls) == bf16_calls + 1 and g8.steps[1].speedup != 1.0
+
+
 @pytest.mark.parametrize("k", [2.0, 3.5])
 def test_scaling_every_rate_by_k_scales_the_iteration_by_1_over_k(k):
     w = load_workload("tiny", MULTI_NODE)
