@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from sim.config import CaseRecord, default_topology_name, load_case_records, load_topology
 from sim.errors import SimError
 from sim.memory import stage_memory
-from sim.report import make_report
 from sim.runner import simulate
 from sim.types import Stream
 from sim.units import GiB, MS, TFLOPS
@@ -158,17 +157,20 @@ def _case_rows(rec: CaseRecord) -> list[Row]:
         run = simulate(w, topo)
     except SimError as exc:
         return rows + [row(m, skipped=str(exc)) for m in time_metrics]
-    rep = make_report(run)
+    # the report's iteration time and throughput (sim.report.make_report), without its
+    # breakdown of every span, which no metric here reads (6 s on a 530B run of 7.8M spans)
+    iteration_s = run.result.makespan_s
+    tokens_per_s = run.workload.tokens_per_iteration / iteration_s
     n = w.system.num_gpus
     for m in time_metrics:
         if m == "iteration_time_s":
-            rows.append(row(m, rep.iteration_time_s))
+            rows.append(row(m, iteration_s))
         elif m == "tflops_per_gpu":
             flops = (run.program.hardware_flops_per_iteration if rec.includes_recompute
                      else run.program.flops_per_iteration)
-            rows.append(row(m, flops / rep.iteration_time_s / n / TFLOPS))
+            rows.append(row(m, flops / iteration_s / n / TFLOPS))
         elif m == "tokens_per_s_per_gpu":
-            rows.append(row(m, rep.tokens_per_s / n))
+            rows.append(row(m, tokens_per_s / n))
         else:
             lt = _layer_times_ms(run)
             rows.append(row(m, None if lt is None else lt[0 if m == "layer_forward_ms" else 1],

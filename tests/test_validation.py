@@ -79,3 +79,29 @@ def test_parallel_validation_gives_the_same_rows(tmp_path):
     strip = lambda v: [{k: x for k, x in r.to_dict().items()} for r in v.rows]  # noqa: E731
     assert strip(one) == strip(two)
     assert any(r.skipped for r in two.rows) and any(r.error_pct is not None for r in two.rows)
+
+
+def test_time_rows_are_the_reports_figures():
+    """The scored iteration time and throughput are those of ``llmsim run``'s report
+    (``make_report``), which validation no longer builds: to the last bit."""
+    from sim.config import default_topology_name, load_topology
+    from sim.report import make_report
+    from sim.runner import simulate
+    from sim.validate import _case_rows, load_case_records
+
+    checked = set()
+    records = load_case_records(str(CASES / "megatron-ci.yaml"))[:2] + load_case_records(str(CASES / "torchtitan.yaml"))[:2]
+    for rec in records:
+        if rec.workload is None:
+            continue
+        w = rec.workload
+        rep = make_report(simulate(w, load_topology(w.system.topology or default_topology_name(w.system.gpu.name))))
+        for row in _case_rows(rec):
+            if row.metric == "iteration_time_s":
+                assert row.predicted == rep.iteration_time_s
+            elif row.metric == "tokens_per_s_per_gpu":
+                assert row.predicted == rep.tokens_per_s / w.system.num_gpus
+            else:
+                continue
+            checked.add(row.metric)
+    assert checked == {"iteration_time_s", "tokens_per_s_per_gpu"}
