@@ -109,7 +109,11 @@ def breakdown(run) -> dict:
     the pipeline bubble / idle time; they add up to the iteration time."""
     from sim.report import make_report
 
-    rep = make_report(run)
+    return _breakdown_of(make_report(run))
+
+
+def _breakdown_of(rep) -> dict:
+    """:func:`breakdown` from the run's report."""
     tensor = sum(v for k, v in rep.compute_s.items() if k in ("gemm", "attention"))
     memory = rep.compute_s["total"] - tensor
     comm = sum(rep.exposed_comm_s.values())
@@ -129,10 +133,13 @@ def _simulate(w: WorkloadSpec, topo: TopologySpec):
     return simulate(w, topo)
 
 
-def _fits(run) -> bool:
+def _figures(run) -> tuple[dict, bool]:
+    """The run's :func:`breakdown` and whether every stage fits its GPU's memory, from one
+    report (:func:`sim.report.make_report`)."""
     from sim.report import make_report
 
-    return all(s.fits for s in make_report(run).stages)
+    rep = make_report(run)
+    return _breakdown_of(rep), all(s.fits for s in rep.stages)
 
 
 def generations(workload: WorkloadSpec, to_gpu: GPUSpec, from_topology: TopologySpec, to_topology: TopologySpec,
@@ -168,7 +175,8 @@ def generations(workload: WorkloadSpec, to_gpu: GPUSpec, from_topology: Topology
         from_name += f" ({_describe(parallel)})"
     state = (_with_system(workload, gpu, topo, dtype, parallel), topo)
     run = _simulate(*state)
-    base_time, base_break = run.result.makespan_s, breakdown(run)
+    figures = _figures(run)
+    base_time, base_break = run.result.makespan_s, figures[0]
     prev, steps = base_time, []
     for factor in order:
         if factor == "compute":
@@ -205,8 +213,9 @@ def generations(workload: WorkloadSpec, to_gpu: GPUSpec, from_topology: Topology
         now = (_with_system(workload, gpu, topo, dtype, parallel), topo)
         if now != state:  # a factor that leaves the workload and system as they were (a format the
             state, run = now, _simulate(*now)  # workload already has) is not simulated again
+            figures = _figures(run)
         t = run.result.makespan_s
-        steps.append(Step(factor, t, prev / t, detail, breakdown(run), _fits(run)))
+        steps.append(Step(factor, t, prev / t, detail, *figures))
         prev = t
     return Generations(workload.name, from_name, f"{to_gpu.name} on {to_topology.name}", base_time, base_break,
                        tuple(steps))
@@ -345,9 +354,9 @@ def nodes(workload: WorkloadSpec, table: dict, base_topology: TopologySpec, base
         row = rows[n]
         gpu, topo = node_system(base_gpu, base_topology, row, scale)
         run = _simulate(_with_system(workload, gpu, topo, workload.dtype, workload.parallel), topo)
-        b = breakdown(run)
+        b, fits = _figures(run)
         factors = {k: row[k] for k in ("logic", "hbm_bandwidth", "hbm_capacity", "link_bandwidth", "nic_bandwidth")}
-        out.append(NodeRow(n, factors, run.result.makespan_s, b, _fits(run), max(b, key=b.get)))
+        out.append(NodeRow(n, factors, run.result.makespan_s, b, fits, max(b, key=b.get)))
     return out
 
 
