@@ -260,17 +260,21 @@ class _Bulk:
         return map(self.batch, range(lo, hi))
 
     def metadata(self) -> list[str]:
-        """The process and thread names and sort indices."""
-        enc, ranks, out = self.enc, self.ranks, []
-        for pid in sorted(ranks):
-            out.append(f'{{"ph":"M","name":"process_name","pid":{pid},"tid":0,"args":{{"name":'
-                       f'{enc.str(ranks[pid].label)}}}}}')
-            out.append(f'{{"ph":"M","name":"process_sort_index","pid":{pid},"tid":0,"args":{{"sort_index":{pid}}}}}')
-        for pid, tid in self.groups:
-            out.append(f'{{"ph":"M","name":"thread_name","pid":{pid},"tid":{tid},"args":{{"name":'
-                       f'{enc.str(Stream(tid).label)}}}}}')
-            out.append(f'{{"ph":"M","name":"thread_sort_index","pid":{pid},"tid":{tid},"args":{{"sort_index":{tid}}}}}')
-        return out
+        """The process and thread names and sort indices: every process's, then every thread's."""
+        return [e for pid in sorted(self.ranks) for e in self.process_metadata(pid)] + \
+            [e for pid, tid in self.groups for e in self.thread_metadata(pid, tid)]
+
+    def process_metadata(self, pid: int) -> list[str]:
+        """Process ``pid``'s name and sort index."""
+        return [f'{{"ph":"M","name":"process_name","pid":{pid},"tid":0,"args":{{"name":'
+                f'{self.enc.str(self.ranks[pid].label)}}}}}',
+                f'{{"ph":"M","name":"process_sort_index","pid":{pid},"tid":0,"args":{{"sort_index":{pid}}}}}']
+
+    def thread_metadata(self, pid: int, tid: int) -> list[str]:
+        """Thread ``tid`` of process ``pid``: its name and sort index."""
+        return [f'{{"ph":"M","name":"thread_name","pid":{pid},"tid":{tid},"args":{{"name":'
+                f'{self.enc.str(Stream(tid).label)}}}}}',
+                f'{{"ph":"M","name":"thread_sort_index","pid":{pid},"tid":{tid},"args":{{"sort_index":{tid}}}}}']
 
     def with_transfer(self, args, text: str, start_s) -> str:
         """The text of ``args`` (``text``, from :attr:`parts`) with a span's
@@ -343,15 +347,13 @@ class _Bulk:
             texts[0] = [t if x is None else f"{t}{tag}{x!r}," if type(x) is float and x - x == 0.0 and tag not in t
                         else self.with_transfer(a, t, x) for a, t, x in zip(map(_ARGS, group), texts[0], xfer)]
         head = list(map(heads.__getitem__, keys))
-        if hta is not None:
+        columns = [map(_FIRST, head), map(str, tq), map(_FRACTIONS_DUR.__getitem__, tr), map(str, dq),
+                   map(_FRACTIONS_ARGS.__getitem__, dr), texts[0], texts[1], map(_SECOND, head)]
+        if hta is not None:  # each slice's correlation id, then the end of its args and of it
             n = hta[0]
-            return list(map("".join, zip(
-                map(_FIRST, head), map(str, tq), map(_FRACTIONS_DUR.__getitem__, tr),
-                map(str, dq), map(_FRACTIONS_ARGS.__getitem__, dr), texts[0], texts[1], map(_SECOND, head),
-                map(str, range(n + 1, n + 1 + len(group))), itertools.repeat("}}"))))
-        events = list(map("".join, zip(
-            map(_FIRST, head), map(str, tq), map(_FRACTIONS_DUR.__getitem__, tr),
-            map(str, dq), map(_FRACTIONS_ARGS.__getitem__, dr), texts[0], texts[1], map(_SECOND, head))))
+            return list(map("".join, zip(*columns, map(str, range(n + 1, n + 1 + len(group))),
+                                         itertools.repeat("}}"))))
+        events = list(map("".join, zip(*columns)))
         outs, ins = list(map(_FLOW_OUT, group)), list(map(_FLOW_IN, group))
         if linked.isdisjoint(outs) and linked.isdisjoint(ins):
             return events
@@ -437,10 +439,15 @@ def _counter_events(result: SimResult, ranks: dict, enc: _Json) -> Iterator[str]
         for ts, name, value in sorted(counters[pid]):
             if not (math.isfinite(ts) and math.isfinite(value)):
                 raise ValueError(f"counter {name!r} has a value that is not finite")
-            key, v = (("allocated_GiB", value / 2**30) if name == "memory" else
-                      ("utilization", value) if name.startswith("link ") else (name, value))
+            key, v = _counter_key(name), value / 2**30 if name == "memory" else value
             yield (f'{{"ph":"C","name":{enc.str(name)},"pid":{pid},"tid":0,"ts":{ts!r},'
                    f'"args":{{{enc.str(key)}:{v!r}}}}}')
+
+
+def _counter_key(name: str) -> str:
+    """The arg a counter's value is written under: ``allocated_GiB`` for ``memory`` (its bytes
+    divided by 2**30), ``utilization`` for a link's, else the counter's name."""
+    return "allocated_GiB" if name == "memory" else "utilization" if name.startswith("link ") else name
 
 
 _C_RANK, _C_TIME, _C_NAME, _C_VALUE = map(operator.attrgetter, ("rank", "time_s", "name", "value"))
@@ -486,13 +493,12 @@ def _counter_batch(result: SimResult, ranks: dict, enc: _Json) -> list[str]:
     ts_ns = _ns(us)
     order = np.lexsort((value, name_code, ts_ns, pid))  # stable, as sorted() on the tuples
     if "memory" in code:
-        value[name_code == code["memory"]] /= 2**30  # bytes -> GiB, exactly as value / 2**30
+        value[name_code == code["memory"]] /= 2**30  # bytes -> GiB, as _counter_events divides
     q, r = np.divmod(ts_ns[order], 1000)
     pid_o, name_o = pid[order].tolist(), [names[i] for i in order.tolist()]
     heads = {(name, p): f'{{"ph":"C","name":{enc.str(name)},"pid":{p},"tid":0,"ts":'
              for name, p in set(zip(name_o, pid_o))}
-    mids = {name: ',"args":{' + enc.str("allocated_GiB" if name == "memory" else "utilization"
-                                        if name.startswith("link ") else name) + ":" for name in code}
+    mids = {name: ',"args":{' + enc.str(_counter_key(name)) + ":" for name in code}
     return list(map("".join, zip(map(heads.__getitem__, zip(name_o, pid_o)), map(str, q.tolist()),
                                  map(_FRACTIONS.__getitem__, r.tolist()), map(mids.__getitem__, name_o),
                                  map(repr, value[order].tolist()), itertools.repeat("}}"))))

@@ -218,27 +218,25 @@ def _bulk_texts(result: SimResult, title: str, metadata: dict | None) -> Iterato
     bulk = _Bulk.of(result)
     if bulk is None or not bulk.scalar_args() or _counter_columns(result, bulk.ranks) is None:
         return None
-    meta = bulk.metadata()
-    pids = sorted(bulk.ranks)
     counters = _counter_batch(result, bulk.ranks, bulk.enc)
     per_pid = collections.Counter(c.rank for c in result.counters)
     other = _encode({"title": title, **(metadata or {}), "simulator": "llmsim"})
-    return _bulk_files(result, bulk, meta, pids, counters, per_pid, other)
+    return _bulk_files(result, bulk, counters, per_pid, other)
 
 
-def _bulk_files(result: SimResult, bulk: _Bulk, meta: list[str], pids: list[int], counters: list[str],
-                per_pid: collections.Counter, other: str) -> Iterator[tuple[int, str]]:
-    """Each rank's file, in rank order: its process and thread metadata (of ``meta``, the merged
-    trace's), the host thread, its streams' slices with correlation ids counted across them,
-    then its counters (``counters``: every rank's, in rank order, ``per_pid`` of each)."""
-    first, at = 2 * len(pids), 0
+def _bulk_files(result: SimResult, bulk: _Bulk, counters: list[str], per_pid: collections.Counter,
+                other: str) -> Iterator[tuple[int, str]]:
+    """Each rank's file, in rank order: its process and thread metadata, the host thread, its
+    streams' slices with correlation ids counted across them, then its counters (``counters``:
+    every rank's, in rank order, ``per_pid`` of each)."""
+    at = 0
     groups_of: dict[int, list[int]] = {}
     for g, (pid, _) in enumerate(bulk.groups):
         groups_of.setdefault(pid, []).append(g)
-    for i, rank in enumerate(pids):
-        events = meta[2 * i:2 * i + 2]
+    for rank in sorted(bulk.ranks):
+        events = bulk.process_metadata(rank)
         for g in groups_of.get(rank, ()):
-            events += meta[first + 2 * g:first + 2 * g + 2]
+            events += bulk.thread_metadata(*bulk.groups[g])
         events += [_encode(e) for e in _host_events(rank, result.makespan_s)]
         n = 0
         for g in groups_of.get(rank, ()):
