@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.results import SPAN_FIELDS, SimResult, Span
+from sim.results import SimResult, Span, span_arrays, span_column
 from sim.types import CommClass, OpKind, Stream
 
 __all__ = ["RankBreakdown", "breakdown", "union_length"]
@@ -102,7 +102,7 @@ def _length(iv: tuple[np.ndarray, np.ndarray]) -> float:
     return _total(iv[1] - iv[0])
 
 
-_RANK, _STREAM, _, _KIND, _START, _END, _, _CLASS, _, _, _OP_ARGS, _XFER = SPAN_FIELDS
+_F_KIND, _F_CLASS, _F_OP_ARGS, _F_XFER = map(Span._fields.index, ("kind", "comm_class", "op_args", "transfer_start_s"))
 
 
 def _kind_shares(op_args) -> bool:
@@ -134,22 +134,19 @@ def breakdown(result: SimResult) -> list[RankBreakdown]:
     n = len(spans)
     T = result.makespan_s
     classes = list(CommClass)
-    rank = np.fromiter(map(_RANK, spans), dtype=np.int64, count=n)
-    stream = np.fromiter(map(int, map(_STREAM, spans)), dtype=np.int64, count=n)
-    start = np.fromiter(map(_START, spans), dtype=float, count=n)
-    end = np.fromiter(map(_END, spans), dtype=float, count=n)
+    rank, stream, start, end = span_arrays(spans)
     code = {None: -1, **{c: i for i, c in enumerate(classes)}}
-    cls = np.fromiter(map(code.__getitem__, map(_CLASS, spans)), dtype=np.int64, count=n)
+    cls = np.fromiter(map(code.__getitem__, span_column(spans, _F_CLASS)), dtype=np.int64, count=n)
     xfer = start.copy()  # a comm span counts from its transfer's start
-    comm_at = np.flatnonzero(cls >= 0)
-    got = list(map(_XFER, map(spans.__getitem__, comm_at.tolist())))
+    comm_at = np.flatnonzero(cls >= 0).tolist()
+    got = list(map(span_column(spans, _F_XFER).__getitem__, comm_at))
     if None in got:
-        got = [x if x is not None else spans[i].start_s for i, x in zip(comm_at.tolist(), got)]
+        got = [x if x is not None else float(start[i]) for i, x in zip(comm_at, got)]
     xfer[comm_at] = got
     kinds = list(OpKind)
     kcode = {k: i for i, k in enumerate(kinds)}
-    kind = np.fromiter(map(kcode.__getitem__, map(_KIND, spans)), dtype=np.int64, count=n)
-    op_args = list(map(_OP_ARGS, spans))
+    kind = np.fromiter(map(kcode.__getitem__, span_column(spans, _F_KIND)), dtype=np.int64, count=n)
+    op_args = span_column(spans, _F_OP_ARGS)
     blocks = any(map(_kind_shares, dict(zip(map(id, op_args), op_args)).values()))  # layer blocks' shares
     order = np.argsort(rank, kind="stable")
     ranks_sorted = rank[order]
@@ -161,7 +158,7 @@ def breakdown(result: SimResult) -> list[RankBreakdown]:
         ci = idx[is_compute]
         covered = _merge(start[ci], end[ci])
         compute_s = _length(covered)
-        if blocks and any(map(_kind_shares, map(_OP_ARGS, map(spans.__getitem__, ci.tolist())))):
+        if blocks and any(map(_kind_shares, map(op_args.__getitem__, ci.tolist()))):
             by_kind = _by_kind_loop([spans[i] for i in ci.tolist()])
         else:
             dur = end[ci] - start[ci]

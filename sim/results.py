@@ -8,12 +8,16 @@ iteration.
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+import numpy as np
+
 from sim.types import CommClass, OpKind, Stream
 
-__all__ = ["Span", "SPAN_FIELDS", "CounterSample", "RankInfo", "SimResult"]
+__all__ = ["Span", "SPAN_FIELDS", "SpanTable", "span_column", "span_arrays", "CounterSample", "RankInfo",
+           "SimResult"]
 
 
 class Span(NamedTuple):
@@ -46,6 +50,161 @@ class Span(NamedTuple):
 SPAN_FIELDS = tuple(map(operator.itemgetter, range(len(Span._fields))))
 """A getter of each of :class:`Span`'s fields, in their order: ``map`` one over many spans
 (the trace writer, the breakdown) without a Python-level attribute access per span."""
+
+
+_SEND_STREAMS = (Stream.PP_SEND, Stream.PP_SEND_GRAD)
+_RECV_STREAMS = (Stream.PP_RECV, Stream.PP_RECV_GRAD)
+(_F_RANK, _F_STREAM, _F_NAME, _F_KIND, _F_START, _F_END, _F_ARGS, _F_CLASS, _F_FLOW_OUT, _F_FLOW_IN, _F_OP_ARGS,
+ _F_XFER) = range(len(Span._fields))
+_T_FIELD = {_F_RANK: "rank", _F_STREAM: "stream", _F_NAME: "name", _F_KIND: "kind", _F_ARGS: "args"}
+"""The span fields that are their task's attribute of the same meaning."""
+_T_OP, _T_COMM = operator.attrgetter("op"), operator.attrgetter("comm")
+
+
+class SpanTable(Sequence):
+    """The spans of an op-level run, one per task in task order, kept as the engine left them:
+    the program's tasks, each task's start and end, the comm tasks' transfer starts, and each
+    op's args. Nothing is made per span until asked.
+
+    A consumer that reads many spans takes them a field at a time (:func:`span_column`,
+    :func:`span_arrays`: the trace writer, the breakdown). Anything else (indexing, iterating,
+    slicing, comparing) reads the :class:`Span` tuples, made once, all together, the first time
+    and kept; they are those the engine made one by one before this table existed, field for
+    field (``tests/unit/test_span_table.py``).
+
+    Parameters
+    ----------
+    tasks
+        The program's tasks (:class:`sim.program.Task`), task ``i`` at position ``i``.
+    start_s, end_s
+        Each task's start and end, by task id.
+    transfer_start_s
+        A comm task's transfer start (its group met), by task id, where it differs from its
+        start.
+    op_args
+        Each op's args (shape, FLOPs, bytes), by the op's ``id``.
+    """
+
+    __slots__ = ("tasks", "start_s", "end_s", "transfer_start_s", "op_args", "_spans", "_columns", "_arrays")
+
+    def __init__(self, tasks: list, start_s: list[float], end_s: list[float], transfer_start_s: dict[int, float],
+                 op_args: dict[int, tuple]) -> None:
+        self.tasks, self.start_s, self.end_s = tasks, start_s, end_s
+        self.transfer_start_s, self.op_args = transfer_start_s, op_args
+        self._spans: list[Span] | None = None
+        self._columns: dict[int, list] = {}
+        self._arrays: tuple | None = None
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __getitem__(self, i):
+        return self.spans()[i]
+
+    def __iter__(self):
+        return iter(self.spans())
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, (SpanTable, list)):
+            return self.spans() == list(other)
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"SpanTable({len(self)} spans)"
+
+    def __reduce__(self):  # pickled as the list it stands for
+        return (list, (self.spans(),))
+
+    def spans(self) -> list[Span]:
+        """Every span as a :class:`Span` tuple, made the first time (one loop over the tasks)."""
+        if self._spans is None:
+            out = []
+            append = out.append
+            new = tuple.__new__  # a Span without the Python-level __new__ of a NamedTuple
+            start, finish, xfer, op_args = self.start_s, self.end_s, self.transfer_start_s, self.op_args
+            for t in self.tasks:
+                i, op = t.id, t.op
+                if t.comm:
+                    flow_out = flow_in = None
+                    if t.flow_id >= 0:
+                        if t.stream in _SEND_STREAMS:
+                            flow_out = t.flow_id
+                        elif t.stream in _RECV_STREAMS:
+                            flow_in = t.flow_id
+                    append(new(Span, (t.rank, t.stream, t.name, t.kind, start[i], finish[i], t.args, op.comm_class,
+                                      flow_out, flow_in, op_args[id(op)], xfer.get(i, start[i]))))
+                else:
+                    append(new(Span, (t.rank, t.stream, t.name, t.kind, start[i], finish[i], t.args, None, None,
+                                      None, op_args[id(op)], None)))
+            self._spans = out
+        return self._spans
+
+    def column(self, f: int) -> list:
+        """Field ``f`` (its index in :class:`Span`) of every span, as :meth:`spans` would give
+        it, made from the tasks (with C-level maps; a loop over the comm tasks only for their
+        own fields) and kept."""
+        col = self._columns.get(f)
+        if col is not None:
+            return col
+        tasks = self.tasks
+        if f in _T_FIELD:
+            col = list(map(operator.attrgetter(_T_FIELD[f]), tasks))
+        elif f == _F_START:
+            col = self.start_s
+        elif f == _F_END:
+            col = self.end_s
+        elif f == _F_OP_ARGS:
+            col = list(map(self.op_args.__getitem__, map(id, map(_T_OP, tasks))))
+        else:  # the comm tasks' own fields, None for the others (one loop over them)
+            n = len(tasks)
+            cls, outs, ins, xs = [None] * n, [None] * n, [None] * n, [None] * n
+            start, xfer = self.start_s, self.transfer_start_s
+            for i in np.flatnonzero(np.fromiter(map(_T_COMM, tasks), dtype=bool, count=n)).tolist():
+                t = tasks[i]
+                cls[i] = t.op.comm_class
+                xs[i] = xfer.get(i, start[i])
+                if t.flow_id >= 0:
+                    if t.stream in _SEND_STREAMS:
+                        outs[i] = t.flow_id
+                    elif t.stream in _RECV_STREAMS:
+                        ins[i] = t.flow_id
+            self._columns.update({_F_CLASS: cls, _F_FLOW_OUT: outs, _F_FLOW_IN: ins, _F_XFER: xs})
+            return self._columns[f]
+        self._columns[f] = col
+        return col
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every span's rank and stream (as integers), start and end (s), as arrays (made
+        once; read-only)."""
+        if self._arrays is None:
+            n = len(self.tasks)
+            self._arrays = (np.fromiter(self.column(_F_RANK), dtype=np.int64, count=n),
+                            np.fromiter(map(int, self.column(_F_STREAM)), dtype=np.int64, count=n),
+                            np.array(self.start_s, dtype=float), np.array(self.end_s, dtype=float))
+            for a in self._arrays:
+                a.flags.writeable = False
+        return self._arrays
+
+
+def span_column(spans: Sequence[Span], f: int) -> list:
+    """Field ``f`` (its index in :class:`Span`) of every span of ``spans``, a list or a
+    :class:`SpanTable` (made from its tasks, no :class:`Span` made)."""
+    if isinstance(spans, SpanTable):
+        return spans.column(f)
+    return list(map(SPAN_FIELDS[f], spans))
+
+
+def span_arrays(spans: Sequence[Span]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every span's rank and stream (as integers), start and end (s), as arrays."""
+    if isinstance(spans, SpanTable):
+        return spans.arrays()
+    n = len(spans)
+    return (np.fromiter(map(SPAN_FIELDS[_F_RANK], spans), dtype=np.int64, count=n),
+            np.fromiter(map(int, map(SPAN_FIELDS[_F_STREAM], spans)), dtype=np.int64, count=n),
+            np.fromiter(map(SPAN_FIELDS[_F_START], spans), dtype=float, count=n),
+            np.fromiter(map(SPAN_FIELDS[_F_END], spans), dtype=float, count=n))
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +240,8 @@ class SimResult:
     """Everything the engine recorded for one iteration."""
 
     ranks: list[RankInfo]
-    spans: list[Span]
+    spans: list[Span] | SpanTable
+    """One span per task and stream it ran on (an op-level run's: a :class:`SpanTable`)."""
     counters: list[CounterSample]
     makespan_s: float
     events: int

@@ -65,7 +65,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.gzip_parts import GzipParts, deflate_part
-from sim.results import SPAN_FIELDS, SimResult
+from sim.results import SimResult, Span, span_arrays, span_column
 from sim.types import CommClass, OpKind, Stream
 
 __all__ = ["chrome_trace", "write_chrome_trace", "validate_chrome_trace"]
@@ -189,16 +189,15 @@ class _Bulk:
     that needs all the spans is worked out here, once, so that a forked process can format a
     share of the groups (:func:`_forked_parts`)."""
 
-    def __init__(self, result: SimResult, ranks: dict, ts_ns: np.ndarray, dur_ns: np.ndarray) -> None:
+    def __init__(self, result: SimResult, ranks: dict, rank_a: np.ndarray, tid_a: np.ndarray, ts_ns: np.ndarray,
+                 dur_ns: np.ndarray) -> None:
         spans = self.spans = result.spans
         n = len(spans)
         self.result, self.ranks, self.ts_ns, self.dur_ns = result, ranks, ts_ns, dur_ns
-        rank_a = np.fromiter(map(_RANK, spans), dtype=np.int64, count=n)
         missing = set(np.unique(rank_a).tolist()) - ranks.keys()
         if missing:
             s = next(s for s in spans if s.rank in missing)
             raise ValueError(f"span {s.name!r} is on rank {s.rank}, which has no RankInfo")
-        tid_a = np.fromiter(map(int, map(_STREAM, spans)), dtype=np.int64, count=n)
         order = self.order = np.lexsort((tid_a, rank_a))  # stable: a (pid, tid)'s spans in their given order
         key = rank_a[order] * (int(tid_a.max()) + 1) + tid_a[order]
         cuts = (np.flatnonzero(key[1:] != key[:-1]) + 1).tolist()
@@ -208,7 +207,11 @@ class _Bulk:
         """The (pid, tid) pairs in order; :attr:`bounds` are their spans' slices of :attr:`order`."""
         self.ts_qr = np.divmod(ts_ns, 1000)  # whole µs and ns
         self.dur_qr = np.divmod(dur_ns, 1000)
-        self.linked = (set(map(_FLOW_OUT, spans)) - {None}) & set(map(_FLOW_IN, spans))  # both ends
+        self.columns = [span_column(spans, f) for f in _GROUP_FIELDS]
+        """The fields of every span that :meth:`group` writes (:data:`_GROUP_FIELDS`), made here
+        once, before any fork, for both processes."""
+        *_, outs, ins = self.columns
+        self.linked = (set(outs) - {None}) & set(ins)  # both ends
         enc = self.enc = _Json()
         self.kinds = {k: (enc.str(k.value), "comm" if k.is_comm else "kernel") for k in OpKind}
         self.classes: dict = {None: "", **{c: f',"comm_class":"{c.value}"' for c in CommClass}}
@@ -227,8 +230,8 @@ class _Bulk:
         ranks = {info.rank: info for info in result.ranks}
         if not n:
             return None
-        start = np.fromiter(map(_START, spans), dtype=float, count=n) * _US_PER_S
-        end = np.fromiter(map(_END, spans), dtype=float, count=n) * _US_PER_S
+        rank_a, tid_a, start, end = span_arrays(spans)
+        start, end = start * _US_PER_S, end * _US_PER_S
         if not (np.all((start >= 0) & (start < _FAST_MAX_US)) and np.all((end >= start) & (end < _FAST_MAX_US))) \
                 or np.any(np.signbit(start)) or np.any(np.signbit(end)):  # -0.0 is written "-0.0"
             return None
@@ -236,7 +239,7 @@ class _Bulk:
         dur_ns = _ns(end) - ts_ns
         if np.any(dur_ns < 0):
             return None
-        return cls(result, ranks, ts_ns, dur_ns)
+        return cls(result, ranks, rank_a, tid_a, ts_ns, dur_ns)
 
     def __len__(self) -> int:
         """The number of batches: the metadata, each (pid, tid)'s events, the counters."""
@@ -295,8 +298,8 @@ class _Bulk:
         """Whether every span's args and op args hold only strings, ints, floats, bools and
         None (numpy's included): JSON that parsing and compact re-encoding give back unchanged
         (a list or mapping value is written with spaces after its commas)."""
-        for col in (_ARGS, _OP_ARGS):
-            for a in {id(a): a for a in map(col, self.spans)}.values():
+        for col in (_F_ARGS, _F_OP_ARGS):
+            for a in {id(a): a for a in span_column(self.spans, col)}.values():
                 for _, v in (a.items() if isinstance(a, dict) else a):
                     if not (v is None or type(v) in _SCALARS or isinstance(v, (np.integer, np.floating))):
                         return False
@@ -309,18 +312,21 @@ class _Bulk:
         them (:mod:`sim.trace_ranks`): ``cat`` ``"kernel"``, the name ``namer(name, kind)``, a
         ``correlation`` id after the args counted on from ``n``, and no arrows."""
         (pid, tid), (lo, hi) = self.groups[g], self.bounds[g]
-        spans, enc, parts, ts_ns, dur_ns = self.spans, self.enc, self.parts, self.ts_ns, self.dur_ns
+        enc, parts, ts_ns, dur_ns = self.enc, self.parts, self.ts_ns, self.dur_ns
         idx = self.order[lo:hi]
-        if hi - lo > 1 and not _in_order(ts_ns[idx], dur_ns[idx], lambda j: spans[int(idx[j])].name):
-            idx = np.asarray(sorted(idx.tolist(), key=lambda i: (ts_ns[i], dur_ns[i], spans[i].name)))
+        names = self.columns[0]
+        if hi - lo > 1 and not _in_order(ts_ns[idx], dur_ns[idx], lambda j: names[int(idx[j])]):
+            idx = np.asarray(sorted(idx.tolist(), key=lambda i: (ts_ns[i], dur_ns[i], names[i])))
         tq, tr, dq, dr = (c[idx].tolist() for c in (*self.ts_qr, *self.dur_qr))
         frac, linked = _FRACTIONS, self.linked
         device = self.ranks[pid].local_gpu
         where = f'"pid":{pid},"tid":{tid},"ts":'
         tails = {c: f'"stream":{tid},"device":{device}{t}}}}}' for c, t in self.classes.items()}
-        group = list(map(spans.__getitem__, idx.tolist()))
+        at = idx.tolist()
+        name_g, kind_g, class_g, args_g, op_args_g, xfer, outs, ins = (list(map(c.__getitem__, at))
+                                                                       for c in self.columns)
         # each event is pieces joined: the text before "ts", ts, dur, the args, the text after
-        keys = list(zip(map(_NAME, group), map(_KIND, group), map(_CLASS, group)))
+        keys = list(zip(name_g, kind_g, class_g))
         heads = {}
         for name, kind, cc in set(keys):
             k, cat = self.kinds[kind]
@@ -331,7 +337,7 @@ class _Bulk:
                 heads[(name, kind, cc)] = (f'{{"ph":"X","cat":"kernel","name":{enc.str(hta[1](name, kind))},{where}',
                                            f'"kind":{k},{tails[cc][:-2]},"correlation":')
         texts = []
-        for col in (list(map(_ARGS, group)), list(map(_OP_ARGS, group))):
+        for col in (args_g, op_args_g):
             got = list(map(parts.get, map(id, col)))
             if None in got:
                 for a in {id(a): a for a in itertools.compress(col, map(operator.is_, got, itertools.repeat(None)))}.values():
@@ -339,22 +345,20 @@ class _Bulk:
                     parts[id(a)] = f"{t}," if t else ""
                 got = list(map(parts.__getitem__, map(id, col)))
             texts.append(got)
-        xfer = list(map(_XFER, group))
         if xfer.count(None) < len(xfer):  # comm spans: their transfer start after their task's args
             # a finite float after args whose text has no such key (the tag not in it) is appended
             # here, as with_transfer would; anything else goes through it
             tag = _TRANSFER_TAG
             texts[0] = [t if x is None else f"{t}{tag}{x!r}," if type(x) is float and x - x == 0.0 and tag not in t
-                        else self.with_transfer(a, t, x) for a, t, x in zip(map(_ARGS, group), texts[0], xfer)]
+                        else self.with_transfer(a, t, x) for a, t, x in zip(args_g, texts[0], xfer)]
         head = list(map(heads.__getitem__, keys))
         columns = [map(_FIRST, head), map(str, tq), map(_FRACTIONS_DUR.__getitem__, tr), map(str, dq),
                    map(_FRACTIONS_ARGS.__getitem__, dr), texts[0], texts[1], map(_SECOND, head)]
         if hta is not None:  # each slice's correlation id, then the end of its args and of it
             n = hta[0]
-            return list(map("".join, zip(*columns, map(str, range(n + 1, n + 1 + len(group))),
+            return list(map("".join, zip(*columns, map(str, range(n + 1, n + 1 + len(at))),
                                          itertools.repeat("}}"))))
         events = list(map("".join, zip(*columns)))
-        outs, ins = list(map(_FLOW_OUT, group)), list(map(_FLOW_IN, group))
         if linked.isdisjoint(outs) and linked.isdisjoint(ins):
             return events
         out = []
@@ -384,11 +388,13 @@ def _in_order(ts: np.ndarray, dur: np.ndarray, name: Callable[[int], str]) -> bo
     return True
 
 
-(_RANK, _STREAM, _NAME, _KIND, _START, _END, _ARGS, _CLASS, _FLOW_OUT, _FLOW_IN,
- _OP_ARGS, _XFER) = SPAN_FIELDS
+(_F_NAME, _F_KIND, _F_ARGS, _F_CLASS, _F_FLOW_OUT, _F_FLOW_IN, _F_OP_ARGS, _F_XFER) = map(
+    Span._fields.index, ("name", "kind", "args", "comm_class", "flow_out", "flow_in", "op_args", "transfer_start_s"))
 _TRANSFER = "transfer_start_s"
 _TRANSFER_TAG = f'"{_TRANSFER}":'
 """The key's text as :meth:`_Json.args` writes it: args text without it has no such key."""
+_GROUP_FIELDS = (_F_NAME, _F_KIND, _F_CLASS, _F_ARGS, _F_OP_ARGS, _F_XFER, _F_FLOW_OUT, _F_FLOW_IN)
+"""The fields :meth:`_Bulk.group` reads, in the order of :attr:`_Bulk.columns`."""
 
 
 def _with_transfer(enc: _Json, args, start_s) -> str:

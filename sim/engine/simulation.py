@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import operator
 import time
 from functools import partial
 
@@ -40,7 +41,7 @@ from sim.engine.contention import HeldSMs
 from sim.engine.link_rates import LinkRates
 from sim.engine.network import FlowNetwork, solo_time_s
 from sim.errors import DeadlockError
-from sim.results import CounterSample, SimResult, Span
+from sim.results import CounterSample, SimResult, Span, SpanTable
 from sim.types import CollectiveKind, CommClass, OpKind, Stream
 from sim.program import Block, Program
 
@@ -59,8 +60,6 @@ class _CountingEnvironment(simpy.Environment):
         super().step()
 
 
-_SEND_STREAMS = (Stream.PP_SEND, Stream.PP_SEND_GRAD)
-_RECV_STREAMS = (Stream.PP_RECV, Stream.PP_RECV_GRAD)
 
 _ALL_CONTEND = False
 """Treat every comm stream as one whose kernels hold SMs, even at a fraction of 0 (for the tests:
@@ -890,43 +889,36 @@ class Simulation:
         spans.append(Span(t.rank, t.stream, t.name, t.kind, at if at < end else end, end, t.args, None, None, None,
                           extra))
 
+    def _span_list(self, op_args: dict[int, tuple]) -> list[Span]:
+        """Every task's spans, made one by one: a layer block's (:meth:`_block_spans`) and the
+        others' as :meth:`sim.results.SpanTable.spans` makes them."""
+        spans: list[Span] = []
+        block_args: dict = {}
+        for t in self.program.tasks:
+            op = t.op
+            if type(op) is Block:
+                self._block_spans(t, spans, block_args)
+                continue
+            if id(op) not in op_args:
+                op_args[id(op)] = _op_args(op)
+            spans.extend(SpanTable([t], {t.id: self.start[t.id]}, {t.id: self.finish[t.id]}, self.xfer_start,
+                                   op_args).spans())
+        return spans
+
     def _result(self, wall_s: float) -> SimResult:
         prog = self.program
         finish, start = self.finish, self.start
-        spans = []
-        append = spans.append
-        new = tuple.__new__  # a Span without the Python-level __new__ of a NamedTuple
-        xfer = self.xfer_start
+        ops = list(map(_T_OP, prog.tasks))
+        ops = dict(zip(map(id, ops), ops))
         op_args: dict[int, tuple] = {}
-        for t in prog.tasks:
-            op = t.op
+        for oid, op in ops.items():
             if type(op) is Block:
-                self._block_spans(t, spans, op_args)
-                continue
-            extra = op_args.get(id(op))
-            if extra is None:
-                shape = getattr(op, "m", None)
-                extra = (("m", op.m), ("n", op.n), ("k", op.k)) if shape is not None else ()
-                if getattr(op, "batch", 1) > 1:
-                    extra += (("batch", op.batch),)
-                if op.flops:
-                    extra += (("flops", op.flops),)
-                extra += (("bytes", op.bytes),)
-                op_args[id(op)] = extra
-            i = t.id
-            if t.comm:
-                flow_out = flow_in = None
-                if t.flow_id >= 0:
-                    if t.stream in _SEND_STREAMS:
-                        flow_out = t.flow_id
-                    elif t.stream in _RECV_STREAMS:
-                        flow_in = t.flow_id
-                xs = xfer.get(i, start[i])
-                append(new(Span, (t.rank, t.stream, t.name, t.kind, start[i], finish[i], t.args, op.comm_class,
-                                  flow_out, flow_in, extra, xs)))
-            else:
-                append(new(Span, (t.rank, t.stream, t.name, t.kind, start[i], finish[i], t.args, None, None, None,
-                                  extra, None)))
+                break
+            op_args[oid] = _op_args(op)
+        if len(op_args) == len(ops) and _in_place(prog.tasks):
+            spans = SpanTable(prog.tasks, start, finish, self.xfer_start, op_args)
+        else:  # layer blocks (or tasks not at their ids' places): every span made here
+            spans = self._span_list(op_args)
         counters = []
         for rank in sorted(self.mem):
             level = prog.static_memory_bytes.get(rank, 0.0)
@@ -934,12 +926,31 @@ class Simulation:
             for ts, delta in sorted(self.mem[rank]):
                 level += delta
                 counters.append(CounterSample(rank, ts, "memory", level))
-        makespan = max((f for f in finish if f is not None), default=0.0)
+        makespan = max(finish, default=0.0)  # every task ended (run() checked)
         meta = {"simulated_wall_s": wall_s, "link_busy_bytes": list(self.net.busy_bytes)}
         if self.record_links:
             meta["link_rates"] = LinkRates(self.pulses, self.net.rate_log)
         return SimResult(list(prog.ranks), spans, counters, makespan, self.env.events_processed,
                          prog.world_size, meta)
+
+
+_T_OP, _T_ID = operator.attrgetter("op"), operator.attrgetter("id")
+
+
+def _op_args(op) -> tuple:
+    """An op's args on its spans: its GEMM shape (and batch), FLOPs where it has any, bytes."""
+    extra = (("m", op.m), ("n", op.n), ("k", op.k)) if getattr(op, "m", None) is not None else ()
+    if getattr(op, "batch", 1) > 1:
+        extra += (("batch", op.batch),)
+    if op.flops:
+        extra += (("flops", op.flops),)
+    return extra + (("bytes", op.bytes),)
+
+
+def _in_place(tasks: list) -> bool:
+    """Whether every task sits at the position of its id (as the program builders add them)."""
+    n = len(tasks)
+    return bool(np.array_equal(np.fromiter(map(_T_ID, tasks), dtype=np.int64, count=n), np.arange(n)))
 
 
 def _time_block(block: Block, times: list[float],
