@@ -16,7 +16,7 @@ import numpy as np
 
 from sim.types import CommClass, OpKind, Stream
 
-__all__ = ["Span", "SPAN_FIELDS", "SpanTable", "span_column", "span_arrays", "CounterSample", "RankInfo",
+__all__ = ["Span", "SPAN_FIELDS", "SpanTable", "span_column", "span_fields", "span_flows", "span_arrays", "CounterSample", "RankInfo",
            "SimResult"]
 
 
@@ -58,7 +58,10 @@ _RECV_STREAMS = (Stream.PP_RECV, Stream.PP_RECV_GRAD)
  _F_XFER) = range(len(Span._fields))
 _T_FIELD = {_F_RANK: "rank", _F_STREAM: "stream", _F_NAME: "name", _F_KIND: "kind", _F_ARGS: "args"}
 """The span fields that are their task's attribute of the same meaning."""
-_T_OP, _T_COMM = operator.attrgetter("op"), operator.attrgetter("comm")
+_T_OP, _T_COMM, _T_FLOW, _T_RANK, _T_STREAM = map(operator.attrgetter, ("op", "comm", "flow_id", "rank", "stream"))
+_COMM_FIELDS = (_F_CLASS, _F_FLOW_OUT, _F_FLOW_IN, _F_XFER)
+"""The fields a comm span has of its own (None on a compute span), in
+:meth:`SpanTable._comm_fields`' order."""
 
 
 class SpanTable(Sequence):
@@ -143,45 +146,78 @@ class SpanTable(Sequence):
 
     def column(self, f: int) -> list:
         """Field ``f`` (its index in :class:`Span`) of every span, as :meth:`spans` would give
-        it, made from the tasks (with C-level maps; a loop over the comm tasks only for their
-        own fields) and kept."""
+        it, made from the tasks and kept."""
         col = self._columns.get(f)
-        if col is not None:
-            return col
-        tasks = self.tasks
-        if f in _T_FIELD:
-            col = list(map(operator.attrgetter(_T_FIELD[f]), tasks))
-        elif f == _F_START:
-            col = self.start_s
-        elif f == _F_END:
-            col = self.end_s
-        elif f == _F_OP_ARGS:
-            col = list(map(self.op_args.__getitem__, map(id, map(_T_OP, tasks))))
-        else:  # the comm tasks' own fields, None for the others (one loop over them)
-            n = len(tasks)
-            cls, outs, ins, xs = [None] * n, [None] * n, [None] * n, [None] * n
-            start, xfer = self.start_s, self.transfer_start_s
-            for i in np.flatnonzero(np.fromiter(map(_T_COMM, tasks), dtype=bool, count=n)).tolist():
-                t = tasks[i]
-                cls[i] = t.op.comm_class
-                xs[i] = xfer.get(i, start[i])
-                if t.flow_id >= 0:
-                    if t.stream in _SEND_STREAMS:
-                        outs[i] = t.flow_id
-                    elif t.stream in _RECV_STREAMS:
-                        ins[i] = t.flow_id
-            self._columns.update({_F_CLASS: cls, _F_FLOW_OUT: outs, _F_FLOW_IN: ins, _F_XFER: xs})
-            return self._columns[f]
-        self._columns[f] = col
+        if col is None:
+            if f == _F_START:
+                col = self.start_s
+            elif f == _F_END:
+                col = self.end_s
+            elif f in _COMM_FIELDS:  # one loop over the comm tasks makes the four
+                self._columns.update(zip(_COMM_FIELDS, self._comm_fields(self.tasks)))
+                return self._columns[f]
+            else:
+                (col,) = self.fields((f,), None)
+            self._columns[f] = col
         return col
+
+    def fields(self, fields, at: list[int] | None) -> list[list]:
+        """Fields ``fields`` (indices in :class:`Span`) of the spans at positions ``at`` (all:
+        None), one list per field, as :meth:`spans` would give them, made from those tasks
+        alone (C-level maps; a loop over the comm tasks among them for their own fields), or
+        taken from a kept column."""
+        tasks = self.tasks if at is None else list(map(self.tasks.__getitem__, at))
+        comm = None
+        out = []
+        for f in fields:
+            col = self._columns.get(f)
+            if col is not None:
+                out.append(col[:] if at is None else list(map(col.__getitem__, at)))
+            elif f in _T_FIELD:
+                out.append(list(map(operator.attrgetter(_T_FIELD[f]), tasks)))
+            elif f == _F_START or f == _F_END:
+                col = self.start_s if f == _F_START else self.end_s
+                out.append(col[:] if at is None else list(map(col.__getitem__, at)))
+            elif f == _F_OP_ARGS:
+                out.append(list(map(self.op_args.__getitem__, map(id, map(_T_OP, tasks)))))
+            else:
+                if comm is None:
+                    comm = dict(zip(_COMM_FIELDS, self._comm_fields(tasks)))
+                out.append(comm[f])
+        return out
+
+    def _comm_fields(self, tasks: list) -> tuple[list, list, list, list]:
+        """The comm class, arrow out, arrow in and transfer start of the spans of ``tasks``
+        (None for a compute task's): one loop over the comm tasks among them."""
+        n = len(tasks)
+        cls, outs, ins, xs = [None] * n, [None] * n, [None] * n, [None] * n
+        start, xfer = self.start_s, self.transfer_start_s
+        for j in np.flatnonzero(np.fromiter(map(_T_COMM, tasks), dtype=bool, count=n)).tolist():
+            t = tasks[j]
+            i = t.id
+            cls[j] = t.op.comm_class
+            xs[j] = xfer.get(i, start[i])
+            if t.flow_id >= 0:
+                if t.stream in _SEND_STREAMS:
+                    outs[j] = t.flow_id
+                elif t.stream in _RECV_STREAMS:
+                    ins[j] = t.flow_id
+        return cls, outs, ins, xs
+
+    def flows(self) -> tuple[set[int], set[int]]:
+        """The ids of the arrows that start at a span and of those that end in one."""
+        tasks = self.tasks
+        at = np.flatnonzero(np.fromiter(map(_T_FLOW, tasks), dtype=np.int64, count=len(tasks)) >= 0).tolist()
+        _, outs, ins, _ = self._comm_fields(list(map(tasks.__getitem__, at)))
+        return set(outs) - {None}, set(ins) - {None}
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Every span's rank and stream (as integers), start and end (s), as arrays (made
         once; read-only)."""
         if self._arrays is None:
-            n = len(self.tasks)
-            self._arrays = (np.fromiter(self.column(_F_RANK), dtype=np.int64, count=n),
-                            np.fromiter(map(int, self.column(_F_STREAM)), dtype=np.int64, count=n),
+            tasks, n = self.tasks, len(self.tasks)
+            self._arrays = (np.fromiter(map(_T_RANK, tasks), dtype=np.int64, count=n),
+                            np.fromiter(map(int, map(_T_STREAM, tasks)), dtype=np.int64, count=n),
                             np.array(self.start_s, dtype=float), np.array(self.end_s, dtype=float))
             for a in self._arrays:
                 a.flags.writeable = False
@@ -194,6 +230,22 @@ def span_column(spans: Sequence[Span], f: int) -> list:
     if isinstance(spans, SpanTable):
         return spans.column(f)
     return list(map(SPAN_FIELDS[f], spans))
+
+
+def span_fields(spans: Sequence[Span], fields, at: list[int]) -> list[list]:
+    """Fields ``fields`` (indices in :class:`Span`) of the spans of ``spans`` at positions
+    ``at``, one list per field (of a :class:`SpanTable`: made from those tasks alone)."""
+    if isinstance(spans, SpanTable):
+        return spans.fields(fields, at)
+    group = list(map(spans.__getitem__, at))
+    return [list(map(SPAN_FIELDS[f], group)) for f in fields]
+
+
+def span_flows(spans: Sequence[Span]) -> tuple[set[int], set[int]]:
+    """The ids of the arrows that start at a span of ``spans`` and of those that end in one."""
+    if isinstance(spans, SpanTable):
+        return spans.flows()
+    return set(map(SPAN_FIELDS[_F_FLOW_OUT], spans)) - {None}, set(map(SPAN_FIELDS[_F_FLOW_IN], spans)) - {None}
 
 
 def span_arrays(spans: Sequence[Span]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

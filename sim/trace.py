@@ -65,7 +65,7 @@ from typing import NamedTuple
 import numpy as np
 
 from sim.gzip_parts import GzipParts, deflate_part
-from sim.results import SimResult, Span, span_arrays, span_column
+from sim.results import SimResult, Span, span_arrays, span_column, span_fields, span_flows
 from sim.types import CommClass, OpKind, Stream
 
 __all__ = ["chrome_trace", "write_chrome_trace", "validate_chrome_trace"]
@@ -207,11 +207,8 @@ class _Bulk:
         """The (pid, tid) pairs in order; :attr:`bounds` are their spans' slices of :attr:`order`."""
         self.ts_qr = np.divmod(ts_ns, 1000)  # whole µs and ns
         self.dur_qr = np.divmod(dur_ns, 1000)
-        self.columns = [span_column(spans, f) for f in _GROUP_FIELDS]
-        """The fields of every span that :meth:`group` writes (:data:`_GROUP_FIELDS`), made here
-        once, before any fork, for both processes."""
-        *_, outs, ins = self.columns
-        self.linked = (set(outs) - {None}) & set(ins)  # both ends
+        outs, ins = span_flows(spans)
+        self.linked = outs & ins  # both ends
         enc = self.enc = _Json()
         self.kinds = {k: (enc.str(k.value), "comm" if k.is_comm else "kernel") for k in OpKind}
         self.classes: dict = {None: "", **{c: f',"comm_class":"{c.value}"' for c in CommClass}}
@@ -314,17 +311,18 @@ class _Bulk:
         (pid, tid), (lo, hi) = self.groups[g], self.bounds[g]
         enc, parts, ts_ns, dur_ns = self.enc, self.parts, self.ts_ns, self.dur_ns
         idx = self.order[lo:hi]
-        names = self.columns[0]
-        if hi - lo > 1 and not _in_order(ts_ns[idx], dur_ns[idx], lambda j: names[int(idx[j])]):
-            idx = np.asarray(sorted(idx.tolist(), key=lambda i: (ts_ns[i], dur_ns[i], names[i])))
+        at = idx.tolist()
+        name_g, kind_g, class_g, args_g, op_args_g, xfer, outs, ins = span_fields(self.spans, _GROUP_FIELDS, at)
+        if hi - lo > 1 and not _in_order(ts_ns[idx], dur_ns[idx], name_g.__getitem__):  # sorted: again
+            names = dict(zip(at, name_g))
+            at = sorted(at, key=lambda i: (ts_ns[i], dur_ns[i], names[i]))
+            idx = np.asarray(at)
+            name_g, kind_g, class_g, args_g, op_args_g, xfer, outs, ins = span_fields(self.spans, _GROUP_FIELDS, at)
         tq, tr, dq, dr = (c[idx].tolist() for c in (*self.ts_qr, *self.dur_qr))
         frac, linked = _FRACTIONS, self.linked
         device = self.ranks[pid].local_gpu
         where = f'"pid":{pid},"tid":{tid},"ts":'
         tails = {c: f'"stream":{tid},"device":{device}{t}}}}}' for c, t in self.classes.items()}
-        at = idx.tolist()
-        name_g, kind_g, class_g, args_g, op_args_g, xfer, outs, ins = (list(map(c.__getitem__, at))
-                                                                       for c in self.columns)
         # each event is pieces joined: the text before "ts", ts, dur, the args, the text after
         keys = list(zip(name_g, kind_g, class_g))
         heads = {}
@@ -394,7 +392,7 @@ _TRANSFER = "transfer_start_s"
 _TRANSFER_TAG = f'"{_TRANSFER}":'
 """The key's text as :meth:`_Json.args` writes it: args text without it has no such key."""
 _GROUP_FIELDS = (_F_NAME, _F_KIND, _F_CLASS, _F_ARGS, _F_OP_ARGS, _F_XFER, _F_FLOW_OUT, _F_FLOW_IN)
-"""The fields :meth:`_Bulk.group` reads, in the order of :attr:`_Bulk.columns`."""
+"""The fields :meth:`_Bulk.group` reads, in its order."""
 
 
 def _with_transfer(enc: _Json, args, start_s) -> str:

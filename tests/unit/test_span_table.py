@@ -13,7 +13,7 @@ import pytest
 import sim.trace as trace
 from sim.analysis import breakdown
 from sim.config import load_topology, load_workload_with_notes
-from sim.results import SPAN_FIELDS, Span, SpanTable, span_arrays, span_column
+from sim.results import SPAN_FIELDS, Span, SpanTable, span_arrays, span_column, span_fields, span_flows
 from sim.runner import simulate
 from sim.types import ScheduleKind, Stream
 from tests.conftest import make_workload
@@ -75,6 +75,21 @@ def test_columns_equal_the_spans_fields_and_make_no_span(runs):
             assert span_column(spans, f) == list(map(field, spans))
         for got, want in zip(span_arrays(table), span_arrays(spans)):
             assert got.dtype == want.dtype and np.array_equal(got, want)
+        assert span_flows(table) == span_flows(spans) and all(span_flows(spans))
+        assert table._spans is None
+
+
+def test_fields_of_some_spans_equal_theirs_made_or_kept(runs):
+    fields = range(len(SPAN_FIELDS))
+    for run in runs:
+        spans = list(run.result.spans)
+        at = list(range(len(spans)))[::-7]  # out of order, every kind of span among them
+        want = list(map(repr, span_fields(spans, fields, at)))
+        table = _fresh(run.result.spans)
+        assert list(map(repr, span_fields(table, fields, at))) == want  # made from those tasks alone
+        for f in fields:
+            span_column(table, f)
+        assert list(map(repr, span_fields(table, fields, at))) == want  # taken from the kept columns
         assert table._spans is None
 
 
