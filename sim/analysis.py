@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.results import SimResult, Span, span_arrays, span_column
+from sim.results import SimResult, Span, span_arrays, span_column, span_op_args
 from sim.types import CommClass, OpKind, Stream
 
 __all__ = ["RankBreakdown", "breakdown", "union_length"]
@@ -146,8 +146,8 @@ def breakdown(result: SimResult) -> list[RankBreakdown]:
     kinds = list(OpKind)
     kcode = {k: i for i, k in enumerate(kinds)}
     kind = np.fromiter(map(kcode.__getitem__, span_column(spans, _F_KIND)), dtype=np.int64, count=n)
-    op_args = span_column(spans, _F_OP_ARGS)
-    blocks = any(map(_kind_shares, dict(zip(map(id, op_args), op_args)).values()))  # layer blocks' shares
+    blocks = any(map(_kind_shares, span_op_args(spans)))  # layer blocks' shares
+    op_args = span_column(spans, _F_OP_ARGS) if blocks else None
     order = np.argsort(rank, kind="stable")
     ranks_sorted = rank[order]
     out = []

@@ -16,7 +16,7 @@ import numpy as np
 
 from sim.types import CommClass, OpKind, Stream
 
-__all__ = ["Span", "SPAN_FIELDS", "SpanTable", "span_column", "span_fields", "span_flows", "span_arrays", "CounterSample", "RankInfo",
+__all__ = ["Span", "SPAN_FIELDS", "SpanTable", "span_column", "span_fields", "span_flows", "span_op_args", "span_arrays", "CounterSample", "RankInfo",
            "SimResult"]
 
 
@@ -246,6 +246,14 @@ def span_flows(spans: Sequence[Span]) -> tuple[set[int], set[int]]:
     if isinstance(spans, SpanTable):
         return spans.flows()
     return set(map(SPAN_FIELDS[_F_FLOW_OUT], spans)) - {None}, set(map(SPAN_FIELDS[_F_FLOW_IN], spans)) - {None}
+
+
+def span_op_args(spans: Sequence[Span]) -> list:
+    """The distinct ``op_args`` of ``spans`` (by identity; of a :class:`SpanTable`: each op's)."""
+    if isinstance(spans, SpanTable):
+        return list(spans.op_args.values())
+    col = span_column(spans, _F_OP_ARGS)
+    return list(dict(zip(map(id, col), col)).values())
 
 
 def span_arrays(spans: Sequence[Span]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -13,7 +13,7 @@ import pytest
 import sim.trace as trace
 from sim.analysis import breakdown
 from sim.config import load_topology, load_workload_with_notes
-from sim.results import SPAN_FIELDS, Span, SpanTable, span_arrays, span_column, span_fields, span_flows
+from sim.results import SPAN_FIELDS, Span, SpanTable, span_arrays, span_column, span_fields, span_flows, span_op_args
 from sim.runner import simulate
 from sim.types import ScheduleKind, Stream
 from tests.conftest import make_workload
@@ -76,6 +76,7 @@ def test_columns_equal_the_spans_fields_and_make_no_span(runs):
         for got, want in zip(span_arrays(table), span_arrays(spans)):
             assert got.dtype == want.dtype and np.array_equal(got, want)
         assert span_flows(table) == span_flows(spans) and all(span_flows(spans))
+        assert sorted(map(repr, span_op_args(table))) == sorted(map(repr, span_op_args(spans)))
         assert table._spans is None
 
 
