@@ -9,12 +9,15 @@ simulated at op level with its full Chrome trace written, in under 1 s on this 2
 machine. This prints, best of ``--repeat`` runs in one process:
 
 * **the pipeline's phases**: building the task program, pricing (plans, compute prices, the
-  comm ops placed at their solo time), the engine's loop, assembling the result's spans and
+  comm ops placed at their solo time), the engine's loop, assembling the result (its spans, a
+  :class:`~sim.results.SpanTable` of the tasks' starts and ends) and
   the busiest links' utilization counters (as ``llmsim run --trace`` does), and writing the
   gzip-compressed trace (its text formatted and deflated on both cores);
 * **floors**: what the output alone costs in CPython here, with none of llmsim's logic:
   - one record per op (:class:`~sim.program.Task`, a slotted dataclass) and one span per op
-    (a :class:`~sim.results.Span` tuple made with ``tuple.__new__``, as the engine does);
+    (a :class:`~sim.results.Span` tuple made with ``tuple.__new__``, as the engine did before it
+    kept its spans as a table: the least one Python object per op of output costs, which the
+    trace's and the report's fields now are);
   - the least per-op placement loop (``end = start + duration``, stored);
   - the trace's bytes: ``zlib`` at level 1 (its fastest) over the trace's text, and joining
     the already formatted event strings with their encoding to UTF-8 (what is left of
