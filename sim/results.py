@@ -16,8 +16,8 @@ import numpy as np
 
 from sim.types import CommClass, OpKind, Stream
 
-__all__ = ["Span", "SPAN_FIELDS", "SpanTable", "span_column", "span_fields", "span_flows", "span_op_args", "span_arrays", "CounterSample", "RankInfo",
-           "SimResult"]
+__all__ = ["Span", "SPAN_FIELDS", "SpanTable", "span_column", "span_fields", "span_flows", "span_op_args",
+           "span_arrays", "CounterSample", "RankInfo", "SimResult"]
 
 
 class Span(NamedTuple):

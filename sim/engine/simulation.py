@@ -60,7 +60,6 @@ class _CountingEnvironment(simpy.Environment):
         super().step()
 
 
-
 _ALL_CONTEND = False
 """Treat every comm stream as one whose kernels hold SMs, even at a fraction of 0 (for the tests:
 the clock-driven placement of compute must then give the eager placement's timeline)."""

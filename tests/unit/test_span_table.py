@@ -13,7 +13,16 @@ import pytest
 import sim.trace as trace
 from sim.analysis import breakdown
 from sim.config import load_topology, load_workload_with_notes
-from sim.results import SPAN_FIELDS, Span, SpanTable, span_arrays, span_column, span_fields, span_flows, span_op_args
+from sim.results import (
+    SPAN_FIELDS,
+    Span,
+    SpanTable,
+    span_arrays,
+    span_column,
+    span_fields,
+    span_flows,
+    span_op_args,
+)
 from sim.runner import simulate
 from sim.types import ScheduleKind, Stream
 from tests.conftest import make_workload
