@@ -49,7 +49,8 @@ class Span(NamedTuple):
 
 SPAN_FIELDS = tuple(map(operator.itemgetter, range(len(Span._fields))))
 """A getter of each of :class:`Span`'s fields, in their order: ``map`` one over many spans
-(the trace writer, the breakdown) without a Python-level attribute access per span."""
+without a Python-level attribute access per span (:func:`span_column` and :func:`span_fields`
+over a list of spans)."""
 
 
 _SEND_STREAMS = (Stream.PP_SEND, Stream.PP_SEND_GRAD)
