@@ -55,7 +55,6 @@ import signal
 import struct
 import tempfile
 import threading
-import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -64,7 +63,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.gzip_parts import GzipParts, deflate_part
+from sim.gzip_parts import GzipParts, crc32, deflate_part
 from sim.results import SimResult, Span, span_arrays, span_column, span_fields, span_flows
 from sim.types import CommClass, OpKind, Stream
 
@@ -710,7 +709,7 @@ class _Child:
                 for batch in bulk.batches(split, len(bulk)):
                     data = "".join(_pieces([batch], first=False)).encode("utf-8")
                     if deflate and data:
-                        crc, size = zlib.crc32(data, crc), size + len(data)
+                        crc, size = crc32(data, crc), size + len(data)
                         data = deflate_part(data)
                     _write_all(spool.fileno(), data)
                     _write_all(write_end, _MESSAGE.pack(len(data), crc, size))
@@ -777,9 +776,9 @@ def _trace_text(result: SimResult, title: str, metadata: dict | None) -> str:
 
 
 def _gzip_bytes(parts: Iterator[str | bytes | _Deflated | _TextSum]) -> bytes:
-    """``parts`` as one gzip member (:class:`sim.gzip_parts.GzipParts`: level 3, no file name,
-    ``mtime=0``): each text part (UTF-8 encoded unless bytes already) deflated apart, on a
-    second thread while the next parts are formatted (zlib releases the GIL); parts deflated in
+    """``parts`` as one gzip member (:class:`sim.gzip_parts.GzipParts`: ISA-L's level 2, no file
+    name, ``mtime=0``): each text part (UTF-8 encoded unless bytes already) deflated apart, on a
+    second thread while the next parts are formatted (``isal_zlib`` releases the GIL); parts deflated in
     :func:`_forked_parts`'s child passed through, with their sum. The thread starts once the
     first part is taken, so that :func:`_forked_parts` forks before it. The bytes depend on
     the text and where it is cut into parts, not on which process deflated a part."""

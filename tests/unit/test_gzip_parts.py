@@ -8,7 +8,7 @@ import zlib
 
 import pytest
 
-from sim.gzip_parts import GzipParts, crc32_combine, deflate_part
+from sim.gzip_parts import GzipParts, crc32, crc32_combine, deflate_part
 
 
 @pytest.mark.parametrize("len2", [0, 1, 2, 3, 7, 8, 9, 255, 256, 4096, 65537, 1_000_003])
@@ -17,6 +17,15 @@ def test_crc32_combine_is_the_crc_of_the_concatenation(len2):
     a = rng.randbytes(rng.randrange(0, 5000))
     b = rng.randbytes(len2)
     assert crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+
+
+@pytest.mark.parametrize("n", [0, 1, 15, 16, 17, 64, 1000, 65_536, 1_000_003])
+def test_crc32_is_zlibs_from_any_running_value(n):
+    rng = random.Random(n)
+    data = rng.randbytes(n)
+    for value in (0, 1, rng.randrange(2**32), 2**32 - 1):
+        assert crc32(data, value) == zlib.crc32(data, value)
+    assert crc32(data) == zlib.crc32(data)
 
 
 def test_parts_deflated_apart_make_one_member_of_their_text():
@@ -29,6 +38,7 @@ def test_parts_deflated_apart_make_one_member_of_their_text():
         g.add_deflated(deflate_part(t))
     g.add_sum(zlib.crc32(texts[3], zlib.crc32(texts[2])), len(texts[2]) + len(texts[3]))
     g.add_text(texts[4])
+    g.add_text(b"")  # nothing
     data = g.finish()
     whole = b"".join(texts)
     assert gzip.decompress(data) == whole
@@ -42,3 +52,11 @@ def test_a_wrong_sum_is_caught_by_the_reader():
     g.add_sum(zlib.crc32(b"trace") ^ 1, 5)
     with pytest.raises((OSError, zlib.error)):
         gzip.decompress(g.finish())
+
+
+def test_a_text_part_is_deflated_smaller_and_read_back_by_zlib():
+    text = b"".join(b'{"ph":"X","name":"fc1","ts":%d.%03d},' % (i, i % 1000) for i in range(20_000))
+    chunk = deflate_part(text)
+    assert len(chunk) < len(text) // 5  # compressed, not stored
+    assert chunk.endswith(b"\x00\x00\xff\xff")  # a sync flush: the next part may follow
+    assert zlib.decompressobj(-zlib.MAX_WBITS).decompress(chunk) == text
