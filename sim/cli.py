@@ -37,6 +37,7 @@ from typing import Sequence
 
 from sim import __version__
 from sim.errors import ConfigError, NotBuiltError, SimError
+from sim.outpaths import check_output_paths
 
 __all__ = ["main"]
 
@@ -535,6 +536,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.print_help()
         return 2
     try:
+        check_output_paths(args)  # before any work: a mistyped --json is not found minutes later
         return args.func(args)
     except (ConfigError, NotBuiltError) as e:
         print(f"llmsim: error: {e}", file=sys.stderr)

@@ -1,0 +1,78 @@
+"""Where a command will write, checked before it works.
+
+A large simulation takes minutes (``llmsim validate`` over every published run, Narayanan et
+al.'s 530B model on 560 GPUs alone about 45 s); a mistyped ``--json`` or ``--trace`` should not
+be found after it. :func:`check_output_paths` looks at each output option a command was given
+and raises one :class:`~sim.errors.ConfigError` naming the option, what it needs and the path,
+before anything is simulated:
+
+* a file (``--json``, ``--trace``, ``--html``, ``--plot``, ``--csv``, ``--markdown``) may not
+  be a folder, and may be written: an existing one writable, a new one in a folder that exists
+  or can be made (its nearest existing ancestor a folder this process may write into);
+* a folder (``--trace-dir``, ``--chakra``) may not be a file, and the same for the rest.
+
+Nothing is created here; the writers make the missing folders as before. What the operating
+system refuses in spite of these checks (a full disk, a file system that takes no new files
+such as ``/proc``, a path whose permissions change meanwhile) is still reported after the work,
+as one line naming the path (:func:`sim.cli.main`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from sim.errors import ConfigError
+
+__all__ = ["DIR_OPTIONS", "FILE_OPTIONS", "check_output_path", "check_output_paths"]
+
+FILE_OPTIONS: Mapping[str, str] = {"json": "--json", "trace": "--trace", "html": "--html", "plot": "--plot",
+                                   "csv": "--csv", "markdown": "--markdown"}
+"""argparse destination -> option, for the options that name a file to write."""
+DIR_OPTIONS: Mapping[str, str] = {"trace_dir": "--trace-dir", "chakra": "--chakra"}
+"""argparse destination -> option, for the options that name a folder to write into."""
+
+
+def check_output_path(path: str, option: str, *, folder: bool = False) -> None:
+    """Raise :class:`~sim.errors.ConfigError` unless ``path`` (given to ``option``) can be
+    written as a file (``folder`` false) or a folder.
+
+    >>> check_output_path("report.json", "--json")
+    >>> check_output_path(".", "--json")
+    Traceback (most recent call last):
+    ...
+    sim.errors.ConfigError: <--json>: --json: expected a file to write, not a folder (got '.')
+    """
+    where = f"<{option}>"
+    what = "a folder to write into" if folder else "a file to write"
+    p = Path(path)
+    if p.exists():
+        if folder and not p.is_dir():
+            raise ConfigError(where, option, f"{what}, not a file", path)
+        if not folder and p.is_dir():
+            raise ConfigError(where, option, f"{what}, not a folder", path)
+        if not os.access(p, os.W_OK | (os.X_OK if folder else 0)):
+            raise ConfigError(where, option, f"{what} that this user may write", path)
+        return
+    ancestor = p.absolute().parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ConfigError(where, option, f"{what} under a folder ({ancestor} is a file)", path)
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(where, option, f"{what} in a folder this user may write into "
+                                         f"({ancestor} is not writable)", path)
+
+
+def check_output_paths(args: object) -> None:
+    """:func:`check_output_path` for each output option set on ``args`` (an argparse
+    namespace), files first, in a fixed order."""
+    for dest, option in FILE_OPTIONS.items():
+        path = getattr(args, dest, None)
+        if isinstance(path, str):
+            check_output_path(path, option)
+    for dest, option in DIR_OPTIONS.items():
+        path = getattr(args, dest, None)
+        if isinstance(path, str):
+            check_output_path(path, option, folder=True)

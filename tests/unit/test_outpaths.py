@@ -1,0 +1,102 @@
+"""Output paths are checked before a command works (sim/outpaths.py, sim.cli.main)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+import sim.outpaths as outpaths
+from sim.cli import _parser, main
+from sim.errors import ConfigError
+from sim.outpaths import DIR_OPTIONS, FILE_OPTIONS, check_output_path, check_output_paths
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def _layout(tmp_path: Path) -> tuple[Path, Path]:
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "a-folder").mkdir()
+    return tmp_path / "a-file", tmp_path / "a-folder"
+
+
+# (argv after the preset, with {file} and {folder} filled in; the option the error names; what it says)
+BAD = [
+    (["run", "tiny", "--json", "{file}/report.json"], "--json", "is a file"),
+    (["run", "tiny", "--trace", "{folder}"], "--trace", "not a folder"),
+    (["run", "tiny", "--html", "{file}/deeper/page.html"], "--html", "is a file"),
+    (["run", "tiny", "--trace-dir", "{file}"], "--trace-dir", "not a file"),
+    (["run", "tiny", "--chakra", "{file}/et"], "--chakra", "is a file"),
+    (["memory", "tiny", "--json", "{folder}"], "--json", "not a folder"),
+    (["compare", "tiny", "--topology", "dgx-a100", "--json", "{folder}"], "--json", "not a folder"),
+    (["validate", "{file}", "--markdown", "{folder}"], "--markdown", "not a folder"),
+]
+
+
+@pytest.mark.parametrize("argv, option, says", BAD, ids=[f"{a[0]}-{o}" for a, o, _ in BAD])
+def test_a_bad_output_path_is_one_line_before_any_work(argv, option, says, tmp_path, capsys):
+    file, folder = _layout(tmp_path)
+    argv = [a.format(file=file, folder=folder) for a in argv]
+    status, out, err = _run(capsys, *argv)
+    assert status == 2
+    assert out == ""  # nothing simulated, no report
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("llmsim: error: "), err
+    assert f"<{option}>: {option}: expected" in lines[0] and says in lines[0], lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "a-folder"]  # nothing made
+
+
+def test_a_new_nested_path_passes_and_is_written(tmp_path, capsys):
+    report = tmp_path / "new" / "sub" / "report.json"
+    trace_dir = tmp_path / "other" / "ranks"
+    status, out, err = _run(capsys, "run", "tiny", "--json", str(report), "--trace-dir", str(trace_dir))
+    assert status == 0, err
+    assert report.is_file() and any(trace_dir.iterdir())
+
+
+def test_an_existing_file_and_folder_pass(tmp_path):
+    file, folder = _layout(tmp_path)
+    check_output_path(str(file), "--json")
+    check_output_path(str(folder), "--trace-dir", folder=True)
+
+
+def test_a_path_this_user_may_not_write_is_refused(tmp_path, monkeypatch):
+    file, folder = _layout(tmp_path)
+    refused = {folder, file}
+    monkeypatch.setattr(outpaths.os, "access", lambda p, mode: Path(p) not in refused)
+    with pytest.raises(ConfigError, match="not writable"):
+        check_output_path(str(folder / "report.json"), "--json")
+    with pytest.raises(ConfigError, match="may write"):
+        check_output_path(str(file), "--json")
+    with pytest.raises(ConfigError, match="may write"):
+        check_output_path(str(folder), "--chakra", folder=True)
+    check_output_path(str(tmp_path / "report.json"), "--json")  # tmp_path itself is writable
+
+
+def test_only_path_values_are_looked_at(tmp_path):
+    file, _ = _layout(tmp_path)
+    check_output_paths(argparse.Namespace(json=None, trace=False, plot=None, chakra=None, other=str(file / "x")))
+    with pytest.raises(ConfigError, match="--csv"):
+        check_output_paths(argparse.Namespace(json=None, csv=str(file / "x.csv")))
+
+
+def _options(parser: argparse.ArgumentParser):
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _options(sub)
+        elif action.option_strings and action.help and action.help.startswith(("write", "draw")):
+            yield action
+
+
+def test_every_option_that_writes_is_checked():
+    writers = list(_options(_parser()))
+    assert len(writers) >= 20  # every command's --json, the run's traces, the plots
+    for action in writers:
+        assert FILE_OPTIONS.get(action.dest) in action.option_strings or \
+            DIR_OPTIONS.get(action.dest) in action.option_strings, action.option_strings
