@@ -544,6 +544,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SimError as e:
         print(f"llmsim: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT (128 + 2)
+        print("llmsim: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # e.g. `llmsim run | head`
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- keep the interpreter's flush quiet
         return 0

@@ -254,3 +254,16 @@ def test_bad_input_one_clean_line(build, field, tmp_path, capsys):
     for word in (field,) if isinstance(field, str) else field:
         assert word in line, line
     assert not json_path.exists()
+
+
+def test_ctrl_c_is_one_line_and_status_130(capsys, monkeypatch):
+    import sim.runner
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sim.runner, "simulate", interrupted)
+    status, out, err = _run(capsys, "run", "tiny")
+    assert status == 130
+    assert err == "llmsim: interrupted\n"
+    assert "Traceback" not in out
