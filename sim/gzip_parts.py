@@ -10,7 +10,9 @@ compressed elsewhere joins the running one by :func:`crc32_combine`.
 The deflating, the CRC-32 and its combination are ISA-L's (Intel's Intelligent Storage
 Acceleration Library, through the ``isal`` package's ``isal_zlib``, a drop-in for ``zlib``):
 at its level 2 it deflates a trace's text about five times as fast as zlib at level 3, to
-files about 1.5% larger (the README says why it is a dependency).
+files about 1.5% larger (the README says why it is a dependency). On a machine the package has
+no wheel for (it is installed on x86-64 and ARM64 only), Python's ``zlib`` does it at level 3,
+as before: the same text, other compressed bytes.
 
 The bytes depend only on the parts, not on where each was deflated, so a trace writer that
 deflates some parts in a child process writes the same file as one that deflates them all
@@ -31,34 +33,77 @@ from __future__ import annotations
 
 import zlib
 
-from isal import isal_zlib
+try:
+    from isal import isal_zlib as _deflate
+except ImportError:  # a machine the isal package has no wheel for (README, "Dependencies")
+    _deflate = None
 
 __all__ = ["LEVEL", "GzipParts", "crc32", "crc32_combine", "deflate_part"]
 
-LEVEL = 2
-"""ISA-L's compression level for traces, its default. On the 99.8 MB text of ``llmsim run
-gpt3-175b --trace`` cut in 2 MB parts, on the 2-core machine: level 1 0.061 s and 8.00 MB,
-level 2 0.056 s and 7.97 MB, level 3 (ISA-L's slowest) 0.23 s and 7.91 MB; zlib's level 3,
-which the traces used before, 0.28 s and 7.84 MB."""
+LEVEL = 2 if _deflate is not None else 3
+"""The compression level for traces: ISA-L's default, 2, or zlib's 3 where ISA-L is missing.
+On the 99.8 MB text of ``llmsim run gpt3-175b --trace`` cut in 2 MB parts, on the 2-core
+machine: ISA-L's level 1 0.061 s and 8.00 MB, level 2 0.056 s and 7.97 MB, level 3 (its
+slowest) 0.23 s and 7.91 MB; zlib's level 3, which the traces used before, 0.28 s and 7.84 MB
+(its level 1 is barely faster, its level 6 twice as slow for 15% smaller files)."""
 _HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 """RFC 1952: deflate, no flags (no file name), mtime 0, no extra flags, OS unknown (255), as
 :class:`gzip.GzipFile` writes it for ``filename=""``, ``mtime=0`` at this level."""
-_END = isal_zlib.compressobj(LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS).flush()
-"""A final empty block: what closes the stream after the last part."""
+_END = b"\x03\x00"
+"""A final empty block (fixed Huffman codes, BFINAL set, end of block): what closes the
+stream after the last part, what zlib's and ISA-L's ``flush()`` of an empty stream write."""
 
 
 def deflate_part(data: bytes) -> bytes:
     """``data`` deflated with no history, ending on a byte boundary (raw deflate, sync flush)."""
-    c = isal_zlib.compressobj(LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+    c = (_deflate or zlib).compressobj(LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
     return c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
 
 
-crc32 = isal_zlib.crc32
-"""``zlib.crc32``'s value (``crc32(data, value=0)``), by ISA-L: about five times as fast here."""
+def _gf2_times(mat: list[int], vec: int) -> int:
+    out, i = 0, 0
+    while vec:
+        if vec & 1:
+            out ^= mat[i]
+        vec >>= 1
+        i += 1
+    return out
 
-crc32_combine = isal_zlib.crc32_combine
-"""The CRC-32 of ``a + b`` from ``crc32(a)``, ``crc32(b)`` and ``len(b)`` (zlib's
-``crc32_combine``, which Python's ``zlib`` module does not expose), by ISA-L."""
+
+def _gf2_square(mat: list[int]) -> list[int]:
+    return [_gf2_times(mat, m) for m in mat]
+
+
+def _crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """The CRC-32 of ``a + b`` from ``crc1 = crc32(a)``, ``crc2 = crc32(b)`` and ``len(b)``:
+    zlib's ``crc32_combine`` (crc32.c, zlib 1.2.11), which Python's ``zlib`` module does not
+    expose: ``len2`` zero bytes applied to ``crc1`` as a power of the GF(2) matrix of one zero
+    bit, squared once per bit of ``len2``. The fallback where ISA-L is missing.
+
+    >>> a, b = b"trace ", b"events"
+    >>> _crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
+    True
+    """
+    if len2 <= 0:
+        return crc1
+    op = [0xEDB88320] + [1 << n for n in range(31)]  # the operator of one zero bit
+    for _ in range(3):  # squared three times: one zero byte
+        op = _gf2_square(op)
+    while len2:  # its powers commute: apply the power of two for each set bit of len2
+        if len2 & 1:
+            crc1 = _gf2_times(op, crc1)
+        len2 >>= 1
+        if len2:
+            op = _gf2_square(op)
+    return crc1 ^ crc2
+
+
+crc32 = _deflate.crc32 if _deflate is not None else zlib.crc32
+"""``zlib.crc32``'s value (``crc32(data, value=0)``); ISA-L's is about five times as fast here."""
+
+crc32_combine = _deflate.crc32_combine if _deflate is not None else _crc32_combine
+"""The CRC-32 of ``a + b`` from ``crc32(a)``, ``crc32(b)`` and ``len(b)``: ISA-L's, or
+:func:`_crc32_combine`."""
 
 
 class GzipParts:

@@ -47,7 +47,8 @@ thread names, and each rank's memory counter, so a per-rank file opens in Perfet
 rank's part of the merged trace. The p2p arrows are left out: their two ends are in different
 files. In representative mode (the default) only the simulated ranks, one per pipeline stage,
 get a file; :func:`representative_note` says so in the run's notes. The bytes are
-deterministic: same result, same files (gzip by ISA-L, :mod:`sim.gzip_parts`' level, with ``mtime=0`` and no file name).
+deterministic: same result, same files (gzip by :class:`sim.gzip_parts.GzipParts`: ``mtime=0``,
+no file name).
 """
 
 from __future__ import annotations
@@ -60,9 +61,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from isal import igzip
-
-from sim.gzip_parts import LEVEL
+from sim.gzip_parts import GzipParts
 from sim.results import SimResult
 from sim.trace import _US_PER_S, _Bulk, _counter_batch, _counter_columns, chrome_trace
 from sim.types import OpKind
@@ -283,9 +282,10 @@ def write_rank_traces(result: SimResult, directory: str | os.PathLike, *, title:
         path = out / rank_file_name(rank, compress)
         data = text.encode("utf-8")
         with open(path, "wb") as fh:
-            if compress:
-                with igzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0, compresslevel=LEVEL) as gz:
-                    gz.write(data)
+            if compress:  # one gzip member, no file name, mtime 0
+                gz = GzipParts()
+                gz.add_text(data)
+                fh.write(gz.finish())
             else:
                 fh.write(data)
         paths.append(path)
