@@ -34,13 +34,13 @@ from __future__ import annotations
 import zlib
 
 try:
-    from isal import isal_zlib as _deflate
+    from isal import isal_zlib as _zlib
 except ImportError:  # a machine the isal package has no wheel for (README, "Dependencies")
-    _deflate = None
+    _zlib = zlib
 
 __all__ = ["LEVEL", "GzipParts", "crc32", "crc32_combine", "deflate_part"]
 
-LEVEL = 2 if _deflate is not None else 3
+LEVEL = 2 if _zlib is not zlib else 3
 """The compression level for traces: ISA-L's default, 2, or zlib's 3 where ISA-L is missing.
 On the 99.8 MB text of ``llmsim run gpt3-175b --trace`` cut in 2 MB parts, on the 2-core
 machine: ISA-L's level 1 0.061 s and 8.00 MB, level 2 0.056 s and 7.97 MB, level 3 (its
@@ -56,7 +56,7 @@ stream after the last part, what zlib's and ISA-L's ``flush()`` of an empty stre
 
 def deflate_part(data: bytes) -> bytes:
     """``data`` deflated with no history, ending on a byte boundary (raw deflate, sync flush)."""
-    c = (_deflate or zlib).compressobj(LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
+    c = _zlib.compressobj(LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS)
     return c.compress(data) + c.flush(zlib.Z_SYNC_FLUSH)
 
 
@@ -98,10 +98,10 @@ def _crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     return crc1 ^ crc2
 
 
-crc32 = _deflate.crc32 if _deflate is not None else zlib.crc32
+crc32 = _zlib.crc32
 """``zlib.crc32``'s value (``crc32(data, value=0)``); ISA-L's is about five times as fast here."""
 
-crc32_combine = _deflate.crc32_combine if _deflate is not None else _crc32_combine
+crc32_combine = getattr(_zlib, "crc32_combine", _crc32_combine)
 """The CRC-32 of ``a + b`` from ``crc32(a)``, ``crc32(b)`` and ``len(b)``: ISA-L's, or
 :func:`_crc32_combine`."""
 

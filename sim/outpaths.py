@@ -68,11 +68,8 @@ def check_output_path(path: str, option: str, *, folder: bool = False) -> None:
 def check_output_paths(args: object) -> None:
     """:func:`check_output_path` for each output option set on ``args`` (an argparse
     namespace), files first, in a fixed order."""
-    for dest, option in FILE_OPTIONS.items():
-        path = getattr(args, dest, None)
-        if isinstance(path, str):
-            check_output_path(path, option)
-    for dest, option in DIR_OPTIONS.items():
-        path = getattr(args, dest, None)
-        if isinstance(path, str):
-            check_output_path(path, option, folder=True)
+    for options, folder in ((FILE_OPTIONS, False), (DIR_OPTIONS, True)):
+        for dest, option in options.items():
+            path = getattr(args, dest, None)
+            if isinstance(path, str):
+                check_output_path(path, option, folder=folder)

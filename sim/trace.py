@@ -776,9 +776,9 @@ def _trace_text(result: SimResult, title: str, metadata: dict | None) -> str:
 
 
 def _gzip_bytes(parts: Iterator[str | bytes | _Deflated | _TextSum]) -> bytes:
-    """``parts`` as one gzip member (:class:`sim.gzip_parts.GzipParts`: ISA-L's level 2, no file
-    name, ``mtime=0``): each text part (UTF-8 encoded unless bytes already) deflated apart, on a
-    second thread while the next parts are formatted (``isal_zlib`` releases the GIL); parts deflated in
+    """``parts`` as one gzip member (:class:`sim.gzip_parts.GzipParts`: ISA-L, or zlib where it is
+    missing, no file name, ``mtime=0``): each text part (UTF-8 encoded unless bytes already)
+    deflated apart, on a second thread while the next parts are formatted (both release the GIL); parts deflated in
     :func:`_forked_parts`'s child passed through, with their sum. The thread starts once the
     first part is taken, so that :func:`_forked_parts` forks before it. The bytes depend on
     the text and where it is cut into parts, not on which process deflated a part."""
