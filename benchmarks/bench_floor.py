@@ -19,10 +19,13 @@ machine. This prints, best of ``--repeat`` runs in one process:
     kept its spans as a table: the least one Python object per op of output costs, which the
     trace's and the report's fields now are);
   - the least per-op placement loop (``end = start + duration``, stored);
+  - the engine's events: as many bare SimPy events (a timeout each, nothing attached) as the
+    engine processed, on eight processes;
   - the trace's bytes: deflating the trace's text in one go as the writer does it (ISA-L at
-    :data:`sim.gzip_parts.LEVEL`, five times as fast as zlib's fastest level here), and joining
-    the already formatted event strings with their encoding to UTF-8 (what is left of
-    formatting once every piece of text exists).
+    :data:`sim.gzip_parts.LEVEL`, five times as fast as zlib's fastest level here), joining
+    the already formatted event strings a batch at a time with their encoding to UTF-8, and
+    writing two integers per event as text (what is left of formatting once every other piece
+    of text exists).
 
 The floors add up to what no rewrite in Python of the same design gets under: the trace's
 compression and joining split over the two cores at best (the writer deflates the text in
@@ -38,6 +41,8 @@ import json
 import sys
 import time
 from pathlib import Path
+
+import simpy
 
 import sim
 from sim.cli import LINK_COUNTERS, _resolve_topology
@@ -147,11 +152,39 @@ def floors(prog, res, path: Path, repeat: int) -> dict:
     events = json.loads(text)["traceEvents"]
     strings = [json.dumps(e, separators=(",", ":"), ensure_ascii=False) for e in events]
     out["trace_events"] = len(strings)
-    out["join_encode_s"], _ = _best(lambda: ",".join(strings).encode("utf-8"), repeat)
-    one_core = out["task_records_s"] + out["span_tuples_s"] + out["placement_loop_s"]
-    # the trace's text is deflated in pieces (sim.gzip_parts), so both parts split over the two cores
-    out["floor_s"] = one_core + (out["deflate_s"] + out["join_encode_s"]) / 2
+    # joined and encoded a batch at a time, as the writer does (one 100 MB string would time the
+    # kernel handing the process fresh pages, not the join)
+    batches = [strings[i:i + _BATCH] for i in range(0, len(strings), _BATCH)]
+    out["join_encode_s"], _ = _best(lambda: [",".join(b).encode("utf-8") for b in batches], repeat)
+    # every event's two numbers (ts and dur, or ts and a counter's value) as text: the spans'
+    # start and end in whole microseconds, as many as the events need
+    us = [int(x * 1e6) for s in res.spans for x in (s.start_s, s.end_s)]
+    numbers = (us * (2 * len(strings) // len(us) + 1))[:2 * len(strings)]
+    out["number_text_s"], _ = _best(lambda: list(map(str, numbers)), repeat)
+    out["engine_events"] = res.events
+    out["simpy_events_s"], _ = _best(lambda: _bare_events(res.events), repeat)
+    one_core = out["task_records_s"] + out["span_tuples_s"] + out["placement_loop_s"] + out["simpy_events_s"]
+    # the trace's text is made and deflated in pieces (sim.gzip_parts), so those split over the two cores
+    out["floor_s"] = one_core + (out["deflate_s"] + out["join_encode_s"] + out["number_text_s"]) / 2
     return out
+
+
+_BATCH = 1 << 14
+"""Events per batch of the floor's join (about the writer's: a stream, or 16,384 events)."""
+
+
+def _bare_events(n: int) -> int:
+    """``n`` SimPy events with nothing attached: eight processes each waiting on a timeout in
+    turn (the engine keeps a process per stream)."""
+    env = simpy.Environment()
+
+    def proc(k: int):
+        for _ in range(k):
+            yield env.timeout(1e-6)
+    for i in range(8):
+        env.process(proc(n // 8 + (i < n % 8)))
+    env.run()
+    return n
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {k[:-2].replace('_', ' '):<26} {ph[k]:6.3f}")
     print(f"  {'total':<26} {total:6.3f}   (target {TARGET_S:.1f})")
     print("\nfloor (CPython, no llmsim logic) s")
-    for k in ("task_records_s", "span_tuples_s", "placement_loop_s", "deflate_s", "join_encode_s"):
+    for k in ("task_records_s", "span_tuples_s", "placement_loop_s", "simpy_events_s", "deflate_s",
+              "join_encode_s", "number_text_s"):
         print(f"  {k[:-2].replace('_', ' '):<26} {fl[k]:6.3f}")
     print(f"  {'sum (trace parts on 2 cores)':<26} {fl['floor_s']:6.3f}")
     if a.json:
