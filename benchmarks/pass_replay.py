@@ -43,6 +43,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from quiet_passes import pass_of  # noqa: E402  (a sibling script: how both sort ops into passes)
+
 from sim.cli import _resolve_topology
 from sim.config import load_workload_with_notes
 from sim.engine.contention import HeldSMs
@@ -132,11 +135,8 @@ def study(preset: str) -> dict:
     keys: dict[int, tuple] = {}
 
     def key(t) -> tuple:
-        """The pass of task ``t``: its args, a backward's recomputed forward ops with it."""
-        k = keys.get(id(t.args))
-        if k is None:
-            k = keys[id(t.args)] = tuple(("phase", "bwd") if p == ("phase", "recompute") else p for p in t.args)
-        return (t.rank, k)
+        """The pass of task ``t`` (:func:`quiet_passes.pass_of`) on its rank."""
+        return (t.rank, pass_of(t.args, keys))
 
     passes: dict[tuple, list[int]] = defaultdict(list)
     kernels: dict[int, list] = defaultdict(list)  # rank -> (start, end, its pass or None) of SM-holding kernels

@@ -38,6 +38,17 @@ from sim.types import Stream
 DEFAULT = ("gpt3-175b-1024", "gpt3-175b", "llama3-70b")
 
 
+def pass_of(args: tuple, seen: dict[int, tuple]) -> tuple:
+    """The layer pass whose op has ``args``: its layer, micro-batch, chunk and phase, a
+    backward's recomputed forward ops (phase ``recompute``) with that backward. ``seen`` keeps
+    the answer by the tuple's id (the generator shares one tuple among a pass's ops, and the
+    run keeps them alive). ``pass_replay.py`` sorts tasks into passes by it too."""
+    k = seen.get(id(args))
+    if k is None:
+        k = seen[id(args)] = tuple(("phase", "bwd") if p == ("phase", "recompute") else p for p in args)
+    return k
+
+
 def count(preset: str) -> dict:
     """The passes of one op-level simulation of ``preset`` and those none of whose compute
     spans a contending comm kernel (the pass's own TP collectives included) overlaps."""
@@ -63,11 +74,7 @@ def count(preset: str) -> dict:
     keys: dict[int, tuple] = {}
     for s in run.result.spans:
         if s.stream is Stream.COMPUTE:
-            k = keys.get(id(s.args))
-            if k is None:  # a backward's recomputed forward ops belong to its pass
-                k = keys[id(s.args)] = tuple(("phase", "bwd") if p == ("phase", "recompute") else p
-                                             for p in s.args)
-            passes[(s.rank, k)].append(s)
+            passes[(s.rank, pass_of(s.args, keys))].append(s)
         elif s.stream.name in contenders.get(s.rank, ()) and s.end_s > s.start_s:
             beside[s.rank].append((s.start_s, s.end_s))
     starts = {r: sorted(v) for r, v in beside.items()}
