@@ -6,7 +6,8 @@
                [--slow-gpu RANK=FACTOR ...] [--granularity op|layer] [--trace-dir DIR] [--html PATH] [--chakra DIR]
     llmsim run --megatron-args "ARGS"|@FILE [--hf-config config.json] [--set system.gpu=NAME] [run options]
     llmsim memory [WORKLOAD.yaml] [--recompute none,selective,selective-op,full] [--plot PATH.png] [--json PATH]
-    llmsim validate FILE... [--json PATH]
+    llmsim validate [FILE...] [--json PATH]
+    llmsim presets [--json PATH]
     llmsim collective --topology T --op all-reduce --bytes 1GiB --ranks 8 [--algo auto|ring|multi-ring|tree|nvls|pat|hierarchical] [--json PATH]
     llmsim compare [WORKLOAD.yaml] --topology A --topology B [...] [--json PATH] [--plot PATH.png]
     llmsim sweep [WORKLOAD.yaml] [--topology T] [--space SPACE.yaml] [--top N] [--executor local|dask://HOST:PORT]
@@ -20,7 +21,7 @@
     llmsim infer [MODEL] --gpu H100-SXM5-80GB --tp 8 [--pp 1] --batch 1 --prompt 200 --generate 200 [--dtype fp8]
                  [--trace PATH] [--json PATH]          (inference: sim/inference/commands.py, docs/inference.md)
     llmsim roofline [MODEL] --gpu A100-SXM4-80GB,H100-SXM5-80GB,B200 --phase prefill,decode [--plot PATH.png]
-    llmsim validate-infer FILE [--json PATH]
+    llmsim validate-infer [FILE] [--json PATH]
 
 Bad input prints one line naming the file, the field, what was expected and what arrived,
 and exits with status 2; it never prints a traceback.
@@ -110,7 +111,7 @@ def _add_megatron_options(p: argparse.ArgumentParser) -> None:
                    "(torchrun ... pretrain_gpt.py --flag v ...); GPU type with --set system.gpu=NAME "
                    "(docs/megatron-args.md)")
     p.add_argument("--hf-config", metavar="PATH", help="with --megatron-args: a Hugging Face config.json giving "
-                   "the model (model flags given beside it must agree)")
+                   "the model, or a shipped one's name (llmsim presets); model flags given beside it must agree")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -230,15 +231,40 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             for r in rows:
                 print(format_row(r), file=sys.stderr, flush=True)
 
-    result = validate(args.files, progress, jobs=args.jobs)
+    files = args.files or _shipped_cases()
+    result = validate(files, progress, jobs=args.jobs)
     print(format_validation(result))
     if args.json:
         _write_json(args.json, result.to_dict())
     if args.markdown:
         from sim.validate import update_markdown
 
-        update_markdown(args.markdown, result, "llmsim validate " + " ".join(args.files) +
+        update_markdown(args.markdown, result, "llmsim validate " + " ".join(files) +
                         f" --markdown {args.markdown}")
+    return 0
+
+
+def _shipped_cases() -> list[str]:
+    """``llmsim validate`` with no files: every case file shipped in ``workloads/validation/``."""
+    from sim.config.presets import preset_folder
+
+    return [str(p) for p in sorted(preset_folder("workloads/validation").glob("*.yaml"))]
+
+
+def _cmd_presets(args: argparse.Namespace) -> int:
+    from sim.config.presets import PRESET_GROUPS, preset_root, presets
+
+    found = presets()
+    width = max(len(p.name) for p in found)
+    print(f"llmsim presets, in {preset_root()}: a command takes a preset's name or a file's path; "
+          "copy a file to edit it")
+    for group, _folder, _suffix, used_by in PRESET_GROUPS:
+        print(f"\n{group} ({used_by})")
+        for p in (p for p in found if p.group == group):
+            text = p.description if len(p.description) <= 90 else p.description[:87] + "..."
+            print(f"  {p.name:<{width}}  {text}")
+    if args.json:
+        _write_json(args.json, {"root": str(preset_root()), "presets": [p.to_dict() for p in found]})
     return 0
 
 
@@ -423,7 +449,8 @@ def _parser() -> argparse.ArgumentParser:
     val = sub.add_parser("validate", help="simulate published, measured runs and score the predictions",
                          description="Reads validation-case files (format: workloads/validation/README.md), "
                          "simulates every case, prints a row per case and the MAPE lines.")
-    val.add_argument("files", nargs="+", metavar="FILE", help="case files, e.g. workloads/validation/*.yaml")
+    val.add_argument("files", nargs="*", metavar="FILE", help="case files or names of the shipped ones, e.g. "
+                     "korthikanti2022 (default: every shipped case, workloads/validation/*.yaml)")
     val.add_argument("--json", metavar="PATH", help="write the rows and MAPE figures as JSON")
     val.add_argument("--markdown", metavar="PATH", help="write the table into PATH (docs/validation.md), "
                      "replacing only its generated part")
@@ -431,6 +458,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="simulate cases in N processes (default 1; the rows are the same)")
     val.add_argument("-v", "--verbose", action="store_true", help="print each row to stderr as it is scored")
     val.set_defaults(func=_cmd_validate)
+    pre = sub.add_parser("presets", help="list the shipped workloads, topologies, models and validation cases",
+                         description="List every preset llmsim ships, by group, with where it is installed: "
+                         "commands take these names wherever they take a file.")
+    pre.add_argument("--json", metavar="PATH", help="write the list as JSON")
+    pre.set_defaults(func=_cmd_presets)
     col = sub.add_parser("collective", help="time one collective on a topology, as nccl-tests reports it",
                          description="One collective on GPUs 0..N-1 of a topology, alone on the network: "
                          "time, algbw = S/t and busbw (nccl-tests' definitions).")

@@ -294,9 +294,9 @@ def load_nodes_table(path: str | None = None) -> dict:
 
     import yaml
 
-    from sim.config.fields import _resolve
+    from sim.config.presets import resolve_preset
 
-    file = Path(path) if path else _resolve("technology-nodes", "topologies")
+    file = Path(path) if path else resolve_preset("technology-nodes", "topologies")
     try:
         raw = yaml.safe_load(file.read_text())
     except (OSError, yaml.YAMLError) as exc:

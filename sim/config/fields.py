@@ -1,8 +1,7 @@
 """The YAML plumbing shared by the workload and topology loaders.
 
 Typed, validated reads of one mapping (:class:`_Fields`), the notes on filled-in defaults
-(:class:`_Notes`), finding a file or a preset of the repository's ``workloads/`` and
-``topologies/`` folders, reading YAML, and applying ``--set KEY=VALUE`` overrides. Every bad
+(:class:`_Notes`), reading YAML and applying ``--set KEY=VALUE`` overrides. Every bad
 input raises :class:`~sim.errors.ConfigError` naming the file and the field.
 """
 
@@ -15,7 +14,6 @@ from pathlib import Path
 
 import yaml
 
-import sim
 from sim.errors import ConfigError
 from sim.types import parse_enum
 
@@ -101,30 +99,7 @@ def _located(path: str) -> Iterator[None]:
         raise ConfigError(path, exc.field, exc.expected, exc.got) from None
 
 
-# --- files, presets, overrides ----------------------------------------------------------------
-
-
-def _repo_folder(kind: str) -> Path:
-    # sim.__file__ is sim/__init__.py, so its parent's parent is the repository root (this
-    # module's own __file__ is one folder deeper, in sim/config/).
-    return Path(sim.__file__).resolve().parent.parent / kind
-
-
-def _presets(kind: str) -> list[str]:
-    return sorted(p.stem for p in _repo_folder(kind).glob("*.yaml"))
-
-
-def _resolve(path_or_name: str, kind: str) -> Path:
-    path_or_name = str(path_or_name)
-    given = Path(path_or_name)
-    if given.is_file():
-        return given
-    folder = _repo_folder(kind)
-    for candidate in (folder / path_or_name, folder / f"{path_or_name}.yaml"):
-        if candidate.is_file():
-            return candidate
-    raise ConfigError(path_or_name, "<file>",
-                      f"an existing file or a preset in {folder}: {_presets(kind)}", path_or_name)
+# --- files and overrides ---------------------------------------------------------------------
 
 
 def _read_yaml(path: Path) -> object:

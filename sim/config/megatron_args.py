@@ -45,6 +45,7 @@ from pathlib import Path
 from sim.config.fields import _apply_overrides
 from sim.config.megatron_flags import (_NPROC, _TOKENIZER_VOCAB, IGNORED_FLAGS, MEGATRON_FLAGS,
                                        NOT_MODELLED_FLAGS, _BadValue)
+from sim.config.presets import preset_names, resolve_preset
 from sim.errors import ConfigError
 from sim.hf import read_hf_config
 from sim.workload.spec import WorkloadSpec, pipeline_split
@@ -79,7 +80,8 @@ class MegatronArgs:
 
 
 def read_megatron_args(value: str) -> tuple[str, str]:
-    """The text and source name of a ``--megatron-args`` value: ``@FILE`` reads the file.
+    """The text and source name of a ``--megatron-args`` value: ``@FILE`` reads the file, or
+    the shipped example of that name (``@llama3-8b``: ``workloads/megatron/llama3-8b.args``).
 
     Raises
     ------
@@ -88,7 +90,10 @@ def read_megatron_args(value: str) -> tuple[str, str]:
     """
     if not value.startswith("@"):
         return value, SOURCE
-    path = Path(value[1:])
+    try:
+        path = resolve_preset(value[1:], "workloads/megatron", suffix=".args")
+    except ConfigError:
+        path = Path(value[1:])
     try:
         return path.read_text(encoding="utf-8"), str(path)
     except (OSError, UnicodeDecodeError) as exc:
@@ -735,7 +740,8 @@ def load_megatron_workload(text: str, *, source: str = SOURCE, hf_config: str | 
     source : str
         Where the text came from (a file path), for messages and the workload's name.
     hf_config : path, optional
-        A Hugging Face ``config.json`` giving the model; model flags given beside it must agree.
+        A Hugging Face ``config.json`` giving the model, or the name of a shipped one
+        (``llama-3-8b``: ``workloads/hf/llama-3-8b.json``); model flags given beside it must agree.
     gpu, num_gpus, topology : optional
         The system: GPU name (default: the topology's GPU), GPU count (default: torchrun's
         ``--nnodes`` x ``--nproc-per-node``, else TP x PP x CP), topology preset or file.
@@ -758,9 +764,11 @@ def load_megatron_workload(text: str, *, source: str = SOURCE, hf_config: str | 
     args = parse_megatron_args(text, source)
     hf, hf_path = None, None
     if hf_config is not None:
-        hf_path = str(hf_config)
-        if not Path(hf_path).is_file():
-            raise ConfigError(hf_path, "<file>", "an existing Hugging Face config.json (--hf-config)", hf_path)
+        try:
+            hf_path = str(resolve_preset(str(hf_config), "workloads/hf", suffix=".json"))
+        except ConfigError:
+            raise ConfigError(str(hf_config), "<file>", "an existing Hugging Face config.json (--hf-config), or "
+                              f"a shipped one: {preset_names('workloads/hf', '.json')}", str(hf_config)) from None
         hf = read_hf_config(Path(hf_path))
     if gpu is None and topology is not None:
         from sim.config.topology import load_topology

@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from sim.config.fields import _apply_overrides, _Fields, _is_int, _is_number, _located, _read_yaml, _resolve
+from sim.config.fields import _apply_overrides, _Fields, _is_int, _is_number, _located, _read_yaml
+from sim.config.presets import resolve_preset
 from sim.errors import ConfigError
 from sim.hardware import EfficiencyCurve, get_gpu, gpu_names
 from sim.topology.spec import (DragonflySpec, FabricKind, LinkFault, LinkSpec, ScaleOutSpec, ScaleUpKind,
@@ -69,7 +70,7 @@ def load_topology(path_or_name: str, overrides: Sequence[str] = ()) -> TopologyS
     >>> load_topology("dgx-a100").scale_up.link.bandwidth_bytes_per_s
     300000000000.0
     """
-    file = _resolve(path_or_name, "topologies")
+    file = resolve_preset(path_or_name, "topologies")
     path = str(file)
     raw = _Fields(_read_yaml(file), path, "", _TOPO_KEYS).raw
     f = _Fields(_apply_overrides(raw, overrides, _TOPO_SETTABLE), path, "", _TOPO_KEYS)

@@ -22,8 +22,8 @@ from sim.config.defaults import (_framework_year, _attention_kernel_default, _fu
                                  _deterministic_default, _dist_opt_default, _param_gather_default, _grad_accum_fusion_default, _async_tp_allreduce_default, _unfused_bias_default, _dp_shard_default, _loss_default, _tp_overlap_cfg,
                                  _tp_overlap_default, _overlap_default, _recompute_meaning, _sp_default,
                                  _zero_default, _zero_impl_default)
-from sim.config.fields import (_apply_overrides, _Fields, _is_number, _located, _Notes, _presets,
-                               _read_yaml, _resolve)
+from sim.config.fields import _apply_overrides, _Fields, _is_number, _located, _Notes, _read_yaml
+from sim.config.presets import preset_names, resolve_preset
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec, get_gpu, gpu_names, power_limited
 from sim.hf import read_hf_config
@@ -98,7 +98,7 @@ def load_workload_with_notes(path: str | None = None, overrides: Sequence[str] =
     ConfigError
         For any malformed input, naming the file (``<--set>`` for a bad override) and field.
     """
-    file = _resolve(path or DEFAULT_WORKLOAD, "workloads")
+    file = resolve_preset(path or DEFAULT_WORKLOAD, "workloads")
     cases = _cases_in(file)
     if case is not None:
         ids = [c.get("id") for c in cases if isinstance(c, Mapping)]
@@ -127,7 +127,7 @@ def load_cases(path: str, overrides: Sequence[str] = ()) -> list[tuple[str, Work
     ConfigError
         If the file itself cannot be read or parsed.
     """
-    file = _resolve(path, "workloads")
+    file = resolve_preset(path, "workloads")
     out: list[tuple[str, WorkloadSpec | ConfigError]] = []
     for i, case in enumerate(_cases_in(file)):
         case_id = case.get("id") if isinstance(case, Mapping) else None
@@ -163,8 +163,9 @@ _TARGET_METRICS = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu",
 
 
 def load_case_records(path: str) -> list[CaseRecord]:
-    """Every case of a validation-case file with its targets, for ``llmsim validate``."""
-    file = _resolve(path, "workloads")
+    """Every case of a validation-case file with its targets, for ``llmsim validate``: a file,
+    or a name of the shipped cases (``korthikanti2022``)."""
+    file = resolve_preset(path, "workloads/validation", "workloads")
     out: list[CaseRecord] = []
     for i, case in enumerate(_cases_in(file)):
         mapping = case if isinstance(case, Mapping) else {}
@@ -282,8 +283,12 @@ def _build_model(raw: object, path: str, base: Path, framework: str, notes: _Not
     if hf_path is not None:
         hf_file = base / hf_path
         if not hf_file.is_file():
-            raise f.error("hf_config", "an existing Hugging Face config.json (relative to the "
-                          "workload file's folder)", str(hf_file))
+            try:  # the name of a shipped config (workloads/hf/NAME.json)
+                hf_file = resolve_preset(hf_path, "workloads/hf", suffix=".json")
+            except ConfigError:
+                raise f.error("hf_config", "an existing Hugging Face config.json (relative to the workload "
+                              f"file's folder), or a shipped one: {preset_names('workloads/hf', '.json')}",
+                              str(base / hf_path)) from None
         merged = {**read_hf_config(hf_file), **{k: v for k, v in f.raw.items() if v is not None}}
     f = _Fields(merged, path, "model", _MODEL_KEYS)
     heads = f.integer("num_attention_heads", required=True)
@@ -521,9 +526,9 @@ def _build_system(f: _Fields, gpu: GPUSpec, num_gpus: int, base: Path, notes: _N
         if (base / topology).is_file():
             topology = str(base / topology)
         elif not Path(topology).is_file() and \
-                topology.removesuffix(".yaml") not in _presets("topologies"):
+                topology.removesuffix(".yaml") not in preset_names("topologies"):
             raise f.error("topology", f"a topology file or one of the presets "
-                          f"{_presets('topologies')}", topology)
+                          f"{preset_names('topologies')}", topology)
     gpu = _power_limited(f, gpu)
     with _located(f.path):
         return SystemSpec(gpu=gpu, num_gpus=num_gpus, gpus_per_node=per_node, topology=topology)

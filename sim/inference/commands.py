@@ -147,9 +147,11 @@ def add_commands(sub) -> None:
     roof.add_argument("--plot", metavar="PATH.png", help="draw the rooflines with the ops on them (needs matplotlib)")
     roof.set_defaults(func=_cmd_roofline)
     val = sub.add_parser("validate-infer", help="simulate published single-request latencies and score them",
-                         description="Reads a file of measured inference latencies (tests/data/inference_latency.yaml), "
-                         "simulates every case and prints measured, predicted and the error per metric.")
-    val.add_argument("file", metavar="FILE", help="case file, e.g. tests/data/inference_latency.yaml")
+                         description="Reads a file of measured inference latencies (default: the shipped cases, "
+                         "workloads/inference/latency.yaml), simulates every case and prints measured, predicted "
+                         "and the error per metric.")
+    val.add_argument("file", metavar="FILE", nargs="?", default=None,
+                     help="case file (default: the shipped cases, workloads/inference/latency.yaml)")
     val.add_argument("--json", metavar="PATH", help="write the rows and the summary as JSON")
     val.set_defaults(func=_cmd_validate_infer)
 

@@ -13,7 +13,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sim.config.fields import _Fields, _read_yaml, _resolve
+from sim.config.fields import _Fields, _read_yaml
+from sim.config.presets import resolve_preset
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
 from sim.inference.report import make_inference_report
@@ -66,7 +67,7 @@ def load_hbm_table(path: str | None = None) -> HBMTable:
     >>> list(t.generations), t.gpus["H100-SXM5-80GB"][:2]
     (['HBM2e', 'HBM3', 'HBM3e', 'HBM4'], ('HBM3', 5))
     """
-    file = _resolve(path or HBM_TABLE, "topologies")
+    file = resolve_preset(path or HBM_TABLE, "topologies")
     where = str(file)
     top = _Fields(_read_yaml(file), where, "", ("generations", "gpus", "sources"))
     raw_gens = top.raw.get("generations")

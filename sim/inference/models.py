@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from sim.config.fields import _Notes, _presets, _read_yaml, _repo_folder
+from sim.config.fields import _Notes, _read_yaml
+from sim.config.presets import preset_names, resolve_preset
 from sim.config.workload import _build_model
 from sim.errors import ConfigError
 from sim.workload.spec import ModelSpec
@@ -31,20 +32,15 @@ MODELS_FOLDER = "workloads/models"
 
 def model_presets() -> list[str]:
     """The model files of ``workloads/models/``."""
-    return _presets(MODELS_FOLDER)
+    return preset_names(MODELS_FOLDER)
 
 
 def _find(arg: str) -> Path:
-    given = Path(arg)
-    if given.is_file():
-        return given
-    for kind in (MODELS_FOLDER, "workloads"):
-        folder = _repo_folder(kind)
-        for candidate in (folder / arg, folder / f"{arg}.yaml"):
-            if candidate.is_file():
-                return candidate
-    raise ConfigError(arg, "<file>", f"a model or workload file, a Hugging Face config.json, or a preset: "
-                      f"{model_presets()} or {_presets('workloads')}", arg)
+    try:
+        return resolve_preset(arg, MODELS_FOLDER, "workloads")
+    except ConfigError:
+        raise ConfigError(arg, "<file>", f"a model or workload file, a Hugging Face config.json, or a preset: "
+                          f"{model_presets()} or {preset_names('workloads')}", arg) from None
 
 
 def load_model(arg: str | None = None) -> tuple[str, ModelSpec, list[str]]:

@@ -1,6 +1,6 @@
 """``llmsim validate-infer``: simulate published, measured single-request latencies and score them.
 
-A case file (``tests/data/inference_latency.yaml``) lists measured runs: the model (a name
+A case file (``workloads/inference/latency.yaml``, the shipped cases) lists measured runs: the model (a name
 :func:`sim.inference.models.load_model` knows), the GPU, TP, PP, batch, prompt and output
 lengths, the number formats, and what was measured (``ttft_s``, ``tpot_s``,
 ``e2e_latency_s``), each with its source. Every case is simulated and every measured metric
@@ -18,7 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sim.config.fields import _Fields, _read_yaml, _resolve
+from sim.config.fields import _Fields, _read_yaml
+from sim.config.presets import resolve_preset
 from sim.errors import ConfigError
 from sim.inference.config import InferenceArgs, build_spec
 from sim.inference.memory import weights_bytes
@@ -26,9 +27,11 @@ from sim.inference.report import make_inference_report
 from sim.inference.runner import simulate_inference
 from sim.inference.spec import InferenceSpec
 
-__all__ = ["METRICS", "Row", "Validation", "validate_inference", "format_inference_validation", "bandwidth_floor_s"]
+__all__ = ["DEFAULT_CASES", "METRICS", "Row", "Validation", "validate_inference", "format_inference_validation", "bandwidth_floor_s"]
 
 METRICS = ("ttft_s", "tpot_s", "e2e_latency_s")
+DEFAULT_CASES = "latency"
+"""The shipped cases: ``workloads/inference/latency.yaml``."""
 _CASE_KEYS = ("id", "source", "model", "gpu", "tp", "pp", "batch", "prompt_tokens", "generate_tokens", "dtype",
               "kv_dtype", "topology", "measured", "notes")
 
@@ -103,15 +106,16 @@ def _source(raw: object) -> str:
     return str(raw or "")
 
 
-def validate_inference(path: str, granularity: str = "step") -> Validation:
-    """Simulate every case of the file at ``path`` and score each measured metric.
+def validate_inference(path: str | None = None, granularity: str = "step") -> Validation:
+    """Simulate every case of the file at ``path`` (the shipped cases,
+    ``workloads/inference/latency.yaml``, when None) and score each measured metric.
 
     Raises
     ------
     ConfigError
         Naming the file and the case's field for anything malformed.
     """
-    file = _resolve(path, "tests/data")
+    file = resolve_preset(path or DEFAULT_CASES, "workloads/inference")
     where = str(file)
     top = _Fields(_read_yaml(file), where, "", ("cases", "sources", "notes"))
     cases = top.raw.get("cases")

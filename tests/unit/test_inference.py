@@ -1,6 +1,6 @@
 """Inference (sim/inference): latencies that add up, a KV cache that grows step by step, memory
 that TP splits, granularities that agree, the HBM what-if, the command line and the published
-latencies of tests/data/inference_latency.yaml."""
+latencies of workloads/inference/latency.yaml."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from sim.inference.validate import METRICS, validate_inference
 from sim.types import Dtype
 from sim.workload.spec import ModelSpec
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "inference_latency.yaml"
+DATA = Path(__file__).resolve().parents[2] / "workloads" / "inference" / "latency.yaml"
 A100 = load_topology("dgx-a100")
 H100 = load_topology("dgx-h100")
 SMALL = ModelSpec("small", 4, 1024, 16, 4, 4096, 32000, 2048, gated_mlp=True)
