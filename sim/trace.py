@@ -23,8 +23,20 @@ google/perfetto):
   one that touches a neighbour is fine, one strictly inside another slice is a problem.
 * Counter (``C``) events never have empty ``args``, which is a parse error.
 * A v1 flow is keyed by ``(id, cat, name)`` (``FlowTracker::GetFlowIdForV1Event``): ``s`` and
-  ``f`` share ``cat = name = "p2p"``. The ``s`` sits at the send slice's start; the ``f``
-  carries ``"bp": "e"`` (bind to the enclosing slice) and sits inside the receive slice.
+  ``f`` share ``cat = name = "p2p"``. Each p2p arrow runs forward in time, from the moment the
+  data leave to the moment they arrive. Perfetto binds an ``s``, and an ``f`` with
+  ``"bp": "e"``, to the slice most recently begun on its track (``SliceTracker::
+  GetTopmostSliceOnTrack``; events taken by ``ts``, at one ``ts`` complete events first,
+  longest first, then the others in file order: ``TraceSorter``), orders the two slices by
+  their starts (``FlowTracker``) and draws the arrow from the first slice's end to the
+  second's start (``ui/src/frontend/flow_events_renderer.ts``); the legacy viewer draws it
+  from the ``s``'s ``ts`` to the ``f``'s. A receive slice starts when its rank posts the
+  receive, often long before the send, and ends when the data arrive, with the send: Perfetto
+  draws an arrow bound to it backward (to its start, before the send's end). So the ``s``
+  sits in the send slice at the transfer's start (:attr:`~sim.results.Span.transfer_start_s`;
+  the slice's start where a span has none), and the ``f`` at the receive slice's end, where a
+  thread-scoped instant ``"p2p arrival"`` (``"ph": "i"``, ``"s": "t"``: a zero-length slice
+  to Perfetto) is written just before it on the receive stream's track for it to bind to.
   An arrow whose other end was not simulated is dropped, since a dangling ``s`` or ``f``
   binds to nothing.
 * Non-ASCII text is written as UTF-8 rather than ``\\uXXXX``, which older tokenizers reject.
@@ -74,6 +86,8 @@ _US_PER_S = 1e6
 _SLACK_US = 1e-3
 """Rounding slack (one nanosecond) allowed when comparing slice bounds."""
 _FLOW = "p2p"
+_ARRIVAL = "p2p arrival"
+"""The name of the instant at which a p2p arrow ends (the data arrive)."""
 _METADATA_ARG = {"process_name": ("name", str), "thread_name": ("name", str),
                  "process_sort_index": ("sort_index", int), "thread_sort_index": ("sort_index", int)}
 
@@ -361,16 +375,47 @@ class _Bulk:
         out = []
         for j, e in enumerate(events):
             out.append(e)
-            ts = f"{tq[j]}{frac[tr[j]]}"
-            if outs[j] in linked:
-                out.append(f'{{"ph":"s","id":{outs[j]},"cat":"{_FLOW}","name":"{_FLOW}","pid":{pid},'
-                           f'"tid":{tid},"ts":{ts}}}')
-            if ins[j] in linked:
-                d = (dq[j] * 1000 + dr[j]) / 1000
-                at = round((tq[j] * 1000 + tr[j]) / 1000 + d / 2, 3) if d > 0 else ts
-                out.append(f'{{"ph":"f","bp":"e","id":{ins[j]},"cat":"{_FLOW}","name":"{_FLOW}",'
-                           f'"pid":{pid},"tid":{tid},"ts":{at}}}')
+            if outs[j] in linked or ins[j] in linked:
+                start_ns = tq[j] * 1000 + tr[j]
+                end_ns = start_ns + dq[j] * 1000 + dr[j]
+                if outs[j] in linked:  # start and end as floats: those the plain path rounds to
+                    at = _flow_start_us(start_ns / 1000, end_ns / 1000, xfer[j])
+                    out.append(_flow_out(outs[j], pid, tid, repr(at)))
+                if ins[j] in linked:
+                    out += _flow_in(ins[j], pid, tid, f"{end_ns // 1000}{frac[end_ns % 1000]}")
         return out
+
+
+def _flow_start_us(start_us: float, end_us: float, transfer_start_s) -> float:
+    """Where a p2p arrow leaves its send slice ``[start_us, end_us]`` (µs): the transfer's start
+    (seconds, as :attr:`~sim.results.Span.transfer_start_s` holds it) rounded to nanoseconds
+    where it lies in ``[start_us, end_us)``, else the slice's start (no transfer start, or one
+    that is not a finite number or lies outside). Not at the end: a slice beginning there on
+    the same track would take the ``s``, since Perfetto orders a complete event before other
+    events of the same time (``TraceSorter``, ``SlowOperatorLess::KeyForType``).
+
+    >>> _flow_start_us(2.0, 5.0, 3.0000004e-6), _flow_start_us(2.0, 5.0, None), _flow_start_us(2.0, 5.0, 5e-6)
+    (3.0, 2.0, 2.0)
+    """
+    if transfer_start_s is None:
+        return start_us
+    try:
+        at = round(float(transfer_start_s) * _US_PER_S, 3) + 0.0  # + 0.0: -0.0 written as 0.0
+    except (TypeError, ValueError):
+        return start_us
+    return at if start_us <= at < end_us else start_us
+
+
+def _flow_out(flow: int, pid: int, tid: int, ts: str) -> str:
+    """The ``s`` of p2p arrow ``flow``, at ``ts`` (its text) in the send slice on ``(pid, tid)``."""
+    return f'{{"ph":"s","id":{flow},"cat":"{_FLOW}","name":"{_FLOW}","pid":{pid},"tid":{tid},"ts":{ts}}}'
+
+
+def _flow_in(flow: int, pid: int, tid: int, ts: str) -> tuple[str, str]:
+    """The end of p2p arrow ``flow`` at ``ts`` (its text), the end of the receive slice on
+    ``(pid, tid)``: the ``"p2p arrival"`` instant there, then the ``f`` that binds to it."""
+    return (f'{{"ph":"i","s":"t","cat":"{_FLOW}","name":"{_ARRIVAL}","pid":{pid},"tid":{tid},"ts":{ts}}}',
+            f'{{"ph":"f","bp":"e","id":{flow},"cat":"{_FLOW}","name":"{_FLOW}","pid":{pid},"tid":{tid},"ts":{ts}}}')
 
 
 def _in_order(ts: np.ndarray, dur: np.ndarray, name: Callable[[int], str]) -> bool:
@@ -554,12 +599,10 @@ def _events_plain(result: SimResult) -> Iterator[str]:
             yield (f'{{"ph":"X","cat":"{cat}","name":{enc.str(name)},{where}{ts!r},"dur":{d!r},'
                    f'"args":{{{args}{"," if args else ""}"kind":{kind},{tails[s.comm_class]}')
             if s.flow_out in linked:
-                yield (f'{{"ph":"s","id":{s.flow_out},"cat":"{_FLOW}","name":"{_FLOW}","pid":{pid},'
-                       f'"tid":{tid},"ts":{ts!r}}}')
+                at = _flow_start_us(ts, round(s.end_s * us, 3), s.transfer_start_s)
+                yield _flow_out(s.flow_out, pid, tid, repr(at))
             if s.flow_in in linked:
-                at = round(ts + d / 2, 3) if d > 0 else ts
-                yield (f'{{"ph":"f","bp":"e","id":{s.flow_in},"cat":"{_FLOW}","name":"{_FLOW}",'
-                       f'"pid":{pid},"tid":{tid},"ts":{at!r}}}')
+                yield from _flow_in(s.flow_in, pid, tid, repr(round(s.end_s * us, 3)))
     yield from _counter_events(result, ranks, enc)
 
 
@@ -914,7 +957,8 @@ def validate_chrome_trace(obj: dict) -> list[str]:
     ``args.sort_index`` (int); ``C`` events have non-empty numeric args; ``X`` events on one
     ``(pid, tid)`` do not overlap or nest (touching is fine; 1 ns slack); each flow id has one
     ``s`` and one ``f`` with the same cat and name, each inside an ``X`` event on its own
-    ``(pid, tid)`` (bounds inclusive); each pid with ``X`` events has a ``process_name``.
+    ``(pid, tid)`` (bounds inclusive), the ``f`` not before the ``s``; each pid with ``X``
+    events has a ``process_name``.
     Runs in :math:`O(n \\log n)` for ``n`` events.
     """
     events = obj.get("traceEvents") if isinstance(obj, dict) else None
@@ -1002,6 +1046,10 @@ def _problems(events: list) -> list[str]:
             continue
         if len({(e["cat"], e["name"]) for e in ends}) != 1:
             problems.append(f"flow id {fid!r}: 's' and 'f' differ in cat or name")
+        start, finish = sorted(ends, key=lambda e: e["ph"], reverse=True)
+        if finish["ts"] < start["ts"] - _SLACK_US:
+            problems.append(f"flow id {fid!r}: 'f' at {finish['ts']} is before its 's' at {start['ts']} "
+                            "(the arrow runs backward)")
         for e in ends:
             if not inside(e):
                 problems.append(f"flow id {fid!r}: {e['ph']!r} at {e['ts']} is not inside an "

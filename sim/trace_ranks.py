@@ -44,11 +44,11 @@ breakdown, communication/computation overlap, idle time) do not need; analyses o
 Everything else comes from :func:`sim.trace.chrome_trace`, the merged timeline, filtered by
 ``pid`` (= global rank): the same ``ts``/``dur`` to the nanosecond, the same args, process and
 thread names, and each rank's memory counter, so a per-rank file opens in Perfetto as that
-rank's part of the merged trace. The p2p arrows are left out: their two ends are in different
-files. In representative mode (the default) only the simulated ranks, one per pipeline stage,
-get a file; :func:`representative_note` says so in the run's notes. The bytes are
-deterministic: same result, same files (gzip by :class:`sim.gzip_parts.GzipParts`: ``mtime=0``,
-no file name).
+rank's part of the merged trace. The p2p arrows are left out, with the ``"p2p arrival"``
+instants they end at: their two ends are in different files. In representative mode (the
+default) only the simulated ranks, one per pipeline stage, get a file;
+:func:`representative_note` says so in the run's notes. The bytes are deterministic: same
+result, same files (gzip by :class:`sim.gzip_parts.GzipParts`: ``mtime=0``, no file name).
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def _split(result: SimResult, title: str, metadata: dict | None) -> tuple[dict, 
             e["name"] = hta_kernel_name(e["name"], kinds[args["kind"]])
             corr[e["pid"]] += 1
             args["correlation"] = corr[e["pid"]]
-        elif ph in ("s", "f"):  # an arrow's other end is in another rank's file
+        elif ph in ("s", "f", "i"):  # an arrow, or the instant one ends at: its other end is in another file
             continue
         by_pid[e["pid"]].append(e)
     return merged["otherData"], by_pid

@@ -112,14 +112,33 @@ def test_counters_use_allocated_gib():
 
 
 def test_p2p_flow_pair():
+    """The arrow leaves the send at its start (no transfer start given) and ends where the data
+    arrive, the receive's end, at an instant written there for it to bind to."""
     trace = chrome_trace(_result())
-    s, f = (next(e for e in trace["traceEvents"] if e["ph"] == ph) for ph in "sf")
+    events = trace["traceEvents"]
+    s, f = (next(e for e in events if e["ph"] == ph) for ph in "sf")
     assert (s["id"], s["pid"], s["tid"], s["ts"], s["cat"], s["name"]) == (1, 0, 22, 2000.0, "p2p", "p2p")
-    assert (f["id"], f["pid"], f["tid"], f["ts"], f["bp"]) == (1, 1, 23, 2100.0, "e")  # midpoint
+    assert (f["id"], f["pid"], f["tid"], f["ts"], f["bp"]) == (1, 1, 23, 2200.0, "e")  # the receive's end
     assert (f["cat"], f["name"]) == (s["cat"], s["name"])
+    i = events.index(f) - 1  # the instant just before the f
+    assert events[i] == {"ph": "i", "s": "t", "cat": "p2p", "name": "p2p arrival", "pid": 1, "tid": 23, "ts": 2200.0}
+    assert events[i - 1]["name"] == "ncclDevKernel_SendRecv pp recv mb0"
 
 
-def test_flow_into_zero_duration_span_sits_at_its_start():
+@pytest.mark.parametrize("xfer,at", [(0.0021, 2100.0), (None, 2000.0), (0.0019, 2000.0), (0.0022, 2000.0),
+                                     ("soon", 2000.0)])
+def test_flow_leaves_the_send_at_its_transfer_start(xfer, at):
+    """Within the send slice, before its end (a slice beginning there would take it); its start
+    where the transfer start is missing, outside, or not a number (a NaN is refused as args)."""
+    ranks = [RankInfo(0, 0, 0, 0, 0, 0), RankInfo(1, 0, 1, 0, 1, 0)]
+    spans = [Span(0, Stream.PP_SEND, "send", OpKind.P2P, 0.002, 0.0022, flow_out=1, transfer_start_s=xfer),
+             Span(1, Stream.PP_RECV, "recv", OpKind.P2P, 0.001, 0.0022, flow_in=1, transfer_start_s=xfer)]
+    trace = chrome_trace(SimResult(ranks, spans, [], 0.0022, 2, 2))
+    (s,) = [e for e in trace["traceEvents"] if e["ph"] == "s"]
+    assert s["ts"] == at
+
+
+def test_flow_into_zero_duration_span_sits_at_its_end():
     ranks = [RankInfo(0, 0, 0, 0, 0, 0), RankInfo(1, 0, 1, 0, 1, 0)]
     spans = [Span(0, Stream.PP_SEND, "send", OpKind.P2P, 0.001, 0.002, flow_out=9),
              Span(1, Stream.PP_RECV, "recv", OpKind.P2P, 0.002, 0.002, flow_in=9)]
@@ -214,6 +233,13 @@ def test_validator_catches_flow_outside_any_slice():
     trace = _valid()
     next(e for e in trace["traceEvents"] if e["ph"] == "f")["ts"] = 5000.0
     _one(validate_chrome_trace(trace), "flow id 1", "'f'", "not inside")
+
+
+def test_validator_catches_flow_running_backward():
+    trace = _valid()
+    next(e for e in trace["traceEvents"] if e["ph"] == "s")["ts"] = 2200.0  # the send's end
+    next(e for e in trace["traceEvents"] if e["ph"] == "f")["ts"] = 2100.0  # inside the receive
+    _one(validate_chrome_trace(trace), "flow id 1", "'f' at 2100.0 is before its 's' at 2200.0")
 
 
 def test_validator_catches_flow_cat_mismatch():

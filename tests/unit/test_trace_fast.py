@@ -74,6 +74,13 @@ def _corners() -> SimResult:
         Span(3, Stream.PP_RECV, "recv0", OpKind.P2P, 5e-6, 5e-6, comm_class=CommClass.PP, flow_in=9),
         Span(0, Stream.PP_SEND, "send0", OpKind.P2P, 5e-6, 5e-6, comm_class=CommClass.PP, flow_out=9),
         Span(0, Stream.PP_SEND, "dangling", OpKind.P2P, 6e-6, 7e-6, comm_class=CommClass.PP, flow_out=8),
+        # arrows leaving at the transfer start: a numpy float, a third of a nanosecond past a
+        # whole one, and one at the send's end (so at its start)
+        *(Span(0, Stream.PP_SEND, f"send{k}", OpKind.P2P, t, t + 1e-6, comm_class=CommClass.PP, flow_out=k,
+               transfer_start_s=x) for k, t, x in ((10, 8e-6, np.float64(8.5e-6)), (11, 1e-5, 1e-5 + 1e-9 / 3),
+                                                   (12, 1.2e-5, 1.3e-5))),
+        *(Span(3, Stream.PP_RECV, f"recv{k}", OpKind.P2P, t - 5e-7, t + 1e-6, comm_class=CommClass.PP, flow_in=k)
+          for k, t in ((10, 8e-6), (11, 1e-5), (12, 1.2e-5))),
     ]
     # comm spans with the transfer start appended to their args (as a span made elsewhere may carry it)
     for i in range(100):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import re
 import warnings
@@ -93,16 +94,24 @@ class _Hta:
                 (kernels if stream >= 0 and row["correlation"] >= 0 else cpu).append(row)
             self.kernels[rank], self.cpu[rank] = kernels, cpu
 
-    def union_us(self, rank: int, kernel_type: str) -> float:
-        """Merged length of one class of kernels (``merge_kernel_intervals``), in µs."""
-        spans = sorted((k["ts"], k["ts"] + k["dur"]) for k in self.kernels[rank] if _kernel_type(k["name"]) == kernel_type)
-        total, end = 0.0, -float("inf")
-        for a, b in spans:
-            if b <= end:
-                continue
-            total += b - max(a, end)
-            end = b
-        return total
+    def union_us(self, rank: int, kernel_type: str, *, rounded: bool = False) -> float:
+        """Merged length of one class of kernels, in µs: ``merge_kernel_intervals`` (a kernel
+        joins the group before it unless it starts after every end so far; each group counts
+        from its first start to its last end). ``rounded``: each kernel's start rounded up and
+        its end down to whole µs first, as HTA does unless ``HTA_DISABLE_NS_ROUNDING`` is set
+        (``hta/common/trace_parser.py::round_down_time_stamps``, pytorch/pytorch#122425)."""
+        spans = [(k["ts"], k["ts"] + k["dur"]) for k in self.kernels[rank] if _kernel_type(k["name"]) == kernel_type]
+        if rounded:
+            spans = [(math.ceil(a), math.floor(b)) for a, b in spans]
+        total, first, last, reach = 0.0, None, None, -math.inf
+        for a, b in sorted(spans, key=lambda ab: ab[0]):
+            if first is None or a > reach:
+                total += 0.0 if first is None else last - first
+                first, last = a, b
+            else:
+                last = max(last, b)
+            reach = max(reach, b)
+        return total + (0.0 if first is None else last - first)
 
 
 def _run(workload, full=False, granularity="op"):
@@ -258,6 +267,15 @@ def test_real_hta_reads_the_files(tiny, tiny_dir, monkeypatch):
         assert rec["compute_time(us)"] == pytest.approx(rows[rec["rank"]].compute_s * 1e6, abs=0.5)
     assert sorted(overlap["rank"]) == sorted(rows)
     assert {"COMMUNICATION", "COMPUTATION"} <= set(kinds["kernel_type"])
+    # with its rounding, HTA's compute time is that of the files' kernels rounded so, to the µs
+    monkeypatch.delenv("HTA_DISABLE_NS_ROUNDING")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rounded = TraceAnalysis(trace_dir=str(tiny_dir)).get_temporal_breakdown(visualize=False)
+    mine = _Hta(str(tiny_dir))
+    for rec in rounded.to_dict("records"):
+        assert rec["compute_time(us)"] == mine.union_us(rec["rank"], "COMPUTATION", rounded=True)
+        assert rec["compute_time(us)"] < rows[rec["rank"]].compute_s * 1e6 - 1.0
 
 
 def _bulk_and_plain(result):
