@@ -163,7 +163,10 @@ def run(example: Example) -> str:
         os.chdir(work)
         try:
             with redirect_stdout(out), redirect_stderr(err):
-                status = cli.main(argv)
+                try:
+                    status = cli.main(argv)
+                except SystemExit as exc:  # argparse's usage errors
+                    status = exc.code
         finally:
             os.chdir(cwd)
         text = out.getvalue() + (err.getvalue() if status else "")
