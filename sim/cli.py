@@ -39,6 +39,7 @@ from typing import Sequence
 from sim import __version__
 from sim.errors import ConfigError, NotBuiltError, SimError
 from sim.outpaths import check_output_paths
+from sim.types import SIMULATED_DTYPES, dtype_names
 
 __all__ = ["main"]
 
@@ -529,8 +530,8 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--to", dest="to_gpu", default="B200", help="the GPU it ends on (default B200)")
     gen.add_argument("--from-topology", help="topology of the first system (default: the GPU's usual one)")
     gen.add_argument("--to-topology", help="topology of the second system (default: the GPU's usual one)")
-    gen.add_argument("--dtype", help="number format on the second system (the 'format' factor; default: the "
-                     "workload's)")
+    gen.add_argument("--dtype", help=f"number format on the second system: {dtype_names(SIMULATED_DTYPES)} (the "
+                     "'format' factor; default: the workload's)")
     gen.add_argument("--order", help="the factors in the order applied (default "
                      "compute,format,hbm-bandwidth,hbm-capacity,nvlink,network)")
     gen.add_argument("--reoptimize", action="store_true", help="search pipeline depth, interleaving, micro-batch "

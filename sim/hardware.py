@@ -458,6 +458,12 @@ _MEM_EFF = 0.92
 # Kernel launch gap: pytorch/ao roofline_utils.py KERNEL_LAUNCH_OVERHEAD_SEC = 0.002 ms.
 _LAUNCH_S = 2.0 * US
 
+# Dense peaks per format. TF32 (tensor cores) and FP32 (CUDA cores, FFMA) are the datasheets'
+# (NVIDIA A100 datasheet: TF32 156, FP32 19.5; H100 SXM: TF32 494.7, FP32 67, glennklockwood.com
+# /garden/processors/h100 and /garden/peak-FLOPS "66.9 TFLOPS FP32 using vector FMAs"; B200 HGX
+# TF32 1,100 and FP32 80, GB200 TF32 1,250 and FP32 90, glennklockwood.com/garden/processors/B200;
+# GB300 TF32 as GB200 [unverified], FP32 not found) for the record and the roofline: no TF32 or FP32 GEMM is measured, and nothing is simulated
+# in them (sim.types.SIMULATED_DTYPES says why).
 _A100_DTYPES = ((Dtype.BF16, 312 * TFLOPS), (Dtype.FP16, 312 * TFLOPS), (Dtype.TF32, 156 * TFLOPS),
                 (Dtype.FP32, 19.5 * TFLOPS))
 _HOPPER_DTYPES = ((Dtype.BF16, 989 * TFLOPS), (Dtype.FP16, 989 * TFLOPS), (Dtype.FP8, 1979 * TFLOPS),
@@ -465,11 +471,15 @@ _HOPPER_DTYPES = ((Dtype.BF16, 989 * TFLOPS), (Dtype.FP16, 989 * TFLOPS), (Dtype
 _HOPPER_GEMM = ((Dtype.BF16, _H100_GEMM), (Dtype.FP8, _H100_FP8_GEMM))
 
 
-def _blackwell(bf16_tflops: float, fp4_tflops: float) -> tuple[tuple[Dtype, float], ...]:
+def _blackwell(bf16_tflops: float, fp4_tflops: float, tf32_tflops: float,
+               fp32_tflops: float | None) -> tuple[tuple[Dtype, float], ...]:
+    """A Blackwell GPU's dense peaks: FP8 and MXFP8 twice BF16 (FP32 left out where not
+    published)."""
     fp8 = 2 * bf16_tflops
+    fp32 = () if fp32_tflops is None else ((Dtype.FP32, fp32_tflops * TFLOPS),)
     return ((Dtype.BF16, bf16_tflops * TFLOPS), (Dtype.FP16, bf16_tflops * TFLOPS),
             (Dtype.FP8, fp8 * TFLOPS), (Dtype.MXFP8, fp8 * TFLOPS),
-            (Dtype.NVFP4, fp4_tflops * TFLOPS), (Dtype.TF32, bf16_tflops / 2 * TFLOPS))
+            (Dtype.NVFP4, fp4_tflops * TFLOPS), (Dtype.TF32, tf32_tflops * TFLOPS), *fp32)
 
 
 # The kernel efficiencies Hopper GPUs share (attention measured on our H100, HBM from pytorch/ao).
@@ -617,7 +627,7 @@ _GPUS = (
     ),
     GPUSpec(
         name="B200",
-        peak_flops_per_s=_blackwell(2250, 9000),
+        peak_flops_per_s=_blackwell(2250, 9000, 1100, 80),
         hbm_capacity_bytes=180 * GB,
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
@@ -632,7 +642,7 @@ _GPUS = (
     ),
     GPUSpec(
         name="GB200",
-        peak_flops_per_s=_blackwell(2500, 10000),
+        peak_flops_per_s=_blackwell(2500, 10000, 1250, 90),
         hbm_capacity_bytes=186 * GB,
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
@@ -646,7 +656,7 @@ _GPUS = (
     ),
     GPUSpec(
         name="GB300",
-        peak_flops_per_s=_blackwell(2500, 15000),
+        peak_flops_per_s=_blackwell(2500, 15000, 1250, None),
         hbm_capacity_bytes=279 * GB,
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,

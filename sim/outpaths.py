@@ -9,7 +9,9 @@ before anything is simulated:
 * a file (``--json``, ``--trace``, ``--html``, ``--plot``, ``--csv``, ``--markdown``) may not
   be a folder, and may be written: an existing one writable, a new one in a folder that exists
   or can be made (its nearest existing ancestor a folder this process may write into);
-* a folder (``--trace-dir``, ``--chakra``) may not be a file, and the same for the rest.
+* a folder (``--trace-dir``, ``--chakra``) may not be a file, and the same for the rest;
+* a figure (``--plot``) needs matplotlib and a suffix naming a format this installation
+  writes (:func:`sim.plot_formats.check_plot_path`).
 
 Nothing is created here; the writers make the missing folders as before. What the operating
 system refuses in spite of these checks (a full disk, a file system that takes no new files
@@ -24,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sim.errors import ConfigError
+from sim.plot_formats import check_plot_path
 
 __all__ = ["DIR_OPTIONS", "FILE_OPTIONS", "check_output_path", "check_output_paths"]
 
@@ -67,9 +70,13 @@ def check_output_path(path: str, option: str, *, folder: bool = False) -> None:
 
 def check_output_paths(args: object) -> None:
     """:func:`check_output_path` for each output option set on ``args`` (an argparse
-    namespace), files first, in a fixed order."""
+    namespace), files first, in a fixed order; then, with ``--plot``, its format
+    (:func:`~sim.plot_formats.check_plot_path`)."""
     for options, folder in ((FILE_OPTIONS, False), (DIR_OPTIONS, True)):
         for dest, option in options.items():
             path = getattr(args, dest, None)
             if isinstance(path, str):
                 check_output_path(path, option, folder=folder)
+    plot = getattr(args, "plot", None)
+    if isinstance(plot, str):
+        check_plot_path(plot, FILE_OPTIONS["plot"])

@@ -1,7 +1,9 @@
 """Figures, drawn with matplotlib when it is installed (``pip install 'llmsim[plot]'``).
 
 matplotlib is the one optional dependency: a stacked bar chart with labels and a legend is
-a few lines with it and a small library of our own without it.
+a few lines with it and a small library of our own without it. The file's suffix picks the
+format, any that matplotlib writes, each written reproducibly (:mod:`sim.plot_formats`, which
+the command line also uses to check ``--plot`` before any work).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from pathlib import Path
 
 from sim.errors import NotBuiltError
 from sim.memory import StageMemory
+from sim.plot_formats import INSTALL_HINT, figure_bytes, plot_format
 from sim.types import RecomputeKind
 from sim.units import GiB
 
@@ -26,16 +29,21 @@ def _pyplot():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:  # pragma: no cover - depends on the environment
-        raise NotBuiltError("--plot needs matplotlib: pip install 'llmsim[plot]'") from None
+        raise NotBuiltError(f"--plot needs matplotlib: {INSTALL_HINT}") from None
     return plt
 
 
 def _save(plt, fig, path: str) -> None:
-    """Write ``fig`` to ``path`` (no software tag, so the bytes do not depend on the version)."""
+    """Write ``fig`` to ``path`` in the format its suffix names, reproducibly
+    (:func:`sim.plot_formats.figure_bytes`); drawn in memory first, so that a writer's error
+    leaves no partial file."""
     fig.tight_layout()
+    try:
+        data = figure_bytes(fig, plot_format(path))
+    finally:
+        plt.close(fig)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, metadata={"Software": None})
-    plt.close(fig)
+    Path(path).write_bytes(data)
 
 
 def plot_memory(table: dict[RecomputeKind, list[StageMemory]], path: str, title: str) -> None:

@@ -7,11 +7,15 @@ below the config boundary compares strings.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum, IntEnum
 
 
 class Dtype(str, Enum):
-    """Number format of the matrix multiplies (the workload's ``dtype``)."""
+    """Number format of the matrix multiplies (the workload's ``dtype``).
+
+    FP32 and TF32 name the GPUs' peaks (:mod:`sim.hardware`); nothing is simulated in them
+    (:data:`SIMULATED_DTYPES`)."""
 
     FP32 = "fp32"
     TF32 = "tf32"
@@ -20,6 +24,55 @@ class Dtype(str, Enum):
     FP8 = "fp8"
     MXFP8 = "mxfp8"
     NVFP4 = "nvfp4"
+
+
+SIMULATED_DTYPES: tuple[Dtype, ...] = (Dtype.BF16, Dtype.FP16, Dtype.FP8, Dtype.MXFP8, Dtype.NVFP4)
+"""The formats a training workload (``dtype``, ``llmsim whatif generations --dtype``) and an
+inference run (``--dtype``) may name; the GPU must have the format's tensor cores too.
+
+Each is mixed precision as Megatron-LM, torchtitan and TensorRT-LLM run it: 16-bit weights
+and activations between the matrix multiplies (BF16 or FP16; FP8 and FP4 only inside the
+GEMMs, their inputs cast), FP32 gradient accumulation and optimizer state
+(:mod:`sim.memory`). FP32 and TF32 are refused when the input is read, exit status 2, as
+nothing below can price them:
+
+* memory and communication: weights are :data:`sim.memory.WEIGHT_BYTES` = 2 and every
+  activation, pipeline message and tensor-parallel collective is ``ACT_DTYPE`` = BF16
+  (:mod:`sim.workload.layers`); the activation terms of Korthikanti et al. (arXiv
+  2205.05198, Table 2) count 2-byte tensors and 1-byte dropout masks. FP32 training holds
+  4-byte weights and activations and no FP32 master copy (Megatron-LM's ``FP32Optimizer``),
+  so every one of these terms changes;
+* attention: the fused kernels measured (FlashAttention-2, cuDNN's through Transformer
+  Engine) take FP16/BF16 inputs only ("Datatype fp16 and bf16", Dao-AILab/flash-attention
+  README); FP32 runs the unfused attention's batched GEMMs and softmax;
+* GEMMs: no FP32 or TF32 cuBLAS sweep is measured here (:mod:`sim.hardware` holds BF16 and
+  FP8/FP4 curves). Published single points exist for A100 (FP32 SGEMM 18.9 of 19.5 TFLOP/s,
+  Yinghan-Li/YHs_Sample#4; TF32 10240^3 in 17 ms, 126 of 156 TFLOP/s, PaddlePaddle/Paddle#30612),
+  none for Hopper or Blackwell.
+
+Megatron-LM without ``--bf16``/``--fp16`` trains in FP32 (:mod:`sim.config.megatron_args`
+refuses it, naming those flags), and in two formats at once: Megatron-LM does not turn on TF32
+(no ``allow_tf32`` under ``megatron/`` at NVIDIA/Megatron-LM ``d98e8a6``) and PyTorch's
+``torch.backends.cuda.matmul.allow_tf32`` is off by default since 1.12 (PyTorch docs, "CUDA
+semantics", TF32), so its PyTorch matmuls run in FP32 on the CUDA cores; but Transformer
+Engine's linear layers, Megatron-Core's default, run an all-FP32 GEMM as
+``CUBLAS_COMPUTE_32F_FAST_TF32`` ("Use TF32 only for pure FP32 GEMM",
+NVIDIA/TransformerEngine ``transformer_engine/common/gemm/cublaslt_gemm.cu``), on the tensor
+cores.
+"""
+
+NOT_SIMULATED_DTYPES = ("fp32 and tf32 are not simulated: llmsim models mixed precision, 16-bit weights and "
+                        "activations; see sim.types.SIMULATED_DTYPES")
+"""Why a format outside :data:`SIMULATED_DTYPES` is refused, as error messages say it."""
+
+
+def dtype_names(dtypes: Iterable[Dtype]) -> str:
+    """The formats' names as help texts list them.
+
+    >>> dtype_names(SIMULATED_DTYPES)
+    'bf16, fp16, fp8, mxfp8, nvfp4'
+    """
+    return ", ".join(d.value for d in dtypes)
 
 
 class ScheduleKind(str, Enum):
@@ -275,16 +328,30 @@ class Stream(IntEnum):
         }[self]
 
 
-def parse_enum(kind: type[Enum], value: object, path: str, field: str) -> Enum:
+def parse_enum(kind: type[Enum], value: object, path: str, field: str, allowed: Iterable[Enum] | None = None,
+               why_not: str = "") -> Enum:
     """Turn a YAML string into ``kind``, or raise a ConfigError listing the valid values.
+
+    ``allowed`` narrows the valid values to those members (default: all of ``kind``); a member
+    outside them is refused with ``why_not`` after the list.
 
     >>> parse_enum(ScheduleKind, "1f1b", "w.yaml", "parallel.schedule")
     <ScheduleKind.ONE_F_ONE_B: '1f1b'>
+    >>> parse_enum(Dtype, "fp32", "w.yaml", "dtype", SIMULATED_DTYPES, "not simulated")
+    Traceback (most recent call last):
+    ...
+    sim.errors.ConfigError: w.yaml: dtype: expected one of ['bf16', 'fp16', 'fp8', 'mxfp8', 'nvfp4'] (not simulated) (got 'fp32')
     """
     from sim.errors import ConfigError
 
+    valid = list(kind) if allowed is None else list(allowed)
     try:
-        return kind(value)
+        member = kind(value)
     except ValueError:
-        valid = [k.value for k in kind]
-        raise ConfigError(path, field, f"one of {valid}", value) from None
+        member = None
+    if member is not None and member in valid:
+        return member
+    expected = f"one of {[k.value for k in valid]}"
+    if member is not None and why_not:
+        expected += f" ({why_not})"
+    raise ConfigError(path, field, expected, value)

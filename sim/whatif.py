@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
 from sim.topology.spec import LinkSpec, TopologySpec
-from sim.types import Dtype, parse_enum
+from sim.types import NOT_SIMULATED_DTYPES, SIMULATED_DTYPES, Dtype, parse_enum
 from sim.workload.spec import ParallelSpec, WorkloadSpec
 
 __all__ = ["FACTORS", "SCALABLE", "Step", "Generations", "NodeRow", "generations", "scale_system", "breakdown", "nodes",
@@ -261,7 +261,8 @@ def parse_order(text: str | None) -> tuple[str, ...]:
 
 
 def parse_dtype(text: str | None) -> Dtype | None:
-    return None if text is None else parse_enum(Dtype, text, "<--dtype>", "--dtype")
+    return None if text is None else parse_enum(Dtype, text, "<--dtype>", "--dtype", SIMULATED_DTYPES,
+                                                NOT_SIMULATED_DTYPES)
 
 
 

@@ -64,11 +64,14 @@ class _Fields:
     def text(self, key: str, *, required: bool = False) -> str | None:
         return self._get(key, lambda v: isinstance(v, str), "a string", required)
 
-    def enum(self, key: str, kind: type, notes: _Notes, default: object, why: str) -> object:
+    def enum(self, key: str, kind: type, notes: _Notes, default: object, why: str, allowed: Sequence | None = None,
+             why_not: str = "") -> object:
+        """``key`` as a member of ``kind`` (of ``allowed``, refused with ``why_not``, when
+        given: :func:`~sim.types.parse_enum`), ``default`` with a note when absent."""
         value = self.raw.get(key)
         if value is None:
             return notes.fill(self.field(key), default, why)
-        return parse_enum(kind, value, self.path, self.field(key))
+        return parse_enum(kind, value, self.path, self.field(key), allowed, why_not)
 
 
 def _is_int(value: object) -> bool:

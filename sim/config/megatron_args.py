@@ -29,9 +29,11 @@ Choices (docs/megatron-args.md says the same):
   flag, the config's value and the flag's. Flags the config has no counterpart for (the
   training ``--seq-length``, ``--normalization``) apply.
 * **Megatron-LM's defaults** stand for flags left out (no ``--overlap-grad-reduce``: the
-  gradient reduction is not overlapped; neither ``--bf16`` nor ``--fp16``: fp32), except the
-  attention kernel: ``--attention-backend`` defaults to ``auto``, which runs Transformer
-  Engine's fused attention, so only ``unfused``/``local`` give the unfused core attention.
+  gradient reduction is not overlapped), except the attention kernel: ``--attention-backend``
+  defaults to ``auto``, which runs Transformer Engine's fused attention, so only
+  ``unfused``/``local`` give the unfused core attention; and the number format: without
+  ``--bf16`` or ``--fp16`` Megatron-LM trains in FP32, which is refused with one error naming
+  ``--bf16`` (:data:`sim.types.SIMULATED_DTYPES` says why).
 """
 
 from __future__ import annotations
@@ -661,8 +663,9 @@ class _Mapper:
             return "bf16", None
         if get("fp16"):
             return "fp16", None
-        self.note("neither --bf16 nor --fp16: fp32 (Megatron-LM's default)")
-        return "fp32", None
+        raise ConfigError(self.a.source, "--bf16", "--bf16 or --fp16: without either Megatron-LM trains in fp32 "
+                          "(TF32 in Transformer Engine's linear layers, FP32 in PyTorch's matmuls), which llmsim "
+                          "does not simulate; see sim.types.SIMULATED_DTYPES", "neither")
 
     def bf16_layers(self, dtype: str, scaling: str | None) -> dict[str, int]:
         """The first and last layers an FP8/FP4 run keeps in BF16 (``--first-last-layers-bf16``,

@@ -27,7 +27,8 @@ from sim.config.presets import preset_names, resolve_preset
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec, get_gpu, gpu_names, power_limited
 from sim.hf import read_hf_config
-from sim.types import CpCommType, Dtype, RecomputeKind, ScalingRecipe, ScheduleKind
+from sim.types import (NOT_SIMULATED_DTYPES, SIMULATED_DTYPES, CpCommType, Dtype, RecomputeKind, ScalingRecipe,
+                       ScheduleKind)
 from sim.units import GiB
 from sim.workload.spec import (MEGATRON_ORDER, ModelSpec, ParallelSpec, Reference, SystemSpec, WorkloadSpec,
                                pipeline_split)
@@ -204,7 +205,7 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     if num_gpus is None:
         num_gpus = notes.fill("system.num_gpus", parallel.num_gpus, "tp x pp x dp x cp")
     system = _build_system(system_f, gpu, num_gpus, file.parent, notes)
-    dtype = top.enum("dtype", Dtype, notes, Dtype.BF16, "bf16 mixed precision")
+    dtype = top.enum("dtype", Dtype, notes, Dtype.BF16, "bf16 mixed precision", SIMULATED_DTYPES, NOT_SIMULATED_DTYPES)
     source = raw.get("source")
     source = source.get("publication") if isinstance(source, Mapping) else source
     source = source if isinstance(source, str) else case_id or file.name

@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 
 from sim.cli import _write_json
+from sim.inference.spec import KV_DTYPES
+from sim.types import SIMULATED_DTYPES, dtype_names
 
 __all__ = ["add_commands", "add_whatif_memory"]
 
@@ -121,9 +123,10 @@ def _common(p: argparse.ArgumentParser, gpu_default: str, gpu_help: str) -> None
     p.add_argument("--prompt", type=int, default=200, help="input tokens per request (default 200)")
     p.add_argument("--generate", type=int, default=200, help="output tokens per request, the first one from "
                    "the prefill (default 200)")
-    p.add_argument("--dtype", default="bf16", help="format of the layers' weights and GEMMs: bf16, fp16, fp8 "
-                   "(default bf16)")
-    p.add_argument("--kv-dtype", default=None, help="format of the KV cache: bf16, fp16, fp8 (default: 16 bits)")
+    p.add_argument("--dtype", default="bf16", help="format of the layers' weights and GEMMs: "
+                   f"{dtype_names(SIMULATED_DTYPES)}, those the GPU has tensor cores for (default bf16)")
+    p.add_argument("--kv-dtype", default=None, help=f"format of the KV cache: {dtype_names(KV_DTYPES)} "
+                   "(default: 16 bits)")
     p.add_argument("--topology", help="topology YAML or preset (default: the GPU's usual one)")
     p.add_argument("--json", metavar="PATH", help="write the same numbers as JSON")
 

@@ -12,9 +12,9 @@ from sim.config import default_topology_name, load_topology
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec, get_gpu, gpu_names
 from sim.inference.models import load_model
-from sim.inference.spec import InferenceSpec, Phase
+from sim.inference.spec import KV_DTYPES, InferenceSpec, Phase
 from sim.topology.spec import TopologySpec
-from sim.types import Dtype, parse_enum
+from sim.types import NOT_SIMULATED_DTYPES, SIMULATED_DTYPES, Dtype, parse_enum
 
 __all__ = ["InferenceArgs", "parse_gpu", "parse_gpus", "parse_phases", "build_spec"]
 
@@ -84,14 +84,14 @@ def build_spec(a: InferenceArgs, gpu: GPUSpec | None = None) -> tuple[InferenceS
     """
     name, model, notes = load_model(a.model)
     gpu = gpu or parse_gpu(a.gpu)
-    dtype = parse_enum(Dtype, a.dtype, "<--dtype>", "--dtype")
+    dtype = parse_enum(Dtype, a.dtype, "<--dtype>", "--dtype", SIMULATED_DTYPES, NOT_SIMULATED_DTYPES)
     if a.kv_dtype is None:
         kv = Dtype.BF16 if dtype not in (Dtype.BF16, Dtype.FP16) else dtype
         if kv is not dtype:
             notes.append(f"--kv-dtype: none given -> {kv.value} (TensorRT-LLM keeps the KV cache in 16 bits unless "
                          "--kv_cache_dtype fp8 is given)")
     else:
-        kv = parse_enum(Dtype, a.kv_dtype, "<--kv-dtype>", "--kv-dtype")
+        kv = parse_enum(Dtype, a.kv_dtype, "<--kv-dtype>", "--kv-dtype", KV_DTYPES)
     topo = topology_for(gpu, a.topology)
     try:
         spec = InferenceSpec(name, model, gpu, a.tp, a.pp, a.batch, a.prompt, a.generate, dtype, kv,

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
-from sim.types import (AttentionKernel, CpCommType, Dtype, LossKind, RecomputeKind, ScalingRecipe, ScheduleKind,
-                       ZeroImpl)
+from sim.types import (NOT_SIMULATED_DTYPES, SIMULATED_DTYPES, AttentionKernel, CpCommType, Dtype, LossKind,
+                       RecomputeKind, ScalingRecipe, ScheduleKind, ZeroImpl)
 from sim.workload.quantization import LOW_PRECISION
 from sim.workload.tp_overlap import TE_DEFAULTS, TpOverlapConfig
 
@@ -723,6 +723,9 @@ class WorkloadSpec:
         if s.num_gpus != p.num_gpus:
             raise ConfigError(_SPEC, "system.num_gpus",
                               f"tp x pp x dp x cp = {p.tp}x{p.pp}x{p.dp}x{p.cp} = {p.num_gpus}", s.num_gpus)
+        if self.dtype not in SIMULATED_DTYPES:
+            raise ConfigError(_SPEC, "dtype", f"one of {[d.value for d in SIMULATED_DTYPES]} ({NOT_SIMULATED_DTYPES})",
+                              self.dtype.value)
         if not s.gpu.supports(self.dtype):
             raise ConfigError(_SPEC, "dtype", f"a format {s.gpu.name} supports", self.dtype.value)
 

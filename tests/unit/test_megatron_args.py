@@ -251,9 +251,21 @@ def test_number_formats(extra, dtype, scaling):
     assert (spec.dtype, spec.scaling) == (dtype, scaling)
 
 
-def test_no_bf16_or_fp16_is_fp32():
-    spec, notes = _load(SMALL.replace("--bf16 ", ""))
-    assert spec.dtype is Dtype.FP32 and any("fp32" in n for n in notes)
+def test_no_bf16_or_fp16_is_fp32_and_refused_naming_the_flags():
+    with pytest.raises(ConfigError) as e:  # Megatron-LM's default: fp32, which llmsim does not simulate
+        _load(SMALL.replace("--bf16 ", ""))
+    assert e.value.field == "--bf16" and "--fp16" in e.value.expected and "fp32" in e.value.expected
+
+
+def test_a_launch_without_bf16_is_one_line_and_exit_2_before_any_work(tmp_path, capsys):
+    args = (Path(sim.__file__).parent.parent / "workloads" / "megatron" / "gpt3-175b.args").read_text()
+    assert "--bf16" in args
+    fp32 = tmp_path / "fp32.args"
+    fp32.write_text(args.replace("--bf16", ""))
+    assert main(["run", "--megatron-args", f"@{fp32}", "--set", "system.gpu=A100-SXM4-80GB"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    assert err.startswith(f"llmsim: error: {fp32}: --bf16: expected --bf16 or --fp16") and "fp32" in err
 
 
 @pytest.mark.parametrize("extra, zero, dist_opt", [
