@@ -96,7 +96,8 @@ def collective(topology: TopologySpec, op: CollectiveKind, size_bytes: float, ra
         plan = plan_comm(fabric, CommOp(op, CommClass.DP, group, float(size_bytes)), representative=False,
                          algorithm=algorithm)
     except ValueError as exc:
-        raise ConfigError("<--algo>", "--algo", str(exc), algorithm.value) from None
+        raise ConfigError("<--algo>", "--algo", f"an algorithm that can run this {op.value} over {ranks} GPUs of "
+                          f"{topology.name}; {exc}", algorithm.value) from None
     t = solo_time_s(plan.phases, fabric.capacity_bytes_per_s)
     algbw = size_bytes / t if t > 0 else float("inf")
     n = len(group)

@@ -42,7 +42,7 @@ def check_output_path(path: str, option: str, *, folder: bool = False) -> None:
     >>> check_output_path(".", "--json")
     Traceback (most recent call last):
     ...
-    sim.errors.ConfigError: <--json>: --json: expected a file to write, not a folder (got '.')
+    sim.errors.ConfigError: --json: expected a file to write, not a folder (got '.')
     """
     where = f"<{option}>"
     what = "a folder to write into" if folder else "a file to write"
