@@ -59,7 +59,6 @@ from __future__ import annotations
 import inspect
 import math
 import os
-import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
@@ -69,6 +68,7 @@ from enum import Enum
 
 from sim.config.space import AXES, Space, default_space
 from sim.errors import ConfigError, NotBuiltError
+from sim.pools import abandon, ignore_sigint
 from sim.report import make_report
 from sim.runner import simulate
 from sim.sweep_bound import IterationBound
@@ -355,11 +355,6 @@ class InlineExecutor(Executor):
         return fut
 
 
-def _ignore_sigint() -> None:
-    """Worker initializer: Ctrl-C reaches the whole process group; only the parent acts on it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def _dask_client():
     try:
         from distributed import Client
@@ -397,7 +392,7 @@ def open_executor(executor: str = "local", workers: int | None = None) -> Iterat
         import multiprocessing
 
         # "spawn": the progress bar's monitor thread makes forking unsafe
-        pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_sigint)
+        pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=ignore_sigint)
         with pool:
             yield pool, n
         return
@@ -420,22 +415,6 @@ def _check_executor(executor: str, workers: int | None) -> None:
     if not (executor.startswith("dask://") and len(executor) > len("dask://")):
         raise ConfigError("<--executor>", "--executor", "local or dask://HOST:PORT", executor)
     _dask_client()
-
-
-def _abandon(executor: Executor) -> None:
-    """After Ctrl-C: cancel what has not started and stop the local workers that still run."""
-    if not isinstance(executor, ProcessPoolExecutor):
-        executor.shutdown(wait=False)  # a Dask executor cancels its futures
-        return
-    stop = getattr(executor, "terminate_workers", None)  # Python 3.14
-    if stop is not None:
-        stop()
-        return
-    # earlier versions keep their processes in a private mapping, which shutdown() drops
-    running = list((getattr(executor, "_processes", None) or {}).values())
-    executor.shutdown(wait=False, cancel_futures=True)
-    for proc in running:
-        proc.terminate()
 
 
 def run_simulations(jobs: Sequence[Candidate], topology: TopologySpec, granularity: str | None,
@@ -474,9 +453,7 @@ def run_simulations(jobs: Sequence[Candidate], topology: TopologySpec, granulari
                 if on_done is not None:
                     on_done(job, outcome)
     except KeyboardInterrupt:
-        for fut in pending:
-            fut.cancel()
-        _abandon(executor)
+        abandon(executor)  # drops the jobs in flight (sim/pools.py)
         return out, True
 
 
@@ -631,7 +608,7 @@ def _search(jobs: list[Candidate], bound: IterationBound, top: int, topology: To
             times_of=lambda o: o.iteration_time_s if o.ok else None,
             on_done=lambda c, o: bar.update(1),
             failed=lambda exc: SimOutcome(granularity or "op", error=f"{type(exc).__name__}: {exc}"),
-            abandon=lambda: _abandon(executor))
+            abandon=lambda: abandon(executor))
         bar.update(found.unsent)
     finally:
         bar.close()

@@ -5,11 +5,19 @@ behaviour must agree."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
+import sim
 from sim.cli import main
 from sim.errors import ConfigError
+
+REPO = Path(sim.__file__).resolve().parent.parent
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -64,3 +72,117 @@ def test_fp16_beside_bf16_reads_as_what_was_expected(capsys):
             "--global-batch-size 8 --vocab-size 32000 --bf16 --fp16")
     line = _one_error(capsys, "run", "--megatron-args", args, "--set", "system.gpu=H100")
     assert "--fp16: expected no --fp16 beside --bf16" in line, line
+
+
+# --- Ctrl-C ---------------------------------------------------------------------------------------
+
+def _interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+SIMULATION = "sim.engine.simulation.Simulation.run"
+LONG_COMMANDS = [  # (argv, the function Ctrl-C interrupts)
+    (("run", "tiny"), SIMULATION),
+    (("memory", "tiny"), "sim.memory_report.memory_report"),
+    (("validate", "workloads/validation/korthikanti2022.yaml"), SIMULATION),
+    (("compare", "tiny", "--topology", "dgx-a100", "--topology", "dgx-h100"), SIMULATION),
+    (("whatif", "generations", "tiny"), SIMULATION),
+    (("whatif", "nodes", "tiny"), SIMULATION),
+    (("whatif", "power", "tiny", "--set", "system.gpu=H100"), SIMULATION),
+    (("whatif", "memory"), SIMULATION),
+    (("infer",), SIMULATION),
+    (("roofline",), "sim.inference.roofline.roofline"),
+    (("collective",), "sim.collective.collective"),
+    (("validate-infer", "tests/data/inference_latency.yaml"), SIMULATION),
+]
+
+
+@pytest.mark.parametrize("argv, where", LONG_COMMANDS, ids=[" ".join(a[:2]) for a, _ in LONG_COMMANDS])
+def test_ctrl_c_stops_every_long_command(argv, where, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(where, _interrupt)
+    report = tmp_path / "report.json"
+    status, out, err = _run(capsys, *argv, "--json", str(report))
+    assert (status, err) == (130, "llmsim: interrupted\n"), (out, err)
+    assert not report.exists()  # no partial report
+
+
+def test_ctrl_c_in_a_reoptimized_study_stops_it(tmp_path, capsys, monkeypatch):
+    """``--reoptimize`` runs llmsim sweep's search, which keeps what finished when Ctrl-C stops it:
+    the study must stop too, not carry on with the workload's layout."""
+    import sim.sweep
+    import sim.whatif
+
+    searches = sim.whatif.sweep_reoptimizer
+    monkeypatch.setattr(sim.whatif, "sweep_reoptimizer", lambda workers=None: searches(workers=1))
+    monkeypatch.setattr(sim.sweep, "simulate_one", _interrupt)
+    report = tmp_path / "report.json"
+    status, out, err = _run(capsys, "whatif", "generations", "tiny", "--reoptimize", "--json", str(report))
+    assert (status, out, err) == (130, "", "llmsim: interrupted\n")
+    assert not report.exists()
+
+
+def test_ctrl_c_in_a_sweep_reports_what_finished(tmp_path, capsys, monkeypatch):
+    import sim.sweep
+
+    monkeypatch.setattr(sim.sweep, "simulate_one", _interrupt)
+    report = tmp_path / "report.json"
+    status, out, err = _run(capsys, "sweep", "tiny", "--workers", "1", "--json", str(report))
+    assert status == 130, err
+    assert "interrupted (Ctrl-C) while simulating" in out
+    assert json.loads(report.read_text())["interrupted"] is True
+
+
+# A driver run as `python -c`: Python's own SIGINT handler (as at a terminal: a test run in the
+# background inherits SIGINT ignored), MODULE:FUNCTION replaced by one that, the first time it is
+# called, touches the file MARK and waits, so that the test sends SIGINT while the command is inside it.
+_DRIVER = """
+import importlib, pathlib, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
+mark, where, argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+module, _, path = where.partition(":")
+owner, *names = [importlib.import_module(module), *path.split(".")]
+for name in names[:-1]:
+    owner = getattr(owner, name)
+real = getattr(owner, names[-1])
+def stall(*args, **kwargs):
+    if pathlib.Path(mark).exists():  # the first call waits for SIGINT, later ones run
+        return real(*args, **kwargs)
+    pathlib.Path(mark).touch()
+    while True:
+        time.sleep(0.05)
+setattr(owner, names[-1], stall)
+import sim.whatif
+searches = sim.whatif.sweep_reoptimizer
+sim.whatif.sweep_reoptimizer = lambda workers=None: searches(workers=1)
+from sim.cli import main
+sys.exit(main(argv))
+"""
+
+
+def _sigint_when_inside(tmp_path, where: str, *argv: str) -> subprocess.CompletedProcess:
+    """Run ``llmsim ARGV`` in a subprocess, send it SIGINT once it is inside ``where``
+    (``module:function`` or ``module:Class.method``)."""
+    mark = tmp_path / "inside"
+    proc = subprocess.Popen([sys.executable, "-c", _DRIVER, str(mark), where, *argv], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300  # a loaded machine may take long to import and reach it
+    while not mark.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mark.exists(), proc.communicate(timeout=60)
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()  # no-op once it has exited
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_sigint_stops_a_reoptimized_study(tmp_path):
+    done = _sigint_when_inside(tmp_path, "sim.sweep:simulate_one", "whatif", "generations", "tiny", "--reoptimize")
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "llmsim: interrupted\n")
+
+
+def test_sigint_stops_a_run(tmp_path):
+    done = _sigint_when_inside(tmp_path, "sim.engine.simulation:Simulation.run", "run", "tiny")
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "llmsim: interrupted\n")
