@@ -41,6 +41,10 @@ from sim.outpaths import check_output_paths
 
 __all__ = ["main"]
 
+TOPOLOGY_GPU_HELP = ("; one whose file fixes its GPU (gpu: B200 in topologies/dgx-b200.yaml) brings it, unless "
+                     "--set system.gpu=NAME keeps the workload's GPU on its links (sim/topology_choice.py)")
+"""The rule for a topology option and the GPU (:mod:`sim.topology_choice`), in every such option's help."""
+
 LINK_COUNTERS = 5
 """Busiest links whose utilization a written trace carries as counter tracks."""
 
@@ -51,21 +55,12 @@ def _write_json(path: str, obj: dict) -> None:
     p.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
-def _resolve_topology(workload, topology_arg: str | None, notes: list[str]):
-    from sim.config import default_topology_name, load_topology
+def _place(workload, topology: str | None, args: argparse.Namespace, notes: list[str]):
+    """The workload on ``topology`` (None: its own), the GPU chosen by the one rule of
+    :mod:`sim.topology_choice`."""
+    from sim.topology_choice import gpu_given, place_workload
 
-    name = topology_arg or workload.system.topology
-    if name is None:
-        name = default_topology_name(workload.system.gpu.name)
-        notes.append(f"topology: none given -> {name} (the default for {workload.system.gpu.name})")
-    topo = load_topology(name)
-    if topo.gpu is not None and topo.gpu != workload.system.gpu.name:
-        notes.append(f"topology {topo.name} is described with {topo.gpu}; the workload's "
-                     f"{workload.system.gpu.name} is simulated on its links")
-    if topo.gpus_per_node != workload.system.gpus_per_node:
-        notes.append(f"system.gpus_per_node: the workload says {workload.system.gpus_per_node}, "
-                     f"topology {topo.name} has {topo.gpus_per_node}; the topology's is used")
-    return topo
+    return place_workload(workload, topology, notes, gpu_named=gpu_given(getattr(args, "set", None)))
 
 
 def _slow_gpus(items: Sequence[str] | None) -> dict[int, float]:
@@ -120,7 +115,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _check_trace_dir(args.trace, args.trace_dir)
     _check_chakra(args)
     workload, notes = _load_workload(args)
-    topo = _resolve_topology(workload, args.topology, notes)
+    placed = _place(workload, args.topology, args, notes)
+    workload, topo = placed.workload, placed.topology
     run = simulate(workload, topo, full=args.full, notes=notes, slow_gpus=_slow_gpus(args.slow_gpu),
                    link_counters=LINK_COUNTERS if args.trace or args.trace_dir else 0, granularity=args.granularity)
     if args.trace_dir:
@@ -264,15 +260,17 @@ def _cmd_collective(args: argparse.Namespace) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from sim.compare import compare, format_compare
-    from sim.config import load_topology, load_workload_with_notes
+    from sim.config import load_workload_with_notes
 
     workload, _notes = load_workload_with_notes(args.workload, args.set or (), args.case)
-    rows = compare(workload, [load_topology(t) for t in args.topology], full=args.full)
-    print(format_compare(workload, rows))
+    notes: list[str] = []
+    rows = compare([_place(workload, t, args, notes) for t in args.topology], full=args.full)
+    print(format_compare(workload, rows, list(dict.fromkeys(notes))))
     if args.plot:
         from sim.plot import plot_compare
 
-        plot_compare(rows, args.plot, f"{workload.name} on {workload.system.num_gpus} x {workload.system.gpu.name}")
+        gpus = " / ".join(dict.fromkeys(r.gpu for r in rows))
+        plot_compare(rows, args.plot, f"{workload.name} on {workload.system.num_gpus} x {gpus}")
     if args.json:
         _write_json(args.json, {"workload": workload.name, "num_gpus": workload.system.num_gpus,
                                 "rows": [r.to_dict() for r in rows]})
@@ -287,7 +285,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     workload, _notes = load_workload_with_notes(args.workload, args.set or (), args.case)
     notes: list[str] = []
-    topo = _resolve_topology(workload, args.topology, notes)
+    placed = _place(workload, args.topology, args, notes)
+    workload, topo = placed.workload, placed.topology
     space = load_space(args.space) if args.space else None
     result = sweep(workload, topo, space, top=args.top, fidelity=Fidelity(args.fidelity), executor=args.executor,
                    workers=args.workers, progress=True, notes=notes, exhaustive=args.exhaustive)
@@ -305,7 +304,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_whatif(args: argparse.Namespace) -> int:
-    from sim.config import default_topology_name, load_topology, load_workload_with_notes
+    from sim.config import load_topology, load_workload_with_notes
     from sim.hardware import get_gpu
     from sim.whatif import (format_generations, format_nodes, generations, load_nodes_table, nodes, parse_dtype,
                             parse_order, sweep_reoptimizer)
@@ -315,7 +314,8 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
         from sim.whatif_power import format_power_caps, parse_limits, power_caps
 
         workload, _notes = load_workload_with_notes(args.workload, overrides, args.case)
-        topo = load_topology(workload.system.topology or default_topology_name(workload.system.gpu.name))
+        placed = _place(workload, None, args, [])
+        workload, topo = placed.workload, placed.topology
         rated = workload.system.gpu.power.limit_w if workload.system.gpu.power else 0.0
         rows = power_caps(workload, topo, parse_limits(args.limits, rated))
         print(format_power_caps(rows, f"{workload.name} on {workload.system.num_gpus} x "
@@ -325,14 +325,15 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
                                     "num_gpus": workload.system.num_gpus, "caps": [r.to_dict() for r in rows]})
         return 0
     if args.study == "generations":
-        src = _gpu_arg(args.from_gpu, "--from")
-        dst = _gpu_arg(args.to_gpu, "--to")
+        notes: list[str] = []
+        src, from_topo = _generation_end(args.from_gpu, "--from", "A100", args.from_topology, notes)
+        dst, to_topo = _generation_end(args.to_gpu, "--to", "B200", args.to_topology, notes)
         workload, _notes = load_workload_with_notes(args.workload, overrides + [f"system.gpu={src.name}"], args.case)
-        from_topo = load_topology(args.from_topology or default_topology_name(src.name))
-        to_topo = load_topology(args.to_topology or default_topology_name(dst.name))
         g = generations(workload, dst, from_topo, to_topo, parse_order(args.order), parse_dtype(args.dtype),
                         sweep_reoptimizer() if args.reoptimize else None)
         print(format_generations(g))
+        for note in notes:
+            print(f"  note: {note}")
         if args.plot:
             from sim.plot import plot_generations
 
@@ -365,6 +366,24 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generation_end(gpu: str | None, gpu_flag: str, gpu_default: str, topology: str | None, notes: list[str]):
+    """One end of ``whatif generations``: its GPU and topology under :mod:`sim.topology_choice`'s
+    rule (a topology option that fixes a GPU brings it unless the GPU option is given too)."""
+    from sim.config import default_topology_name, load_topology
+    from sim.hardware import get_gpu
+    from sim.topology_choice import choose_gpu
+
+    gpu_spec = _gpu_arg(gpu or gpu_default, gpu_flag)
+    if topology is None:
+        return gpu_spec, load_topology(default_topology_name(gpu_spec.name))
+    topo = load_topology(topology)
+    chosen, note = choose_gpu(gpu_spec.name, topo, topology_given=True, gpu_named=gpu is not None,
+                              gpu_option=f"{gpu_flag} NAME", whose=f"{gpu_flag}'s")
+    if note:
+        notes.append(note)
+    return get_gpu(chosen), topo
+
+
 def _gpu_arg(name: str, flag: str):
     from sim.hardware import get_gpu, gpu_names
 
@@ -382,8 +401,8 @@ def _parser() -> argparse.ArgumentParser:
                          description="Simulate one training iteration and report where the time goes.")
     run.add_argument("workload", nargs="?", default=None,
                      help="workload YAML or preset name (default: workloads/gpt3-175b.yaml)")
-    run.add_argument("--topology", help="topology YAML or preset name (default: the workload's, "
-                     "else the GPU's DGX preset)")
+    run.add_argument("--topology", help="topology YAML or preset name (default: the workload's, else the GPU's "
+                     "DGX preset; a topology the workload file names keeps the file's system.gpu)" + TOPOLOGY_GPU_HELP)
     run.add_argument("--trace", metavar="PATH", help="write a Chrome trace (gzip if PATH ends in .gz)")
     run.add_argument("--json", metavar="PATH", help="write the report as JSON")
     run.add_argument("--set", action="append", metavar="KEY=VALUE",
@@ -450,7 +469,7 @@ def _parser() -> argparse.ArgumentParser:
                          description="Simulate one workload on each topology given and print them side by side.")
     cmp.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name")
     cmp.add_argument("--topology", action="append", required=True, metavar="TOPOLOGY",
-                     help="topology YAML or preset (repeat for each; the first is the baseline)")
+                     help="topology YAML or preset (repeat for each; the first is the baseline)" + TOPOLOGY_GPU_HELP)
     cmp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one workload field")
     cmp.add_argument("--case", metavar="ID", help="the case to use from a file of several")
     cmp.add_argument("--full", action="store_true", help="simulate every rank")
@@ -463,7 +482,7 @@ def _parser() -> argparse.ArgumentParser:
                          "closed-form memory exceeds the GPU, simulate the rest and rank them by iteration time.")
     swp.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name (its model, GPUs, "
                      "batch and the settings the space leaves fixed)")
-    swp.add_argument("--topology", help="topology YAML or preset name (default: the workload's)")
+    swp.add_argument("--topology", help="topology YAML or preset name (default: the workload's)" + TOPOLOGY_GPU_HELP)
     swp.add_argument("--space", metavar="SPACE.yaml", help="lists of values per setting (tp, cp, pp, ep, "
                      "virtual_pipeline_stages, schedule, micro_batch_size, recompute, sequence_parallel, "
                      "zero_stage), or 'auto'; settings left out keep the workload's value (default: every "
@@ -493,10 +512,14 @@ def _parser() -> argparse.ArgumentParser:
     wsub = wif.add_subparsers(dest="study", metavar="STUDY", required=True)
     gen = wsub.add_parser("generations", help="the speed-up from one GPU system to another, factor by factor")
     gen.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name")
-    gen.add_argument("--from", dest="from_gpu", default="A100", help="the GPU it starts on (default A100)")
-    gen.add_argument("--to", dest="to_gpu", default="B200", help="the GPU it ends on (default B200)")
-    gen.add_argument("--from-topology", help="topology of the first system (default: the GPU's usual one)")
-    gen.add_argument("--to-topology", help="topology of the second system (default: the GPU's usual one)")
+    gen.add_argument("--from", dest="from_gpu", help="the GPU it starts on (default: --from-topology's GPU when "
+                     "that topology fixes one, else A100)")
+    gen.add_argument("--to", dest="to_gpu", help="the GPU it ends on (default: --to-topology's GPU when that "
+                     "topology fixes one, else B200)")
+    gen.add_argument("--from-topology", help="topology of the first system (default: the GPU's usual one); one "
+                     "that fixes its GPU (topologies/dgx-b200.yaml: gpu: B200) brings it unless --from is given")
+    gen.add_argument("--to-topology", help="topology of the second system (default: the GPU's usual one); one "
+                     "that fixes its GPU brings it unless --to is given")
     gen.add_argument("--dtype", help="number format on the second system (the 'format' factor; default: the "
                      "workload's)")
     gen.add_argument("--order", help="the factors in the order applied (default "

@@ -186,3 +186,84 @@ def test_sigint_stops_a_reoptimized_study(tmp_path):
 def test_sigint_stops_a_run(tmp_path):
     done = _sigint_when_inside(tmp_path, "sim.engine.simulation:Simulation.run", "run", "tiny")
     assert (done.returncode, done.stdout, done.stderr) == (130, "", "llmsim: interrupted\n")
+
+
+# --- a topology that fixes its GPU ----------------------------------------------------------------
+
+B200_NOTE = "topology dgx-b200 fixes its GPU: B200 replaces the workload's A100-SXM4-80GB"
+
+
+def _json_of(capsys, *argv: str, tmp_path) -> tuple[dict, str]:
+    path = tmp_path / "out.json"
+    status, out, err = _run(capsys, *argv, "--json", str(path))
+    assert status == 0, err
+    return json.loads(path.read_text()), out
+
+
+def test_run_on_a_topology_that_fixes_its_gpu_runs_that_gpu(tmp_path, capsys):
+    from sim.hardware import get_gpu
+
+    data, out = _json_of(capsys, "run", "tiny", "--topology", "dgx-b200", tmp_path=tmp_path)
+    assert data["gpu"] == "B200" and B200_NOTE in out
+    assert {s["capacity_bytes"] for s in data["stages"]} == {int(get_gpu("B200").hbm_capacity_bytes)}  # fits on B200's
+    same, _ = _json_of(capsys, "run", "tiny", "--set", "system.gpu=B200", "--topology", "dgx-b200", tmp_path=tmp_path)
+    assert data["iteration_time_s"] == same["iteration_time_s"]
+
+
+def test_a_gpu_named_with_set_stays_on_the_topologys_links(tmp_path, capsys):
+    data, out = _json_of(capsys, "run", "tiny", "--set", "system.gpu=A100", "--topology", "dgx-b200",
+                         tmp_path=tmp_path)
+    assert data["gpu"] == "A100-SXM4-80GB"
+    assert "topology dgx-b200 is described with B200; the workload's A100-SXM4-80GB is simulated on its links" in out
+
+
+def test_a_topology_the_workload_file_names_keeps_the_files_gpu(tmp_path, capsys):
+    import yaml
+
+    w = yaml.safe_load((REPO / "workloads" / "tiny.yaml").read_text())
+    w["system"]["topology"] = "dgx-b200"
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump(w))
+    data, out = _json_of(capsys, "run", str(path), tmp_path=tmp_path)
+    assert data["gpu"] == w["system"]["gpu"] == "A100-SXM4-80GB" and data["topology"] == "dgx-b200"
+    assert "is simulated on its links" in out
+
+
+def test_compare_brings_each_topologys_gpu(tmp_path, capsys):
+    data, out = _json_of(capsys, "compare", "tiny", "--topology", "dgx-a100", "--topology", "dgx-b200",
+                         tmp_path=tmp_path)
+    assert [r["gpu"] for r in data["rows"]] == ["A100-SXM4-80GB", "B200"]
+    assert B200_NOTE in out
+    on_b200, _ = _json_of(capsys, "run", "tiny", "--set", "system.gpu=B200", "--topology", "dgx-b200",
+                          tmp_path=tmp_path)
+    assert data["rows"][1]["iteration_time_s"] == on_b200["iteration_time_s"]
+
+
+def test_sweep_on_a_topology_that_fixes_its_gpu_searches_that_gpu(tmp_path, capsys):
+    space = tmp_path / "space.yaml"
+    space.write_text("recompute: [none]\n")
+    data, out = _json_of(capsys, "sweep", "tiny", "--topology", "dgx-b200", "--space", str(space), "--workers", "1",
+                         tmp_path=tmp_path)
+    assert data["gpu"] == "B200" and B200_NOTE in out
+
+
+def test_a_topology_whose_gpu_lacks_the_workloads_format_is_an_error(tmp_path, capsys):
+    import yaml
+
+    w = yaml.safe_load((REPO / "workloads" / "tiny.yaml").read_text())
+    w["system"]["gpu"], w["dtype"] = "H100-SXM5-80GB", "fp8"
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump(w))
+    line = _one_error(capsys, "run", str(path), "--topology", "dgx-a100")
+    assert line.startswith("--topology: expected a topology whose GPU runs the workload's fp8 (dgx-a100 fixes "
+                           "A100-SXM4-80GB"), line
+    assert line.endswith("(got 'dgx-a100')")
+
+
+def test_whatif_generations_takes_the_gpu_of_a_topology_given_without_a_gpu(tmp_path, capsys):
+    data, out = _json_of(capsys, "whatif", "generations", "tiny", "--to-topology", "gb200-nvl72", tmp_path=tmp_path)
+    assert data["to"] == "GB200 on gb200-nvl72"
+    assert "topology gb200-nvl72 fixes its GPU: GB200 replaces --to's B200" in out
+    data, out = _json_of(capsys, "whatif", "generations", "tiny", "--to", "B200", "--to-topology", "gb200-nvl72",
+                         tmp_path=tmp_path)
+    assert data["to"] == "B200 on gb200-nvl72"
