@@ -510,7 +510,11 @@ def _parser() -> argparse.ArgumentParser:
                          "(generations), onto hypothetical GPUs of each technology node (nodes), or under "
                          "several board power caps (power).")
     wsub = wif.add_subparsers(dest="study", metavar="STUDY", required=True)
-    gen = wsub.add_parser("generations", help="the speed-up from one GPU system to another, factor by factor")
+    gen = wsub.add_parser("generations", help="the speed-up from one GPU system to another, factor by factor",
+                          description="Move the workload from one GPU system to another one factor at a time "
+                          "(compute, number format, HBM bandwidth, HBM capacity, NVLink, network), simulate after "
+                          "each swap and print each factor's speed-up; the factors multiply to the end-to-end "
+                          "speed-up (sim/whatif.py).")
     gen.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name")
     gen.add_argument("--from", dest="from_gpu", help="the GPU it starts on (default: --from-topology's GPU when "
                      "that topology fixes one, else A100)")
@@ -526,12 +530,19 @@ def _parser() -> argparse.ArgumentParser:
                      "compute,format,hbm-bandwidth,hbm-capacity,nvlink,network)")
     gen.add_argument("--reoptimize", action="store_true", help="search pipeline depth, interleaving, micro-batch "
                      "and recomputation again for every state (llmsim sweep's search), so each runs its best layout")
-    nod = wsub.add_parser("nodes", help="hypothetical GPUs per technology node and where the time goes")
+    nod = wsub.add_parser("nodes", help="hypothetical GPUs per technology node and where the time goes",
+                          description="Scale the base GPU and its links by each technology node's factors "
+                          "(topologies/technology-nodes.yaml: logic, HBM, network), simulate the workload on each "
+                          "hypothetical system and print the time, its breakdown and the bottleneck.")
     nod.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name")
     nod.add_argument("--nodes", help="which nodes of the table, e.g. 12,7,5,3,2,1 (default: all)")
     nod.add_argument("--scale", help="what to scale: a subset of logic,memory,network (default: all three)")
     nod.add_argument("--table", help="technology-scaling YAML (default topologies/technology-nodes.yaml)")
-    pwr = wsub.add_parser("power", help="the same job under several board power caps (Hopper GPUs)")
+    pwr = wsub.add_parser("power", help="the same job under several board power caps (Hopper GPUs)",
+                          description="Simulate the workload under each board power cap (as nvidia-smi -pl sets "
+                          "it): the SM clock the kernels hold, iteration time, tokens/s, mean power, energy per "
+                          "iteration and tokens per joule; needs a GPU whose power behaviour is measured (H100, "
+                          "H200).")
     pwr.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name")
     pwr.add_argument("--limits", help="caps in watts, e.g. 400,500,600,700 (default: 60-100%% of the GPU's limit)")
     pwr.add_argument("--json", metavar="PATH", help="write the same numbers as JSON")

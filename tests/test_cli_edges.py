@@ -267,3 +267,30 @@ def test_whatif_generations_takes_the_gpu_of_a_topology_given_without_a_gpu(tmp_
     data, out = _json_of(capsys, "whatif", "generations", "tiny", "--to", "B200", "--to-topology", "gb200-nvl72",
                          tmp_path=tmp_path)
     assert data["to"] == "B200 on gb200-nvl72"
+
+
+# --- help and behaviour agree ---------------------------------------------------------------------
+
+
+def test_roofline_takes_both_phases_as_its_help_says(tmp_path, capsys):
+    from sim.cli import _parser
+
+    help_text = _parser()._subparsers._group_actions[0].choices["roofline"].format_help()
+    assert "both" in help_text
+    both, _ = _json_of(capsys, "roofline", "--gpu", "H100", "--phase", "both", tmp_path=tmp_path)
+    listed, _ = _json_of(capsys, "roofline", "--gpu", "H100", "--phase", "prefill,decode", tmp_path=tmp_path)
+    assert both == listed and [p["phase"] for p in both["gpus"][0]["phases"]] == ["prefill", "decode"]
+    line = _one_error(capsys, "roofline", "--phase", "all")
+    assert line == "--phase: expected one of prefill, decode, both (or several, comma-separated) (got 'all')"
+
+
+@pytest.mark.parametrize("study", ["generations", "nodes", "power", "memory"])
+def test_each_whatif_study_has_a_description_in_its_help(study, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["whatif", study, "--help"])
+    assert info.value.code == 0
+    paragraphs = capsys.readouterr().out.split("\n\n")
+    assert paragraphs[0].startswith(f"usage: llmsim whatif {study}")
+    description = paragraphs[1]
+    assert not description.startswith(("positional arguments", "options")), description
+    assert len(description.split()) >= 12, description  # a sentence, not a label
