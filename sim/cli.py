@@ -244,9 +244,6 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     from sim.types import CollectiveKind, parse_enum
 
     op = parse_enum(CollectiveKind, args.op, "<--op>", "--op")
-    if op is CollectiveKind.RING_EXCHANGE:
-        raise ConfigError("<--op>", "--op", "all-reduce, all-gather, reduce-scatter, all-to-all or send-recv",
-                          args.op)
     r = collective(load_topology(args.topology), op, parse_size_bytes(args.bytes), args.ranks, args.algo)
     print(f"llmsim collective: {r.op.value} of {r.size_bytes:,.0f} bytes over {r.ranks} GPUs of {r.topology}")
     print(f"  algorithm     {r.algorithm} ({r.phases} phase{'s' if r.phases != 1 else ''})")
@@ -384,6 +381,15 @@ def _generation_end(gpu: str | None, gpu_flag: str, gpu_default: str, topology: 
     return get_gpu(chosen), topo
 
 
+def _collective_ops_help() -> str:
+    """``collective --op``'s help: every :class:`~sim.types.CollectiveKind`, the set it takes
+    and its error lists (:func:`sim.types.parse_enum`)."""
+    from sim.types import CollectiveKind
+
+    return (f"one of {', '.join(k.value for k in CollectiveKind)} (default all-reduce); send-recv goes from "
+            "GPU 0 to GPU N-1, ring-exchange from every GPU to the next at once (nccl-tests' sendrecv)")
+
+
 def _gpu_arg(name: str, flag: str):
     from sim.hardware import get_gpu, gpu_names
 
@@ -454,8 +460,7 @@ def _parser() -> argparse.ArgumentParser:
                          description="One collective on GPUs 0..N-1 of a topology, alone on the network: "
                          "time, algbw = S/t and busbw (nccl-tests' definitions).")
     col.add_argument("--topology", default="dgx-h100", help="topology YAML or preset (default dgx-h100)")
-    col.add_argument("--op", default="all-reduce",
-                     help="all-reduce, all-gather, reduce-scatter, all-to-all or send-recv (default all-reduce)")
+    col.add_argument("--op", default="all-reduce", help=_collective_ops_help())
     col.add_argument("--bytes", default="1GiB", help="message size as nccl-tests counts it, e.g. 1GiB, 256MB")
     col.add_argument("--ranks", type=int, default=8, help="number of GPUs (default 8)")
     col.add_argument("--algo", default="auto",

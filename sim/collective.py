@@ -6,7 +6,8 @@ flow scaled by the link's efficiency at that size) on an otherwise idle network
 (:func:`sim.engine.network.solo_time_s`), and reports it as nccl-tests does
 (NVIDIA/nccl-tests doc/PERFORMANCE.md): ``algbw = S / t`` and ``busbw = algbw x factor`` with the
 factor ``2(n-1)/n`` for all-reduce, ``(n-1)/n`` for all-gather, reduce-scatter and all-to-all,
-and 1 for a send/receive, so that busbw compares with the link's peak whatever the rank count.
+and 1 for a send/receive and a ring exchange (nccl-tests' ``sendrecv``: every rank sends to the
+next at once), so that busbw compares with the link's peak whatever the rank count.
 
 >>> from sim.config import load_topology
 >>> r = collective(load_topology("dgx-h100"), CollectiveKind.ALL_REDUCE, 2**30, 8)
@@ -83,7 +84,8 @@ def collective(topology: TopologySpec, op: CollectiveKind, size_bytes: float, ra
     ``size_bytes`` follows nccl-tests: the all-reduce buffer, the all-gather output, the
     reduce-scatter input, the all-to-all send buffer. ``algorithm`` is ``auto`` (the fastest
     of NCCL's candidates, :func:`sim.costs.comm.plan_comm`) or one forced, as ``NCCL_ALGO``
-    forces it. A send/receive goes from rank 0 to rank ``ranks - 1``.
+    forces it. A send/receive goes from rank 0 to rank ``ranks - 1``; a ring exchange from
+    every rank to the next at once.
     """
     algorithm = parse_enum(CollectiveAlgorithm, algorithm, "<--algo>", "--algo")
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:

@@ -272,11 +272,17 @@ def test_whatif_generations_takes_the_gpu_of_a_topology_given_without_a_gpu(tmp_
 # --- help and behaviour agree ---------------------------------------------------------------------
 
 
-def test_roofline_takes_both_phases_as_its_help_says(tmp_path, capsys):
-    from sim.cli import _parser
+def _help_of(command: str, option: str, capsys, monkeypatch) -> str:
+    """The help text of ``llmsim COMMAND``'s ``option`` as ``--help`` prints it, on one line."""
+    monkeypatch.setenv("COLUMNS", "10000")  # argparse wraps at the terminal's width
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith(option))
+    return line.strip().removeprefix(option).lstrip().partition("  ")[2].strip()
 
-    help_text = _parser()._subparsers._group_actions[0].choices["roofline"].format_help()
-    assert "both" in help_text
+
+def test_roofline_takes_both_phases_as_its_help_says(tmp_path, capsys, monkeypatch):
+    assert "both" in _help_of("roofline", "--phase", capsys, monkeypatch)
     both, _ = _json_of(capsys, "roofline", "--gpu", "H100", "--phase", "both", tmp_path=tmp_path)
     listed, _ = _json_of(capsys, "roofline", "--gpu", "H100", "--phase", "prefill,decode", tmp_path=tmp_path)
     assert both == listed and [p["phase"] for p in both["gpus"][0]["phases"]] == ["prefill", "decode"]
@@ -294,3 +300,16 @@ def test_each_whatif_study_has_a_description_in_its_help(study, capsys):
     description = paragraphs[1]
     assert not description.startswith(("positional arguments", "options")), description
     assert len(description.split()) >= 12, description  # a sentence, not a label
+
+
+def test_collective_takes_every_op_its_help_and_error_list(tmp_path, capsys, monkeypatch):
+    from sim.types import CollectiveKind
+
+    listed = ", ".join(k.value for k in CollectiveKind)
+    assert _help_of("collective", "--op", capsys, monkeypatch).startswith(f"one of {listed} (default all-reduce)")
+    line = _one_error(capsys, "collective", "--op", "ring")
+    assert line == f"--op: expected one of {[k.value for k in CollectiveKind]} (got 'ring')"
+    for kind in CollectiveKind:
+        data, _ = _json_of(capsys, "collective", "--op", kind.value, "--ranks", "4", tmp_path=tmp_path)
+        assert data["op"] == kind.value and data["time_s"] > 0
+    assert data["busbw_bytes_per_s"] == data["algbw_bytes_per_s"]  # ring-exchange: nccl-tests' sendrecv, factor 1
