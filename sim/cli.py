@@ -29,15 +29,17 @@ and exits with status 2; it never prints a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TextIO
 
 from sim import __version__
 from sim.errors import ConfigError, NotBuiltError, SimError
-from sim.outpaths import check_output_paths
+from sim.outpaths import STDOUT, check_output_paths
 
 __all__ = ["main"]
 
@@ -49,10 +51,35 @@ LINK_COUNTERS = 5
 """Busiest links whose utilization a written trace carries as counter tracks."""
 
 
+_JSON_STDOUT: ContextVar[TextIO | None] = ContextVar("llmsim_json_stdout", default=None)
+"""Standard output while a command given ``--json -`` runs with its printed report on stderr."""
+
+
 def _write_json(path: str, obj: dict) -> None:
+    """``--json PATH``: the object as indented JSON, into PATH (its folders made), or on
+    standard output for ``-`` (:data:`sim.outpaths.STDOUT`)."""
+    text = json.dumps(obj, indent=2, sort_keys=False) + "\n"
+    if path == STDOUT:
+        stream = _JSON_STDOUT.get() or sys.stdout
+        stream.write(text)
+        stream.flush()
+        return
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    p.write_text(text)
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """Run the command; with ``--json -`` the JSON goes to standard output and what the command
+    prints to standard error, so that ``llmsim run --json - | jq .iteration_time_s`` works."""
+    if getattr(args, "json", None) != STDOUT:
+        return args.func(args)
+    token = _JSON_STDOUT.set(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            return args.func(args)
+    finally:
+        _JSON_STDOUT.reset(token)
 
 
 def _place(workload, topology: str | None, args: argparse.Namespace, notes: list[str]):
@@ -564,7 +591,20 @@ def _parser() -> argparse.ArgumentParser:
 
     add_whatif_memory(wsub)
     add_commands(sub)
+    _note_json_stdout(ap)
     return ap
+
+
+def _note_json_stdout(parser: argparse.ArgumentParser) -> None:
+    """Add to every command's ``--json`` help what ``-`` does (:func:`_run_command`)."""
+    for action in parser._actions:
+        if "--json" in action.option_strings:
+            action.help = f"{action.help} (- writes it to standard output, the printed report to stderr)"
+        choices = getattr(action, "choices", None)
+        if isinstance(choices, dict):  # a command's subcommands
+            for child in choices.values():
+                if isinstance(child, argparse.ArgumentParser):
+                    _note_json_stdout(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -576,7 +616,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         check_output_paths(args)  # before any work: a mistyped --json is not found minutes later
-        return args.func(args)
+        return _run_command(args)
     except (ConfigError, NotBuiltError) as e:
         print(f"llmsim: error: {e}", file=sys.stderr)
         return 2

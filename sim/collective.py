@@ -26,6 +26,7 @@ from sim.errors import ConfigError
 from sim.topology.routing import Fabric
 from sim.topology.spec import TopologySpec
 from sim.types import CollectiveAlgorithm, CollectiveKind, CommClass, parse_enum
+from sim.units import byte_count
 from sim.workload.ops import CommOp
 
 __all__ = ["CollectiveResult", "collective", "parse_size_bytes", "bus_factor"]
@@ -71,7 +72,7 @@ class CollectiveResult:
     phases: int
 
     def to_dict(self) -> dict:
-        return {"topology": self.topology, "op": self.op.value, "size_bytes": self.size_bytes,
+        return {"topology": self.topology, "op": self.op.value, "size_bytes": byte_count(self.size_bytes),
                 "ranks": self.ranks, "algorithm": self.algorithm, "time_s": self.time_s,
                 "algbw_bytes_per_s": self.algbw_bytes_per_s, "busbw_bytes_per_s": self.busbw_bytes_per_s,
                 "phases": self.phases}

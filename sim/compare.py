@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.report import Report, make_report
+from sim.report import Report, links_json, make_report
 from sim.runner import simulate
 from sim.topology_choice import Placed
 from sim.workload.spec import WorkloadSpec
@@ -30,7 +30,7 @@ class CompareRow:
         r = self.report
         return {"topology": self.topology, "gpu": self.gpu, "iteration_time_s": r.iteration_time_s, "tokens_per_s": r.tokens_per_s,
                 "mfu": r.mfu, "bubble_fraction": r.bubble_fraction, "exposed_comm_s": dict(r.exposed_comm_s),
-                "busiest_links": list(r.busiest_links), "speedup_vs_first": self.speedup}
+                "busiest_links": links_json(r.busiest_links), "speedup_vs_first": self.speedup}
 
 
 def compare(systems: list[Placed], full: bool = False) -> list[CompareRow]:

@@ -25,7 +25,10 @@ from pathlib import Path
 
 from sim.errors import ConfigError
 
-__all__ = ["DIR_OPTIONS", "FILE_OPTIONS", "check_output_path", "check_output_paths"]
+__all__ = ["DIR_OPTIONS", "FILE_OPTIONS", "STDOUT", "check_output_path", "check_output_paths"]
+
+STDOUT = "-"
+"""``--json -``: the JSON on standard output (the command's printed report then on stderr)."""
 
 FILE_OPTIONS: Mapping[str, str] = {"json": "--json", "trace": "--trace", "html": "--html", "plot": "--plot",
                                    "csv": "--csv", "markdown": "--markdown"}
@@ -71,5 +74,7 @@ def check_output_paths(args: object) -> None:
     for options, folder in ((FILE_OPTIONS, False), (DIR_OPTIONS, True)):
         for dest, option in options.items():
             path = getattr(args, dest, None)
+            if dest == "json" and path == STDOUT:
+                continue
             if isinstance(path, str):
                 check_output_path(path, option, folder=folder)

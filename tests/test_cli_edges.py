@@ -313,3 +313,70 @@ def test_collective_takes_every_op_its_help_and_error_list(tmp_path, capsys, mon
         data, _ = _json_of(capsys, "collective", "--op", kind.value, "--ranks", "4", tmp_path=tmp_path)
         assert data["op"] == kind.value and data["time_s"] > 0
     assert data["busbw_bytes_per_s"] == data["algbw_bytes_per_s"]  # ring-exchange: nccl-tests' sendrecv, factor 1
+
+
+# --- --json -, and byte counts as integers -------------------------------------------------------------
+
+VALIDATION = REPO / "workloads" / "validation"
+
+
+@pytest.fixture(scope="module")
+def case_and_space(tmp_path_factory):
+    """One small validation case and a two-configuration sweep space."""
+    import yaml
+
+    folder = tmp_path_factory.mktemp("inputs")
+    cases = [c for c in yaml.safe_load((VALIDATION / "korthikanti2022.yaml").read_text()) if "_t4_22B_" in c["id"]]
+    (folder / "case.yaml").write_text(yaml.safe_dump(cases[:1]))
+    (folder / "space.yaml").write_text("recompute: [none, full]\n")
+    return folder / "case.yaml", folder / "space.yaml"
+
+
+EVERY_JSON = [  # every command that writes JSON, on the tiny preset where it takes a workload
+    ("run", "tiny"), ("memory", "tiny"), ("validate", "{case}"), ("collective", "--ranks", "8"),
+    ("compare", "tiny", "--topology", "dgx-a100", "--topology", "dgx-h100"),
+    ("sweep", "tiny", "--workers", "1", "--space", "{space}"), ("whatif", "generations", "tiny"),
+    ("whatif", "nodes", "tiny"), ("whatif", "power", "tiny", "--set", "system.gpu=H100"),
+    ("whatif", "memory", "tiny"), ("infer", "tiny"), ("roofline", "tiny"),
+    ("validate-infer", str(REPO / "tests" / "data" / "inference_latency.yaml")),
+]
+
+
+def _byte_counts(obj, path: str = ""):
+    """(path, value) of every key that counts bytes: ending in ``_bytes``, or ``bytes``."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if k == "bytes" or k.endswith("_bytes"):
+                for i, x in enumerate(v if isinstance(v, list) else [v]):
+                    yield f"{path}.{k}[{i}]", x
+            else:
+                yield from _byte_counts(v, f"{path}.{k}")
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            yield from _byte_counts(v, f"{path}[{i}]")
+
+
+def _argv(argv, case_and_space) -> list[str]:
+    case, space = case_and_space
+    return [a.format(case=case, space=space) for a in argv]
+
+
+@pytest.mark.parametrize("argv", EVERY_JSON, ids=[" ".join(a[:2]) for a in EVERY_JSON])
+def test_every_byte_count_in_json_is_an_integer(argv, case_and_space, tmp_path, capsys):
+    data, _ = _json_of(capsys, *_argv(argv, case_and_space), tmp_path=tmp_path)
+    counts = list(_byte_counts(data))
+    assert all(type(v) is int for _, v in counts), [(p, v) for p, v in counts if type(v) is not int][:5]
+    if argv[0] in ("run", "memory", "sweep", "infer", "roofline", "collective", "compare"):
+        assert counts, "no byte counts found: the walk looks at the wrong keys"
+
+
+@pytest.mark.parametrize("argv", EVERY_JSON, ids=[" ".join(a[:2]) for a in EVERY_JSON])
+def test_json_dash_writes_the_json_to_stdout_and_the_report_to_stderr(argv, case_and_space, tmp_path, capsys,
+                                                                      monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    status, out, err = _run(capsys, *_argv(argv, case_and_space), "--json", "-")
+    assert status == 0, err
+    data = json.loads(out)  # standard output is the JSON alone
+    assert isinstance(data, dict) and data
+    assert len(err.splitlines()) > 2 and not err.lstrip().startswith("{"), err[:200]  # the report, on stderr
+    assert list(tmp_path.iterdir()) == []  # no file named '-'
