@@ -630,8 +630,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- keep the interpreter's flush quiet
         return 0
     except OSError as e:
-        print(f"llmsim: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        print(f"llmsim: error: {_os_error(e)}", file=sys.stderr)
         return 2
+
+
+def _os_error(e: OSError) -> str:
+    """What the operating system refused, in one line: ``PATH: reason`` when it names a path,
+    the reason alone otherwise, never an empty field.
+
+    >>> _os_error(OSError(28, "No space left on device", "out/report.json"))
+    'out/report.json: No space left on device'
+    >>> _os_error(TimeoutError("Timed out")), _os_error(OSError())
+    ('Timed out', 'OSError')
+    """
+    reason = e.strerror or str(e) or type(e).__name__
+    paths = [str(p) for p in (e.filename, e.filename2) if p not in (None, "")]
+    return ": ".join([" -> ".join(paths), reason] if paths else [reason])
 
 
 if __name__ == "__main__":  # pragma: no cover

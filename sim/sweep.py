@@ -396,13 +396,30 @@ def open_executor(executor: str = "local", workers: int | None = None) -> Iterat
         with pool:
             yield pool, n
         return
-    with _dask_client()("tcp://" + executor[len("dask://"):]) as client:
+    with _connect(executor) as client:
         slots = workers or sum(client.nthreads().values()) or 1
         ex = client.get_executor(pure=False)
         try:
             yield ex, slots
         finally:
             ex.shutdown(wait=False)
+
+
+DASK_CONNECT_TIMEOUT_S = 5.0
+"""How long ``--executor dask://HOST:PORT`` waits for the scheduler to answer (Dask's own default,
+``distributed.comm.timeouts.connect``, is 30 s): an address that does not answer is an error
+after this, not a half-minute wait."""
+
+
+def _connect(executor: str):
+    """A ``dask.distributed.Client`` of the scheduler ``executor`` names (``dask://HOST:PORT``),
+    or a ConfigError naming the option, the address and what happened."""
+    address = "tcp://" + executor[len("dask://"):]
+    try:
+        return _dask_client()(address, timeout=DASK_CONNECT_TIMEOUT_S)
+    except (OSError, ValueError) as exc:  # TimeoutError, a refused or unresolvable address
+        raise ConfigError("<--executor>", "--executor", f"a reachable Dask scheduler; connecting to {address} "
+                          f"failed: {exc or type(exc).__name__}", executor) from None
 
 
 def _check_executor(executor: str, workers: int | None) -> None:

@@ -380,3 +380,30 @@ def test_json_dash_writes_the_json_to_stdout_and_the_report_to_stderr(argv, case
     assert isinstance(data, dict) and data
     assert len(err.splitlines()) > 2 and not err.lstrip().startswith("{"), err[:200]  # the report, on stderr
     assert list(tmp_path.iterdir()) == []  # no file named '-'
+
+
+# --- what the operating system or the network refused ------------------------------------------------
+
+
+def test_an_unreachable_dask_scheduler_names_the_option_and_what_happened(capsys, monkeypatch):
+    pytest.importorskip("distributed")
+    import sim.sweep
+
+    monkeypatch.setattr(sim.sweep, "DASK_CONNECT_TIMEOUT_S", 0.5)
+    line = _one_error(capsys, "sweep", "tiny", "--executor", "dask://127.0.0.1:1")
+    assert line.startswith("--executor: expected a reachable Dask scheduler; connecting to tcp://127.0.0.1:1 "
+                           "failed: "), line
+    assert line.endswith("(got 'dask://127.0.0.1:1')")
+
+
+@pytest.mark.parametrize("error, says", [
+    (TimeoutError("Timed out"), "Timed out"),
+    (OSError(), "OSError"),
+    (OSError(28, "No space left on device", "out/report.json"), "out/report.json: No space left on device"),
+])
+def test_an_os_error_is_one_line_with_no_empty_field(error, says, capsys, monkeypatch):
+    def refused(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr("sim.engine.simulation.Simulation.run", refused)
+    assert _one_error(capsys, "run", "tiny") == says
