@@ -23,7 +23,10 @@
     llmsim validate-infer FILE [--json PATH]
 
 Bad input prints one line naming the file, the field, what was expected and what arrived,
-and exits with status 2; it never prints a traceback.
+and exits with status 2; it never prints a traceback. Ctrl-C prints ``llmsim: interrupted``
+and exits with status 130 (``sweep`` first prints what had finished). ``--json -`` writes the
+JSON to standard output and what the command prints to standard error. A topology given on
+the command line that fixes its GPU brings it (:mod:`sim.topology_choice`).
 """
 
 from __future__ import annotations
