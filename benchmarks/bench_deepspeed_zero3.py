@@ -29,7 +29,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from sim.cli import _resolve_topology
+from sim.topology_choice import place_workload
 from sim.config import load_workload_with_notes
 from sim.runner import simulate
 from sim.workload import deepspeed_zero3 as ds3
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     args = ap.parse_args(argv)
     w3, notes = load_workload_with_notes(str(WORKLOAD))
-    topo = _resolve_topology(w3, None, notes)
+    topo = place_workload(w3, None, notes).topology
     w2 = dataclasses.replace(w3, parallel=dataclasses.replace(w3.parallel, zero_stage=2))
     kept = ds3.FETCH_HOST_S
     try:

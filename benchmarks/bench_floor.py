@@ -45,7 +45,8 @@ from pathlib import Path
 import simpy
 
 import sim
-from sim.cli import LINK_COUNTERS, _resolve_topology
+from sim.cli import LINK_COUNTERS
+from sim.topology_choice import place_workload
 from sim.config import load_workload_with_notes
 from sim.costs.analytical import AnalyticalCostModel
 from sim.engine.simulation import Simulation
@@ -76,7 +77,7 @@ def _best(fn, repeat: int):
 
 def phases(repeat: int) -> tuple[dict, object]:
     w, notes = load_workload_with_notes(PRESET, [], None)
-    topo = _resolve_topology(w, None, notes)
+    topo = place_workload(w, None, notes).topology
     fabric = _fabric(topo, w.system.num_gpus, gpu_placement(w.parallel))
     out: dict = {}
     out["build_program_s"], prog = _best(lambda: build_program(w, node_of=fabric.node_of,

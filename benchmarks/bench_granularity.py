@@ -32,12 +32,12 @@ def _one(preset: str, granularity: str, repeat: int) -> dict:
     import gc
     import time
 
-    from sim.cli import _resolve_topology
+    from sim.topology_choice import place_workload
     from sim.config import load_workload_with_notes
     from sim.runner import simulate
 
     workload, notes = load_workload_with_notes(preset)
-    topology = _resolve_topology(workload, None, notes)
+    topology = place_workload(workload, None, notes).topology
     walls = []
     for _ in range(repeat + 1):
         gc.collect()

@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 
 import sim
-from sim.cli import LINK_COUNTERS, _resolve_topology
+from sim.cli import LINK_COUNTERS
+from sim.topology_choice import place_workload
 from sim.config import load_workload_with_notes
 from sim.runner import simulate
 from sim.trace import write_chrome_trace
@@ -40,7 +41,7 @@ LARGE_TARGET_S = 5.0
 def bench(preset: str, repeat: int, tmp: Path) -> dict:
     """Simulate ``preset`` and write its trace ``repeat`` times; the best wall times and the counts."""
     workload, notes = load_workload_with_notes(preset)
-    topology = _resolve_topology(workload, None, notes)
+    topology = place_workload(workload, None, notes).topology
     sim_s, trace_s, trace_bytes, run = [], [], 0, None
     trace_path = tmp / f"{workload.name}.json.gz"
     for _ in range(repeat):

@@ -46,7 +46,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quiet_passes import pass_of  # noqa: E402  (a sibling script: how both sort ops into passes)
 
-from sim.cli import _resolve_topology
+from sim.topology_choice import place_workload
 from sim.config import load_workload_with_notes
 from sim.engine.contention import HeldSMs
 from sim.engine.simulation import Simulation
@@ -59,7 +59,7 @@ DEFAULT = ("gpt3-175b-1024", "gpt3-175b", "llama3-70b")
 def _captured(preset: str):
     """One op-level simulation of ``preset`` and the :class:`Simulation` that ran it."""
     workload, notes = load_workload_with_notes(preset, [], None)
-    topology = _resolve_topology(workload, None, notes)
+    topology = place_workload(workload, None, notes).topology
     seen: list[Simulation] = []
     original = Simulation._result
 

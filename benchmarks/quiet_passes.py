@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.cli import _resolve_topology
+from sim.topology_choice import place_workload
 from sim.config import load_workload_with_notes
 from sim.engine.simulation import Simulation
 from sim.runner import simulate
@@ -53,7 +53,7 @@ def count(preset: str) -> dict:
     """The passes of one op-level simulation of ``preset`` and those none of whose compute
     spans a contending comm kernel (the pass's own TP collectives included) overlaps."""
     workload, notes = load_workload_with_notes(preset, [], None)
-    topology = _resolve_topology(workload, None, notes)
+    topology = place_workload(workload, None, notes).topology
     seen: list[dict] = []
     original = Simulation._contending_streams
 

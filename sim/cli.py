@@ -24,50 +24,75 @@
     llmsim validate-infer [FILE] [--json PATH]
 
 Bad input prints one line naming the file, the field, what was expected and what arrived,
-and exits with status 2; it never prints a traceback.
+and exits with status 2; it never prints a traceback. Ctrl-C prints ``llmsim: interrupted``
+and exits with status 130 (``sweep`` first prints what had finished). ``--json -`` writes the
+JSON to standard output and what the command prints to standard error. A topology given on
+the command line that fixes its GPU brings it (:mod:`sim.topology_choice`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Sequence
+from typing import Sequence, TextIO
 
 from sim import __version__
 from sim.errors import ConfigError, NotBuiltError, SimError
-from sim.outpaths import check_output_paths
+from sim.outpaths import STDOUT, check_output_paths
 from sim.types import SIMULATED_DTYPES, dtype_names
 
 __all__ = ["main"]
+
+TOPOLOGY_GPU_HELP = ("; one whose file fixes its GPU (gpu: B200 in topologies/dgx-b200.yaml) brings it, unless "
+                     "--set system.gpu=NAME keeps the workload's GPU on its links (sim/topology_choice.py)")
+"""The rule for a topology option and the GPU (:mod:`sim.topology_choice`), in every such option's help."""
 
 LINK_COUNTERS = 5
 """Busiest links whose utilization a written trace carries as counter tracks."""
 
 
+_JSON_STDOUT: ContextVar[TextIO | None] = ContextVar("llmsim_json_stdout", default=None)
+"""Standard output while a command given ``--json -`` runs with its printed report on stderr."""
+
+
 def _write_json(path: str, obj: dict) -> None:
+    """``--json PATH``: the object as indented JSON, into PATH (its folders made), or on
+    standard output for ``-`` (:data:`sim.outpaths.STDOUT`)."""
+    text = json.dumps(obj, indent=2, sort_keys=False) + "\n"
+    if path == STDOUT:
+        stream = _JSON_STDOUT.get() or sys.stdout
+        stream.write(text)
+        stream.flush()
+        return
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    p.write_text(text)
 
 
-def _resolve_topology(workload, topology_arg: str | None, notes: list[str]):
-    from sim.config import default_topology_name, load_topology
+def _run_command(args: argparse.Namespace) -> int:
+    """Run the command; with ``--json -`` the JSON goes to standard output and what the command
+    prints to standard error, so that ``llmsim run --json - | jq .iteration_time_s`` works."""
+    if getattr(args, "json", None) != STDOUT:
+        return args.func(args)
+    token = _JSON_STDOUT.set(sys.stdout)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            return args.func(args)
+    finally:
+        _JSON_STDOUT.reset(token)
 
-    name = topology_arg or workload.system.topology
-    if name is None:
-        name = default_topology_name(workload.system.gpu.name)
-        notes.append(f"topology: none given -> {name} (the default for {workload.system.gpu.name})")
-    topo = load_topology(name)
-    if topo.gpu is not None and topo.gpu != workload.system.gpu.name:
-        notes.append(f"topology {topo.name} is described with {topo.gpu}; the workload's "
-                     f"{workload.system.gpu.name} is simulated on its links")
-    if topo.gpus_per_node != workload.system.gpus_per_node:
-        notes.append(f"system.gpus_per_node: the workload says {workload.system.gpus_per_node}, "
-                     f"topology {topo.name} has {topo.gpus_per_node}; the topology's is used")
-    return topo
+
+def _place(workload, topology: str | None, args: argparse.Namespace, notes: list[str]):
+    """The workload on ``topology`` (None: its own), the GPU chosen by the one rule of
+    :mod:`sim.topology_choice`."""
+    from sim.topology_choice import gpu_given, place_workload
+
+    return place_workload(workload, topology, notes, gpu_named=gpu_given(getattr(args, "set", None)))
 
 
 def _slow_gpus(items: Sequence[str] | None) -> dict[int, float]:
@@ -122,7 +147,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _check_trace_dir(args.trace, args.trace_dir)
     _check_chakra(args)
     workload, notes = _load_workload(args)
-    topo = _resolve_topology(workload, args.topology, notes)
+    placed = _place(workload, args.topology, args, notes)
+    workload, topo = placed.workload, placed.topology
     run = simulate(workload, topo, full=args.full, notes=notes, slow_gpus=_slow_gpus(args.slow_gpu),
                    link_counters=LINK_COUNTERS if args.trace or args.trace_dir else 0, granularity=args.granularity)
     if args.trace_dir:
@@ -275,9 +301,6 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     from sim.types import CollectiveKind, parse_enum
 
     op = parse_enum(CollectiveKind, args.op, "<--op>", "--op")
-    if op is CollectiveKind.RING_EXCHANGE:
-        raise ConfigError("<--op>", "--op", "all-reduce, all-gather, reduce-scatter, all-to-all or send-recv",
-                          args.op)
     r = collective(load_topology(args.topology), op, parse_size_bytes(args.bytes), args.ranks, args.algo)
     print(f"llmsim collective: {r.op.value} of {r.size_bytes:,.0f} bytes over {r.ranks} GPUs of {r.topology}")
     print(f"  algorithm     {r.algorithm} ({r.phases} phase{'s' if r.phases != 1 else ''})")
@@ -291,15 +314,17 @@ def _cmd_collective(args: argparse.Namespace) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from sim.compare import compare, format_compare
-    from sim.config import load_topology, load_workload_with_notes
+    from sim.config import load_workload_with_notes
 
     workload, _notes = load_workload_with_notes(args.workload, args.set or (), args.case)
-    rows = compare(workload, [load_topology(t) for t in args.topology], full=args.full)
-    print(format_compare(workload, rows))
+    notes: list[str] = []
+    rows = compare([_place(workload, t, args, notes) for t in args.topology], full=args.full)
+    print(format_compare(workload, rows, list(dict.fromkeys(notes))))
     if args.plot:
         from sim.plot import plot_compare
 
-        plot_compare(rows, args.plot, f"{workload.name} on {workload.system.num_gpus} x {workload.system.gpu.name}")
+        gpus = " / ".join(dict.fromkeys(r.gpu for r in rows))
+        plot_compare(rows, args.plot, f"{workload.name} on {workload.system.num_gpus} x {gpus}")
     if args.json:
         _write_json(args.json, {"workload": workload.name, "num_gpus": workload.system.num_gpus,
                                 "rows": [r.to_dict() for r in rows]})
@@ -314,7 +339,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     workload, _notes = load_workload_with_notes(args.workload, args.set or (), args.case)
     notes: list[str] = []
-    topo = _resolve_topology(workload, args.topology, notes)
+    placed = _place(workload, args.topology, args, notes)
+    workload, topo = placed.workload, placed.topology
     space = load_space(args.space) if args.space else None
     result = sweep(workload, topo, space, top=args.top, fidelity=Fidelity(args.fidelity), executor=args.executor,
                    workers=args.workers, progress=True, notes=notes, exhaustive=args.exhaustive)
@@ -332,7 +358,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _cmd_whatif(args: argparse.Namespace) -> int:
-    from sim.config import default_topology_name, load_topology, load_workload_with_notes
+    from sim.config import load_topology, load_workload_with_notes
     from sim.hardware import get_gpu
     from sim.whatif import (format_generations, format_nodes, generations, load_nodes_table, nodes, parse_dtype,
                             parse_order, sweep_reoptimizer)
@@ -342,7 +368,8 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
         from sim.whatif_power import format_power_caps, parse_limits, power_caps
 
         workload, _notes = load_workload_with_notes(args.workload, overrides, args.case)
-        topo = load_topology(workload.system.topology or default_topology_name(workload.system.gpu.name))
+        placed = _place(workload, None, args, [])
+        workload, topo = placed.workload, placed.topology
         rated = workload.system.gpu.power.limit_w if workload.system.gpu.power else 0.0
         rows = power_caps(workload, topo, parse_limits(args.limits, rated))
         print(format_power_caps(rows, f"{workload.name} on {workload.system.num_gpus} x "
@@ -352,14 +379,15 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
                                     "num_gpus": workload.system.num_gpus, "caps": [r.to_dict() for r in rows]})
         return 0
     if args.study == "generations":
-        src = _gpu_arg(args.from_gpu, "--from")
-        dst = _gpu_arg(args.to_gpu, "--to")
+        notes: list[str] = []
+        src, from_topo = _generation_end(args.from_gpu, "--from", "A100", args.from_topology, notes)
+        dst, to_topo = _generation_end(args.to_gpu, "--to", "B200", args.to_topology, notes)
         workload, _notes = load_workload_with_notes(args.workload, overrides + [f"system.gpu={src.name}"], args.case)
-        from_topo = load_topology(args.from_topology or default_topology_name(src.name))
-        to_topo = load_topology(args.to_topology or default_topology_name(dst.name))
         g = generations(workload, dst, from_topo, to_topo, parse_order(args.order), parse_dtype(args.dtype),
                         sweep_reoptimizer() if args.reoptimize else None)
         print(format_generations(g))
+        for note in notes:
+            print(f"  note: {note}")
         if args.plot:
             from sim.plot import plot_generations
 
@@ -392,6 +420,33 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
     return 0
 
 
+def _generation_end(gpu: str | None, gpu_flag: str, gpu_default: str, topology: str | None, notes: list[str]):
+    """One end of ``whatif generations``: its GPU and topology under :mod:`sim.topology_choice`'s
+    rule (a topology option that fixes a GPU brings it unless the GPU option is given too)."""
+    from sim.config import default_topology_name, load_topology
+    from sim.hardware import get_gpu
+    from sim.topology_choice import choose_gpu
+
+    gpu_spec = _gpu_arg(gpu or gpu_default, gpu_flag)
+    if topology is None:
+        return gpu_spec, load_topology(default_topology_name(gpu_spec.name))
+    topo = load_topology(topology)
+    chosen, note = choose_gpu(gpu_spec.name, topo, topology_given=True, gpu_named=gpu is not None,
+                              gpu_option=f"{gpu_flag} NAME", whose=f"{gpu_flag}'s")
+    if note:
+        notes.append(note)
+    return get_gpu(chosen), topo
+
+
+def _collective_ops_help() -> str:
+    """``collective --op``'s help: every :class:`~sim.types.CollectiveKind`, the set it takes
+    and its error lists (:func:`sim.types.parse_enum`)."""
+    from sim.types import CollectiveKind
+
+    return (f"one of {', '.join(k.value for k in CollectiveKind)} (default all-reduce); send-recv goes from "
+            "GPU 0 to GPU N-1, ring-exchange from every GPU to the next at once (nccl-tests' sendrecv)")
+
+
 def _gpu_arg(name: str, flag: str):
     from sim.hardware import get_gpu, gpu_names
 
@@ -409,8 +464,8 @@ def _parser() -> argparse.ArgumentParser:
                          description="Simulate one training iteration and report where the time goes.")
     run.add_argument("workload", nargs="?", default=None,
                      help="workload YAML or preset name (default: workloads/gpt3-175b.yaml)")
-    run.add_argument("--topology", help="topology YAML or preset name (default: the workload's, "
-                     "else the GPU's DGX preset)")
+    run.add_argument("--topology", help="topology YAML or preset name (default: the workload's, else the GPU's "
+                     "DGX preset; a topology the workload file names keeps the file's system.gpu)" + TOPOLOGY_GPU_HELP)
     run.add_argument("--trace", metavar="PATH", help="write a Chrome trace (gzip if PATH ends in .gz)")
     run.add_argument("--json", metavar="PATH", help="write the report as JSON")
     run.add_argument("--set", action="append", metavar="KEY=VALUE",
@@ -468,8 +523,7 @@ def _parser() -> argparse.ArgumentParser:
                          description="One collective on GPUs 0..N-1 of a topology, alone on the network: "
                          "time, algbw = S/t and busbw (nccl-tests' definitions).")
     col.add_argument("--topology", default="dgx-h100", help="topology YAML or preset (default dgx-h100)")
-    col.add_argument("--op", default="all-reduce",
-                     help="all-reduce, all-gather, reduce-scatter, all-to-all or send-recv (default all-reduce)")
+    col.add_argument("--op", default="all-reduce", help=_collective_ops_help())
     col.add_argument("--bytes", default="1GiB", help="message size as nccl-tests counts it, e.g. 1GiB, 256MB")
     col.add_argument("--ranks", type=int, default=8, help="number of GPUs (default 8)")
     col.add_argument("--algo", default="auto",
@@ -483,7 +537,7 @@ def _parser() -> argparse.ArgumentParser:
                          description="Simulate one workload on each topology given and print them side by side.")
     cmp.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name")
     cmp.add_argument("--topology", action="append", required=True, metavar="TOPOLOGY",
-                     help="topology YAML or preset (repeat for each; the first is the baseline)")
+                     help="topology YAML or preset (repeat for each; the first is the baseline)" + TOPOLOGY_GPU_HELP)
     cmp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one workload field")
     cmp.add_argument("--case", metavar="ID", help="the case to use from a file of several")
     cmp.add_argument("--full", action="store_true", help="simulate every rank")
@@ -496,7 +550,7 @@ def _parser() -> argparse.ArgumentParser:
                          "closed-form memory exceeds the GPU, simulate the rest and rank them by iteration time.")
     swp.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name (its model, GPUs, "
                      "batch and the settings the space leaves fixed)")
-    swp.add_argument("--topology", help="topology YAML or preset name (default: the workload's)")
+    swp.add_argument("--topology", help="topology YAML or preset name (default: the workload's)" + TOPOLOGY_GPU_HELP)
     swp.add_argument("--space", metavar="SPACE.yaml", help="lists of values per setting (tp, cp, pp, ep, "
                      "virtual_pipeline_stages, schedule, micro_batch_size, recompute, sequence_parallel, "
                      "zero_stage), or 'auto'; settings left out keep the workload's value (default: every "
@@ -524,24 +578,39 @@ def _parser() -> argparse.ArgumentParser:
                          "(generations), onto hypothetical GPUs of each technology node (nodes), or under "
                          "several board power caps (power).")
     wsub = wif.add_subparsers(dest="study", metavar="STUDY", required=True)
-    gen = wsub.add_parser("generations", help="the speed-up from one GPU system to another, factor by factor")
+    gen = wsub.add_parser("generations", help="the speed-up from one GPU system to another, factor by factor",
+                          description="Move the workload from one GPU system to another one factor at a time "
+                          "(compute, number format, HBM bandwidth, HBM capacity, NVLink, network), simulate after "
+                          "each swap and print each factor's speed-up; the factors multiply to the end-to-end "
+                          "speed-up (sim/whatif.py).")
     gen.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name")
-    gen.add_argument("--from", dest="from_gpu", default="A100", help="the GPU it starts on (default A100)")
-    gen.add_argument("--to", dest="to_gpu", default="B200", help="the GPU it ends on (default B200)")
-    gen.add_argument("--from-topology", help="topology of the first system (default: the GPU's usual one)")
-    gen.add_argument("--to-topology", help="topology of the second system (default: the GPU's usual one)")
+    gen.add_argument("--from", dest="from_gpu", help="the GPU it starts on (default: --from-topology's GPU when "
+                     "that topology fixes one, else A100)")
+    gen.add_argument("--to", dest="to_gpu", help="the GPU it ends on (default: --to-topology's GPU when that "
+                     "topology fixes one, else B200)")
+    gen.add_argument("--from-topology", help="topology of the first system (default: the GPU's usual one); one "
+                     "that fixes its GPU (topologies/dgx-b200.yaml: gpu: B200) brings it unless --from is given")
+    gen.add_argument("--to-topology", help="topology of the second system (default: the GPU's usual one); one "
+                     "that fixes its GPU brings it unless --to is given")
     gen.add_argument("--dtype", help=f"number format on the second system: {dtype_names(SIMULATED_DTYPES)} (the "
                      "'format' factor; default: the workload's)")
     gen.add_argument("--order", help="the factors in the order applied (default "
                      "compute,format,hbm-bandwidth,hbm-capacity,nvlink,network)")
     gen.add_argument("--reoptimize", action="store_true", help="search pipeline depth, interleaving, micro-batch "
                      "and recomputation again for every state (llmsim sweep's search), so each runs its best layout")
-    nod = wsub.add_parser("nodes", help="hypothetical GPUs per technology node and where the time goes")
+    nod = wsub.add_parser("nodes", help="hypothetical GPUs per technology node and where the time goes",
+                          description="Scale the base GPU and its links by each technology node's factors "
+                          "(topologies/technology-nodes.yaml: logic, HBM, network), simulate the workload on each "
+                          "hypothetical system and print the time, its breakdown and the bottleneck.")
     nod.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name")
     nod.add_argument("--nodes", help="which nodes of the table, e.g. 12,7,5,3,2,1 (default: all)")
     nod.add_argument("--scale", help="what to scale: a subset of logic,memory,network (default: all three)")
     nod.add_argument("--table", help="technology-scaling YAML (default topologies/technology-nodes.yaml)")
-    pwr = wsub.add_parser("power", help="the same job under several board power caps (Hopper GPUs)")
+    pwr = wsub.add_parser("power", help="the same job under several board power caps (Hopper GPUs)",
+                          description="Simulate the workload under each board power cap (as nvidia-smi -pl sets "
+                          "it): the SM clock the kernels hold, iteration time, tokens/s, mean power, energy per "
+                          "iteration and tokens per joule; needs a GPU whose power behaviour is measured (H100, "
+                          "H200).")
     pwr.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name")
     pwr.add_argument("--limits", help="caps in watts, e.g. 400,500,600,700 (default: 60-100%% of the GPU's limit)")
     pwr.add_argument("--json", metavar="PATH", help="write the same numbers as JSON")
@@ -558,7 +627,20 @@ def _parser() -> argparse.ArgumentParser:
 
     add_whatif_memory(wsub)
     add_commands(sub)
+    _note_json_stdout(ap)
     return ap
+
+
+def _note_json_stdout(parser: argparse.ArgumentParser) -> None:
+    """Add to every command's ``--json`` help what ``-`` does (:func:`_run_command`)."""
+    for action in parser._actions:
+        if "--json" in action.option_strings:
+            action.help = f"{action.help} (- writes it to standard output, the printed report to stderr)"
+        choices = getattr(action, "choices", None)
+        if isinstance(choices, dict):  # a command's subcommands
+            for child in choices.values():
+                if isinstance(child, argparse.ArgumentParser):
+                    _note_json_stdout(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -570,7 +652,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         check_output_paths(args)  # before any work: a mistyped --json is not found minutes later
-        return args.func(args)
+        return _run_command(args)
     except (ConfigError, NotBuiltError) as e:
         print(f"llmsim: error: {e}", file=sys.stderr)
         return 2
@@ -584,8 +666,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- keep the interpreter's flush quiet
         return 0
     except OSError as e:
-        print(f"llmsim: error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        print(f"llmsim: error: {_os_error(e)}", file=sys.stderr)
         return 2
+
+
+def _os_error(e: OSError) -> str:
+    """What the operating system refused, in one line: ``PATH: reason`` when it names a path,
+    the reason alone otherwise, never an empty field.
+
+    >>> _os_error(OSError(28, "No space left on device", "out/report.json"))
+    'out/report.json: No space left on device'
+    >>> _os_error(TimeoutError("Timed out")), _os_error(OSError())
+    ('Timed out', 'OSError')
+    """
+    reason = e.strerror or str(e) or type(e).__name__
+    paths = [str(p) for p in (e.filename, e.filename2) if p not in (None, "")]
+    return ": ".join([" -> ".join(paths), reason] if paths else [reason])
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,10 +3,14 @@
 ``llmsim collective`` prices a single communication op the way the simulator does inside an
 iteration (:func:`sim.costs.comm.plan_comm`: phases of flows over the topology's routes, each
 flow scaled by the link's efficiency at that size) on an otherwise idle network
-(:func:`sim.engine.network.solo_time_s`), and reports it as nccl-tests does
+(:func:`sim.engine.network.solo_time_s`), as a run with one simulated rank prices it: the flows
+the group's first rank sends or receives, each weighted by the group's flows on each of its
+links (:func:`representative_phases`), so that 8,192 ranks take as long as 8 to time once the
+plan is made; and reports it as nccl-tests does
 (NVIDIA/nccl-tests doc/PERFORMANCE.md): ``algbw = S / t`` and ``busbw = algbw x factor`` with the
 factor ``2(n-1)/n`` for all-reduce, ``(n-1)/n`` for all-gather, reduce-scatter and all-to-all,
-and 1 for a send/receive, so that busbw compares with the link's peak whatever the rank count.
+and 1 for a send/receive and a ring exchange (nccl-tests' ``sendrecv``: every rank sends to the
+next at once), so that busbw compares with the link's peak whatever the rank count.
 
 >>> from sim.config import load_topology
 >>> r = collective(load_topology("dgx-h100"), CollectiveKind.ALL_REDUCE, 2**30, 8)
@@ -17,17 +21,21 @@ and 1 for a send/receive, so that busbw compares with the link's peak whatever t
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
+from itertools import chain
 
+from sim.costs.base import CommPlan, Flow, Phase, share_weights
 from sim.costs.comm import plan_comm
 from sim.engine.network import solo_time_s
 from sim.errors import ConfigError
 from sim.topology.routing import Fabric
 from sim.topology.spec import TopologySpec
 from sim.types import CollectiveAlgorithm, CollectiveKind, CommClass, parse_enum
+from sim.units import byte_count
 from sim.workload.ops import CommOp
 
-__all__ = ["CollectiveResult", "collective", "parse_size_bytes", "bus_factor"]
+__all__ = ["CollectiveResult", "collective", "parse_size_bytes", "bus_factor", "representative_phases"]
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -70,10 +78,31 @@ class CollectiveResult:
     phases: int
 
     def to_dict(self) -> dict:
-        return {"topology": self.topology, "op": self.op.value, "size_bytes": self.size_bytes,
+        return {"topology": self.topology, "op": self.op.value, "size_bytes": byte_count(self.size_bytes),
                 "ranks": self.ranks, "algorithm": self.algorithm, "time_s": self.time_s,
                 "algbw_bytes_per_s": self.algbw_bytes_per_s, "busbw_bytes_per_s": self.busbw_bytes_per_s,
                 "phases": self.phases}
+
+
+def representative_phases(plan: CommPlan, keep: frozenset[int]) -> tuple[Phase, ...]:
+    """``plan``'s phases (every flow at weight 1, each rank's flows planned) as a run that
+    simulates ``keep`` prices them: each flow weighted by the plan's flows on each of its links
+    (:func:`sim.costs.comm.plan_comm`'s representative weights), only the flows ``keep`` sends or
+    receives, their weights shared where several of them use a link
+    (:func:`~sim.costs.base.share_weights`; ``Simulation._plans`` keeps them the same way).
+
+    The flow network then shares a few flows instead of every rank's: progressive filling over
+    all of a large group's flows costs time quadratic in them (a 1,024-rank all-reduce took
+    10 s, 8,192 ranks minutes). The plans are symmetric, so the kept flows finish when the
+    group's do; the time is the same as over every flow to the last bit or two
+    (``benchmarks/bench_collective.py`` compares them)."""
+    phases = []
+    for ph in plan.phases:
+        count = Counter(chain.from_iterable(f.links for f in ph.flows))
+        kept = tuple(Flow(f.src, f.dst, f.size_bytes, f.links, tuple(float(count[link]) for link in f.links))
+                     for f in ph.flows if f.src in keep or f.dst in keep)
+        phases.append(Phase(ph.latency_s, share_weights(kept) if kept else kept))
+    return tuple(phases)
 
 
 def collective(topology: TopologySpec, op: CollectiveKind, size_bytes: float, ranks: int,
@@ -83,7 +112,8 @@ def collective(topology: TopologySpec, op: CollectiveKind, size_bytes: float, ra
     ``size_bytes`` follows nccl-tests: the all-reduce buffer, the all-gather output, the
     reduce-scatter input, the all-to-all send buffer. ``algorithm`` is ``auto`` (the fastest
     of NCCL's candidates, :func:`sim.costs.comm.plan_comm`) or one forced, as ``NCCL_ALGO``
-    forces it. A send/receive goes from rank 0 to rank ``ranks - 1``.
+    forces it. A send/receive goes from rank 0 to rank ``ranks - 1``; a ring exchange from
+    every rank to the next at once.
     """
     algorithm = parse_enum(CollectiveAlgorithm, algorithm, "<--algo>", "--algo")
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
@@ -96,8 +126,9 @@ def collective(topology: TopologySpec, op: CollectiveKind, size_bytes: float, ra
         plan = plan_comm(fabric, CommOp(op, CommClass.DP, group, float(size_bytes)), representative=False,
                          algorithm=algorithm)
     except ValueError as exc:
-        raise ConfigError("<--algo>", "--algo", str(exc), algorithm.value) from None
-    t = solo_time_s(plan.phases, fabric.capacity_bytes_per_s)
+        raise ConfigError("<--algo>", "--algo", f"an algorithm that can run this {op.value} over {ranks} GPUs of "
+                          f"{topology.name}; {exc}", algorithm.value) from None
+    t = solo_time_s(representative_phases(plan, frozenset(group[:1])), fabric.capacity_bytes_per_s)
     algbw = size_bytes / t if t > 0 else float("inf")
     n = len(group)
     return CollectiveResult(topology.name, op, float(size_bytes), ranks, plan.algorithm, t, algbw,

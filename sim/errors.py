@@ -22,12 +22,17 @@ class SimError(Exception):
 class ConfigError(SimError, ValueError):
     """Malformed input.
 
+    The message reads ``FILE: FIELD: expected WHAT (got WHAT ARRIVED)``; an option's own error
+    (``path`` is ``"<--json>"`` and ``field`` ``"--json"``) names the option once:
+    ``--json: expected a file to write, not a folder (got 'results')``.
+
     Parameters
     ----------
     path : str
-        The file the value came from ("<cli>" for command-line overrides).
+        The file the value came from, or ``"<--option>"`` for a command-line option (and
+        ``"<--set>"`` for an override).
     field : str
-        The dotted field path, e.g. ``parallel.tp``.
+        The dotted field path, e.g. ``parallel.tp``, or the option, e.g. ``--json``.
     expected : str
         What was expected, in words.
     got : object
@@ -39,7 +44,8 @@ class ConfigError(SimError, ValueError):
         self.field = field
         self.expected = expected
         self.got = got
-        super().__init__(f"{path}: {field}: expected {expected} (got {got!r})")
+        where = field if path == f"<{field}>" else f"{path}: {field}"
+        super().__init__(f"{where}: expected {expected} (got {got!r})")
 
 
 class InfeasibleError(SimError):

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.types import LossKind, RecomputeKind, ScheduleKind
+from sim.units import byte_count
 from sim.workload.context_parallel import cp_transient_bytes
 from sim.workload.schedules import Pass, pipeline_order
 from sim.workload.spec import ModelSpec, ParallelSpec, WorkloadSpec, pipeline_split
@@ -382,10 +383,11 @@ class StageMemory:
         return self.total_bytes <= self.capacity_bytes
 
     def to_dict(self) -> dict:
-        return {"stage": self.stage, "weights_bytes": self.weights_bytes, "grads_bytes": self.grads_bytes,
-                "optimizer_bytes": self.optimizer_bytes, "activations_bytes": self.activations_bytes,
-                "other_bytes": self.other_bytes, "total_bytes": self.total_bytes,
-                "capacity_bytes": self.capacity_bytes, "headroom_bytes": self.headroom_bytes, "fits": self.fits}
+        b = byte_count
+        return {"stage": self.stage, "weights_bytes": b(self.weights_bytes), "grads_bytes": b(self.grads_bytes),
+                "optimizer_bytes": b(self.optimizer_bytes), "activations_bytes": b(self.activations_bytes),
+                "other_bytes": b(self.other_bytes), "total_bytes": b(self.total_bytes),
+                "capacity_bytes": b(self.capacity_bytes), "headroom_bytes": b(self.headroom_bytes), "fits": self.fits}
 
 
 def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel,

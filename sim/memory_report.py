@@ -6,7 +6,7 @@ from __future__ import annotations
 from sim import __version__
 from sim.memory import StageMemory, memory_table
 from sim.types import RecomputeKind
-from sim.units import GiB
+from sim.units import GiB, byte_count
 from sim.workload.spec import WorkloadSpec
 
 __all__ = ["memory_report", "format_memory", "memory_json"]
@@ -26,7 +26,7 @@ def memory_json(w: WorkloadSpec, table: dict[RecomputeKind, list[StageMemory]], 
         "num_gpus": w.system.num_gpus,
         "workload_recompute": w.parallel.recompute.value,
         "methods": {rc.value: {"stages": [s.to_dict() for s in stages],
-                               "peak_bytes": max(s.total_bytes for s in stages),
+                               "peak_bytes": byte_count(max(s.total_bytes for s in stages)),
                                "fits": all(s.fits for s in stages)}
                     for rc, stages in table.items()},
         "notes": list(notes),

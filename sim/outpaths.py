@@ -28,7 +28,10 @@ from pathlib import Path
 from sim.errors import ConfigError
 from sim.plot_formats import check_plot_path
 
-__all__ = ["DIR_OPTIONS", "FILE_OPTIONS", "check_output_path", "check_output_paths"]
+__all__ = ["DIR_OPTIONS", "FILE_OPTIONS", "STDOUT", "check_output_path", "check_output_paths"]
+
+STDOUT = "-"
+"""``--json -``: the JSON on standard output (the command's printed report then on stderr)."""
 
 FILE_OPTIONS: Mapping[str, str] = {"json": "--json", "trace": "--trace", "html": "--html", "plot": "--plot",
                                    "csv": "--csv", "markdown": "--markdown"}
@@ -45,7 +48,7 @@ def check_output_path(path: str, option: str, *, folder: bool = False) -> None:
     >>> check_output_path(".", "--json")
     Traceback (most recent call last):
     ...
-    sim.errors.ConfigError: <--json>: --json: expected a file to write, not a folder (got '.')
+    sim.errors.ConfigError: --json: expected a file to write, not a folder (got '.')
     """
     where = f"<{option}>"
     what = "a folder to write into" if folder else "a file to write"
@@ -75,6 +78,8 @@ def check_output_paths(args: object) -> None:
     for options, folder in ((FILE_OPTIONS, False), (DIR_OPTIONS, True)):
         for dest, option in options.items():
             path = getattr(args, dest, None)
+            if dest == "json" and path == STDOUT:
+                continue
             if isinstance(path, str):
                 check_output_path(path, option, folder=folder)
     plot = getattr(args, "plot", None)

@@ -14,9 +14,9 @@ from sim import __version__
 from sim.analysis import breakdown
 from sim.runner import Run
 from sim.types import CommClass, OpKind
-from sim.units import GiB, TFLOPS, round_sig
+from sim.units import GiB, TFLOPS, byte_count, round_sig
 
-__all__ = ["Report", "make_report", "format_report", "LINKS_SHOWN"]
+__all__ = ["Report", "make_report", "format_report", "links_json", "LINKS_SHOWN"]
 
 LINKS_SHOWN = 5
 """How many of the busiest links the report lists."""
@@ -88,10 +88,10 @@ class Report:
             "bubble_fraction": self.bubble_fraction,
             "exposed_comm_s": self.exposed_comm_s,
             "compute_s": self.compute_s,
-            "peak_memory_bytes": [s.peak_memory_bytes for s in self.stages],
+            "peak_memory_bytes": [byte_count(s.peak_memory_bytes) for s in self.stages],
             "stages": [{"stage": s.stage, "compute_s": s.compute_s, "exposed_comm_s": s.exposed_comm_s,
-                        "idle_s": s.idle_s, "peak_memory_bytes": s.peak_memory_bytes,
-                        "capacity_bytes": s.capacity_bytes, "fits": s.fits} for s in self.stages],
+                        "idle_s": s.idle_s, "peak_memory_bytes": byte_count(s.peak_memory_bytes),
+                        "capacity_bytes": byte_count(s.capacity_bytes), "fits": s.fits} for s in self.stages],
             "fits_in_memory": all(s.fits for s in self.stages),
             "reference": self.reference,
             "events": self.events,
@@ -100,9 +100,14 @@ class Report:
             "simulated_wall_s": self.simulated_wall_s,
             "granularity": self.granularity,
             "sm_clock_hz": self.sm_clock_hz,
-            "busiest_links": list(self.busiest_links),
+            "busiest_links": links_json(self.busiest_links),
             "notes": list(self.notes),
         }
+
+
+def links_json(links) -> list[dict]:
+    """:attr:`Report.busiest_links` as JSON: the bytes each carried as an integer."""
+    return [{**lk, "busy_bytes": byte_count(lk["busy_bytes"])} for lk in links]
 
 
 def make_report(run: Run) -> Report:

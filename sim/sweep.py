@@ -59,7 +59,6 @@ from __future__ import annotations
 import inspect
 import math
 import os
-import signal
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
@@ -69,6 +68,7 @@ from enum import Enum
 
 from sim.config.space import AXES, Space, default_space
 from sim.errors import ConfigError, NotBuiltError
+from sim.pools import abandon, ignore_sigint
 from sim.report import make_report
 from sim.runner import simulate
 from sim.sweep_bound import IterationBound
@@ -355,11 +355,6 @@ class InlineExecutor(Executor):
         return fut
 
 
-def _ignore_sigint() -> None:
-    """Worker initializer: Ctrl-C reaches the whole process group; only the parent acts on it."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def _dask_client():
     try:
         from distributed import Client
@@ -397,17 +392,34 @@ def open_executor(executor: str = "local", workers: int | None = None) -> Iterat
         import multiprocessing
 
         # "spawn": the progress bar's monitor thread makes forking unsafe
-        pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_sigint)
+        pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=ignore_sigint)
         with pool:
             yield pool, n
         return
-    with _dask_client()("tcp://" + executor[len("dask://"):]) as client:
+    with _connect(executor) as client:
         slots = workers or sum(client.nthreads().values()) or 1
         ex = client.get_executor(pure=False)
         try:
             yield ex, slots
         finally:
             ex.shutdown(wait=False)
+
+
+DASK_CONNECT_TIMEOUT_S = 5.0
+"""How long ``--executor dask://HOST:PORT`` waits for the scheduler to answer (Dask's own default,
+``distributed.comm.timeouts.connect``, is 30 s): an address that does not answer is an error
+after this, not a half-minute wait."""
+
+
+def _connect(executor: str):
+    """A ``dask.distributed.Client`` of the scheduler ``executor`` names (``dask://HOST:PORT``),
+    or a ConfigError naming the option, the address and what happened."""
+    address = "tcp://" + executor[len("dask://"):]
+    try:
+        return _dask_client()(address, timeout=DASK_CONNECT_TIMEOUT_S)
+    except (OSError, ValueError) as exc:  # TimeoutError, a refused or unresolvable address
+        raise ConfigError("<--executor>", "--executor", f"a reachable Dask scheduler; connecting to {address} "
+                          f"failed: {exc or type(exc).__name__}", executor) from None
 
 
 def _check_executor(executor: str, workers: int | None) -> None:
@@ -420,22 +432,6 @@ def _check_executor(executor: str, workers: int | None) -> None:
     if not (executor.startswith("dask://") and len(executor) > len("dask://")):
         raise ConfigError("<--executor>", "--executor", "local or dask://HOST:PORT", executor)
     _dask_client()
-
-
-def _abandon(executor: Executor) -> None:
-    """After Ctrl-C: cancel what has not started and stop the local workers that still run."""
-    if not isinstance(executor, ProcessPoolExecutor):
-        executor.shutdown(wait=False)  # a Dask executor cancels its futures
-        return
-    stop = getattr(executor, "terminate_workers", None)  # Python 3.14
-    if stop is not None:
-        stop()
-        return
-    # earlier versions keep their processes in a private mapping, which shutdown() drops
-    running = list((getattr(executor, "_processes", None) or {}).values())
-    executor.shutdown(wait=False, cancel_futures=True)
-    for proc in running:
-        proc.terminate()
 
 
 def run_simulations(jobs: Sequence[Candidate], topology: TopologySpec, granularity: str | None,
@@ -474,9 +470,7 @@ def run_simulations(jobs: Sequence[Candidate], topology: TopologySpec, granulari
                 if on_done is not None:
                     on_done(job, outcome)
     except KeyboardInterrupt:
-        for fut in pending:
-            fut.cancel()
-        _abandon(executor)
+        abandon(executor)  # drops the jobs in flight (sim/pools.py)
         return out, True
 
 
@@ -631,7 +625,7 @@ def _search(jobs: list[Candidate], bound: IterationBound, top: int, topology: To
             times_of=lambda o: o.iteration_time_s if o.ok else None,
             on_done=lambda c, o: bar.update(1),
             failed=lambda exc: SimOutcome(granularity or "op", error=f"{type(exc).__name__}: {exc}"),
-            abandon=lambda: _abandon(executor))
+            abandon=lambda: abandon(executor))
         bar.update(found.unsent)
     finally:
         bar.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 from sim import __version__
 from sim.sweep import KEY_FIELDS, Fidelity, SweepResult, SweepRow
 from sim.types import CommClass
-from sim.units import GiB
+from sim.units import GiB, byte_count
 
 __all__ = ["format_sweep", "sweep_json", "write_sweep_csv"]
 
@@ -39,7 +39,7 @@ def _row_dict(row: SweepRow, rerun: bool) -> dict:
         if row.op is not None and not row.op.ok:
             out["op_error"] = row.op.error
     out.update({"tokens_per_s": best.tokens_per_s, "mfu": best.mfu,
-                "peak_memory_bytes": row.candidate.peak_memory_bytes,
+                "peak_memory_bytes": byte_count(row.candidate.peak_memory_bytes),
                 "exposed_comm_total_s": best.exposed_comm_total_s, "exposed_comm_s": dict(best.exposed_comm_s),
                 "bubble_fraction": best.bubble_fraction})
     return out
@@ -55,7 +55,7 @@ def sweep_json(r: SweepResult) -> dict:
         "topology": r.topology,
         "gpu": r.gpu,
         "num_gpus": r.num_gpus,
-        "capacity_bytes": r.capacity_bytes,
+        "capacity_bytes": byte_count(r.capacity_bytes),
         "space": r.space,
         "fidelity": r.fidelity.value,
         "screen_granularity": r.screen_granularity,
@@ -66,7 +66,8 @@ def sweep_json(r: SweepResult) -> dict:
         "stopped_while": r.stopped_while or None,
         "top": [{"rank": i + 1, **_row_dict(row, rerun)} for i, row in enumerate(r.top)],
         "pareto_front": [{"parallel": row.candidate.settings, "tokens_per_s": row.screen.tokens_per_s,
-                          "peak_memory_bytes": row.candidate.peak_memory_bytes} for row in r.pareto_rows()],
+                          "peak_memory_bytes": byte_count(row.candidate.peak_memory_bytes)}
+                         for row in r.pareto_rows()],
         "failures": [{"parallel": c.settings, "error": err} for c, err in r.failures],
         "notes": list(r.notes),
         "wall_s": r.wall_s,

@@ -140,8 +140,6 @@ def bounded_search(order: Sequence, bound_s: Mapping[tuple, float], top: int,
                 finished += 1
     except KeyboardInterrupt:
         collect([f for f in pending if f.done() and not f.cancelled()])
-        for fut in pending:
-            fut.cancel()
-        abandon()
+        abandon()  # drops the jobs in flight (sim/pools.py)
         out.interrupted = True
         return out

@@ -32,6 +32,16 @@ GBIT_PER_S = 1e9 / 8
 """One gigabit per second (Gb/s) in bytes per second."""
 
 
+def byte_count(x: float) -> int:
+    """A byte count as the JSON outputs write it: the nearest integer, so that a size reads
+    ``5594800128``, not ``5594800128.0`` (the model's counts are whole but computed in floats).
+
+    >>> byte_count(5594800128.0), byte_count(1e9 / 3)
+    (5594800128, 333333333)
+    """
+    return int(round(x))
+
+
 def round_sig(x: float, digits: int = 12) -> float:
     """``x`` to ``digits`` significant digits: a key that ranks quantities equal to rounding
     (a link's bytes summed in a different order) as equal, so a tie is broken by what follows.

@@ -196,11 +196,20 @@ def validate(paths: list[str], progress=None, jobs: int = 1) -> Validation:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
+        from sim.pools import abandon, ignore_sigint
+
         # cases that cannot be built are scored here (their ConfigError stays in this process);
-        # "spawn" workers, since forking a process with threads is unsafe
+        # "spawn" workers, since forking a process with threads is unsafe; Ctrl-C stops the
+        # workers at once (sim/pools.py)
         todo = [rec for rec in records if rec.workload is not None]
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            done = dict(zip((id(r) for r in todo), pool.map(_worker_rows, todo)))
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=ignore_sigint) as pool:
+            futures = [pool.submit(_worker_rows, rec) for rec in todo]  # not map(): it cancels on Ctrl-C
+            try:
+                done = {id(r): f.result() for r, f in zip(todo, futures)}
+            except KeyboardInterrupt:
+                abandon(pool)
+                raise
         results = [done[id(rec)] if rec.workload is not None else _case_rows(rec) for rec in records]
     else:
         results = map(_case_rows, records)

@@ -406,13 +406,20 @@ stay the workload's, so the search stays a few dozen configurations."""
 
 def sweep_reoptimizer(workers: int | None = None) -> Reoptimizer:
     """A re-optimizer that runs ``llmsim sweep``'s search over :data:`REOPTIMIZE_SPACE` (fast
-    fidelity, the best re-run op by op) and returns the fastest configuration's settings."""
+    fidelity, the best re-run op by op) and returns the fastest configuration's settings.
+
+    The search keeps what finished when Ctrl-C stops it (:func:`sim.sweep.sweep`); a study
+    cannot go on from a state whose best layout is unknown, so the re-optimizer raises
+    :class:`KeyboardInterrupt` again and the study stops with it (``llmsim: interrupted``,
+    status 130)."""
     from sim.config.space import space_from_mapping
     from sim.sweep import sweep
 
     def best(w: WorkloadSpec, topo: TopologySpec) -> ParallelSpec:
         result = sweep(w, topo, space_from_mapping(REOPTIMIZE_SPACE, "<whatif --reoptimize>"), top=1,
                        workers=workers)
+        if result.interrupted:
+            raise KeyboardInterrupt
         if not result.top:
             return w.parallel
         return result.top[0].candidate.workload.parallel

@@ -76,7 +76,7 @@ def power_caps(workload: WorkloadSpec, topology: TopologySpec, limits: Sequence[
         except ValueError as exc:
             if gpu.power is None:
                 raise ConfigError("<whatif power>", "system.gpu", str(exc), gpu.name) from None
-            raise ConfigError("<whatif power>", "--limits", str(exc), limit) from None
+            raise ConfigError("<--limits>", "--limits", f"caps in {str(exc)} W", f"{limit:g}") from None
         w = dataclasses.replace(workload, system=dataclasses.replace(workload.system, gpu=capped))
         run = simulate(w, topology)
         rep = make_report(run)

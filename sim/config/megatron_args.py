@@ -490,7 +490,7 @@ class _Mapper:
         given = [k for k in ("layers_per_virtual_stage", "parallel.virtual_pipeline_stages", "pipeline_layout")
                  if get(k) is not None]
         if len(given) > 1:
-            raise self.error(given[1], f"not beside {self.flag(given[0])} (Megatron-LM allows one of "
+            raise self.error(given[1], f"no {self.flag(given[1])} beside {self.flag(given[0])} (Megatron-LM allows one of "
                              "--num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank, "
                              "--pipeline-model-parallel-layout)", get(given[1]))
         extra = int(bool(get("embedding_in_split"))) + int(bool(get("loss_in_split")))
@@ -642,10 +642,10 @@ class _Mapper:
     def dtype(self) -> tuple[str, str | None]:
         get = self.get
         if get("bf16") and get("fp16"):
-            raise self.error("fp16", "not beside --bf16 (Megatron-LM asserts it)", "--fp16")
+            raise self.error("fp16", "no --fp16 beside --bf16 (Megatron-LM asserts it)", "--fp16")
         if get("fp4_format"):
             if get("fp8_format"):
-                raise self.error("fp4_format", "not beside --fp8-format (Megatron-LM rejects both)", "e2m1")
+                raise self.error("fp4_format", "no --fp4-format beside --fp8-format (Megatron-LM rejects both)", "e2m1")
             if get("fp4_recipe", "nvfp4") != "nvfp4":
                 raise self.error("fp4_recipe", "nvfp4 (a custom recipe cannot be simulated)", get("fp4_recipe"))
             return "nvfp4", None

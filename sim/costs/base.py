@@ -15,7 +15,7 @@ from typing import Mapping, Protocol
 from sim.types import OpKind
 from sim.workload.ops import CommOp, Op
 
-__all__ = ["Flow", "Phase", "CommPlan", "CostModel", "FixedCostModel"]
+__all__ = ["Flow", "Phase", "CommPlan", "CostModel", "FixedCostModel", "share_weights"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,3 +89,23 @@ class FixedCostModel:
 
     def comm_plan(self, op: CommOp) -> CommPlan:
         return CommPlan((Phase(self.comm_s),), algorithm="fixed", sm_fraction=self.comm_sm_fraction)
+
+
+def share_weights(flows: tuple[Flow, ...]) -> tuple[Flow, ...]:
+    """Divide each flow's weight on a link by the number of these flows on that link: the flows
+    a representative simulation keeps of a plan whose weights count the whole job's flows on
+    each link (:meth:`sim.engine.simulation.Simulation._plans`, :func:`sim.collective.collective`),
+    where several kept flows share a link, each stands for its share of that count.
+
+    >>> f = Flow(0, 1, 1.0, (5,), (2.0,))
+    >>> [x.weights for x in share_weights((f, Flow(0, 2, 1.0, (5, 6), (2.0, 1.0))))]
+    [(1.0,), (1.0, 1.0)]
+    """
+    count: dict[int, int] = {}
+    for f in flows:
+        for link in f.links:
+            count[link] = count.get(link, 0) + 1
+    if all(c == 1 for c in count.values()):
+        return flows
+    return tuple(Flow(f.src, f.dst, f.size_bytes, f.links, tuple(w / count[l] for l, w in zip(f.links, f.weights)))
+                 for f in flows)

@@ -143,6 +143,21 @@ def kernel_sms(fabric: Fabric, op: CommOp, algorithm: str) -> int:
     return op.kernel_sms
 
 
+def _efficiency_at(size_bytes: float):
+    """``route -> route.efficiency(size_bytes)``, each efficiency curve evaluated once: a plan
+    over thousands of ranks has as many routes but a few curves (one per link kind)."""
+    memo: dict[int, float] = {}
+
+    def of(route) -> float:
+        curve = route.efficiency
+        e = memo.get(id(curve))  # the fabric's routes hold their curves for the plan's lifetime
+        if e is None:
+            e = memo[id(curve)] = curve(size_bytes)
+        return e
+
+    return of
+
+
 def _ring_steps(kind: CollectiveKind, p: int) -> tuple[int, float]:
     """(steps, bus-bytes factor) of a ring collective over ``p`` ranks."""
     if kind is CollectiveKind.ALL_REDUCE:
@@ -162,12 +177,13 @@ def _ring_phase(fabric: Fabric, kind: CollectiveKind, rings: list[tuple[int, ...
     bus = factor * size_bytes
     flows = []
     worst_latency = 0.0
+    efficiency = _efficiency_at(size_bytes)
     for ring in rings:
         for i, src in enumerate(ring):
             dst = ring[(i + 1) % p]
             route = fabric.route(src, dst)
             worst_latency = max(worst_latency, route.latency_s)
-            eff_bytes = bus / route.efficiency(size_bytes)
+            eff_bytes = bus / efficiency(route)
             flows.append((src, dst, eff_bytes, route.links))
     return _phase(steps * worst_latency, flows, loads)
 
@@ -199,6 +215,7 @@ def _multi_ring_phase(fabric: Fabric, kind: CollectiveKind, groups: list[tuple[i
     extra_s, bytes_factor = protocol
     flows = []
     worst_latency = 0.0
+    efficiency = _efficiency_at(size_bytes)
     for g in groups:
         rings = _channel_rings(fabric, g)
         share = factor * size_bytes / len(rings) * bytes_factor
@@ -207,7 +224,7 @@ def _multi_ring_phase(fabric: Fabric, kind: CollectiveKind, groups: list[tuple[i
                 dst = ring[(i + 1) % p]
                 route = fabric.route(src, dst)
                 worst_latency = max(worst_latency, route.latency_s)
-                flows.append((src, dst, share / route.efficiency(size_bytes), route.links))
+                flows.append((src, dst, share / efficiency(route), route.links))
     return _phase(max(steps * worst_latency + extra_s, 0.0), flows, loads)
 
 
@@ -330,6 +347,7 @@ def _tree_phase(fabric: Fabric, groups: list[tuple[int, ...]], size_bytes: float
     domains, each tree carrying half the channel's data up and down."""
     flows = []
     latency = 0.0
+    efficiency = _efficiency_at(size_bytes)
     for g in groups:
         doms = _domains(fabric, g)
         k, nd = len(doms[0]), len(doms)
@@ -345,7 +363,7 @@ def _tree_phase(fabric: Fabric, groups: list[tuple[int, ...]], size_bytes: float
             for a, b in pairs:
                 for src, dst in ((a, b), (b, a)):
                     route = fabric.route(src, dst)
-                    flows.append((src, dst, share / route.efficiency(size_bytes), route.links))
+                    flows.append((src, dst, share / efficiency(route), route.links))
             if k > 1:
                 hop_intra = max(hop_intra, fabric.route(chains[0][0], chains[0][1]).latency_s)
             if nd > 1:
@@ -669,4 +687,6 @@ def plan_comm(fabric: Fabric, op: CommOp, representative: bool,
         plan = _kept_plan(fabric, op, algorithm, fam, keep, own)
         if plan is not None:
             return plan
+    if own is not None and not representative:  # the group's own plan, as the choice built it
+        return own
     return _plan(fabric, op, algorithm, groups, Counter() if representative else None)

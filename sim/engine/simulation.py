@@ -36,7 +36,7 @@ from functools import partial
 import numpy as np
 import simpy
 
-from sim.costs.base import CommPlan, CostModel, Flow, Phase
+from sim.costs.base import CommPlan, CostModel, Phase, share_weights
 from sim.engine.contention import HeldSMs
 from sim.engine.link_rates import LinkRates
 from sim.engine.network import FlowNetwork, solo_time_s
@@ -266,7 +266,7 @@ class Simulation:
             for ph in p.phases:
                 kept = tuple(f for f in ph.flows if f.src in simulated or f.dst in simulated)
                 if self.representative and kept:
-                    kept = _share_weights(kept)
+                    kept = share_weights(kept)
                 phases.append(Phase(ph.latency_s, kept))
             cache[id(op)] = CommPlan(tuple(phases), p.algorithm, p.sm_fraction)
 
@@ -1020,21 +1020,3 @@ def _ran(run: _Run, gen: int, _event) -> None:
 
 MAX_SHARED_ALL_TO_ALL = 32
 """An all-to-all over more ranks than this is priced alone (see ``Simulation._fixed_comm``)."""
-
-
-def _share_weights(flows: tuple[Flow, ...]) -> tuple[Flow, ...]:
-    """Divide each flow's weight on a link by the number of these flows on that link.
-
-    >>> f = Flow(0, 1, 1.0, (5,), (2.0,))
-    >>> [x.weights for x in _share_weights((f, Flow(0, 2, 1.0, (5, 6), (2.0, 1.0))))]
-    [(1.0,), (1.0, 1.0)]
-    """
-    count: dict[int, int] = {}
-    for f in flows:
-        for link in f.links:
-            count[link] = count.get(link, 0) + 1
-    if all(c == 1 for c in count.values()):
-        return flows
-    return tuple(Flow(f.src, f.dst, f.size_bytes, f.links, tuple(w / count[l] for l, w in zip(f.links, f.weights)))
-                 for f in flows)
-

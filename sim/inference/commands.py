@@ -146,7 +146,8 @@ def add_commands(sub) -> None:
                           description="Per GPU and phase: FLOPs, bytes, arithmetic intensity, the ridge point, "
                           "compute- or memory-bound, and the time the simulator charges.")
     _common(roof, DEFAULT_ROOFLINE_GPUS, f"comma-separated GPUs (default {DEFAULT_ROOFLINE_GPUS})")
-    roof.add_argument("--phase", default="prefill,decode", help="prefill, decode or both (default both)")
+    roof.add_argument("--phase", default="both", help="prefill, decode, or both (the default; also "
+                      "prefill,decode)")
     roof.add_argument("--plot", metavar="PATH.png", help="draw the rooflines with the ops on them (needs matplotlib)")
     roof.set_defaults(func=_cmd_roofline)
     val = sub.add_parser("validate-infer", help="simulate published single-request latencies and score them",
@@ -161,7 +162,10 @@ def add_commands(sub) -> None:
 
 def add_whatif_memory(wsub) -> None:
     """Register ``whatif memory`` on the ``whatif`` study subparsers."""
-    mem = wsub.add_parser("memory", help="swap the GPU's HBM generation and see inference latency per phase")
+    mem = wsub.add_parser("memory", help="swap the GPU's HBM generation and see inference latency per phase",
+                          description="Give the GPU each HBM generation's bandwidth and capacity "
+                          "(topologies/hbm-generations.yaml), simulate one batch of requests on each and print "
+                          "time to first token, time per output token and whether the model and KV cache fit.")
     _common(mem, "H100-SXM5-80GB", "GPU (default H100-SXM5-80GB)")
     mem.add_argument("--hbm", help="comma-separated generations (default: every one of the table: HBM2e, HBM3, "
                      "HBM3e, HBM4)")

@@ -58,15 +58,27 @@ def parse_gpus(text: str, flag: str = "--gpu") -> list[GPUSpec]:
     return out
 
 
+PHASE_CHOICES = tuple(p.value for p in Phase) + ("both",)
+"""What ``roofline --phase`` takes: a phase, several comma-separated, or ``both``."""
+
+
 def parse_phases(text: str) -> tuple[Phase, ...]:
+    """``--phase``: comma-separated phases, ``both`` for every one.
+
+    >>> [p.value for p in parse_phases("both")], [p.value for p in parse_phases("decode")]
+    (['prefill', 'decode'], ['decode'])
+    """
     out: list[Phase] = []
     for item in text.split(","):
-        if item.strip():
-            p = parse_enum(Phase, item.strip(), "<--phase>", "--phase")
+        item = item.strip()
+        if item and item not in PHASE_CHOICES:
+            raise ConfigError("<--phase>", "--phase", f"one of {', '.join(PHASE_CHOICES)} (or several, "
+                              "comma-separated)", item)
+        for p in (list(Phase) if item == "both" else [Phase(item)] if item else []):
             if p not in out:
                 out.append(p)
     if not out:
-        raise ConfigError("<--phase>", "--phase", "prefill, decode or both", text)
+        raise ConfigError("<--phase>", "--phase", f"one of {', '.join(PHASE_CHOICES)}", text)
     return tuple(out)
 
 

@@ -21,7 +21,7 @@ from sim.inference.report import make_inference_report
 from sim.inference.runner import simulate_inference
 from sim.inference.spec import InferenceSpec
 from sim.topology.spec import TopologySpec
-from sim.units import GB, GBPS, GiB
+from sim.units import GB, GBPS, GiB, byte_count
 
 __all__ = ["HBM_TABLE", "HBMGeneration", "HBMTable", "load_hbm_table", "with_hbm", "MemoryRow", "memory_whatif",
            "format_memory_whatif"]
@@ -132,7 +132,7 @@ class MemoryRow:
     def to_dict(self) -> dict:
         return {"generation": self.generation, "own": self.own,
                 "hbm_bandwidth_bytes_per_s": self.hbm_bandwidth_bytes_per_s,
-                "hbm_capacity_bytes": self.hbm_capacity_bytes, "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
+                "hbm_capacity_bytes": byte_count(self.hbm_capacity_bytes), "ttft_s": self.ttft_s, "tpot_s": self.tpot_s,
                 "e2e_latency_s": self.e2e_latency_s, "fits": self.fits}
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from sim.inference.ops import kv_bytes_per_token_layer
 from sim.inference.spec import InferenceSpec
+from sim.units import byte_count
 from sim.workload.layers import ACT_DTYPE
 from sim.workload.ops import dtype_bytes
 
@@ -50,9 +51,10 @@ class StageMemory:
         return self.total_bytes <= self.capacity_bytes
 
     def to_dict(self) -> dict:
-        return {"stage": self.stage, "weights_bytes": self.weights_bytes, "kv_cache_bytes": self.kv_cache_bytes,
-                "activations_bytes": self.activations_bytes, "total_bytes": self.total_bytes,
-                "capacity_bytes": self.capacity_bytes, "fits": self.fits}
+        b = byte_count
+        return {"stage": self.stage, "weights_bytes": b(self.weights_bytes), "kv_cache_bytes": b(self.kv_cache_bytes),
+                "activations_bytes": b(self.activations_bytes), "total_bytes": b(self.total_bytes),
+                "capacity_bytes": b(self.capacity_bytes), "fits": self.fits}
 
 
 def _layer_weights_bytes(spec: InferenceSpec) -> float:

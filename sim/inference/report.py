@@ -21,7 +21,7 @@ from sim.inference.runner import InferenceRun
 from sim.inference.spec import Phase
 from sim.program import Block
 from sim.types import CommClass, OpKind
-from sim.units import GiB, MS
+from sim.units import MS, GiB, byte_count
 
 __all__ = ["InferenceReport", "make_inference_report", "format_inference_report"]
 
@@ -91,7 +91,7 @@ class InferenceReport:
             "output_tokens_per_s_per_gpu": self.output_tokens_per_s / self.num_gpus,
             "decode_tokens_per_s": self.decode_tokens_per_s, "breakdown_s": self.breakdown_s,
             "memory": [s.to_dict() for s in self.stages],
-            "peak_memory_bytes": list(self.peak_memory_bytes), "fits_in_memory": self.fits_in_memory,
+            "peak_memory_bytes": [byte_count(b) for b in self.peak_memory_bytes], "fits_in_memory": self.fits_in_memory,
             "granularity": self.granularity, "tasks": self.tasks, "events": self.events,
             "notes": list(self.notes),
         }

@@ -169,3 +169,52 @@ def test_two_all_reduces_share_an_oversubscribed_spine_but_not_a_non_blocking_on
     assert together == pytest.approx(alone, rel=1e-9)
     alone, together = times(8.0)
     assert together > 1.5 * alone
+
+
+# --- a large group priced as a run prices it --------------------------------------------------------
+
+
+def _every_flow_s(topo, op, size, n):
+    """The op timed over every rank's flows in the flow network."""
+    from sim.costs.comm import plan_comm
+    from sim.engine.network import solo_time_s
+    from sim.topology.routing import Fabric
+    from sim.types import CommClass
+    from sim.workload.ops import CommOp
+
+    fabric = Fabric.of(topo, n)
+    group = (0, n - 1) if op is CollectiveKind.SEND_RECV else tuple(range(n))
+    plan = plan_comm(fabric, CommOp(op, CommClass.DP, group, float(size)), representative=False)
+    return solo_time_s(plan.phases, fabric.capacity_bytes_per_s)
+
+
+def test_a_large_group_is_timed_over_one_ranks_flows(monkeypatch):
+    import sim.collective
+
+    sizes = []
+    real = sim.collective.solo_time_s
+
+    def counted(phases, capacity):
+        sizes.append(sum(len(ph.flows) for ph in phases))
+        return real(phases, capacity)
+
+    monkeypatch.setattr(sim.collective, "solo_time_s", counted)
+    r = collective(load_topology("dgx-h100"), CollectiveKind.ALL_REDUCE, 2**30, 1024)
+    assert r.algorithm == "tree" and len(sizes) == 1
+    assert sizes[0] <= 64  # rank 0's flows (the plan has 32,736)
+
+
+@pytest.mark.parametrize("n", [8, 64, 256])
+def test_the_default_all_reduce_is_the_same_as_over_every_flow(n):
+    topo = load_topology("dgx-h100")
+    assert collective(topo, CollectiveKind.ALL_REDUCE, 2**30, n).time_s == _every_flow_s(
+        topo, CollectiveKind.ALL_REDUCE, 2**30, n)
+
+
+@pytest.mark.parametrize("preset", ["dgx-a100", "dgx-b200", "dgx-h100"])
+@pytest.mark.parametrize("op", list(CollectiveKind))
+@pytest.mark.parametrize("n", [16, 24, 64])
+def test_every_op_is_the_same_as_over_every_flow_to_the_last_bits(preset, op, n):
+    topo = load_topology(preset)
+    for size in (2**20, 2**30):
+        assert collective(topo, op, size, n).time_s == pytest.approx(_every_flow_s(topo, op, size, n), rel=1e-15)

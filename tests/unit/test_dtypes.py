@@ -54,7 +54,7 @@ def test_every_format_help_lists_exactly_what_the_command_accepts(command, optio
         assert main([*command, option, d.value]) == 2, d  # refused before any work
         out, err = capsys.readouterr()
         assert out == "" and len(err.splitlines()) == 1, err
-        said = re.search(rf"<{option}>: {option}: expected one of (\[[^\]]*\])", err)
+        said = re.search(rf"error: {option}: expected one of (\[[^\]]*\])", err)
         assert said, err
         assert ast.literal_eval(said.group(1)) == listed  # the error lists what the help lists
         if option == "--dtype" and d in (Dtype.FP32, Dtype.TF32):

@@ -47,7 +47,8 @@ def test_a_bad_output_path_is_one_line_before_any_work(argv, option, says, tmp_p
     assert out == ""  # nothing simulated, no report
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("llmsim: error: "), err
-    assert f"<{option}>: {option}: expected" in lines[0] and says in lines[0], lines[0]
+    assert lines[0].startswith(f"llmsim: error: {option}: expected ") and says in lines[0], lines[0]
+    assert lines[0].count(option) == 1, lines[0]  # the option named once
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "a-folder"]  # nothing made
 
 

@@ -144,7 +144,7 @@ def test_an_unknown_suffix_stops_every_command_before_any_work(command, name, tm
     out, err = capsys.readouterr()
     assert out == ""
     lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("llmsim: error: <--plot>: --plot: expected"), err
+    assert len(lines) == 1 and lines[0].startswith("llmsim: error: --plot: expected"), err
     assert ".png" in lines[0] and ".svg" in lines[0] and repr(str(path)) in lines[0]
     assert list(tmp_path.iterdir()) == []
 
@@ -172,7 +172,7 @@ def test_a_format_the_installation_cannot_write_is_refused_with_the_reason(tmp_p
     assert main(["memory", "tiny", "--plot", str(out_dir / "fig.pgf")]) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1
-    assert "<--plot>: --plot: expected a format this installation writes (.pgf fails here: " in err
+    assert "error: --plot: expected a format this installation writes (.pgf fails here: " in err
     assert "lualatex" in err
     assert not out_dir.exists()
 

@@ -1,0 +1,135 @@
+"""Which topology a workload runs on, and whose GPU: one rule for every command.
+
+A topology file may fix its GPU (``gpu:`` in ``topologies/*.yaml``: ``dgx-a100`` an
+A100-SXM4-80GB, ``dgx-b200`` a B200, ``gb200-nvl72`` a GB200; ``null`` where several GPUs share
+the links, as ``dgx-h100``). :func:`place_workload` applies the rule:
+
+1. No topology named: the workload's ``system.topology``, else its GPU's usual preset
+   (:func:`sim.config.default_topology_name`), with a note.
+2. A topology named on the command line (``run --topology``, each of ``compare``'s, ``sweep
+   --topology``) that fixes a GPU brings it: that GPU replaces the workload's, with a note
+   (``topology dgx-b200 fixes its GPU: B200 replaces the workload's A100-SXM4-80GB``). What
+   follows the GPU follows it: compute, HBM bandwidth and capacity (so whether each stage fits),
+   NVLink, the number formats it has tensor cores for (an error if the workload's is not one of
+   them) and GPUs per node (the topology's).
+3. A GPU named on the command line as well (``--set system.gpu=NAME``) stands: the two options
+   say different things and the GPU option is the narrower one, so the workload's GPU runs on
+   the topology's links, with a note.
+4. A topology the workload file names itself (``system.topology``) does not replace the file's
+   own ``system.gpu``: both are explicit in the same file, and a different GPU is noted as run
+   on the topology's links (as 3).
+
+In every case the topology's ``gpus_per_node`` is the one simulated, noted when the
+workload's differs. ``whatif generations`` applies the same rule to ``--from``/``--from-topology``
+and ``--to``/``--to-topology`` (:func:`choose_gpu`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sim.errors import ConfigError
+from sim.topology.spec import TopologySpec
+from sim.workload.spec import WorkloadSpec
+
+__all__ = ["Placed", "choose_gpu", "gpu_given", "place_workload"]
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A workload and the topology it runs on, its GPU chosen by :func:`place_workload`."""
+
+    workload: WorkloadSpec
+    topology: TopologySpec
+
+
+def gpu_given(overrides: Sequence[str] | None) -> bool:
+    """Whether ``--set`` items name the GPU (``system.gpu=NAME``).
+
+    >>> gpu_given(["parallel.tp=2", "system.gpu=H100"]), gpu_given(None)
+    (True, False)
+    """
+    return any(str(item).partition("=")[0].strip() == "system.gpu" for item in overrides or ())
+
+
+def choose_gpu(gpu: str, topology: TopologySpec, *, topology_given: bool, gpu_named: bool,
+               gpu_option: str = "--set system.gpu=NAME", whose: str = "the workload's") -> tuple[str, str | None]:
+    """The GPU simulated on ``topology`` for a workload on ``gpu`` (canonical names), and the
+    note that says so (None when the two agree), under the module's rule; ``gpu_option`` (the
+    option that would keep ``gpu``) and ``whose`` (whose GPU it is) are for the note.
+
+    >>> from sim.config import load_topology
+    >>> choose_gpu("A100-SXM4-80GB", load_topology("dgx-b200"), topology_given=True, gpu_named=False)[0]
+    'B200'
+    >>> choose_gpu("A100-SXM4-80GB", load_topology("dgx-b200"), topology_given=True, gpu_named=True)[0]
+    'A100-SXM4-80GB'
+    """
+    if topology.gpu is None or topology.gpu == gpu:
+        return gpu, None
+    if topology_given and not gpu_named:
+        return topology.gpu, (f"topology {topology.name} fixes its GPU: {topology.gpu} replaces {whose} "
+                              f"{gpu} ({gpu_option} keeps a GPU on its links)")
+    return gpu, f"topology {topology.name} is described with {topology.gpu}; {whose} {gpu} is simulated on its links"
+
+
+def place_workload(workload: WorkloadSpec, topology: str | TopologySpec | None, notes: list[str], *,
+                   option: str = "--topology", gpu_named: bool = False) -> Placed:
+    """The workload on ``topology`` (a name, a file, a loaded spec, or None: the workload's own
+    or its GPU's usual one) under the module's rule; notes are appended to ``notes``.
+
+    Parameters
+    ----------
+    option : str
+        The option that named ``topology``, for notes and errors.
+    gpu_named : bool
+        Whether the GPU was also named on the command line (:func:`gpu_given`): it then stands.
+
+    Raises
+    ------
+    ConfigError
+        When the topology's GPU has no tensor cores for the workload's number format, or no
+        power model for the workload's ``system.power_limit_w``.
+    """
+    from sim.config import default_topology_name, load_topology
+
+    gpu = workload.system.gpu
+    given = topology is not None
+    if topology is None:
+        topology = workload.system.topology
+        if topology is None:
+            topology = default_topology_name(gpu.name)
+            notes.append(f"topology: none given -> {topology} (the default for {gpu.name})")
+    topo = topology if isinstance(topology, TopologySpec) else load_topology(topology)
+    chosen, note = choose_gpu(gpu.name, topo, topology_given=given, gpu_named=gpu_named)
+    if chosen != gpu.name:
+        workload = _with_gpu(workload, topo, option)
+    if note:
+        notes.append(note)
+    if topo.gpus_per_node != workload.system.gpus_per_node:
+        notes.append(f"system.gpus_per_node: the workload says {workload.system.gpus_per_node}, "
+                     f"topology {topo.name} has {topo.gpus_per_node}; the topology's is used")
+    return Placed(workload, topo)
+
+
+def _with_gpu(workload: WorkloadSpec, topo: TopologySpec, option: str) -> WorkloadSpec:
+    """``workload`` on ``topo``'s GPU and nodes, checked for what the GPU must support."""
+    from sim.hardware import get_gpu, power_limited
+
+    old, new = workload.system.gpu, get_gpu(topo.gpu)
+    if not new.supports(workload.dtype):
+        have = ", ".join(d.value for d, _ in new.peak_flops_per_s)
+        raise ConfigError(f"<{option}>", option, f"a topology whose GPU runs the workload's {workload.dtype.value} "
+                          f"({topo.name} fixes {new.name}, whose tensor cores take {have}; --set dtype=FORMAT, "
+                          f"or --set system.gpu=NAME to keep the workload's GPU on its links)", topo.name)
+    rated = get_gpu(old.name).power
+    if old.power is not None and rated is not None and old.power.limit_w != rated.limit_w:
+        try:
+            new = power_limited(new, old.power.limit_w)
+        except ValueError as exc:
+            raise ConfigError(f"<{option}>", option, f"a topology whose GPU takes the workload's "
+                              f"system.power_limit_w={old.power.limit_w:g} ({topo.name} fixes {new.name}; {exc})",
+                              topo.name) from None
+    system = dataclasses.replace(workload.system, gpu=new, gpus_per_node=topo.gpus_per_node)
+    return dataclasses.replace(workload, system=system)

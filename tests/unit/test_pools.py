@@ -1,0 +1,78 @@
+"""Worker pools that stop with Ctrl-C (sim/pools.py): ``llmsim sweep`` and ``llmsim validate
+--jobs N`` drop what is queued and stop their workers, with no traceback."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import time
+from concurrent.futures import Future, ProcessPoolExecutor, wait
+from pathlib import Path
+
+import pytest
+import yaml
+
+import sim
+import sim.pools
+from sim.pools import abandon, ignore_sigint
+
+CASES = Path(sim.__file__).resolve().parent.parent / "workloads" / "validation"
+
+
+def test_abandon_stops_the_workers_and_fails_what_was_queued(monkeypatch):
+    thread_errors: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: thread_errors.append(args.exc_value))
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=ignore_sigint) as pool:
+        assert pool.submit(abs, -1).result() == 1  # the worker is up
+        futures = [pool.submit(time.sleep, 600) for _ in range(4)]  # one runs, one is queued, two wait
+        abandon(pool)
+    done, _ = wait(futures, timeout=300)  # the pool's manager thread fails them once it sees the workers gone
+    assert len(done) == len(futures)
+    assert thread_errors == []  # Python 3.11's manager thread raised on a cancelled future
+    assert not any(not f.cancelled() and f.exception() is None for f in futures)  # none slept to the end
+
+
+def test_validate_with_jobs_stops_its_workers_on_ctrl_c(tmp_path, monkeypatch):
+    from sim.validate import validate
+
+    cases = [c for c in yaml.safe_load((CASES / "korthikanti2022.yaml").read_text()) if "_t4_22B_" in c["id"]]
+    path = tmp_path / "cases.yaml"
+    path.write_text(yaml.safe_dump(cases))
+    abandoned = []
+    monkeypatch.setattr(sim.pools, "abandon", lambda pool: (abandoned.append(pool), abandon(pool)))
+
+    def interrupted(self, timeout=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Future, "result", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        validate([str(path)], jobs=2)
+    assert len(abandoned) == 1 and isinstance(abandoned[0], ProcessPoolExecutor)
+
+
+def test_simulations_interrupted_on_worker_processes_leave_no_traceback(monkeypatch):
+    import sim.sweep
+    from sim.config import load_topology, load_workload
+    from sim.sweep import Candidate, run_simulations
+
+    thread_errors: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: thread_errors.append(args.exc_value))
+    waits = []
+
+    def interrupted(*args, **kwargs):  # Ctrl-C once a job has finished, with others queued
+        waits.append(args)
+        if len(waits) > 1:
+            raise KeyboardInterrupt
+        return real_wait(*args, **kwargs)
+
+    real_wait = sim.sweep.wait
+    monkeypatch.setattr(sim.sweep, "wait", interrupted)
+    jobs = [Candidate((i,), load_workload("tiny"), 0.0) for i in range(12)]
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=ignore_sigint) as pool:
+        # 8 in flight on one worker: two in its queue, six waiting in the pool
+        out, stopped = run_simulations(jobs, load_topology("dgx-a100"), "chunk", pool, slots=4)
+    for thread in threading.enumerate():  # the pool's manager thread fails what was in flight
+        if type(thread).__name__ == "_ExecutorManagerThread":
+            thread.join(timeout=300)
+    assert stopped and 1 <= len(out) < len(jobs)
+    assert thread_errors == []  # Python 3.11's manager thread raised on each cancelled future
