@@ -10,8 +10,8 @@ For each rank count: the wall time of :func:`sim.collective.collective` (the pla
 flows the group's first rank sends or receives, weighted as a run weights them:
 :func:`sim.collective.representative_phases`), the algorithm, the time and busbw, and, up to
 ``--full-up-to`` ranks, the same plan timed over every rank's flows
-(:func:`sim.engine.network.solo_time_s` on the whole plan, what ``llmsim collective`` did
-before: 2.9 s at 512 ranks, 10 s at 1024, minutes at 8192) with the relative difference of
+(:func:`sim.engine.network.solo_time_s` on the whole plan: seconds at 512 ranks, minutes at
+8192) with the relative difference of
 the two times (0, or a unit in the last place or two). Wall times depend on the machine and
 its load; compare figures only from the same one.
 """

@@ -15,7 +15,7 @@ within its latency floor: the remainder would exceed the link rate). Run::
 
     python benchmarks/nccl/derive_curves.py
 
-and it prints the YAML the presets carry (``tests/unit/test_nccl_tables.py`` checks they agree).
+and it prints the YAML the presets carry (``tests/unit/test_nccl_algorithms.py`` checks they agree).
 """
 
 from __future__ import annotations
