@@ -20,6 +20,7 @@ from sim.costs.analytical import AnalyticalCostModel
 from sim.costs.base import CostModel
 from sim.costs.compute import kernel_load
 from sim.engine import Simulation
+from sim.engine.block_check import block_interference
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
 from sim.power import KernelLoad, solve_clock_hz
@@ -56,6 +57,10 @@ class Run:
     power_loads: list = field(default_factory=list)
     """The compute kernels the clock was solved over (:func:`power_loads`; empty where it was
     not), for what draws power at that clock (``sim.whatif_power``)."""
+    coarse_divergence: str | None = None
+    """At layer or chunk granularity with ``check_coarse``: why the op-level run may time this
+    iteration differently (:func:`sim.engine.block_check.block_interference`); None when it
+    gives the same timeline, to rounding (or when not checked)."""
 
 
 @contextmanager
@@ -97,7 +102,7 @@ def excluded_algorithms(workload: WorkloadSpec) -> frozenset:
 def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = False,
              costs: CostModel | None = None, notes: list[str] | None = None,
              slow_gpus: dict[int, float] | None = None, link_counters: int = 0,
-             granularity: str = "op") -> Run:
+             granularity: str = "op", check_coarse: bool = False) -> Run:
     """Simulate one training iteration of ``workload`` on ``topology``.
 
     Ranks run on the GPUs ``workload.parallel.placement`` gives (:func:`gpu_placement`). One
@@ -135,6 +140,11 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         pass of a micro-batch is one block, except where something is issued between its
         layers (the last micro-batch's gradient buckets, FSDP's per-layer gathers and
         reduce-scatters), which stay at layer granularity; for screening many configurations.
+    check_coarse : bool
+        At layer or chunk granularity, look in the finished run for anything that meets a
+        block (:func:`sim.engine.block_check.block_interference`) and say it in
+        :attr:`Run.coarse_divergence`: None there means the op-level run gives the same
+        timeline up to the order of floating-point additions.
     """
     if granularity not in GRANULARITIES:
         raise ConfigError("<simulate>", "granularity", f"one of {list(GRANULARITIES)}", granularity)
@@ -164,8 +174,10 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
                                         simulated=None if full else frozenset(r.rank for r in program.ranks),
                                         excluded=excluded_algorithms(workload), clock_hz=clock_hz)
         slowdown = _slowdown(workload, program, slow_gpus or {}, notes)
-        result = Simulation(program, costs, fabric.capacity_bytes_per_s, slowdown,
-                            record_links=link_counters > 0).run()
+        engine = Simulation(program, costs, fabric.capacity_bytes_per_s, slowdown, record_links=link_counters > 0)
+        result = engine.run()
+        divergence = block_interference(engine) if check_coarse else None
+        del engine
         if link_counters:
             result.counters.extend(_link_counters(fabric, result, link_counters))
     wall = time.perf_counter() - t0
@@ -180,7 +192,7 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         notes.append("granularity: chunk (each model chunk's pass of a micro-batch one block, timed alone, "
                      "layer blocks where buckets or FSDP traffic are issued between layers; --granularity op "
                      "simulates every op)")
-    return Run(workload, topology, fabric, program, result, wall, notes, granularity, clock_hz, loads)
+    return Run(workload, topology, fabric, program, result, wall, notes, granularity, clock_hz, loads, divergence)
 
 
 def power_loads(gpu: GPUSpec, program: Program) -> list[KernelLoad]:

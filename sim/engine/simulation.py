@@ -206,7 +206,7 @@ class Simulation:
                 continue
             op = t.op
             if type(op) is Block:
-                out[t.id] = self._block_timing(op, self.slowdown.get(t.rank, 1.0))[0]
+                out[t.id] = self.block_timing(op, self.slowdown.get(t.rank, 1.0))[0]
                 continue
             d = cache.get(id(op))
             if d is None:
@@ -214,7 +214,7 @@ class Simulation:
             out[t.id] = d * self.slowdown.get(t.rank, 1.0)
         return out
 
-    def _block_timing(self, block: Block, factor: float) -> tuple:
+    def block_timing(self, block: Block, factor: float) -> tuple:
         """``(duration, exposed, compute_s, shares)`` of ``block`` with its compute ``factor``
         times slower: its duration timed alone, the exposed time of each comm class (with the
         class's stream), its compute time and each op kind's share of that."""
@@ -727,7 +727,7 @@ class Simulation:
         block's compute share (its own collectives' exposed time is not slowed)."""
         if type(task.op) is not Block:
             return 1.0
-        d, _, compute, _ = self._block_timing(task.op, self.slowdown.get(task.rank, 1.0))
+        d, _, compute, _ = self.block_timing(task.op, self.slowdown.get(task.rank, 1.0))
         return compute / d if d > 0 else 0.0
 
     def _quiet_end(self, task, k: int, start: float) -> float | None:
@@ -872,7 +872,7 @@ class Simulation:
         key = (id(op), factor, t.name)
         parts = op_args.get(key)
         if parts is None:
-            _, exposed, _, shares = self._block_timing(op, factor)
+            _, exposed, _, shares = self.block_timing(op, factor)
             comm = tuple((stream, f"nccl {cls.value} {t.name}", cls, e,
                           (("collectives", len(op.comm_ops(cls))), ("bytes", sum(c.size_bytes for c in op.comm_ops(cls)))))
                          for cls, stream, e in exposed if e > 0)
