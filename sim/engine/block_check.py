@@ -27,6 +27,8 @@ None of these happening in the coarse run means none happens in the op run eithe
 timelines are the same up to the first time one of them meets something, and that meeting
 would be in both. :func:`block_interference` looks for them in a finished run; where it
 finds none, the op run gives the same times up to the order of floating-point additions.
+:func:`watch_blocks` looks at the tasks a running simulation has placed so far and stops it
+(:class:`BlockInterference`) at the first meeting: a run that will be set aside is cut short.
 """
 
 from __future__ import annotations
@@ -35,13 +37,32 @@ import numpy as np
 
 from sim.program import Block
 
-__all__ = ["block_interference"]
+__all__ = ["BlockInterference", "block_interference", "watch_blocks", "WATCH_AT_EVENTS_PER_TASK"]
+
+
+WATCH_AT_EVENTS_PER_TASK = 0.25
+""":func:`watch_blocks` looks once, after this many engine events per task of the program: a
+pipeline runs about 2.5 events per task at chunk granularity, so about a tenth of the way
+(where the first pipeline sends have met the first blocks), at a twentieth of the run's cost."""
+
+
+class BlockInterference(Exception):
+    """Raised by :func:`watch_blocks` to stop a run: something met one of its blocks."""
+
+
+def watch_blocks(sim) -> None:
+    """Raise :class:`BlockInterference` when something met a block among the tasks ``sim``
+    has placed so far (for ``Simulation(..., watch=(watch_blocks, n))``)."""
+    why = block_interference(sim)
+    if why is not None:
+        raise BlockInterference(why)
 
 
 def block_interference(sim) -> str | None:
     """Why ``sim`` (a finished :class:`~sim.engine.Simulation`) may time its blocks unlike
     the op-level run of the same program, in a few words; None when nothing met any of its
-    blocks (the op run then gives the same timeline, to rounding), or it has no blocks.
+    blocks (the op run then gives the same timeline, to rounding), or it has no blocks. In a
+    run not finished yet, only the tasks placed so far are looked at.
 
     Each test is conservative: a block counts as met when something overlaps its whole
     interval, not just the collective or compute op it would meet."""
@@ -82,7 +103,7 @@ def block_interference(sim) -> str | None:
                                               held or any(e > 0 for _, _, e in exposed))
         links, sensitive = hit
         s, e = start[t.id], finish[t.id]
-        if not e > s:
+        if e is None or not e > s:
             continue
         if sensitive:
             by_rank.setdefault(t.rank, []).append((s, e))
@@ -96,7 +117,10 @@ def block_interference(sim) -> str | None:
     for t in tasks:
         if not t.comm:
             continue
-        s, e = xfer.get(t.id, start[t.id]), finish[t.id]
+        e = finish[t.id]
+        if e is None:
+            continue
+        s = xfer.get(t.id, start[t.id])
         if not e > s:
             continue
         for l in links_of(t.op):

@@ -31,6 +31,7 @@ import bisect
 import math
 import operator
 import time
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
@@ -58,6 +59,21 @@ class _CountingEnvironment(simpy.Environment):
     def step(self) -> None:
         self.events_processed += 1
         super().step()
+
+
+class _WatchedEnvironment(_CountingEnvironment):
+    """A counting environment that calls ``watch()`` once, after ``at`` events (the watch
+    stops the run by raising)."""
+
+    def __init__(self, watch, at: int) -> None:
+        super().__init__()
+        self.watch, self.at = watch, at
+
+    def step(self) -> None:
+        self.events_processed += 1
+        simpy.Environment.step(self)
+        if self.events_processed == self.at:
+            self.watch()
 
 
 _ALL_CONTEND = False
@@ -97,7 +113,8 @@ class Simulation:
     """
 
     def __init__(self, program: Program, costs: CostModel, capacity_bytes_per_s: list[float] = (),
-                 slowdown: dict[int, float] | None = None, record_links: bool = False) -> None:
+                 slowdown: dict[int, float] | None = None, record_links: bool = False,
+                 watch: tuple[Callable[[Simulation], None], int] | None = None) -> None:
         self.program = program
         self.costs = costs
         self.capacity = list(capacity_bytes_per_s)
@@ -106,6 +123,9 @@ class Simulation:
         self.record_links = record_links
         """Record every link's carried rate over time (``metadata["link_rates"]``, a
         :class:`~sim.engine.link_rates.LinkRates` that works out the links asked for)."""
+        self.watch = watch
+        """``(fn, n)``: call ``fn(self)`` once, after the engine's ``n``-th event, to look at the
+        run so far; ``fn`` stops the run by raising (``sim.engine.block_check.watch_blocks``)."""
 
     def run(self) -> SimResult:
         """Simulate and return the recorded spans and counters.
@@ -119,7 +139,8 @@ class Simulation:
         prog = self.program
         tasks = prog.tasks
         n = len(tasks)
-        env = _CountingEnvironment()
+        env = _CountingEnvironment() if self.watch is None else \
+            _WatchedEnvironment(partial(self.watch[0], self), self.watch[1])
         self.env = env
         self.net = FlowNetwork(env, self.capacity)
         self.pulses: list[tuple[float, float, list, int]] | None = [] if self.record_links else None
@@ -188,6 +209,8 @@ class Simulation:
         for k in range(len(streams)):
             env.process(self._stream(k))
         env.run()
+        if self.watch is not None:
+            env.watch = None  # it holds this simulation, which holds env: no cycle left for gc.freeze
         self._account_blocks()
         missing = [t for t in tasks if self.finish[t.id] is None] if None in self.finish else []
         if missing:

@@ -59,15 +59,20 @@ def _variants():
 
 @pytest.fixture(scope="module")
 def outcomes():
-    """Per variant and coarse granularity: the check's verdict and the relative difference of
-    its iteration time from the op run's."""
+    """Per variant and coarse granularity: the check's verdict (``exact=True``) and the
+    relative difference of the coarse run's iteration time from the op run's."""
     topo = load_topology("dgx-a100")
     out = {}
     for name, w in _variants():
         op = simulate(w, topo).result.makespan_s
         for g in ("layer", "chunk"):
-            run = simulate(w, topo, granularity=g, check_coarse=True)
-            out[(name, g)] = (run.coarse_divergence, abs(run.result.makespan_s / op - 1.0))
+            coarse = simulate(w, topo, granularity=g).result.makespan_s
+            run = simulate(w, topo, granularity=g, exact=True)
+            if run.coarse_divergence is None:
+                assert run.granularity == g and run.result.makespan_s == coarse
+            else:
+                assert run.granularity == "op" and run.result.makespan_s == op
+            out[(name, g)] = (run.coarse_divergence, abs(coarse / op - 1.0))
     return out
 
 
@@ -95,8 +100,29 @@ def test_pipeline_sends_beside_tp_collectives_are_found(outcomes):
 
 
 def test_an_op_run_is_never_flagged():
-    run = simulate(load_workload("tiny"), load_topology("dgx-a100"), check_coarse=True)
+    run = simulate(load_workload("tiny"), load_topology("dgx-a100"), exact=True)
     assert run.granularity == "op" and run.coarse_divergence is None
+
+
+def test_a_run_that_meets_early_is_cut_short(monkeypatch):
+    """The watch looks while the run is a tenth of the way through and stops it there; the op
+    run replaces it."""
+    import sim.engine.block_check as bc
+
+    looks = []
+    real = bc.block_interference
+
+    def spy(sim):
+        done = sum(f is not None for f in sim.finish)
+        looks.append((done, len(sim.finish)))
+        return real(sim)
+
+    monkeypatch.setattr(bc, "block_interference", spy)
+    w = load_workload("tiny", TINY["interleaved"])
+    run = simulate(w, load_topology("dgx-a100"), granularity="chunk", exact=True)
+    assert run.granularity == "op" and "shares a link" in run.coarse_divergence
+    assert len(looks) == 1 and 0 < looks[0][0] < looks[0][1]   # once, part of the way
+    assert "chunk set aside" in run.notes[-1]
 
 
 def _engine(w, granularity="layer", representative=True):
