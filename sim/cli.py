@@ -227,10 +227,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     def progress(rec, rows):
         if args.verbose:
-            for r in rows:
-                print(format_row(r), file=sys.stderr, flush=True)
+            from tqdm import tqdm
 
-    result = validate(args.files, progress, jobs=args.jobs)
+            for r in rows:
+                tqdm.write(format_row(r), file=sys.stderr)  # above the progress bar
+
+    result = validate(args.files, progress, jobs=args.jobs, bar=True)
     print(format_validation(result))
     if args.json:
         _write_json(args.json, result.to_dict())
@@ -427,8 +429,9 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--json", metavar="PATH", help="write the rows and MAPE figures as JSON")
     val.add_argument("--markdown", metavar="PATH", help="write the table into PATH (docs/validation.md), "
                      "replacing only its generated part")
-    val.add_argument("--jobs", type=int, default=1, metavar="N",
-                     help="simulate cases in N processes (default 1; the rows are the same)")
+    val.add_argument("--jobs", type=int, default=None, metavar="N",
+                     help="simulate cases in N processes (default: the CPU count; 1 runs in this process; "
+                     "the rows are the same)")
     val.add_argument("-v", "--verbose", action="store_true", help="print each row to stderr as it is scored")
     val.set_defaults(func=_cmd_validate)
     col = sub.add_parser("collective", help="time one collective on a topology, as nccl-tests reports it",
