@@ -255,11 +255,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
     def progress(rec, rows):
         if args.verbose:
+            from tqdm import tqdm
+
             for r in rows:
-                print(format_row(r), file=sys.stderr, flush=True)
+                tqdm.write(format_row(r), file=sys.stderr)  # above the progress bar
 
     files = args.files or _shipped_cases()
-    result = validate(files, progress, jobs=args.jobs)
+    result = validate(files, progress, jobs=args.jobs, bar=True)
     print(format_validation(result))
     if args.json:
         _write_json(args.json, result.to_dict())
@@ -510,8 +512,9 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--json", metavar="PATH", help="write the rows and MAPE figures as JSON")
     val.add_argument("--markdown", metavar="PATH", help="write the table into PATH (docs/validation.md), "
                      "replacing only its generated part")
-    val.add_argument("--jobs", type=int, default=1, metavar="N",
-                     help="simulate cases in N processes (default 1; the rows are the same)")
+    val.add_argument("--jobs", type=int, default=None, metavar="N",
+                     help="simulate cases in N processes (default: the CPU count; 1 runs in this process; "
+                     "the rows are the same)")
     val.add_argument("-v", "--verbose", action="store_true", help="print each row to stderr as it is scored")
     val.set_defaults(func=_cmd_validate)
     pre = sub.add_parser("presets", help="list the shipped workloads, topologies, models and validation cases",

@@ -111,6 +111,9 @@ class Program:
     """Model FLOPs of the iteration (Megatron's count, :func:`sim.workload.flops.model_flops`)."""
     hardware_flops_per_iteration: float = 0.0
     """The same plus the recomputed forward work."""
+    early_block_waits: int = 0
+    """Blocks (layer or chunk granularity) that wait at their start for a collective that a
+    later op of their pass waits for in the op-level program (:mod:`sim.engine.block_check`)."""
 
     def to_networkx(self) -> nx.DiGraph:
         """The task graph: dependencies plus stream order as edges (``dep`` = "data" / "stream")."""

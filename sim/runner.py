@@ -20,6 +20,7 @@ from sim.costs.analytical import AnalyticalCostModel
 from sim.costs.base import CostModel
 from sim.costs.compute import kernel_load
 from sim.engine import Simulation
+from sim.engine.block_check import WATCH_AT_EVENTS_PER_TASK, BlockInterference, block_interference, watch_blocks
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
 from sim.power import KernelLoad, solve_clock_hz
@@ -56,6 +57,10 @@ class Run:
     power_loads: list = field(default_factory=list)
     """The compute kernels the clock was solved over (:func:`power_loads`; empty where it was
     not), for what draws power at that clock (``sim.whatif_power``)."""
+    coarse_divergence: str | None = None
+    """For :func:`simulate` with ``exact``: why the run at the coarse granularity asked for was
+    set aside for this op-level one (:func:`sim.engine.block_check.block_interference`); None
+    when it was used, or not asked for."""
 
 
 @contextmanager
@@ -97,7 +102,7 @@ def excluded_algorithms(workload: WorkloadSpec) -> frozenset:
 def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = False,
              costs: CostModel | None = None, notes: list[str] | None = None,
              slow_gpus: dict[int, float] | None = None, link_counters: int = 0,
-             granularity: str = "op") -> Run:
+             granularity: str = "op", exact: bool = False) -> Run:
     """Simulate one training iteration of ``workload`` on ``topology``.
 
     Ranks run on the GPUs ``workload.parallel.placement`` gives (:func:`gpu_placement`). One
@@ -135,9 +140,41 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         pass of a micro-batch is one block, except where something is issued between its
         layers (the last micro-batch's gradient buckets, FSDP's per-layer gathers and
         reduce-scatters), which stay at layer granularity; for screening many configurations.
+    exact : bool
+        With ``granularity`` layer or chunk: use that run only where it gives the op-level
+        run's timeline, up to the order of floating-point additions, and simulate op by op
+        otherwise. The coarse run watches for anything that meets one of its blocks
+        (:mod:`sim.engine.block_check`: a transfer on its collectives' links, a kernel beside
+        it), once while it runs (cut short at a first meeting, :data:`WATCH_AT_EVENTS_PER_TASK`)
+        and once at its end; the op run that replaces it says why in
+        :attr:`Run.coarse_divergence`.
     """
     if granularity not in GRANULARITIES:
         raise ConfigError("<simulate>", "granularity", f"one of {list(GRANULARITIES)}", granularity)
+    args = (workload, topology, full, costs, notes, slow_gpus, link_counters)
+    if not exact or granularity == "op":
+        return _simulate(*args, granularity, False)
+    try:
+        run = _simulate(*args, granularity, True)
+    except BlockInterference as exc:
+        why = str(exc)
+    else:
+        if run.coarse_divergence is None:
+            return run
+        why = run.coarse_divergence
+        run = None
+    out = _simulate(*args, "op", False)
+    out.coarse_divergence = why
+    out.notes.append(f"granularity: op ({granularity} set aside: {why})")
+    return out
+
+
+def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs: CostModel | None,
+              notes: list[str] | None, slow_gpus: dict[int, float] | None, link_counters: int,
+              granularity: str, check: bool) -> Run:
+    """:func:`simulate` at one granularity; with ``check``, the run watches its blocks and
+    raises :class:`~sim.engine.block_check.BlockInterference` when something meets one while
+    it runs, and says what met one by its end in :attr:`Run.coarse_divergence`."""
     notes = list(notes or [])
     t0 = time.perf_counter()
     with _gc_paused():
@@ -164,8 +201,22 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
                                         simulated=None if full else frozenset(r.rank for r in program.ranks),
                                         excluded=excluded_algorithms(workload), clock_hz=clock_hz)
         slowdown = _slowdown(workload, program, slow_gpus or {}, notes)
-        result = Simulation(program, costs, fabric.capacity_bytes_per_s, slowdown,
-                            record_links=link_counters > 0).run()
+        watch = (watch_blocks, max(1, int(WATCH_AT_EVENTS_PER_TASK * len(program.tasks)))) if check else None
+        engine = Simulation(program, costs, fabric.capacity_bytes_per_s, slowdown, record_links=link_counters > 0,
+                            watch=watch)
+        why = None
+        try:
+            result = engine.run()
+        except BlockInterference as exc:
+            why = str(exc)
+        if why is not None:
+            # the stopped engine's processes and their events hold it in cycles: free them before
+            # _gc_paused freezes what is left
+            del engine
+            gc.collect()
+            raise BlockInterference(why)
+        divergence = block_interference(engine) if check else None
+        del engine
         if link_counters:
             result.counters.extend(_link_counters(fabric, result, link_counters))
     wall = time.perf_counter() - t0
@@ -180,7 +231,7 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         notes.append("granularity: chunk (each model chunk's pass of a micro-batch one block, timed alone, "
                      "layer blocks where buckets or FSDP traffic are issued between layers; --granularity op "
                      "simulates every op)")
-    return Run(workload, topology, fabric, program, result, wall, notes, granularity, clock_hz, loads)
+    return Run(workload, topology, fabric, program, result, wall, notes, granularity, clock_hz, loads, divergence)
 
 
 def power_loads(gpu: GPUSpec, program: Program) -> list[KernelLoad]:

@@ -58,17 +58,15 @@ from __future__ import annotations
 
 import inspect
 import math
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from sim.config.space import AXES, Space, default_space
 from sim.errors import ConfigError, NotBuiltError
-from sim.pools import abandon, ignore_sigint
 from sim.report import make_report
 from sim.runner import simulate
 from sim.sweep_bound import IterationBound
@@ -77,6 +75,7 @@ from sim.sweep_search import bounded_search
 from sim.timeline_bound import timeline_bound
 from sim.topology.spec import TopologySpec
 from sim.types import RecomputeKind, ScheduleKind
+from sim.workers import abandon, check_workers, cpu_count, local_pool
 from sim.workload.spec import WorkloadSpec, pipeline_split
 
 __all__ = ["Fidelity", "KEY_FIELDS", "MICRO_BATCH_SIZES", "MIN_TOKENS_PER_CP_RANK", "Candidate", "SimOutcome",
@@ -342,19 +341,6 @@ def screen_one(workload: WorkloadSpec, topology: TopologySpec, granularity: str 
     return replace(simulate_one(workload, topology, granularity), lower_bound_s=bound)
 
 
-class InlineExecutor(Executor):
-    """Runs each task when it is submitted, in this process: ``--workers 1`` takes the same
-    submit-and-wait path as a pool without starting one."""
-
-    def submit(self, fn, /, *args, **kwargs) -> Future:
-        fut: Future = Future()
-        try:
-            fut.set_result(fn(*args, **kwargs))
-        except Exception as exc:  # noqa: BLE001 -- delivered through the future, as a pool would
-            fut.set_exception(exc)
-        return fut
-
-
 def _dask_client():
     try:
         from distributed import Client
@@ -370,8 +356,8 @@ def open_executor(executor: str = "local", workers: int | None = None) -> Iterat
     Parameters
     ----------
     executor : str
-        ``"local"``: :class:`~concurrent.futures.ProcessPoolExecutor` over ``workers`` processes
-        (default :func:`os.cpu_count`; 1 runs in this process); ``"dask://HOST:PORT"``: the
+        ``"local"``: :func:`sim.workers.local_pool` of ``workers`` processes (default
+        :func:`sim.workers.cpu_count`; 1 runs in this process); ``"dask://HOST:PORT"``: the
         ``concurrent.futures`` executor of a Dask scheduler at that address
         (``dask.distributed.Client(address).get_executor()``), imported only then; there
         ``workers`` only bounds the simulations in flight (default: the cluster's threads).
@@ -385,15 +371,8 @@ def open_executor(executor: str = "local", workers: int | None = None) -> Iterat
     """
     _check_executor(executor, workers)
     if executor == "local":
-        n = workers or os.cpu_count() or 1
-        if n == 1:
-            yield InlineExecutor(), 1
-            return
-        import multiprocessing
-
-        # "spawn": the progress bar's monitor thread makes forking unsafe
-        pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("spawn"), initializer=ignore_sigint)
-        with pool:
+        n = workers or cpu_count()
+        with local_pool(n) as pool:
             yield pool, n
         return
     with _connect(executor) as client:
@@ -425,8 +404,7 @@ def _connect(executor: str):
 def _check_executor(executor: str, workers: int | None) -> None:
     """Check the arguments of :func:`open_executor` before any work: a ConfigError for an
     executor it does not know or no workers, a NotBuiltError for Dask when it is missing."""
-    if workers is not None and workers < 1:
-        raise ConfigError("<--workers>", "--workers", "a positive number of worker processes", workers)
+    check_workers(workers, "--workers")
     if executor == "local":
         return
     if not (executor.startswith("dask://") and len(executor) > len("dask://")):
@@ -470,7 +448,7 @@ def run_simulations(jobs: Sequence[Candidate], topology: TopologySpec, granulari
                 if on_done is not None:
                     on_done(job, outcome)
     except KeyboardInterrupt:
-        abandon(executor)  # drops the jobs in flight (sim/pools.py)
+        abandon(executor)  # drops the jobs in flight (sim/workers.py)
         return out, True
 
 

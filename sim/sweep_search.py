@@ -140,6 +140,6 @@ def bounded_search(order: Sequence, bound_s: Mapping[tuple, float], top: int,
                 finished += 1
     except KeyboardInterrupt:
         collect([f for f in pending if f.done() and not f.cancelled()])
-        abandon()  # drops the jobs in flight (sim/pools.py)
+        abandon()  # drops the jobs in flight (sim/workers.py)
         out.interrupted = True
         return out

@@ -7,22 +7,39 @@ compared in the source's sense: hardware FLOPs (counting recomputation) when the
 ``includes_recompute: true``, model FLOPs otherwise. A case that cannot be simulated yet is
 reported as skipped with its reason, never dropped and never scored.
 
+A case is simulated at chunk granularity where that gives the op-level run's figures
+(:func:`sim.runner.simulate` with ``exact``): the run checks itself
+(:mod:`sim.engine.block_check`) and a case where something met one of its blocks (a transfer
+on its collectives' links, a kernel beside it) is simulated again op by op.
+What is read from the run is exact either way: the iteration time (so the throughputs; their
+FLOPs come from the model, not the run) is the op run's up to the order of floating-point
+additions. Peak memory is closed-form (:func:`sim.memory.stage_memory`), and the per-layer
+times read one layer's ops from the timeline, so a case with a layer target runs op by op.
+
 The case format and this command's output are fixed by ``workloads/validation/README.md``.
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
 
 from sim.config import CaseRecord, default_topology_name, load_case_records, load_topology
 from sim.errors import SimError
 from sim.memory import stage_memory
-from sim.runner import simulate
+from sim.runner import Run, simulate
+from sim.topology.spec import TopologySpec
 from sim.types import Stream
 from sim.units import GiB, MS, TFLOPS
 
-__all__ = ["Row", "Validation", "validate", "format_validation"]
+__all__ = ["Row", "Validation", "CaseResult", "validate", "case_rows", "format_validation", "COARSE"]
+
+COARSE = "chunk"
+"""The granularity a case is simulated at first (see the module docstring)."""
+
+LAYER_METRICS = ("layer_forward_ms", "layer_backward_ms")
+"""Targets read from one layer's ops in the timeline: their cases run op by op."""
 
 TIME_METRICS = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu")
 
@@ -66,6 +83,8 @@ class Validation:
 
     rows: list[Row] = field(default_factory=list)
     wall_s: float = 0.0
+    simulated_at: dict[str, int] = field(default_factory=dict)
+    """Cases simulated at each granularity (the module docstring says which and why)."""
 
     @property
     def scored(self) -> list[Row]:
@@ -102,7 +121,8 @@ class Validation:
                 "scored_rows": len(self.scored), "skipped_cases": len(self.skipped_cases),
                 "cases_total": len({r.id for r in self.rows}),
                 "worst_error_pct": None if worst is None else worst.error_pct,
-                "worst_case": None if worst is None else worst.id, "wall_s": self.wall_s}
+                "worst_case": None if worst is None else worst.id, "wall_s": self.wall_s,
+                "simulated_at": dict(sorted(self.simulated_at.items()))}
 
 
 def _layer_times_ms(run) -> tuple[float, float] | None:
@@ -132,18 +152,57 @@ def _layer_times_ms(run) -> tuple[float, float] | None:
     return ((windows["fwd"][1] - windows["fwd"][0]) / MS, (windows["bwd"][1] - windows["bwd"][0]) / MS)
 
 
-def _case_rows(rec: CaseRecord) -> list[Row]:
+@dataclass(frozen=True)
+class CaseResult:
+    """One case's rows and how its simulation ran."""
+
+    rows: list[Row]
+    granularity: str | None
+    """The granularity whose run was scored; None when nothing was simulated."""
+    op_because: str | None = None
+    """Why a run at :data:`COARSE` granularity was not used (what met one of its blocks)."""
+
+
+_TOPOLOGIES: dict[str, TopologySpec] = {}
+"""Topologies read in this process, by name: the dev set uses a handful over a hundred cases."""
+
+
+def _topology(name: str) -> TopologySpec:
+    topo = _TOPOLOGIES.get(name)
+    if topo is None:
+        topo = _TOPOLOGIES[name] = load_topology(name)
+    return topo
+
+
+def _run(rec: CaseRecord, metrics: list[str], granularity: str | None) -> tuple[Run, str | None]:
+    """Simulate ``rec``: at ``granularity`` when given, else at :data:`COARSE` granularity
+    where that is exact for ``metrics`` and op by op otherwise (the module docstring). Returns
+    the run and why a coarse run was set aside, if one was."""
+    w = rec.workload
+    topo = _topology(w.system.topology or default_topology_name(w.system.gpu.name))
+    if granularity is not None:
+        return simulate(w, topo, granularity=granularity), None
+    if any(m in LAYER_METRICS for m in metrics):
+        return simulate(w, topo), None
+    run = simulate(w, topo, granularity=COARSE, exact=True)
+    return run, run.coarse_divergence
+
+
+def case_rows(rec: CaseRecord, granularity: str | None = None) -> CaseResult:
+    """Score one case: its rows, simulated at ``granularity`` ("op", "layer" or "chunk") or,
+    by default, at the coarsest that gives the op-level figures (the module docstring)."""
     metrics = [m for m in TIME_METRICS if m in rec.targets][:1]
-    metrics += [m for m in ("peak_memory_gib", "layer_forward_ms", "layer_backward_ms") if m in rec.targets]
+    metrics += [m for m in ("peak_memory_gib",) + LAYER_METRICS if m in rec.targets]
     if not metrics:
-        return [Row(rec.id, "-", None, None, rec.config_complete, rec.file, skipped="the case has no target")]
+        return CaseResult([Row(rec.id, "-", None, None, rec.config_complete, rec.file,
+                               skipped="the case has no target")], None)
 
     def row(metric: str, predicted: float | None = None, skipped: str | None = None) -> Row:
         return Row(rec.id, metric, rec.targets[metric], predicted, rec.config_complete, rec.file, skipped)
 
     if rec.workload is None:
         reason = f"{rec.error.field}: {rec.error.expected} (got {rec.error.got!r})"
-        return [row(m, skipped=reason) for m in metrics]
+        return CaseResult([row(m, skipped=reason) for m in metrics], None)
     w = rec.workload
     rows: list[Row] = []
     if "peak_memory_gib" in metrics:
@@ -151,12 +210,11 @@ def _case_rows(rec: CaseRecord) -> list[Row]:
         rows.append(row("peak_memory_gib", peak / GiB))
     time_metrics = [m for m in metrics if m != "peak_memory_gib"]
     if not time_metrics:
-        return rows
+        return CaseResult(rows, None)
     try:
-        topo = load_topology(w.system.topology or default_topology_name(w.system.gpu.name))
-        run = simulate(w, topo)
+        run, why = _run(rec, time_metrics, granularity)
     except SimError as exc:
-        return rows + [row(m, skipped=str(exc)) for m in time_metrics]
+        return CaseResult(rows + [row(m, skipped=str(exc)) for m in time_metrics], None)
     # the report's iteration time and throughput (sim.report.make_report), without its
     # breakdown of every span, which no metric here reads (6 s on a 530B run of 7.8M spans)
     iteration_s = run.result.makespan_s
@@ -175,48 +233,97 @@ def _case_rows(rec: CaseRecord) -> list[Row]:
             lt = _layer_times_ms(run)
             rows.append(row(m, None if lt is None else lt[0 if m == "layer_forward_ms" else 1],
                             None if lt is not None else "no layer found in the timeline"))
-    return rows
+    return CaseResult(rows, run.granularity, why)
 
 
-def _worker_rows(rec: CaseRecord) -> list[Row]:
-    return _case_rows(rec)
+def _work(rec: CaseRecord) -> float:
+    """A rough measure of how long ``rec`` takes to simulate, to start the longest first: the
+    passes of its micro-batches over its layers and pipeline stages (the task count grows
+    with it; over the dev set its logarithm correlates with that of the op runs' CPU times at
+    0.93, of the chunk runs' at 0.87)."""
+    if rec.workload is None:
+        return 0.0
+    p, m = rec.workload.parallel, rec.workload.model
+    return float(p.num_microbatches * (m.num_layers + 4 * p.pp * p.virtual_pipeline_stages))
 
 
-def validate(paths: list[str], progress=None, jobs: int = 1) -> Validation:
+_WINDOW_PER_JOB = 2
+"""Cases in flight per worker: one running, one queued, so a worker never waits for the next."""
+
+
+def validate(paths: list[str], progress=None, jobs: int | None = None, bar: bool = False) -> Validation:
     """Simulate every case in ``paths`` and score it.
 
-    ``jobs > 1`` simulates cases in that many worker processes
-    (:class:`concurrent.futures.ProcessPoolExecutor`); the rows keep the files' order, so the
-    result is the same as with one.
+    Parameters
+    ----------
+    progress : callable, optional
+        ``progress(record, rows)`` for each case, in the files' order, as soon as it and every
+        case before it are scored.
+    jobs : int, optional
+        Worker processes (:func:`sim.workers.local_pool`; default :func:`sim.workers.cpu_count`,
+        1 simulates in this process). The longest cases (:func:`_work`) start first; the rows
+        keep the files' order, so the result does not depend on ``jobs``.
+    bar : bool
+        Show a progress bar, one step per case (tqdm, on stderr, when it is a terminal).
+
+    Raises
+    ------
+    ConfigError
+        For ``jobs < 1``.
+    KeyboardInterrupt
+        On Ctrl-C, after stopping the workers.
     """
+    from sim.workers import abandon, check_workers, cpu_count, local_pool
+
+    check_workers(jobs, "--jobs")
     t0 = time.perf_counter()
     out = Validation()
     records = [rec for path in paths for rec in load_case_records(path)]
+    jobs = min(jobs or cpu_count(), max(1, sum(rec.workload is not None for rec in records)))
+    # cases that cannot be built are scored here (their ConfigError stays in this process)
+    todo = [i for i, rec in enumerate(records) if rec.workload is not None]
     if jobs > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+        todo.sort(key=lambda i: -_work(records[i]))
+    results: list[CaseResult | None] = [None if rec.workload is not None else case_rows(rec) for rec in records]
+    shown = 0
+    from tqdm import tqdm
 
-        from sim.pools import abandon, ignore_sigint
+    with tqdm(total=len(records), desc="validating", unit="case", disable=None if bar else True, leave=False,
+              dynamic_ncols=True) as pbar:
+        pbar.update(len(records) - len(todo))
 
-        # cases that cannot be built are scored here (their ConfigError stays in this process);
-        # "spawn" workers, since forking a process with threads is unsafe; Ctrl-C stops the
-        # workers at once (sim/pools.py)
-        todo = [rec for rec in records if rec.workload is not None]
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=ignore_sigint) as pool:
-            futures = [pool.submit(_worker_rows, rec) for rec in todo]  # not map(): it cancels on Ctrl-C
+        def report() -> None:
+            nonlocal shown
+            while shown < len(records) and results[shown] is not None:
+                if progress is not None:
+                    progress(records[shown], results[shown].rows)
+                shown += 1
+
+        report()
+        with local_pool(jobs) as pool:
+            pending: dict = {}
+            queue = iter(todo)
             try:
-                done = {id(r): f.result() for r, f in zip(todo, futures)}
-            except KeyboardInterrupt:
+                while True:
+                    while len(pending) < _WINDOW_PER_JOB * jobs:
+                        i = next(queue, None)
+                        if i is None:
+                            break
+                        pending[pool.submit(case_rows, records[i])] = i
+                    if not pending:
+                        break
+                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        results[pending.pop(fut)] = fut.result()
+                        pbar.update(1)
+                    report()
+            except KeyboardInterrupt:  # stop the workers at once (sim/workers.py)
                 abandon(pool)
                 raise
-        results = [done[id(rec)] if rec.workload is not None else _case_rows(rec) for rec in records]
-    else:
-        results = map(_case_rows, records)
-    for rec, rows in zip(records, results):
-        out.rows.extend(rows)
-        if progress is not None:
-            progress(rec, rows)
+    for res in results:
+        out.rows.extend(res.rows)
+        if res.granularity is not None:
+            out.simulated_at[res.granularity] = out.simulated_at.get(res.granularity, 0) + 1
     out.wall_s = time.perf_counter() - t0
     return out
 
@@ -251,6 +358,9 @@ def format_validation(v: Validation) -> str:
         worst = max(t, key=lambda r: abs(r.error_pct))
         lines.append(f"worst: {worst.id} {worst.metric} {worst.error_pct:+.1f}%")
     lines.append(f"skipped: {len(v.skipped_cases)} of {len({r.id for r in v.rows})} cases")
+    if v.simulated_at:
+        lines.append("simulated: " + ", ".join(f"{n} at {g} granularity" for g, n in sorted(v.simulated_at.items()))
+                     + " (chunk where it gives the op-level figures: sim/validate.py)")
     return "\n".join(lines)
 
 

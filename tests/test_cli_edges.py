@@ -84,7 +84,7 @@ SIMULATION = "sim.engine.simulation.Simulation.run"
 LONG_COMMANDS = [  # (argv, the function Ctrl-C interrupts)
     (("run", "tiny"), SIMULATION),
     (("memory", "tiny"), "sim.memory_report.memory_report"),
-    (("validate", "workloads/validation/korthikanti2022.yaml"), SIMULATION),
+    (("validate", "korthikanti2022", "--jobs", "1"), SIMULATION),  # in this process (pools: test_workers.py)
     (("compare", "tiny", "--topology", "dgx-a100", "--topology", "dgx-h100"), SIMULATION),
     (("whatif", "generations", "tiny"), SIMULATION),
     (("whatif", "nodes", "tiny"), SIMULATION),

@@ -297,7 +297,7 @@ def test_output_is_told_from_commands_and_usage_lines():
         return Fence(REPO / "README.md", 0, len(lines) + 1, "", lines, "")
 
     assert looks_like_output(fence("llmsim 0.1.0: tiny on 8 x A100-SXM4-80GB (dgx-a100)"))
-    assert looks_like_output(fence("llmsim: error: <--trace>: --trace: expected a file"))
+    assert looks_like_output(fence("llmsim: error: --trace: expected a file"))
     assert looks_like_output(fence("$ llmsim run tiny", "..."))
     assert not looks_like_output(fence("llmsim run gpt3-175b --chakra et/"))
     assert not looks_like_output(fence("llmsim sweep [WORKLOAD] [--executor local|dask://HOST:PORT]"))

@@ -87,7 +87,7 @@ def test_time_rows_are_the_reports_figures():
     from sim.config import default_topology_name, load_topology
     from sim.report import make_report
     from sim.runner import simulate
-    from sim.validate import _case_rows, load_case_records
+    from sim.validate import case_rows, load_case_records
 
     checked = set()
     records = load_case_records(str(CASES / "megatron-ci.yaml"))[:2] + load_case_records(str(CASES / "torchtitan.yaml"))[:2]
@@ -96,7 +96,7 @@ def test_time_rows_are_the_reports_figures():
             continue
         w = rec.workload
         rep = make_report(simulate(w, load_topology(w.system.topology or default_topology_name(w.system.gpu.name))))
-        for row in _case_rows(rec):
+        for row in case_rows(rec, "op").rows:
             if row.metric == "iteration_time_s":
                 assert row.predicted == rep.iteration_time_s
             elif row.metric == "tokens_per_s_per_gpu":
@@ -105,3 +105,132 @@ def test_time_rows_are_the_reports_figures():
                 continue
             checked.add(row.metric)
     assert checked == {"iteration_time_s", "tokens_per_s_per_gpu"}
+
+
+GRANULARITY_CASES = {
+    "megatron-ci.yaml": ("megatron_ci_gpt3_7b_tp1_pp4_memory_speed_dev_dgx_h100",   # interleaved PP, DP overlap
+                         "megatron_ci_gpt3_7b_tp4_pp1_memory_speed_dev_dgx_a100"),  # TP and DP on one NVSwitch
+    "megatronbridge.yaml": ("megatronbridge_25.11_gb200_llama3_8b_fp8-cs_8gpu",),    # FP8, DP only
+    "megatronlm.yaml": ("megatronlm_readme_h100_7.1B",),                              # TP comm overlap
+    "narayanan2021.yaml": ("narayanan2021_t1_39.1B", "narayanan2021_t2_zero3_174.6B_384gpu"),  # PTD-P, ZeRO-3
+    "nemo2407.yaml": ("nemo2407_h100_fp8_LLAMA2-13B_16gpu", "nemo2407_h100_fp8_LLAMA3-8B_8gpu"),  # VP 10, CP 2
+    "torchtitan.yaml": ("torchtitan_h100_t5_llama31_405b_512gpu_1F1B",                # FSDP + TP + PP
+                        "torchtitan_h100_t4_llama31_70b_256gpu_2D",                   # FSDP beside TP blocks
+                        "torchtitan_h100_t2_llama31_8b_8gpu_cp2_seq65536"),           # CP ring beside FSDP
+    "korthikanti2022.yaml": ("korthikanti2022_t4_22B_layer_selective_recompute",),     # per-layer times
+}
+"""Shipped cases covering the features a layer pass can meet; each simulates in well under a
+second at any granularity."""
+
+EXACT = 1e-9
+"""Rows of a chunk run the check passed agree with the op run's to 5e-13 over the whole dev
+set (float additions in another order); 1e-9 leaves room for runs of ~1e6 durations and is far
+below the smallest real difference a coarse run shows (1.6e-7, tests/unit/test_block_check.py)."""
+
+
+@pytest.fixture(scope="module")
+def granularity_runs():
+    from sim.validate import case_rows, load_case_records
+
+    out = {}
+    for file, ids in GRANULARITY_CASES.items():
+        recs = {r.id: r for r in load_case_records(str(CASES / file))}
+        for case_id in ids:
+            rec = recs[case_id]
+            out[case_id] = (case_rows(rec), case_rows(rec, "op"), case_rows(rec, "chunk"))
+    return out
+
+
+def _rel(a, b) -> float:
+    return abs(a / b - 1.0)
+
+
+def test_default_granularity_rows_are_the_op_runs(granularity_runs):
+    for case_id, (auto, op, _) in granularity_runs.items():
+        assert [(r.metric, r.skipped) for r in auto.rows] == [(r.metric, r.skipped) for r in op.rows]
+        for a, b in zip(auto.rows, op.rows):
+            assert _rel(a.predicted, b.predicted) < EXACT, (case_id, a.metric)
+
+
+def test_chunk_runs_are_used_and_set_aside_where_they_differ(granularity_runs):
+    """Cases of both kinds are in the set: some scored from their chunk run, and some whose
+    chunk run differs from the op run, each of them re-run op by op with the reason."""
+    used = [k for k, (auto, _, _) in granularity_runs.items() if auto.granularity == "chunk"]
+    assert len(used) >= 4
+    differing = [k for k, (_, op, chunk) in granularity_runs.items()
+                 if any(_rel(c.predicted, o.predicted) > EXACT for c, o in zip(chunk.rows, op.rows)
+                        if o.predicted is not None and c.predicted is not None)]
+    assert len(differing) >= 3
+    for k in differing:
+        auto = granularity_runs[k][0]
+        assert auto.granularity == "op" and auto.op_because, k
+
+
+def test_cases_with_layer_times_run_op_by_op(granularity_runs):
+    auto, op, _ = granularity_runs["korthikanti2022_t4_22B_layer_selective_recompute"]
+    assert auto.granularity == "op" and auto.op_because is None
+    assert [r.predicted for r in auto.rows] == [r.predicted for r in op.rows]
+
+
+def test_jobs_below_one_are_refused_before_any_work(tmp_path, capsys):
+    from sim.cli import main
+    from sim.errors import ConfigError
+
+    missing = str(tmp_path / "not-there.yaml")
+    for n in (0, -3):
+        with pytest.raises(ConfigError, match="--jobs"):
+            validate([missing], jobs=n)
+        assert main(["validate", missing, "--jobs", str(n)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"llmsim: error: --jobs: expected a positive number of worker processes (got {n})"]
+
+
+def test_jobs_default_to_the_cpus_this_process_may_use(monkeypatch):
+    import sim.workers as workers
+
+    asked = []
+    real = workers.local_pool
+    monkeypatch.setattr(workers, "cpu_count", lambda: 3)
+    monkeypatch.setattr(workers, "local_pool", lambda n: (asked.append(n), real(1))[1])
+    v = validate([str(CASES / "megatron-ci.yaml")])
+    assert asked == [3]
+    assert len(v.rows) == 12 and not v.skipped_cases
+
+
+def test_cpu_count_follows_the_affinity_mask(monkeypatch):
+    import os
+
+    from sim.workers import cpu_count
+
+    monkeypatch.delattr(os, "process_cpu_count", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 5}, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    assert cpu_count() == 2
+
+
+def test_progress_bar_on_a_terminal_and_rows_with_verbose(tmp_path, monkeypatch, capsys):
+    """One bar step per case on stderr when it is a terminal (none otherwise: the other tests'
+    captured stderr); ``-v`` prints each row above it, in the files' order."""
+    import io
+    import sys
+
+    import yaml
+
+    from sim.cli import main
+
+    cases = [c for c in yaml.safe_load((CASES / "megatron-ci.yaml").read_text())][:4]
+    path = tmp_path / "four.yaml"
+    path.write_text(yaml.safe_dump(cases))
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    term = Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    assert main(["validate", str(path), "--jobs", "2", "-v"]) == 0
+    text = term.getvalue()
+    assert "validating" in text and "4/4" in text
+    rows = [line for line in text.replace("\r", "\n").splitlines() if line.startswith("megatron_ci_")]
+    assert [r.split()[0] for r in rows] == [c["id"] for c in cases for _ in range(2)]  # time and memory rows
+    assert "MAPE" in capsys.readouterr().out

@@ -31,6 +31,7 @@ import bisect
 import math
 import operator
 import time
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
@@ -58,6 +59,21 @@ class _CountingEnvironment(simpy.Environment):
     def step(self) -> None:
         self.events_processed += 1
         super().step()
+
+
+class _WatchedEnvironment(_CountingEnvironment):
+    """A counting environment that calls ``watch()`` once, after ``at`` events (the watch
+    stops the run by raising)."""
+
+    def __init__(self, watch, at: int) -> None:
+        super().__init__()
+        self.watch, self.at = watch, at
+
+    def step(self) -> None:
+        self.events_processed += 1
+        simpy.Environment.step(self)
+        if self.events_processed == self.at:
+            self.watch()
 
 
 _ALL_CONTEND = False
@@ -97,7 +113,8 @@ class Simulation:
     """
 
     def __init__(self, program: Program, costs: CostModel, capacity_bytes_per_s: list[float] = (),
-                 slowdown: dict[int, float] | None = None, record_links: bool = False) -> None:
+                 slowdown: dict[int, float] | None = None, record_links: bool = False,
+                 watch: tuple[Callable[[Simulation], None], int] | None = None) -> None:
         self.program = program
         self.costs = costs
         self.capacity = list(capacity_bytes_per_s)
@@ -106,6 +123,9 @@ class Simulation:
         self.record_links = record_links
         """Record every link's carried rate over time (``metadata["link_rates"]``, a
         :class:`~sim.engine.link_rates.LinkRates` that works out the links asked for)."""
+        self.watch = watch
+        """``(fn, n)``: call ``fn(self)`` once, after the engine's ``n``-th event, to look at the
+        run so far; ``fn`` stops the run by raising (``sim.engine.block_check.watch_blocks``)."""
 
     def run(self) -> SimResult:
         """Simulate and return the recorded spans and counters.
@@ -119,7 +139,8 @@ class Simulation:
         prog = self.program
         tasks = prog.tasks
         n = len(tasks)
-        env = _CountingEnvironment()
+        env = _CountingEnvironment() if self.watch is None else \
+            _WatchedEnvironment(partial(self.watch[0], self), self.watch[1])
         self.env = env
         self.net = FlowNetwork(env, self.capacity)
         self.pulses: list[tuple[float, float, list, int]] | None = [] if self.record_links else None
@@ -188,6 +209,8 @@ class Simulation:
         for k in range(len(streams)):
             env.process(self._stream(k))
         env.run()
+        if self.watch is not None:
+            env.watch = None  # it holds this simulation, which holds env: no cycle left for gc.freeze
         self._account_blocks()
         missing = [t for t in tasks if self.finish[t.id] is None] if None in self.finish else []
         if missing:
@@ -206,7 +229,7 @@ class Simulation:
                 continue
             op = t.op
             if type(op) is Block:
-                out[t.id] = self._block_timing(op, self.slowdown.get(t.rank, 1.0))[0]
+                out[t.id] = self.block_timing(op, self.slowdown.get(t.rank, 1.0))[0]
                 continue
             d = cache.get(id(op))
             if d is None:
@@ -214,7 +237,7 @@ class Simulation:
             out[t.id] = d * self.slowdown.get(t.rank, 1.0)
         return out
 
-    def _block_timing(self, block: Block, factor: float) -> tuple:
+    def block_timing(self, block: Block, factor: float) -> tuple:
         """``(duration, exposed, compute_s, shares)`` of ``block`` with its compute ``factor``
         times slower: its duration timed alone, the exposed time of each comm class (with the
         class's stream), its compute time and each op kind's share of that."""
@@ -727,7 +750,7 @@ class Simulation:
         block's compute share (its own collectives' exposed time is not slowed)."""
         if type(task.op) is not Block:
             return 1.0
-        d, _, compute, _ = self._block_timing(task.op, self.slowdown.get(task.rank, 1.0))
+        d, _, compute, _ = self.block_timing(task.op, self.slowdown.get(task.rank, 1.0))
         return compute / d if d > 0 else 0.0
 
     def _quiet_end(self, task, k: int, start: float) -> float | None:
@@ -872,7 +895,7 @@ class Simulation:
         key = (id(op), factor, t.name)
         parts = op_args.get(key)
         if parts is None:
-            _, exposed, _, shares = self._block_timing(op, factor)
+            _, exposed, _, shares = self.block_timing(op, factor)
             comm = tuple((stream, f"nccl {cls.value} {t.name}", cls, e,
                           (("collectives", len(op.comm_ops(cls))), ("bytes", sum(c.size_bytes for c in op.comm_ops(cls)))))
                          for cls, stream, e in exposed if e > 0)

@@ -58,6 +58,8 @@ class _Builder:
         self.tasks: list[Task] = []
         self.streams: dict[tuple[int, Stream], list[int]] = {}
         self.keys: dict[tuple, int] = {}
+        self.early_block_waits = 0
+        """Blocks that wait at their start for a collective a later op of their pass waits for."""
         self.members: dict[int, int] = {}
         self.ops: dict[tuple, CommOp] = {}
         """Comm ops shared by every task that moves the same bytes between the same ranks."""
@@ -236,6 +238,8 @@ class _RankProgram(DataParallelMixin):
             for p in self.pending:
                 if p[1] < n_compute:
                     deps.append(p[0])
+                    if p[1]:
+                        self.b.early_block_waits += 1
                 else:
                     p[1] -= n_compute
                     keep.append(p)
@@ -574,4 +578,4 @@ def build_program(w: WorkloadSpec, representative: bool = True,
         assert n in (1, 2) or not representative or n == 1, (key, n)
     flops, hw_flops = model_flops(w)
     return Program(b.tasks, b.streams, infos, b.members, static, layout.world_size, representative,
-                   flops, hw_flops)
+                   flops, hw_flops, b.early_block_waits)

@@ -1,4 +1,4 @@
-"""Worker pools that stop with Ctrl-C (sim/pools.py): ``llmsim sweep`` and ``llmsim validate
+"""Worker pools that stop with Ctrl-C (sim/workers.py): ``llmsim sweep`` and ``llmsim validate
 --jobs N`` drop what is queued and stop their workers, with no traceback."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 import sim
-import sim.pools
-from sim.pools import abandon, ignore_sigint
+import sim.workers
+from sim.workers import abandon, ignore_sigint
 
 CASES = Path(sim.__file__).resolve().parent.parent / "workloads" / "validation"
 
@@ -39,7 +39,7 @@ def test_validate_with_jobs_stops_its_workers_on_ctrl_c(tmp_path, monkeypatch):
     path = tmp_path / "cases.yaml"
     path.write_text(yaml.safe_dump(cases))
     abandoned = []
-    monkeypatch.setattr(sim.pools, "abandon", lambda pool: (abandoned.append(pool), abandon(pool)))
+    monkeypatch.setattr(sim.workers, "abandon", lambda pool: (abandoned.append(pool), abandon(pool)))
 
     def interrupted(self, timeout=None):
         raise KeyboardInterrupt

@@ -1,0 +1,102 @@
+"""Local worker processes for the commands that simulate many runs (``sweep``, ``validate``).
+
+How many by default (:func:`cpu_count`), the check of a count given on the command line
+(:func:`check_workers`), the pool itself (:func:`local_pool`: this process for one worker,
+"spawn" processes that leave Ctrl-C to the parent otherwise) and how to stop it after Ctrl-C
+(:func:`abandon`).
+
+Ctrl-C at a terminal sends SIGINT to the whole foreground process group: the parent and each
+worker process. A worker that raised ``KeyboardInterrupt`` would hand it back as the result of
+its current job and take the next one, and leaving the pool's ``with`` block waits for every
+queued job. So the workers ignore SIGINT (:func:`ignore_sigint`, their initializer) and the
+parent, which acts on it, stops them (:func:`abandon`): ``llmsim sweep``, ``llmsim validate``
+and ``llmsim whatif generations --reoptimize`` return at once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from contextlib import contextmanager
+
+from sim.errors import ConfigError
+
+__all__ = ["InlineExecutor", "abandon", "check_workers", "cpu_count", "ignore_sigint", "local_pool"]
+
+
+def cpu_count() -> int:
+    """The CPUs this process may run on: its affinity mask where the OS has one
+    (:func:`os.sched_getaffinity`; a container or ``taskset`` limits it), else
+    :func:`os.cpu_count`; at least 1."""
+    counter = getattr(os, "process_cpu_count", None)  # Python 3.13: the affinity, where there is one
+    if counter is not None:
+        return counter() or 1
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def check_workers(workers: int | None, option: str) -> None:
+    """A ConfigError naming ``option`` (``--workers``, ``--jobs``) unless ``workers`` is None
+    (the default: :func:`cpu_count`) or a positive count."""
+    if workers is not None and workers < 1:
+        raise ConfigError(f"<{option}>", option, "a positive number of worker processes", workers)
+
+
+class InlineExecutor(Executor):
+    """Runs each task when it is submitted, in this process: one worker takes the same
+    submit-and-wait path as a pool without starting one."""
+
+    def submit(self, fn, /, *args, **kwargs) -> Future:
+        fut: Future = Future()
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except Exception as exc:  # noqa: BLE001 -- delivered through the future, as a pool would
+            fut.set_exception(exc)
+        return fut
+
+
+def ignore_sigint() -> None:
+    """Worker initializer: Ctrl-C reaches the whole process group; only the parent acts on it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextmanager
+def local_pool(workers: int) -> Iterator[Executor]:
+    """:class:`InlineExecutor` for one worker, else a
+    :class:`~concurrent.futures.ProcessPoolExecutor` of ``workers`` "spawn" processes (a
+    progress bar's monitor thread makes forking unsafe) that ignore Ctrl-C: after one, the
+    parent calls :func:`abandon`."""
+    if workers == 1:
+        yield InlineExecutor()
+        return
+    import multiprocessing
+
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=ignore_sigint) as pool:
+        yield pool
+
+
+def abandon(executor: Executor) -> None:
+    """After Ctrl-C: drop what has not started and stop the local workers that still run.
+
+    The caller does not cancel a process pool's futures itself: the pool's manager thread
+    fails each future of a pool whose workers are gone, and Python 3.11's raises
+    ``InvalidStateError`` (a traceback on stderr) on one that was cancelled (CPython 3.11
+    ``Lib/concurrent/futures/process.py``, ``_ExecutorManagerThread.terminate_broken``).
+    """
+    if not isinstance(executor, ProcessPoolExecutor):
+        executor.shutdown(wait=False)  # a Dask executor cancels its futures
+        return
+    stop = getattr(executor, "terminate_workers", None)  # Python 3.14
+    if stop is not None:
+        stop()
+        return
+    # earlier versions keep their processes in a private mapping, which shutdown() drops; the
+    # manager thread then finds them gone and fails every pending future (BrokenProcessPool)
+    running = list((getattr(executor, "_processes", None) or {}).values())
+    for proc in running:
+        proc.terminate()
+    executor.shutdown(wait=False)
