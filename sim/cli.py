@@ -268,8 +268,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if args.markdown:
         from sim.validate import update_markdown
 
-        update_markdown(args.markdown, result, "llmsim validate " + " ".join(files) +
-                        f" --markdown {args.markdown}")
+        update_markdown(args.markdown, result, " ".join(["llmsim validate", *args.files, "--markdown", args.markdown]))
     return 0
 
 

@@ -24,7 +24,8 @@ import yaml
 
 from sim.errors import ConfigError
 
-__all__ = ["PRESET_GROUPS", "Preset", "preset_folder", "preset_names", "preset_root", "presets", "resolve_preset"]
+__all__ = ["PRESET_GROUPS", "Preset", "preset_folder", "preset_names", "preset_root", "presets", "resolve_preset",
+           "shown_path"]
 
 PACKAGED = "data"
 """The folder inside the installed ``sim`` package that holds the presets."""
@@ -60,6 +61,22 @@ def preset_names(kind: str, suffix: str = ".yaml") -> list[str]:
     True
     """
     return sorted(p.stem for p in preset_folder(kind).glob(f"*{suffix}"))
+
+
+def shown_path(path: Path | str) -> str:
+    """How a file is named in reports: a shipped file by its place among the presets
+    (``workloads/validation/korthikanti2022.yaml``, the same in a checkout and in any install),
+    any other as given.
+
+    >>> shown_path(preset_folder("workloads/validation") / "nemo2407.yaml")
+    'workloads/validation/nemo2407.yaml'
+    >>> shown_path("mine/case.yaml")
+    'mine/case.yaml'
+    """
+    try:
+        return Path(path).resolve().relative_to(preset_root().resolve()).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def resolve_preset(path_or_name: str, *kinds: str, suffix: str = ".yaml") -> Path:

@@ -23,7 +23,7 @@ from sim.config.defaults import (_framework_year, _attention_kernel_default, _fu
                                  _tp_overlap_default, _overlap_default, _recompute_meaning, _sp_default,
                                  _zero_default, _zero_impl_default)
 from sim.config.fields import _apply_overrides, _Fields, _is_number, _located, _Notes, _read_yaml
-from sim.config.presets import preset_names, resolve_preset
+from sim.config.presets import preset_names, resolve_preset, shown_path
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec, get_gpu, gpu_names, power_limited
 from sim.hf import read_hf_config
@@ -168,6 +168,7 @@ def load_case_records(path: str) -> list[CaseRecord]:
     or a name of the shipped cases (``korthikanti2022``)."""
     file = resolve_preset(path, "workloads/validation", "workloads")
     out: list[CaseRecord] = []
+    shown = shown_path(file)
     for i, case in enumerate(_cases_in(file)):
         mapping = case if isinstance(case, Mapping) else {}
         case_id = mapping.get("id") if isinstance(mapping.get("id"), str) else f"{file.stem}[{i}]"
@@ -183,9 +184,9 @@ def load_case_records(path: str) -> list[CaseRecord]:
         try:
             raw = _Fields(case, str(file), "", _TOP_KEYS).raw
             spec, notes = _build_workload(raw, file)
-            out.append(CaseRecord(case_id, str(file), spec, None, tuple(notes), targets, recompute_flag, complete))
+            out.append(CaseRecord(case_id, shown, spec, None, tuple(notes), targets, recompute_flag, complete))
         except ConfigError as exc:
-            out.append(CaseRecord(case_id, str(file), None, exc, (), targets, recompute_flag, complete))
+            out.append(CaseRecord(case_id, shown, None, exc, (), targets, recompute_flag, complete))
     return out
 
 
