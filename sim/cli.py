@@ -5,22 +5,22 @@
     llmsim run [WORKLOAD.yaml] [--case ID] [--topology T] [--trace PATH] [--json PATH] [--set KEY=VALUE ...] [--full]
                [--slow-gpu RANK=FACTOR ...] [--granularity op|layer] [--trace-dir DIR] [--html PATH] [--chakra DIR]
     llmsim run --megatron-args "ARGS"|@FILE [--hf-config config.json] [--set system.gpu=NAME] [run options]
-    llmsim memory [WORKLOAD.yaml] [--recompute none,selective,selective-op,full] [--plot PATH.png] [--json PATH]
+    llmsim memory [WORKLOAD.yaml] [--recompute none,selective,selective-op,full] [--plot PATH] [--json PATH]
     llmsim validate [FILE...] [--json PATH]
     llmsim presets [--json PATH]
     llmsim collective --topology T --op all-reduce --bytes 1GiB --ranks 8 [--algo auto|ring|multi-ring|tree|nvls|pat|hierarchical] [--json PATH]
-    llmsim compare [WORKLOAD.yaml] --topology A --topology B [...] [--json PATH] [--plot PATH.png]
+    llmsim compare [WORKLOAD.yaml] --topology A --topology B [...] [--json PATH] [--plot PATH]
     llmsim sweep [WORKLOAD.yaml] [--topology T] [--space SPACE.yaml] [--top N] [--executor local|dask://HOST:PORT]
-                 [--workers N] [--csv PATH] [--json PATH] [--plot PATH.png] [--fidelity fast|op] [--exhaustive]
+                 [--workers N] [--csv PATH] [--json PATH] [--plot PATH] [--fidelity fast|op] [--exhaustive]
     llmsim whatif generations [WORKLOAD.yaml] --from A100 --to B200 [--dtype fp8] [--order F,...] [--reoptimize]
-                 [--from-topology T] [--to-topology T] [--plot PATH.png] [--json PATH]
+                 [--from-topology T] [--to-topology T] [--plot PATH] [--json PATH]
     llmsim whatif nodes [WORKLOAD.yaml] [--nodes 12,7,5,3,2,1] [--scale logic,memory,network] [--table PATH]
-                 [--plot PATH.png] [--json PATH]
-    llmsim whatif memory [MODEL] --gpu H100-SXM5-80GB --hbm HBM2e,HBM3,HBM3e,HBM4 [--plot PATH.png] [--json PATH]
+                 [--plot PATH] [--json PATH]
+    llmsim whatif memory [MODEL] --gpu H100-SXM5-80GB --hbm HBM2e,HBM3,HBM3e,HBM4 [--plot PATH] [--json PATH]
     llmsim whatif power [WORKLOAD.yaml] [--limits 400,500,600,700] [--json PATH]
     llmsim infer [MODEL] --gpu H100-SXM5-80GB --tp 8 [--pp 1] --batch 1 --prompt 200 --generate 200 [--dtype fp8]
                  [--trace PATH] [--json PATH]          (inference: sim/inference/commands.py, docs/inference.md)
-    llmsim roofline [MODEL] --gpu A100-SXM4-80GB,H100-SXM5-80GB,B200 --phase prefill,decode [--plot PATH.png]
+    llmsim roofline [MODEL] --gpu A100-SXM4-80GB,H100-SXM5-80GB,B200 --phase prefill,decode [--plot PATH]
     llmsim validate-infer [FILE] [--json PATH]
 
 Bad input prints one line naming the file, the field, what was expected and what arrived,
@@ -496,7 +496,7 @@ def _parser() -> argparse.ArgumentParser:
     mem.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name")
     mem.add_argument("--recompute", metavar="METHODS",
                      help="comma-separated: none,selective,selective-op,full (default: all four)")
-    mem.add_argument("--plot", metavar="PATH.png", help="draw stacked bars per method with the capacity line "
+    mem.add_argument("--plot", metavar="PATH", help="draw stacked bars per method with the capacity line "
                      "(needs matplotlib: pip install 'llmsim[plot]')")
     mem.add_argument("--json", metavar="PATH", help="write the table as JSON")
     mem.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one workload field")
@@ -544,7 +544,7 @@ def _parser() -> argparse.ArgumentParser:
     cmp.add_argument("--case", metavar="ID", help="the case to use from a file of several")
     cmp.add_argument("--full", action="store_true", help="simulate every rank")
     cmp.add_argument("--json", metavar="PATH", help="write the rows as JSON")
-    cmp.add_argument("--plot", metavar="PATH.png", help="draw the time per topology as stacked bars "
+    cmp.add_argument("--plot", metavar="PATH", help="draw the time per topology as stacked bars "
                      "(needs matplotlib: pip install 'llmsim[plot]')")
     cmp.set_defaults(func=_cmd_compare)
     swp = sub.add_parser("sweep", help="search the parallel strategies for the fastest that fits",
@@ -570,7 +570,7 @@ def _parser() -> argparse.ArgumentParser:
                      "bound on their iteration time shows cannot reach the top N; the top N are the same)")
     swp.add_argument("--csv", metavar="PATH", help="write every simulated configuration as CSV")
     swp.add_argument("--json", metavar="PATH", help="write the counts and the top configurations as JSON")
-    swp.add_argument("--plot", metavar="PATH.png", help="draw tokens/s against peak memory with the Pareto front "
+    swp.add_argument("--plot", metavar="PATH", help="draw tokens/s against peak memory with the Pareto front "
                      "(needs matplotlib: pip install 'llmsim[plot]')")
     swp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one workload field")
     swp.add_argument("--case", metavar="ID", help="the case to use from a file of several")
@@ -620,7 +620,7 @@ def _parser() -> argparse.ArgumentParser:
     pwr.add_argument("--case", metavar="ID", help="the case to use from a file of several")
     pwr.set_defaults(func=_cmd_whatif)
     for p in (gen, nod):
-        p.add_argument("--plot", metavar="PATH.png", help="draw the figure (needs matplotlib)")
+        p.add_argument("--plot", metavar="PATH", help="draw the figure (needs matplotlib)")
         p.add_argument("--json", metavar="PATH", help="write the same numbers as JSON")
         p.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one workload field")
         p.add_argument("--case", metavar="ID", help="the case to use from a file of several")

@@ -6,8 +6,8 @@
     llmsim infer [MODEL] [--gpu H100-SXM5-80GB] [--tp 1] [--pp 1] [--batch 1] [--prompt 200] [--generate 200]
                  [--dtype bf16] [--kv-dtype DTYPE] [--topology T] [--granularity layer|op|step]
                  [--trace PATH] [--json PATH]
-    llmsim roofline [MODEL] [--gpu A100-SXM4-80GB,H100-SXM5-80GB,B200] [--phase prefill,decode] [...] [--plot PATH.png]
-    llmsim whatif memory [MODEL] [--gpu H100-SXM5-80GB] [--hbm HBM2e,HBM3,HBM3e,HBM4] [...] [--plot PATH.png]
+    llmsim roofline [MODEL] [--gpu A100-SXM4-80GB,H100-SXM5-80GB,B200] [--phase prefill,decode] [...] [--plot PATH]
+    llmsim whatif memory [MODEL] [--gpu H100-SXM5-80GB] [--hbm HBM2e,HBM3,HBM3e,HBM4] [...] [--plot PATH]
     llmsim validate-infer FILE [--json PATH]
 
 ``MODEL`` is a model file or preset (``workloads/models/``), a training workload (its model
@@ -148,7 +148,7 @@ def add_commands(sub) -> None:
     _common(roof, DEFAULT_ROOFLINE_GPUS, f"comma-separated GPUs (default {DEFAULT_ROOFLINE_GPUS})")
     roof.add_argument("--phase", default="both", help="prefill, decode, or both (the default; also "
                       "prefill,decode)")
-    roof.add_argument("--plot", metavar="PATH.png", help="draw the rooflines with the ops on them (needs matplotlib)")
+    roof.add_argument("--plot", metavar="PATH", help="draw the rooflines with the ops on them (needs matplotlib)")
     roof.set_defaults(func=_cmd_roofline)
     val = sub.add_parser("validate-infer", help="simulate published single-request latencies and score them",
                          description="Reads a file of measured inference latencies (default: the shipped cases, "
@@ -171,5 +171,5 @@ def add_whatif_memory(wsub) -> None:
                      "HBM3e, HBM4)")
     mem.add_argument("--table", help="HBM table YAML (default topologies/hbm-generations.yaml)")
     mem.add_argument("--granularity", choices=("layer", "op", "step"), default="step", help=argparse.SUPPRESS)
-    mem.add_argument("--plot", metavar="PATH.png", help="draw TTFT and TPOT per generation (needs matplotlib)")
+    mem.add_argument("--plot", metavar="PATH", help="draw TTFT and TPOT per generation (needs matplotlib)")
     mem.set_defaults(func=_cmd_whatif_memory)
