@@ -20,7 +20,14 @@ the links, as ``dgx-h100``). :func:`place_workload` applies the rule:
    on the topology's links (as 3).
 
 In every case the topology's ``gpus_per_node`` is the one simulated, noted when the
-workload's differs. ``whatif generations`` applies the same rule to ``--from``/``--from-topology``
+workload's differs.
+
+The workload's published network (``system.network``) is put on the topology it names
+itself or on its GPU's usual one (rules 1 and 4; :func:`sim.topology.network.apply_network`),
+with a note where it changes the topology or is modelled by another fabric's figures: the
+case's network overrides its GPU's default system. A topology named on the
+command line stands as it is, the network noted as not applied where it would change it: that
+option asks for those links (``compare`` runs one workload on several). ``whatif generations`` applies the same rule to ``--from``/``--from-topology``
 and ``--to``/``--to-topology`` (:func:`choose_gpu`).
 """
 
@@ -31,6 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sim.errors import ConfigError
+from sim.topology.network import NetworkSpec, apply_network
 from sim.topology.spec import TopologySpec
 from sim.workload.spec import WorkloadSpec
 
@@ -102,6 +110,16 @@ def place_workload(workload: WorkloadSpec, topology: str | TopologySpec | None, 
             topology = default_topology_name(gpu.name)
             notes.append(f"topology: none given -> {topology} (the default for {gpu.name})")
     topo = topology if isinstance(topology, TopologySpec) else load_topology(topology)
+    network = workload.system.network
+    if network is not None and given:
+        if _changes(topo, network):
+            notes.append(f"system.network: {network.describe()} not applied: {option} {topo.name} stands as it "
+                         "is (--set system.topology=NAME puts the network on NAME)")
+    elif network is not None:
+        applied = apply_network(topo, network)
+        topo = applied.topology
+        if applied.note:
+            notes.append(applied.note)
     chosen, note = choose_gpu(gpu.name, topo, topology_given=given, gpu_named=gpu_named)
     if chosen != gpu.name:
         workload = _with_gpu(workload, topo, option)
@@ -111,6 +129,14 @@ def place_workload(workload: WorkloadSpec, topology: str | TopologySpec | None, 
         notes.append(f"system.gpus_per_node: the workload says {workload.system.gpus_per_node}, "
                      f"topology {topo.name} has {topo.gpus_per_node}; the topology's is used")
     return Placed(workload, topo)
+
+
+def _changes(topo: TopologySpec, network: NetworkSpec) -> bool:
+    """Whether ``network`` would change ``topo`` (or cannot be put on it)."""
+    try:
+        return apply_network(topo, network).topology != topo
+    except ConfigError:
+        return True
 
 
 def _with_gpu(workload: WorkloadSpec, topo: TopologySpec, option: str) -> WorkloadSpec:

@@ -29,6 +29,7 @@ from sim.config import CaseRecord, default_topology_name, load_case_records, loa
 from sim.errors import SimError
 from sim.memory import stage_memory
 from sim.runner import Run, simulate
+from sim.topology.network import NetworkSpec, apply_network
 from sim.topology.spec import TopologySpec
 from sim.types import Stream
 from sim.units import GiB, MS, TFLOPS
@@ -163,14 +164,19 @@ class CaseResult:
     """Why a run at :data:`COARSE` granularity was not used (what met one of its blocks)."""
 
 
-_TOPOLOGIES: dict[str, TopologySpec] = {}
-"""Topologies read in this process, by name: the dev set uses a handful over a hundred cases."""
+_TOPOLOGIES: dict[tuple[str, NetworkSpec | None], TopologySpec] = {}
+"""Topologies read in this process, by name and network: the dev set uses a handful over a hundred cases."""
 
 
-def _topology(name: str) -> TopologySpec:
-    topo = _TOPOLOGIES.get(name)
+def _topology(name: str, network: NetworkSpec | None = None) -> TopologySpec:
+    """Topology ``name`` with the case's published network on it, if any
+    (:func:`sim.topology.network.apply_network`)."""
+    topo = _TOPOLOGIES.get((name, network))
     if topo is None:
-        topo = _TOPOLOGIES[name] = load_topology(name)
+        topo = load_topology(name)
+        if network is not None:
+            topo = apply_network(topo, network).topology
+        _TOPOLOGIES[(name, network)] = topo
     return topo
 
 
@@ -179,7 +185,7 @@ def _run(rec: CaseRecord, metrics: list[str], granularity: str | None) -> tuple[
     where that is exact for ``metrics`` and op by op otherwise (the module docstring). Returns
     the run and why a coarse run was set aside, if one was."""
     w = rec.workload
-    topo = _topology(w.system.topology or default_topology_name(w.system.gpu.name))
+    topo = _topology(w.system.topology or default_topology_name(w.system.gpu.name), w.system.network)
     if granularity is not None:
         return simulate(w, topo, granularity=granularity), None
     if any(m in LAYER_METRICS for m in metrics):

@@ -13,6 +13,7 @@ other; ``"dp-tp-pp"``: TP strided across nodes), or a list of ``num_gpus`` GPU i
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
@@ -27,9 +28,10 @@ from sim.config.presets import preset_names, resolve_preset, shown_path
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec, get_gpu, gpu_names, power_limited
 from sim.hf import read_hf_config
+from sim.topology.network import NetworkFabric, NetworkSpec
 from sim.types import (NOT_SIMULATED_DTYPES, SIMULATED_DTYPES, CpCommType, Dtype, RecomputeKind, ScalingRecipe,
-                       ScheduleKind)
-from sim.units import GiB
+                       ScheduleKind, parse_enum)
+from sim.units import GBIT_PER_S, GiB
 from sim.workload.spec import (MEGATRON_ORDER, ModelSpec, ParallelSpec, Reference, SystemSpec, WorkloadSpec,
                                pipeline_split)
 
@@ -50,8 +52,10 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details", "zero_impl",
                   "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "deterministic", "async_tp_grad_allreduce", "unfused_linear_bias",
                   "cp_comm_type", "hierarchical_context_parallel_sizes")
-_SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node",
+_SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node", "network",
                 "description", "power_limit_w")
+_NETWORK_KEYS = ("nics_per_node", "nic_bandwidth_Gbps", "fabric", "node_bandwidth_Gbps", "pod_gpus",
+                 "between_pods_oversubscription")
 _WORKLOAD_SETTABLE = ({"model": _MODEL_KEYS, "parallel": _PARALLEL_KEYS, "system": _SYSTEM_KEYS},
                       ("name", "id", "dtype", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"))
 _GATED = frozenset({"swiglu", "silu", "swish", "geglu"})
@@ -532,8 +536,42 @@ def _build_system(f: _Fields, gpu: GPUSpec, num_gpus: int, base: Path, notes: _N
             raise f.error("topology", f"a topology file or one of the presets "
                           f"{preset_names('topologies')}", topology)
     gpu = _power_limited(f, gpu)
+    network = _network(f, per_node)
     with _located(f.path):
-        return SystemSpec(gpu=gpu, num_gpus=num_gpus, gpus_per_node=per_node, topology=topology)
+        return SystemSpec(gpu=gpu, num_gpus=num_gpus, gpus_per_node=per_node, topology=topology, network=network)
+
+
+def _network(system: _Fields, gpus_per_node: int) -> NetworkSpec | None:
+    """``system.network``: ``{nics_per_node, nic_bandwidth_Gbps, fabric}`` and, where published,
+    ``node_bandwidth_Gbps``, ``pod_gpus`` and ``between_pods_oversubscription``
+    (workloads/validation/README.md); null: not published. A field left null keeps the
+    topology's value (:func:`sim.topology.network.apply_network`)."""
+    raw = system.raw.get("network")
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise system.error("network", f"a mapping of {list(_NETWORK_KEYS)}, or null", raw)
+    f = _Fields(raw, system.path, system.field("network"), _NETWORK_KEYS)
+    bandwidth = {}
+    for key in ("nic_bandwidth_Gbps", "node_bandwidth_Gbps"):
+        value = f.number(key)
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise f.error(key, "a positive bandwidth in Gb/s", value)
+        bandwidth[key] = None if value is None else value * GBIT_PER_S
+    over = f.number("between_pods_oversubscription")
+    if over is not None and not (over >= 1 and math.isfinite(over)):
+        raise f.error("between_pods_oversubscription", "a ratio >= 1 (1 is non-blocking)", over)
+    pod = f.integer("pod_gpus", positive=True)
+    if pod is not None and pod % gpus_per_node:
+        raise f.error("pod_gpus", f"a multiple of system.gpus_per_node={gpus_per_node} (whole nodes per pod)", pod)
+    fabric = f.raw.get("fabric")
+    with _located(f.path):
+        return NetworkSpec(
+            fabric=None if fabric is None else parse_enum(NetworkFabric, fabric, f.path, f.field("fabric")),
+            nics_per_node=f.integer("nics_per_node", positive=True),
+            nic_bandwidth_bytes_per_s=bandwidth["nic_bandwidth_Gbps"],
+            node_bandwidth_bytes_per_s=bandwidth["node_bandwidth_Gbps"], pod_gpus=pod,
+            between_pods_oversubscription=over)
 
 
 def _power_limited(f: _Fields, gpu: GPUSpec) -> GPUSpec:

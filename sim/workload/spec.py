@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
+from sim.topology.network import NetworkSpec
 from sim.types import (NOT_SIMULATED_DTYPES, SIMULATED_DTYPES, AttentionKernel, CpCommType, Dtype, LossKind,
                        RecomputeKind, ScalingRecipe, ScheduleKind, ZeroImpl)
 from sim.workload.quantization import LOW_PRECISION
@@ -596,6 +597,9 @@ class SystemSpec:
     num_gpus: int
     gpus_per_node: int = 8
     topology: str | None = None
+    network: NetworkSpec | None = None
+    """The scale-out network the source published (``system.network``), put on the topology
+    by :func:`sim.topology.network.apply_network`; None: not published, the topology's stands."""
 
     def __post_init__(self) -> None:
         _positive_int("system.num_gpus", self.num_gpus)

@@ -34,11 +34,13 @@ def _load(text: str, **kw):
 
 
 def _same_job(a, b) -> None:
-    """Everything a simulation reads is equal (names, reference and topology name aside)."""
+    """Everything a simulation reads is equal (names, reference and topology name aside, and
+    the YAML's published network, which is the topology's own: the run checks the figures)."""
     assert dataclasses.replace(a.model, name="m") == dataclasses.replace(b.model, name="m")
     assert a.parallel == b.parallel
     assert (a.dtype, a.scaling) == (b.dtype, b.scaling)
-    assert dataclasses.replace(a.system, topology=None) == dataclasses.replace(b.system, topology=None)
+    assert dataclasses.replace(a.system, topology=None, network=None) == \
+        dataclasses.replace(b.system, topology=None, network=None)
 
 
 # --- the examples equal their YAML workloads ---------------------------------------------------
