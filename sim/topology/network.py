@@ -234,7 +234,8 @@ def apply_network(topology: TopologySpec, network: NetworkSpec) -> NetworkApplie
     if network.between_pods_oversubscription is not None:
         oversub = network.between_pods_oversubscription
         if oversub != out.oversubscription:
-            changes.append(f"{oversub:g}:1 oversubscribed between pods (of {out.oversubscription:g}:1)")
+            pods = "" if network.pod_gpus is not None else f"; pods: the topology's units of {nodes_per_leaf} nodes"
+            changes.append(f"{oversub:g}:1 oversubscribed between pods (of {out.oversubscription:g}:1{pods})")
     if network.fabric is NetworkFabric.ROCE:
         changes.append("RoCE with the topology's InfiniBand efficiency and latency (Meta and IBM report RoCE "
                        "and InfiniBand clusters alike for training)")

@@ -130,6 +130,17 @@ def test_roce_clos_oversubscription_between_pods_slows_only_cross_pod_flows():
     assert g.edges["nic0.0", "leaf0.0"]["bandwidth_bytes_per_s"] == 400 * GBIT_PER_S
 
 
+def test_oversubscription_without_pods_uses_the_topologys_units_and_planes_follow_the_nics():
+    r = apply_network(load_topology("dgx-a100"), NetworkSpec(between_pods_oversubscription=2))
+    assert (r.topology.scale_out.nodes_per_leaf, r.topology.scale_out.oversubscription) == (20, 2.0)
+    assert "pods: the topology's units of 20 nodes" in r.note
+    r = apply_network(load_topology("dgx-h100-8plane"), NetworkSpec(nics_per_node=4))
+    assert (r.topology.scale_out.nics_per_node, r.topology.scale_out.planes) == (4, 4)
+    gather = [collective(t, CollectiveKind.ALL_GATHER, 2**28, 16).time_s
+              for t in (load_topology("dgx-h100-8plane"), r.topology)]
+    assert gather[1] > 1.5 * gather[0]  # half the NICs: the gather across two nodes is network-bound
+
+
 def test_omni_path_and_roce_keep_the_link_figures_and_say_so():
     a100 = load_topology("dgx-a100")
     r = apply_network(a100, NetworkSpec(NetworkFabric.OMNI_PATH, 8, 100 * GBIT_PER_S))
