@@ -30,12 +30,18 @@ def _sp_default(f: _Fields, tp: int, framework: str, notes: _Notes, tp_overlap: 
     return notes.fill("parallel.sequence_parallel", False, "off by default")
 
 
-def _zero_default(framework: str, notes: _Notes) -> int:
+def _zero_default(framework: str, notes: _Notes, f: _Fields | None = None) -> int:
     """ZeRO stage when a case leaves it null: torchtitan shards parameters, gradients and
-    optimizer state over its data-parallel ranks with FSDP2 by default (ZeRO-3); Megatron-LM
-    shards nothing unless told to."""
+    optimizer state over its data-parallel ranks with FSDP2 by default (ZeRO-3); so does a
+    Megatron-Core run whose published settings (``parallel.details``) name Megatron-FSDP, which
+    Megatron-Bridge's performance scripts run with ``data_parallel_sharding_strategy =
+    "optim_grads_params"`` (``set_mcore_fsdp_configs``: optimizer state, gradients and
+    parameters sharded); Megatron-LM otherwise shards nothing unless told to."""
     if "torchtitan" in framework.lower():
         return notes.fill("parallel.zero_stage", 3, "torchtitan default: FSDP2 full sharding")
+    if f is not None and _details_has(f, "Megatron-FSDP"):
+        return notes.fill("parallel.zero_stage", 3, "the case's settings name Megatron-FSDP, which Megatron-Bridge "
+                          "runs with data_parallel_sharding_strategy 'optim_grads_params' (ZeRO-3)")
     return notes.fill("parallel.zero_stage", 0, "no ZeRO sharding")
 
 

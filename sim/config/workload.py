@@ -444,7 +444,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
     sp = _sp_default(f, tp, framework, notes, tp_overlap)
     dist_opt = _dist_opt_default(f, framework, notes)
     param_gather = _param_gather_default(f, framework, dist_opt, notes)
-    zero = _zero_default(framework, notes) if zero is None else zero
+    zero = _zero_default(framework, notes, f) if zero is None else zero
     overlap = _overlap_default(f, framework, notes)
     flash = _flash_default(f, framework, notes)
     kernel = _attention_kernel_default(f, framework, notes)
