@@ -2,7 +2,9 @@
 
 Builds the model, parallel, system and reference parts of a case, filling null settings the
 way the producing framework (Megatron-LM, torchtitan) would (the framework-specific parallel
-defaults are in :mod:`sim.config.defaults`) and noting each default filled.
+defaults are in :mod:`sim.config.defaults`) and noting each default filled. When those defaults
+do not fit in the GPU's memory, the null parallel settings take the cheapest memory savers the
+framework offers that make the run fit (:mod:`sim.config.fit`), noted as well.
 
 ``parallel.placement`` says which GPU each rank runs on (docs/placement.md): a rank order in
 Megatron-Core's notation, innermost first (``"tp-cp-ep-dp-pp"``, the default: rank ``r`` on
@@ -22,6 +24,7 @@ from sim.config.defaults import (_framework_year, _attention_kernel_default, _fu
                                  _deterministic_default, _dist_opt_default, _param_gather_default, _grad_accum_fusion_default, _async_tp_allreduce_default, _unfused_bias_default, _dp_shard_default, _loss_default, _tp_overlap_cfg,
                                  _tp_overlap_default, _overlap_default, _recompute_meaning, _sp_default,
                                  _zero_default, _zero_impl_default)
+from sim.config.fit import fit_null_settings
 from sim.config.fields import _apply_overrides, _Fields, _is_number, _located, _Notes, _read_yaml
 from sim.config.presets import preset_names, resolve_preset, shown_path
 from sim.errors import ConfigError
@@ -92,7 +95,10 @@ def load_workload_with_notes(path: str | None = None, overrides: Sequence[str] =
     Returns
     -------
     (WorkloadSpec, list of str)
-        The spec and notes such as ``"parallel.recompute: null -> none (...)"``.
+        The spec and notes such as ``"parallel.recompute: null -> none (...)"``, or, when the
+        defaults do not fit in the GPU's memory, ``"parallel.recompute: null -> selective (none
+        needs ... GiB of the ...'s 80.0 GiB; selective fits at ... GiB; ...)"``
+        (:mod:`sim.config.fit`).
 
     Raises
     ------
@@ -224,7 +230,18 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
         spec = WorkloadSpec(name=name, model=model, parallel=parallel, system=system, dtype=dtype,
                             reference=reference, scaling=scaling, num_layers_at_start_in_bf16=bf16_start,
                             num_layers_at_end_in_bf16=bf16_end)
-    return spec, list(notes)
+    return _fitted(spec, raw.get("parallel"), framework, notes)
+
+
+def _fitted(spec: WorkloadSpec, raw_parallel: object, framework: str, notes: _Notes) -> tuple[WorkloadSpec, list[str]]:
+    """``spec`` with the cheapest memory savers for the settings the case left null when its
+    defaults do not fit (:func:`sim.config.fit.fit_null_settings`); a changed setting's
+    default note gives way to the note saying what was chosen and why."""
+    given = raw_parallel if isinstance(raw_parallel, Mapping) else {}
+    nulls = frozenset(k for k in _PARALLEL_KEYS if given.get(k) is None)
+    fitted = fit_null_settings(spec, nulls, framework)
+    stale = tuple(f"parallel.{key}: null -> " for key in fitted.changed)
+    return fitted.workload, [n for n in notes if not n.startswith(stale)] + list(fitted.notes)
 
 
 _ARXIV_ID = re.compile(r"arxiv(?:\.org/abs/|:)\s*(\d{2})(\d{2})\.\d{4,5}", re.IGNORECASE)
