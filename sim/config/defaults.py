@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from sim.config.fields import _Fields, _Notes
 from sim.types import AttentionKernel, LossKind, RecomputeKind, TpOverlapMethod, ZeroImpl, parse_enum
 from sim.workload.tp_overlap import ASYNC_TP, TE_DEFAULTS, UB_GEMMS, TpOverlapConfig, userbuffers
+from sim.workload.spec import ParallelSpec
 
 
 def _sp_default(f: _Fields, tp: int, framework: str, notes: _Notes, tp_overlap: bool = False) -> bool:
@@ -494,7 +495,7 @@ MEMORY_SAVERS_ORDER = ("distributed_optimizer", "sequence_parallel", "recompute"
 So the first two cost (almost) nothing, recomputation does, and full recomputation most."""
 
 
-def memory_savers(parallel, nulls: frozenset[str], framework: str) -> list[MemorySaver]:
+def memory_savers(parallel: ParallelSpec, nulls: frozenset[str], framework: str) -> list[MemorySaver]:
     """The memory savers the case's ``framework`` offers for the settings it left null, in the
     order of :data:`MEMORY_SAVERS_ORDER`, each not in force already.
 
