@@ -48,7 +48,7 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
                "first_dense_layers", "moe_capacity_factor", "q_lora_rank", "kv_lora_rank",
                "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages", "schedule",
-                  "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute",
+                  "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute", "recompute_num_layers",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce",
                   "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details", "zero_impl",
                   "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "deterministic", "async_tp_grad_allreduce", "unfused_linear_bias",
@@ -454,6 +454,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
     recompute = f.enum("recompute", RecomputeKind, notes, RecomputeKind.NONE,
                        "Megatron-LM default: no recomputation")
     recompute = _recompute_meaning(recompute, framework, notes)
+    recompute_layers = f.integer("recompute_num_layers", positive=True)
     zero, bucket = f.integer("zero_stage"), f.integer("grad_bucket_size_params")
     placement = _placement(f)
     cp_comm, cp_levels = _cp_comm(f, cp, notes, framework)
@@ -477,6 +478,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,
             sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute,
+            recompute_num_layers=recompute_layers,
             distributed_optimizer=dist_opt, overlap_param_gather=param_gather, zero_stage=zero,
             dp_shard=dp_shard, zero_impl=zero_impl, overlap_grad_reduce=overlap,
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,
