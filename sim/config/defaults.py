@@ -473,6 +473,11 @@ class MemorySaver:
     """The :class:`~sim.workload.spec.ParallelSpec` field, also the case's ``parallel`` key."""
     value: object
     """The value that saves memory."""
+    fewest_layers: bool = False
+    """Full recomputation (``value``) of the fewest layers of each model chunk that fit:
+    ``recompute_num_layers`` is searched from 1 up to a chunk's layers, Megatron's
+    ``--recompute-method block --recompute-num-layers N``
+    (:attr:`~sim.workload.spec.ParallelSpec.recompute_num_layers`)."""
 
 
 MEMORY_SAVERS_ORDER = ("distributed_optimizer", "sequence_parallel", "recompute")
@@ -491,8 +496,12 @@ MEMORY_SAVERS_ORDER = ("distributed_optimizer", "sequence_parallel", "recompute"
 3. ``recompute``: selective first (the attention core again in the backward, 2-4% in that
    paper's Table 4; torchtitan's op-level policy recomputes every other matmul), then full
    (each layer's forward again, about a third more compute: +34% here on both runs above).
+   Full recomputation costs in proportion to the layers it recomputes, so where the framework
+   recomputes a set number of layers per model chunk (Megatron's block method) the fewest
+   that fit are recomputed (``recompute_num_layers``), the rest keep their activations.
 
-So the first two cost (almost) nothing, recomputation does, and full recomputation most."""
+So the first two cost (almost) nothing, recomputation does, and full recomputation of every
+layer most."""
 
 
 def memory_savers(parallel: ParallelSpec, nulls: frozenset[str], framework: str) -> list[MemorySaver]:
@@ -514,9 +523,16 @@ def memory_savers(parallel: ParallelSpec, nulls: frozenset[str], framework: str)
     and only saves memory with data-parallel ranks to shard over and nothing sharded yet.
     Sequence parallelism needs TP > 1. torchtitan's selective recomputation is its op-level
     policy (``selective_ac_option = 'op'``). Software dated 2021 or earlier offers full
-    recomputation only: Megatron-LM's selective recomputation and sequence parallelism came
-    with Korthikanti et al. 2022, its distributed optimizer (``megatron/optimizer/distrib_optimizer.py``)
-    in 2022 as well.
+    recomputation of every layer only: Megatron-LM's selective recomputation and sequence
+    parallelism came with Korthikanti et al. 2022, its distributed optimizer
+    (``megatron/optimizer/distrib_optimizer.py``) in 2022 as well, and its block method
+    (``--activations-checkpoint-method block``, later ``--recompute-method block``) in August
+    2021, after the 2021 papers' runs. Later Megatron-LM, Megatron-Core, NeMo and
+    Megatron-Bridge recompute the fewest layers of each model chunk that fit
+    (:attr:`MemorySaver.fewest_layers`) when the case left ``recompute_num_layers`` null too.
+    torchtitan has no such count: its layer policy (``selective_ac_option`` an integer ``k``)
+    checkpoints every ``k``-th layer instead, which llmsim does not model, so it recomputes
+    every layer.
     """
     p = parallel
     year = _framework_year(framework)
@@ -533,5 +549,6 @@ def memory_savers(parallel: ParallelSpec, nulls: frozenset[str], framework: str)
         if p.recompute is RecomputeKind.NONE and not old:
             out.append(MemorySaver("recompute", selective))
         if p.recompute is not RecomputeKind.FULL:
-            out.append(MemorySaver("recompute", RecomputeKind.FULL))
+            block = not titan and not old and "recompute_num_layers" in nulls
+            out.append(MemorySaver("recompute", RecomputeKind.FULL, fewest_layers=block))
     return out

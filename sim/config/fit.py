@@ -21,10 +21,11 @@ from dataclasses import dataclass, replace
 from sim.config.defaults import MemorySaver, memory_savers
 from sim.errors import ConfigError
 from sim.memory import stage_memory
+from sim.types import RecomputeKind
 from sim.units import GiB
 from sim.workload.spec import WorkloadSpec
 
-__all__ = ["Fitted", "peak_memory_bytes", "fits_in_memory", "fit_null_settings"]
+__all__ = ["Fitted", "peak_memory_bytes", "fits_in_memory", "fewest_recomputed_layers", "fit_null_settings"]
 
 
 def peak_memory_bytes(w: WorkloadSpec) -> float:
@@ -56,9 +57,60 @@ def _gib(x: float) -> str:
     return f"{x / GiB:.1f} GiB"
 
 
+def fewest_recomputed_layers(w: WorkloadSpec) -> tuple[int | None, WorkloadSpec]:
+    """The fewest layers of each model chunk that full recomputation of ``w`` (block method,
+    :attr:`~sim.workload.spec.ParallelSpec.recompute_num_layers`) must recompute for ``w`` to
+    fit, and ``w`` with them; ``(None, w with every layer recomputed)`` when that takes every
+    layer of a chunk or nothing fits.
+
+    Peak memory does not grow as more layers are recomputed (each one trades its stored
+    activations for its input, ``tests/unit/test_fit.py`` checks it), so the count is found by
+    bisection on :func:`fits_in_memory`.
+    """
+    p = w.parallel
+    top = max(len(r) for r in w.virtual_stage_layers())
+
+    def at(n: int) -> WorkloadSpec:
+        return replace(w, parallel=replace(p, recompute=RecomputeKind.FULL,
+                                           recompute_num_layers=None if n >= top else n))
+
+    lo, hi = 1, top  # fits at hi (when anything does); not below lo
+    if not fits_in_memory(at(hi)):
+        return None, at(hi)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits_in_memory(at(mid)):
+            hi = mid
+        else:
+            lo = mid + 1
+    return (None if hi >= top else hi), at(hi)
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One saver tried: what it set, shown, and the peak it gave."""
+
+    saver: MemorySaver
+    shown: str
+    peak: float
+
+
+def _full_of(w: WorkloadSpec, top: int) -> str:
+    """Full recomputation of how many layers of a model chunk of up to ``top`` layers."""
+    n = w.parallel.recompute_num_layers
+    if n is not None:
+        return f"full of {n} of {top} layers a chunk"
+    return f"full of all {top} layers a chunk" if top > 1 else "full (one layer a chunk)"
+
+
 def fit_null_settings(w: WorkloadSpec, nulls: frozenset[str], framework: str) -> Fitted:
     """``w`` as is when it fits, else with the cheapest memory savers for its null settings
     that make it fit (the module docstring).
+
+    Full recomputation offered for the fewest layers (:attr:`MemorySaver.fewest_layers
+    <sim.config.defaults.MemorySaver.fewest_layers>`) recomputes the fewest layers of each
+    model chunk that fit (:func:`fewest_recomputed_layers`), and sets
+    ``recompute_num_layers`` too when that is not every layer.
 
     Parameters
     ----------
@@ -77,7 +129,7 @@ def fit_null_settings(w: WorkloadSpec, nulls: frozenset[str], framework: str) ->
         return Fitted(w, (), ())
     capacity = w.system.gpu.hbm_capacity_bytes
     base_peak = peak_memory_bytes(w)
-    steps: list[tuple[MemorySaver, float]] = []
+    steps: list[_Step] = []
     changes: dict[str, object] = {}
     found = None
     for saver in savers:
@@ -87,26 +139,45 @@ def fit_null_settings(w: WorkloadSpec, nulls: frozenset[str], framework: str) ->
         except ConfigError:  # a combination the spec refuses: not a saver here
             del changes[saver.key]
             continue
-        steps.append((saver, peak_memory_bytes(candidate)))
+        shown = _shown(saver.value)
+        if saver.fewest_layers:
+            top = max(len(r) for r in w.virtual_stage_layers())
+            n, candidate = fewest_recomputed_layers(candidate)
+            if n is not None:
+                changes["recompute_num_layers"] = n
+                fewer = replace(candidate, parallel=replace(candidate.parallel, recompute_num_layers=n - 1)) \
+                    if n > 1 else None
+                if fewer is not None:  # the next fewer, to show why it is the fewest
+                    steps.append(_Step(saver, _full_of(fewer, top), peak_memory_bytes(fewer)))
+            elif fits_in_memory(candidate) and top > 1:
+                fewer = replace(candidate, parallel=replace(candidate.parallel, recompute_num_layers=top - 1))
+                steps.append(_Step(saver, _full_of(fewer, top), peak_memory_bytes(fewer)))
+            shown = _full_of(candidate, top)
+        steps.append(_Step(saver, shown, peak_memory_bytes(candidate)))
         if fits_in_memory(candidate):
             found = candidate
             break
     on = f"{w.system.gpu.name}'s {_gib(capacity)}"
     if found is None:
-        tried = ", ".join(f"{s.key} {_shown(s.value)} {_gib(b)}" for s, b in steps)
+        tried = ", ".join(f"{st.saver.key} {st.shown} {_gib(st.peak)}" for st in steps)
         return Fitted(w, (), (f"parallel: the null settings' defaults need {_gib(base_peak)} a GPU, more than the "
                               f"{on}, and no memory saver of the framework fits either (cumulatively, cheapest "
                               f"first: {tried}); the defaults are kept and the run does not fit",))
-    keys = tuple(dict.fromkeys(s.key for s, _ in steps))
+    keys = tuple(dict.fromkeys(st.saver.key for st in steps))
     notes = []
     before = base_peak
     for key in keys:
-        mine = [(s, b) for s, b in steps if s.key == key]
-        trail = [f"{_shown(s.value)} {_gib(b)}" for s, b in mine[:-1]]
-        last, peak = mine[-1]
-        end = (f"{_shown(last.value)} fits at {_gib(peak)}" if key == keys[-1] else
-               f"{_shown(last.value)} {_gib(peak)}, with the next saver too")
-        notes.append(f"parallel.{key}: null -> {_shown(last.value)} ({_shown(getattr(w.parallel, key))} needs "
-                     f"{_gib(before)} of the {on}; " + "; ".join(trail + [end]) + "; memory savers tried cheapest first)")
-        before = peak
-    return Fitted(found, keys, tuple(notes))
+        mine = [st for st in steps if st.saver.key == key]
+        trail = [f"{st.shown} {_gib(st.peak)}" for st in mine[:-1]]
+        last = mine[-1]
+        end = (f"{last.shown} fits at {_gib(last.peak)}" if key == keys[-1] else
+               f"{last.shown} {_gib(last.peak)}, with the next saver too")
+        value = getattr(found.parallel, key)
+        head = f"parallel.{key}: null -> {_shown(value)}"
+        if key == "recompute" and found.parallel.recompute_num_layers is not None:
+            head += f", parallel.recompute_num_layers: null -> {found.parallel.recompute_num_layers}"
+        notes.append(f"{head} ({_shown(getattr(w.parallel, key))} needs {_gib(before)} of the {on}; "
+                     + "; ".join(trail + [end]) + "; memory savers tried cheapest first)")
+        before = last.peak
+    changed = keys + (("recompute_num_layers",) if found.parallel.recompute_num_layers is not None else ())
+    return Fitted(found, changed, tuple(notes))

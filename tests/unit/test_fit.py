@@ -100,7 +100,66 @@ def test_software_of_2021_offers_full_recomputation_only(tmp_path):
     w, notes = load_workload_with_notes(_write(tmp_path, _case(framework="Megatron-LM (2021)")))
     p = w.parallel
     assert (p.distributed_optimizer, p.sequence_parallel, p.recompute) == (False, False, RecomputeKind.FULL)
+    assert p.recompute_num_layers is None  # every layer: the block method came in August 2021
     assert fits_in_memory(w)
+
+
+# flash attention (selective recomputation then saves nothing), SP and the distributed optimizer
+# given: only recomputation is left to fit 8 micro-batch-8 layers in 80 GiB
+BLOCK = dict(framework="Megatron-LM (2023)", flash_attention=True, micro_batch_size=8, global_batch_size=32,
+             distributed_optimizer=False, sequence_parallel=False)
+
+
+def test_full_recomputation_of_the_fewest_layers_that_fit(tmp_path):
+    w, notes = load_workload_with_notes(_write(tmp_path, _case(**BLOCK)))
+    p = w.parallel
+    n = p.recompute_num_layers
+    assert p.recompute is RecomputeKind.FULL and n is not None and 1 < n < 8
+    explicit = [_explicit(tmp_path, dict(BLOCK, recompute="full", recompute_num_layers=k)) for k in (n - 1, n)]
+    assert [fits_in_memory(x) for x in explicit] == [False, True]  # the fewest that fit
+    assert peak_memory_bytes(w) == peak_memory_bytes(explicit[1])
+    assert not fits_in_memory(_explicit(tmp_path, dict(BLOCK, recompute="selective")))  # the premise
+    mine = [x for x in notes if x.startswith("parallel.recompute")]
+    assert len(mine) == 1 and mine[0].startswith(
+        f"parallel.recompute: null -> full, parallel.recompute_num_layers: null -> {n} (none needs "), mine
+    assert f"full of {n - 1} of 8 layers a chunk" in mine[0] and f"full of {n} of 8 layers a chunk fits at" in mine[0]
+
+
+def test_the_bisection_finds_what_a_scan_finds(tmp_path):
+    from sim.config.fit import fewest_recomputed_layers
+
+    for mbs in (4, 8, 12, 16, 24):
+        w = _explicit(tmp_path, dict(BLOCK, micro_batch_size=mbs, global_batch_size=4 * mbs))
+        scan = [k for k in range(1, 9) if fits_in_memory(
+            _explicit(tmp_path, dict(BLOCK, micro_batch_size=mbs, global_batch_size=4 * mbs, recompute="full",
+                                     recompute_num_layers=k)))]
+        n, fitted = fewest_recomputed_layers(w)
+        expected = scan[0] if scan and scan[0] < 8 else None
+        assert n == expected and fitted.parallel.recompute_num_layers == expected
+        assert fits_in_memory(fitted) == bool(scan)
+
+
+def test_a_given_full_recomputation_keeps_every_layer(tmp_path):
+    w, notes = load_workload_with_notes(_write(tmp_path, _case(**dict(BLOCK, recompute="full"))))
+    assert w.parallel.recompute is RecomputeKind.FULL and w.parallel.recompute_num_layers is None
+    assert not any("memory savers" in n for n in notes)
+
+
+@pytest.mark.parametrize("framework, fewest", [
+    ("Megatron-LM (2023)", True), ("NeMo 24.07 container (Megatron-Core backend)", True),
+    ("NeMo 26.04.01 container / Megatron-Bridge (Megatron-Core)", True),
+    ("Megatron-LM (2021)", False), ("torchtitan", False),
+])
+def test_which_frameworks_recompute_the_fewest_layers(framework, fewest):
+    from sim.config.defaults import memory_savers
+    from sim.workload.spec import ParallelSpec
+
+    nulls = frozenset({"recompute", "recompute_num_layers"})
+    savers = memory_savers(ParallelSpec(), nulls, framework)
+    full = [s for s in savers if s.value is RecomputeKind.FULL]
+    assert len(full) == 1 and full[0].fewest_layers is fewest
+    # a count the case gave is not searched
+    assert not any(s.fewest_layers for s in memory_savers(ParallelSpec(), frozenset({"recompute"}), framework))
 
 
 def test_torchtitan_selective_is_its_op_level_policy(tmp_path):
