@@ -313,24 +313,50 @@ class ActivationModel:
     counts it) and torchtitan's ``max_reserved`` logs it; later requests that fit reuse it.
     Measured on our H100 (``benchmarks/device/memory_layer.py``): reserved over allocated at
     the loss, 4.29 GiB at 2 x 8192 tokens and 8.91 at 32768 (this: 3.91 and 7.83)."""
+    recompute_num_layers: int | None = None
+    """Block recomputation (:attr:`~sim.workload.spec.ParallelSpec.recompute_num_layers`): the
+    first ``N`` layers of each model chunk take the ``layer_`` and ``moe_layer_`` terms (full
+    recomputation), the others the ``kept_`` terms (no recomputation). None: every layer the
+    former."""
+    kept_layer_stored: float = 0.0
+    kept_layer_transient: float = 0.0
+    kept_moe_layer_stored: float = 0.0
+    kept_moe_layer_transient: float = 0.0
+    """The layer terms of a layer block recomputation leaves alone (dense, then MoE)."""
 
-    def stored(self, is_moe: bool) -> float:
+    def recomputed(self, position: int) -> bool:
+        """Whether the layer at ``position`` (0-based) in its model chunk takes the recomputed
+        terms (:attr:`recompute_num_layers`)."""
+        return self.recompute_num_layers is None or position < self.recompute_num_layers
+
+    def stored(self, is_moe: bool, position: int = 0) -> float:
+        """What a layer at ``position`` in its chunk keeps from its forward to its backward."""
+        if not self.recomputed(position):
+            return self.kept_moe_layer_stored if is_moe else self.kept_layer_stored
         return self.moe_layer_stored if is_moe else self.layer_stored
 
-    def transient(self, is_moe: bool) -> float:
+    def transient(self, is_moe: bool, position: int = 0) -> float:
+        """What a layer at ``position`` in its chunk holds on top while its backward runs."""
+        if not self.recomputed(position):
+            return self.kept_moe_layer_transient if is_moe else self.kept_layer_transient
         return self.moe_layer_transient if is_moe else self.layer_transient
 
 
 def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) -> ActivationModel:
-    """The :class:`ActivationModel` of ``w`` (under ``recompute``, default the workload's)."""
+    """The :class:`ActivationModel` of ``w`` (under ``recompute``, default the workload's).
+
+    The workload's block recomputation (``parallel.recompute_num_layers``) holds under its own
+    method: under it, the recomputed layers take full recomputation's terms and the others
+    those without recomputation. Another method applies to every layer."""
     m, p = w.model, w.parallel
     rc = p.recompute if recompute is None else recompute
+    n = p.recompute_num_layers if rc is p.recompute else None
     sb, h, t = m.seq_length // p.cp * p.micro_batch_size, m.hidden_size, p.tp
     div = t if p.sequence_parallel else 1
 
     cp_held = cp_transient_bytes(m, p)
 
-    def terms(moe: bool) -> tuple[float, float]:
+    def terms(moe: bool, rc: RecomputeKind = rc) -> tuple[float, float]:
         stored = layer_activation_bytes(m, p, rc, moe)
         if _eager_torchtitan(m, p, moe):  # what eager autograd keeps (eager_layer_bytes)
             full, work = eager_layer_bytes(m, p)
@@ -350,11 +376,17 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
 
     stored, transient = terms(False)
     moe_stored, moe_transient = terms(True) if m.is_moe else (0.0, 0.0)
+    kept = moe_kept = (0.0, 0.0)
+    if n is not None:
+        kept = terms(False, RecomputeKind.NONE)
+        moe_kept = terms(True, RecomputeKind.NONE) if m.is_moe else (0.0, 0.0)
     logits = sb * m.vocab_size / t
     torch_loss = p.cross_entropy is LossKind.TORCH_FP32
     return ActivationModel(stored, transient, sb * h / div, 4.0 * sb * h / div, 4.0 * logits,
                            8.0 * logits if torch_loss else 0.0, moe_stored, moe_transient,
-                           2.0 * logits if torch_loss else 0.0)
+                           2.0 * logits if torch_loss else 0.0, recompute_num_layers=n,
+                           kept_layer_stored=kept[0], kept_layer_transient=kept[1],
+                           kept_moe_layer_stored=moe_kept[0], kept_moe_layer_transient=moe_kept[1])
 
 
 @dataclass(frozen=True)
@@ -411,9 +443,9 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel,
     for c in range(v):
         vs = c * pp + stage
         moe = [m.is_moe_layer(i) for i in vs_layers[vs]]
-        back = [(am.transient(x), am.stored(x)) for x in reversed(moe)]
+        back = [(am.transient(x, j), am.stored(x, j)) for j, x in reversed(list(enumerate(moe)))]
         uniform = len(set(back)) <= 1
-        chunks.append((vs, sum(am.stored(x) for x in moe), back, uniform))
+        chunks.append((vs, sum(am.stored(x, j) for j, x in enumerate(moe)), back, uniform))
     if order is None:
         order = pipeline_order(p.schedule, pp, v, p.num_microbatches, stage)
     F, W = Pass.FORWARD, Pass.WEIGHT

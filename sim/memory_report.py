@@ -25,6 +25,7 @@ def memory_json(w: WorkloadSpec, table: dict[RecomputeKind, list[StageMemory]], 
         "gpu": w.system.gpu.name,
         "num_gpus": w.system.num_gpus,
         "workload_recompute": w.parallel.recompute.value,
+        "workload_recompute_num_layers": w.parallel.recompute_num_layers,
         "methods": {rc.value: {"stages": [s.to_dict() for s in stages],
                                "peak_bytes": byte_count(max(s.total_bytes for s in stages)),
                                "fits": all(s.fits for s in stages)}
@@ -47,7 +48,9 @@ def format_memory(w: WorkloadSpec, table: dict[RecomputeKind, list[StageMemory]]
              f"{zero}  {'flash' if p.flash_attention else 'unfused'} attention", ""]
     for rc, stages in table.items():
         mine = " (the workload's)" if rc is p.recompute else ""
-        lines.append(f"  recompute {rc.value}{mine}: GiB per GPU")
+        n = p.recompute_num_layers if rc is p.recompute else None  # sim.memory.activation_model
+        block = f" of {n} layer{'s' if n > 1 else ''} a chunk" if n else ""
+        lines.append(f"  recompute {rc.value}{block}{mine}: GiB per GPU")
         lines.append("    stage  weights    grads  optimizer  activations   other    total  capacity  headroom  fits")
         for s in stages:
             lines.append(f"    {s.stage:5d}  {s.weights_bytes / GiB:7.2f}  {s.grads_bytes / GiB:7.2f}  "

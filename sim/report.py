@@ -172,6 +172,8 @@ def make_report(run: Run) -> Report:
         parallel["placement"] = p.placement if isinstance(p.placement, str) else list(p.placement)
     if p.hybrid_shard:  # likewise only with hybrid sharding
         parallel["dp_shard"], parallel["dp_replicate"] = p.dp_shard_degree, p.dp_replicate
+    if p.recompute_num_layers is not None:  # likewise only under block recomputation
+        parallel["recompute_num_layers"] = p.recompute_num_layers
     return Report(
         workload=w.name, topology=run.topology.name, gpu=w.system.gpu.name, num_gpus=n, parallel=parallel,
         iteration_time_s=T, tokens_per_s=w.tokens_per_iteration / T,
@@ -206,7 +208,9 @@ def format_report(r: Report) -> str:
     if "dp_shard" in p:
         placed = f" (shard {p['dp_shard']} x {p['dp_replicate']} replicas)" + placed
     zero = f"ZeRO-{p['zero_stage']}" if p["zero_stage"] >= 2 else None
-    flags = [f"recompute {p['recompute']}"] + ([zero] if zero else [])
+    block = p.get("recompute_num_layers")
+    flags = [f"recompute {p['recompute']}" + (f" of {block} layer{'s' if block > 1 else ''} a chunk" if block else "")]
+    flags += [zero] if zero else []
     if p["sequence_parallel"]:
         flags.append("sequence parallel")
     if p["distributed_optimizer"]:

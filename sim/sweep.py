@@ -217,7 +217,9 @@ def make_candidate(w: WorkloadSpec, point: dict) -> WorkloadSpec:
     """The workload ``w`` with the parallel settings of ``point`` (see :func:`space_points`).
 
     ZeRO level 1 is Megatron-LM's distributed optimizer; the workload's own level keeps its own
-    flags, so a point equal to the workload gives back the workload. The workload's hybrid
+    flags, so a point equal to the workload gives back the workload. The workload's block
+    recomputation (``recompute_num_layers``) is kept where the pipeline split and the
+    recomputation are its own; elsewhere full recomputation is of every layer. The workload's hybrid
     sharding degree (``dp_shard``) is kept where DP, CP, EP and the ZeRO level are its own, else
     the candidate shards fully.
 
@@ -231,9 +233,13 @@ def make_candidate(w: WorkloadSpec, point: dict) -> WorkloadSpec:
     zero = point["zero_stage"]
     dist_opt, zero_stage = (p.distributed_optimizer, p.zero_stage) if zero == p.zero else _SHARDING[zero]
     own_dp = (point["dp"], point["cp"], point["ep"], zero) == (p.dp, p.cp, p.ep, p.zero)
+    # the workload's block recomputation holds on its own chunks; elsewhere full is of every layer
+    own_chunks = (point["pp"], point["virtual_pipeline_stages"], point["recompute"]) == (
+        p.pp, p.virtual_pipeline_stages, p.recompute)
     parallel = replace(p, tp=point["tp"], pp=point["pp"], dp=point["dp"], cp=point["cp"], ep=point["ep"],
                        virtual_pipeline_stages=point["virtual_pipeline_stages"], schedule=point["schedule"],
                        micro_batch_size=point["micro_batch_size"], recompute=point["recompute"],
+                       recompute_num_layers=p.recompute_num_layers if own_chunks else None,
                        sequence_parallel=point["sequence_parallel"], distributed_optimizer=dist_opt,
                        zero_stage=zero_stage, dp_shard=p.dp_shard if own_dp else None)
     return replace(w, parallel=parallel)

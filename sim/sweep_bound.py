@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from sim.costs.analytical import AnalyticalCostModel
 from sim.hardware import GPUSpec
 from sim.sweep_memory import StageStates
-from sim.types import OpKind, ScheduleKind
+from sim.types import OpKind, RecomputeKind, ScheduleKind
 from sim.workload.layers import LayerOps, Step, layer_ops
 from sim.workload.ops import MemoryOp
 from sim.workload.schedules import Pass, pipeline_order
@@ -134,13 +134,15 @@ class IterationBound:
                                              tuple(range(p.ep)), (), w.scaling, bf16_layers=w.keeps_bf16_layers)
         return ops
 
-    def pass_times(self, w: WorkloadSpec, is_moe: bool, bf16: bool = False) -> PassTimes:
+    def pass_times(self, w: WorkloadSpec, is_moe: bool, bf16: bool = False,
+                   recompute: RecomputeKind | None = None) -> PassTimes:
         """One (MoE if ``is_moe``, kept in BF16 if ``bf16``) layer's :class:`PassTimes` under
-        ``w``'s recomputation and schedule, as the task program issues them
-        (``_RankProgram.build``)."""
+        ``recompute`` (default ``w``'s recomputation) and ``w``'s schedule, as the task program
+        issues them (``_RankProgram.build``)."""
         p = w.parallel
+        rc = p.recompute if recompute is None else recompute
         zb = p.schedule is ScheduleKind.ZB_H1
-        key = (_layer_ops_key(w), is_moe, bf16, p.recompute, zb)
+        key = (_layer_ops_key(w), is_moe, bf16, rc, zb)
         hit = self._passes.get(key)
         if hit is None:
             lops = self.layer_ops(w).for_layer(is_moe, bf16)
@@ -150,7 +152,7 @@ class IterationBound:
                 bwd, wgrad, k = lops.layer_bwd, (), lops.attention_bwd_index
             hit = self._passes[key] = PassTimes(self._compute_s(lops.layer_fwd),
                                                 sum(self.costs.compute_time_s(st.op)
-                                                    for st in _backward_steps(lops, bwd, k, p.recompute)
+                                                    for st in _backward_steps(lops, bwd, k, rc)
                                                     if st.stream is None),
                                                 self._compute_s(wgrad) if wgrad else 0.0)
         return hit
@@ -195,8 +197,10 @@ class IterationBound:
         out = []
         for vs, rng in enumerate(layers):
             f = b = wg = 0.0
-            for kind in sorted({(m.is_moe_layer(i), w.is_bf16_layer(i)) for i in rng}):
-                n = sum(1 for i in rng if (m.is_moe_layer(i), w.is_bf16_layer(i)) == kind)
+            def kind_of(i: int, rng=rng) -> tuple:
+                return m.is_moe_layer(i), w.is_bf16_layer(i), w.parallel.recompute_at(i - rng.start)
+            for kind in sorted({kind_of(i) for i in rng}):
+                n = sum(1 for i in rng if kind_of(i) == kind)
                 t = self.pass_times(w, *kind)
                 f, b, wg = f + n * t.fwd_s, b + n * t.bwd_s, wg + n * t.wgrad_s
             if vs == 0:

@@ -215,15 +215,17 @@ class TimelineBound:
             s = vs % p.pp
             ops = self._stage_ops(w, s)
             f = b = wg = 0.0
-            for moe, bf16 in ((False, False), (False, True), (True, False), (True, True)):
-                n = sum(1 for i in layers if (m.is_moe_layer(i), w.is_bf16_layer(i)) == (moe, bf16))
+            rcs = sorted({p.recompute_at(i - layers.start) for i in layers})
+            for moe, bf16, rc in ((x, y, r) for x in (False, True) for y in (False, True) for r in rcs):
+                n = sum(1 for i in layers if (m.is_moe_layer(i), w.is_bf16_layer(i),
+                                              p.recompute_at(i - layers.start)) == (moe, bf16, rc))
                 if not n:
                     continue
                 lops = ops.for_layer(moe, bf16)
                 key = base + (s, moe, bf16)
                 bwd, wgrad, k = lops.split_bwd if zb else (lops.layer_bwd, (), lops.attention_bwd_index)
                 f += n * self._list_s(w, lops.layer_fwd, key + ("fwd",))
-                b += n * self._list_s(w, _backward_steps(lops, bwd, k, p.recompute), key + ("bwd", zb, p.recompute))
+                b += n * self._list_s(w, _backward_steps(lops, bwd, k, rc), key + ("bwd", zb, rc))
                 if wgrad:
                     wg += n * self._list_s(w, wgrad, key + ("wgrad",))
             if vs == 0:

@@ -7,6 +7,13 @@ compared in the source's sense: hardware FLOPs (counting recomputation) when the
 ``includes_recompute: true``, model FLOPs otherwise. A case that cannot be simulated yet is
 reported as skipped with its reason, never dropped and never scored.
 
+Each row says whether its configuration fits in the GPU's memory (:func:`sim.config.fit.fits_in_memory`,
+the report's test): the loader fills a case's null settings so that they fit where its
+framework can (:mod:`sim.config.fit`), so a row that does not fit ran on settings the case gave
+explicitly, and the summary counts such rows. Beside each mean absolute error stands the mean
+signed error, positive when the prediction is faster than the measurement (the negated error
+of a time row, the error of a throughput row) and, for memory, when it predicts more memory.
+
 A case is simulated at chunk granularity where that gives the op-level run's figures
 (:func:`sim.runner.simulate` with ``exact``): the run checks itself
 (:mod:`sim.engine.block_check`) and a case where something met one of its blocks (a transfer
@@ -24,8 +31,10 @@ from __future__ import annotations
 import time
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sim.config import CaseRecord, default_topology_name, load_case_records, load_topology
+from sim.config.fit import fits_in_memory
 from sim.errors import SimError
 from sim.memory import stage_memory
 from sim.runner import Run, simulate
@@ -34,7 +43,8 @@ from sim.topology.spec import TopologySpec
 from sim.types import Stream
 from sim.units import GiB, MS, TFLOPS
 
-__all__ = ["Row", "Validation", "CaseResult", "validate", "case_rows", "format_validation", "COARSE"]
+__all__ = ["Row", "Validation", "SourceSummary", "CaseResult", "validate", "case_rows", "format_validation",
+           "COARSE"]
 
 COARSE = "chunk"
 """The granularity a case is simulated at first (see the module docstring)."""
@@ -43,6 +53,9 @@ LAYER_METRICS = ("layer_forward_ms", "layer_backward_ms")
 """Targets read from one layer's ops in the timeline: their cases run op by op."""
 
 TIME_METRICS = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu")
+
+DURATION_METRICS = ("iteration_time_s",) + LAYER_METRICS
+"""Rows that measure a duration: a prediction above the measurement is slower."""
 
 
 @dataclass
@@ -56,6 +69,9 @@ class Row:
     config_complete: bool
     file: str
     skipped: str | None = None
+    fits: bool | None = None
+    """Whether the simulated configuration fits in the GPU's memory; None where nothing was
+    simulated."""
 
     @property
     def error_pct(self) -> float | None:
@@ -64,18 +80,57 @@ class Row:
         return 100.0 * (self.predicted - self.measured) / self.measured
 
     @property
+    def signed_error_pct(self) -> float | None:
+        """The error with the sign of speed, + when the prediction is faster than the
+        measurement: the negated error of a duration (:data:`DURATION_METRICS`), the error of a
+        throughput; for peak memory the error, + when more memory is predicted."""
+        e = self.error_pct
+        if e is None:
+            return None
+        return -e if self.metric in DURATION_METRICS else e
+
+    @property
     def is_memory(self) -> bool:
         return self.metric == "peak_memory_gib"
 
     def to_dict(self) -> dict:
         return {"id": self.id, "metric": self.metric, "measured": self.measured, "predicted": self.predicted,
-                "error_pct": self.error_pct, "config_complete": self.config_complete,
-                "skipped": self.skipped, "file": self.file}
+                "error_pct": self.error_pct, "signed_error_pct": self.signed_error_pct,
+                "config_complete": self.config_complete, "fits": self.fits, "skipped": self.skipped,
+                "file": self.file}
+
+    @property
+    def source(self) -> str:
+        """The case file's name without its folder and suffix (``korthikanti2022``)."""
+        return Path(self.file).stem
 
 
 def _mape(rows: list[Row]) -> float | None:
     errs = [abs(r.error_pct) for r in rows if r.error_pct is not None]
     return sum(errs) / len(errs) if errs else None
+
+
+def _mean_signed(rows: list[Row]) -> float | None:
+    errs = [r.signed_error_pct for r in rows if r.signed_error_pct is not None]
+    return sum(errs) / len(errs) if errs else None
+
+
+@dataclass(frozen=True)
+class SourceSummary:
+    """The scored rows of one case file: time and throughput, and peak memory, apart."""
+
+    source: str
+    rows: int
+    mape_pct: float | None
+    mean_signed_error_pct: float | None
+    memory_rows: int
+    memory_mape_pct: float | None
+    memory_mean_signed_error_pct: float | None
+    rows_not_fitting: int
+    """Scored rows (of either kind) whose configuration does not fit in the GPU's memory."""
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
 
 
 @dataclass
@@ -108,6 +163,33 @@ class Validation:
         return _mape([r for r in self.scored if r.is_memory])
 
     @property
+    def mean_signed_error_pct(self) -> float | None:
+        return _mean_signed(self.time_rows)
+
+    @property
+    def mean_signed_error_complete_pct(self) -> float | None:
+        return _mean_signed([r for r in self.time_rows if r.config_complete])
+
+    @property
+    def memory_mean_signed_error_pct(self) -> float | None:
+        return _mean_signed([r for r in self.scored if r.is_memory])
+
+    @property
+    def not_fitting(self) -> list[Row]:
+        """Scored rows whose configuration does not fit in the GPU's memory (goal: none)."""
+        return [r for r in self.scored if r.fits is False]
+
+    def by_source(self) -> list[SourceSummary]:
+        """One :class:`SourceSummary` per case file, in the order the files were read."""
+        out = []
+        for source in dict.fromkeys(r.source for r in self.rows):
+            mine = [r for r in self.scored if r.source == source]
+            t, m = [r for r in mine if not r.is_memory], [r for r in mine if r.is_memory]
+            out.append(SourceSummary(source, len(t), _mape(t), _mean_signed(t), len(m), _mape(m), _mean_signed(m),
+                                     sum(r.fits is False for r in mine)))
+        return out
+
+    @property
     def skipped_cases(self) -> list[str]:
         ids = []
         for r in self.rows:
@@ -119,6 +201,11 @@ class Validation:
         worst = max(self.time_rows, key=lambda r: abs(r.error_pct), default=None)
         return {"cases": [r.to_dict() for r in self.rows], "mape_pct": self.mape_pct,
                 "mape_complete_pct": self.mape_complete_pct, "memory_mape_pct": self.memory_mape_pct,
+                "mean_signed_error_pct": self.mean_signed_error_pct,
+                "mean_signed_error_complete_pct": self.mean_signed_error_complete_pct,
+                "memory_mean_signed_error_pct": self.memory_mean_signed_error_pct,
+                "rows_not_fitting": len(self.not_fitting),
+                "by_source": [s.to_dict() for s in self.by_source()],
                 "scored_rows": len(self.scored), "skipped_cases": len(self.skipped_cases),
                 "cases_total": len({r.id for r in self.rows}),
                 "worst_error_pct": None if worst is None else worst.error_pct,
@@ -203,8 +290,11 @@ def case_rows(rec: CaseRecord, granularity: str | None = None) -> CaseResult:
         return CaseResult([Row(rec.id, "-", None, None, rec.config_complete, rec.file,
                                skipped="the case has no target")], None)
 
+    fits = None if rec.workload is None else fits_in_memory(rec.workload)
+
     def row(metric: str, predicted: float | None = None, skipped: str | None = None) -> Row:
-        return Row(rec.id, metric, rec.targets[metric], predicted, rec.config_complete, rec.file, skipped)
+        return Row(rec.id, metric, rec.targets[metric], predicted, rec.config_complete, rec.file, skipped,
+                   None if skipped is not None else fits)
 
     if rec.workload is None:
         reason = f"{rec.error.field}: {rec.error.expected} (got {rec.error.got!r})"
@@ -344,7 +434,22 @@ def format_row(r: Row) -> str:
     if r.skipped is not None:
         return f"{r.id:<62} {r.metric:<20} {_fmt(r.measured):>10} {'skipped':>10}  {r.skipped}"
     return (f"{r.id:<62} {r.metric:<20} {_fmt(r.measured):>10} {_fmt(r.predicted):>10} "
-            f"{r.error_pct:+8.1f}%{'' if r.config_complete else '  (config incomplete)'}")
+            f"{r.error_pct:+8.1f}%{'' if r.config_complete else '  (config incomplete)'}"
+            f"{'  (DOES NOT FIT in GPU memory)' if r.fits is False else ''}")
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f}%"
+
+
+def _signed(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.1f}%"
+
+
+SIGN_NOTE = "+: predicted faster than measured"
+"""What the sign of a time or throughput row's mean signed error means (the module docstring)."""
+MEMORY_SIGN_NOTE = "+: more memory predicted than measured"
+"""Likewise for a peak memory row."""
 
 
 def format_validation(v: Validation) -> str:
@@ -352,21 +457,32 @@ def format_validation(v: Validation) -> str:
     head = f"{'case':<62} {'metric':<20} {'measured':>10} {'predicted':>10}    error"
     lines = [head, "-" * len(head)] + [format_row(r) for r in v.rows] + [""]
 
-    def pct(x):
-        return "n/a" if x is None else f"{x:.1f}%"
-
+    pct, signed = _pct, _signed
     t = v.time_rows
-    lines.append(f"MAPE, time and throughput: {pct(v.mape_pct)} over {len(t)} rows")
+    lines.append(f"MAPE, time and throughput: {pct(v.mape_pct)} over {len(t)} rows; mean signed error "
+                 f"{signed(v.mean_signed_error_pct)} ({SIGN_NOTE})")
     lines.append(f"MAPE, config_complete cases: {pct(v.mape_complete_pct)} over "
-                 f"{sum(r.config_complete for r in t)} rows")
-    lines.append(f"MAPE, peak memory: {pct(v.memory_mape_pct)} over {sum(r.is_memory for r in v.scored)} rows")
+                 f"{sum(r.config_complete for r in t)} rows; mean signed error {signed(v.mean_signed_error_complete_pct)}")
+    lines.append(f"MAPE, peak memory: {pct(v.memory_mape_pct)} over {sum(r.is_memory for r in v.scored)} rows; "
+                 f"mean signed error {signed(v.memory_mean_signed_error_pct)} ({MEMORY_SIGN_NOTE})")
     if t:
         worst = max(t, key=lambda r: abs(r.error_pct))
         lines.append(f"worst: {worst.id} {worst.metric} {worst.error_pct:+.1f}%")
+    lines.append(f"not fitting in GPU memory: {len(v.not_fitting)} of {len(v.scored)} scored rows (goal: 0)")
     lines.append(f"skipped: {len(v.skipped_cases)} of {len({r.id for r in v.rows})} cases")
     if v.simulated_at:
         lines.append("simulated: " + ", ".join(f"{n} at {g} granularity" for g, n in sorted(v.simulated_at.items()))
                      + " (chunk where it gives the op-level figures: sim/validate.py)")
+    sources = v.by_source()
+    if sources:
+        width = max(len("source"), *(len(s.source) for s in sources))
+        head = (f"{'source':<{width}}  {'rows':>4}  {'MAPE':>6}  {'signed':>7}  {'memory rows':>11}  {'MAPE':>6}  "
+                f"{'signed':>7}  {'not fitting':>11}")
+        lines += ["", "by source (case file):", head]
+        for s in sources:
+            lines.append(f"{s.source:<{width}}  {s.rows:>4}  {pct(s.mape_pct):>6}  {signed(s.mean_signed_error_pct):>7}  "
+                         f"{s.memory_rows:>11}  {pct(s.memory_mape_pct):>6}  {signed(s.memory_mean_signed_error_pct):>7}  "
+                         f"{s.rows_not_fitting:>11}")
     return "\n".join(lines)
 
 
@@ -377,28 +493,36 @@ END_MARK = "<!-- END GENERATED -->"
 def markdown(v: Validation, command: str) -> str:
     """The generated part of ``docs/validation.md``: the MAPE lines and every row."""
 
-    def pct(x):
-        return "n/a" if x is None else f"{x:.1f}%"
-
+    pct, signed = _pct, _signed
     t = v.time_rows
-    out = [BEGIN_MARK, "", f"Generated by `{command}`.", "",
-           "| figure | value | rows |", "|---|---|---|",
-           f"| MAPE, time and throughput, all cases | {pct(v.mape_pct)} | {len(t)} |",
+    out = [BEGIN_MARK, "", f"Generated by `{command}`. Mean signed error: + when the prediction is faster than the "
+           "measurement; for peak memory, + when it predicts more memory.", "",
+           "| figure | value | mean signed error | rows |", "|---|---|---|---|",
+           f"| MAPE, time and throughput, all cases | {pct(v.mape_pct)} | {signed(v.mean_signed_error_pct)} | {len(t)} |",
            f"| MAPE, time and throughput, `config_complete` cases | {pct(v.mape_complete_pct)} | "
-           f"{sum(r.config_complete for r in t)} |",
-           f"| MAPE, peak memory | {pct(v.memory_mape_pct)} | {sum(r.is_memory for r in v.scored)} |"]
+           f"{signed(v.mean_signed_error_complete_pct)} | {sum(r.config_complete for r in t)} |",
+           f"| MAPE, peak memory | {pct(v.memory_mape_pct)} | {signed(v.memory_mean_signed_error_pct)} | "
+           f"{sum(r.is_memory for r in v.scored)} |"]
     if t:
         worst = max(t, key=lambda r: abs(r.error_pct))
-        out.append(f"| worst time or throughput row | {worst.error_pct:+.1f}% | `{worst.id}` |")
-    out.append(f"| cases skipped (not simulated yet) | {len(v.skipped_cases)} of {len({r.id for r in v.rows})} | |")
-    out += ["", "| case | metric | measured | predicted | error | complete |", "|---|---|---|---|---|---|"]
+        out.append(f"| worst time or throughput row | {worst.error_pct:+.1f}% | | `{worst.id}` |")
+    out.append(f"| scored rows on a configuration that does not fit in GPU memory (goal: 0) | "
+               f"{len(v.not_fitting)} of {len(v.scored)} | | |")
+    out.append(f"| cases skipped (not simulated yet) | {len(v.skipped_cases)} of {len({r.id for r in v.rows})} | | |")
+    out += ["", "| source (case file) | rows | MAPE | mean signed error | memory rows | memory MAPE | "
+            "memory mean signed error | rows not fitting |", "|---|---|---|---|---|---|---|---|"]
+    for s in v.by_source():
+        out.append(f"| {s.source} | {s.rows} | {pct(s.mape_pct)} | {signed(s.mean_signed_error_pct)} | {s.memory_rows} | "
+                   f"{pct(s.memory_mape_pct)} | {signed(s.memory_mean_signed_error_pct)} | {s.rows_not_fitting} |")
+    out += ["", "| case | metric | measured | predicted | error | complete | fits |", "|---|---|---|---|---|---|---|"]
     for r in v.rows:
+        fits = "-" if r.fits is None else ("yes" if r.fits else "**NO**")
         if r.skipped is not None:
             out.append(f"| `{r.id}` | {r.metric} | {_fmt(r.measured)} | skipped | {r.skipped} | "
-                       f"{'yes' if r.config_complete else 'no'} |")
+                       f"{'yes' if r.config_complete else 'no'} | {fits} |")
         else:
             out.append(f"| `{r.id}` | {r.metric} | {_fmt(r.measured)} | {_fmt(r.predicted)} | {r.error_pct:+.1f}% | "
-                       f"{'yes' if r.config_complete else 'no'} |")
+                       f"{'yes' if r.config_complete else 'no'} | {fits} |")
     out += ["", END_MARK]
     return "\n".join(out)
 
@@ -406,8 +530,6 @@ def markdown(v: Validation, command: str) -> str:
 def update_markdown(path: str, v: Validation, command: str) -> None:
     """Replace the generated part of ``path`` (between the markers), keeping the rest; create
     the file with just that part if it does not exist."""
-    from pathlib import Path
-
     p = Path(path)
     body = markdown(v, command)
     if p.exists():

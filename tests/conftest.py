@@ -12,16 +12,18 @@ from sim.workload.spec import ModelSpec, ParallelSpec, SystemSpec, WorkloadSpec
 def make_workload(*, layers=4, tp=1, pp=1, dp=1, cp=1, vps=1, schedule=ScheduleKind.ONE_F_ONE_B, mbs=1, gbs=8,
                   recompute=RecomputeKind.NONE, sp=False, dist_opt=False, hidden=1024, heads=16, seq=512,
                   vocab=32000, gpu="A100-SXM4-80GB", gpus_per_node=8, tied=False, overlap=True, flash=True,
-                  zero=0, experts=0, topk=2, ep=1, shared=0, first_dense=0, capacity=None) -> WorkloadSpec:
+                  zero=0, experts=0, topk=2, ep=1, shared=0, first_dense=0, capacity=None,
+                  recompute_layers=None) -> WorkloadSpec:
     """A small GPT-style workload; every argument is a knob the tests turn (``experts > 1``:
-    a mixture of experts of the MLP's width)."""
+    a mixture of experts of the MLP's width; ``recompute_layers``: the layers of each model chunk
+    full recomputation recomputes, ``parallel.recompute_num_layers``)."""
     model = ModelSpec("test-gpt", layers, hidden, heads, heads, 4 * hidden, vocab, seq, tied_embeddings=tied,
                       num_experts=experts, moe_top_k=topk if experts > 1 else 1, num_shared_experts=shared,
                       first_dense_layers=first_dense, moe_capacity_factor=capacity)
     par = ParallelSpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, virtual_pipeline_stages=vps, schedule=schedule,
                        sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs,
                        recompute=recompute, distributed_optimizer=dist_opt, overlap_grad_reduce=overlap,
-                       flash_attention=flash, zero_stage=zero)
+                       flash_attention=flash, zero_stage=zero, recompute_num_layers=recompute_layers)
     return WorkloadSpec("test", model, par, SystemSpec(get_gpu(gpu), tp * pp * dp * cp, gpus_per_node))
 
 

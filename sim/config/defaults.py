@@ -9,11 +9,13 @@ case's ``framework`` would, recording a note.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from collections.abc import Mapping
 
 from sim.config.fields import _Fields, _Notes
 from sim.types import AttentionKernel, LossKind, RecomputeKind, TpOverlapMethod, ZeroImpl, parse_enum
 from sim.workload.tp_overlap import ASYNC_TP, TE_DEFAULTS, UB_GEMMS, TpOverlapConfig, userbuffers
+from sim.workload.spec import ParallelSpec
 
 
 def _sp_default(f: _Fields, tp: int, framework: str, notes: _Notes, tp_overlap: bool = False) -> bool:
@@ -30,12 +32,18 @@ def _sp_default(f: _Fields, tp: int, framework: str, notes: _Notes, tp_overlap: 
     return notes.fill("parallel.sequence_parallel", False, "off by default")
 
 
-def _zero_default(framework: str, notes: _Notes) -> int:
+def _zero_default(framework: str, notes: _Notes, f: _Fields | None = None) -> int:
     """ZeRO stage when a case leaves it null: torchtitan shards parameters, gradients and
-    optimizer state over its data-parallel ranks with FSDP2 by default (ZeRO-3); Megatron-LM
-    shards nothing unless told to."""
+    optimizer state over its data-parallel ranks with FSDP2 by default (ZeRO-3); so does a
+    Megatron-Core run whose published settings (``parallel.details``) name Megatron-FSDP, which
+    Megatron-Bridge's performance scripts run with ``data_parallel_sharding_strategy =
+    "optim_grads_params"`` (``set_mcore_fsdp_configs``: optimizer state, gradients and
+    parameters sharded); Megatron-LM otherwise shards nothing unless told to."""
     if "torchtitan" in framework.lower():
         return notes.fill("parallel.zero_stage", 3, "torchtitan default: FSDP2 full sharding")
+    if f is not None and _details_has(f, "Megatron-FSDP"):
+        return notes.fill("parallel.zero_stage", 3, "the case's settings name Megatron-FSDP, which Megatron-Bridge "
+                          "runs with data_parallel_sharding_strategy 'optim_grads_params' (ZeRO-3)")
     return notes.fill("parallel.zero_stage", 0, "no ZeRO sharding")
 
 
@@ -455,3 +463,92 @@ def _zero_impl_default(f: _Fields, zero: int, framework: str, notes: _Notes) -> 
                           "per-parameter fp16 reduce-scatters (ZeRO-3's first releases, 2021)")
     return notes.fill("parallel.zero_impl", ZeroImpl.FSDP,
                       f"{why}: coalesced, prefetched gathers from DeepSpeed 0.4 on (PR #1188)")
+
+
+@dataclass(frozen=True)
+class MemorySaver:
+    """A null parallel setting that the producing framework can set to use less memory."""
+
+    key: str
+    """The :class:`~sim.workload.spec.ParallelSpec` field, also the case's ``parallel`` key."""
+    value: object
+    """The value that saves memory."""
+    fewest_layers: bool = False
+    """Full recomputation (``value``) of the fewest layers of each model chunk that fit:
+    ``recompute_num_layers`` is searched from 1 up to a chunk's layers, Megatron's
+    ``--recompute-method block --recompute-num-layers N``
+    (:attr:`~sim.workload.spec.ParallelSpec.recompute_num_layers`)."""
+
+
+MEMORY_SAVERS_ORDER = ("distributed_optimizer", "sequence_parallel", "recompute")
+"""The settings :func:`memory_savers` offers, cheapest first in iteration time:
+
+1. ``distributed_optimizer`` (Megatron's ZeRO-1): the gradient all-reduce becomes a
+   reduce-scatter and, after the step, a parameter all-gather of the same bytes (Rajbhandari et
+   al. 2020, arXiv 1910.02054, Sec. 7.2: sharding optimizer state and gradients adds no
+   communication), and the Adam
+   step runs on ``1 / dp`` of the parameters; it saves ``12 (1 - 1/dp)`` bytes a parameter.
+   Measured here: -0.5% iteration time (Korthikanti's 530B at DP 8).
+2. ``sequence_parallel`` (TP > 1): each tensor-parallel all-reduce becomes a reduce-scatter and
+   an all-gather of the same bytes, and the norms and dropouts run on ``s / t`` tokens
+   (Korthikanti et al. 2022, arXiv 2205.05198, Sec. 4.2.2); it saves ``10 sbh (1 - 1/t)`` a
+   layer. Measured here: +0.1% (NeMo's Llama 3 70B, TP 4) and +0.8% (GPT-3 175B, TP 4).
+3. ``recompute``: selective first (the attention core again in the backward, 2-4% in that
+   paper's Table 4; torchtitan's op-level policy recomputes every other matmul), then full
+   (each layer's forward again, about a third more compute: +34% here on both runs above).
+   Full recomputation costs in proportion to the layers it recomputes, so where the framework
+   recomputes a set number of layers per model chunk (Megatron's block method) the fewest
+   that fit are recomputed (``recompute_num_layers``), the rest keep their activations.
+
+So the first two cost (almost) nothing, recomputation does, and full recomputation of every
+layer most."""
+
+
+def memory_savers(parallel: ParallelSpec, nulls: frozenset[str], framework: str) -> list[MemorySaver]:
+    """The memory savers the case's ``framework`` offers for the settings it left null, in the
+    order of :data:`MEMORY_SAVERS_ORDER`, each not in force already.
+
+    Parameters
+    ----------
+    parallel : ParallelSpec
+        The parallel settings as the recipe defaults filled them.
+    nulls : frozenset of str
+        The ``parallel`` keys the case left null (or out).
+    framework : str
+        The case's (dated) ``framework``.
+
+    Notes
+    -----
+    The distributed optimizer is Megatron's (torchtitan shards with FSDP2, ZeRO-3 by default)
+    and only saves memory with data-parallel ranks to shard over and nothing sharded yet.
+    Sequence parallelism needs TP > 1. torchtitan's selective recomputation is its op-level
+    policy (``selective_ac_option = 'op'``). Software dated 2021 or earlier offers full
+    recomputation of every layer only: Megatron-LM's selective recomputation and sequence
+    parallelism came with Korthikanti et al. 2022, its distributed optimizer
+    (``megatron/optimizer/distrib_optimizer.py``) in 2022 as well, and its block method
+    (``--activations-checkpoint-method block``, later ``--recompute-method block``) in August
+    2021, after the 2021 papers' runs. Later Megatron-LM, Megatron-Core, NeMo and
+    Megatron-Bridge recompute the fewest layers of each model chunk that fit
+    (:attr:`MemorySaver.fewest_layers`) when the case left ``recompute_num_layers`` null too.
+    torchtitan has no such count: its layer policy (``selective_ac_option`` an integer ``k``)
+    checkpoints every ``k``-th layer instead, which llmsim does not model, so it recomputes
+    every layer.
+    """
+    p = parallel
+    year = _framework_year(framework)
+    old = year is not None and year <= 2021
+    titan = _is_torchtitan(framework)
+    out: list[MemorySaver] = []
+    if ("distributed_optimizer" in nulls and not titan and not old and p.zero == 0
+            and p.shard_group_size > 1):
+        out.append(MemorySaver("distributed_optimizer", True))
+    if "sequence_parallel" in nulls and p.tp > 1 and not p.sequence_parallel and not old:
+        out.append(MemorySaver("sequence_parallel", True))
+    if "recompute" in nulls:
+        selective = RecomputeKind.SELECTIVE_OP if titan else RecomputeKind.SELECTIVE
+        if p.recompute is RecomputeKind.NONE and not old:
+            out.append(MemorySaver("recompute", selective))
+        if p.recompute is not RecomputeKind.FULL:
+            block = not titan and not old and "recompute_num_layers" in nulls
+            out.append(MemorySaver("recompute", RecomputeKind.FULL, fewest_layers=block))
+    return out

@@ -439,7 +439,9 @@ class _Mapper:
             raise ConfigError(self.a.source, "--micro-batch-size", "a value (required by Megatron-LM)", None)
         p["micro_batch_size"] = get("parallel.micro_batch_size")
         p["global_batch_size"] = get("parallel.global_batch_size")
-        p["recompute"] = self._recompute(model, pp * vps)
+        p["recompute"], layers = self._recompute(model, pp * vps)
+        if layers is not None:
+            p["recompute_num_layers"] = layers
         self._sharding(p, pp)
         p["overlap_grad_reduce"] = bool(get("parallel.overlap_grad_reduce"))
         p["overlap_param_gather"] = bool(get("parallel.overlap_param_gather"))
@@ -565,14 +567,18 @@ class _Mapper:
             self.note(f"layout {counts} (--pipeline-model-parallel-layout) not modelled: llmsim splits {ours}")
         return vps
 
-    def _recompute(self, model: Mapping[str, object], chunks: int) -> str:
+    def _recompute(self, model: Mapping[str, object], chunks: int) -> tuple[str, int | None]:
+        """``parallel.recompute`` and ``parallel.recompute_num_layers``: ``--recompute-method block
+        --recompute-num-layers N`` recomputes the first ``N`` layers of each model chunk
+        (:attr:`~sim.workload.spec.ParallelSpec.recompute_num_layers`), all of them when ``N``
+        covers a chunk."""
         get = self.get
         granularity = get("recompute_granularity") or ("selective" if get("recompute_activations") else None)
         method = get("recompute_method")
         if granularity is None:
             if method is not None:
                 self.note(f"--recompute-method {method} ignored without --recompute-granularity")
-            return "none"
+            return "none", None
         if granularity == "selective":
             if method is not None:
                 raise self.error("recompute_method", "no --recompute-method with --recompute-granularity selective "
@@ -581,16 +587,19 @@ class _Mapper:
             if modules is not None and tuple(modules) != ("core_attn",):
                 self.note(f"--recompute-modules {' '.join(modules)} simulated as core_attn (llmsim's selective "
                           "recomputation is the attention core's)")
-            return "selective"
+            return "selective", None
         n = get("recompute_num_layers")
-        per_stage = -(-int(model["num_layers"]) // chunks)
-        if method == "block" and n is not None and n < per_stage:
-            self.note(f"--recompute-method block --recompute-num-layers {n} simulated as full recomputation of "
-                      f"every layer (llmsim does not recompute part of a stage's {per_stage} layers)")
+        split = pipeline_split(int(model["num_layers"]), chunks)
+        per_chunk = max(split) if split else None
+        if method == "block" and n is not None and per_chunk is not None and n < per_chunk:
+            return "full", n
+        if method == "block" and n is not None and per_chunk is not None and n > per_chunk:
+            self.note(f"--recompute-method block --recompute-num-layers {n}: every layer recomputed (a model "
+                      f"chunk holds at most {per_chunk} layers)")
         elif method == "uniform" and n is not None and n > 1:
             self.note(f"--recompute-method uniform --recompute-num-layers {n} simulated layer by layer (n=1): "
                       "the same recomputation, a little more activation memory kept")
-        return "full"
+        return "full", None
 
     def _sharding(self, p: dict[str, object], pp: int) -> None:
         get = self.get

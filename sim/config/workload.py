@@ -2,7 +2,9 @@
 
 Builds the model, parallel, system and reference parts of a case, filling null settings the
 way the producing framework (Megatron-LM, torchtitan) would (the framework-specific parallel
-defaults are in :mod:`sim.config.defaults`) and noting each default filled.
+defaults are in :mod:`sim.config.defaults`) and noting each default filled. When those defaults
+do not fit in the GPU's memory, the null parallel settings take the cheapest memory savers the
+framework offers that make the run fit (:mod:`sim.config.fit`), noted as well.
 
 ``parallel.placement`` says which GPU each rank runs on (docs/placement.md): a rank order in
 Megatron-Core's notation, innermost first (``"tp-cp-ep-dp-pp"``, the default: rank ``r`` on
@@ -23,6 +25,7 @@ from sim.config.defaults import (_framework_year, _attention_kernel_default, _fu
                                  _deterministic_default, _dist_opt_default, _param_gather_default, _grad_accum_fusion_default, _async_tp_allreduce_default, _unfused_bias_default, _dp_shard_default, _loss_default, _tp_overlap_cfg,
                                  _tp_overlap_default, _overlap_default, _recompute_meaning, _sp_default,
                                  _zero_default, _zero_impl_default)
+from sim.config.fit import fit_null_settings
 from sim.config.fields import _apply_overrides, _Fields, _is_number, _located, _Notes, _read_yaml
 from sim.config.presets import preset_names, resolve_preset, shown_path
 from sim.errors import ConfigError
@@ -47,7 +50,7 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
                "first_dense_layers", "moe_capacity_factor", "q_lora_rank", "kv_lora_rank",
                "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages", "schedule",
-                  "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute",
+                  "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute", "recompute_num_layers",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce",
                   "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details", "zero_impl",
                   "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "deterministic", "async_tp_grad_allreduce", "unfused_linear_bias",
@@ -96,7 +99,10 @@ def load_workload_with_notes(path: str | None = None, overrides: Sequence[str] =
     Returns
     -------
     (WorkloadSpec, list of str)
-        The spec and notes such as ``"parallel.recompute: null -> none (...)"``.
+        The spec and notes such as ``"parallel.recompute: null -> none (...)"``, or, when the
+        defaults do not fit in the GPU's memory, ``"parallel.recompute: null -> selective (none
+        needs ... GiB of the ...'s 80.0 GiB; selective fits at ... GiB; ...)"``
+        (:mod:`sim.config.fit`).
 
     Raises
     ------
@@ -228,7 +234,18 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
         spec = WorkloadSpec(name=name, model=model, parallel=parallel, system=system, dtype=dtype,
                             reference=reference, scaling=scaling, num_layers_at_start_in_bf16=bf16_start,
                             num_layers_at_end_in_bf16=bf16_end)
-    return spec, list(notes)
+    return _fitted(spec, raw.get("parallel"), framework, notes)
+
+
+def _fitted(spec: WorkloadSpec, raw_parallel: object, framework: str, notes: _Notes) -> tuple[WorkloadSpec, list[str]]:
+    """``spec`` with the cheapest memory savers for the settings the case left null when its
+    defaults do not fit (:func:`sim.config.fit.fit_null_settings`); a changed setting's
+    default note gives way to the note saying what was chosen and why."""
+    given = raw_parallel if isinstance(raw_parallel, Mapping) else {}
+    nulls = frozenset(k for k in _PARALLEL_KEYS if given.get(k) is None)
+    fitted = fit_null_settings(spec, nulls, framework)
+    stale = tuple(f"parallel.{key}: null -> " for key in fitted.changed)
+    return fitted.workload, [n for n in notes if not n.startswith(stale)] + list(fitted.notes)
 
 
 _ARXIV_ID = re.compile(r"arxiv(?:\.org/abs/|:)\s*(\d{2})(\d{2})\.\d{4,5}", re.IGNORECASE)
@@ -441,6 +458,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
     recompute = f.enum("recompute", RecomputeKind, notes, RecomputeKind.NONE,
                        "Megatron-LM default: no recomputation")
     recompute = _recompute_meaning(recompute, framework, notes)
+    recompute_layers = f.integer("recompute_num_layers", positive=True)
     zero, bucket = f.integer("zero_stage"), f.integer("grad_bucket_size_params")
     placement = _placement(f)
     cp_comm, cp_levels = _cp_comm(f, cp, notes, framework)
@@ -448,7 +466,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
     sp = _sp_default(f, tp, framework, notes, tp_overlap)
     dist_opt = _dist_opt_default(f, framework, notes)
     param_gather = _param_gather_default(f, framework, dist_opt, notes)
-    zero = _zero_default(framework, notes) if zero is None else zero
+    zero = _zero_default(framework, notes, f) if zero is None else zero
     overlap = _overlap_default(f, framework, notes)
     flash = _flash_default(f, framework, notes)
     kernel = _attention_kernel_default(f, framework, notes)
@@ -464,6 +482,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,
             sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute,
+            recompute_num_layers=recompute_layers,
             distributed_optimizer=dist_opt, overlap_param_gather=param_gather, zero_stage=zero,
             dp_shard=dp_shard, zero_impl=zero_impl, overlap_grad_reduce=overlap,
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,

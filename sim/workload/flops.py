@@ -15,8 +15,9 @@ def model_flops(w: WorkloadSpec) -> tuple[float, float]:
     over all tokens, plus the output layer -- ``72 B s l h^2 (1 + s/6h + V/12hl)`` for GPT
     (Narayanan et al. 2021, arXiv 2104.04473, Appendix; Megatron-LM
     ``num_floating_point_operations``). Hardware FLOPs add the recomputed forward: the whole
-    layer under full recomputation, the attention core under selective (Korthikanti et al.
-    2022, Appendix A).
+    layer under full recomputation (of the layers it recomputes, under block recomputation:
+    :meth:`~sim.workload.spec.WorkloadSpec.layer_recompute`), the attention core under
+    selective (Korthikanti et al. 2022, Appendix A).
     """
     m, p = w.model, w.parallel
     h, q, f = m.hidden_size, m.q_size, m.ffn_hidden_size
@@ -34,7 +35,12 @@ def model_flops(w: WorkloadSpec) -> tuple[float, float]:
     fwd = tokens * (layers_fwd + 2.0 * h * m.vocab_size)
     model = 3.0 * fwd
     extra = 0.0
-    if p.recompute is RecomputeKind.FULL:
+    if p.recompute is RecomputeKind.FULL and p.recompute_num_layers is not None:
+        again = [i for i in range(m.num_layers) if w.layer_recompute(i) is RecomputeKind.FULL]
+        n_moe_again = sum(m.is_moe_layer(i) for i in again)
+        extra = tokens * (len(again) * (attn_gemm + attn) + (len(again) - n_moe_again) * dense_mlp
+                          + n_moe_again * moe_mlp)
+    elif p.recompute is RecomputeKind.FULL:
         extra = tokens * layers_fwd
     elif p.recompute is RecomputeKind.SELECTIVE:
         extra = tokens * m.num_layers * attn

@@ -313,6 +313,16 @@ class ParallelSpec:
     micro_batch_size: int = 1
     global_batch_size: int = 1
     recompute: RecomputeKind = RecomputeKind.NONE
+    recompute_num_layers: int | None = None
+    """Under ``recompute`` full: how many layers of each model chunk are recomputed, Megatron's
+    ``--recompute-method block --recompute-num-layers N`` (Megatron-Core
+    ``TransformerBlock._checkpointed_forward``, ``recompute_method == 'block'``; Megatron-LM's
+    ``--activations-checkpoint-method block`` from August 2021). Each model chunk (each virtual
+    pipeline stage's ``TransformerBlock``) checkpoints the input of its first ``N`` layers and
+    recomputes their forward before their backward; its other layers keep their activations
+    as without recomputation. A chunk with fewer layers recomputes them all. None: every layer
+    (``--recompute-method uniform --recompute-num-layers 1``). Only with ``recompute`` full;
+    :meth:`recompute_at` says which recomputation a layer gets."""
     distributed_optimizer: bool = False
     zero_stage: int = 0
     overlap_grad_reduce: bool = True
@@ -444,6 +454,12 @@ class ParallelSpec:
         elif self.virtual_pipeline_stages != 1:
             raise ConfigError(_SPEC, "parallel.virtual_pipeline_stages",
                               "1 unless parallel.schedule is interleaved-1f1b", self.virtual_pipeline_stages)
+        if self.recompute_num_layers is not None:
+            _positive_int("parallel.recompute_num_layers", self.recompute_num_layers)
+            if self.recompute is not RecomputeKind.FULL:
+                raise ConfigError(_SPEC, "parallel.recompute_num_layers", "null unless parallel.recompute is full "
+                                  "(the layers a chunk recomputes whole, Megatron's --recompute-method block)",
+                                  self.recompute_num_layers)
         if self.schedule is ScheduleKind.ZB_H1 and self.recompute in (RecomputeKind.FULL,
                                                                       RecomputeKind.SELECTIVE_OP):
             raise ConfigError(_SPEC, "parallel.recompute", "none or selective with the zb-h1 schedule "
@@ -541,6 +557,20 @@ class ParallelSpec:
         4
         """
         return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
+
+    def recompute_at(self, position: int) -> RecomputeKind:
+        """The recomputation of the layer at ``position`` (0-based) in its model chunk: under
+        block recomputation (:attr:`recompute_num_layers`) the first ``N`` layers of a chunk are
+        recomputed whole and the rest not at all; otherwise every layer gets :attr:`recompute`.
+
+        >>> p = ParallelSpec(recompute=RecomputeKind.FULL, recompute_num_layers=2)
+        >>> [p.recompute_at(i).value for i in range(3)]
+        ['full', 'full', 'none']
+        """
+        n = self.recompute_num_layers
+        if n is not None and position >= n:
+            return RecomputeKind.NONE
+        return self.recompute
 
     @property
     def num_microbatches(self) -> int:
@@ -688,10 +718,15 @@ class WorkloadSpec:
                               f"a multiple of 2 x parallel.cp = {2 * p.cp} (load-balanced causal context "
                               "parallelism gives each rank two chunks)", m.seq_length)
         chunks = p.pp * p.virtual_pipeline_stages
-        if pipeline_split(m.num_layers, chunks) is None:
+        split = pipeline_split(m.num_layers, chunks)
+        if split is None:
             raise ConfigError(_SPEC, "model.num_layers",
                               f"enough layers for parallel.pp x parallel.virtual_pipeline_stages = {chunks} "
                               "stages (counting the embedding and the loss as a layer each)", m.num_layers)
+        if p.recompute_num_layers is not None and p.recompute_num_layers > max(split):
+            raise ConfigError(_SPEC, "parallel.recompute_num_layers", f"at most the layers of a model chunk, "
+                              f"{max(split)} ({m.num_layers} layers over pp x virtual_pipeline_stages = {chunks} "
+                              "chunks)", p.recompute_num_layers)
         if p.global_batch_size % (p.micro_batch_size * p.dp):
             raise ConfigError(_SPEC, "parallel.global_batch_size",
                               f"a multiple of micro_batch_size x dp = {p.micro_batch_size * p.dp}",
@@ -755,6 +790,14 @@ class WorkloadSpec:
             out.append(range(start, start + n))
             start += n
         return tuple(out)
+
+    def layer_recompute(self, layer: int) -> RecomputeKind:
+        """The recomputation of transformer layer ``layer`` (0-based, over the whole model):
+        :meth:`ParallelSpec.recompute_at` of its place in its model chunk."""
+        for rng in self.virtual_stage_layers():
+            if layer in rng:
+                return self.parallel.recompute_at(layer - rng.start)
+        raise IndexError(f"layer {layer} of a {self.model.num_layers}-layer model")
 
     def stage_layers(self, stage: int) -> int:
         """How many layers pipeline stage ``stage`` holds over all its chunks."""

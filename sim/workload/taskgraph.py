@@ -18,7 +18,11 @@ its collectives at their solo times, overlaps as the steps' waits say) and place
 compute stream for that long; its spans show each comm class's exposed time, then the compute.
 The embedding, output layer, pipeline transfers, data-parallel and ZeRO/FSDP traffic and
 the optimizer stay tasks of their own, so bubbles and data-parallel overlap still come from the
-timeline; the memory deltas of a layer sit on its block, at the pass's start and end.
+timeline; the memory deltas of a layer sit on its block, at the pass's start and end. At
+``granularity="chunk"`` a model chunk's pass over its layers is one block where nothing is
+issued between them; a backward pass under block recomputation
+(:attr:`~sim.workload.spec.ParallelSpec.recompute_num_layers`) is two, the layers it keeps and
+then those it recomputes, so that each holds its own transient memory.
 """
 
 from __future__ import annotations
@@ -256,16 +260,18 @@ class _RankProgram(DataParallelMixin):
         return t
 
     def chunk_block(self, phase: str, layers, args: tuple, steps_of, first_mem: float = 0.0,
-                    last_mem: float = 0.0) -> Task:
+                    last_mem: float = 0.0, rcs: tuple = ()) -> Task:
         """Chunk granularity: the pass ``phase`` over ``layers`` (in the order given) as one
         block, the layers' steps one after another, with the pass's memory deltas at its start
-        and end (see the module docstring)."""
+        and end (see the module docstring). ``steps_of(lops, rc)`` gives a layer's steps under
+        its recomputation, ``rcs[i]`` that of ``layers[i]`` (none when not given)."""
         lops = [self.layer_ops(x) for x in layers]
-        key = (tuple(id(x) for x in lops), phase, "chunk")
+        rcs = rcs or (RecomputeKind.NONE,) * len(layers)
+        key = (tuple(id(x) for x in lops), rcs, phase, "chunk")
         name = f"chunk-{phase}"
         la = args + (("layers", f"{layers[0]}..{layers[-1]}"),)
-        return self.run_block(key, lambda: tuple(st for x in lops for st in steps_of(x)), la, name,
-                              first_mem=first_mem, last_mem=last_mem)
+        return self.run_block(key, lambda: tuple(st for x, rc in zip(lops, rcs) for st in steps_of(x, rc)), la,
+                              name, first_mem=first_mem, last_mem=last_mem)
 
     def layer_ops(self, layer: int) -> LayerOps:
         """The step lists of transformer layer ``layer`` (MoE or dense, low precision or BF16)."""
@@ -323,7 +329,6 @@ class _RankProgram(DataParallelMixin):
         last_g = last_w if zb else last_b
         act_size = m.seq_length // p.cp * p.micro_batch_size * m.hidden_size * 2.0 / p.tp
         am = activation_model(w)
-        rc = p.recompute
         fsdp = p.zero >= 3 and p.dp * p.cp > 1  # (hybrid with one-rank shard groups: all-reduces only)
         # With pipeline parallelism FSDP keeps a stage's weights gathered across its
         # micro-batches and reduce-scatters once, after the last one (torchtitan: no reshard
@@ -341,6 +346,7 @@ class _RankProgram(DataParallelMixin):
         for i, (pas, mb, chunk) in enumerate(order):
             vs = chunk * pp + self.stage
             layers = vs_layers[vs]
+            first_layer = layers.start if layers else 0
             if pas is Pass.FORWARD:
                 args = (("phase", "fwd"), ("microbatch", mb), ("chunk", chunk))
                 if vs > 0:
@@ -350,8 +356,8 @@ class _RankProgram(DataParallelMixin):
                 prev = self.last_c
                 gather = (fsdp and (not fsdp_once or i == first_f[chunk])) or (pgather and i == first_f[chunk])
                 if self.chunk and not gather and layers:
-                    self.chunk_block("fwd", layers, args, lambda lops: lops.layer_fwd,
-                                     first_mem=sum(am.stored(m.is_moe_layer(x)) for x in layers))
+                    self.chunk_block("fwd", layers, args, lambda lops, rc: lops.layer_fwd,
+                                     first_mem=sum(am.stored(m.is_moe_layer(x), x - first_layer) for x in layers))
                     layers = ()
                 for layer in layers:
                     if gather and ds:
@@ -362,13 +368,12 @@ class _RankProgram(DataParallelMixin):
                                          args + (("layer", layer),), prev)
                     is_moe = m.is_moe_layer(layer)
                     lops = self.layer_ops(layer)
+                    stored = am.stored(is_moe, layer - first_layer)
                     if self.layer:
                         first = self.run_block((id(lops), "fwd"), lambda: lops.layer_fwd, args + (("layer", layer),),
-                                               "layer-fwd", first_mem=am.stored(is_moe),
-                                               split_first=gather and not ds)
+                                               "layer-fwd", first_mem=stored, split_first=gather and not ds)
                     else:
-                        first, _ = self.run_steps(lops.layer_fwd, args + (("layer", layer),),
-                                                  first_mem=am.stored(is_moe))
+                        first, _ = self.run_steps(lops.layer_fwd, args + (("layer", layer),), first_mem=stored)
                     prev = first.id
                 if vs == n_vs - 1:
                     self.run_steps(self.ops.head_fwd, args, first_mem=am.head + am.logits)
@@ -377,18 +382,19 @@ class _RankProgram(DataParallelMixin):
             elif pas is Pass.WEIGHT:
                 args = (("phase", "wgrad"), ("microbatch", mb), ("chunk", chunk))
                 if self.chunk and i != last_g[chunk] and not (fsdp and not fsdp_once) and layers:
-                    self.chunk_block("wgrad", layers[::-1], args, lambda lops: lops.split_bwd[1],
-                                     last_mem=-sum(am.stored(m.is_moe_layer(x)) for x in layers))
+                    self.chunk_block("wgrad", layers[::-1], args, lambda lops, rc: lops.split_bwd[1],
+                                     last_mem=-sum(am.stored(m.is_moe_layer(x), x - first_layer) for x in layers))
                     layers = ()
                 for layer in reversed(layers):
                     la = args + (("layer", layer),)
                     is_moe = m.is_moe_layer(layer)
                     lops = self.layer_ops(layer)
+                    stored = am.stored(is_moe, layer - first_layer)
                     if self.layer:
                         self.run_block((id(lops), "wgrad"), lambda: lops.split_bwd[1], la, "layer-wgrad",
-                                       last_mem=-am.stored(is_moe))
+                                       last_mem=-stored)
                     else:
-                        self.run_steps(lops.split_bwd[1], la, last_mem=-am.stored(is_moe))
+                        self.run_steps(lops.split_bwd[1], la, last_mem=-stored)
                     self.grads_ready(vs, layer, layers, chunk, i == last_g[chunk], la, buckets, fsdp, fsdp_once)
             else:
                 args = (("phase", "bwd"), ("microbatch", mb), ("chunk", chunk))
@@ -399,18 +405,23 @@ class _RankProgram(DataParallelMixin):
                                    last_mem=-(am.head + am.logits + am.loss_transient + am.loss_cached))
                 prev = self.last_c
                 if self.chunk and not (fsdp and not fsdp_once) and (zb or i != last_g[chunk]) and layers:
-                    held = max(am.transient(m.is_moe_layer(x)) for x in layers)
-                    stored = 0.0 if zb else sum(am.stored(m.is_moe_layer(x)) for x in layers)
-
-                    def steps(lops, zb=zb, rc=rc):
+                    def steps(lops, rc, zb=zb):
                         bwd, k = lops.layer_bwd, lops.attention_bwd_index
                         if zb:
                             bwd, _, k = lops.split_bwd
                         return _backward_steps(lops, bwd, k, rc)
-                    self.chunk_block("bwd", layers[::-1], args, steps, first_mem=held, last_mem=-(stored + held))
+                    # a block per run of layers under one recomputation (block recomputation: the
+                    # layers it keeps, then those it recomputes), so that each run's transient is
+                    # held over its own layers only, as the op program holds it
+                    for run in _runs(layers[::-1], lambda x: p.recompute_at(x - first_layer)):
+                        held = max(am.transient(m.is_moe_layer(x), x - first_layer) for x in run)
+                        stored = 0.0 if zb else sum(am.stored(m.is_moe_layer(x), x - first_layer) for x in run)
+                        self.chunk_block("bwd", run, args, steps, first_mem=held, last_mem=-(stored + held),
+                                         rcs=tuple(p.recompute_at(x - first_layer) for x in run))
                     layers = ()
                 for layer in reversed(layers):
                     la = args + (("layer", layer),)
+                    rc = p.recompute_at(layer - first_layer)
                     if ds:
                         tensors = self.ds_tensors(vs, layer, layer == layers[0], layer == layers[-1])
                         if rc is RecomputeKind.FULL:  # the recomputed forward's gathers
@@ -422,13 +433,13 @@ class _RankProgram(DataParallelMixin):
                     is_moe = m.is_moe_layer(layer)
                     lops = self.layer_ops(layer)
                     bwd, k = lops.layer_bwd, lops.attention_bwd_index
-                    held = am.transient(is_moe)
-                    release = -(am.stored(is_moe) + held)
+                    held = am.transient(is_moe, layer - first_layer)
+                    release = -(am.stored(is_moe, layer - first_layer) + held)
                     if zb:  # B only; the W pass frees what the layer stored
                         bwd, _, k = lops.split_bwd
                         release = -held
                     if self.layer:
-                        first = self.run_block((id(lops), "bwd"), lambda: _backward_steps(lops, bwd, k, rc), la,
+                        first = self.run_block((id(lops), "bwd", rc), lambda: _backward_steps(lops, bwd, k, rc), la,
                                                "layer-bwd", first_mem=held, last_mem=release,
                                                split_first=fsdp and not fsdp_once and not ds)
                     elif rc is RecomputeKind.FULL:
@@ -515,6 +526,17 @@ class _RankProgram(DataParallelMixin):
                                 DPScope.EXPERT_SHARD)
                 self.collective(Stream.DP_COMM, "ncclAllGather expert-params", op, (("phase", "param-sync"),),
                                 [opt.id])
+
+
+def _runs(layers, key) -> list[list[int]]:
+    """``layers`` (in the order given) cut into maximal runs of equal ``key(layer)``."""
+    out: list[list[int]] = []
+    for x in layers:
+        if out and key(out[-1][-1]) == key(x):
+            out[-1].append(x)
+        else:
+            out.append([x])
+    return out
 
 
 def _backward_steps(lops: LayerOps, bwd: tuple, k: int, rc: RecomputeKind) -> tuple:

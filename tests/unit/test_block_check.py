@@ -31,6 +31,7 @@ TINY = {
     "sequence-parallel": ["parallel.sequence_parallel=true"],
     "tp-comm-overlap": ["parallel.sequence_parallel=true", "parallel.tp_comm_overlap=true"],
     "full-recompute": ["parallel.recompute=full"],
+    "block-recompute": ["parallel.recompute=full", "parallel.recompute_num_layers=1"],
     "zb-h1": ["parallel.schedule=zb-h1"],
     "dp4": ["parallel.pp=1", "parallel.dp=4"],
     "context-parallel": ["parallel.cp=2", "parallel.dp=1"],

@@ -121,6 +121,7 @@ TINY_VARIANTS = {
     "tp-comm-overlap": ["parallel.sequence_parallel=true", "parallel.tp_comm_overlap=true"],
     "gpipe": ["parallel.schedule=gpipe"],
     "full-recompute": ["parallel.recompute=full"],
+    "block-recompute": ["parallel.recompute=full", "parallel.recompute_num_layers=1"],
     "selective-recompute": ["parallel.recompute=selective"],
     "zb-h1": ["parallel.schedule=zb-h1"],
     "dp4": ["parallel.pp=1", "parallel.dp=4"],

@@ -294,7 +294,8 @@ def test_parallel_flags_and_megatron_defaults():
     assert p.placement == "tp-cp-pp-dp" and p.grad_bucket_size_params == 1_000_000 and not p.flash_attention
     assert not p.overlap_grad_reduce and not p.distributed_optimizer  # Megatron-LM's defaults
     assert spec.model.tied_embeddings and not spec.model.gated_mlp  # tied, GeLU: Megatron-LM's defaults
-    assert any("--recompute-num-layers 1 simulated as full" in n for n in notes)
+    assert p.recompute_num_layers == 1  # the first of each chunk's two layers (--recompute-method block)
+    assert not any("--recompute-num-layers" in n for n in notes)
     spec, notes = _load(SMALL + "--sequence-parallel --recompute-activations --swiglu --hidden-size 4096")
     assert not spec.parallel.sequence_parallel and spec.parallel.recompute is RecomputeKind.SELECTIVE
     assert spec.model.ffn_hidden_size == int((4 * 4096 * 2 / 3) / 64) * 64  # validate_args' SwiGLU width
@@ -336,3 +337,20 @@ def test_moe_layer_pattern_with_dense_layers_between_is_an_error():
         _load(text + "--moe-layer-freq 2")
     with pytest.raises(ConfigError, match="--moe-layer-freq"):
         _load(text + "--moe-layer-freq [1,0,1,1]")
+
+
+@pytest.mark.parametrize("flags, layers, note", [
+    # 8 layers over PP 2: 4 a chunk
+    ("--recompute-method block --recompute-num-layers 3", 3, None),
+    ("--recompute-method block --recompute-num-layers 4", None, None),  # the whole chunk: every layer
+    ("--recompute-method block --recompute-num-layers 6", None, "every layer recomputed (a model chunk holds at most 4"),
+    ("--recompute-method uniform --recompute-num-layers 1", None, None),
+    ("--recompute-method uniform --recompute-num-layers 2", None, "simulated layer by layer (n=1)"),
+])
+def test_block_recomputation_maps_onto_recompute_num_layers(flags, layers, note):
+    spec, notes = _load(SMALL.replace("--num-layers 4", "--num-layers 8") + "--pipeline-model-parallel-size 2 "
+                        "--recompute-granularity full " + flags, num_gpus=2)
+    p = spec.parallel
+    assert p.recompute is RecomputeKind.FULL and p.recompute_num_layers == layers
+    mine = [n for n in notes if "--recompute-num-layers" in n]
+    assert (note is None and not mine) or (len(mine) == 1 and note in mine[0]), mine

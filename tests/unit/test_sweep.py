@@ -404,6 +404,8 @@ def test_bound_is_below_every_simulated_time(tiny_exhaustive):
      "recompute": RecomputeKind.SELECTIVE_OP, "zero_stage": 2, "distributed_optimizer": False},
     {"tp": 8, "pp": 4, "cp": 2, "virtual_pipeline_stages": 1, "schedule": ScheduleKind.GPIPE,
      "recompute": RecomputeKind.FULL},
+    {"virtual_pipeline_stages": 1, "schedule": ScheduleKind.ONE_F_ONE_B, "recompute": RecomputeKind.FULL,
+     "recompute_num_layers": 5, "micro_batch_size": 2},  # block recomputation: 5 of each stage's 12 layers
 ])
 def test_bound_holds_around_gpt3_175b_on_1024_gpus(settings):
     w, topo = load_workload("gpt3-175b-1024"), load_topology("dgx-a100")

@@ -1,0 +1,201 @@
+"""Null settings that fit (sim/config/fit.py): when a case's defaults do not fit in the GPU's
+memory, the loader takes the cheapest memory savers its framework offers for the settings it
+left null, and never changes a setting the case gave."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from sim.cli import main
+from sim.config import load_workload, load_workload_with_notes
+from sim.memory import stage_memory
+from sim.types import RecomputeKind
+
+SAVER_KEYS = ("distributed_optimizer", "sequence_parallel", "recompute")
+LADDER = (  # the savers of a Megatron-LM case, cheapest first, each kept with those before it
+    {"distributed_optimizer": False, "sequence_parallel": False, "recompute": "none"},
+    {"distributed_optimizer": True, "sequence_parallel": False, "recompute": "none"},
+    {"distributed_optimizer": True, "sequence_parallel": True, "recompute": "none"},
+    {"distributed_optimizer": True, "sequence_parallel": True, "recompute": "selective"},
+    {"distributed_optimizer": True, "sequence_parallel": True, "recompute": "full"},
+)
+
+
+def fits_in_memory(w) -> bool:
+    """The report's test (``fits`` in ``llmsim run``'s stage table and ``llmsim memory``)."""
+    return all(stage_memory(w, s).fits for s in range(w.parallel.pp))
+
+
+def peak_memory_bytes(w) -> float:
+    return max(stage_memory(w, s).total_bytes for s in range(w.parallel.pp))
+
+
+def _case(framework: str = "Megatron-LM", **parallel) -> dict:
+    """8 layers of a 8192-wide GPT at 4096 tokens, 2 micro-batches of 2 sequences, TP 2 x DP 2
+    on A100-80GB, unfused attention (so that selective recomputation saves memory): with
+    Megatron-LM's defaults (no distributed optimizer, no sequence parallelism, no
+    recomputation) it needs about 110 GiB a GPU."""
+    par = {"tp": 2, "pp": 1, "dp": 2, "micro_batch_size": 2, "global_batch_size": 8, "flash_attention": False,
+           "sequence_parallel": None, "recompute": None, "distributed_optimizer": None}
+    par.update(parallel)
+    return {"name": "fit-probe", "framework": framework,
+            "model": {"name": "probe", "num_layers": 8, "hidden_size": 8192, "num_attention_heads": 64,
+                      "vocab_size": 32000, "seq_length": 4096},
+            "system": {"gpu": "A100-SXM4-80GB", "num_gpus": 4, "topology": "dgx-a100"},
+            "parallel": par,
+            "targets": {"iteration_time_s": {"value": 1.0}}}
+
+
+def _write(tmp_path, case: dict, name: str = "case.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(case))
+    return str(path)
+
+
+def _explicit(tmp_path, settings: dict):
+    return load_workload(_write(tmp_path, _case(**settings), "explicit.yaml"))
+
+
+def test_null_settings_that_do_not_fit_get_the_cheapest_savers_that_fit(tmp_path):
+    fits = [fits_in_memory(_explicit(tmp_path, rung)) for rung in LADDER]
+    # the premise: only the fourth rung (distributed optimizer, SP, selective) is the first to fit
+    assert fits.index(True) == 3 and not any(fits[:3])
+    w, notes = load_workload_with_notes(_write(tmp_path, _case()))
+    p = w.parallel
+    assert (p.distributed_optimizer, p.sequence_parallel, p.recompute) == (True, True, RecomputeKind.SELECTIVE)
+    assert fits_in_memory(w)
+    assert peak_memory_bytes(w) == peak_memory_bytes(_explicit(tmp_path, LADDER[3]))
+    # one note per setting changed, each saying why; the defaults' notes for them are gone
+    for key, shown in (("distributed_optimizer", "true"), ("sequence_parallel", "true"), ("recompute", "selective")):
+        mine = [n for n in notes if n.startswith(f"parallel.{key}: null -> ")]
+        assert len(mine) == 1 and mine[0].startswith(f"parallel.{key}: null -> {shown} (") and "GiB" in mine[0], mine
+    assert "selective fits at" in next(n for n in notes if n.startswith("parallel.recompute"))
+
+
+def test_a_case_that_fits_keeps_the_recipe_defaults(tmp_path):
+    w, notes = load_workload_with_notes(_write(tmp_path, _case(micro_batch_size=1, global_batch_size=4,
+                                                               flash_attention=True)))
+    assert fits_in_memory(w)
+    p = w.parallel
+    assert (p.distributed_optimizer, p.sequence_parallel, p.recompute) == (False, False, RecomputeKind.NONE)
+    assert "parallel.recompute: null -> none (Megatron-LM default: no recomputation)" in notes
+    assert not any("memory savers" in n for n in notes)
+
+
+def test_explicit_settings_are_never_changed(tmp_path):
+    # recomputation and SP given: only the distributed optimizer may change, and it does not suffice
+    case = _case(recompute="none", sequence_parallel=False)
+    w, notes = load_workload_with_notes(_write(tmp_path, case))
+    assert (w.parallel.recompute, w.parallel.sequence_parallel) == (RecomputeKind.NONE, False)
+    assert w.parallel.distributed_optimizer is False  # nothing fits: the default stays
+    assert not fits_in_memory(w)
+    assert any(n.startswith("parallel: ") and "does not fit" in n for n in notes)
+    # given in full, the configuration is left alone even though it does not fit
+    w = _explicit(tmp_path, LADDER[0])
+    assert not fits_in_memory(w) and w.parallel.recompute is RecomputeKind.NONE
+
+
+def test_software_of_2021_offers_full_recomputation_only(tmp_path):
+    w, notes = load_workload_with_notes(_write(tmp_path, _case(framework="Megatron-LM (2021)")))
+    p = w.parallel
+    assert (p.distributed_optimizer, p.sequence_parallel, p.recompute) == (False, False, RecomputeKind.FULL)
+    assert p.recompute_num_layers is None  # every layer: the block method came in August 2021
+    assert fits_in_memory(w)
+
+
+# flash attention (selective recomputation then saves nothing), SP and the distributed optimizer
+# given: only recomputation is left to fit 8 micro-batch-8 layers in 80 GiB
+BLOCK = dict(framework="Megatron-LM (2023)", flash_attention=True, micro_batch_size=8, global_batch_size=32,
+             distributed_optimizer=False, sequence_parallel=False)
+
+
+def test_full_recomputation_of_the_fewest_layers_that_fit(tmp_path):
+    w, notes = load_workload_with_notes(_write(tmp_path, _case(**BLOCK)))
+    p = w.parallel
+    n = p.recompute_num_layers
+    assert p.recompute is RecomputeKind.FULL and n is not None and 1 < n < 8
+    explicit = [_explicit(tmp_path, dict(BLOCK, recompute="full", recompute_num_layers=k)) for k in (n - 1, n)]
+    assert [fits_in_memory(x) for x in explicit] == [False, True]  # the fewest that fit
+    assert peak_memory_bytes(w) == peak_memory_bytes(explicit[1])
+    assert not fits_in_memory(_explicit(tmp_path, dict(BLOCK, recompute="selective")))  # the premise
+    mine = [x for x in notes if x.startswith("parallel.recompute")]
+    assert len(mine) == 1 and mine[0].startswith(
+        f"parallel.recompute: null -> full, parallel.recompute_num_layers: null -> {n} (none needs "), mine
+    assert f"full of {n - 1} of 8 layers a chunk" in mine[0] and f"full of {n} of 8 layers a chunk fits at" in mine[0]
+
+
+def test_the_bisection_finds_what_a_scan_finds(tmp_path):
+    from sim.config.fit import fewest_recomputed_layers
+
+    for mbs in (4, 8, 12, 16, 24):
+        w = _explicit(tmp_path, dict(BLOCK, micro_batch_size=mbs, global_batch_size=4 * mbs))
+        scan = [k for k in range(1, 9) if fits_in_memory(
+            _explicit(tmp_path, dict(BLOCK, micro_batch_size=mbs, global_batch_size=4 * mbs, recompute="full",
+                                     recompute_num_layers=k)))]
+        n, fitted = fewest_recomputed_layers(w)
+        expected = scan[0] if scan and scan[0] < 8 else None
+        assert n == expected and fitted.parallel.recompute_num_layers == expected
+        assert fits_in_memory(fitted) == bool(scan)
+
+
+def test_a_given_full_recomputation_keeps_every_layer(tmp_path):
+    w, notes = load_workload_with_notes(_write(tmp_path, _case(**dict(BLOCK, recompute="full"))))
+    assert w.parallel.recompute is RecomputeKind.FULL and w.parallel.recompute_num_layers is None
+    assert not any("memory savers" in n for n in notes)
+
+
+@pytest.mark.parametrize("framework, fewest", [
+    ("Megatron-LM (2023)", True), ("NeMo 24.07 container (Megatron-Core backend)", True),
+    ("NeMo 26.04.01 container / Megatron-Bridge (Megatron-Core)", True),
+    ("Megatron-LM (2021)", False), ("torchtitan", False),
+])
+def test_which_frameworks_recompute_the_fewest_layers(framework, fewest):
+    from sim.config.defaults import memory_savers
+    from sim.workload.spec import ParallelSpec
+
+    nulls = frozenset({"recompute", "recompute_num_layers"})
+    savers = memory_savers(ParallelSpec(), nulls, framework)
+    full = [s for s in savers if s.value is RecomputeKind.FULL]
+    assert len(full) == 1 and full[0].fewest_layers is fewest
+    # a count the case gave is not searched
+    assert not any(s.fewest_layers for s in memory_savers(ParallelSpec(), frozenset({"recompute"}), framework))
+
+
+def test_torchtitan_selective_is_its_op_level_policy(tmp_path):
+    # torchtitan: FSDP2 already shards (ZeRO-3), SP is on under TP; what is left is recomputation
+    case = _case(framework="torchtitan", micro_batch_size=16, global_batch_size=32, flash_attention=True)
+    w, notes = load_workload_with_notes(_write(tmp_path, case))
+    explicit = [load_workload(_write(tmp_path, dict(case, parallel=dict(case["parallel"], recompute=rc)), "t.yaml"))
+                for rc in ("none", "selective", "full")]
+    assert [fits_in_memory(x) for x in explicit][:2] == [False, True]  # the premise
+    assert w.parallel.recompute is RecomputeKind.SELECTIVE_OP
+    assert w.parallel.zero_stage == 3 and w.parallel.sequence_parallel
+
+
+def test_fits_is_the_reports_test(tmp_path):
+    """The loader's "fits" is what ``llmsim memory`` and the run report say: every stage's
+    peak at most the GPU's capacity."""
+    from sim.config.fit import fits_in_memory as loader_fits
+
+    for rung in LADDER:
+        w = _explicit(tmp_path, rung)
+        stages = [stage_memory(w, s) for s in range(w.parallel.pp)]
+        assert loader_fits(w) == all(s.total_bytes <= w.system.gpu.hbm_capacity_bytes for s in stages)
+
+
+def test_megatron_fsdp_named_in_the_settings_is_zero3(tmp_path):
+    case = _case(micro_batch_size=1, global_batch_size=4, details="Megatron-FSDP, sharding group 2",
+                 framework="NeMo 25.11 container / Megatron-Bridge (Megatron-Core)")
+    w, notes = load_workload_with_notes(_write(tmp_path, case))
+    assert w.parallel.zero_stage == 3
+    assert any(n.startswith("parallel.zero_stage: null -> 3 (") and "Megatron-FSDP" in n for n in notes)
+
+
+@pytest.mark.parametrize("command", ["memory", "run"])
+def test_the_choice_is_noted_by_run_and_memory(tmp_path, capsys, command):
+    status = main([command, _write(tmp_path, _case())])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    assert "parallel.recompute: null -> selective (" in out
+    assert "parallel.recompute: null -> none" not in out
