@@ -129,6 +129,8 @@ class _RankProgram(DataParallelMixin):
         self.ops = ops
         self.rep = representative
         self.last_c = -1
+        self.pass_end: dict[Pass, int] = {}
+        """The last compute task of this rank's latest forward and backward pass (:meth:`recv`)."""
         self.pending: list[list[int]] = []   # [task id, computes left before it is waited for]
         self.extra: list[int] = []
         self.seq: dict[tuple, int] = {}
@@ -301,11 +303,32 @@ class _RankProgram(DataParallelMixin):
         t.flow_id = t.coll_key
 
     def recv(self, kind: str, vs: int, mb: int, src_stage: int, size: float, args: tuple) -> None:
+        """Receive an activation (``kind`` "act") or its gradient ("grad") from ``src_stage``.
+
+        The receive is posted when the compute before it ends, as Megatron-Core's 1F1B schedule
+        does (``forward_backward_pipelining_without_interleaving``: ``send_forward_recv_backward``
+        and ``send_backward_recv_forward`` wait before the next pass), except under the
+        interleaved schedule: there Megatron-Core posts the receive of the next pass's input
+        when the current pass of the same direction ends and waits for it just before that
+        pass, so the transfer runs while the pass of the other direction in between computes
+        (``forward_backward_pipelining_with_interleaving`` with ``overlap_p2p_comm``:
+        ``send_forward_recv_forward(..., overlap_p2p_comm=True)`` after a forward,
+        ``send_backward_recv_backward(..., overlap_p2p_comm=True)`` after a backward,
+        ``megatron/core/pipeline_parallel/schedules.py``). ``overlap_p2p_comm`` is on by default
+        in Megatron-LM (``--no-overlap-p2p-communication`` turns it off, ``arguments.py``), in
+        NeMo's launcher configurations (``overlap_p2p_comm: true``, NeMo-Framework-Launcher
+        ``conf/training/llama/llama3_70b.yaml``) and in Megatron-Bridge whenever virtual pipeline
+        stages are used (``comm_overlap.py``: ``if vp_size > 1: overlap_p2p_comm = True``).
+        A receive with no earlier pass of its direction is posted at the iteration's start.
+        """
         src = self.stage_rank(src_stage)
         stream = Stream.PP_RECV if kind == "act" else Stream.PP_RECV_GRAD
         key = ("p2p", kind, vs, mb, self.tp_c, self.dp_c)
+        after = self.last_c
+        if self.w.parallel.schedule is ScheduleKind.INTERLEAVED:
+            after = self.pass_end.get(Pass.FORWARD if kind == "act" else Pass.BACKWARD, -1)
         t = self.b.add(self.rank, stream, f"ncclRecv {kind}", self.p2p_op(src, self.rank, size),
-                       [self.last_c] if self.last_c >= 0 else [], args, key=key)
+                       [after] if after >= 0 else [], args, key=key)
         t.flow_id = t.coll_key
         self.extra.append(t.id)
 
@@ -344,6 +367,8 @@ class _RankProgram(DataParallelMixin):
         pgather = p.overlap_param_gather and p.shards_optimizer and p.zero < 3 and p.shard_group_size > 1
         buckets = self.buckets(vs_layers)
         for i, (pas, mb, chunk) in enumerate(order):
+            if i:
+                self.pass_end[order[i - 1][0]] = self.last_c
             vs = chunk * pp + self.stage
             layers = vs_layers[vs]
             first_layer = layers.start if layers else 0

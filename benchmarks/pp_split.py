@@ -1,0 +1,190 @@
+"""Why are validation rows without pipeline parallelism predicted faster than those with it?
+
+::
+
+    python benchmarks/pp_split.py --json pp_split.json              # every case file, ~5 min
+    python benchmarks/pp_split.py --recipe-tp --json pp_split_sp.json
+    python benchmarks/pp_split.py --from pp_split.json              # the tables again, no runs
+
+It simulates every case of ``workloads/validation`` (chunk granularity where that gives the
+op-level figures, as ``llmsim validate`` does) and keeps each run's breakdown: compute by kind
+(GEMM, attention, the rest), exposed TP / PP / DP+CP communication and the bubble. Then:
+
+* the mean signed error (+ = llmsim predicts faster than measured) by the *resolved* pipeline
+  size, over every source and per source;
+* the mean share of the predicted iteration each term takes, PP = 1 against PP > 1, over the
+  Megatron-family rows (every source but torchtitan, nemo-longseq and the DeepSpeed ZeRO-3
+  rows, each of which has a mechanism of its own);
+* least-squares factors on those rows: the time a row needs, ``(measured - predicted) /
+  predicted``, fitted as ``sum((f_k - 1) x share_k)`` over the compute terms (GEMM and the
+  non-GEMM rest; GEMM, attention and the rest), refitted with each source left out, and the
+  residual mean of each PP group after the fit. A factor that removes the PP = 1 / PP > 1
+  difference with no pipeline term in the model says the difference is in the compute mix.
+
+``--recipe-tp`` first sets ``sequence_parallel`` and ``tp_comm_overlap`` true for every
+TP > 1 case of ``nemo2407`` and ``megatronbridge``, whose files leave them null, as NeMo's and
+Megatron-Bridge's recipes set them (NeMo-Framework-Launcher
+``conf/training/llama/llama3_70b.yaml``: ``sequence_parallel: true``, ``ub_tp_comm_overlap:
+true``; Megatron-Bridge ``llama3_70b_pretrain_config``: ``sequence_parallelism=True``,
+``CommOverlapConfig(tp_comm_overlap=True)``). It does not change the simulator or the case
+files (the edited copies go to a temporary folder).
+
+A throughput target is turned into the iteration time it implies with the run's own work, as
+``llmsim validate`` scores it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+import sim
+from sim.config import default_topology_name, load_case_records, load_topology
+from sim.report import make_report
+from sim.runner import simulate
+from sim.units import TFLOPS
+
+ROOT = Path(sim.__file__).resolve().parent.parent
+CASES = ROOT / "workloads" / "validation"
+RECIPE_TP_SOURCES = ("nemo2407", "megatronbridge")
+"""Case files whose TP > 1 cases ``--recipe-tp`` runs with sequence parallelism and TP overlap."""
+TERMS = ("gemm", "attention", "other", "tp", "pp", "dp_cp", "bubble")
+
+
+def _own_family(row: dict) -> bool:
+    """Rows left out of the fits: each family has a mechanism of its own (CP ring attention
+    at up to 1M tokens, DeepSpeed 0.3's blocking ZeRO-3, torchtitan's eager kernels)."""
+    return row["source"] in ("torchtitan", "nemo-longseq") or "zero3" in row["id"]
+
+
+def _recipe_tp_copies(files: list[Path], folder: Path) -> list[Path]:
+    out = []
+    for f in files:
+        if f.stem not in RECIPE_TP_SOURCES:
+            out.append(f)
+            continue
+        cases = yaml.safe_load(f.read_text())
+        for c in cases:
+            if (c["parallel"].get("tp") or 1) > 1:
+                c["parallel"]["sequence_parallel"] = True
+                c["parallel"]["tp_comm_overlap"] = True
+        copy = folder / f.name
+        copy.write_text(yaml.safe_dump(cases, sort_keys=False))
+        out.append(copy)
+    return out
+
+
+def case_row(rec) -> dict | None:
+    """One case's measured and predicted iteration and the predicted breakdown (None: no time
+    target, or not simulable)."""
+    w = rec.workload
+    metric = next((m for m in ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu") if m in rec.targets), None)
+    if w is None or metric is None:
+        return None
+    run = simulate(w, load_topology(w.system.topology or default_topology_name(w.system.gpu.name)),
+                   granularity="chunk", exact=True)
+    rep = make_report(run)
+    t = rep.iteration_time_s
+    if metric == "iteration_time_s":
+        measured = rec.targets[metric]
+    elif metric == "tflops_per_gpu":
+        flops = run.program.hardware_flops_per_iteration if rec.includes_recompute else run.program.flops_per_iteration
+        measured = flops / (rec.targets[metric] * TFLOPS * w.system.num_gpus)
+    else:
+        measured = rep.tokens_per_s * t / (rec.targets[metric] * w.system.num_gpus)
+    c, e = rep.compute_s, rep.exposed_comm_s
+    gemm, attn = c.get("gemm", 0.0), c.get("attention", 0.0)
+    terms = {"gemm": gemm, "attention": attn, "other": c["total"] - gemm - attn, "tp": e["tp"], "pp": e["pp"],
+             "dp_cp": e["dp"] + e["cp"] + e["ep"]}
+    terms["bubble"] = t - c["total"] - sum(e.values())
+    return {"id": rec.id, "source": Path(rec.file).stem, "pp": w.parallel.pp, "tp": w.parallel.tp,
+            "rate": metric != "iteration_time_s", "measured_s": measured, "predicted_s": t, "terms": terms}
+
+
+def signed_pct(r: dict) -> float:
+    """+ = llmsim predicts faster than measured, in percent of the measured value as ``llmsim
+    validate`` scores it: of the iteration time for a time target, of the rate for a
+    throughput target (``predicted / measured - 1`` of the rate is ``measured / predicted - 1``
+    of the time)."""
+    base = r["predicted_s"] if r["rate"] else r["measured_s"]
+    return (r["measured_s"] - r["predicted_s"]) / base * 100
+
+
+def _mean(xs) -> float:
+    return float(np.mean(xs)) if len(xs) else float("nan")
+
+
+def print_tables(rows: list[dict]) -> None:
+    groups: dict[tuple, list[float]] = {}
+    for r in rows:
+        for key in (("ALL",), (r["source"],)):
+            groups.setdefault(key + ("PP>1" if r["pp"] > 1 else "PP=1",), []).append(signed_pct(r))
+    print("mean signed error, + = llmsim faster (by resolved PP)")
+    for key in sorted(groups):
+        print(f"  {' '.join(key):32s} n={len(groups[key]):3d}  {_mean(groups[key]):+6.1f}%")
+
+    fam = [r for r in rows if not _own_family(r)]
+    X = np.array([[r["terms"][k] / r["predicted_s"] for k in TERMS] for r in fam])
+    Y = np.array([r["measured_s"] / r["predicted_s"] - 1 for r in fam])
+    pp = np.array([r["pp"] > 1 for r in fam])
+    src = np.array([r["source"] for r in fam])
+    print(f"\nMegatron-family rows: {len(fam)}; time needed (measured - predicted) / predicted: "
+          f"PP=1 {Y[~pp].mean() * 100:+.1f}% (n={(~pp).sum()}), PP>1 {Y[pp].mean() * 100:+.1f}% (n={pp.sum()})")
+    for name, m in (("PP=1", ~pp), ("PP>1", pp)):
+        print(f"  mean share of the predicted iteration, {name}: "
+              + "  ".join(f"{k} {v * 100:.1f}%" for k, v in zip(TERMS, X[m].mean(0))))
+    models = {"GEMM, non-GEMM compute": np.c_[X[:, 0], X[:, 1] + X[:, 2]],
+              "GEMM, attention, other compute": X[:, :3]}
+    for label, A in models.items():
+        print(f"\nfactors ({label}), each source left out in turn; residual mean by PP group")
+        for drop in ["(none)"] + sorted(set(src)):
+            keep = src != drop
+            coef = np.linalg.lstsq(A[keep], Y[keep], rcond=None)[0]
+            res = Y - A @ coef
+            print(f"  without {drop:16s} factors {' '.join(f'{1 + c:.2f}' for c in coef)}   residual "
+                  f"PP=1 {res[~pp & keep].mean() * 100:+.1f}%  PP>1 {res[pp & keep].mean() * 100:+.1f}%")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="*", help="case files (default: every file of workloads/validation)")
+    ap.add_argument("--recipe-tp", action="store_true",
+                    help="nemo2407 and megatronbridge TP > 1 cases with sequence parallelism and TP overlap on")
+    ap.add_argument("--json", metavar="PATH", help="write the rows (breakdowns) as JSON")
+    ap.add_argument("--from", dest="src", metavar="PATH", help="print the tables of a --json file, simulating nothing")
+    args = ap.parse_args(argv)
+    if args.src:
+        need = {"id", "source", "pp", "rate", "measured_s", "predicted_s", "terms"}
+        try:
+            rows = json.loads(Path(args.src).read_text())["rows"]
+            if not rows or any(not need <= set(r) or set(TERMS) - set(r["terms"]) for r in rows):
+                raise ValueError(f"rows with the fields {sorted(need)} and terms {list(TERMS)}")
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise SystemExit(f"{args.src}: expected the JSON this script writes ({e})")
+        print_tables(rows)
+        return 0
+    files = [Path(f) for f in args.files] or sorted(CASES.glob("*.yaml"))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.recipe_tp:
+            files = _recipe_tp_copies(files, Path(tmp))
+        for f in files:
+            for rec in load_case_records(str(f)):
+                row = case_row(rec)
+                if row is not None:
+                    rows.append(row)
+                    print(f"{row['id'][:60]:60s} PP {row['pp']:3d}  {signed_pct(row):+6.1f}%", file=sys.stderr, flush=True)
+    print_tables(rows)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"recipe_tp": args.recipe_tp, "rows": rows}, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
