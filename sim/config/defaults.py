@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from collections.abc import Mapping
 
 from sim.config.fields import _Fields, _Notes
-from sim.types import AttentionKernel, LossKind, RecomputeKind, TpOverlapMethod, ZeroImpl, parse_enum
+from sim.types import (AttentionKernel, LossKind, RecomputeKind, ScheduleKind, TpOverlapMethod, ZeroImpl,
+                       parse_enum)
 from sim.workload.tp_overlap import ASYNC_TP, TE_DEFAULTS, UB_GEMMS, TpOverlapConfig, userbuffers
 from sim.workload.spec import ParallelSpec
 
@@ -75,6 +76,38 @@ def _era_default(f: _Fields, key: str, framework: str, notes: _Notes) -> bool:
 def _overlap_default(f: _Fields, framework: str, notes: _Notes) -> bool:
     """Whether the data-parallel gradient reduction overlaps the backward pass."""
     return _era_default(f, "overlap_grad_reduce", framework, notes)
+
+
+def _p2p_overlap_default(f: _Fields, framework: str, schedule: ScheduleKind, notes: _Notes) -> bool:
+    """Whether the interleaved schedule posts each pipeline receive a pass ahead
+    (:attr:`~sim.workload.spec.ParallelSpec.overlap_p2p_comm`): the case's value; else, under
+    the interleaved schedule, off for torchtitan, whose ``torch.distributed.pipelining``
+    schedules issue each time step's sends and receives as one batch and wait for it
+    (``PipelineScheduleMulti._step_microbatches``: ``_batch_p2p(ops).wait()``), and off for a
+    framework dated 2022 or earlier, whose interleaved schedule exchanged activations and
+    gradients with blocking batched sends and receives after each pass
+    (``megatron/schedules.py``: ``p2p_communication.send_forward_backward_recv_forward_backward``);
+    ``overlap_p2p_comm`` came with Megatron-Core's schedules in 2023. On otherwise: on by
+    default in Megatron-LM (``--no-overlap-p2p-communication``), in NeMo's launcher
+    configurations and in Megatron-Bridge whenever virtual pipeline stages are used
+    (``comm_overlap.py``). The other schedules ignore it, and no note is written for them."""
+    flag = f.flag("overlap_p2p_comm")
+    if flag is not None:
+        return flag
+    if schedule is not ScheduleKind.INTERLEAVED:
+        return True
+    listed = _framework_has(f, framework, "--no-overlap-p2p-communication")
+    if listed:
+        return notes.fill("parallel.overlap_p2p_comm", False, f"the case lists {listed}")
+    if _is_torchtitan(framework):
+        return notes.fill("parallel.overlap_p2p_comm", False, "torch.distributed.pipelining waits for each "
+                          "time step's batched sends and receives")
+    year = _framework_year(framework)
+    if year is not None and year <= 2022:
+        return notes.fill("parallel.overlap_p2p_comm", False, f"framework '{framework}': its interleaved "
+                          "schedule sends and receives after each pass, blocking (overlap_p2p_comm came with "
+                          "Megatron-Core in 2023)")
+    return True
 
 
 def _flash_default(f: _Fields, framework: str, notes: _Notes) -> bool:

@@ -453,6 +453,8 @@ class _Mapper:
                              "asserts it)", "--overlap-param-gather")
         if get("parallel.grad_bucket_size_params") is not None:
             p["grad_bucket_size_params"] = get("parallel.grad_bucket_size_params")
+        if get("parallel.overlap_p2p_comm") is not None:
+            p["overlap_p2p_comm"] = get("parallel.overlap_p2p_comm")
         if get("parallel.gradient_accumulation_fusion") is not None:
             p["gradient_accumulation_fusion"] = get("parallel.gradient_accumulation_fusion")
         if get("parallel.deterministic") is not None:

@@ -185,6 +185,7 @@ MEGATRON_FLAGS: dict[str, _Flag] = {
     "--overlap-param-gather": _Flag("parallel.overlap_param_gather", _switch()),
     "--ddp-bucket-size": _Flag("parallel.grad_bucket_size_params", _integer()),
     "--no-gradient-accumulation-fusion": _Flag("parallel.gradient_accumulation_fusion", _switch(False)),
+    "--no-overlap-p2p-communication": _Flag("parallel.overlap_p2p_comm", _switch(False)),
     "--deterministic-mode": _Flag("parallel.deterministic", _switch()),
     # Megatron-Core's own linear layers (``--transformer-impl local``) add and reduce their
     # biases in separate kernels, as Megatron-LM's did before Transformer Engine
@@ -328,7 +329,7 @@ IGNORED_FLAGS = frozenset({
 files, logging, checkpoints, start-up): recognised and listed, not used."""
 
 NOT_MODELLED_FLAGS = frozenset({
-    "--no-overlap-p2p-communication", "--overlap-p2p-communication-warmup-flush",
+    "--overlap-p2p-communication-warmup-flush",
     "--microbatch-group-size-per-virtual-pipeline-stage", "--defer-embedding-wgrad-compute",
     "--wgrad-deferral-limit", "--ddp-num-buckets", "--ddp-average-in-collective",
     "--ddp-pad-buckets-for-high-nccl-busbw", "--ddp-reduce-scatter-with-fp32-accumulation", "--no-align-grad-reduce",

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from sim.config.defaults import (_framework_year, _attention_kernel_default, _fused_elementwise_default, _batch_sizes, _virtual_stages_default, _flash_default,
                                  _deterministic_default, _dist_opt_default, _param_gather_default, _grad_accum_fusion_default, _async_tp_allreduce_default, _unfused_bias_default, _dp_shard_default, _loss_default, _tp_overlap_cfg,
-                                 _tp_overlap_default, _overlap_default, _recompute_meaning, _sp_default,
+                                 _tp_overlap_default, _overlap_default, _p2p_overlap_default, _recompute_meaning,
+                                 _sp_default,
                                  _zero_default, _zero_impl_default)
 from sim.config.fit import fit_null_settings
 from sim.config.fields import _apply_overrides, _Fields, _is_number, _located, _Notes, _read_yaml
@@ -51,7 +52,7 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
                "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages", "schedule",
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute", "recompute_num_layers",
-                  "distributed_optimizer", "zero_stage", "overlap_grad_reduce",
+                  "distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_p2p_comm",
                   "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details", "zero_impl",
                   "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "deterministic", "async_tp_grad_allreduce", "unfused_linear_bias",
                   "cp_comm_type", "hierarchical_context_parallel_sizes")
@@ -468,6 +469,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
     param_gather = _param_gather_default(f, framework, dist_opt, notes)
     zero = _zero_default(framework, notes, f) if zero is None else zero
     overlap = _overlap_default(f, framework, notes)
+    p2p_overlap = _p2p_overlap_default(f, framework, schedule, notes)
     flash = _flash_default(f, framework, notes)
     kernel = _attention_kernel_default(f, framework, notes)
     loss = _loss_default(f, framework, notes)
@@ -484,7 +486,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
             sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute,
             recompute_num_layers=recompute_layers,
             distributed_optimizer=dist_opt, overlap_param_gather=param_gather, zero_stage=zero,
-            dp_shard=dp_shard, zero_impl=zero_impl, overlap_grad_reduce=overlap,
+            dp_shard=dp_shard, zero_impl=zero_impl, overlap_grad_reduce=overlap, overlap_p2p_comm=p2p_overlap,
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,
             flash_attention=flash, attention_kernel=kernel, tp_comm_overlap=tp_overlap,
             tp_comm_overlap_cfg=tp_overlap_cfg, cross_entropy=loss, fused_elementwise=fused,

@@ -326,6 +326,13 @@ class ParallelSpec:
     distributed_optimizer: bool = False
     zero_stage: int = 0
     overlap_grad_reduce: bool = True
+    overlap_p2p_comm: bool = True
+    """Megatron-Core's ``overlap_p2p_comm`` under the interleaved schedule: a pipeline receive
+    is posted when the rank's previous pass of the same direction ends, so the transfer runs
+    while the pass of the other direction in between computes
+    (``forward_backward_pipelining_with_interleaving``; Megatron-LM
+    ``--no-overlap-p2p-communication`` turns it off). False posts each receive when the compute
+    before it ends and waits for it there, as the 1F1B schedule always does."""
     grad_bucket_size_params: int = 40_000_000
     flash_attention: bool = True
     """Fused flash attention (Megatron-LM ``--use-flash-attn``, 2023 on); False runs the

@@ -308,9 +308,10 @@ class _RankProgram(DataParallelMixin):
         The receive is posted when the compute before it ends, as Megatron-Core's 1F1B schedule
         does (``forward_backward_pipelining_without_interleaving``: ``send_forward_recv_backward``
         and ``send_backward_recv_forward`` wait before the next pass), except under the
-        interleaved schedule: there Megatron-Core posts the receive of the next pass's input
-        when the current pass of the same direction ends and waits for it just before that
-        pass, so the transfer runs while the pass of the other direction in between computes
+        interleaved schedule with :attr:`~sim.workload.spec.ParallelSpec.overlap_p2p_comm`:
+        there Megatron-Core posts the receive of the next pass's input when the current pass of
+        the same direction ends and waits for it just before that pass, so the transfer runs
+        while the pass of the other direction in between computes
         (``forward_backward_pipelining_with_interleaving`` with ``overlap_p2p_comm``:
         ``send_forward_recv_forward(..., overlap_p2p_comm=True)`` after a forward,
         ``send_backward_recv_backward(..., overlap_p2p_comm=True)`` after a backward,
@@ -325,7 +326,7 @@ class _RankProgram(DataParallelMixin):
         stream = Stream.PP_RECV if kind == "act" else Stream.PP_RECV_GRAD
         key = ("p2p", kind, vs, mb, self.tp_c, self.dp_c)
         after = self.last_c
-        if self.w.parallel.schedule is ScheduleKind.INTERLEAVED:
+        if self.w.parallel.schedule is ScheduleKind.INTERLEAVED and self.w.parallel.overlap_p2p_comm:
             after = self.pass_end.get(Pass.FORWARD if kind == "act" else Pass.BACKWARD, -1)
         t = self.b.add(self.rank, stream, f"ncclRecv {kind}", self.p2p_op(src, self.rank, size),
                        [after] if after >= 0 else [], args, key=key)
