@@ -7,16 +7,19 @@ Algorithms, as NCCL runs them on one node or across nodes:
   all-gather and reduce-scatter ``(p-1)/p x S`` in ``p-1`` steps (nccl-tests
   doc/PERFORMANCE.md, "bus bandwidth"). Time alone on a uniform ring:
   ``steps x a + bus_bytes / B``.
-* **multi-channel ring** (used when a group spans scale-up domains with ``k > 1`` members in
-  each, as NCCL's ring algorithm runs across nodes): ``k`` rings over the whole group, each
-  carrying ``1/k`` of the data, each entering and leaving a node on a different GPU, so that
-  every GPU's NIC carries one ring's crossing and the NVLink ports carry the rest (NCCL builds
-  one ring per channel, rail-matched between nodes: NVIDIA/nccl ``src/graph/rings.cc``,
-  ``search.cc``). Its bus bandwidth is the lesser of NVLink's and ``k`` NICs'. Its latency
-  is NCCL's for the protocol NCCL's tuner picks at the message size and rank count (LL for
-  small messages, LL128 or Simple for large ones): each step inside a node at that protocol's
-  NVLink hop latency, each step between nodes at its network hop latency, and its bytes at
-  that protocol's share of the bandwidth (:mod:`sim.costs.nccl_protocol`).
+* **multi-channel ring** (used when a group spans scale-up domains with more than one member
+  in some, as NCCL's ring algorithm runs across nodes): ``m`` rings over the whole group, ``m``
+  the fewest members any domain holds (``k`` where every domain holds ``k``), each carrying
+  ``1/m`` of the data, each entering and leaving a domain on a different GPU, so that ``m`` of
+  each domain's NICs carry one ring's crossing each and the NVLink ports carry the rest (NCCL
+  builds one ring per channel, rail-matched between nodes: NVIDIA/nccl ``src/graph/rings.cc``,
+  ``search.cc``; it searches each node's channels on that node's GPUs and NICs and keeps the
+  fewest any node found, :func:`channel_count`). Its bus bandwidth is the lesser of NVLink's
+  and ``m`` NICs'. Its latency is NCCL's for the protocol NCCL's tuner picks at the message
+  size and rank count (LL for small messages, LL128 or Simple for large ones): each step
+  inside a node at that protocol's NVLink hop latency, each step between nodes at its network
+  hop latency, and its bytes at that protocol's share of the bandwidth
+  (:mod:`sim.costs.nccl_protocol`).
 * **hierarchical** (kept for comparison, not chosen): reduce-scatter inside each domain, the
   collective on ``S/k`` across domains among ranks with the same local index, all-gather inside
   each domain, one phase after another.
@@ -26,15 +29,17 @@ Algorithms, as NCCL runs them on one node or across nodes:
   each way (hence NVLS's bus bandwidth rising with ``n``: 370, 420, 440, 460, 480 GB/s for
   4-8 H100s in NVIDIA/nccl #1455, reproduced with one efficiency curve). Latency: NCCL's NVLS
   latency on NVLink, 25 us (``src/graph/tuning.cc``, ``hwLat[NVLINK][NVLS][SIMPLE]``).
-* **tree** (NCCL's double binary tree, all-reduce across domains): per channel, a chain
-  through the domain's GPUs and two binary trees over the domains (the second over the
-  domains in reverse order, so a domain interior to one is a leaf of the other), each tree
-  reducing half the data up and broadcasting it down, pipelined (all flows at once). Latency
-  ``2 ((k-1) h_intra + ceil(log2 D) h_inter)`` as NCCL models it; bandwidth times 0.92, NCCL's
-  tree all-reduce correction (``tuning.cc``: ``busBw = std::min(busBw*.92, ...)``).
-* **PAT** (NCCL >= 2.23, all-gather and reduce-scatter with one rank per domain): the ring's
-  bytes in ``ceil(log2 p)`` latency steps, bandwidth times 0.75 (``tuning.cc``:
-  ``if (a == NCCL_ALGO_PAT) busBw *= .75``).
+* **tree** (NCCL's double binary tree, all-reduce across domains): per channel (as many as the
+  channel rings), a chain through the domain's GPUs and two binary trees over the domains (the
+  second over the domains in reverse order, so a domain interior to one is a leaf of the
+  other), each tree reducing half the data up and broadcasting it down, pipelined (all flows
+  at once). Latency ``2 ((k-1) h_intra + ceil(log2 D) h_inter)`` as NCCL models it (``k`` the
+  group's ranks over ``D``, rounded down); bandwidth times 0.92, NCCL's tree all-reduce
+  correction (``tuning.cc``: ``busBw = std::min(busBw*.92, ...)``).
+* **PAT** (NCCL >= 2.23, all-gather and reduce-scatter with one rank in every domain,
+  ``ncclPatEnable``: ``nNodes != nRanks`` turns it off): the ring's bytes in ``ceil(log2 p)``
+  latency steps, bandwidth times 0.75 (``tuning.cc``: ``if (a == NCCL_ALGO_PAT) busBw *=
+  .75``).
 * **p2p**: one flow along the route.
 * **direct all-to-all** (NCCL's ``ncclAllToAll``: a send and a receive to every peer, all at
   once): each rank sends ``S / p`` to each of the ``p - 1`` others, every flow on its own
@@ -49,10 +54,11 @@ hops; ``benchmarks/nccl/derive_curves.py``), and the op's own ``issue_s`` (what 
 spends issuing it, e.g. a tensor-list collective's per-rank copies).
 
 With ``algorithm="auto"`` the planner prices the candidates NCCL's tuner weighs for the op
-and the group (ring or channel rings; tree for an all-reduce across domains; NVLS for an
-all-reduce inside an NVLS domain; PAT for all-gather and reduce-scatter with one rank per
-domain) with the same alpha-beta estimate for each (latency plus the busiest link's bytes
-over its bandwidth) and keeps the fastest, as ``ncclTopoTuneModel`` does.
+and the group (ring or channel rings; tree for an all-reduce across domains, whether or not
+they hold equal numbers of the group's ranks, as NCCL's tuner turns neither off for unequal
+nodes; NVLS for an all-reduce inside an NVLS domain; PAT for all-gather and reduce-scatter with
+one rank in every domain) with the same alpha-beta estimate for each (latency plus the
+busiest link's bytes over its bandwidth) and keeps the fastest, as ``ncclTopoTuneModel`` does.
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ from sim.topology.routing import Fabric
 from sim.types import CollectiveAlgorithm, CollectiveKind, CommKernel, NcclProtocol
 from sim.workload.ops import CommOp
 
-__all__ = ["plan_comm", "nccl_ctas", "kernel_sms", "NVLS_LATENCY_S", "TREE_BANDWIDTH_FACTOR", "PAT_BANDWIDTH_FACTOR",
+__all__ = ["plan_comm", "nccl_ctas", "kernel_sms", "channel_count", "NVLS_LATENCY_S", "TREE_BANDWIDTH_FACTOR", "PAT_BANDWIDTH_FACTOR",
            "CTAS_IN_DOMAIN", "CTAS_NVLS", "CTAS_PER_NODE_GPU", "CTAS_ACROSS_DOMAINS"]
 
 NVLS_LATENCY_S = 25e-6
@@ -91,9 +97,10 @@ node: "24 coll channels, 16 nvls channels")."""
 CTAS_NVLS = 16
 """Channels of an NVLS all-reduce on 8 x H100 (same log: "16 nvls channels")."""
 CTAS_PER_NODE_GPU = 2
-"""Channels per member GPU of each node of a collective across nodes: a GPU drives its own NIC
-with two channels ("a PCI system with a single NIC ... should just launch 2 SMs", NCCL's
-maintainer in NVIDIA/nccl issue #689) ..."""
+"""Channels per member GPU of each node of a collective across nodes (of the node with the
+fewest members where they differ: :func:`channel_count`): a GPU drives its own NIC with two
+channels ("a PCI system with a single NIC ... should just launch 2 SMs", NCCL's maintainer in
+NVIDIA/nccl issue #689) ..."""
 CTAS_ACROSS_DOMAINS = 16
 """... up to 16 for 8 GPUs per node ("on DGX with 8 NICs ... it would use 16 SMs", same
 thread; p5.48xlarge two nodes: "16 coll channels", aws-do-eks log above)."""
@@ -120,7 +127,7 @@ def nccl_ctas(fabric: Fabric, op: CommOp, algorithm: str) -> int:
     doms = _domains(fabric, op.group)
     if len(doms) == 1:
         return CTAS_IN_DOMAIN
-    return min(CTAS_PER_NODE_GPU * max(len(d) for d in doms), CTAS_ACROSS_DOMAINS)
+    return min(CTAS_PER_NODE_GPU * channel_count([len(d) for d in doms]), CTAS_ACROSS_DOMAINS)
 
 
 def kernel_sms(fabric: Fabric, op: CommOp, algorithm: str) -> int:
@@ -188,19 +195,53 @@ def _ring_phase(fabric: Fabric, kind: CollectiveKind, rings: list[tuple[int, ...
     return _phase(steps * worst_latency, flows, loads)
 
 
+def channel_count(sizes: list[int]) -> int:
+    """Channels of NCCL's rings and trees over scale-up domains holding ``sizes`` members of
+    the group each: the fewest members of any domain.
+
+    NCCL searches each node's channels on that node's GPUs and NICs alone (with MNNVL, each
+    NVLink clique is one node: ``ncclTopoGetSystem`` fuses the clique's topology,
+    ``src/graph/topo.cc``), one channel per NIC it can drive (``ncclTopoCompute``,
+    ``src/graph/search.cc``), and then keeps the fewest any node found for every node
+    (``initTransportsRank``, ``src/init.cc``: ``graphs[a]->nChannels =
+    std::min(allGather3Data[i].graphInfo[a].nChannels, graphs[a]->nChannels)``; NVIDIA/nccl
+    v2.27.7-1). A domain with ``k`` members gives ``k`` channels here (one per member's NIC),
+    so the domain with the fewest members sets the count.
+
+    >>> channel_count([8, 8]), channel_count([72, 28]), channel_count([2, 6, 6])
+    (8, 28, 2)
+    """
+    return min(sizes)
+
+
+def _ring_order(k: int, entry: int, exit_: int) -> list[int]:
+    """The order in which a channel ring visits the ``k`` members of one domain (by index):
+    in at ``entry``, through every other member, out at ``exit_``."""
+    if k == 1:
+        return [0]
+    if entry == exit_:  # one channel: in at the first member, out at the last
+        return list(range(k))
+    if k == 2:
+        return [entry, exit_]
+    return [entry] + [i for i in ((entry + j) % k for j in range(1, k)) if i != exit_] + [exit_]
+
+
 def _channel_rings(fabric: Fabric, group: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """NCCL-style rings over ``group`` (members split by scale-up domain, ``k`` per domain):
-    ring ``c`` enters the ``n``-th domain at local index ``(c + n) mod k``, visits the others
-    and leaves at ``(c + n + 1) mod k``, where the next domain's entry has the same index (the
-    same rail)."""
+    """NCCL-style rings over ``group`` (members split by scale-up domain): one per channel,
+    ``m`` = the fewest members of any domain (:func:`channel_count`). Ring ``c`` enters the
+    ``n``-th domain at local index ``(c + n) mod m``, visits the domain's other members and
+    leaves at ``(c + n + 1) mod m``, where the next domain's entry has the same index (the
+    same rail), as NCCL connects channel ``c`` of each node to channel ``c`` of the next
+    (``connectRings``, ``src/graph/connect.cc``, NVIDIA/nccl v2.27.7-1). With ``k`` members in
+    every domain, ``m = k`` and every member's NIC carries one ring's crossing; with unequal
+    domains the larger ones cross on ``m`` of their members' NICs."""
     doms = _domains(fabric, group)
-    k = len(doms[0])
+    m = channel_count([len(d) for d in doms])
     rings = []
-    for c in range(k):
+    for c in range(m):
         order: list[int] = []
         for n, dom in enumerate(doms):
-            e = (c + n) % k
-            idx = [e] + [(e + j) % k for j in range(2, k)] + [(e + 1) % k] if k > 2 else [e, (e + 1) % k]
+            idx = _ring_order(len(dom), (c + n) % m, (c + n + 1) % m)
             order += [dom[i] for i in idx]
         rings.append(tuple(order))
     return rings
@@ -208,8 +249,8 @@ def _channel_rings(fabric: Fabric, group: tuple[int, ...]) -> list[tuple[int, ..
 
 def _multi_ring_phase(fabric: Fabric, kind: CollectiveKind, groups: list[tuple[int, ...]], size_bytes: float,
                       loads: Counter | None, protocol: tuple[float, float] = (0.0, 1.0)) -> Phase:
-    """One collective as ``k`` channel rings per group, each moving ``1/k`` of the bytes;
-    ``protocol``: the latency it adds and the bytes factor it sets (:func:`_ring_protocol`)."""
+    """One collective as ``m`` channel rings per group (:func:`_channel_rings`), each moving
+    ``1/m`` of the bytes; ``protocol``: the latency it adds and the bytes factor it sets (:func:`_ring_protocol`)."""
     p = len(groups[0])
     steps, factor = _ring_steps(kind, p)
     extra_s, bytes_factor = protocol
@@ -244,15 +285,20 @@ def _ring_protocol(fabric: Fabric, op: CommOp) -> tuple[float, float]:
     communicator chooses the same; NCCL's base latency beyond LL's is added (LL's is in the
     topology's fixed collective latency)."""
     doms = _domains(fabric, op.group)
-    k, nd, p = len(doms[0]), len(doms), len(op.group)
-    if nd < 2 or k < 2:
+    sizes = [len(d) for d in doms]
+    m, nd, p = channel_count(sizes), len(doms), len(op.group)
+    if nd < 2 or max(sizes) < 2:
         return 0.0, 1.0
     steps, factor = _ring_steps(op.collective, p)
     inter_steps = 2 * nd if op.collective is CollectiveKind.ALL_REDUCE else nd - 1
-    # ring 0 of _channel_rings: its first hop inside the first domain, and its hop out of it
-    intra_s = fabric.route(doms[0][0], doms[0][2 if k > 2 else 1]).latency_s
-    out = fabric.route(doms[0][1], doms[1][1])
-    simple_s = factor * op.size_bytes / k / (out.bottleneck_bytes_per_s * out.efficiency(op.size_bytes))
+    # ring 0 of _channel_rings: its first hop inside the first domain of two members or more,
+    # and its hop out of the first domain into the second
+    n = next(i for i, size in enumerate(sizes) if size > 1)
+    order = _ring_order(sizes[n], n % m, (n + 1) % m)
+    intra_s = fabric.route(doms[n][order[0]], doms[n][order[1]]).latency_s
+    leave = _ring_order(sizes[0], 0, 1 % m)[-1]
+    out = fabric.route(doms[0][leave], doms[1][_ring_order(sizes[1], 1 % m, 2 % m)[0]])
+    simple_s = factor * op.size_bytes / m / (out.bottleneck_bytes_per_s * out.efficiency(op.size_bytes))
     proto = nccl_protocol.ring_protocol(steps, inter_steps, intra_s, out.latency_s, simple_s)
     latency = nccl_protocol.ring_protocol_latency_s(proto, steps, inter_steps, intra_s, out.latency_s)
     extra = latency - nccl_protocol.RING_BASE_LATENCY_S[NcclProtocol.LL] - steps * max(intra_s, out.latency_s)
@@ -342,21 +388,27 @@ def _nvls_possible(fabric: Fabric, group: tuple[int, ...]) -> bool:
 
 
 def _tree_phase(fabric: Fabric, groups: list[tuple[int, ...]], size_bytes: float, loads: Counter | None) -> Phase:
-    """NCCL's tree all-reduce: ``k`` channels (one per GPU of a domain, each entering the
-    domains on its own rail), each a chain inside every domain and two binary trees over the
-    domains, each tree carrying half the channel's data up and down."""
+    """NCCL's tree all-reduce: ``m`` channels (:func:`channel_count`: one per GPU of the
+    domain with the fewest, each entering the domains on its own rail), each a chain through
+    every domain's members and two binary trees over the domains, each tree carrying half the
+    channel's data up and down.
+
+    The latency is NCCL's, ``2 ((p / D - 1) h_intra + ceil(log2 D) h_inter)`` with ``p / D``
+    the group's ranks per domain rounded down as NCCL's tuner counts them with unequal domains
+    (``ncclTopoTuneModel``, ``src/graph/tuning.cc``: ``nRanks/nNodes``, an integer division;
+    NVIDIA/nccl v2.27.7-1)."""
     flows = []
     latency = 0.0
     efficiency = _efficiency_at(size_bytes)
     for g in groups:
         doms = _domains(fabric, g)
-        k, nd = len(doms[0]), len(doms)
-        share = size_bytes / (2 * k) / TREE_BANDWIDTH_FACTOR
+        m, nd = channel_count([len(d) for d in doms]), len(doms)
+        share = size_bytes / (2 * m) / TREE_BANDWIDTH_FACTOR
         hop_intra = hop_inter = 0.0
-        for c in range(k):
-            chains = [[dom[(c + j) % k] for j in range(k)] for dom in doms]
+        for c in range(m):
+            chains = [[dom[(c + j) % len(dom)] for j in range(len(dom))] for dom in doms]
             heads = [ch[0] for ch in chains]
-            pairs = [(ch[j], ch[j + 1]) for ch in chains for j in range(k - 1)]
+            pairs = [(ch[j], ch[j + 1]) for ch in chains for j in range(len(ch) - 1)]
             pairs = pairs + pairs  # both trees run through the same chains
             for order in (list(range(nd)), list(range(nd))[::-1]):
                 pairs += [(heads[order[i]], heads[order[(i - 1) // 2]]) for i in range(1, nd)]
@@ -364,12 +416,13 @@ def _tree_phase(fabric: Fabric, groups: list[tuple[int, ...]], size_bytes: float
                 for src, dst in ((a, b), (b, a)):
                     route = fabric.route(src, dst)
                     flows.append((src, dst, share / efficiency(route), route.links))
-            if k > 1:
-                hop_intra = max(hop_intra, fabric.route(chains[0][0], chains[0][1]).latency_s)
+            chain = next((ch for ch in chains if len(ch) > 1), None)
+            if chain is not None:
+                hop_intra = max(hop_intra, fabric.route(chain[0], chain[1]).latency_s)
             if nd > 1:
                 hop_inter = max(hop_inter, fabric.route(heads[0], heads[1]).latency_s)
         depth = math.ceil(math.log2(nd)) if nd > 1 else 0
-        latency = max(latency, 2 * ((k - 1) * hop_intra + depth * hop_inter))
+        latency = max(latency, 2 * ((len(g) // nd - 1) * hop_intra + depth * hop_inter))
     return _phase(latency, flows, loads)
 
 
@@ -392,16 +445,14 @@ def _candidates(fabric: Fabric, op: CommOp) -> list[CollectiveAlgorithm]:
     """The algorithms NCCL weighs for ``op`` over its group, most conventional first."""
     A = CollectiveAlgorithm
     doms = _domains(fabric, op.group)
-    k = len(doms[0])
-    even = all(len(d) == k for d in doms)
-    multi = len(doms) > 1 and k > 1 and even
-    out = [A.MULTI_RING if multi else A.RING]
+    one_each = all(len(d) == 1 for d in doms)
+    out = [A.MULTI_RING if len(doms) > 1 and not one_each else A.RING]
     if op.collective is CollectiveKind.ALL_REDUCE:
-        if len(doms) > 1 and even:
+        if len(doms) > 1:
             out.append(A.TREE)
         elif _nvls_possible(fabric, op.group):
             out.append(A.NVLS)
-    elif len(doms) > 2 and k == 1:
+    elif len(doms) > 2 and one_each:
         out.append(A.PAT)
     return out
 
@@ -446,11 +497,13 @@ def _check_forced(fabric: Fabric, op: CommOp, algo: CollectiveAlgorithm) -> None
     why = None
     if algo is A.NVLS and not (op.collective is CollectiveKind.ALL_REDUCE and _nvls_possible(fabric, op.group)):
         why = "an all-reduce inside one NVSwitch domain whose topology gives NVLS (scale_up.nvls_efficiency_by_size_bytes)"
-    elif algo is A.TREE and not (op.collective is CollectiveKind.ALL_REDUCE and len(doms) > 1 and even):
-        why = "an all-reduce over several scale-up domains with the same number of ranks in each"
+    elif algo is A.TREE and not (op.collective is CollectiveKind.ALL_REDUCE and len(doms) > 1):
+        why = "an all-reduce over several scale-up domains"
     elif algo is A.PAT and op.collective not in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):
         why = "an all-gather or reduce-scatter"
-    elif algo in (A.MULTI_RING, A.HIERARCHICAL) and not (len(doms) > 1 and len(doms[0]) > 1 and even):
+    elif algo is A.MULTI_RING and not (len(doms) > 1 and max(len(d) for d in doms) > 1):
+        why = "a group over several scale-up domains with more than one rank in one of them"
+    elif algo is A.HIERARCHICAL and not (len(doms) > 1 and len(doms[0]) > 1 and even):
         why = "a group over several scale-up domains with the same number (> 1) of ranks in each"
     if why:
         raise ValueError(f"{algo.value} needs {why}")
@@ -540,16 +593,16 @@ class Replicas:
         return self._one_domain
 
     def domain_shapes(self, fabric: Fabric) -> set[tuple[int, int]] | None:
-        """Every ``(k, d)`` of the groups: members in the first member's domain, domains
-        (what :func:`_domains` gives), or None where domains are not all NVSwitch."""
+        """Every ``(k, d)`` of the groups: members per domain as the tree's latency counts
+        them (the group's size over ``d``, rounded down: :func:`_tree_phase`), domains (what
+        :func:`_domains` gives), or None where domains are not all NVSwitch."""
         if self._shapes is None:
             keys = self._domain_keys(fabric)
             if keys is None:
                 return None
-            k = (keys == keys[:, :1]).sum(axis=1)
             ordered = np.sort(keys, axis=1)
             d = 1 + (ordered[:, 1:] != ordered[:, :-1]).sum(axis=1)
-            self._shapes = {(int(a), int(b)) for a, b in zip(k, d)}
+            self._shapes = {(self.size // int(b), int(b)) for b in d}
         return self._shapes
 
 
@@ -604,9 +657,9 @@ def _latency_settled(fabric: Fabric, plan: CommPlan, fam: Replicas) -> bool:
     """Whether no replica of ``fam`` can lengthen a phase of ``plan``: each phase's latency
     is its steps times its flows' longest route latency (NVLS: a constant), and one of
     ``plan``'s flows in every phase already has the most latency a route of those replicas
-    can have. The tree's is ``2 ((k - 1) h_intra + ceil(log2 d) h_inter)`` per group, ``k``
-    and ``d`` its domains', the hops' latencies at most the most within a domain and the most
-    of all: settled when that bound for every replica's ``(k, d)`` (plus the collective's
+    can have. The tree's is ``2 ((k - 1) h_intra + ceil(log2 d) h_inter)`` per group, ``d``
+    its domains and ``k`` its size over ``d`` rounded down, the hops' latencies at most the
+    most within a domain and the most of all: settled when that bound for every replica's ``(k, d)`` (plus the collective's
     fixed latency, as ``plan`` has it) is no more than ``plan``'s."""
     if plan.algorithm == "nvls":
         return True

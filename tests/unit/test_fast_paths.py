@@ -12,7 +12,8 @@ the link counters equal exactly) and, for the plans, op by op under every algori
 can take. The small fat trees have scalable units of a few servers so that flows cross leaves
 and the spine and replicas share leaves; one has a switch latency and units of five servers,
 so that the simulated ranks' pipeline sends stay on one leaf while other ranks' cross the
-spine: replicas a kept flow does not meet then set a phase's latency and are planned for it.
+spine: replicas a kept flow does not meet then set a phase's latency and are planned for it;
+one has DP groups over two racks that hold unequal numbers of their ranks.
 """
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ CASES = [
     ("tiny", "dgx-h100", _sets(4, 2, 8, "parallel.sequence_parallel=true"),
      {"nodes_per_leaf": 5, "switch_latency_s": 1e-6}),
     ("mixtral-8x7b", "dgx-h100", [], {"nodes_per_leaf": 3}),
+    # the second stage's DP groups straddle two NVL72 racks, 8 ranks on one and 2 on the other
+    ("tiny", "gb200-nvl72", _sets(4, 2, 10, "system.gpus_per_node=4"), {"nodes_per_leaf": 2}),
+    ("tiny", "gb200-nvl72", _sets(4, 2, 10, "system.gpus_per_node=4", "parallel.distributed_optimizer=true"),
+     {"nodes_per_leaf": 2}),
 ]
 
 
