@@ -323,6 +323,21 @@ def _grad_accum_fusion_default(f: _Fields, framework: str, stack: Stack, notes: 
                              "--no-gradient-accumulation-fusion")
 
 
+def _grad_reduce_default(f: _Fields, stack: Stack, notes: _Notes) -> bool:
+    """Gradients accumulated and reduced in fp32: the case's ``grad_reduce_in_fp32``, else off
+    when its settings list ``--grad-reduce-in-bf16``, else the stack's value (Megatron-LM's
+    default fp32; Megatron-Bridge's and NeMo's performance scripts reduce in 16 bits), noted
+    when off."""
+    value = f.flag("grad_reduce_in_fp32")
+    if value is not None:
+        return value
+    if _details_has(f, "--grad-reduce-in-bf16"):
+        return notes.fill("parallel.grad_reduce_in_fp32", False, "the case's flags list --grad-reduce-in-bf16")
+    if stack.value("grad_reduce_in_fp32"):
+        return True
+    return notes.fill("parallel.grad_reduce_in_fp32", False, stack.why("grad_reduce_in_fp32"))
+
+
 def _async_tp_allreduce_default(f: _Fields, framework: str, stack: Stack, notes: _Notes) -> bool:
     """The asynchronous input-gradient all-reduce of column-parallel layers
     (:attr:`~sim.workload.spec.ParallelSpec.async_tp_grad_allreduce`): the case's value, else

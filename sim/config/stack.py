@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 from typing import Generic, TypeVar
 
 from sim.config.fields import _Fields, _is_int, _read_yaml
 from sim.errors import ConfigError
-from sim.types import (AttentionKernel, CpCommType, LossKind, RecomputeKind, ScalingRecipe, ZeroImpl,
-                       parse_enum)
+from sim.types import (SIMULATED_DTYPES, AttentionKernel, CpCommType, Dtype, LossKind, RecomputeKind,
+                       ScalingRecipe, ZeroImpl, parse_enum)
 
 __all__ = ["DpShard", "MatchRule", "MemorySaverKind", "MicroBatchRule", "SETTINGS", "Setting", "SettingKind",
            "Stack", "TpOverlapImpl", "YearRange", "read_stack_file"]
@@ -86,6 +86,9 @@ class Setting(Generic[T]):
     """Where the value comes from (release notes, code at a commit, a recipe)."""
     origin: str
     """The stack file that gave it (a stack that extends another inherits its settings)."""
+    by_dtype: Mapping[Dtype, Setting] = field(default_factory=dict)
+    """The release's value for workloads of a number format where it differs (``by_dtype`` in
+    the file: e.g. Megatron-Bridge's performance scripts turn TP overlap off for NVFP4)."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,7 @@ SETTINGS: tuple[SettingKind, ...] = (
     SettingKind("fused_elementwise", _boolean, "fused norm, activation and residual kernels (false: eager "
                 "PyTorch ops, unless the case's settings name torch.compile)"),
     SettingKind("gradient_accumulation_fusion", _boolean, "weight-gradient GEMMs accumulate into the fp32 main_grad"),
+    SettingKind("grad_reduce_in_fp32", _boolean, "gradients accumulated and reduced in fp32 (false: in 16 bits)"),
     SettingKind("async_tp_grad_allreduce", _boolean, "the column-parallel input-gradient all-reduce runs beside "
                 "the weight-gradient GEMM"),
     SettingKind("unfused_linear_bias", _boolean, "linear biases added and reduced by kernels of their own"),
@@ -243,9 +247,16 @@ class Stack:
         """``stack NAME: WHY``, as a note quotes setting ``key``."""
         return f"stack {self.name}: {self.settings[key].why}"
 
+    def for_dtype(self, dtype: Dtype) -> Stack:
+        """The stack as it runs a workload in ``dtype``: each setting's ``by_dtype`` entry for
+        it in place of the setting."""
+        if not any(dtype in s.by_dtype for s in self.settings.values()):
+            return self
+        return replace(self, settings={k: s.by_dtype.get(dtype, s) for k, s in self.settings.items()})
+
 
 _STACK_KEYS = ("name", "description", "extends", "matches", "fallback", "settings")
-_SETTING_KEYS = ("value", "why", "sources")
+_SETTING_KEYS = ("value", "why", "sources", "by_dtype")
 _RULE_KEYS = ("pattern", "years", "undated")
 
 
@@ -278,11 +289,14 @@ def _rules(f: _Fields) -> tuple[MatchRule, ...]:
     return tuple(out)
 
 
-def _setting(f: _Fields, key: str, origin: str) -> Setting:
-    s = _Fields(f.raw[key], f.path, f.field(key), _SETTING_KEYS)
+def _setting(f: _Fields, key: str, origin: str, kind: SettingKind | None = None) -> Setting:
+    """Setting ``key`` of ``f``; ``kind``: the setting this is a ``by_dtype`` entry of."""
+    nested = kind is not None
+    kind = kind or _KINDS[key]
+    s = _Fields(f.raw[key], f.path, f.field(key), _SETTING_KEYS[:3] if nested else _SETTING_KEYS)
     if "value" not in s.raw:
-        raise s.error("value", f"the release's value ({_KINDS[key].meaning})", None)
-    value = _KINDS[key].read(s.raw["value"], f.path, s.field("value"))
+        raise s.error("value", f"the release's value ({kind.meaning})", None)
+    value = kind.read(s.raw["value"], f.path, s.field("value"))
     why = s.text("why", required=True)
     if not why.strip():
         raise s.error("why", "a phrase saying what the release does", why)
@@ -290,7 +304,16 @@ def _setting(f: _Fields, key: str, origin: str) -> Setting:
     if not (isinstance(sources, list) and sources and all(isinstance(x, str) and x.strip() for x in sources)):
         raise s.error("sources", "a non-empty list of citations (release notes, code at a commit, a recipe)",
                       sources)
-    return Setting(value, why.strip(), tuple(sources), origin)
+    by_dtype = {}
+    raw = s.raw.get("by_dtype")
+    if raw is not None:
+        names = [d.value for d in SIMULATED_DTYPES]
+        if not isinstance(raw, Mapping):
+            raise s.error("by_dtype", f"a mapping from number formats {names} to {{value, why, sources}}", raw)
+        d = _Fields(raw, f.path, s.field("by_dtype"), names)
+        for name in d.raw:
+            by_dtype[parse_enum(Dtype, name, f.path, d.field(name))] = _setting(d, name, origin, kind)
+    return Setting(value, why.strip(), tuple(sources), origin, by_dtype)
 
 
 def read_stack_file(path: Path, parent: Callable[[str, Path], Stack] | None) -> Stack:

@@ -24,7 +24,8 @@ from pathlib import Path
 
 from sim.config.defaults import (_async_tp_allreduce_default, _attention_kernel_default, _batch_sizes,
                                  _deterministic_default, _dist_opt_default, _dp_shard_default, _flash_default,
-                                 _fused_elementwise_default, _grad_accum_fusion_default, _loss_default,
+                                 _fused_elementwise_default, _grad_accum_fusion_default, _grad_reduce_default,
+                                 _loss_default,
                                  _overlap_default, _p2p_overlap_default, _param_gather_default, _recompute_default,
                                  _sp_default, _tp_overlap_cfg, _tp_overlap_default, _unfused_bias_default,
                                  _virtual_stages_default, _zero_default, _zero_impl_default)
@@ -58,7 +59,7 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute", "recompute_num_layers",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_p2p_comm",
                   "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details", "zero_impl",
-                  "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "deterministic", "async_tp_grad_allreduce", "unfused_linear_bias",
+                  "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "grad_reduce_in_fp32", "deterministic", "async_tp_grad_allreduce", "unfused_linear_bias",
                   "cp_comm_type", "hierarchical_context_parallel_sizes")
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node", "network",
                 "description", "power_limit_w")
@@ -214,6 +215,8 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     framework = _dated_framework(framework, raw.get("source"), notes)
     stack, chosen = _stack(top, file, framework)
     first_default = len(notes)
+    dtype = top.enum("dtype", Dtype, notes, Dtype.BF16, "bf16 mixed precision", SIMULATED_DTYPES, NOT_SIMULATED_DTYPES)
+    stack = stack.for_dtype(dtype)  # the release's settings for this number format
     model = _build_model(raw.get("model"), path, file.parent, stack, notes, name)
     system_f = _Fields(raw.get("system"), path, "system", _SYSTEM_KEYS)
     gpu = _gpu(system_f)
@@ -223,7 +226,6 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     if num_gpus is None:
         num_gpus = notes.fill("system.num_gpus", parallel.num_gpus, "tp x pp x dp x cp")
     system = _build_system(system_f, gpu, num_gpus, file.parent, notes)
-    dtype = top.enum("dtype", Dtype, notes, Dtype.BF16, "bf16 mixed precision", SIMULATED_DTYPES, NOT_SIMULATED_DTYPES)
     source = raw.get("source")
     source = source.get("publication") if isinstance(source, Mapping) else source
     source = source if isinstance(source, str) else case_id or file.name
@@ -500,6 +502,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str, stack: Sta
     fused = _fused_elementwise_default(f, stack, notes)
     dp_shard = _dp_shard_default(f, dp, cp, max(zero, int(dist_opt)), stack, notes)
     grad_fusion = _grad_accum_fusion_default(f, framework, stack, notes)
+    grad_fp32 = _grad_reduce_default(f, stack, notes)
     deterministic = _deterministic_default(f, framework, notes)
     async_ar = _async_tp_allreduce_default(f, framework, stack, notes)
     bias_kernels = _unfused_bias_default(f, stack, notes)
@@ -514,7 +517,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str, stack: Sta
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,
             flash_attention=flash, attention_kernel=kernel, tp_comm_overlap=tp_overlap,
             tp_comm_overlap_cfg=tp_overlap_cfg, cross_entropy=loss, fused_elementwise=fused,
-            gradient_accumulation_fusion=grad_fusion, deterministic=deterministic,
+            gradient_accumulation_fusion=grad_fusion, grad_reduce_in_fp32=grad_fp32, deterministic=deterministic,
             async_tp_grad_allreduce=async_ar, unfused_linear_bias=bias_kernels,
             placement=placement,
             cp_comm_type=cp_comm,

@@ -215,3 +215,79 @@ def test_a_bad_stack_file_named_by_a_case_is_one_line_naming_the_stack_file(tmp_
     assert main(["run", path]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"llmsim: error: {bad}: settings.zero_stage.value: expected")
+
+
+# --- recipe defaults of the stacks (issue #30, step 2) and 16-bit gradient reduction ---------------
+
+
+def _bridge_case(dtype: str, gpu: str = "B200", **parallel) -> dict:
+    par = {"tp": 2, "pp": 1, "dp": 4, "micro_batch_size": 1, "global_batch_size": 8, **parallel}
+    return _case("NeMo 25.11 container / Megatron-Bridge (Megatron-Core)", dtype=dtype,
+                 system={"gpu": gpu, "num_gpus": 8}, parallel=par)
+
+
+def test_megatron_bridge_runs_as_its_performance_scripts_do(tmp_path):
+    """Sequence parallelism and TP overlap under TP > 1, gradients reduced in bf16, each noted
+    with the stack's name; NVFP4 keeps TP overlap off (its by_dtype entry)."""
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", _bridge_case("fp8")))
+    p = w.parallel
+    assert (p.sequence_parallel, p.tp_comm_overlap, p.grad_reduce_in_fp32) == (True, True, False)
+    assert any(n.startswith("parallel.tp_comm_overlap: null -> true (stack megatron-bridge:") for n in notes)
+    assert any(n.startswith("parallel.grad_reduce_in_fp32: null -> false (stack megatron-bridge:") for n in notes)
+    fp4, notes4 = load_workload_with_notes(_write(tmp_path / "n.yaml", _bridge_case("nvfp4")))
+    assert (fp4.parallel.sequence_parallel, fp4.parallel.tp_comm_overlap) == (True, False)
+    assert any(n.startswith("parallel.sequence_parallel: null -> true (stack megatron-bridge: its performance")
+               for n in notes4)
+    given, _ = load_workload_with_notes(_write(tmp_path / "g.yaml", _bridge_case(
+        "fp8", tp_comm_overlap=False, sequence_parallel=False, grad_reduce_in_fp32=True)))
+    assert (given.parallel.sequence_parallel, given.parallel.tp_comm_overlap,
+            given.parallel.grad_reduce_in_fp32) == (False, False, True)  # the case's own settings win
+
+
+def test_nemo_25_reduces_fp8_runs_gradients_in_bf16(tmp_path):
+    case = _case("NeMo 25.04.rc2 (Megatron-Core)", system={"gpu": "H100-SXM5-80GB", "num_gpus": 8})
+    fp8, _ = load_workload_with_notes(_write(tmp_path / "a.yaml", dict(case, dtype="fp8")))
+    bf16, _ = load_workload_with_notes(_write(tmp_path / "b.yaml", dict(case, dtype="bf16")))
+    assert not fp8.parallel.grad_reduce_in_fp32 and bf16.parallel.grad_reduce_in_fp32
+    assert fp8.parallel.sequence_parallel and bf16.parallel.sequence_parallel  # TP 2
+
+
+def test_a_launch_flag_turns_fp32_gradient_reduction_off(tmp_path):
+    case = _case("Megatron-Core", parallel={"tp": 2, "pp": 2, "dp": 2, "micro_batch_size": 1,
+                                            "global_batch_size": 8, "details": "--grad-reduce-in-bf16"})
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+    assert not w.parallel.grad_reduce_in_fp32
+    assert "parallel.grad_reduce_in_fp32: null -> false (the case's flags list --grad-reduce-in-bf16)" in notes
+
+
+def test_a_bad_by_dtype_entry_names_the_field(tmp_path):
+    entry = {"value": True, "why": "x", "sources": ["s"], "by_dtype": {"fp32": {"value": False, "why": "y",
+                                                                               "sources": ["s"]}}}
+    path = _stack_file(tmp_path, settings={"tp_comm_overlap": entry})
+    with pytest.raises(ConfigError) as err:
+        load_stack(path)
+    assert err.value.field == "settings.tp_comm_overlap.by_dtype.fp32"
+    entry["by_dtype"] = {"nvfp4": {"value": "off", "why": "y", "sources": ["s"]}}
+    with pytest.raises(ConfigError) as err:
+        load_stack(_stack_file(tmp_path, settings={"tp_comm_overlap": entry}))
+    assert err.value.field == "settings.tp_comm_overlap.by_dtype.nvfp4.value"
+
+
+def test_16_bit_gradient_reduction_halves_the_gradient_bytes():
+    """grad_reduce_in_fp32 false: Megatron-Core's gradient buffer takes the weights' dtype, so
+    the gradients' memory and every data-parallel gradient reduction move half the bytes."""
+    from sim.memory import state_bytes
+    from sim.workload.taskgraph import build_program
+    from tests.conftest import make_workload
+
+    fp32 = make_workload(tp=1, pp=1, dp=4, gbs=8, layers=2)
+    bf16 = dataclasses.replace(fp32, parallel=dataclasses.replace(fp32.parallel, grad_reduce_in_fp32=False))
+    assert state_bytes(bf16.model, bf16.parallel, 0).grads_bytes == \
+        pytest.approx(state_bytes(fp32.model, fp32.parallel, 0).grads_bytes / 2)
+
+    def grad_bytes(w):
+        prog = build_program(w)
+        return sum(t.op.size_bytes for t in prog.tasks if t.comm and "grads" in t.name)
+
+    assert grad_bytes(fp32) > 0
+    assert grad_bytes(bf16) == pytest.approx(grad_bytes(fp32) / 2)
