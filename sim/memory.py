@@ -33,7 +33,7 @@ WEIGHT_BYTES = 2.0
 GRAD_BYTES = 4.0
 """fp32 gradient accumulation buffer (Megatron-LM keeps ``main_grad`` in fp32 under bf16:
 ``arguments.py``, 'bfloat16 requires gradient accumulation and all-reduce to be performed in
-fp32')."""
+fp32'); 2 bytes without ``grad_reduce_in_fp32`` (:attr:`~sim.workload.spec.ParallelSpec.grad_bytes`)."""
 OPTIMIZER_BYTES = 12.0
 """fp32 master weights and Adam's two moments (ZeRO, arXiv 1910.02054, Sec. 3.1: K = 12)."""
 CUBLAS_WORKSPACE_BYTES = 8 * 4 * 2**20
@@ -144,7 +144,7 @@ def state_bytes(model: ModelSpec, parallel: ParallelSpec, stage: int) -> StateBy
     def sharded(per_param: float, level: int) -> float:
         return (p - ex) * per_param / (dp if z >= level else 1) + ex * per_param / (edp if z >= level else 1)
 
-    return StateBytes(sharded(WEIGHT_BYTES, 3), sharded(GRAD_BYTES, 2), sharded(OPTIMIZER_BYTES, 1), p, ex)
+    return StateBytes(sharded(WEIGHT_BYTES, 3), sharded(parallel.grad_bytes, 2), sharded(OPTIMIZER_BYTES, 1), p, ex)
 
 
 def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: RecomputeKind | None = None,

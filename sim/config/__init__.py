@@ -2,8 +2,9 @@
 
 A workload file has the format of the published validation cases (``workloads/validation/
 README.md``): a mapping with ``model``, ``system``, ``parallel``, ``dtype`` and ``targets``, or a
-list of such cases. Where a case leaves a setting null, the loader fills it the way Megatron-LM
-would and records a note saying so (:func:`load_workload_with_notes`). A topology file gives its
+list of such cases. Where a case leaves a setting null, the loader fills it the way its software
+stack (:mod:`sim.config.stacks`, ``workloads/stacks/``) says and records a note saying so
+(:func:`load_workload_with_notes`). A topology file gives its
 numbers in human units named in the keys (``bandwidth_GBps``, ``latency_us``), converted here
 to SI. Every bad input raises :class:`~sim.errors.ConfigError` naming the file and the field.
 

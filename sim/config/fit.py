@@ -1,10 +1,10 @@
 """Null settings that fit: when the producing framework's defaults do not fit in the GPU's
 memory, the cheapest memory savers it offers for the settings a case left null.
 
-A case's null settings are filled as its framework's recipe would (:mod:`sim.config.defaults`).
+A case's null settings are filled as its software stack's recipe would (:mod:`sim.config.defaults`).
 A recipe that ran is known to have fit, so when those defaults do not fit, the settings the case
-did not publish were not the defaults: the loader then sets them to the framework's memory
-savers, cheapest first in iteration time (:data:`~sim.config.defaults.MEMORY_SAVERS_ORDER`),
+did not publish were not the defaults: the loader then sets them to the memory savers its stack
+offers, cheapest first in iteration time (:data:`~sim.config.defaults.MEMORY_SAVERS_ORDER`),
 each added to those before it, and keeps the first combination that fits, with a note per
 setting it changed. Explicit settings are never changed; when nothing fits, the defaults stay
 and the run is reported as not fitting.
@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sim.config.defaults import MemorySaver, memory_savers
+from sim.config.stack import Stack
 from sim.errors import ConfigError
 from sim.memory import stage_memory
 from sim.types import RecomputeKind
@@ -103,7 +104,7 @@ def _full_of(w: WorkloadSpec, top: int) -> str:
     return f"full of all {top} layers a chunk" if top > 1 else "full (one layer a chunk)"
 
 
-def fit_null_settings(w: WorkloadSpec, nulls: frozenset[str], framework: str) -> Fitted:
+def fit_null_settings(w: WorkloadSpec, nulls: frozenset[str], stack: Stack) -> Fitted:
     """``w`` as is when it fits, else with the cheapest memory savers for its null settings
     that make it fit (the module docstring).
 
@@ -118,13 +119,13 @@ def fit_null_settings(w: WorkloadSpec, nulls: frozenset[str], framework: str) ->
         The workload with the recipe defaults filled.
     nulls : frozenset of str
         The ``parallel`` keys the case left null.
-    framework : str
-        The case's (dated) ``framework``, which says what savers there are
+    stack : Stack
+        The case's software stack, which says what savers there are
         (:func:`~sim.config.defaults.memory_savers`).
     """
     if fits_in_memory(w):
         return Fitted(w, (), ())
-    savers = memory_savers(w.parallel, nulls, framework)
+    savers = memory_savers(w.parallel, nulls, stack)
     if not savers:
         return Fitted(w, (), ())
     capacity = w.system.gpu.hbm_capacity_bytes

@@ -10,7 +10,7 @@ place or installed in editable mode, has no ``sim/data/``: there the folders bes
 
 A *kind* names a folder relative to that root: ``"workloads"``, ``"topologies"``,
 ``"workloads/models"``, ``"workloads/validation"``, ``"workloads/inference"``,
-``"workloads/megatron"``, ``"workloads/hf"``.
+``"workloads/megatron"``, ``"workloads/hf"``, ``"workloads/stacks"``.
 """
 
 from __future__ import annotations
@@ -131,6 +131,7 @@ PRESET_GROUPS = (
     ("validation", "workloads/validation", ".yaml", "validate"),
     ("inference-validation", "workloads/inference", ".yaml", "validate-infer"),
     ("megatron-args", "workloads/megatron", ".args", "run --megatron-args @NAME"),
+    ("stacks", "workloads/stacks", ".yaml", "a workload's stack:, --set stack=NAME"),
     ("hf-configs", "workloads/hf", ".json", "--hf-config NAME, a workload's model.hf_config"),
 )
 """The shipped presets, by group; ``llmsim presets`` lists them."""

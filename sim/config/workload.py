@@ -1,10 +1,11 @@
 """Workload files: one case (or a list of published cases) in, a :class:`WorkloadSpec` out.
 
 Builds the model, parallel, system and reference parts of a case, filling null settings the
-way the producing framework (Megatron-LM, torchtitan) would (the framework-specific parallel
-defaults are in :mod:`sim.config.defaults`) and noting each default filled. When those defaults
-do not fit in the GPU's memory, the null parallel settings take the cheapest memory savers the
-framework offers that make the run fit (:mod:`sim.config.fit`), noted as well.
+way the release of its framework does: its software stack (``stack:``, or the one its
+``framework`` text names, :mod:`sim.config.stacks`), whose settings the helpers of
+:mod:`sim.config.defaults` read, noting each default filled. When those defaults do not fit in
+the GPU's memory, the null parallel settings take the cheapest memory savers the stack offers
+that make the run fit (:mod:`sim.config.fit`), noted as well.
 
 ``parallel.placement`` says which GPU each rank runs on (docs/placement.md): a rank order in
 Megatron-Core's notation, innermost first (``"tp-cp-ep-dp-pp"``, the default: rank ``r`` on
@@ -21,26 +22,30 @@ from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sim.config.defaults import (_framework_year, _attention_kernel_default, _fused_elementwise_default, _batch_sizes, _virtual_stages_default, _flash_default,
-                                 _deterministic_default, _dist_opt_default, _param_gather_default, _grad_accum_fusion_default, _async_tp_allreduce_default, _unfused_bias_default, _dp_shard_default, _loss_default, _tp_overlap_cfg,
-                                 _tp_overlap_default, _overlap_default, _p2p_overlap_default, _recompute_meaning,
-                                 _sp_default,
-                                 _zero_default, _zero_impl_default)
+from sim.config.defaults import (_async_tp_allreduce_default, _attention_kernel_default, _batch_sizes,
+                                 _deterministic_default, _dist_opt_default, _dp_shard_default, _flash_default,
+                                 _fused_elementwise_default, _grad_accum_fusion_default, _grad_reduce_default,
+                                 _loss_default,
+                                 _overlap_default, _p2p_overlap_default, _param_gather_default, _recompute_default,
+                                 _sp_default, _tp_overlap_cfg, _tp_overlap_default, _unfused_bias_default,
+                                 _virtual_stages_default, _zero_default, _zero_impl_default)
 from sim.config.fit import fit_null_settings
 from sim.config.fields import _apply_overrides, _Fields, _is_number, _located, _Notes, _read_yaml
 from sim.config.presets import preset_names, resolve_preset, shown_path
+from sim.config.stack import Stack
+from sim.config.stacks import STACKS, choose_stack, framework_year, load_stack
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec, get_gpu, gpu_names, power_limited
 from sim.hf import read_hf_config
 from sim.topology.network import NetworkFabric, NetworkSpec
-from sim.types import (NOT_SIMULATED_DTYPES, SIMULATED_DTYPES, CpCommType, Dtype, RecomputeKind, ScalingRecipe,
+from sim.types import (NOT_SIMULATED_DTYPES, SIMULATED_DTYPES, CpCommType, Dtype, ScalingRecipe,
                        ScheduleKind, parse_enum)
 from sim.units import GBIT_PER_S, GiB
 from sim.workload.spec import (MEGATRON_ORDER, ModelSpec, ParallelSpec, Reference, SystemSpec, WorkloadSpec,
                                pipeline_split)
 
 DEFAULT_WORKLOAD = "gpt3-175b"
-_TOP_KEYS = ("id", "name", "description", "source", "model", "system", "parallel", "dtype", "scaling",
+_TOP_KEYS = ("id", "name", "description", "source", "model", "system", "parallel", "dtype", "scaling", "stack",
              "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16",
              "precision_as_published", "framework", "measured", "targets", "flop_formula",
              "derived_fields", "config_complete", "notes")
@@ -54,14 +59,14 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute", "recompute_num_layers",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_p2p_comm",
                   "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details", "zero_impl",
-                  "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "deterministic", "async_tp_grad_allreduce", "unfused_linear_bias",
+                  "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "grad_reduce_in_fp32", "deterministic", "async_tp_grad_allreduce", "unfused_linear_bias",
                   "cp_comm_type", "hierarchical_context_parallel_sizes")
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node", "network",
                 "description", "power_limit_w")
 _NETWORK_KEYS = ("nics_per_node", "nic_bandwidth_Gbps", "fabric", "node_bandwidth_Gbps", "pod_gpus",
                  "between_pods_oversubscription")
 _WORKLOAD_SETTABLE = ({"model": _MODEL_KEYS, "parallel": _PARALLEL_KEYS, "system": _SYSTEM_KEYS},
-                      ("name", "id", "dtype", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"))
+                      ("name", "id", "dtype", "stack", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"))
 _GATED = frozenset({"swiglu", "silu", "swish", "geglu"})
 _NVL72_GPUS = ("GB200", "GB300")
 
@@ -208,16 +213,19 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     name = top.text("name") or case_id or file.stem
     framework = raw.get("framework") if isinstance(raw.get("framework"), str) else ""
     framework = _dated_framework(framework, raw.get("source"), notes)
-    model = _build_model(raw.get("model"), path, file.parent, framework, notes, name)
+    stack, chosen = _stack(top, file, framework)
+    first_default = len(notes)
+    dtype = top.enum("dtype", Dtype, notes, Dtype.BF16, "bf16 mixed precision", SIMULATED_DTYPES, NOT_SIMULATED_DTYPES)
+    stack = stack.for_dtype(dtype)  # the release's settings for this number format
+    model = _build_model(raw.get("model"), path, file.parent, stack, notes, name)
     system_f = _Fields(raw.get("system"), path, "system", _SYSTEM_KEYS)
     gpu = _gpu(system_f)
     num_gpus = system_f.integer("num_gpus")
     parallel = _build_parallel(_Fields(raw.get("parallel"), path, "parallel", _PARALLEL_KEYS),
-                               num_gpus, framework, notes, system_f.integer("gpus_per_node"))
+                               num_gpus, framework, stack, notes, system_f.integer("gpus_per_node"))
     if num_gpus is None:
         num_gpus = notes.fill("system.num_gpus", parallel.num_gpus, "tp x pp x dp x cp")
     system = _build_system(system_f, gpu, num_gpus, file.parent, notes)
-    dtype = top.enum("dtype", Dtype, notes, Dtype.BF16, "bf16 mixed precision", SIMULATED_DTYPES, NOT_SIMULATED_DTYPES)
     source = raw.get("source")
     source = source.get("publication") if isinstance(source, Mapping) else source
     source = source if isinstance(source, str) else case_id or file.name
@@ -229,22 +237,41 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
                      f"{split[0]} on the first, {split[-1]} on the last, up to {max(split)} between "
                      "(embedding and loss counted as a layer each, Megatron-LM "
                      "--account-for-embedding/loss-in-pipeline-split)")
-    scaling = _scaling(top, dtype, notes, framework)
+    scaling = _scaling(top, dtype, notes, stack)
     bf16_start, bf16_end = (top.integer(k) or 0 for k in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"))
     with _located(path):
         spec = WorkloadSpec(name=name, model=model, parallel=parallel, system=system, dtype=dtype,
                             reference=reference, scaling=scaling, num_layers_at_start_in_bf16=bf16_start,
                             num_layers_at_end_in_bf16=bf16_end)
-    return _fitted(spec, raw.get("parallel"), framework, notes)
+    if chosen and any(f"(stack {stack.name}:" in n for n in notes[first_default:]):
+        notes.insert(first_default, f"stack: null -> {stack.name} ({chosen})")
+    return _fitted(spec, raw.get("parallel"), stack, notes)
 
 
-def _fitted(spec: WorkloadSpec, raw_parallel: object, framework: str, notes: _Notes) -> tuple[WorkloadSpec, list[str]]:
+def _stack(top: _Fields, file: Path, framework: str) -> tuple[Stack, str]:
+    """The case's software stack (:mod:`sim.config.stacks`), and why when the case does not name
+    it: its ``stack`` (a shipped stack's name, or a file relative to the case's folder), else
+    the shipped stack its ``framework`` text matches."""
+    name = top.text("stack")
+    if name is None:
+        choice = choose_stack(framework)
+        return choice.stack, choice.why
+    try:
+        return load_stack(name, file.parent), ""
+    except ConfigError as exc:
+        if exc.field != "<file>":
+            raise
+        raise top.error("stack", f"a stack file (relative to the case's folder) or a shipped stack: "
+                        f"{preset_names(STACKS)}", name) from None
+
+
+def _fitted(spec: WorkloadSpec, raw_parallel: object, stack: Stack, notes: _Notes) -> tuple[WorkloadSpec, list[str]]:
     """``spec`` with the cheapest memory savers for the settings the case left null when its
     defaults do not fit (:func:`sim.config.fit.fit_null_settings`); a changed setting's
     default note gives way to the note saying what was chosen and why."""
     given = raw_parallel if isinstance(raw_parallel, Mapping) else {}
     nulls = frozenset(k for k in _PARALLEL_KEYS if given.get(k) is None)
-    fitted = fit_null_settings(spec, nulls, framework)
+    fitted = fit_null_settings(spec, nulls, stack)
     stale = tuple(f"parallel.{key}: null -> " for key in fitted.changed)
     return fitted.workload, [n for n in notes if not n.startswith(stale)] + list(fitted.notes)
 
@@ -258,15 +285,15 @@ def _dated_framework(framework: str, source: object, notes: _Notes) -> str:
     A published run cannot have used software newer than its publication, so a framework named
     without a date (``"Megatron-LM"``) is taken as of the year the case's ``source`` was
     published: a year in ``source.publication``, else the year of the arXiv identifier in
-    ``source.url`` or ``source.publication`` (``arXiv:2104.04473`` is April 2021). The
-    defaults that depend on the software's era (``sim.config.defaults``: FlashAttention,
-    overlapped gradient reduction, gradient-accumulation fusion, DeepSpeed's ZeRO-3) then read
-    that year. A framework text with a year, or a source with neither, is left as it is."""
-    if _framework_year(framework) is not None or not isinstance(source, Mapping):
+    ``source.url`` or ``source.publication`` (``arXiv:2104.04473`` is April 2021). The software
+    stack is then chosen by that year (:func:`sim.config.stacks.choose_stack`: a Megatron-LM of
+    2021 is ``megatron-lm-2021``). A framework text with a year, or a source with neither, is
+    left as it is."""
+    if framework_year(framework) is not None or not isinstance(source, Mapping):
         return framework
     texts = [str(source.get(k) or "") for k in ("publication", "url")]
     years = [2000 + int(m.group(1)) for t in texts for m in _ARXIV_ID.finditer(t)]
-    year = _framework_year(texts[0]) or (min(years) if years else None)
+    year = framework_year(texts[0]) or (min(years) if years else None)
     if year is None:
         return framework
     notes.append(f"framework: '{framework}' carries no date; taken as of its publication ({year}, "
@@ -274,13 +301,11 @@ def _dated_framework(framework: str, source: object, notes: _Notes) -> str:
     return f"{framework} (as of {year})"
 
 
-def _scaling(top: _Fields, dtype: Dtype, notes: _Notes, framework: str = "") -> ScalingRecipe:
+def _scaling(top: _Fields, dtype: Dtype, notes: _Notes, stack: Stack) -> ScalingRecipe:
     """The 8-bit scaling recipe: the workload's ``scaling``, else per-block for MXFP8/NVFP4,
-    current scaling when a case's ``precision_as_published`` says so or its framework is
-    torchtitan (torchao's ``Float8Linear`` with torchtitan's ``--float8.scaling_type_input``,
-    ``_weight`` and ``_grad_output`` defaulting to ``dynamic``, a per-tensor amax taken before
-    each cast: ``torchtitan/config_manager.py``, late 2024), else delayed (Transformer Engine's
-    default recipe)."""
+    current scaling when a case's ``precision_as_published`` says so, else the stack's
+    ``fp8_scaling`` (torchtitan: torchao's dynamic, per-tensor current scaling; Transformer
+    Engine's default recipe, delayed, otherwise), noted when current."""
     if top.raw.get("scaling") is not None:
         return top.enum("scaling", ScalingRecipe, notes, ScalingRecipe.DELAYED, "")
     if dtype in (Dtype.MXFP8, Dtype.NVFP4):
@@ -288,14 +313,15 @@ def _scaling(top: _Fields, dtype: Dtype, notes: _Notes, framework: str = "") -> 
     published = top.raw.get("precision_as_published")
     if dtype is Dtype.FP8 and isinstance(published, str) and "current scaling" in published.lower():
         return notes.fill("scaling", ScalingRecipe.CURRENT, "precision_as_published names current scaling")
-    if dtype is Dtype.FP8 and "torchtitan" in framework.lower():
-        return notes.fill("scaling", ScalingRecipe.CURRENT, "torchtitan's float8: torchao dynamic (per-tensor "
-                          "current) scaling by default")
+    if dtype is Dtype.FP8 and stack.value("fp8_scaling") is ScalingRecipe.CURRENT:
+        return notes.fill("scaling", ScalingRecipe.CURRENT, stack.why("fp8_scaling"))
     return ScalingRecipe.DELAYED
 
 
-def _build_model(raw: object, path: str, base: Path, framework: str, notes: _Notes,
+def _build_model(raw: object, path: str, base: Path, stack: Stack | None, notes: _Notes,
                  default_name: str) -> ModelSpec:
+    """The ``model`` mapping (or a Hugging Face config.json path); a null ``seq_length`` is the
+    stack's ``seq_length`` where it has one (torchtitan's Llama 3 train configs)."""
     if raw is None:
         raise ConfigError(path, "model", "a mapping of model dimensions, or a Hugging Face "
                           "config.json path", None)
@@ -320,8 +346,8 @@ def _build_model(raw: object, path: str, base: Path, framework: str, notes: _Not
     kv = f.integer("num_kv_heads")
     ffn = f.integer("ffn_hidden_size")
     seq = f.integer("seq_length")
-    if seq is None and "torchtitan" in framework.lower():
-        seq = notes.fill("model.seq_length", 8192, "torchtitan Llama 3 train configs' seq_len")
+    if seq is None and stack is not None and stack.value("seq_length") is not None:
+        seq = notes.fill("model.seq_length", stack.value("seq_length"), stack.why("seq_length"))
     gated, activation = f.flag("gated_mlp"), f.text("activation")
     if gated is None:
         gated = notes.fill("model.gated_mlp", (activation or "").lower() in _GATED,
@@ -414,9 +440,11 @@ def _model_parallel_split(f: _Fields, num_gpus: int | None, gpus_per_node: int |
     return tp, pp
 
 
-def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
+def _build_parallel(f: _Fields, num_gpus: int | None, framework: str, stack: Stack,
                     notes: _Notes, gpus_per_node: int | None = None) -> ParallelSpec:
-    """The ``parallel`` mapping; null settings filled as the framework would.
+    """The ``parallel`` mapping; null settings filled as the case's software stack says
+    (:mod:`sim.config.defaults`; ``framework`` is the case's text, read for launch flags it
+    names).
 
     ``placement`` maps ranks onto GPUs (ranks count in Megatron's ``tp-cp-ep-dp-pp`` order,
     :mod:`sim.workload.layout`):
@@ -450,36 +478,35 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
         missing = "parallel.tp" if f.raw.get("tp") is None else "parallel.pp"
         raise ConfigError(f.path, missing, f"a value: tp/pp are not published and cannot be set by "
                           f"default (tp x pp must be {num_gpus / (dp * cp):g})", None)
-    vps = _virtual_stages_default(f, framework, notes)
+    vps = _virtual_stages_default(f, stack, notes)
     schedule = f.enum("schedule", ScheduleKind, notes, ScheduleKind.INTERLEAVED if vps > 1 else
                       ScheduleKind.ONE_F_ONE_B, f"virtual_pipeline_stages={vps}")
-    mbs, gbs = _batch_sizes(f, dp, pp, framework, notes)
-    tp_overlap = _tp_overlap_default(f, tp, notes)
-    tp_overlap_cfg = _tp_overlap_cfg(f, framework, tp_overlap and tp > 1, notes)
-    recompute = f.enum("recompute", RecomputeKind, notes, RecomputeKind.NONE,
-                       "Megatron-LM default: no recomputation")
-    recompute = _recompute_meaning(recompute, framework, notes)
+    mbs, gbs = _batch_sizes(f, dp, pp, stack, notes)
+    tp_overlap = _tp_overlap_default(f, tp, stack, notes)
+    tp_overlap_cfg = _tp_overlap_cfg(f, stack, tp_overlap and tp > 1, notes)
+    recompute = _recompute_default(f, stack, notes)
     recompute_layers = f.integer("recompute_num_layers", positive=True)
     zero, bucket = f.integer("zero_stage"), f.integer("grad_bucket_size_params")
     placement = _placement(f)
-    cp_comm, cp_levels = _cp_comm(f, cp, notes, framework)
+    cp_comm, cp_levels = _cp_comm(f, cp, notes, stack)
     # the defaults in the order their notes are listed
-    sp = _sp_default(f, tp, framework, notes, tp_overlap)
-    dist_opt = _dist_opt_default(f, framework, notes)
-    param_gather = _param_gather_default(f, framework, dist_opt, notes)
-    zero = _zero_default(framework, notes, f) if zero is None else zero
-    overlap = _overlap_default(f, framework, notes)
-    p2p_overlap = _p2p_overlap_default(f, framework, schedule, notes)
-    flash = _flash_default(f, framework, notes)
-    kernel = _attention_kernel_default(f, framework, notes)
-    loss = _loss_default(f, framework, notes)
-    fused = _fused_elementwise_default(f, framework, notes)
-    dp_shard = _dp_shard_default(f, dp, cp, max(zero, int(dist_opt)), framework, notes)
-    grad_fusion = _grad_accum_fusion_default(f, framework, notes)
+    sp = _sp_default(f, tp, stack, notes, tp_overlap)
+    dist_opt = _dist_opt_default(f, stack, notes)
+    param_gather = _param_gather_default(f, stack, dist_opt, notes)
+    zero = _zero_default(stack, notes, f) if zero is None else zero
+    overlap = _overlap_default(f, stack, notes)
+    p2p_overlap = _p2p_overlap_default(f, framework, schedule, stack, notes)
+    flash = _flash_default(f, stack, notes)
+    kernel = _attention_kernel_default(f, stack, notes)
+    loss = _loss_default(f, stack, notes)
+    fused = _fused_elementwise_default(f, stack, notes)
+    dp_shard = _dp_shard_default(f, dp, cp, max(zero, int(dist_opt)), stack, notes)
+    grad_fusion = _grad_accum_fusion_default(f, framework, stack, notes)
+    grad_fp32 = _grad_reduce_default(f, stack, notes)
     deterministic = _deterministic_default(f, framework, notes)
-    async_ar = _async_tp_allreduce_default(f, framework, notes)
-    bias_kernels = _unfused_bias_default(f, framework, notes)
-    zero_impl = _zero_impl_default(f, zero, framework, notes)
+    async_ar = _async_tp_allreduce_default(f, framework, stack, notes)
+    bias_kernels = _unfused_bias_default(f, stack, notes)
+    zero_impl = _zero_impl_default(f, zero, stack, notes)
     with _located(f.path):
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,
@@ -490,7 +517,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,
             flash_attention=flash, attention_kernel=kernel, tp_comm_overlap=tp_overlap,
             tp_comm_overlap_cfg=tp_overlap_cfg, cross_entropy=loss, fused_elementwise=fused,
-            gradient_accumulation_fusion=grad_fusion, deterministic=deterministic,
+            gradient_accumulation_fusion=grad_fusion, grad_reduce_in_fp32=grad_fp32, deterministic=deterministic,
             async_tp_grad_allreduce=async_ar, unfused_linear_bias=bias_kernels,
             placement=placement,
             cp_comm_type=cp_comm,
@@ -498,19 +525,16 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str,
         )
 
 
-def _cp_comm(f: _Fields, cp: int, notes: _Notes, framework: str = "") -> tuple[CpCommType, tuple[int, ...] | None]:
+def _cp_comm(f: _Fields, cp: int, notes: _Notes, stack: Stack) -> tuple[CpCommType, tuple[int, ...] | None]:
     """``parallel.cp_comm_type`` (Megatron-LM's ``--cp-comm-type``: ``p2p``, ``all_gather``,
-    ``a2a`` or ``a2a+p2p``, or ``torch``, PyTorch's ``context_parallel``; null is torchtitan's
-    (``torch``) for torchtitan, else Megatron-LM's default, ring attention, noted when ``cp >
-    1``) and ``parallel.hierarchical_context_parallel_sizes`` (a list ``[a2a, p2p]``, or null)."""
+    ``a2a`` or ``a2a+p2p``, or ``torch``, PyTorch's ``context_parallel``; null is the stack's
+    ``cp_comm_type``, noted when ``cp > 1``: torchtitan's ``torch``, Megatron-LM's default ring
+    attention) and ``parallel.hierarchical_context_parallel_sizes`` (a list ``[a2a, p2p]``, or
+    null)."""
     if f.raw.get("cp_comm_type") is None and cp == 1:
         kind = CpCommType.P2P
-    elif f.raw.get("cp_comm_type") is None and "torchtitan" in framework.lower():
-        kind = notes.fill("parallel.cp_comm_type", CpCommType.TORCH, "torchtitan: PyTorch's context_parallel "
-                          "(all-gathered K/V, eager fp32 merges)")
     else:
-        kind = f.enum("cp_comm_type", CpCommType, notes, CpCommType.P2P,
-                      "Megatron-LM's default --cp-comm-type: ring attention")
+        kind = f.enum("cp_comm_type", CpCommType, notes, stack.value("cp_comm_type"), stack.why("cp_comm_type"))
     sizes = f.raw.get("hierarchical_context_parallel_sizes")
     if sizes is None:
         return kind, None

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from sim.config.fields import _Notes, _read_yaml
 from sim.config.presets import preset_names, resolve_preset
+from sim.config.stacks import choose_stack, load_stack
 from sim.config.workload import _build_model
 from sim.errors import ConfigError
 from sim.workload.spec import ModelSpec
@@ -63,7 +64,7 @@ def load_model(arg: str | None = None) -> tuple[str, ModelSpec, list[str]]:
     file = _find(arg or DEFAULT_MODEL)
     notes = _Notes()
     if file.suffix == ".json":
-        model = _build_model({"hf_config": file.name}, str(file), file.parent, "", notes, file.stem)
+        model = _build_model({"hf_config": file.name}, str(file), file.parent, None, notes, file.stem)
         return model.name, model, list(notes)
     raw = _read_yaml(file)
     if isinstance(raw, list):
@@ -77,5 +78,8 @@ def load_model(arg: str | None = None) -> tuple[str, ModelSpec, list[str]]:
         raise ConfigError(str(file), "model", "a model section (a mapping, or a Hugging Face config.json path)",
                           None)
     name = raw.get("name") if isinstance(raw.get("name"), str) else file.stem
-    model = _build_model(raw["model"], str(file), file.parent, str(raw.get("framework") or ""), notes, name)
+    # the software stack, for a null seq_length: the file's stack, else the one its framework names
+    stack = load_stack(raw["stack"], file.parent) if isinstance(raw.get("stack"), str) else \
+        choose_stack(str(raw.get("framework") or "")).stack
+    model = _build_model(raw["model"], str(file), file.parent, stack, notes, name)
     return name, model, list(notes)

@@ -41,7 +41,8 @@ ACT_DTYPE = Dtype.BF16
 MAIN_GRAD_BYTES = 4
 """Megatron-Core keeps each weight's accumulated gradient (``main_grad``) in fp32 under 16-bit
 mixed precision (``accumulate_allreduce_grads_in_fp32``, set by ``--bf16``;
-megatron/training/arguments.py)."""
+megatron/training/arguments.py); in 16 bits without ``grad_reduce_in_fp32``
+(:attr:`~sim.workload.spec.ParallelSpec.grad_bytes`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +278,7 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
         extra, kernels = 0.0, 0
         if not parallel.gradient_accumulation_fusion:
             extra, kernels = out_fill(inp, out)
-            extra, kernels = extra + inp * out * (e + 2 * MAIN_GRAD_BYTES), kernels + 1
+            extra, kernels = extra + inp * out * (e + 2 * parallel.grad_bytes), kernels + 1
         return gemm(inp, out, T, gemm_casts(dtype, scaling, T, inp, out).wgrad, extra, kernels)
 
     # the attention's input projections: one fused QKV GEMM, or MLA's down- and
@@ -384,7 +385,7 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     # added into main_grad by the same hook when not accumulated in the GEMM
     head_w = hg(V // t, h, T)
     if not parallel.gradient_accumulation_fusion:
-        head_w = replace(head_w, extra_bytes=(V // t) * h * (e + 2 * MAIN_GRAD_BYTES), extra_kernels=1)
+        head_w = replace(head_w, extra_bytes=(V // t) * h * (e + 2 * parallel.grad_bytes), extra_kernels=1)
     head_bwd = (c("cross-entropy-bwd", mem(OpKind.LOSS, logits * (4 + e))),
                 c("lm-head-dgrad", hg(T, h, V // t)), *reduce("head-grad", wait=1),
                 c("lm-head-wgrad", head_w), *norm_b("final-norm-bwd"))

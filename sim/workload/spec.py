@@ -360,6 +360,16 @@ class ParallelSpec:
     (``param.main_grad.add_(param.grad.data)``, ``megatron/core/distributed/
     distributed_data_parallel.py``): one more bandwidth-bound pass per weight per micro-batch
     (:func:`sim.workload.layers.layer_ops`)."""
+    grad_reduce_in_fp32: bool = True
+    """Whether weight gradients are accumulated (``main_grad``) and reduced across the
+    data-parallel ranks in fp32, Megatron-LM's default under 16-bit mixed precision
+    ("bfloat16 requires gradient accumulation and all-reduce to be performed in fp32",
+    ``megatron/training/arguments.py``), or in the weights' 16 bits: Megatron-Core's
+    ``DistributedDataParallelConfig.grad_reduce_in_fp32 = False`` (``--grad-reduce-in-bf16``)
+    makes the gradient buffer the parameters' dtype (``grad_dtype = torch.float if
+    grad_reduce_in_fp32 else param.dtype``, ``megatron/core/distributed/
+    distributed_data_parallel.py``), so the buffer, the accumulate pass and the reduction move
+    half the bytes (:attr:`grad_bytes`)."""
     async_tp_grad_allreduce: bool = True
     """Whether a column-parallel layer's input-gradient all-reduce (TP without sequence
     parallelism) runs beside its weight-gradient GEMM: Megatron-LM's
@@ -587,6 +597,12 @@ class ParallelSpec:
     def zero(self) -> int:
         """The ZeRO stage in effect: Megatron's distributed optimizer is ZeRO-1."""
         return max(self.zero_stage, 1 if self.distributed_optimizer else 0)
+
+    @property
+    def grad_bytes(self) -> float:
+        """Bytes of one accumulated weight gradient: 4 (fp32), or 2 without
+        :attr:`grad_reduce_in_fp32`."""
+        return 4.0 if self.grad_reduce_in_fp32 else 2.0
 
     @property
     def shards_optimizer(self) -> bool:

@@ -530,7 +530,7 @@ class _RankProgram(DataParallelMixin):
             replicas = tuple((lay.rank(t, d, 0), lay.rank(t, d, p.pp - 1))
                              for d in range(lay.dp) for t in range(p.tp)) if self.rep else ()
             op = CommOp(CollectiveKind.ALL_REDUCE, CommClass.DP, group,
-                        m.embedding_params() / p.tp * GRAD_REDUCE_BYTES, replicas)
+                        m.embedding_params() / p.tp * p.grad_bytes, replicas)
             t = self.collective(Stream.DP_COMM, "ncclAllReduce embedding-grads", op,
                                 (("phase", "grad-sync"),), [self.last_c])
             self.dp_tasks.append(t.id)

@@ -71,10 +71,11 @@ def test_default_workload_is_gpt3_175b_on_64_a100s():
     assert "Korthikanti" in spec.reference.source
     assert spec.system.gpu.name == "A100-SXM4-80GB" and spec.system.topology == "dgx-a100"
     assert spec.model.num_layers == 96 and spec.model.hidden_size == 12288
-    # the case says Megatron-LM (2022), which predates FlashAttention in Megatron-LM
+    # the case says Megatron-LM (2022), whose stack predates FlashAttention in Megatron-LM
     assert sorted(n.split(":")[0] for n in notes) == ["parallel.flash_attention", "parallel.overlap_grad_reduce",
-                                                                  "parallel.overlap_p2p_comm",
-                                                                  "parallel.unfused_linear_bias"]
+                                                      "parallel.overlap_p2p_comm",
+                                                      "parallel.unfused_linear_bias", "stack"]
+    assert notes[0].startswith("stack: null -> megatron-lm-2022 (framework 'Megatron-LM (2022)'")
     assert not p.flash_attention
 
 
@@ -126,10 +127,12 @@ def test_nulls_are_filled_and_noted(tmp_path):
     assert spec.parallel.schedule is ScheduleKind.ONE_F_ONE_B
     assert spec.model.ffn_hidden_size == 4096 and spec.model.num_kv_heads == 16
     assert spec.model.gated_mlp is True and spec.dtype is Dtype.BF16
-    assert "parallel.recompute: null -> none (Megatron-LM default: no recomputation)" in notes
+    assert "parallel.recompute: null -> none (stack megatron-core: no recomputation (Megatron-LM's --recompute-granularity defaults to none))" in notes
     assert any(n.startswith("parallel.dp: null -> 2") for n in notes)
     assert any(n.startswith("model.gated_mlp: null -> true") for n in notes)
-    assert len(notes) == 8
+    # the stack the defaults came from, and why: no framework named
+    assert notes[0].startswith("stack: null -> megatron-core (no framework named;")
+    assert len(notes) == 9
 
 
 @pytest.mark.parametrize("schedule,vps", [("1f1b", 1), ("interleaved-1f1b", 2)])

@@ -79,7 +79,7 @@ def test_a_case_that_fits_keeps_the_recipe_defaults(tmp_path):
     assert fits_in_memory(w)
     p = w.parallel
     assert (p.distributed_optimizer, p.sequence_parallel, p.recompute) == (False, False, RecomputeKind.NONE)
-    assert "parallel.recompute: null -> none (Megatron-LM default: no recomputation)" in notes
+    assert "parallel.recompute: null -> none (stack megatron-core: no recomputation (Megatron-LM's --recompute-granularity defaults to none))" in notes
     assert not any("memory savers" in n for n in notes)
 
 
@@ -152,14 +152,16 @@ def test_a_given_full_recomputation_keeps_every_layer(tmp_path):
 ])
 def test_which_frameworks_recompute_the_fewest_layers(framework, fewest):
     from sim.config.defaults import memory_savers
+    from sim.config.stacks import choose_stack
     from sim.workload.spec import ParallelSpec
 
+    stack = choose_stack(framework).stack
     nulls = frozenset({"recompute", "recompute_num_layers"})
-    savers = memory_savers(ParallelSpec(), nulls, framework)
+    savers = memory_savers(ParallelSpec(), nulls, stack)
     full = [s for s in savers if s.value is RecomputeKind.FULL]
     assert len(full) == 1 and full[0].fewest_layers is fewest
     # a count the case gave is not searched
-    assert not any(s.fewest_layers for s in memory_savers(ParallelSpec(), frozenset({"recompute"}), framework))
+    assert not any(s.fewest_layers for s in memory_savers(ParallelSpec(), frozenset({"recompute"}), stack))
 
 
 def test_torchtitan_selective_is_its_op_level_policy(tmp_path):

@@ -1,0 +1,293 @@
+"""Software stacks (sim/config/stack.py, sim/config/stacks.py, workloads/stacks/): the shipped
+files load and cite a source for every setting, a case's framework text picks one (or the
+fallback of its date), a case may name its own, the defaults read the stack's settings, and a
+malformed stack file is one ConfigError naming the file and the field."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import yaml
+
+from sim.cli import main
+from sim.config import load_workload_with_notes
+from sim.config.presets import preset_folder
+from sim.config.stack import SETTINGS
+from sim.config.stacks import STACKS, choose_stack, load_stack, shipped_stacks
+from sim.errors import ConfigError
+from sim.types import AttentionKernel, ZeroImpl
+
+
+def _case(framework: str | None = "Megatron-Core", **top) -> dict:
+    """A small TP 2 x PP 2 x DP 2 case on A100s with every stack-filled setting left null."""
+    case = {"name": "probe", "model": {"name": "probe", "num_layers": 4, "hidden_size": 1024,
+                                       "num_attention_heads": 16, "vocab_size": 32000, "seq_length": 1024},
+            "system": {"gpu": "A100-SXM4-80GB", "num_gpus": 8},
+            "parallel": {"tp": 2, "pp": 2, "dp": 2, "micro_batch_size": 1, "global_batch_size": 8}}
+    if framework is not None:
+        case["framework"] = framework
+    case.update(top)
+    return case
+
+
+def _write(path, data) -> str:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+# --- the shipped stacks ---------------------------------------------------------------------------
+
+
+def test_every_shipped_stack_is_complete_and_cites_each_setting_it_gives():
+    stacks = shipped_stacks()
+    assert {s.name for s in stacks} >= {"megatron-lm-2021", "megatron-lm-2022", "megatron-core", "nemo-24",
+                                        "nemo-25", "megatron-bridge", "torchtitan", "deepspeed-zero3"}
+    for s in stacks:
+        assert (preset_folder(STACKS) / f"{s.name}.yaml").is_file(), s.name  # a stack is named as its file
+        assert set(s.settings) == {k.key for k in SETTINGS}, s.name
+        raw = yaml.safe_load((preset_folder(STACKS) / f"{s.name}.yaml").read_text())
+        for key, setting in (raw.get("settings") or {}).items():
+            assert setting["sources"] and setting["why"].strip(), (s.name, key)
+        assert s.description and (s.matches or s.fallback), s.name
+
+
+def test_every_date_has_exactly_one_fallback():
+    for year in (None, 2019, 2021, 2022, 2023, 2026):
+        covering = [s.name for s in shipped_stacks() if s.fallback is not None and s.fallback.covers(year)]
+        assert len(covering) == 1, (year, covering)
+
+
+@pytest.mark.parametrize("framework, name", [
+    ("torchtitan (PyTorch native: FSDP2/DTensor TP/PP/CP) (as of 2024)", "torchtitan"),
+    ("Megatron-Core r0.8.0 (per strong-scaling figure legend) (as of 2024)", "megatron-core"),
+    ("Megatron-LM (+DeepSpeed ZeRO-3 for zero3 rows) (as of 2021)", "deepspeed-zero3"),
+    ("Megatron-LM (2021, NGC PyTorch 20.12 container per examples/sc21/SRUN.sh)", "megatron-lm-2021"),
+    ("Megatron-LM (2022)", "megatron-lm-2022"),
+    ("Megatron-LM / Megatron-Core (Transformer Engine), deterministic mode", "megatron-core"),
+    ("NeMo 24.03.01 (Megatron-Core)", "nemo-24"),
+    ("NeMo 24.07 container (Megatron-Core backend)", "nemo-24"),
+    ("NeMo 25.04.rc2 (Megatron-Core)", "nemo-25"),
+    ("NeMo 25.11 container / Megatron-Bridge (Megatron-Core)", "megatron-bridge"),
+    ("NeMo 26.04.01 container / Megatron-Bridge (Megatron-Core)", "megatron-bridge"),
+    ("Megatron-DeepSpeed (DeepSpeed 0.3.16)", "deepspeed-zero3"),
+    ("Megatron-LM (launch arguments)", "megatron-core"),
+])
+def test_a_framework_text_picks_the_most_specific_stack_it_matches(framework, name):
+    choice = choose_stack(framework)
+    assert choice.stack.name == name
+    assert f"framework '{framework}' matches /" in choice.why
+
+
+@pytest.mark.parametrize("framework, name", [
+    ("SomeTrainer (2020)", "megatron-lm-2021"), ("SomeTrainer 2022", "megatron-lm-2022"),
+    ("SomeTrainer (2024)", "megatron-core"), ("SomeTrainer", "megatron-core"), ("", "megatron-core"),
+])
+def test_an_unknown_framework_takes_the_fallback_of_its_date(framework, name):
+    choice = choose_stack(framework)
+    assert choice.stack.name == name
+    assert "the fallback for" in choice.why
+    assert ("matches no stack's patterns" in choice.why) == bool(framework)
+
+
+def test_the_dating_of_a_case_picks_the_stack_and_the_notes_name_it(tmp_path):
+    """An undated "Megatron-LM" published in 2021 runs on megatron-lm-2021; each default it
+    fills names the stack, and the first note says why that stack."""
+    case = _case("Megatron-LM", source={"publication": "Someone et al., 2021"})
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+    assert not w.parallel.gradient_accumulation_fusion and not w.parallel.flash_attention
+    stack_note = next(n for n in notes if n.startswith("stack:"))
+    assert stack_note.startswith("stack: null -> megatron-lm-2021 (framework 'Megatron-LM (as of 2021)' matches")
+    filled = [n for n in notes if n.startswith("parallel.flash_attention")]
+    assert filled == [f"parallel.flash_attention: null -> false (stack megatron-lm-2021: "
+                      f"{load_stack('megatron-lm-2022')['flash_attention'].why})"]
+
+
+# --- a case's own stack -----------------------------------------------------------------------------
+
+
+def test_a_case_names_its_stack_and_the_framework_text_is_not_read_for_it(tmp_path):
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", _case("torchtitan", stack="megatron-core")))
+    p = w.parallel
+    assert (p.zero_stage, p.attention_kernel, p.fused_elementwise) == (0, AttentionKernel.VENDOR, True)
+    assert not any(n.startswith("stack:") for n in notes)  # named, not chosen
+    titan, _ = load_workload_with_notes(_write(tmp_path / "t.yaml", _case("torchtitan")))
+    assert titan.parallel.zero_stage == 3 and titan.parallel.attention_kernel is AttentionKernel.FLASH2
+
+
+def test_set_stack_overrides_the_case(tmp_path):
+    path = _write(tmp_path / "c.yaml", _case("Megatron-Core"))
+    w, _ = load_workload_with_notes(path, ["stack=torchtitan"])
+    assert w.parallel.zero_stage == 3 and w.parallel.sequence_parallel
+
+
+def test_a_users_stack_file_extends_a_shipped_one(tmp_path):
+    """A stack file beside the case, extending megatron-core with one setting of its own: the
+    default follows that setting and its note quotes its why."""
+    _write(tmp_path / "mine.yaml", {
+        "name": "mine", "description": "our fork", "extends": "megatron-core",
+        "settings": {"overlap_grad_reduce": {"value": False, "why": "our DDP reduces after the backward",
+                                             "sources": ["our launch script"]}}})
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", _case("Megatron-Core", stack="mine.yaml")))
+    assert not w.parallel.overlap_grad_reduce and w.parallel.overlap_p2p_comm  # the rest from megatron-core
+    assert "parallel.overlap_grad_reduce: null -> false (stack mine: our DDP reduces after the backward)" in notes
+    mine = load_stack("mine", tmp_path)
+    assert mine.extends == ("megatron-core",) and mine["overlap_p2p_comm"].origin.endswith("megatron-core.yaml")
+
+
+def test_stack_settings_drive_the_defaults(tmp_path):
+    """Every stack-driven default follows the stack, not the framework text: a stack that
+    differs from megatron-core in each setting gives a different spec."""
+    base = load_stack("megatron-core")
+    titan = load_stack("torchtitan")
+    w_base, _ = load_workload_with_notes(_write(tmp_path / "a.yaml", _case("x", stack="megatron-core")))
+    w_titan, _ = load_workload_with_notes(_write(tmp_path / "b.yaml", _case("x", stack="torchtitan")))
+    differs = {k.key for k in SETTINGS if base.value(k.key) != titan.value(k.key)}
+    assert {"sequence_parallel", "zero_stage", "attention_kernel", "cross_entropy", "fused_elementwise"} <= differs
+    got = {f.name for f in dataclasses.fields(w_base.parallel)
+           if getattr(w_base.parallel, f.name) != getattr(w_titan.parallel, f.name)}
+    assert {"sequence_parallel", "zero_stage", "attention_kernel", "cross_entropy", "fused_elementwise"} <= got
+
+
+def test_deepspeed_zero3_stack_sets_the_zero3_implementation(tmp_path):
+    case = _case("DeepSpeed ZeRO-3 (v0.3.16)", parallel={"tp": 1, "pp": 1, "dp": 8, "micro_batch_size": 1,
+                                                          "global_batch_size": 8, "zero_stage": 3,
+                                                          "recompute": "full"})
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+    assert w.parallel.zero_impl is ZeroImpl.DEEPSPEED_0_3
+    assert any(n.startswith("parallel.zero_impl: null -> deepspeed-0.3 (stack deepspeed-zero3:") for n in notes)
+
+
+# --- bad stack files and names ------------------------------------------------------------------------
+
+
+def _stack_file(tmp_path, **changes) -> str:
+    data = {"name": "bad", "description": "probe", "extends": "megatron-core",
+            "settings": {"zero_stage": {"value": 0, "why": "none", "sources": ["here"]}}}
+    data.update(changes)
+    return _write(tmp_path / "bad.yaml", data)
+
+
+@pytest.mark.parametrize("changes, field", [
+    ({"colour": "red"}, "colour"),
+    ({"settings": {"zero_stage": {"value": 5, "why": "x", "sources": ["s"]}}}, "settings.zero_stage.value"),
+    ({"settings": {"zero_stage": {"value": 0, "why": "x"}}}, "settings.zero_stage.sources"),
+    ({"settings": {"zero_stage": {"value": 0, "sources": ["s"]}}}, "settings.zero_stage.why"),
+    ({"settings": {"zero_stage": {"why": "x", "sources": ["s"]}}}, "settings.zero_stage.value"),
+    ({"settings": {"warp_drive": {"value": 1, "why": "x", "sources": ["s"]}}}, "settings.warp_drive"),
+    ({"settings": {"attention_kernel": {"value": "fast", "why": "x", "sources": ["s"]}}},
+     "settings.attention_kernel.value"),
+    ({"settings": {"memory_savers": {"value": ["nap"], "why": "x", "sources": ["s"]}}},
+     "settings.memory_savers.value"),
+    ({"extends": None}, "settings.sequence_parallel"),  # a stack of its own must give every setting
+    ({"extends": "no-such-stack"}, "extends"),
+    ({"matches": [{"pattern": "(unclosed"}]}, "matches[0].pattern"),
+    ({"matches": [{"pattern": "x", "years": [2024, 2020]}]}, "matches[0].years"),
+    ({"fallback": {"years": "recent"}}, "fallback.years"),
+])
+def test_a_bad_stack_file_is_one_config_error_naming_the_field(tmp_path, changes, field):
+    path = _stack_file(tmp_path, **changes)
+    with pytest.raises(ConfigError) as err:
+        load_stack(path)
+    assert err.value.field == field
+    assert err.value.path == path
+
+
+def test_a_cycle_of_extends_is_refused(tmp_path):
+    _write(tmp_path / "a.yaml", {"name": "a", "extends": "b.yaml"})
+    _write(tmp_path / "b.yaml", {"name": "b", "extends": "a.yaml"})
+    with pytest.raises(ConfigError) as err:
+        load_stack(str(tmp_path / "a.yaml"))
+    assert err.value.field == "extends"
+
+
+def test_an_unknown_stack_in_a_case_is_one_line_naming_the_case(tmp_path, capsys):
+    path = _write(tmp_path / "c.yaml", _case(stack="megatron-9000"))
+    assert main(["run", path]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"llmsim: error: {path}: stack: expected a stack file")
+    assert "megatron-core" in err[0] and "'megatron-9000'" in err[0]
+
+
+def test_a_bad_stack_file_named_by_a_case_is_one_line_naming_the_stack_file(tmp_path, capsys):
+    bad = _stack_file(tmp_path, settings={"zero_stage": {"value": "three", "why": "x", "sources": ["s"]}})
+    path = _write(tmp_path / "c.yaml", _case(stack="bad.yaml"))
+    assert main(["run", path]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"llmsim: error: {bad}: settings.zero_stage.value: expected")
+
+
+# --- recipe defaults of the stacks (issue #30, step 2) and 16-bit gradient reduction ---------------
+
+
+def _bridge_case(dtype: str, gpu: str = "B200", **parallel) -> dict:
+    par = {"tp": 2, "pp": 1, "dp": 4, "micro_batch_size": 1, "global_batch_size": 8, **parallel}
+    return _case("NeMo 25.11 container / Megatron-Bridge (Megatron-Core)", dtype=dtype,
+                 system={"gpu": gpu, "num_gpus": 8}, parallel=par)
+
+
+def test_megatron_bridge_runs_as_its_performance_scripts_do(tmp_path):
+    """Sequence parallelism and TP overlap under TP > 1, gradients reduced in bf16, each noted
+    with the stack's name; NVFP4 keeps TP overlap off (its by_dtype entry)."""
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", _bridge_case("fp8")))
+    p = w.parallel
+    assert (p.sequence_parallel, p.tp_comm_overlap, p.grad_reduce_in_fp32) == (True, True, False)
+    assert any(n.startswith("parallel.tp_comm_overlap: null -> true (stack megatron-bridge:") for n in notes)
+    assert any(n.startswith("parallel.grad_reduce_in_fp32: null -> false (stack megatron-bridge:") for n in notes)
+    fp4, notes4 = load_workload_with_notes(_write(tmp_path / "n.yaml", _bridge_case("nvfp4")))
+    assert (fp4.parallel.sequence_parallel, fp4.parallel.tp_comm_overlap) == (True, False)
+    assert any(n.startswith("parallel.sequence_parallel: null -> true (stack megatron-bridge: its performance")
+               for n in notes4)
+    given, _ = load_workload_with_notes(_write(tmp_path / "g.yaml", _bridge_case(
+        "fp8", tp_comm_overlap=False, sequence_parallel=False, grad_reduce_in_fp32=True)))
+    assert (given.parallel.sequence_parallel, given.parallel.tp_comm_overlap,
+            given.parallel.grad_reduce_in_fp32) == (False, False, True)  # the case's own settings win
+
+
+def test_nemo_25_reduces_fp8_runs_gradients_in_bf16(tmp_path):
+    case = _case("NeMo 25.04.rc2 (Megatron-Core)", system={"gpu": "H100-SXM5-80GB", "num_gpus": 8})
+    fp8, _ = load_workload_with_notes(_write(tmp_path / "a.yaml", dict(case, dtype="fp8")))
+    bf16, _ = load_workload_with_notes(_write(tmp_path / "b.yaml", dict(case, dtype="bf16")))
+    assert not fp8.parallel.grad_reduce_in_fp32 and bf16.parallel.grad_reduce_in_fp32
+    assert fp8.parallel.sequence_parallel and bf16.parallel.sequence_parallel  # TP 2
+
+
+def test_a_launch_flag_turns_fp32_gradient_reduction_off(tmp_path):
+    case = _case("Megatron-Core", parallel={"tp": 2, "pp": 2, "dp": 2, "micro_batch_size": 1,
+                                            "global_batch_size": 8, "details": "--grad-reduce-in-bf16"})
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+    assert not w.parallel.grad_reduce_in_fp32
+    assert "parallel.grad_reduce_in_fp32: null -> false (the case's flags list --grad-reduce-in-bf16)" in notes
+
+
+def test_a_bad_by_dtype_entry_names_the_field(tmp_path):
+    entry = {"value": True, "why": "x", "sources": ["s"], "by_dtype": {"fp32": {"value": False, "why": "y",
+                                                                               "sources": ["s"]}}}
+    path = _stack_file(tmp_path, settings={"tp_comm_overlap": entry})
+    with pytest.raises(ConfigError) as err:
+        load_stack(path)
+    assert err.value.field == "settings.tp_comm_overlap.by_dtype.fp32"
+    entry["by_dtype"] = {"nvfp4": {"value": "off", "why": "y", "sources": ["s"]}}
+    with pytest.raises(ConfigError) as err:
+        load_stack(_stack_file(tmp_path, settings={"tp_comm_overlap": entry}))
+    assert err.value.field == "settings.tp_comm_overlap.by_dtype.nvfp4.value"
+
+
+def test_16_bit_gradient_reduction_halves_the_gradient_bytes():
+    """grad_reduce_in_fp32 false: Megatron-Core's gradient buffer takes the weights' dtype, so
+    the gradients' memory and every data-parallel gradient reduction move half the bytes."""
+    from sim.memory import state_bytes
+    from sim.workload.taskgraph import build_program
+    from tests.conftest import make_workload
+
+    fp32 = make_workload(tp=1, pp=1, dp=4, gbs=8, layers=2)
+    bf16 = dataclasses.replace(fp32, parallel=dataclasses.replace(fp32.parallel, grad_reduce_in_fp32=False))
+    assert state_bytes(bf16.model, bf16.parallel, 0).grads_bytes == \
+        pytest.approx(state_bytes(fp32.model, fp32.parallel, 0).grads_bytes / 2)
+
+    def grad_bytes(w):
+        prog = build_program(w)
+        return sum(t.op.size_bytes for t in prog.tasks if t.comm and "grads" in t.name)
+
+    assert grad_bytes(fp32) > 0
+    assert grad_bytes(bf16) == pytest.approx(grad_bytes(fp32) / 2)
