@@ -15,6 +15,11 @@ transfers can share a link with a layer's collectives, and those never run at th
 so the three give the same times (to rounding; tested); the layer level has about 12 times
 fewer tasks than the op level, the step level about as many tasks as there are steps.
 
+The host: given a ``host_gap`` (:mod:`sim.inference.host`), each stage's step starts with a
+``host`` task, the time that stage's GPU waits for its host to issue the step's kernels (the
+embedding, the layers' ops and collectives, the output layer; not the pipeline's transfers),
+after its own previous step.
+
 The KV cache grows on each GPU's memory counter as each layer writes its new keys and values;
 the weights and the activation buffers are the static memory (:mod:`sim.inference.memory`).
 """

@@ -98,17 +98,12 @@ def simulate_inference(spec: InferenceSpec, topology: TopologySpec, *, granulari
 
 def _host_gap(stack: ServingStack, costs: AnalyticalCostModel, fabric: Fabric) -> HostGap:
     """The program's ``host_gap``: each step's ops timed alone, then the stack's host gap
-    (:func:`sim.inference.host.host_gap_s`), computed once per distinct run of ops."""
+    (:func:`sim.inference.host.host_gap_s`); the request's work goes before the first stage's
+    prefill."""
     durations = step_durations(costs, fabric.capacity_bytes_per_s)
-    seen: dict[tuple, float] = {}
 
     def gap(stage: int, step: int, ops: tuple) -> float:
-        first = step == 0 and stage == 0
-        key = (first, tuple(id(st.op) for st in ops))
-        g = seen.get(key)
-        if g is None:
-            g = seen[key] = host_gap_s(stack, durations(ops), first)
-        return g
+        return host_gap_s(stack, durations(ops), step == 0 and stage == 0)
 
     return gap
 
