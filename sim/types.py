@@ -203,6 +203,9 @@ class OpKind(str, Enum):
     OPTIMIZER = "optimizer"
     COLLECTIVE = "collective"
     P2P = "p2p"
+    HOST = "host"
+    """No kernel: the GPU waiting for its host to issue the next one (serving,
+    :mod:`sim.inference.host`)."""
 
     @property
     def is_comm(self) -> bool:

@@ -5,10 +5,10 @@
 
     llmsim infer [MODEL] [--gpu H100-SXM5-80GB] [--tp 1] [--pp 1] [--batch 1] [--prompt 200] [--generate 200]
                  [--dtype bf16] [--kv-dtype DTYPE] [--topology T] [--granularity layer|op|step]
-                 [--trace PATH] [--json PATH]
+                 [--stack NAME|FILE] [--trace PATH] [--json PATH]
     llmsim roofline [MODEL] [--gpu A100-SXM4-80GB,H100-SXM5-80GB,B200] [--phase prefill,decode] [...] [--plot PATH]
     llmsim whatif memory [MODEL] [--gpu H100-SXM5-80GB] [--hbm HBM2e,HBM3,HBM3e,HBM4] [...] [--plot PATH]
-    llmsim validate-infer FILE [--json PATH]
+    llmsim validate-infer FILE [--stack NAME|FILE] [--json PATH]
 
 ``MODEL`` is a model file or preset (``workloads/models/``), a training workload (its model
 section), or a Hugging Face ``config.json`` (:mod:`sim.inference.models`).
@@ -46,8 +46,13 @@ def _cmd_infer(a: argparse.Namespace) -> int:
     from sim.inference.report import format_inference_report, make_inference_report
     from sim.inference.runner import simulate_inference
 
+    from sim.inference.stack import load_serving_stack
+
     spec, topo, notes = build_spec(_args(a))
-    run = simulate_inference(spec, topo, granularity=a.granularity, notes=notes)
+    stack = load_serving_stack(a.stack)
+    if a.stack is not None:
+        notes.append(f"serving stack: {stack.shown()}")
+    run = simulate_inference(spec, topo, granularity=a.granularity, notes=notes, stack=stack)
     report = make_inference_report(run)
     print(format_inference_report(report))
     if a.json:
@@ -105,7 +110,9 @@ def _cmd_whatif_memory(a: argparse.Namespace) -> int:
 def _cmd_validate_infer(a: argparse.Namespace) -> int:
     from sim.inference.validate import format_inference_validation, validate_inference
 
-    v = validate_inference(a.file)
+    from sim.inference.stack import load_serving_stack
+
+    v = validate_inference(a.file, stack=load_serving_stack(a.stack) if a.stack is not None else None)
     print(format_inference_validation(v))
     if a.json:
         _write_json(a.json, v.to_dict())
@@ -140,6 +147,9 @@ def add_commands(sub) -> None:
     inf.add_argument("--granularity", choices=("layer", "op", "step"), default="layer",
                      help="layer: each layer of each step one block (default); op: every kernel and collective "
                      "a task (the most detailed trace); step: a stage's layers of one step one block (fastest)")
+    inf.add_argument("--stack", metavar="NAME|FILE", default=None, help="serving stack whose host issues the "
+                     "kernels: a file or one of workloads/inference/stacks/ (default cuda-graphs: steps replayed as "
+                     "CUDA graphs, no host work counted)")
     inf.add_argument("--trace", metavar="PATH", help="write a Chrome trace (gzip if PATH ends in .gz)")
     inf.set_defaults(func=_cmd_infer)
     roof = sub.add_parser("roofline", help="every GEMM and attention op of a layer against each GPU's ridge point",
@@ -156,6 +166,8 @@ def add_commands(sub) -> None:
                          "and the error per metric.")
     val.add_argument("file", metavar="FILE", nargs="?", default=None,
                      help="case file (default: the shipped cases, workloads/inference/latency.yaml)")
+    val.add_argument("--stack", metavar="NAME|FILE", default=None, help="run every case on this serving stack "
+                     "(default: each case's own, matched by its framework text)")
     val.add_argument("--json", metavar="PATH", help="write the rows and the summary as JSON")
     val.set_defaults(func=_cmd_validate_infer)
 

@@ -15,14 +15,21 @@ transfers can share a link with a layer's collectives, and those never run at th
 so the three give the same times (to rounding; tested); the layer level has about 12 times
 fewer tasks than the op level, the step level about as many tasks as there are steps.
 
+The host: given a ``host_gap`` (:mod:`sim.inference.host`), each stage's step starts with a
+``host`` task, the time that stage's GPU waits for its host to issue the step's kernels (the
+embedding, the layers' ops and collectives, the output layer; not the pipeline's transfers),
+after its own previous step.
+
 The KV cache grows on each GPU's memory counter as each layer writes its new keys and values;
 the weights and the activation buffers are the static memory (:mod:`sim.inference.memory`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from sim.inference.host import HostOp
 from sim.inference.memory import activation_bytes, weights_bytes
 from sim.inference.ops import (TOKEN_ID_BYTES, StepShape, embedding_steps, head_steps, hidden_bytes,
                                kv_bytes_per_token_layer, layer_steps)
@@ -34,9 +41,12 @@ from sim.workload.layers import Step
 from sim.workload.layout import Layout
 from sim.workload.ops import CommOp, Op
 
-__all__ = ["GRANULARITIES", "InferenceProgram", "build_inference_program", "step_shape"]
+__all__ = ["GRANULARITIES", "HostGap", "InferenceProgram", "build_inference_program", "step_shape"]
 
 GRANULARITIES = ("op", "layer", "step")
+
+HostGap = Callable[[int, int, tuple[Step, ...]], float]
+"""``host_gap(stage, step, ops)``: seconds the stage's GPU waits for its host before the step."""
 
 
 def step_shape(spec: InferenceSpec, step: int) -> StepShape:
@@ -87,8 +97,10 @@ class _Builder:
 class _StageProgram:
     """Writes one simulated GPU's tasks (stage ``stage``, TP rank 0)."""
 
-    def __init__(self, b: _Builder, spec: InferenceSpec, layout: Layout, stage: int, granularity: str) -> None:
+    def __init__(self, b: _Builder, spec: InferenceSpec, layout: Layout, stage: int, granularity: str,
+                 host_gap: HostGap | None = None) -> None:
         self.b, self.spec, self.layout, self.stage = b, spec, layout, stage
+        self.host_gap = host_gap
         self.rank = layout.rank(0, 0, stage)
         self.group = layout.tp_group(0, stage)
         self.replicas = layout.tp_groups(stage)
@@ -155,13 +167,20 @@ class _StageProgram:
             shape = step_shape(spec, step)
             args = (("phase", shape.phase.value), ("step", step))
             kv = spec.batch * shape.new_tokens * kv_token
+            steps = self.b.intern(layer_steps(spec, shape, self.group, self.replicas))
+            head = self.b.intern(head_steps(spec, shape, self.group, self.replicas)) if s == last else ()
+            embed = self.b.intern(embedding_steps(spec, shape)) if s == 0 else ()
+            if self.host_gap is not None:
+                issued = embed + steps * len(layers) + head
+                gap = self.host_gap(s, step, issued)
+                if gap > 0:
+                    self.compute("host", HostOp(gap), args)
             if s == 0:
                 if step > 0 and spec.pp > 1:
                     self.recv("tokens", step, last, spec.batch * TOKEN_ID_BYTES, args)
-                self.run(self.b.intern(embedding_steps(spec, shape)), args)
+                self.run(embed, args)
             else:
                 self.recv("hidden", step, s - 1, hidden_bytes(spec, shape), args)
-            steps = self.b.intern(layer_steps(spec, shape, self.group, self.replicas))
             if self.granularity == "step" and layers:
                 n = len(layers)
                 block = Block(tuple(x.op for x in steps) * n, tuple(x.stream for x in steps) * n,
@@ -180,14 +199,14 @@ class _StageProgram:
             if s < last:
                 self.send("hidden", step, s + 1, hidden_bytes(spec, shape), args)
             else:
-                end = self.run(self.b.intern(head_steps(spec, shape, self.group, self.replicas)), args)
+                end = self.run(head, args)
                 step_end.append(end.id)
                 if spec.pp > 1 and step + 1 < spec.generate_tokens:
                     self.send("tokens", step + 1, 0, spec.batch * TOKEN_ID_BYTES, args)
 
 
 def build_inference_program(spec: InferenceSpec, node_of=lambda r: 0, local_gpu_of=lambda r: r,
-                            granularity: str = "op") -> InferenceProgram:
+                            granularity: str = "op", host_gap: HostGap | None = None) -> InferenceProgram:
     """Build the task program of one generation: the prefill and ``generate_tokens - 1`` decode
     steps.
 
@@ -198,6 +217,11 @@ def build_inference_program(spec: InferenceSpec, node_of=lambda r: 0, local_gpu_
     granularity : {"op", "layer", "step"}
         A task per op, a block per layer and step, or a block per stage and step (see the
         module docstring).
+    host_gap : callable, optional
+        ``host_gap(stage, step, ops)``: the seconds the stage's GPU waits for its host before
+        the step, given the ops the host issues for it in order (:mod:`sim.inference.host`);
+        a positive gap becomes a ``host`` task at the head of the step. None: the host is
+        always ahead.
 
     Examples
     --------
@@ -216,7 +240,7 @@ def build_inference_program(spec: InferenceSpec, node_of=lambda r: 0, local_gpu_
     infos, static = [], {}
     act = activation_bytes(spec)
     for stage in range(spec.pp):
-        sp = _StageProgram(b, spec, layout, stage, granularity)
+        sp = _StageProgram(b, spec, layout, stage, granularity, host_gap)
         sp.build(step_end)
         r = sp.rank
         infos.append(RankInfo(r, node_of(r), local_gpu_of(r), 0, stage, 0))

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim import __version__
+from sim.inference.host import HostOp
 from sim.inference.memory import StageMemory, stage_memory
 from sim.inference.program import phase_of
 from sim.inference.runner import InferenceRun
@@ -48,8 +49,9 @@ class InferenceReport:
     tpot_last_s: float
     e2e_latency_s: float
     breakdown_s: dict
-    """Per phase: compute per op kind (summed over the stages), exposed TP communication, and
-    the rest (pipeline transfers and waits), adding up to the phase's time."""
+    """Per phase: compute per op kind (summed over the stages), exposed TP communication, the
+    GPU waiting for its host (:mod:`sim.inference.host`) and the rest (pipeline transfers and
+    waits), adding up to the phase's time."""
     stages: tuple[StageMemory, ...]
     peak_memory_bytes: tuple[float, ...]
     """Each stage's peak on the simulated timeline (equal to the closed form's total)."""
@@ -58,6 +60,8 @@ class InferenceReport:
     granularity: str
     simulated_wall_s: float
     notes: tuple[str, ...] = ()
+    stack: str = ""
+    """The serving stack whose host issued the kernels (:mod:`sim.inference.stack`)."""
 
     @property
     def num_gpus(self) -> int:
@@ -93,7 +97,7 @@ class InferenceReport:
             "memory": [s.to_dict() for s in self.stages],
             "peak_memory_bytes": [byte_count(b) for b in self.peak_memory_bytes], "fits_in_memory": self.fits_in_memory,
             "granularity": self.granularity, "tasks": self.tasks, "events": self.events,
-            "notes": list(self.notes),
+            "notes": list(self.notes), "stack": self.stack,
         }
 
 
@@ -103,8 +107,12 @@ def _breakdown(run: InferenceRun) -> dict:
     comp = {p: {k: 0.0 for k in _KINDS} for p in Phase}
     price: dict[int, tuple] = {}
     each: dict[int, float] = {}
+    host = {p: 0.0 for p in Phase}
     for t in run.program.program.tasks:
         if t.comm:
+            continue
+        if type(t.op) is HostOp:
+            host[phase_of(t)] += t.op.seconds
             continue
         hit = price.get(id(t.op))
         if hit is None:
@@ -130,7 +138,8 @@ def _breakdown(run: InferenceRun) -> dict:
         d = {f"{k.value}_s": comp[p][k] for k in _KINDS}
         d["compute_s"] = sum(comp[p].values())
         d["exposed_tp_comm_s"] = tp[p]
-        d["pipeline_and_other_s"] = max(0.0, total[p] - d["compute_s"] - tp[p])
+        d["host_s"] = host[p]
+        d["pipeline_and_other_s"] = max(0.0, total[p] - d["compute_s"] - tp[p] - host[p])
         d["total_s"] = total[p]
         out[p.value] = d
     return out
@@ -154,7 +163,7 @@ def make_inference_report(run: InferenceRun) -> InferenceReport:
         e2e_latency_s=ends[-1], breakdown_s=_breakdown(run), stages=stage_memory(spec),
         peak_memory_bytes=tuple(peaks.get(r.rank, 0.0) for r in ranks), tasks=len(run.program.program.tasks),
         events=run.result.events, granularity=run.granularity, simulated_wall_s=run.wall_s,
-        notes=tuple(run.notes))
+        notes=tuple(run.notes), stack=run.stack.name if run.stack is not None else "")
 
 
 def _ms(x: float) -> str:
@@ -179,7 +188,8 @@ def format_inference_report(r: InferenceReport) -> str:
     pre, dec = r.breakdown_s["prefill"], r.breakdown_s["decode"]
     rows = [(k.value, f"{k.value}_s") for k in _KINDS] + [
         ("compute", "compute_s"), ("exposed TP communication", "exposed_tp_comm_s"),
-        ("pipeline transfers, other", "pipeline_and_other_s"), ("total", "total_s")]
+        ("waiting for the host", "host_s"), ("pipeline transfers, other", "pipeline_and_other_s"),
+        ("total", "total_s")]
     kinds = {k.value for k in _KINDS}
     for label, key in rows:
         if label in ("compute", "total") or pre[key] or dec[key]:

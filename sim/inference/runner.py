@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from sim.costs.analytical import AnalyticalCostModel
 from sim.engine import Simulation
 from sim.errors import ConfigError
-from sim.inference.program import GRANULARITIES, InferenceProgram, build_inference_program
+from sim.inference.host import HostCostModel, host_gap_s, step_durations
+from sim.inference.program import GRANULARITIES, HostGap, InferenceProgram, build_inference_program
 from sim.inference.spec import InferenceSpec
+from sim.inference.stack import ServingStack, load_serving_stack
 from sim.results import SimResult
 from sim.topology.routing import Fabric
 from sim.topology.spec import TopologySpec
@@ -42,6 +44,8 @@ class InferenceRun:
     wall_s: float
     granularity: str
     notes: list[str] = field(default_factory=list)
+    stack: ServingStack | None = None
+    """The serving stack whose host issued the kernels."""
 
 
 def fabric_for(spec: InferenceSpec, topology: TopologySpec) -> Fabric:
@@ -62,7 +66,7 @@ def fabric_for(spec: InferenceSpec, topology: TopologySpec) -> Fabric:
 
 
 def simulate_inference(spec: InferenceSpec, topology: TopologySpec, *, granularity: str = "layer",
-                       notes: list[str] | None = None) -> InferenceRun:
+                       notes: list[str] | None = None, stack: ServingStack | None = None) -> InferenceRun:
     """Simulate the prefill and every decode step of ``spec`` on ``topology``.
 
     Parameters
@@ -72,18 +76,36 @@ def simulate_inference(spec: InferenceSpec, topology: TopologySpec, *, granulari
         ``"op"`` every kernel and collective as a task; ``"step"`` all of a stage's layers of
         one step as one block (:mod:`sim.inference.program`). All give the same times;
         ``"op"`` shows each kernel in the trace, ``"step"`` is the fastest for long outputs.
+    stack : ServingStack, optional
+        The serving stack whose host issues the kernels (:mod:`sim.inference.host`); None: the
+        default stack (:data:`sim.inference.stack.DEFAULT_STACK`, CUDA graphs and no host work).
     """
     if granularity not in GRANULARITIES:
         raise ConfigError("<simulate_inference>", "granularity", f"one of {list(GRANULARITIES)}", granularity)
     t0 = time.perf_counter()
+    stack = stack if stack is not None else load_serving_stack()
     fabric = fabric_for(spec, topology)
-    ip = build_inference_program(spec, fabric.node_of, fabric.local_gpu, granularity)
-    costs = AnalyticalCostModel(spec.gpu, fabric, representative=True)
+    costs = HostCostModel(spec.gpu, fabric, representative=True)
+    ip = build_inference_program(spec, fabric.node_of, fabric.local_gpu, granularity,
+                                 _host_gap(stack, costs, fabric) if stack.has_host_cost else None)
     result = Simulation(ip.program, costs, fabric.capacity_bytes_per_s).run()
     ends = _task_ends(result, ip)
     wall = time.perf_counter() - t0
     result.metadata["simulated_wall_s"] = wall
-    return InferenceRun(spec, topology, fabric, ip, costs, result, ends, wall, granularity, list(notes or []))
+    return InferenceRun(spec, topology, fabric, ip, costs, result, ends, wall, granularity, list(notes or []),
+                        stack)
+
+
+def _host_gap(stack: ServingStack, costs: AnalyticalCostModel, fabric: Fabric) -> HostGap:
+    """The program's ``host_gap``: each step's ops timed alone, then the stack's host gap
+    (:func:`sim.inference.host.host_gap_s`); the request's work goes before the first stage's
+    prefill."""
+    durations = step_durations(costs, fabric.capacity_bytes_per_s)
+
+    def gap(stage: int, step: int, ops: tuple) -> float:
+        return host_gap_s(stack, durations(ops), step == 0 and stage == 0)
+
+    return gap
 
 
 def _task_ends(result: SimResult, ip: InferenceProgram) -> list[float]:

@@ -26,14 +26,15 @@ from sim.inference.memory import weights_bytes
 from sim.inference.report import make_inference_report
 from sim.inference.runner import simulate_inference
 from sim.inference.spec import InferenceSpec
+from sim.inference.stack import ServingStack, load_serving_stack, stack_for_framework
 
-__all__ = ["DEFAULT_CASES", "METRICS", "Row", "Validation", "validate_inference", "format_inference_validation", "bandwidth_floor_s"]
+__all__ = ["DEFAULT_CASES", "METRICS", "Row", "Validation", "case_stack", "validate_inference", "format_inference_validation", "bandwidth_floor_s"]
 
 METRICS = ("ttft_s", "tpot_s", "e2e_latency_s")
 DEFAULT_CASES = "latency"
 """The shipped cases: ``workloads/inference/latency.yaml``."""
 _CASE_KEYS = ("id", "source", "model", "gpu", "tp", "pp", "batch", "prompt_tokens", "generate_tokens", "dtype",
-              "kv_dtype", "topology", "measured", "notes")
+              "kv_dtype", "topology", "stack", "measured", "notes")
 
 
 def bandwidth_floor_s(spec: InferenceSpec, metric: str) -> float:
@@ -62,6 +63,8 @@ class Row:
     source: str
     prompt_tokens: int = 0
     generate_tokens: int = 0
+    stack: str = ""
+    """The serving stack the case ran on (:mod:`sim.inference.stack`)."""
 
     @property
     def error(self) -> float:
@@ -74,7 +77,8 @@ class Row:
     def to_dict(self) -> dict:
         return {"case": self.case, "metric": self.metric, "measured": self.measured, "predicted": self.predicted,
                 "error": self.error, "bandwidth_floor": self.floor, "below_floor": self.below_floor,
-                "source": self.source, "prompt_tokens": self.prompt_tokens, "generate_tokens": self.generate_tokens}
+                "source": self.source, "prompt_tokens": self.prompt_tokens, "generate_tokens": self.generate_tokens,
+                "stack": self.stack}
 
 
 @dataclass(frozen=True)
@@ -106,9 +110,40 @@ def _source(raw: object) -> str:
     return str(raw or "")
 
 
-def validate_inference(path: str | None = None, granularity: str = "step") -> Validation:
+def case_stack(raw: Mapping, where: str, field: str) -> ServingStack:
+    """The serving stack a case runs on: its ``stack`` (a shipped stack's name or a file),
+    else the shipped stack whose ``matches`` finds its source's ``framework`` text, else the
+    default stack (:data:`sim.inference.stack.DEFAULT_STACK`).
+
+    Raises
+    ------
+    ConfigError
+        For a ``stack`` that names no stack, naming the case file and the field.
+    """
+    given = raw.get("stack")
+    if given is not None:
+        if not isinstance(given, str) or not given.strip():
+            raise ConfigError(where, f"{field}.stack", "a serving stack's name or file", given)
+        try:
+            return load_serving_stack(given)
+        except ConfigError as exc:
+            if exc.field != "--stack":
+                raise
+            raise ConfigError(where, f"{field}.stack", exc.expected, given) from None
+    source = raw.get("source")
+    framework = str(source.get("framework") or "") if isinstance(source, Mapping) else ""
+    return (stack_for_framework(framework) if framework else None) or load_serving_stack()
+
+
+def validate_inference(path: str | None = None, granularity: str = "step",
+                       stack: ServingStack | None = None) -> Validation:
     """Simulate every case of the file at ``path`` (the shipped cases,
     ``workloads/inference/latency.yaml``, when None) and score each measured metric.
+
+    Parameters
+    ----------
+    stack : ServingStack, optional
+        Run every case on this serving stack; None: each on its own (:func:`case_stack`).
 
     Raises
     ------
@@ -136,7 +171,8 @@ def validate_inference(path: str | None = None, granularity: str = "step") -> Va
         measured = _Fields(f.raw.get("measured"), where, f"cases[{i}].measured", METRICS)
         if not measured.raw:
             raise f.error("measured", f"a mapping with one or more of {list(METRICS)}", None)
-        rep = make_inference_report(simulate_inference(spec, topo, granularity=granularity))
+        host = stack if stack is not None else case_stack(f.raw, where, f"cases[{i}]")
+        rep = make_inference_report(simulate_inference(spec, topo, granularity=granularity, stack=host))
         for metric in METRICS:
             value = measured.number(metric)
             if value is None:
@@ -144,7 +180,7 @@ def validate_inference(path: str | None = None, granularity: str = "step") -> Va
             if value <= 0:
                 raise measured.error(metric, "a positive number of seconds", value)
             rows.append(Row(cid, metric, value, getattr(rep, metric), bandwidth_floor_s(spec, metric),
-                            _source(f.raw.get("source")), spec.prompt_tokens, spec.generate_tokens))
+                            _source(f.raw.get("source")), spec.prompt_tokens, spec.generate_tokens, host.name))
     return Validation(tuple(rows))
 
 
