@@ -132,6 +132,7 @@ PRESET_GROUPS = (
     ("inference-validation", "workloads/inference", ".yaml", "validate-infer"),
     ("megatron-args", "workloads/megatron", ".args", "run --megatron-args @NAME"),
     ("stacks", "workloads/stacks", ".yaml", "a workload's stack:, --set stack=NAME"),
+    ("serving-stacks", "workloads/inference/stacks", ".yaml", "infer --stack NAME, validate-infer --stack NAME"),
     ("hf-configs", "workloads/hf", ".json", "--hf-config NAME, a workload's model.hf_config"),
 )
 """The shipped presets, by group; ``llmsim presets`` lists them."""
