@@ -94,6 +94,8 @@ def attention_time_s(gpu: GPUSpec, op: AttentionOp, clock_hz: float | None = Non
 
 def memory_time_s(gpu: GPUSpec, op: MemoryOp) -> float:
     """Time of a bandwidth-bound kernel on ``gpu``, at the share of HBM bandwidth its access
-    pattern reaches (:meth:`GPUSpec.memory_efficiency_of`)."""
-    return op.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_of(op.access)) + gpu.kernel_launch_s
+    pattern reaches (:meth:`GPUSpec.memory_efficiency_of`) times the kernel's own measured
+    share of that (:attr:`MemoryOp.efficiency`)."""
+    rate = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency_of(op.access) * op.efficiency
+    return op.bytes / rate + gpu.kernel_launch_s
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 
 from sim.types import CollectiveKind, CommClass, CommKernel, Dtype, MemoryAccess, OpKind, ScalingRecipe, Stream
 from sim.workload import eager as _eager
+from sim.workload import nongemm
 from sim.workload.context_parallel import cp_attention
 from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp, Op, dtype_bytes
 from sim.workload.quantization import LOW_PRECISION, Cast, gemm_casts
@@ -211,14 +212,22 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     def c(name: str, op: Op) -> Step:
         return Step(None, name, op)
 
-    def mem(kind: OpKind, nbytes: float, access: MemoryAccess = MemoryAccess.STREAM) -> MemoryOp:
-        return MemoryOp(kind, float(nbytes), access)
+    def mem(kind: OpKind, nbytes: float, access: MemoryAccess = MemoryAccess.STREAM,
+            efficiency: float = 1.0) -> MemoryOp:
+        return MemoryOp(kind, float(nbytes), access, efficiency)
+
+    def fused_norm_bwd(nbytes: float, fill_bytes: float = 0.0) -> MemoryOp:
+        """A fused norm's backward moving ``nbytes`` at the measured share of the forward's
+        bandwidth (:data:`~sim.workload.nongemm.NORM_BACKWARD_EFFICIENCY`), and the NaN fill of
+        its output, ``fill_bytes``, streaming."""
+        r = nongemm.NORM_BACKWARD_EFFICIENCY
+        return mem(OpKind.NORM, nbytes + fill_bytes, efficiency=(nbytes + fill_bytes) / (nbytes / r + fill_bytes))
 
     # deterministic mode: PyTorch NaN-fills each output Transformer Engine allocates with
     # at::empty (GEMMs, attention, norms, activations), one more write of it (ParallelSpec.deterministic)
     fill = 1.0 if parallel.deterministic else 0.0
     norm = mem(OpKind.NORM, (2 + fill) * Tn * h * e)
-    norm_bwd = mem(OpKind.NORM, (3 + fill) * Tn * h * e)
+    norm_bwd = fused_norm_bwd(3 * Tn * h * e, fill * Tn * h * e)
     eager = not parallel.fused_elementwise
 
     def kernels(kind: OpKind, ks: list[_eager.Kernel]) -> list[Step]:
@@ -293,7 +302,7 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     proj_in_bwd: list[Step] = []
     for name, out, inp, _split in reversed(in_gemms):
         if name.endswith("-down"):
-            proj_in_bwd.append(c(f"{name[:-5]}-norm-bwd", mem(OpKind.NORM, 3 * T * out * e)))
+            proj_in_bwd.append(c(f"{name[:-5]}-norm-bwd", fused_norm_bwd(3 * T * out * e)))
         proj_in_bwd += [c(f"{name}-dgrad", dgrad_g(inp, out)), c(f"{name}-wgrad", wgrad_g(inp, out))]
     # the TP collectives carry the Transformer Engine GEMM they overlap with under
     # tp_comm_overlap (sim.workload.tp_overlap): all-gathers feeding fprop GEMMs and dgrad GEMMs
@@ -372,21 +381,29 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     embedding_fwd = (c("embedding", emb_bytes), *reduce("embedding-out"))
     embedding_bwd = (*gather("embedding-grad"), c("embedding-bwd", emb_bytes))
     logits = T * (V // t)
+    # the cross entropy as Megatron runs it, measured (sim.workload.nongemm); torchtitan's
+    # PyTorch cross entropy on the fp32 logits (cast, log_softmax, nll_loss and their
+    # backwards) makes as many passes and is priced the same, not measured on its own
+    loss_fwd = mem(OpKind.LOSS, logits * nongemm.CROSS_ENTROPY_FORWARD_BYTES,
+                   efficiency=nongemm.CROSS_ENTROPY_FORWARD_EFFICIENCY)
+    loss_bwd = mem(OpKind.LOSS, logits * nongemm.CROSS_ENTROPY_BACKWARD_BYTES,
+                   efficiency=nongemm.CROSS_ENTROPY_BACKWARD_EFFICIENCY)
     small_ar = CommOp(CollectiveKind.ALL_REDUCE, CommClass.TP, tp_group, 3 * T * 4.0, replicas)
     # the output layer stays in 16 bits under FP8/FP4 training (Megatron-LM and Transformer
     # Engine quantize the transformer layers' linear layers only)
     hg = lambda m_, n_, k_: GemmOp(m_, n_, k_, dtype if not low else ACT_DTYPE)  # noqa: E731
     head_fwd = (*norm_f("final-norm"), *gather("head-in"), c("lm-head", hg(T, V // t, h)),
                 # Megatron's vocab-parallel cross entropy: fp32 logits, max / sum-exp / target
-                # all-reduced over TP (megatron/core/tensor_parallel/cross_entropy.py).
-                c("cross-entropy", mem(OpKind.LOSS, logits * (e + 3 * 4))),
+                # all-reduced over TP (megatron/core/tensor_parallel/cross_entropy.py), its
+                # passes and their measured bandwidth in sim.workload.nongemm
+                c("cross-entropy", loss_fwd),
                 *([Step(Stream.TP_COMM, "ncclAllReduce loss", small_ar)] if tp_on else []))
     # the output layer's weight gradient (Megatron-Core's own linear layer, torch.matmul) is
     # added into main_grad by the same hook when not accumulated in the GEMM
     head_w = hg(V // t, h, T)
     if not parallel.gradient_accumulation_fusion:
         head_w = replace(head_w, extra_bytes=(V // t) * h * (e + 2 * parallel.grad_bytes), extra_kernels=1)
-    head_bwd = (c("cross-entropy-bwd", mem(OpKind.LOSS, logits * (4 + e))),
+    head_bwd = (c("cross-entropy-bwd", loss_bwd),
                 c("lm-head-dgrad", hg(T, h, V // t)), *reduce("head-grad", wait=1),
                 c("lm-head-wgrad", head_w), *norm_b("final-norm-bwd"))
     # every other matmul of wq, wk, wv, wo, w1, [w3,] w2, as separate projections

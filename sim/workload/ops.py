@@ -130,6 +130,10 @@ class MemoryOp:
     kind: OpKind
     bytes: float
     access: MemoryAccess = MemoryAccess.STREAM
+    efficiency: float = 1.0
+    """Share of the bandwidth its access pattern reaches that this kernel (or sequence of
+    kernels) reaches, where a published measurement of it says less
+    (:mod:`sim.workload.nongemm`); 1: as the access pattern."""
 
     @property
     def flops(self) -> float:
