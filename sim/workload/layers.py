@@ -223,6 +223,15 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
         r = nongemm.NORM_BACKWARD_EFFICIENCY
         return mem(OpKind.NORM, nbytes + fill_bytes, efficiency=(nbytes + fill_bytes) / (nbytes / r + fill_bytes))
 
+    def activation_bwd(nbytes: float, fill_bytes: float = 0.0) -> MemoryOp:
+        """The fused activation's backward moving ``nbytes``: a gated one (SwiGLU) at its
+        measured share of streaming bandwidth (:data:`~sim.workload.nongemm.
+        SWIGLU_BACKWARD_EFFICIENCY`), and the NaN fill of its output, ``fill_bytes``, streaming."""
+        if not model.gated_mlp:
+            return mem(OpKind.ELEMENTWISE, nbytes + fill_bytes)
+        r = nongemm.SWIGLU_BACKWARD_EFFICIENCY
+        return mem(OpKind.ELEMENTWISE, nbytes + fill_bytes, efficiency=(nbytes + fill_bytes) / (nbytes / r + fill_bytes))
+
     # deterministic mode: PyTorch NaN-fills each output Transformer Engine allocates with
     # at::empty (GEMMs, attention, norms, activations), one more write of it (ParallelSpec.deterministic)
     fill = 1.0 if parallel.deterministic else 0.0
@@ -313,7 +322,7 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
         act_b = kernels(OpKind.ELEMENTWISE, _eager.swiglu_backward(T, f // t))
     else:
         act_f = [c("activation", mem(OpKind.ELEMENTWISE, T * f // t * e * (branches + 1 + fill)))]
-        act_b = [c("activation-bwd", mem(OpKind.ELEMENTWISE, T * f // t * e * (2 * branches + 1 + fill * branches)))]
+        act_b = [c("activation-bwd", activation_bwd(T * f // t * e * (2 * branches + 1), T * f // t * e * fill * branches))]
     # eager only: the rotary embedding of q and k and the K/V heads repeated for SDPA
     # (the compiled rotary kernel is not priced, as for every framework)
     q_w, kv_w = q // t, kv_heads * model.head_dim

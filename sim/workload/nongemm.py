@@ -32,12 +32,22 @@ which Megatron-LM's ``persist_layer_norm`` runs and Transformer Engine's normali
 carry on under the same names) at 1258.0 GB/s forward and 1163.4 GB/s backward, apex's
 ``FusedLayerNorm`` at 895.8 and 572.2. The forward is priced as a streaming kernel; the
 backward at :data:`NORM_BACKWARD_EFFICIENCY` of that, the ``FastLayerNorm`` ratio.
+
+Megatron-Core's fused SwiGLU (``megatron/core/fusions/fused_bias_swiglu.py``, compiled by
+``torch.compile`` through ``jit_fuser`` from PyTorch 2.2 on, for the one shape a training step
+runs) moves 3 elements per output element forward (read both halves, write the product) and 5
+backward (read the gradient and both halves, write both halves' gradients). Timed on our H200
+(``benchmarks/device/fused_activation.py``, ``benchmarks/device/results/
+h200-2026-11-28-fused-activation.json``: 8,192 tokens, local widths 1,792-28,672, against a
+1 GiB copy at 4,257 GB/s), the forward reaches the copy's bandwidth (0.94-1.02 from width
+3,584 up) while the backward reaches 0.648-0.667 of it: priced at
+:data:`SWIGLU_BACKWARD_EFFICIENCY` of a streaming kernel, the median of those widths.
 """
 
 from __future__ import annotations
 
 __all__ = ["CROSS_ENTROPY_FORWARD_BYTES", "CROSS_ENTROPY_BACKWARD_BYTES", "CROSS_ENTROPY_FORWARD_EFFICIENCY",
-           "CROSS_ENTROPY_BACKWARD_EFFICIENCY", "NORM_BACKWARD_EFFICIENCY"]
+           "CROSS_ENTROPY_BACKWARD_EFFICIENCY", "NORM_BACKWARD_EFFICIENCY", "SWIGLU_BACKWARD_EFFICIENCY"]
 
 CROSS_ENTROPY_FORWARD_BYTES = 38
 """HBM bytes per logit of Megatron's vocab-parallel cross entropy, forward (module docstring)."""
@@ -52,3 +62,9 @@ CROSS_ENTROPY_BACKWARD_EFFICIENCY = CROSS_ENTROPY_BACKWARD_BYTES / 15.5
 
 NORM_BACKWARD_EFFICIENCY = 1163.4357 / 1258.0318
 """A fused norm's backward bandwidth over its forward's: apex ``FastLayerNorm``, PR #1037."""
+
+SWIGLU_BACKWARD_EFFICIENCY = 0.663
+"""A fused SwiGLU backward's bandwidth over a copy's: the median over local widths 3,584-28,672
+(0.648, 0.659, 0.666, 0.667) of ``benchmarks/device/results/h200-2026-11-28-fused-activation.json``
+(module docstring); the 1,792-wide kernel, 55 us, is left out as short enough for its launch
+and tail to count."""

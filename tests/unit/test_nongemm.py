@@ -1,11 +1,14 @@
 """Non-GEMM kernels priced from published measurements (:mod:`sim.workload.nongemm`): the
-constants are what ``benchmarks/nongemm_derive.py`` derives from the committed excerpts, and a
+constants are what ``benchmarks/nongemm_derive.py`` derives from the published figures it quotes
+and what our H200 measured (``benchmarks/device/results/``), and a
 layer's fused norm backward and its cross entropy cost what those measurements say."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -32,7 +35,7 @@ def _derive():
 
 
 def test_constants_are_the_published_measurements():
-    """Re-derived from the committed excerpts, so none can be edited to fit a case."""
+    """Re-derived from the quoted published figures, so none can be edited to fit a case."""
     d = _derive()
     fwd, bwd = d.cross_entropy_bytes_per_logit("megatron-unfused")
     assert nongemm.CROSS_ENTROPY_FORWARD_BYTES / nongemm.CROSS_ENTROPY_FORWARD_EFFICIENCY == pytest.approx(fwd, abs=0.05)
@@ -117,3 +120,42 @@ def test_memory_op_efficiency_scales_its_time():
     slow = dataclasses.replace(base, efficiency=0.5)
     assert memory_time_s(gpu, slow) - gpu.kernel_launch_s == pytest.approx(
         2 * (memory_time_s(gpu, base) - gpu.kernel_launch_s))
+
+
+def _device_rows():
+    path = Path(sim.__file__).resolve().parent.parent / "benchmarks" / "device" / "results"
+    return json.loads((path / "h200-2026-11-28-fused-activation.json").read_text())["rows"]
+
+
+def test_swiglu_backward_share_is_the_h200_measurement():
+    """The constant is the median backward-to-copy ratio of the committed H200 run, widths of
+    3,584 and up; the forward there reaches the copy's bandwidth, so it stays a streaming kernel."""
+    rows = [r for r in _device_rows() if r["kernel"] == "swiglu" and r["width"] >= 3584]
+    assert len(rows) == 4
+    assert nongemm.SWIGLU_BACKWARD_EFFICIENCY == pytest.approx(statistics.median(r["backward_over_copy"] for r in rows),
+                                                              abs=5e-4)
+    assert min(r["forward_over_copy"] for r in rows) > 0.9
+
+
+def _gated(w):
+    return dataclasses.replace(w, model=dataclasses.replace(w.model, gated_mlp=True, ffn_hidden_size=2816))
+
+
+def test_fused_swiglu_backward_runs_at_the_measured_share():
+    """A gated MLP's fused activation backward moves 5 elements per output element at
+    SWIGLU_BACKWARD_EFFICIENCY of the streaming rate; its forward (3 elements) streams; a GELU
+    MLP's backward streams."""
+    gpu = get_gpu("H100")
+    w, _ = _ops()
+    w = _gated(w)
+    ops = layer_ops(w.model, w.parallel, w.dtype, (0, 1))
+    fwd, bwd = _step(ops.layer_fwd, "activation"), _step(ops.layer_bwd, "activation-bwd")
+    n = w.parallel.micro_batch_size * w.model.seq_length * w.model.ffn_hidden_size // w.parallel.tp
+    assert fwd.bytes == 3 * n * E and bwd.bytes == 5 * n * E
+    t_f = memory_time_s(gpu, fwd) - gpu.kernel_launch_s
+    t_b = memory_time_s(gpu, bwd) - gpu.kernel_launch_s
+    assert t_b / t_f == pytest.approx(5 / 3 / nongemm.SWIGLU_BACKWARD_EFFICIENCY)
+    w2, ops2 = _ops()
+    g_f, g_b = _step(ops2.layer_fwd, "activation"), _step(ops2.layer_bwd, "activation-bwd")
+    assert (memory_time_s(gpu, g_b) - gpu.kernel_launch_s) / (memory_time_s(gpu, g_f) - gpu.kernel_launch_s) == \
+        pytest.approx(3 / 2)
