@@ -568,7 +568,9 @@ def _moe_mlp(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, T: int, e: 
     exp_fc1_w = GemmOp(h, br * f // te, per_expert, dtype, local)
     exp_fc2_d = GemmOp(per_expert, f // te, h, dtype, local)
     exp_fc2_w = GemmOp(f // te, h, per_expert, dtype, local)
-    exp_act_b = mem(OpKind.ELEMENTWISE, routed_all * f // te * e * (2 * br + 1))
+    # a gated expert's fused activation backward at its measured share (dense MLPs: activation_bwd)
+    act_bwd_eff = nongemm.SWIGLU_BACKWARD_EFFICIENCY if br == 2 else 1.0
+    exp_act_b = mem(OpKind.ELEMENTWISE, routed_all * f // te * e * (2 * br + 1), efficiency=act_bwd_eff)
     fwd = [*norm2, c("router", router), c("router-topk", topk), c("permute", permute),
            *ep_coll("dispatch"), *tp_coll(CollectiveKind.ALL_GATHER, "dispatch"),
            c("experts-fc1", exp_fc1), c("experts-activation", exp_act), c("experts-fc2", exp_fc2),
@@ -588,7 +590,8 @@ def _moe_mlp(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, T: int, e: 
                 c("shared-fc2", fwd_g(h, fs // t)), *reduce("shared-out")]
         bwd[1:1] = [*gather("shared-grad"), c("shared-fc2-dgrad", dgrad_g(fs // t, h)),
                     c("shared-fc2-wgrad", wgrad_g(fs // t, h)),
-                    c("shared-activation-bwd", mem(OpKind.ELEMENTWISE, T * fs // t * e * (2 * br + 1))),
+                    c("shared-activation-bwd", mem(OpKind.ELEMENTWISE, T * fs // t * e * (2 * br + 1),
+                                                  efficiency=act_bwd_eff)),
                     *gather("shared-in", wait=1), c("shared-fc1-dgrad", dgrad_g(h, br * fs // t)),
                     *reduce("shared-grad", wait=1), c("shared-fc1-wgrad", wgrad_g(h, br * fs // t))]
     fwd.append(c("dropout-add", dropout_add))

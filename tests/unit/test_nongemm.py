@@ -159,3 +159,18 @@ def test_fused_swiglu_backward_runs_at_the_measured_share():
     g_f, g_b = _step(ops2.layer_fwd, "activation"), _step(ops2.layer_bwd, "activation-bwd")
     assert (memory_time_s(gpu, g_b) - gpu.kernel_launch_s) / (memory_time_s(gpu, g_f) - gpu.kernel_launch_s) == \
         pytest.approx(3 / 2)
+
+
+def test_gated_experts_activation_backward_runs_at_the_measured_share():
+    """A mixture of experts' gated experts (and its shared expert) price their activation's
+    backward like a dense SwiGLU MLP: 5 elements per output element at the measured share."""
+    gpu = get_gpu("H100")
+    w = make_workload(hidden=1024, heads=16, seq=512, mbs=2, experts=8, topk=2, shared=1)
+    w = _gated(w)
+    ops = layer_ops(w.model, w.parallel, w.dtype, (0,)).for_layer(True)
+    for fwd_name, bwd_name in (("experts-activation", "experts-activation-bwd"),
+                               ("shared-activation", "shared-activation-bwd")):
+        fwd, bwd = _step(ops.layer_fwd, fwd_name), _step(ops.layer_bwd, bwd_name)
+        t_f = memory_time_s(gpu, fwd) - gpu.kernel_launch_s
+        t_b = memory_time_s(gpu, bwd) - gpu.kernel_launch_s
+        assert t_b / t_f == pytest.approx(5 / 3 / nongemm.SWIGLU_BACKWARD_EFFICIENCY)
