@@ -20,6 +20,7 @@ next at once), so that busbw compares with the link's peak whatever the rank cou
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass
@@ -37,6 +38,10 @@ from sim.workload.ops import CommOp
 
 __all__ = ["CollectiveResult", "collective", "parse_size_bytes", "bus_factor", "representative_phases"]
 
+MAX_SIZE_BYTES = 2.0**50
+"""The largest message size priced (1 PiB: nccl-tests sweep to a few GiB; past a float's
+integers the flow network's clock stops resolving a byte)."""
+
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -47,11 +52,13 @@ def parse_size_bytes(text: str, where: str = "<--bytes>", field: str = "--bytes"
     >>> parse_size_bytes("1GiB"), parse_size_bytes("256 MB"), parse_size_bytes("4096")
     (1073741824.0, 256000000.0, 4096.0)
     """
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", str(text)[:100])
     unit = m.group(2).lower() if m else None
-    if m is None or unit not in _UNITS or float(m.group(1)) <= 0:
-        raise ConfigError(where, field, "a positive size such as 1GiB, 256MB or 4096 (bytes)", text)
-    return float(m.group(1)) * _UNITS[unit]
+    size = float(m.group(1)) * _UNITS[unit] if m is not None and unit in _UNITS else math.nan
+    if not 0 < size <= MAX_SIZE_BYTES:
+        raise ConfigError(where, field, "a positive size of at most 1 PiB, such as 1GiB, 256MB or 4096 (bytes)",
+                          text)
+    return size
 
 
 def bus_factor(kind: CollectiveKind, n: int) -> float:

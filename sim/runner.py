@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
 import re
 import time
 from contextlib import contextmanager
@@ -273,8 +274,8 @@ def _slowdown(workload: WorkloadSpec, program: Program, slow_gpus: dict[int, flo
     for rank, factor in sorted(slow_gpus.items()):
         if not (isinstance(rank, int) and 0 <= rank < n):
             raise ConfigError("<--slow-gpu>", "--slow-gpu", f"a GPU rank in 0..{n - 1}", rank)
-        if not factor >= 1.0:
-            raise ConfigError("<--slow-gpu>", "--slow-gpu", "a slowdown factor >= 1", factor)
+        if not 1.0 <= factor < math.inf:
+            raise ConfigError("<--slow-gpu>", "--slow-gpu", "a finite slowdown factor >= 1", factor)
         target = rank if rank in simulated else layout.rank(0, 0, layout.coords(rank)[2])
         out[target] = max(out.get(target, 1.0), factor)
         where = "" if target == rank else f" (simulated as stage {layout.coords(rank)[2]}'s rank {target})"

@@ -57,12 +57,17 @@ def fabric_for(spec: InferenceSpec, topology: TopologySpec) -> Fabric:
     ConfigError
         If the topology has fewer GPUs than the spec needs.
     """
+    return Fabric.of(topology, _fabric_gpus(spec, topology))
+
+
+def _fabric_gpus(spec: InferenceSpec, topology: TopologySpec) -> int:
+    """The GPUs of the fabric :func:`fabric_for` builds."""
     n = spec.num_gpus
     if topology.num_gpus is not None:
         if topology.num_gpus < n:
-            raise ConfigError(topology.name, "num_gpus", f"at least tp x pp = {n} GPUs", topology.num_gpus)
+            raise ConfigError(topology.origin, "num_gpus", f"at least tp x pp = {n} GPUs", topology.num_gpus)
         n = topology.num_gpus
-    return Fabric.of(topology, n)
+    return n
 
 
 def simulate_inference(spec: InferenceSpec, topology: TopologySpec, *, granularity: str = "layer",

@@ -77,12 +77,12 @@ def build_topology(spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
                               "topology has a fixed size)", have)
         return _apply_faults(g, spec, num_gpus)
     if spec.num_gpus is not None and spec.num_gpus != num_gpus:
-        raise ConfigError(spec.name, "num_gpus",
+        raise ConfigError(spec.origin, "num_gpus",
                           f"the workload's GPU count {num_gpus} (the topology fixes its own size)",
                           spec.num_gpus)
     gpn = spec.gpus_per_node
     if num_gpus % gpn and num_gpus > gpn:
-        raise ConfigError(spec.name, "gpus_per_node", f"a divisor of the GPU count {num_gpus}", gpn)
+        raise ConfigError(spec.origin, "gpus_per_node", f"a divisor of the GPU count {num_gpus}", gpn)
     import networkx as nx  # imported where a graph is built: a fat tree's runs need none
 
     g = nx.DiGraph(name=spec.name, collective_latency_s=spec.scale_up.collective_latency_s,
@@ -120,7 +120,7 @@ def _apply_faults(g: nx.DiGraph, spec: TopologySpec, num_gpus: int) -> nx.DiGrap
     number the links (``link_id``)."""
     for i, fault in enumerate(spec.faults):
         if not (g.has_edge(fault.u, fault.v) and g.has_edge(fault.v, fault.u)):
-            raise ConfigError(spec.name, f"faults[{i}].between", "two adjacent nodes of the built topology "
+            raise ConfigError(spec.origin, f"faults[{i}].between", "two adjacent nodes of the built topology "
                               "(e.g. [gpu0, nvs0], [nic0.0, leaf0.0])", [fault.u, fault.v])
         for a, b in ((fault.u, fault.v), (fault.v, fault.u)):
             if fault.bandwidth_fraction == 0:
@@ -130,10 +130,10 @@ def _apply_faults(g: nx.DiGraph, spec: TopologySpec, num_gpus: int) -> nx.DiGrap
     if spec.faults:
         import networkx as nx
 
-        lost = [r for r in range(1, num_gpus) if not (nx.has_path(g, "gpu0", f"gpu{r}")
-                                                      and nx.has_path(g, f"gpu{r}", "gpu0"))]
+        to, back = nx.descendants(g, "gpu0"), nx.ancestors(g, "gpu0")  # one search each way, not one per GPU
+        lost = [r for r in range(1, num_gpus) if f"gpu{r}" not in to or f"gpu{r}" not in back]
         if lost:
-            raise ConfigError(spec.name, "faults", "failed links that leave every GPU reachable",
+            raise ConfigError(spec.origin, "faults", "failed links that leave every GPU reachable",
                               [f"gpu{r}" for r in lost[:8]])
     for i, (u, v) in enumerate(sorted(g.edges())):
         g.edges[u, v]["link_id"] = i
