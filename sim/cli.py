@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Sequence, TextIO
 
 from sim import __version__
+from sim.budget import memory_budget
 from sim.errors import ConfigError, NotBuiltError, SimError, clip
 from sim.outpaths import STDOUT, check_output_paths
 from sim.types import SIMULATED_DTYPES, dtype_names
@@ -641,7 +642,18 @@ def _parser() -> argparse.ArgumentParser:
     add_whatif_memory(wsub)
     add_commands(sub)
     _note_json_stdout(ap)
+    _add_budget_option(sub, ("run", "compare", "sweep", "collective", "validate", "infer", "validate-infer"))
+    _add_budget_option(wsub, ("generations", "nodes", "power"))
     return ap
+
+
+def _add_budget_option(sub, names: Sequence[str]) -> None:
+    """``--max-memory-gib`` on the commands that simulate (:mod:`sim.budget`)."""
+    for name in names:
+        sub.choices[name].add_argument(
+            "--max-memory-gib", type=float, metavar="GIB",
+            help="the memory one simulation may take: a job whose estimate (tasks, topology) exceeds it stops "
+            "before it is built, with the estimate (default: half of the memory this process may use)")
 
 
 def _note_json_stdout(parser: argparse.ArgumentParser) -> None:
@@ -665,7 +677,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         check_output_paths(args)  # before any work: a mistyped --json is not found minutes later
-        return _run_command(args)
+        with memory_budget(getattr(args, "max_memory_gib", None)):
+            return _run_command(args)
     except (ConfigError, NotBuiltError) as e:
         print(f"llmsim: error: {_one_line(e)}", file=sys.stderr)
         return 2

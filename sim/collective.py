@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass
 from itertools import chain
 
+from sim.budget import check, collective_estimate
 from sim.costs.base import CommPlan, Flow, Phase, share_weights
 from sim.costs.comm import plan_comm
 from sim.engine.network import solo_time_s
@@ -127,6 +128,7 @@ def collective(topology: TopologySpec, op: CollectiveKind, size_bytes: float, ra
         raise ConfigError("<--ranks>", "--ranks", "an integer of at least 2", ranks)
     if topology.num_gpus is not None and ranks > topology.num_gpus:
         raise ConfigError("<--ranks>", "--ranks", f"at most the topology's {topology.num_gpus} GPUs", ranks)
+    check(collective_estimate(topology, ranks, op is CollectiveKind.ALL_TO_ALL))  # before anything is built
     fabric = Fabric.of(topology, ranks)
     group = (0, ranks - 1) if op is CollectiveKind.SEND_RECV else tuple(range(ranks))
     try:

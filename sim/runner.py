@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from sim.budget import check as check_budget, training_estimate
 from sim.costs.analytical import AnalyticalCostModel
 from sim.costs.base import CostModel
 from sim.costs.compute import kernel_load
@@ -186,6 +187,7 @@ def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs:
             notes.append("parallel.placement: an explicit GPU list that no rank order gives -> every "
                          "rank simulated (as --full): a representative rank per stage stands for "
                          "the others only when they are placed alike")
+        check_budget(training_estimate(workload, topology, full, granularity))  # before anything is built
         fabric = _fabric(topology, workload.system.num_gpus, placement)
         program = build_program(workload, representative=not full, node_of=fabric.node_of,
                                 local_gpu_of=fabric.local_gpu, granularity=granularity)

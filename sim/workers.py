@@ -20,10 +20,14 @@ import signal
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from sim.errors import ConfigError
 
-__all__ = ["InlineExecutor", "abandon", "check_workers", "cpu_count", "ignore_sigint", "local_pool"]
+if TYPE_CHECKING:
+    from sim.budget import Budget
+
+__all__ = ["InlineExecutor", "abandon", "check_workers", "cpu_count", "ignore_sigint", "local_pool", "start_worker"]
 
 
 def cpu_count() -> int:
@@ -59,8 +63,17 @@ class InlineExecutor(Executor):
 
 
 def ignore_sigint() -> None:
-    """Worker initializer: Ctrl-C reaches the whole process group; only the parent acts on it."""
+    """Ctrl-C reaches the whole process group; only the parent acts on it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def start_worker(budget: Budget | None) -> None:
+    """Worker initializer: ignore Ctrl-C (:func:`ignore_sigint`) and take the parent's
+    ``--max-memory-gib`` (:func:`sim.budget.adopt_budget`; None: the default budget)."""
+    from sim.budget import adopt_budget
+
+    ignore_sigint()
+    adopt_budget(budget)
 
 
 @contextmanager
@@ -74,8 +87,10 @@ def local_pool(workers: int) -> Iterator[Executor]:
         return
     import multiprocessing
 
+    from sim.budget import explicit_budget
+
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=ignore_sigint) as pool:
+                             initializer=start_worker, initargs=(explicit_budget(),)) as pool:
         yield pool
 
 

@@ -149,6 +149,25 @@ def test_a_collective_of_1e400_bytes_is_refused():
                    "(got '1e400')"
 
 
+def _torus(dims: str) -> str:
+    return (REPO / "topologies" / "torus-3d.yaml").read_text().replace("dims: [4, 4, 4]", f"dims: {dims}")
+
+
+def test_a_torus_of_eight_billion_routers_is_refused_before_it_is_built(tmp_path):
+    path = _write(tmp_path, "torus.yaml", _torus("[2000, 2000, 2000]"))
+    line = _bounded("run", "tiny", "--topology", path)
+    assert line.startswith("--max-memory-gib: expected a job that fits in the simulation memory budget of"), line
+    assert "56,000,000,072 topology nodes and links" in line, line
+
+
+def test_a_dragonfly_of_a_million_routers_per_group_is_refused_before_it_is_built(tmp_path):
+    text = (REPO / "topologies" / "dragonfly.yaml").read_text()
+    path = _write(tmp_path, "dragonfly.yaml", text.replace("routers_per_group: 32", "routers_per_group: 1000000"))
+    assert path and "routers_per_group: 1000000" in Path(path).read_text()
+    line = _bounded("run", "tiny", "--topology", path)
+    assert line.startswith("--max-memory-gib: expected a job that fits"), line
+
+
 def _megatron(tmp_path: Path, old: str, new: str) -> str:
     text = (REPO / "workloads" / "megatron" / "llama3-8b.args").read_text()
     assert old in text
@@ -180,6 +199,44 @@ def test_megatron_arguments_from_an_endless_file_are_refused():
 def test_a_hundred_million_layers_set_on_the_command_line_are_refused(command):
     line = _bounded(command, "tiny", "--set", "model.num_layers=100000000")
     assert line.endswith("model.num_layers: expected at most 10,000 layers (got 100000000)"), line
+
+
+def test_a_hundred_million_generated_tokens_are_refused_before_they_are_built():
+    line = _bounded("infer", "--gpu", "H100", "--tp", "8", "--generate", "100000000")
+    assert line.startswith("--max-memory-gib: expected a job that fits"), line
+    assert "100,000,000 tokens generated" in line
+
+
+LLAMA_16K = ("llama3-405b", "--set", "system.num_gpus=16384", "--set", "parallel.dp=128",
+             "--set", "parallel.global_batch_size=1280000", "--max-memory-gib", "8")
+
+
+def test_ten_thousand_micro_batches_of_llama3_405b_on_16384_gpus_are_refused():
+    line = _bounded("run", *LLAMA_16K)
+    assert line.startswith("--max-memory-gib: expected a job that fits in the simulation memory budget of "
+                           "8.0 GiB (--max-memory-gib) (got an estimated "), line
+    assert "Llama 3/3.1 405B on 16,384 GPUs, 10,000 micro-batches: " in line, line
+
+
+def test_every_rank_of_that_job_is_refused_as_fast():
+    line = _bounded("run", *LLAMA_16K, "--full")
+    assert "10,000 micro-batches, every rank: " in line, line
+
+
+def test_the_default_budget_is_half_the_memory_the_process_may_use():
+    line = _bounded("run", *LLAMA_16K[:-2], memory_gib=3.0)
+    assert "simulation memory budget of 1.5 GiB (50% of the 3.0 GiB this process may use; --max-memory-gib " \
+           "raises it)" in line, line
+
+
+def test_a_job_under_the_budget_is_not_refused(capsys):
+    assert main(["run", "tiny", "--max-memory-gib", "1"]) == 0
+    assert "iteration" in capsys.readouterr().out
+
+
+def test_a_budget_that_is_not_a_positive_number_is_an_error(capsys):
+    assert _error(capsys, "run", "tiny", "--max-memory-gib", "nan") == \
+        "--max-memory-gib: expected a positive number of GiB (got nan)"
 
 
 def _sigints(argv: tuple[str, ...], after_s: float, twice: bool) -> subprocess.CompletedProcess:

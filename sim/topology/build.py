@@ -35,7 +35,7 @@ from sim.topology.spec import FabricKind, LinkSpec, ScaleUpKind, TopologySpec
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["build_topology", "ring_topology_spec", "HOP_WEIGHT"]
+__all__ = ["build_topology", "graph_size", "ring_topology_spec", "HOP_WEIGHT"]
 
 _FABRICS = {FabricKind.RAIL_OPTIMIZED_FAT_TREE: add_fat_tree, FabricKind.FAT_TREE: add_fat_tree,
             FabricKind.TORUS: add_torus, FabricKind.DRAGONFLY: add_dragonfly}
@@ -113,6 +113,50 @@ def build_topology(spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
     if out.kind is not FabricKind.NONE and num_gpus > dom:
         _FABRICS[out.kind](g, spec, num_gpus, num_nodes)
     return _apply_faults(g, spec, num_gpus)
+
+
+def graph_size(spec: TopologySpec, num_gpus: int) -> tuple[int, int]:
+    """How many nodes and directed links :func:`build_topology` makes of ``spec`` at
+    ``num_gpus`` (an upper bound where the builder skips some), counted from the spec alone,
+    so that a topology too large to build is known before it is built; a dragonfly's count
+    adds the global ports :func:`~sim.topology.fabrics.dragonfly_global_links` visits. A
+    GraphML topology counts nothing here (its file's size is bounded where it is read).
+
+    >>> from sim.config import load_topology
+    >>> spec = load_topology("dgx-a100")
+    >>> g = build_topology(spec, 64)
+    >>> graph_size(spec, 64) == (g.number_of_nodes(), g.number_of_edges())
+    True
+    """
+    if spec.graph_file is not None:
+        return 0, 0
+    n, gpn, up, out = num_gpus, spec.gpus_per_node, spec.scale_up, spec.scale_out
+    dom = max(1, min(up.domain_size, n))
+    domains = -(-n // dom)
+    nodes, links = n + (domains if up.kind is ScaleUpKind.NVSWITCH else 0), 2 * n
+    if out.kind is FabricKind.NONE or n <= dom:
+        return nodes, links
+    servers = -(-n // gpn)
+    nics = servers * out.nics_per_node
+    nodes += nics
+    links += 2 * nics + 2 * n
+    if out.kind is FabricKind.TORUS:
+        routers = math.prod(out.torus.dims)
+        nodes += routers
+        links += 2 * sum(routers if k >= 3 else routers // 2 if k == 2 else 0 for k in out.torus.dims)
+    elif out.kind is FabricKind.DRAGONFLY:
+        df = out.dragonfly
+        built = -(-servers // df.nodes_per_group)
+        routers = built * df.routers_per_group
+        ports = df.groups * df.routers_per_group * df.global_links_per_router
+        nodes += routers + ports
+        links += routers * (df.routers_per_group - 1) + 2 * built * df.routers_per_group * df.global_links_per_router
+    else:
+        units = -(-servers // out.nodes_per_leaf)
+        leaves = units * (out.nics_per_node if out.kind is FabricKind.RAIL_OPTIMIZED_FAT_TREE else out.planes)
+        nodes += leaves + out.planes
+        links += 2 * leaves
+    return nodes, links
 
 
 def _apply_faults(g: nx.DiGraph, spec: TopologySpec, num_gpus: int) -> nx.DiGraph:

@@ -76,3 +76,12 @@ def test_simulations_interrupted_on_worker_processes_leave_no_traceback(monkeypa
             thread.join(timeout=300)
     assert stopped and 1 <= len(out) < len(jobs)
     assert thread_errors == []  # Python 3.11's manager thread raised on each cancelled future
+
+
+def test_workers_take_the_parents_memory_budget():
+    from sim.budget import Budget, current_budget, memory_budget
+    from sim.workers import local_pool
+
+    with memory_budget(3.0), local_pool(2) as pool:
+        budget = pool.submit(current_budget).result()
+    assert budget == Budget(3.0 * 2**30, "--max-memory-gib")
