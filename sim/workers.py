@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 
 __all__ = ["InlineExecutor", "abandon", "check_workers", "cpu_count", "ignore_sigint", "local_pool", "start_worker"]
 
+MANAGER_JOIN_S = 30.0
+"""How long :func:`abandon` waits for a process pool's manager thread once its workers are
+stopped (it ends at once: its workers are gone)."""
+
 
 def cpu_count() -> int:
     """The CPUs this process may run on: its affinity mask where the OS has one
@@ -112,6 +116,14 @@ def abandon(executor: Executor) -> None:
     # earlier versions keep their processes in a private mapping, which shutdown() drops; the
     # manager thread then finds them gone and fails every pending future (BrokenProcessPool)
     running = list((getattr(executor, "_processes", None) or {}).values())
+    manager = getattr(executor, "_executor_manager_thread", None)
     for proc in running:
         proc.terminate()
     executor.shutdown(wait=False)
+    if manager is not None:
+        # wait for the manager thread to fail the pending futures and close its wake-up pipe:
+        # shutdown(wait=False) forgets the thread, so leaving the pool's `with` does not join
+        # it, and the interpreter's exit hook (concurrent.futures.process._python_exit) then
+        # writes to the pipe while the thread closes it: "OSError: [Errno 9] Bad file
+        # descriptor" printed as a traceback (CPython 3.11 _ThreadWakeup.wakeup)
+        manager.join(MANAGER_JOIN_S)
