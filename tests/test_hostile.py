@@ -120,6 +120,20 @@ def test_nested_aliases_in_a_set_value_are_refused():
     assert line.startswith("<--set>: parallel.tp: expected a YAML value of a document of at most"), line
 
 
+def test_a_serving_stack_file_is_read_within_the_same_bounds(tmp_path):
+    from sim.inference.stack import read_serving_stack
+
+    text = (REPO / "workloads" / "inference" / "stacks" / "cuda-graphs.yaml").read_text()
+    assert "\nname: " in text
+    bomb = _write(tmp_path, "bomb.yaml", _laughs() + text.replace("\nname: ", "\nname: *a8\nold_name: ", 1))
+    with pytest.raises(ConfigError, match="aliases counted each time they are used") as caught:
+        read_serving_stack(bomb)
+    assert len(str(caught.value)) < LINE_CHARS
+    twice = _write(tmp_path, "twice.yaml", text + "name: again\n")
+    with pytest.raises(ConfigError, match="each key once in a mapping"):
+        read_serving_stack(twice)
+
+
 def test_an_alias_inside_its_own_anchor_is_refused(tmp_path, capsys):
     path = _write(tmp_path, "loop.yaml", TINY + "notes: &loop [1, *loop]\n")
     line = _error(capsys, "run", path)
