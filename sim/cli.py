@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Sequence, TextIO
 
 from sim import __version__
-from sim.errors import ConfigError, NotBuiltError, SimError
+from sim.budget import memory_budget
+from sim.errors import ConfigError, NotBuiltError, SimError, clip
 from sim.outpaths import STDOUT, check_output_paths
 from sim.types import SIMULATED_DTYPES, dtype_names
 
@@ -51,6 +52,9 @@ __all__ = ["main"]
 TOPOLOGY_GPU_HELP = ("; one whose file fixes its GPU (gpu: B200 in topologies/dgx-b200.yaml) brings it, unless "
                      "--set system.gpu=NAME keeps the workload's GPU on its links (sim/topology_choice.py)")
 """The rule for a topology option and the GPU (:mod:`sim.topology_choice`), in every such option's help."""
+
+MAX_SLOWDOWN = 1e6
+"""The largest ``--slow-gpu`` factor (a GPU a million times slower has stopped)."""
 
 LINK_COUNTERS = 5
 """Busiest links whose utilization a written trace carries as counter tracks."""
@@ -63,7 +67,11 @@ _JSON_STDOUT: ContextVar[TextIO | None] = ContextVar("llmsim_json_stdout", defau
 def _write_json(path: str, obj: dict) -> None:
     """``--json PATH``: the object as indented JSON, into PATH (its folders made), or on
     standard output for ``-`` (:data:`sim.outpaths.STDOUT`)."""
-    text = json.dumps(obj, indent=2, sort_keys=False) + "\n"
+    try:  # the last guard: what is read is checked finite, so a report has only finite numbers
+        text = json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    except ValueError:
+        raise SimError("the report holds a number that is not finite (infinite or NaN), which JSON cannot "
+                       "write; this is a bug: please report the command that gave it") from None
     if path == STDOUT:
         stream = _JSON_STDOUT.get() or sys.stdout
         stream.write(text)
@@ -101,9 +109,13 @@ def _slow_gpus(items: Sequence[str] | None) -> dict[int, float]:
     for item in items or ():
         rank, _, factor = item.partition("=")
         try:
+            if len(rank.strip()) > 18:
+                raise ValueError(rank)
             out[int(rank)] = float(factor)
         except ValueError:
             raise ConfigError("<--slow-gpu>", "--slow-gpu", "RANK=FACTOR, e.g. 5=1.2", item) from None
+        if not 1.0 <= out[int(rank)] <= MAX_SLOWDOWN:
+            raise ConfigError("<--slow-gpu>", "--slow-gpu", f"a slowdown FACTOR from 1 to {MAX_SLOWDOWN:g}", item)
     return out
 
 
@@ -630,7 +642,18 @@ def _parser() -> argparse.ArgumentParser:
     add_whatif_memory(wsub)
     add_commands(sub)
     _note_json_stdout(ap)
+    _add_budget_option(sub, ("run", "compare", "sweep", "collective", "validate", "infer", "validate-infer"))
+    _add_budget_option(wsub, ("generations", "nodes", "power"))
     return ap
+
+
+def _add_budget_option(sub, names: Sequence[str]) -> None:
+    """``--max-memory-gib`` on the commands that simulate (:mod:`sim.budget`)."""
+    for name in names:
+        sub.choices[name].add_argument(
+            "--max-memory-gib", type=float, metavar="GIB",
+            help="the memory one simulation may take: a job whose estimate (tasks, topology) exceeds it stops "
+            "before it is built, with the estimate (default: half of the memory this process may use)")
 
 
 def _note_json_stdout(parser: argparse.ArgumentParser) -> None:
@@ -654,22 +677,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         check_output_paths(args)  # before any work: a mistyped --json is not found minutes later
-        return _run_command(args)
+        with memory_budget(getattr(args, "max_memory_gib", None)):
+            return _run_command(args)
     except (ConfigError, NotBuiltError) as e:
-        print(f"llmsim: error: {e}", file=sys.stderr)
+        print(f"llmsim: error: {_one_line(e)}", file=sys.stderr)
         return 2
     except SimError as e:
-        print(f"llmsim: error: {e}", file=sys.stderr)
+        print(f"llmsim: error: {_one_line(e)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT (128 + 2)
+        _ignore_sigint()  # a second Ctrl-C while the line is written does not print a traceback
         print("llmsim: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # e.g. `llmsim run | head`
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- keep the interpreter's flush quiet
         return 0
     except OSError as e:
-        print(f"llmsim: error: {_os_error(e)}", file=sys.stderr)
+        print(f"llmsim: error: {_one_line(_os_error(e))}", file=sys.stderr)
         return 2
+
+
+MESSAGE_CHARS = 2000
+"""The longest error line printed (each part of a message is cut already: :mod:`sim.errors`)."""
+
+
+def _one_line(error: object) -> str:
+    """An error message on one line of at most :data:`MESSAGE_CHARS` characters."""
+    return clip(str(error), MESSAGE_CHARS)
+
+
+def _ignore_sigint() -> None:
+    """Ignore further Ctrl-C from here to the exit (the main thread only can set it)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _os_error(e: OSError) -> str:
@@ -682,7 +725,7 @@ def _os_error(e: OSError) -> str:
     ('Timed out', 'OSError')
     """
     reason = e.strerror or str(e) or type(e).__name__
-    paths = [str(p) for p in (e.filename, e.filename2) if p not in (None, "")]
+    paths = [clip(str(p), 1000) for p in (e.filename, e.filename2) if p not in (None, "")]
     return ": ".join([" -> ".join(paths), reason] if paths else [reason])
 
 

@@ -20,11 +20,13 @@ next at once), so that busbw compares with the link's peak whatever the rank cou
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass
 from itertools import chain
 
+from sim.budget import check, collective_estimate
 from sim.costs.base import CommPlan, Flow, Phase, share_weights
 from sim.costs.comm import plan_comm
 from sim.engine.network import solo_time_s
@@ -37,6 +39,10 @@ from sim.workload.ops import CommOp
 
 __all__ = ["CollectiveResult", "collective", "parse_size_bytes", "bus_factor", "representative_phases"]
 
+MAX_SIZE_BYTES = 2.0**50
+"""The largest message size priced (1 PiB: nccl-tests sweep to a few GiB; past a float's
+integers the flow network's clock stops resolving a byte)."""
+
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -47,11 +53,13 @@ def parse_size_bytes(text: str, where: str = "<--bytes>", field: str = "--bytes"
     >>> parse_size_bytes("1GiB"), parse_size_bytes("256 MB"), parse_size_bytes("4096")
     (1073741824.0, 256000000.0, 4096.0)
     """
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", str(text)[:100])
     unit = m.group(2).lower() if m else None
-    if m is None or unit not in _UNITS or float(m.group(1)) <= 0:
-        raise ConfigError(where, field, "a positive size such as 1GiB, 256MB or 4096 (bytes)", text)
-    return float(m.group(1)) * _UNITS[unit]
+    size = float(m.group(1)) * _UNITS[unit] if m is not None and unit in _UNITS else math.nan
+    if not 0 < size <= MAX_SIZE_BYTES:
+        raise ConfigError(where, field, "a positive size of at most 1 PiB, such as 1GiB, 256MB or 4096 (bytes)",
+                          text)
+    return size
 
 
 def bus_factor(kind: CollectiveKind, n: int) -> float:
@@ -120,6 +128,7 @@ def collective(topology: TopologySpec, op: CollectiveKind, size_bytes: float, ra
         raise ConfigError("<--ranks>", "--ranks", "an integer of at least 2", ranks)
     if topology.num_gpus is not None and ranks > topology.num_gpus:
         raise ConfigError("<--ranks>", "--ranks", f"at most the topology's {topology.num_gpus} GPUs", ranks)
+    check(collective_estimate(topology, ranks, op is CollectiveKind.ALL_TO_ALL))  # before anything is built
     fabric = Fabric.of(topology, ranks)
     group = (0, ranks - 1) if op is CollectiveKind.SEND_RECV else tuple(range(ranks))
     try:

@@ -26,13 +26,47 @@ Keys this module does not use (``rope_theta``, ``rms_norm_eps``, ...) are ignore
 from __future__ import annotations
 
 import json
+import math
+import sys
 from pathlib import Path
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, Described
+from sim.inputs import read_input_text
 
 __all__ = ["read_hf_config"]
 
 _GATED_ACTIVATIONS = frozenset({"silu", "swish", "swiglu"})
+
+MAX_INT_DIGITS = 30
+"""The longest integer a config.json may write (Python refuses to read one of more than 4,300
+digits; no dimension has more than a handful)."""
+MAX_INTEGER = 2**53
+"""The largest integer a dimension may take (floats represent every integer up to it)."""
+
+
+class _Refused(ValueError):
+    """A number :func:`_load_json` does not read: what was expected and what arrived."""
+
+    def __init__(self, expected: str, got: object) -> None:
+        super().__init__(expected)
+        self.expected, self.got = expected, got
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _Refused(f"integers of at most {MAX_INT_DIGITS} digits", Described(f"one of {len(text):,} characters"))
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused("finite numbers", Described(text[:40]))
+    return value
+
+
+def _parse_constant(name: str) -> float:
+    raise _Refused("finite numbers (JSON has no NaN or Infinity)", Described(name))
 
 
 def read_hf_config(path: Path) -> dict[str, object]:
@@ -69,27 +103,32 @@ def read_hf_config(path: Path) -> dict[str, object]:
 
 def _load_json(path: Path) -> dict[str, object]:
     where = str(path)
+    text = read_input_text(path, "Hugging Face config.json")
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(where, "<file>", "a readable Hugging Face config.json", str(exc)) from None
-    try:
-        cfg = json.loads(text)
+        cfg = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
     except json.JSONDecodeError as exc:
         raise ConfigError(where, f"line {exc.lineno}", "valid JSON", exc.msg) from None
+    except _Refused as exc:
+        raise ConfigError(where, "<file>", exc.expected, exc.got) from None
+    except RecursionError:  # the decoder nests a call per array or object
+        raise ConfigError(where, "<file>", f"JSON nested less than {sys.getrecursionlimit():,} deep",
+                          Described("deeper")) from None
     if not isinstance(cfg, dict):
         raise ConfigError(where, "<top level>", "a JSON object", type(cfg).__name__)
     return cfg
 
 
-def _int(cfg: dict[str, object], key: str, path: Path, *, required: bool = True) -> int | None:
+def _int(cfg: dict[str, object], key: str, path: Path, *, required: bool = True, minimum: int = 1) -> int | None:
+    """``cfg[key]`` as an integer from ``minimum`` (1: a dimension; 0: a count that may be
+    none) to :data:`MAX_INTEGER`; None when absent and not ``required``."""
     value = cfg.get(key)
+    what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
     if value is None:
         if required:
-            raise ConfigError(str(path), key, "an integer (required in a Hugging Face config)", None)
+            raise ConfigError(str(path), key, f"{what} (required in a Hugging Face config)", None)
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(str(path), key, "an integer", value)
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_INTEGER:
+        raise ConfigError(str(path), key, f"{what} of at most 2^53", value)
     return value
 
 
@@ -115,10 +154,10 @@ def _llama_fields(cfg: dict[str, object], path: Path) -> dict[str, object]:
         "activation": act,
     }
     fields.update(_moe_fields(cfg, path))
-    kv_lora = _int(cfg, "kv_lora_rank", path, required=False)
+    kv_lora = _int(cfg, "kv_lora_rank", path, required=False, minimum=0)
     if kv_lora:  # multi-head latent attention (DeepSeek-V2/V3)
         fields["kv_lora_rank"] = kv_lora
-        fields["q_lora_rank"] = _int(cfg, "q_lora_rank", path, required=False) or 0
+        fields["q_lora_rank"] = _int(cfg, "q_lora_rank", path, required=False, minimum=0) or 0
         for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             fields[key] = _int(cfg, key, path)
         fields["num_kv_heads"] = heads
@@ -127,7 +166,7 @@ def _llama_fields(cfg: dict[str, object], path: Path) -> dict[str, object]:
 
 def _moe_fields(cfg: dict[str, object], path: Path) -> dict[str, object]:
     for key in ("num_local_experts", "n_routed_experts", "num_experts"):
-        experts = _int(cfg, key, path, required=False)
+        experts = _int(cfg, key, path, required=False, minimum=0)
         if experts:
             break
     else:
@@ -138,10 +177,10 @@ def _moe_fields(cfg: dict[str, object], path: Path) -> dict[str, object]:
     width = _int(cfg, "moe_intermediate_size", path, required=False)
     if width is not None:
         out["moe_ffn_hidden_size"] = width
-    shared = _int(cfg, "n_shared_experts", path, required=False)
+    shared = _int(cfg, "n_shared_experts", path, required=False, minimum=0)
     if shared:
         out["num_shared_experts"] = shared
-    dense = _int(cfg, "first_k_dense_replace", path, required=False)
+    dense = _int(cfg, "first_k_dense_replace", path, required=False, minimum=0)
     if dense:
         out["first_dense_layers"] = dense
     return out

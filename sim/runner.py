@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import math
 import re
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from sim.budget import check as check_budget, training_estimate
 from sim.costs.analytical import AnalyticalCostModel
 from sim.costs.base import CostModel
 from sim.costs.compute import kernel_load
@@ -185,6 +187,7 @@ def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs:
             notes.append("parallel.placement: an explicit GPU list that no rank order gives -> every "
                          "rank simulated (as --full): a representative rank per stage stands for "
                          "the others only when they are placed alike")
+        check_budget(training_estimate(workload, topology, full, granularity))  # before anything is built
         fabric = _fabric(topology, workload.system.num_gpus, placement)
         program = build_program(workload, representative=not full, node_of=fabric.node_of,
                                 local_gpu_of=fabric.local_gpu, granularity=granularity)
@@ -273,8 +276,8 @@ def _slowdown(workload: WorkloadSpec, program: Program, slow_gpus: dict[int, flo
     for rank, factor in sorted(slow_gpus.items()):
         if not (isinstance(rank, int) and 0 <= rank < n):
             raise ConfigError("<--slow-gpu>", "--slow-gpu", f"a GPU rank in 0..{n - 1}", rank)
-        if not factor >= 1.0:
-            raise ConfigError("<--slow-gpu>", "--slow-gpu", "a slowdown factor >= 1", factor)
+        if not 1.0 <= factor < math.inf:
+            raise ConfigError("<--slow-gpu>", "--slow-gpu", "a finite slowdown factor >= 1", factor)
         target = rank if rank in simulated else layout.rank(0, 0, layout.coords(rank)[2])
         out[target] = max(out.get(target, 1.0), factor)
         where = "" if target == rank else f" (simulated as stage {layout.coords(rank)[2]}'s rank {target})"

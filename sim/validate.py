@@ -297,7 +297,7 @@ def case_rows(rec: CaseRecord, granularity: str | None = None) -> CaseResult:
                    None if skipped is not None else fits)
 
     if rec.workload is None:
-        reason = f"{rec.error.field}: {rec.error.expected} (got {rec.error.got!r})"
+        reason = f"{rec.error.field}: {rec.error.expected} (got {rec.error.excerpt})"
         return CaseResult([row(m, skipped=reason) for m in metrics], None)
     w = rec.workload
     rows: list[Row] = []

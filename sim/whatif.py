@@ -293,23 +293,19 @@ def load_nodes_table(path: str | None = None) -> dict:
     checking every node row; one-line ConfigErrors name the file and field."""
     from pathlib import Path
 
-    import yaml
-
+    from sim.config.fields import is_finite, read_yaml
     from sim.config.presets import resolve_preset
 
     file = Path(path) if path else resolve_preset("technology-nodes", "topologies")
-    try:
-        raw = yaml.safe_load(file.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(str(file), "<file>", "a readable YAML technology table", type(exc).__name__) from None
+    raw = read_yaml(file)
     if not isinstance(raw, dict) or not isinstance(raw.get("nodes"), list) or not raw["nodes"]:
         raise ConfigError(str(file), "nodes", "a list of {node_nm, logic, hbm_bandwidth, ...} rows", raw)
     keys = ("logic", "hbm_bandwidth", "hbm_capacity", "link_bandwidth", "nic_bandwidth")
     for i, row in enumerate(raw["nodes"]):
         for k in ("node_nm",) + keys:
             v = row.get(k) if isinstance(row, dict) else None
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise ConfigError(str(file), f"nodes[{i}].{k}", "a positive number", v)
+            if not (is_finite(v) and v > 0):
+                raise ConfigError(str(file), f"nodes[{i}].{k}", "a positive finite number", v)
     for k in ("base_gpu", "base_topology"):
         if not isinstance(raw.get(k), str):
             raise ConfigError(str(file), k, "a GPU or topology name", raw.get(k))

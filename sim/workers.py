@@ -20,10 +20,18 @@ import signal
 from collections.abc import Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from sim.errors import ConfigError
 
-__all__ = ["InlineExecutor", "abandon", "check_workers", "cpu_count", "ignore_sigint", "local_pool"]
+if TYPE_CHECKING:
+    from sim.budget import Budget
+
+__all__ = ["InlineExecutor", "abandon", "check_workers", "cpu_count", "ignore_sigint", "local_pool", "start_worker"]
+
+MANAGER_JOIN_S = 30.0
+"""How long :func:`abandon` waits for a process pool's manager thread once its workers are
+stopped (it ends at once: its workers are gone)."""
 
 
 def cpu_count() -> int:
@@ -59,8 +67,17 @@ class InlineExecutor(Executor):
 
 
 def ignore_sigint() -> None:
-    """Worker initializer: Ctrl-C reaches the whole process group; only the parent acts on it."""
+    """Ctrl-C reaches the whole process group; only the parent acts on it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def start_worker(budget: Budget | None) -> None:
+    """Worker initializer: ignore Ctrl-C (:func:`ignore_sigint`) and take the parent's
+    ``--max-memory-gib`` (:func:`sim.budget.adopt_budget`; None: the default budget)."""
+    from sim.budget import adopt_budget
+
+    ignore_sigint()
+    adopt_budget(budget)
 
 
 @contextmanager
@@ -74,8 +91,10 @@ def local_pool(workers: int) -> Iterator[Executor]:
         return
     import multiprocessing
 
+    from sim.budget import explicit_budget
+
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=ignore_sigint) as pool:
+                             initializer=start_worker, initargs=(explicit_budget(),)) as pool:
         yield pool
 
 
@@ -97,6 +116,14 @@ def abandon(executor: Executor) -> None:
     # earlier versions keep their processes in a private mapping, which shutdown() drops; the
     # manager thread then finds them gone and fails every pending future (BrokenProcessPool)
     running = list((getattr(executor, "_processes", None) or {}).values())
+    manager = getattr(executor, "_executor_manager_thread", None)
     for proc in running:
         proc.terminate()
     executor.shutdown(wait=False)
+    if manager is not None:
+        # wait for the manager thread to fail the pending futures and close its wake-up pipe:
+        # shutdown(wait=False) forgets the thread, so leaving the pool's `with` does not join
+        # it, and the interpreter's exit hook (concurrent.futures.process._python_exit) then
+        # writes to the pipe while the thread closes it: "OSError: [Errno 9] Bad file
+        # descriptor" printed as a traceback (CPython 3.11 _ThreadWakeup.wakeup)
+        manager.join(MANAGER_JOIN_S)

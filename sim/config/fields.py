@@ -3,22 +3,147 @@
 Typed, validated reads of one mapping (:class:`_Fields`), the notes on filled-in defaults
 (:class:`_Notes`), reading YAML and applying ``--set KEY=VALUE`` overrides. Every bad
 input raises :class:`~sim.errors.ConfigError` naming the file and the field.
+
+YAML is read safely (:class:`yaml.SafeLoader`: no Python objects) and within bounds
+(:class:`StrictLoader`): files of at most :data:`~sim.inputs.MAX_INPUT_BYTES`, mappings
+nested at most :data:`MAX_YAML_DEPTH` deep, at most :data:`MAX_YAML_VALUES` values with
+aliases counted each time they are used (a few lines of nested aliases otherwise expand to
+billions of values: the "billion laughs"), no alias inside its own anchor, integers of at
+most :data:`MAX_INT_DIGITS` digits, and no key twice in one mapping.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, Described
+from sim.inputs import read_input_text
 from sim.types import parse_enum
 
 _SET = "<--set>"
 _REQUIRED = "(required: null or missing means not published, and there is no default)"
+
+MAX_YAML_DEPTH = 64
+"""How deep YAML collections may nest (the shipped files nest 4 deep)."""
+
+MAX_YAML_VALUES = 1_000_000
+"""The most values (scalars, lists and mappings) one YAML document may hold, an alias counting
+the values of its anchor each time it is used (the largest shipped file holds about 5,000)."""
+
+MAX_INT_DIGITS = 30
+"""The longest integer a YAML file may write (a GPU count of 10^29 is already absurd; Python
+refuses to read one of more than 4,300 digits)."""
+
+MAX_INTEGER = 2**53
+"""The largest integer a field takes (floats represent every integer up to it exactly)."""
+
+_INT_TAG = "tag:yaml.org,2002:int"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class YAMLRefused(yaml.YAMLError):
+    """A YAML document :class:`StrictLoader` does not read: where (``mark``), what was
+    expected and what arrived, for a :class:`~sim.errors.ConfigError`."""
+
+    def __init__(self, mark: yaml.Mark | None, expected: str, got: object) -> None:
+        super().__init__(expected)
+        self.mark, self.expected, self.got = mark, expected, got
+
+    @property
+    def line(self) -> int | str:
+        return self.mark.line + 1 if self.mark is not None else "?"
+
+
+class StrictLoader(yaml.SafeLoader):
+    """:class:`yaml.SafeLoader` within the bounds of the module docstring.
+
+    >>> load_yaml("a: 1\\nb: [x, y]")
+    {'a': 1, 'b': ['x', 'y']}
+    >>> load_yaml("a: 1\\na: 2")
+    Traceback (most recent call last):
+    ...
+    sim.config.fields.YAMLRefused: each key once in a mapping
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._values = 0
+        self._expanded: dict[int, int] = {}
+        """Values under each node composed so far, aliases expanded, by ``id(node)``."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            node = super().compose_node(parent, index)
+            size = self._expanded.get(id(node))
+            if size is None:
+                raise YAMLRefused(event.start_mark, "no alias inside its own anchor", Described(f"*{event.anchor}"))
+            self._count(size, event.start_mark, f"*{event.anchor}")
+            return node
+        mark = self.peek_event().start_mark
+        self._depth += 1
+        if self._depth > MAX_YAML_DEPTH:
+            raise YAMLRefused(mark, f"collections nested at most {MAX_YAML_DEPTH} deep",
+                              Described(f"more than {MAX_YAML_DEPTH} levels"))
+        before = self._values
+        node = super().compose_node(parent, index)
+        self._depth -= 1
+        self._count(1, mark, None)
+        self._expanded[id(node)] = self._values - before
+        return node
+
+    def _count(self, n: int, mark: yaml.Mark, alias: str | None) -> None:
+        self._values += n
+        if self._values > MAX_YAML_VALUES:
+            why = f" (alias {alias} expands to {n:,})" if alias else ""
+            raise YAMLRefused(mark, f"a document of at most {MAX_YAML_VALUES:,} values, aliases counted each "
+                              "time they are used", Described(f"more than {MAX_YAML_VALUES:,}{why}"))
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first: dict[object, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG or not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                if key in first:
+                    raise YAMLRefused(key_node.start_mark, "each key once in a mapping",
+                                      Described(f"{key!r} on lines {first[key]} and {line}"))
+                first[key] = line
+        return super().construct_mapping(node, deep)
+
+    def construct_yaml_int(self, node):
+        text = str(node.value)
+        if sum(c.isalnum() for c in text) > MAX_INT_DIGITS:
+            raise YAMLRefused(node.start_mark, f"an integer of at most {MAX_INT_DIGITS} digits",
+                              Described(f"one of {len(text):,} characters"))
+        return super().construct_yaml_int(node)
+
+
+StrictLoader.add_constructor(_INT_TAG, StrictLoader.construct_yaml_int)
+
+
+def load_yaml(text: str) -> object:
+    """``text`` read by :class:`StrictLoader`.
+
+    Raises
+    ------
+    yaml.YAMLError
+        :class:`YAMLRefused` beyond the bounds, another for malformed YAML.
+    """
+    loader = StrictLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
 
 
 class _Fields:
@@ -27,7 +152,7 @@ class _Fields:
     def __init__(self, raw: object, path: str, prefix: str, valid: Sequence[str]) -> None:
         raw = {} if raw is None else raw
         if not isinstance(raw, Mapping):
-            raise ConfigError(path, prefix or "<top level>", "a mapping", raw)
+            raise ConfigError(path, prefix or "<top level>", "a mapping", raw if prefix else described(raw))
         for key in raw:
             if key not in valid:
                 raise ConfigError(path, f"{prefix}.{key}" if prefix else str(key),
@@ -49,14 +174,33 @@ class _Fields:
         return value
 
     def integer(self, key: str, *, required: bool = False, positive: bool = False) -> int | None:
-        value = self._get(key, _is_int, "a positive integer" if positive else "an integer", required)
+        """``key`` as an integer of at most :data:`MAX_INTEGER` in magnitude (positive when
+        ``positive``), None when null or missing and not ``required``."""
+        what = "a positive integer" if positive else "an integer"
+        value = self._get(key, _is_int, what, required)
         if positive and value is not None and value < 1:
-            raise self.error(key, "a positive integer", value)
+            raise self.error(key, what, value)
+        if value is not None and abs(value) > MAX_INTEGER:
+            raise self.error(key, f"{what} of at most 2^53", value)
         return value
 
     def number(self, key: str, *, required: bool = False) -> float | None:
+        """``key`` as a finite number (a float), None when null or missing and not ``required``."""
         value = self._get(key, _is_number, "a number", required)
-        return None if value is None else float(value)
+        if value is None:
+            return None
+        if not is_finite(value):
+            raise self.error(key, "a finite number", value)
+        return float(value)
+
+    def quantity(self, key: str, what: str, *, high: float, low: float = 0.0, low_open: bool = False,
+                 required: bool = False) -> float | None:
+        """``key`` as a finite number in ``[low, high]`` (``(low, high]`` with ``low_open``),
+        refused as ``what`` otherwise; None when null or missing and not ``required``."""
+        value = self.number(key, required=required)
+        if value is not None and not ((value > low if low_open else value >= low) and value <= high):
+            raise self.error(key, what, value)
+        return value
 
     def flag(self, key: str) -> bool | None:
         return self._get(key, lambda v: isinstance(v, bool), "true or false", False)
@@ -74,12 +218,39 @@ class _Fields:
         return parse_enum(kind, value, self.path, self.field(key), allowed, why_not)
 
 
+def described(raw: object) -> Described:
+    """A whole document that is not what was expected, in words: its kind and size, never its
+    text (a path may name any text file, such as the system's account list).
+
+    >>> described("root:x:0:0:root:/root:/bin/bash"), described([1, 2]), described(3)
+    (text of 31 characters, a list of 2 items, an int)
+    """
+    if isinstance(raw, str):
+        return Described(f"text of {len(raw):,} characters")
+    if isinstance(raw, list):
+        return Described(f"a list of {len(raw):,} items")
+    return Described(f"a {type(raw).__name__}" if type(raw).__name__[0] not in "aeiou" else f"an {type(raw).__name__}")
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_finite(value: object) -> bool:
+    """A number (not a bool) that is neither infinite nor NaN, and small enough for a float.
+
+    >>> is_finite(1), is_finite(2.5), is_finite(float("inf")), is_finite(float("nan")), is_finite(10**400)
+    (True, True, False, False, False)
+    """
+    if not _is_number(value):
+        return False
+    if isinstance(value, int):
+        return abs(value) < 2**1023
+    return math.isfinite(value)
 
 
 class _Notes(list):
@@ -105,18 +276,22 @@ def _located(path: str) -> Iterator[None]:
 # --- files and overrides ---------------------------------------------------------------------
 
 
-def _read_yaml(path: Path) -> object:
+def read_yaml(path: Path) -> object:
+    """The YAML document of ``path`` (:func:`load_yaml`, at most
+    :data:`~sim.inputs.MAX_INPUT_BYTES`); a ConfigError naming the file and the line."""
+    text = read_input_text(path, "YAML file")
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), "<file>", "a readable YAML file", str(exc)) from None
-    try:
-        return yaml.safe_load(text)
+        return load_yaml(text)
+    except YAMLRefused as exc:
+        raise ConfigError(str(path), f"line {exc.line}", exc.expected, exc.got) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 if mark is not None else "?"
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(str(path), f"line {line}", "valid YAML", problem) from None
+
+
+_read_yaml = read_yaml  # the name the config loaders import
 
 
 def _apply_overrides(raw: Mapping, overrides: Sequence[str],
@@ -130,7 +305,9 @@ def _apply_overrides(raw: Mapping, overrides: Sequence[str],
         if not sep or not key:
             raise ConfigError(_SET, str(item), "KEY=VALUE, e.g. parallel.tp=4", item)
         try:
-            value = yaml.safe_load(text)
+            value = load_yaml(text)
+        except YAMLRefused as exc:
+            raise ConfigError(_SET, key, f"a YAML value of {exc.expected}", exc.got) from None
         except yaml.YAMLError:
             raise ConfigError(_SET, key, "a YAML value", text) from None
         section, dot, name = key.partition(".")

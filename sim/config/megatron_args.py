@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sim.config.fields import _apply_overrides
+from sim.inputs import read_input_text
 from sim.config.megatron_flags import (_NPROC, _TOKENIZER_VOCAB, IGNORED_FLAGS, MEGATRON_FLAGS,
                                        NOT_MODELLED_FLAGS, _BadValue)
 from sim.config.presets import preset_names, resolve_preset
@@ -81,6 +82,11 @@ class MegatronArgs:
     notes: tuple[str, ...] = ()
 
 
+MAX_LAYOUT_CHARS = 100_000
+"""The longest ``--pipeline-model-parallel-layout`` once its ``X*N`` and ``(...)*N`` are
+written out (ten times :data:`~sim.workload.spec.MAX_LAYERS` layers with their separators)."""
+
+
 def read_megatron_args(value: str) -> tuple[str, str]:
     """The text and source name of a ``--megatron-args`` value: ``@FILE`` reads the file, or
     the shipped example of that name (``@llama3-8b``: ``workloads/megatron/llama3-8b.args``).
@@ -96,10 +102,7 @@ def read_megatron_args(value: str) -> tuple[str, str]:
         path = resolve_preset(value[1:], "workloads/megatron", suffix=".args")
     except ConfigError:
         path = Path(value[1:])
-    try:
-        return path.read_text(encoding="utf-8"), str(path)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(str(path), "<file>", "a readable file of Megatron-LM arguments", str(exc)) from None
+    return read_input_text(path, "file of Megatron-LM arguments"), str(path)
 
 
 def _is_flag(token: str) -> bool:
@@ -548,10 +551,20 @@ class _Mapper:
         loss, ``m`` a multi-token-prediction layer."""
         text = str(self.get("pipeline_layout"))
         s = re.sub(r"[\s,]", "", text)
+        too_long = f"a layout of at most {MAX_LAYOUT_CHARS:,} characters once its repetitions are written out"
+
+        def repeat(m: re.Match) -> str:
+            times = int(m[2]) if len(m[2]) <= 9 else MAX_LAYOUT_CHARS + 1
+            if len(m[1]) * times > MAX_LAYOUT_CHARS:
+                raise self.error("pipeline_layout", too_long, text)
+            return m[1] * times
+
         for _ in range(20):
-            expanded = re.sub(r"\(([^()]*)\)\*(\d+)", lambda m: m[1] * int(m[2]), s)
-            expanded = re.sub(r"([EtmL])\*(\d+)", lambda m: m[1] * int(m[2]), expanded)
-            if expanded == s or len(expanded) > 100_000:
+            expanded = re.sub(r"\(([^()]*)\)\*(\d+)", repeat, s)
+            expanded = re.sub(r"([EtmL])\*(\d+)", repeat, expanded)
+            if len(expanded) > MAX_LAYOUT_CHARS:
+                raise self.error("pipeline_layout", too_long, text)
+            if expanded == s:
                 break
             s = expanded
         stages = s.split("|")

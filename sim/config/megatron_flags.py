@@ -117,35 +117,76 @@ def _moe_freq(values: list[str]) -> tuple[int, ...] | int:
     such as ``([0]*3+[1]*58)`` (``moe_freq_type`` in arguments.py, which ``eval``\\ s it after
     checking its characters); here only integers, lists, ``+`` and ``*`` are evaluated."""
     text = _one(values, "an integer or a list expression such as ([0]*3+[1]*58)")
-    if text.strip().isdigit():
+    if len(text) > MAX_FREQ_CHARS:
+        raise _BadValue(f"an integer or a list expression of at most {MAX_FREQ_CHARS:,} characters", text)
+    if text.strip().isdigit() and len(text.strip()) <= 18:
         return int(text)
     try:
         return tuple(_pattern(ast.parse(text.strip(), mode="eval").body))
+    except RecursionError:  # Python's parser builds a chain of terms recursively, ~1,000 at most
+        raise _BadValue("a list expression of at most a few hundred terms, such as ([0]*3+[1]*58)", text) from None
     except (SyntaxError, ValueError, TypeError):
         raise _BadValue("an integer or a list expression of 0s and 1s such as ([0]*3+[1]*58)", text) from None
 
 
+MAX_FREQ_CHARS = 100_000
+"""The longest ``--moe-layer-freq`` expression read."""
+
+MAX_FREQ_ITEMS = 1_000_000
+"""The longest list a ``--moe-layer-freq`` expression may make, or the largest number."""
+
+
+def _chain(node: ast.AST, op: type) -> list[ast.AST]:
+    """The operands of a chain ``a op b op c ...`` (parsed left-nested), without recursion:
+    an expression of thousands of terms is as deep."""
+    out = []
+    while isinstance(node, ast.BinOp) and isinstance(node.op, op):
+        out.append(node.right)
+        node = node.left
+    out.append(node)
+    return out[::-1]
+
+
 def _pattern(node: ast.AST) -> list[int] | int:
+    """A list expression's value: integers, lists of integers, ``+`` and ``*`` (each chain of
+    one operator read in a loop; nesting is only through brackets, which Python's parser
+    limits to 200 levels)."""
     if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        if not 0 <= node.value <= MAX_FREQ_ITEMS:
+            raise ValueError("out of range")
         return node.value
     if isinstance(node, (ast.List, ast.Tuple)):
         items = [_pattern(e) for e in node.elts]
         if any(not isinstance(i, int) for i in items):
             raise ValueError("nested list")
         return items
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mult)):
-        left, right = _pattern(node.left), _pattern(node.right)
-        if isinstance(node.op, ast.Add):
-            if isinstance(left, list) != isinstance(right, list):
-                raise TypeError("list + int")
-            return left + right
-        if isinstance(left, int) and isinstance(right, int):
-            return left * right
-        seq, times = (left, right) if isinstance(left, list) else (right, left)
-        if not isinstance(times, int) or len(seq) * times > 1_000_000:
-            raise ValueError("too long")
-        return seq * times
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        terms = [_pattern(t) for t in _chain(node, ast.Add)]
+        if all(isinstance(t, int) for t in terms):
+            return _bounded(sum(terms))
+        if not all(isinstance(t, list) for t in terms):
+            raise TypeError("list + int")
+        return _bounded([x for t in terms for x in t])
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        out: list[int] | int = 1
+        for factor in (_pattern(t) for t in _chain(node, ast.Mult)):
+            if isinstance(out, list) and isinstance(factor, list):
+                raise TypeError("list * list")
+            if isinstance(out, list) or isinstance(factor, list):
+                seq, times = (out, factor) if isinstance(out, list) else (factor, out)
+                if len(seq) * times > MAX_FREQ_ITEMS:
+                    raise ValueError("too long")
+                out = seq * times
+            else:
+                out = _bounded(out * factor)
+        return out
     raise ValueError("not a list expression")
+
+
+def _bounded(value: list[int] | int) -> list[int] | int:
+    if (len(value) if isinstance(value, list) else value) > MAX_FREQ_ITEMS:
+        raise ValueError("too long")
+    return value
 
 
 # --- the flags ----------------------------------------------------------------------------------

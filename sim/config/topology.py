@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from sim.config.fields import _apply_overrides, _Fields, _is_int, _is_number, _located, _read_yaml
+from sim.config.fields import _apply_overrides, _Fields, _is_int, _is_number, _located, _read_yaml, is_finite
 from sim.config.presets import resolve_preset
 from sim.errors import ConfigError
 from sim.hardware import EfficiencyCurve, get_gpu, gpu_names
@@ -34,6 +34,18 @@ _OUT_KEYS = (("kind", "nics_per_node", "nic_bandwidth_Gbps", "latency_us", "pcie
              + _DRAGONFLY_KEYS + _EFF_KEYS)
 _PCIE_KEYS = ("bandwidth_GBps", "latency_us") + _EFF_KEYS
 _TOPO_SETTABLE = ({"scale_up": _UP_KEYS, "scale_out": _OUT_KEYS}, _TOPO_KEYS[:5])
+MAX_BANDWIDTH = 1e9
+"""The largest bandwidth a topology file gives, in its key's unit (GB/s or Gb/s): an exabyte
+per second, past any link, far from a float's range once converted to bytes/s."""
+MAX_LATENCY_US = 1e9
+"""The largest latency a topology file gives, in microseconds (over 16 minutes)."""
+MAX_OVERSUBSCRIPTION = 1e6
+"""The largest leaf-to-spine oversubscription ratio."""
+MAX_MESSAGE_BYTES = 2.0**60
+"""The largest message size of an efficiency curve (an exbibyte)."""
+_BANDWIDTH = f"a positive bandwidth of at most {MAX_BANDWIDTH:g}"
+_LATENCY = f"a non-negative latency of at most {MAX_LATENCY_US:g} us"
+
 _DEFAULT_TOPOLOGY = {"A100-SXM4-80GB": "dgx-a100", "H100-SXM5-80GB": "dgx-h100",
                      "H100-SXM5-96GB-HBM2e": "dgx-h100", "H200": "dgx-h100", "B200": "dgx-b200",
                      "GB200": "gb200-nvl72", "GB300": "gb200-nvl72"}
@@ -90,7 +102,7 @@ def load_topology(path_or_name: str, overrides: Sequence[str] = ()) -> TopologyS
                                  nvls_efficiency=_curve(up, "nvls_efficiency_by_size_bytes")
                                  if up.raw.get("nvls_efficiency_by_size_bytes") is not None else None),
             scale_out=_scale_out(out), gpu=gpu, num_gpus=f.integer("num_gpus", positive=True),
-            description=f.text("description") or "", faults=_faults(f))
+            description=f.text("description") or "", faults=_faults(f), source=path)
 
 
 def _faults(f: _Fields) -> tuple[LinkFault, ...]:
@@ -107,9 +119,8 @@ def _faults(f: _Fields) -> tuple[LinkFault, ...]:
         pair = ff.raw.get("between")
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
             raise ff.error("between", "two node names, e.g. [nic0.0, leaf0.0]", pair)
-        frac = ff.number("bandwidth_fraction", required=True)
-        if not 0.0 <= frac <= 1.0:
-            raise ff.error("bandwidth_fraction", "a fraction in [0, 1] (0: the link has failed)", frac)
+        frac = ff.quantity("bandwidth_fraction", "a fraction in [0, 1] (0: the link has failed)", high=1.0,
+                           required=True)
         out.append(LinkFault(pair[0], pair[1], frac))
     return tuple(out)
 
@@ -141,7 +152,7 @@ def _graphml_topology(f: _Fields, file, graphml: str) -> TopologySpec:
             scale_up=ScaleUpSpec(ScaleUpKind.NVSWITCH, unused, domain_size=1),
             scale_out=ScaleOutSpec(FabricKind.NONE, unused), gpu=gpu,
             num_gpus=f.integer("num_gpus", positive=True), description=f.text("description") or "",
-            graph_file=str(graph_file), faults=_faults(f))
+            graph_file=str(graph_file), faults=_faults(f), source=f.path)
 
 
 def _kind(f: _Fields, kind: type) -> object:
@@ -151,11 +162,9 @@ def _kind(f: _Fields, kind: type) -> object:
 def _scale_out(out: _Fields) -> ScaleOutSpec:
     kind = _kind(out, FabricKind)
     _only_for_kind(out, kind)
-    switch_us, oversub = out.number("switch_latency_us") or 0.0, out.number("oversubscription")
-    if not switch_us >= 0:
-        raise out.error("switch_latency_us", "a non-negative latency", switch_us)
-    if oversub is not None and not oversub >= 1:
-        raise out.error("oversubscription", "a ratio >= 1 (1 is non-blocking)", oversub)
+    switch_us = out.quantity("switch_latency_us", _LATENCY, high=MAX_LATENCY_US) or 0.0
+    oversub = out.quantity("oversubscription", f"a ratio from 1 (non-blocking) to {MAX_OVERSUBSCRIPTION:g}",
+                           low=1.0, high=MAX_OVERSUBSCRIPTION)
     pcie = out.raw.get("pcie")
     nic = _link(out, "nic_bandwidth_Gbps", GBIT_PER_S)
     return ScaleOutSpec(
@@ -215,23 +224,15 @@ def _dragonfly(out: _Fields, nic: LinkSpec) -> DragonflySpec:
 def _network_link(f: _Fields, prefix: str, nic: LinkSpec) -> LinkSpec:
     """``{prefix}_bandwidth_Gbps`` and ``{prefix}_latency_us``, with the NIC's efficiency."""
     bw_key, lat_key = f"{prefix}_bandwidth_Gbps", f"{prefix}_latency_us"
-    bandwidth = f.number(bw_key, required=True)
-    if not bandwidth > 0:
-        raise f.error(bw_key, "a positive bandwidth", bandwidth)
-    latency = f.number(lat_key, required=True)
-    if not latency >= 0:
-        raise f.error(lat_key, "a non-negative latency", latency)
+    bandwidth = f.quantity(bw_key, _BANDWIDTH, low_open=True, high=MAX_BANDWIDTH, required=True)
+    latency = f.quantity(lat_key, _LATENCY, high=MAX_LATENCY_US, required=True)
     return LinkSpec(bandwidth_bytes_per_s=bandwidth * GBIT_PER_S, latency_s=latency * US,
                     efficiency=nic.efficiency)
 
 
 def _link(f: _Fields, bandwidth_key: str, unit: float) -> LinkSpec:
-    bandwidth = f.number(bandwidth_key, required=True)
-    if not bandwidth > 0:
-        raise f.error(bandwidth_key, "a positive bandwidth", bandwidth)
-    latency = f.number("latency_us", required=True)
-    if not latency >= 0:
-        raise f.error("latency_us", "a non-negative latency", latency)
+    bandwidth = f.quantity(bandwidth_key, _BANDWIDTH, low_open=True, high=MAX_BANDWIDTH, required=True)
+    latency = f.quantity("latency_us", _LATENCY, high=MAX_LATENCY_US, required=True)
     return LinkSpec(bandwidth_bytes_per_s=bandwidth * unit, latency_s=latency * US,
                     efficiency=_efficiency(f))
 
@@ -241,30 +242,33 @@ def _efficiency(f: _Fields) -> EfficiencyCurve:
     if len(given) != 1:
         raise f.error("efficiency", "exactly one of efficiency or efficiency_by_size_bytes", given)
     if given[0] == "efficiency":
-        value = f.number("efficiency")
-        if not 0.0 < value <= 1.0:
-            raise f.error("efficiency", "a fraction in (0, 1]", value)
-        return EfficiencyCurve.constant(value)
+        return EfficiencyCurve.constant(f.quantity("efficiency", "a fraction in (0, 1]", low_open=True, high=1.0))
     return _curve(f, "efficiency_by_size_bytes")
 
 
 def _curve(f: _Fields, key: str) -> EfficiencyCurve:
+    """``[[message bytes, fraction], ...]``: sizes positive, finite and increasing, fractions in
+    (0, 1]; an error names the pair that is not."""
     pairs = f.raw[key]
     expected = "a list of [message bytes, fraction] pairs, sizes increasing, fractions in (0, 1]"
-    if not (isinstance(pairs, list) and pairs and all(
-            isinstance(p, list) and len(p) == 2 and all(map(_is_number, p)) for p in pairs)):
+    if not (isinstance(pairs, list) and pairs):
         raise f.error(key, expected, pairs)
-    try:
-        return EfficiencyCurve(tuple((float(s), float(e)) for s, e in pairs))
-    except ValueError:
-        raise f.error(key, expected, pairs) from None
+    out: list[tuple[float, float]] = []
+    for i, pair in enumerate(pairs):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(map(_is_number, pair))):
+            raise f.error(f"{key}[{i}]", "a [message bytes, fraction] pair", pair)
+        size, eff = pair
+        if not (is_finite(size) and 0 < size <= MAX_MESSAGE_BYTES):
+            raise f.error(f"{key}[{i}]", "a message size in bytes, positive and at most 2^60", size)
+        if not (is_finite(eff) and 0 < eff <= 1):
+            raise f.error(f"{key}[{i}]", "an efficiency in (0, 1]", eff)
+        if out and not size > out[-1][0]:
+            raise f.error(f"{key}[{i}]", f"a size above the previous pair's {out[-1][0]:g} (sizes increase)", size)
+        out.append((float(size), float(eff)))
+    return EfficiencyCurve(tuple(out))
 
 
 def _collective_latency_s(f: _Fields) -> float:
     """``scale_up.collective_latency_us`` (default 0: the hops' latency only)."""
-    value = f.number("collective_latency_us")
-    if value is None:
-        return 0.0
-    if not value >= 0:
-        raise f.error("collective_latency_us", "a non-negative latency in microseconds", value)
-    return value * US
+    value = f.quantity("collective_latency_us", _LATENCY, high=MAX_LATENCY_US)
+    return 0.0 if value is None else value * US

@@ -30,7 +30,7 @@ from sim.config.defaults import (_async_tp_allreduce_default, _attention_kernel_
                                  _sp_default, _tp_overlap_cfg, _tp_overlap_default, _unfused_bias_default,
                                  _virtual_stages_default, _zero_default, _zero_impl_default)
 from sim.config.fit import fit_null_settings
-from sim.config.fields import _apply_overrides, _Fields, _is_number, _located, _Notes, _read_yaml
+from sim.config.fields import _apply_overrides, _Fields, _located, _Notes, _read_yaml, described, is_finite
 from sim.config.presets import preset_names, resolve_preset, shown_path
 from sim.config.stack import Stack
 from sim.config.stacks import STACKS, choose_stack, framework_year, load_stack
@@ -77,8 +77,7 @@ def _cases_in(path: Path) -> list[object]:
         return [raw]
     if isinstance(raw, list):
         return raw
-    raise ConfigError(str(path), "<top level>", "a mapping (one case) or a list of cases",
-                      type(raw).__name__)
+    raise ConfigError(str(path), "<top level>", "a mapping (one case) or a list of cases", described(raw))
 
 
 def load_workload(path: str | None = None, overrides: Sequence[str] = (), case: str | None = None) -> WorkloadSpec:
@@ -192,7 +191,7 @@ def load_case_records(path: str) -> list[CaseRecord]:
         targets, recompute_flag = {}, None
         for metric in _TARGET_METRICS:
             t = raw_targets.get(metric)
-            if isinstance(t, Mapping) and _is_number(t.get("value")):
+            if isinstance(t, Mapping) and is_finite(t.get("value")) and t["value"] > 0:
                 targets[metric] = float(t["value"])
                 if metric == "tflops_per_gpu" and isinstance(t.get("includes_recompute"), bool):
                     recompute_flag = t["includes_recompute"]
@@ -642,6 +641,8 @@ def _build_reference(raw: object, path: str, source: str) -> Reference | None:
             else entry
         f = _Fields(entry, path, f"targets.{key}", tuple(entry) if isinstance(entry, Mapping) else ())
         values[key] = f.number("value")
+        if values[key] is not None and not values[key] > 0:
+            raise f.error("value", "a positive measured value (null: not published)", values[key])
         if key == "tflops_per_gpu":
             values["tflops_includes_recompute"] = f.flag("includes_recompute")
     if all(v is None for v in values.values()):

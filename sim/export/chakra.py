@@ -51,7 +51,15 @@ equal those of a ``--full`` run (tested), and cost one simulation per stage.
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import signal
+import tempfile
+import threading
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -340,9 +348,28 @@ class ChakraExporter:
 
     def write(self, directory: str | Path, prefix: str = PREFIX) -> ChakraExport:
         """Write ``<prefix>.<rank>.et`` for every rank and ``<prefix>.comm_groups.json`` into
-        ``directory`` (created if missing). Equal inputs give equal bytes."""
+        ``directory`` (created if missing). Equal inputs give equal bytes.
+
+        The files are written into a temporary folder inside ``directory`` and moved into
+        place together once all are written, with Ctrl-C held off while they move, and the
+        ``<prefix>.*`` files of an earlier run that this one does not write (more ranks) are
+        removed in the same step: the folder holds one run's files, never a mix, even when the
+        export is interrupted (the temporary folder is removed; a process killed outright
+        leaves it, named ``.<prefix>.partial-*``)."""
         out = Path(directory)
         out.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{prefix}.partial-", dir=out))
+        try:
+            written = self._write_files(tmp, prefix)
+            with _sigint_held():
+                _replace_run(tmp, out, prefix)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        files = tuple(out / p.name for p in written.files)
+        return replace(written, directory=out, files=files, comm_groups_path=out / written.comm_groups_path.name)
+
+    def _write_files(self, out: Path, prefix: str) -> ChakraExport:
+        """:meth:`write`'s files, written into the existing folder ``out``."""
         files, counts, total = [], [], 0
         src_of = -1
         for rank in range(self.world_size):
@@ -374,6 +401,33 @@ class ChakraExporter:
                                                    for k, v in self.comm_groups_json().items()) + "\n}\n")
         synthesized = sum(1 for r in range(self.world_size) if self.source(r) != r)
         return ChakraExport(out, prefix, tuple(files), groups_path, tuple(counts), total, len(self.groups), synthesized)
+
+
+@contextmanager
+def _sigint_held() -> Iterator[None]:
+    """Hold off SIGINT (Ctrl-C) in the block, where the main thread can: a Ctrl-C that arrives
+    meanwhile is delivered when it ends."""
+    mask = getattr(signal, "pthread_sigmask", None)
+    if mask is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    mask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        mask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _replace_run(new: Path, out: Path, prefix: str) -> None:
+    """Move the files of ``new`` into ``out``, removing first the ``<prefix>.<rank>.et`` and
+    ``<prefix>.comm_groups.json`` files of ``out`` that ``new`` does not replace."""
+    names = {p.name for p in new.iterdir()}
+    own = re.compile(rf"{re.escape(prefix)}\.(\d+\.et|comm_groups\.json)")
+    for old in out.iterdir():
+        if old.name not in names and own.fullmatch(old.name) and old.is_file():
+            old.unlink()
+    for name in sorted(names):
+        os.replace(new / name, out / name)
 
 
 def _op_attrs(op, kind) -> tuple[Attr, ...]:

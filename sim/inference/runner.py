@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from sim.budget import check, inference_estimate
 from sim.costs.analytical import AnalyticalCostModel
 from sim.engine import Simulation
 from sim.errors import ConfigError
@@ -26,7 +27,7 @@ from sim.topology.routing import Fabric
 from sim.topology.spec import TopologySpec
 from sim.types import Stream
 
-__all__ = ["InferenceRun", "simulate_inference", "fabric_for"]
+__all__ = ["InferenceRun", "simulate_inference", "fabric_for", "fabric_gpus"]
 
 
 @dataclass
@@ -57,12 +58,17 @@ def fabric_for(spec: InferenceSpec, topology: TopologySpec) -> Fabric:
     ConfigError
         If the topology has fewer GPUs than the spec needs.
     """
+    return Fabric.of(topology, fabric_gpus(spec, topology))
+
+
+def fabric_gpus(spec: InferenceSpec, topology: TopologySpec) -> int:
+    """The GPUs of the fabric :func:`fabric_for` builds."""
     n = spec.num_gpus
     if topology.num_gpus is not None:
         if topology.num_gpus < n:
-            raise ConfigError(topology.name, "num_gpus", f"at least tp x pp = {n} GPUs", topology.num_gpus)
+            raise ConfigError(topology.origin, "num_gpus", f"at least tp x pp = {n} GPUs", topology.num_gpus)
         n = topology.num_gpus
-    return Fabric.of(topology, n)
+    return n
 
 
 def simulate_inference(spec: InferenceSpec, topology: TopologySpec, *, granularity: str = "layer",
@@ -84,6 +90,7 @@ def simulate_inference(spec: InferenceSpec, topology: TopologySpec, *, granulari
         raise ConfigError("<simulate_inference>", "granularity", f"one of {list(GRANULARITIES)}", granularity)
     t0 = time.perf_counter()
     stack = stack if stack is not None else load_serving_stack()
+    check(inference_estimate(spec, topology, fabric_gpus(spec, topology), granularity))  # before anything is built
     fabric = fabric_for(spec, topology)
     costs = HostCostModel(spec.gpu, fabric, representative=True)
     ip = build_inference_program(spec, fabric.node_of, fabric.local_gpu, granularity,

@@ -31,8 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
+from sim.config.fields import read_yaml
 from sim.config.presets import preset_folder, preset_names, resolve_preset
 from sim.errors import ConfigError
 
@@ -145,16 +144,7 @@ def read_serving_stack(file: Path | str) -> ServingStack:
         Naming the file and the field for anything unreadable, missing or out of range.
     """
     path = str(file)
-    try:
-        text = Path(file).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(path, "<file>", "a readable YAML file", str(exc)) from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else "?"
-        raise ConfigError(path, f"line {line}", "valid YAML", getattr(exc, "problem", None) or str(exc)) from None
+    raw = read_yaml(Path(file))  # bounded: size, aliases, depth, duplicate keys (sim.config.fields)
     top = _mapping(raw, path, "", _TOP)
     name = top.get("name")
     if not isinstance(name, str) or not name.strip():

@@ -35,7 +35,7 @@ from sim.topology.spec import FabricKind, LinkSpec, ScaleUpKind, TopologySpec
 if TYPE_CHECKING:
     import networkx as nx
 
-__all__ = ["build_topology", "ring_topology_spec", "HOP_WEIGHT"]
+__all__ = ["build_topology", "graph_size", "ring_topology_spec", "HOP_WEIGHT"]
 
 _FABRICS = {FabricKind.RAIL_OPTIMIZED_FAT_TREE: add_fat_tree, FabricKind.FAT_TREE: add_fat_tree,
             FabricKind.TORUS: add_torus, FabricKind.DRAGONFLY: add_dragonfly}
@@ -77,12 +77,12 @@ def build_topology(spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
                               "topology has a fixed size)", have)
         return _apply_faults(g, spec, num_gpus)
     if spec.num_gpus is not None and spec.num_gpus != num_gpus:
-        raise ConfigError(spec.name, "num_gpus",
+        raise ConfigError(spec.origin, "num_gpus",
                           f"the workload's GPU count {num_gpus} (the topology fixes its own size)",
                           spec.num_gpus)
     gpn = spec.gpus_per_node
     if num_gpus % gpn and num_gpus > gpn:
-        raise ConfigError(spec.name, "gpus_per_node", f"a divisor of the GPU count {num_gpus}", gpn)
+        raise ConfigError(spec.origin, "gpus_per_node", f"a divisor of the GPU count {num_gpus}", gpn)
     import networkx as nx  # imported where a graph is built: a fat tree's runs need none
 
     g = nx.DiGraph(name=spec.name, collective_latency_s=spec.scale_up.collective_latency_s,
@@ -115,12 +115,56 @@ def build_topology(spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
     return _apply_faults(g, spec, num_gpus)
 
 
+def graph_size(spec: TopologySpec, num_gpus: int) -> tuple[int, int]:
+    """How many nodes and directed links :func:`build_topology` makes of ``spec`` at
+    ``num_gpus`` (an upper bound where the builder skips some), counted from the spec alone,
+    so that a topology too large to build is known before it is built; a dragonfly's count
+    adds the global ports :func:`~sim.topology.fabrics.dragonfly_global_links` visits. A
+    GraphML topology counts nothing here (its file's size is bounded where it is read).
+
+    >>> from sim.config import load_topology
+    >>> spec = load_topology("dgx-a100")
+    >>> g = build_topology(spec, 64)
+    >>> graph_size(spec, 64) == (g.number_of_nodes(), g.number_of_edges())
+    True
+    """
+    if spec.graph_file is not None:
+        return 0, 0
+    n, gpn, up, out = num_gpus, spec.gpus_per_node, spec.scale_up, spec.scale_out
+    dom = max(1, min(up.domain_size, n))
+    domains = -(-n // dom)
+    nodes, links = n + (domains if up.kind is ScaleUpKind.NVSWITCH else 0), 2 * n
+    if out.kind is FabricKind.NONE or n <= dom:
+        return nodes, links
+    servers = -(-n // gpn)
+    nics = servers * out.nics_per_node
+    nodes += nics
+    links += 2 * nics + 2 * n
+    if out.kind is FabricKind.TORUS:
+        routers = math.prod(out.torus.dims)
+        nodes += routers
+        links += 2 * sum(routers if k >= 3 else routers // 2 if k == 2 else 0 for k in out.torus.dims)
+    elif out.kind is FabricKind.DRAGONFLY:
+        df = out.dragonfly
+        built = -(-servers // df.nodes_per_group)
+        routers = built * df.routers_per_group
+        ports = df.groups * df.routers_per_group * df.global_links_per_router
+        nodes += routers + ports
+        links += routers * (df.routers_per_group - 1) + 2 * built * df.routers_per_group * df.global_links_per_router
+    else:
+        units = -(-servers // out.nodes_per_leaf)
+        leaves = units * (out.nics_per_node if out.kind is FabricKind.RAIL_OPTIMIZED_FAT_TREE else out.planes)
+        nodes += leaves + out.planes
+        links += 2 * leaves
+    return nodes, links
+
+
 def _apply_faults(g: nx.DiGraph, spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
     """Slow down or remove the faulty links, check every GPU still reaches every other, and
     number the links (``link_id``)."""
     for i, fault in enumerate(spec.faults):
         if not (g.has_edge(fault.u, fault.v) and g.has_edge(fault.v, fault.u)):
-            raise ConfigError(spec.name, f"faults[{i}].between", "two adjacent nodes of the built topology "
+            raise ConfigError(spec.origin, f"faults[{i}].between", "two adjacent nodes of the built topology "
                               "(e.g. [gpu0, nvs0], [nic0.0, leaf0.0])", [fault.u, fault.v])
         for a, b in ((fault.u, fault.v), (fault.v, fault.u)):
             if fault.bandwidth_fraction == 0:
@@ -130,10 +174,10 @@ def _apply_faults(g: nx.DiGraph, spec: TopologySpec, num_gpus: int) -> nx.DiGrap
     if spec.faults:
         import networkx as nx
 
-        lost = [r for r in range(1, num_gpus) if not (nx.has_path(g, "gpu0", f"gpu{r}")
-                                                      and nx.has_path(g, f"gpu{r}", "gpu0"))]
+        to, back = nx.descendants(g, "gpu0"), nx.ancestors(g, "gpu0")  # one search each way, not one per GPU
+        lost = [r for r in range(1, num_gpus) if f"gpu{r}" not in to or f"gpu{r}" not in back]
         if lost:
-            raise ConfigError(spec.name, "faults", "failed links that leave every GPU reachable",
+            raise ConfigError(spec.origin, "faults", "failed links that leave every GPU reachable",
                               [f"gpu{r}" for r in lost[:8]])
     for i, (u, v) in enumerate(sorted(g.edges())):
         g.edges[u, v]["link_id"] = i

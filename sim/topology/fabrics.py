@@ -87,7 +87,7 @@ def attach_nodes(g: nx.DiGraph, spec: TopologySpec, num_gpus: int, num_nodes: in
     out, gpn = spec.scale_out, spec.gpus_per_node
     nics = out.nics_per_node
     if gpn % nics and nics % gpn:
-        raise ConfigError(spec.name, "scale_out.nics_per_node",
+        raise ConfigError(spec.origin, "scale_out.nics_per_node",
                           f"a divisor or multiple of gpus_per_node={gpn}", nics)
     pcie = out.pcie or LinkSpec(bandwidth_bytes_per_s=math.inf, latency_s=0.0)
     for n in range(num_nodes):
@@ -175,7 +175,7 @@ def add_torus(g: nx.DiGraph, spec: TopologySpec, num_gpus: int, num_nodes: int) 
     torus = spec.scale_out.torus
     dims, n_routers = torus.dims, torus.num_routers
     if num_nodes > n_routers:
-        raise ConfigError(spec.name, "scale_out.dims",
+        raise ConfigError(spec.origin, "scale_out.dims",
                           f"a torus of at least the workload's {num_nodes} nodes ({num_gpus} GPUs, "
                           f"{spec.gpus_per_node} per node)", list(dims))
     link = _fabric_link(spec, torus.link)
@@ -240,7 +240,7 @@ def add_dragonfly(g: nx.DiGraph, spec: TopologySpec, num_gpus: int, num_nodes: i
     df = spec.scale_out.dragonfly
     a, p = df.routers_per_group, df.nodes_per_router
     if num_nodes > df.groups * df.nodes_per_group:
-        raise ConfigError(spec.name, "scale_out.groups",
+        raise ConfigError(spec.origin, "scale_out.groups",
                           f"enough groups of {df.nodes_per_group} nodes for the workload's {num_nodes} "
                           f"nodes ({num_gpus} GPUs, {spec.gpus_per_node} per node)", df.groups)
     built = math.ceil(num_nodes / df.nodes_per_group)

@@ -25,12 +25,15 @@ engine treat it like a preset. What the file must carry:
 
 from __future__ import annotations
 
+import io
+import math
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sim.errors import ConfigError
 from sim.hardware import EfficiencyCurve
+from sim.inputs import read_input_bytes
 from sim.topology.build import HOP_WEIGHT
 from sim.units import GBPS, US
 
@@ -40,11 +43,31 @@ if TYPE_CHECKING:
 __all__ = ["read_graphml_topology"]
 
 
+MAX_BANDWIDTH_GBPS = 1e9
+"""The largest link bandwidth a GraphML file gives, in GB/s (as a topology YAML's)."""
+MAX_LATENCY_US = 1e9
+"""The largest link latency a GraphML file gives, in microseconds (as a topology YAML's)."""
+
+
 def _number(d: dict, key: str, where: str, field: str, default: float | None = None) -> float:
+    """Attribute ``key`` as a finite number (GraphML's ``double`` reads ``INF`` and ``NaN``)."""
     value = d.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(where, field, f"a number attribute '{key}'", value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(where, f"{field}: {key}", f"a finite number attribute '{key}'", value)
     return float(value)
+
+
+def _index(d: dict, key: str, where: str, field: str, default: int) -> int:
+    """Attribute ``key`` as a non-negative integer (an int, or a number or text that is one)."""
+    value = d.get(key, default)
+    if isinstance(value, str):
+        value = value.strip()
+        value = int(value) if value.isdigit() and len(value) <= 18 else value
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
+        raise ConfigError(where, f"{field}: {key}", f"a non-negative integer attribute '{key}'", value)
+    return value
 
 
 def read_graphml_topology(path: str | Path) -> nx.DiGraph:
@@ -52,9 +75,10 @@ def read_graphml_topology(path: str | Path) -> nx.DiGraph:
     import networkx as nx
 
     where = str(path)
+    data = read_input_bytes(path, "GraphML file")
     try:
-        src = nx.read_graphml(path)
-    except (OSError, ET.ParseError, nx.NetworkXError) as exc:
+        src = nx.read_graphml(io.BytesIO(data))
+    except (ET.ParseError, nx.NetworkXError, ValueError, TypeError, KeyError) as exc:
         raise ConfigError(where, "<file>", "a readable GraphML file", str(exc)) from None
     gpus = [n for n, d in src.nodes(data=True) if d.get("kind") == "gpu"]
     expected = [f"gpu{i}" for i in range(len(gpus))]
@@ -64,8 +88,8 @@ def read_graphml_topology(path: str | Path) -> nx.DiGraph:
     for n, d in src.nodes(data=True):
         if d.get("kind") == "gpu":
             r = int(n[3:])
-            node = int(_number(d, "node", where, f"node {n}", 0))
-            g.add_node(n, kind="gpu", rank=r, node=node, local_gpu=int(d.get("local_gpu", r)))
+            node = _index(d, "node", where, f"node {n}", 0)
+            g.add_node(n, kind="gpu", rank=r, node=node, local_gpu=_index(d, "local_gpu", where, f"node {n}", r))
         else:
             g.add_node(n, kind=str(d.get("kind", "switch")))
     for u, v, d in src.edges(data=True):
@@ -74,13 +98,16 @@ def read_graphml_topology(path: str | Path) -> nx.DiGraph:
         lat = _number(d, "latency_us", where, field)
         eff = _number(d, "efficiency", where, field, 1.0)
         link = d.get("link", "network")
-        if not bw > 0 or not lat >= 0 or not 0 < eff <= 1 or link not in HOP_WEIGHT:
-            raise ConfigError(where, field, "bandwidth_GBps > 0, latency_us >= 0, efficiency in (0, 1] and "
-                              f"link one of {sorted(HOP_WEIGHT)}", dict(d))
+        if not (0 < bw <= MAX_BANDWIDTH_GBPS and 0 <= lat <= MAX_LATENCY_US and 0 < eff <= 1
+                and isinstance(link, str) and link in HOP_WEIGHT):
+            raise ConfigError(where, field, f"bandwidth_GBps in (0, {MAX_BANDWIDTH_GBPS:g}], latency_us in "
+                              f"[0, {MAX_LATENCY_US:g}], efficiency in (0, 1] and link one of {sorted(HOP_WEIGHT)}",
+                              dict(d))
         for a, b in ((u, v),) if src.is_directed() else ((u, v), (v, u)):
             g.add_edge(a, b, bandwidth_bytes_per_s=bw * GBPS, latency_s=lat * US,
                        efficiency=EfficiencyCurve.constant(eff), link=link, hop_weight=HOP_WEIGHT[link])
-    unreachable = [r for r in expected[1:] if not nx.has_path(g, expected[0], r)]
+    reached = nx.descendants(g, expected[0])  # one search, not one per GPU
+    unreachable = [r for r in expected[1:] if r not in reached]
     if unreachable:
         raise ConfigError(where, "edges", "a path from gpu0 to every GPU", unreachable[:8])
     return g

@@ -11,7 +11,7 @@ docs/topologies.md describes every builder.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from sim.errors import ConfigError
@@ -211,10 +211,19 @@ class TopologySpec:
     """A fixed size; None sizes the topology from the workload."""
     description: str = ""
     graph_file: str | None = None
-    faults: tuple[LinkFault, ...] = ()
-    """Links running slower than built, or failed (:class:`LinkFault`)."""
     """A GraphML file describing the links (:mod:`sim.topology.graphml`); when set, it is the
     whole topology and ``scale_up`` / ``scale_out`` are not used."""
+    faults: tuple[LinkFault, ...] = ()
+    """Links running slower than built, or failed (:class:`LinkFault`)."""
+    source: str | None = field(default=None, compare=False)
+    """The file it was read from (:func:`sim.config.load_topology`); None for one made in code.
+    Not part of its identity: the same topology read from two files is one topology."""
+
+    @property
+    def origin(self) -> str:
+        """What an error found in this topology after it is read names: the file it was read
+        from, else its name."""
+        return self.source or self.name
 
     def __post_init__(self) -> None:
         if self.gpus_per_node < 1:

@@ -9,6 +9,7 @@ Megatron-LM's argument names.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from sim.errors import ConfigError
@@ -31,6 +32,17 @@ first: the default placement, rank ``r`` on GPU ``r``."""
 _ORDER_TOKENS = ("tp", "cp", "ep", "dp", "pp")
 _ORDER_EXPECTED = ("an order of tp, cp, dp, pp (and ep right before dp) joined by '-', innermost first, "
                    f"e.g. '{MEGATRON_ORDER}' or 'tp-pp-dp', or a list of GPU indices")
+
+
+MAX_SCHEDULE_PASSES = 1_000_000
+"""The most forward passes of model chunks in one iteration over the whole pipeline
+(micro-batches x pp x virtual_pipeline_stages): the closed-form memory model walks each stage's
+schedule (the published cases reach 40,000; 10,000 micro-batches of Llama 3 405B's 64 chunks are
+640,000, a few seconds' walk)."""
+
+MAX_LAYERS = 10_000
+"""The most transformer layers a model may have: fifty times the deepest published (PaLM's
+118, Llama 3 405B's 126); the closed-form memory model walks the layers of each stage."""
 
 
 def _positive_int(field: str, value: object) -> None:
@@ -148,6 +160,11 @@ class ModelSpec:
         for f in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
                   "ffn_hidden_size", "vocab_size", "seq_length"):
             _positive_int(f"model.{f}", getattr(self, f))
+        if self.num_layers > MAX_LAYERS:
+            raise ConfigError(_SPEC, "model.num_layers", f"at most {MAX_LAYERS:,} layers", self.num_layers)
+        if isinstance(self.q_lora_rank, bool) or not isinstance(self.q_lora_rank, int) or self.q_lora_rank < 0:
+            raise ConfigError(_SPEC, "model.q_lora_rank", "0 (queries projected directly) or a positive integer",
+                              self.q_lora_rank)
         if self.kv_lora_rank:
             for f in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
                 _positive_int(f"model.{f}", getattr(self, f))
@@ -182,7 +199,7 @@ class ModelSpec:
                                   f"0 to model.num_layers - 1 = {self.num_layers - 1}", self.first_dense_layers)
             if self.num_shared_experts < 0:
                 raise ConfigError(_SPEC, "model.num_shared_experts", "0 or more", self.num_shared_experts)
-            if self.moe_capacity_factor is not None and not self.moe_capacity_factor >= 1.0:
+            if self.moe_capacity_factor is not None and not 1.0 <= self.moe_capacity_factor < math.inf:
                 raise ConfigError(_SPEC, "model.moe_capacity_factor", "null (dropless) or >= 1",
                                   self.moe_capacity_factor)
 
@@ -441,6 +458,12 @@ class ParallelSpec:
         for f in ("tp", "pp", "dp", "cp", "ep", "virtual_pipeline_stages", "micro_batch_size",
                   "global_batch_size", "grad_bucket_size_params"):
             _positive_int(f"parallel.{f}", getattr(self, f))
+        passes = self.num_microbatches * self.pp * self.virtual_pipeline_stages
+        if passes > MAX_SCHEDULE_PASSES:
+            raise ConfigError(_SPEC, "parallel.global_batch_size", f"at most {MAX_SCHEDULE_PASSES:,} forward passes "
+                              f"of model chunks in one iteration: {self.num_microbatches:,} micro-batches (global / "
+                              f"(micro x dp)) x pp {self.pp} x virtual_pipeline_stages {self.virtual_pipeline_stages}",
+                              self.global_batch_size)
         self._check_placement()
         if self.cp > 1 and not self.flash_attention:
             raise ConfigError(_SPEC, "parallel.flash_attention", "true with parallel.cp > 1 (Transformer Engine's "

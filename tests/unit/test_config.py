@@ -439,7 +439,7 @@ def test_topology_both_efficiencies(tmp_path):
 def test_topology_bad_curve(tmp_path):
     data = _topology_data()
     data["scale_up"]["efficiency_by_size_bytes"] = [[2, 0.5], [1, 0.6]]
-    _error(_write(tmp_path, data), "scale_up.efficiency_by_size_bytes", loader=load_topology)
+    _error(_write(tmp_path, data), "scale_up.efficiency_by_size_bytes[1]", loader=load_topology)
 
 
 def test_topology_bad_kind(tmp_path):

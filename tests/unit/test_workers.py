@@ -76,3 +76,25 @@ def test_simulations_interrupted_on_worker_processes_leave_no_traceback(monkeypa
             thread.join(timeout=300)
     assert stopped and 1 <= len(out) < len(jobs)
     assert thread_errors == []  # Python 3.11's manager thread raised on each cancelled future
+
+
+def test_abandon_returns_once_the_pool_manager_thread_has_ended():
+    """Left running, the manager thread closes its wake-up pipe while the interpreter's exit
+    hook writes to it: a traceback ending "OSError: [Errno 9] Bad file descriptor" after
+    Ctrl-C (issue #31, in 3 of 8 interrupted ``sweep --workers 2``)."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=ignore_sigint) as pool:
+        assert pool.submit(abs, -1).result() == 1
+        futures = [pool.submit(time.sleep, 600) for _ in range(3)]
+        abandon(pool)
+        managers = [t for t in threading.enumerate() if type(t).__name__ == "_ExecutorManagerThread"]
+        assert managers == []
+    assert all(f.done() for f in futures)
+
+
+def test_workers_take_the_parents_memory_budget():
+    from sim.budget import Budget, current_budget, memory_budget
+    from sim.workers import local_pool
+
+    with memory_budget(3.0), local_pool(2) as pool:
+        budget = pool.submit(current_budget).result()
+    assert budget == Budget(3.0 * 2**30, "--max-memory-gib")
