@@ -216,21 +216,22 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
             efficiency: float = 1.0) -> MemoryOp:
         return MemoryOp(kind, float(nbytes), access, efficiency)
 
+    def at_share(kind: OpKind, nbytes: float, share: float, fill_bytes: float = 0.0) -> MemoryOp:
+        """A kernel moving ``nbytes`` at ``share`` of the streaming rate, and the NaN fill of
+        its output, ``fill_bytes``, streaming: one op at the efficiency of the two together."""
+        return mem(kind, nbytes + fill_bytes, efficiency=(nbytes + fill_bytes) / (nbytes / share + fill_bytes))
+
     def fused_norm_bwd(nbytes: float, fill_bytes: float = 0.0) -> MemoryOp:
-        """A fused norm's backward moving ``nbytes`` at the measured share of the forward's
-        bandwidth (:data:`~sim.workload.nongemm.NORM_BACKWARD_EFFICIENCY`), and the NaN fill of
-        its output, ``fill_bytes``, streaming."""
-        r = nongemm.NORM_BACKWARD_EFFICIENCY
-        return mem(OpKind.NORM, nbytes + fill_bytes, efficiency=(nbytes + fill_bytes) / (nbytes / r + fill_bytes))
+        """A fused norm's backward at the measured share of the forward's bandwidth
+        (:data:`~sim.workload.nongemm.NORM_BACKWARD_EFFICIENCY`)."""
+        return at_share(OpKind.NORM, nbytes, nongemm.NORM_BACKWARD_EFFICIENCY, fill_bytes)
 
     def activation_bwd(nbytes: float, fill_bytes: float = 0.0) -> MemoryOp:
         """The fused activation's backward moving ``nbytes``: a gated one (SwiGLU) at its
         measured share of streaming bandwidth (:data:`~sim.workload.nongemm.
         SWIGLU_BACKWARD_EFFICIENCY`), and the NaN fill of its output, ``fill_bytes``, streaming."""
-        if not model.gated_mlp:
-            return mem(OpKind.ELEMENTWISE, nbytes + fill_bytes)
-        r = nongemm.SWIGLU_BACKWARD_EFFICIENCY
-        return mem(OpKind.ELEMENTWISE, nbytes + fill_bytes, efficiency=(nbytes + fill_bytes) / (nbytes / r + fill_bytes))
+        share = nongemm.SWIGLU_BACKWARD_EFFICIENCY if model.gated_mlp else 1.0
+        return at_share(OpKind.ELEMENTWISE, nbytes, share, fill_bytes)
 
     # deterministic mode: PyTorch NaN-fills each output Transformer Engine allocates with
     # at::empty (GEMMs, attention, norms, activations), one more write of it (ParallelSpec.deterministic)
