@@ -212,7 +212,8 @@ def test_megatron_arguments_from_an_endless_file_are_refused():
 @pytest.mark.parametrize("command", ["run", "memory"])
 def test_a_hundred_million_layers_set_on_the_command_line_are_refused(command):
     line = _bounded(command, "tiny", "--set", "model.num_layers=100000000")
-    assert line.endswith("model.num_layers: expected at most 10,000 layers (got 100000000)"), line
+    assert line.endswith("workloads/tiny.yaml (--set): model.num_layers: expected at most 10,000 layers "
+                         "(got 100000000)"), line
 
 
 def test_a_hundred_million_generated_tokens_are_refused_before_they_are_built():

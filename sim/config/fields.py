@@ -26,7 +26,9 @@ from sim.errors import ConfigError, Described
 from sim.inputs import read_input_text
 from sim.types import parse_enum
 
-_SET = "<--set>"
+SET_SOURCE = "<--set>"
+"""The ``path`` of an error in a ``--set`` override (:class:`~sim.errors.ConfigError`)."""
+_SET = SET_SOURCE
 _REQUIRED = "(required: null or missing means not published, and there is no default)"
 
 MAX_YAML_DEPTH = 64

@@ -30,7 +30,8 @@ from sim.config.defaults import (_async_tp_allreduce_default, _attention_kernel_
                                  _sp_default, _tp_overlap_cfg, _tp_overlap_default, _unfused_bias_default,
                                  _virtual_stages_default, _zero_default, _zero_impl_default)
 from sim.config.fit import fit_null_settings
-from sim.config.fields import _apply_overrides, _Fields, _located, _Notes, _read_yaml, described, is_finite
+from sim.config.fields import (SET_SOURCE, _apply_overrides, _Fields, _located, _Notes, _read_yaml, described,
+                               is_finite)
 from sim.config.presets import preset_names, resolve_preset, shown_path
 from sim.config.stack import Stack
 from sim.config.stacks import STACKS, choose_stack, framework_year, load_stack
@@ -126,7 +127,20 @@ def load_workload_with_notes(path: str | None = None, overrides: Sequence[str] =
         raise ConfigError(str(file), "<top level>", "one case (pick one with --case ID)",
                           f"a list of {len(cases)} cases")
     raw = _Fields(cases[0], str(file), "", _TOP_KEYS).raw
-    return _build_workload(_apply_overrides(raw, overrides, _WORKLOAD_SETTABLE), file)
+    try:
+        return _build_workload(_apply_overrides(raw, overrides, _WORKLOAD_SETTABLE), file)
+    except ConfigError as e:
+        raise _named_by_override(e, overrides) from None
+
+
+def _named_by_override(error: ConfigError, overrides: Sequence[str]) -> ConfigError:
+    """``error`` naming the override that set its field beside the file
+    (``tiny.yaml (--set): model.num_layers: ...``), when an override set that field; else
+    ``error`` itself."""
+    keys = {str(item).partition("=")[0].strip() for item in overrides}
+    if error.path != SET_SOURCE and error.field in keys:
+        return ConfigError(f"{error.path} (--set)", error.field, error.expected, error.got)
+    return error
 
 
 def load_cases(path: str, overrides: Sequence[str] = ()) -> list[tuple[str, WorkloadSpec | ConfigError]]:
@@ -153,7 +167,7 @@ def load_cases(path: str, overrides: Sequence[str] = ()) -> list[tuple[str, Work
             out.append((case_id, _build_workload(_apply_overrides(raw, overrides, _WORKLOAD_SETTABLE),
                                                  file)[0]))
         except ConfigError as exc:
-            out.append((case_id, exc))
+            out.append((case_id, _named_by_override(exc, overrides)))
     return out
 
 
