@@ -7,13 +7,17 @@ time and memory bound of :func:`_bounded`.
 Each example calls :func:`sim.cli.main` in this process on a mutation of ``tiny`` (8 A100s,
 a second's run) or of ``dgx-a100``; Hypothesis draws them deterministically
 (``derandomize=True``), so a run of the suite tries the same examples every time. The
-examples of the issue, one test each, are in ``tests/test_hostile.py``.
+examples of the issue, one test each, are in ``tests/test_hostile.py``. Sweep spaces
+(``sweep --space``), validation cases (``validate``, one GPT 22B case) and Hugging Face
+``config.json`` files (``infer``: nesting 100,000 deep, 5,000-digit integers, cut-off text) are
+mutated the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import math
 import resource
 import signal
@@ -34,6 +38,13 @@ from sim.cli import main  # noqa: E402
 REPO = Path(sim.__file__).resolve().parent.parent
 TINY = yaml.safe_load((REPO / "workloads" / "tiny.yaml").read_text())
 A100 = yaml.safe_load((REPO / "topologies" / "dgx-a100.yaml").read_text())
+
+SPACE = {"tp": [1, 2], "pp": "auto", "micro_batch_size": [1, 2], "recompute": ["none", "selective"]}
+"""A sweep space as docs/usage.md writes one (a few seconds' sweep of ``tiny``)."""
+HF = json.loads((REPO / "workloads" / "hf" / "llama-3-8b.json").read_text())
+CASE = next(c for c in yaml.safe_load((REPO / "workloads" / "validation" / "korthikanti2022.yaml").read_text())
+            if c["id"] == "korthikanti2022_t5_22B_selective_sp")
+"""A validation case that simulates in a tenth of a second (GPT 22B on 8 A100s)."""
 
 TIME_BOUND_S = 60
 """The longest one example may run before it counts as a hang (a ``tiny`` run takes about a
@@ -265,3 +276,42 @@ def test_the_bound_catches_a_hang_and_a_blow_up(monkeypatch):
     monkeypatch.setitem(globals(), "main", lambda argv: len(bytearray(MEMORY_BOUND_BYTES + 2**30)))
     with pytest.raises(pytest.fail.Exception, match="grew past 2 GiB"):
         _outcome(["run", "tiny"])
+
+
+@EXAMPLES
+@given(text=documents(SPACE))
+def test_a_mutated_sweep_space_gives_a_report_or_one_error_line(text, tmp_path_factory):
+    path = _write(tmp_path_factory.mktemp("s"), "space.yaml", text)
+    _check(["sweep", "tiny", "--space", path, "--workers", "1", "--top", "2", *BUDGET])
+
+
+@EXAMPLES
+@given(text=documents(CASE))
+def test_a_mutated_validation_case_gives_a_report_or_one_error_line(text, tmp_path_factory):
+    path = _write(tmp_path_factory.mktemp("v"), "cases.yaml", "- " + text.replace("\n", "\n  ").rstrip() + "\n")
+    _check(["validate", path, "--jobs", "1", *BUDGET])
+
+
+@st.composite
+def hf_configs(draw) -> str:
+    """JSON text of a Hugging Face config with one value replaced, then perhaps nested 100,000
+    deep, given a 5,000-digit integer, or cut short."""
+    key = draw(st.sampled_from(sorted(k for k, v in HF.items() if not isinstance(v, dict))))
+    value = draw(st.one_of(st.sampled_from([-8, 0, -1, 10**8, 2**63, 0.5, "abc", "", [], {}, None, True]),
+                           st.integers(-3, 3)))
+    text = json.dumps({**HF, key: value})
+    mutation = draw(st.sampled_from(["none", "none", "deep", "digits", "cut"]))
+    if mutation == "deep":
+        text = text[:-1] + ', "extra": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    elif mutation == "digits":
+        text = text[:-1] + ', "num_hidden_layers": ' + "9" * 5000 + "}"
+    elif mutation == "cut":
+        text = text[:draw(st.integers(0, len(text)))]
+    return text
+
+
+@EXAMPLES
+@given(text=hf_configs())
+def test_a_mutated_hf_config_gives_a_report_or_one_error_line(text, tmp_path_factory):
+    path = _write(tmp_path_factory.mktemp("h"), "config.json", text)
+    _check(["infer", path, "--prompt", "16", "--generate", "2", "--granularity", "step", *BUDGET])
