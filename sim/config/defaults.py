@@ -21,12 +21,14 @@ from sim.workload.tp_overlap import ASYNC_TP, TE_DEFAULTS, UB_GEMMS, TpOverlapCo
 from sim.workload.spec import ParallelSpec
 
 
-def _from_stack(f: _Fields, key: str, stack: Stack, notes: _Notes) -> bool:
-    """A boolean setting: the case's ``parallel.<key>``, else the stack's value, noted."""
+def _from_stack(f: _Fields, key: str, stack: Stack, notes: _Notes, quiet: bool | None = None) -> bool:
+    """A boolean setting: the case's ``parallel.<key>``, else the stack's value, noted unless
+    it is ``quiet`` (the usual value, which needs no note)."""
     flag = f.flag(key)
     if flag is not None:
         return flag
-    return notes.fill(f"parallel.{key}", stack.value(key), stack.why(key))
+    value = stack.value(key)
+    return value if value == quiet else notes.fill(f"parallel.{key}", value, stack.why(key))
 
 
 def _sp_default(f: _Fields, tp: int, stack: Stack, notes: _Notes, tp_overlap: bool = False) -> bool:
@@ -59,12 +61,7 @@ def _zero_default(stack: Stack, notes: _Notes, f: _Fields | None = None) -> int:
 def _overlap_default(f: _Fields, stack: Stack, notes: _Notes) -> bool:
     """Whether the data-parallel gradient reduction overlaps the backward pass: the case's
     value, else the stack's ``overlap_grad_reduce``, noted when off."""
-    flag = f.flag("overlap_grad_reduce")
-    if flag is not None:
-        return flag
-    if stack.value("overlap_grad_reduce"):
-        return True
-    return notes.fill("parallel.overlap_grad_reduce", False, stack.why("overlap_grad_reduce"))
+    return _from_stack(f, "overlap_grad_reduce", stack, notes, quiet=True)
 
 
 def _p2p_overlap_default(f: _Fields, framework: str, schedule: ScheduleKind, stack: Stack, notes: _Notes) -> bool:
@@ -84,20 +81,13 @@ def _p2p_overlap_default(f: _Fields, framework: str, schedule: ScheduleKind, sta
     listed = _framework_has(f, framework, "--no-overlap-p2p-communication")
     if listed:
         return notes.fill("parallel.overlap_p2p_comm", False, f"the case lists {listed}")
-    if stack.value("overlap_p2p_comm"):
-        return True
-    return notes.fill("parallel.overlap_p2p_comm", False, stack.why("overlap_p2p_comm"))
+    return _from_stack(f, "overlap_p2p_comm", stack, notes, quiet=True)
 
 
 def _flash_default(f: _Fields, stack: Stack, notes: _Notes) -> bool:
     """FlashAttention: the case's value, else the stack's ``flash_attention``, noted when off
     (a release that predates it)."""
-    flag = f.flag("flash_attention")
-    if flag is not None:
-        return flag
-    if stack.value("flash_attention"):
-        return True
-    return notes.fill("parallel.flash_attention", False, stack.why("flash_attention"))
+    return _from_stack(f, "flash_attention", stack, notes, quiet=True)
 
 
 def _virtual_stages_default(f: _Fields, stack: Stack, notes: _Notes) -> int:
@@ -309,9 +299,7 @@ def _on_unless_listed(f: _Fields, framework: str, stack: Stack, notes: _Notes, k
     flag = _framework_has(f, framework, off_flag)
     if flag:
         return notes.fill(f"parallel.{key}", False, f"the case lists {flag}")
-    if stack.value(key):
-        return True
-    return notes.fill(f"parallel.{key}", False, stack.why(key))
+    return _from_stack(f, key, stack, notes, quiet=True)
 
 
 def _grad_accum_fusion_default(f: _Fields, framework: str, stack: Stack, notes: _Notes) -> bool:
@@ -333,9 +321,7 @@ def _grad_reduce_default(f: _Fields, stack: Stack, notes: _Notes) -> bool:
         return value
     if _details_has(f, "--grad-reduce-in-bf16"):
         return notes.fill("parallel.grad_reduce_in_fp32", False, "the case's flags list --grad-reduce-in-bf16")
-    if stack.value("grad_reduce_in_fp32"):
-        return True
-    return notes.fill("parallel.grad_reduce_in_fp32", False, stack.why("grad_reduce_in_fp32"))
+    return _from_stack(f, "grad_reduce_in_fp32", stack, notes, quiet=True)
 
 
 def _async_tp_allreduce_default(f: _Fields, framework: str, stack: Stack, notes: _Notes) -> bool:
@@ -351,12 +337,7 @@ def _unfused_bias_default(f: _Fields, stack: Stack, notes: _Notes) -> bool:
     """Megatron-LM's pre-Transformer-Engine linear layers with their separate bias kernels
     (:attr:`~sim.workload.spec.ParallelSpec.unfused_linear_bias`): the case's value, else the
     stack's (on for Megatron-LM's ``megatron/mpu`` linears of 2022 and earlier), noted when on."""
-    value = f.flag("unfused_linear_bias")
-    if value is not None:
-        return value
-    if not stack.value("unfused_linear_bias"):
-        return False
-    return notes.fill("parallel.unfused_linear_bias", True, stack.why("unfused_linear_bias"))
+    return _from_stack(f, "unfused_linear_bias", stack, notes, quiet=False)
 
 
 def _deterministic_default(f: _Fields, framework: str, notes: _Notes) -> bool:
