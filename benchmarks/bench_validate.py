@@ -86,11 +86,13 @@ def main(argv: list[str] | None = None) -> int:
     fig = run_validate(files, args.jobs)
     res = fig.pop("result")
     fig.update(cases=res["cases_total"], rows=len(res["cases"]), simulated_at=res.get("simulated_at"),
+               from_steady=res.get("cases_from_steady_state"),
                mape_pct=res["mape_pct"], mape_complete_pct=res["mape_complete_pct"],
                memory_mape_pct=res["memory_mape_pct"])
     print(f"wall {fig['wall_s']:.1f} s, CPU {fig['cpu_s']:.1f} s, peak memory {fig['peak_rss_mib']:.0f} MiB "
           f"(one process)")
-    print(f"{fig['cases']} cases, {fig['rows']} rows; simulated at: {fig['simulated_at']}")
+    print(f"{fig['cases']} cases, {fig['rows']} rows; simulated at: {fig['simulated_at']}, "
+          f"{fig['from_steady']} from their steady state")
     print(f"MAPE {fig['mape_pct']:.3f}%, config_complete {fig['mape_complete_pct']:.3f}%, "
           f"memory {fig['memory_mape_pct']:.3f}%")
     if args.compare and Path(args.compare).exists():

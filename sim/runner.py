@@ -93,6 +93,15 @@ def _fabric(topology: TopologySpec, num_gpus: int, placement: tuple[int, ...] | 
     return Fabric.of(topology, num_gpus, placement)
 
 
+def placed_unlike_an_order(workload: WorkloadSpec) -> bool:
+    """Whether ``workload.parallel.placement`` is an explicit GPU list that no rank order gives:
+    :func:`simulate` then simulates every rank (a representative rank per stage stands for the
+    others only when they are placed alike)."""
+    placement = gpu_placement(workload.parallel)
+    return (placement is not None and not isinstance(workload.parallel.placement, str)
+            and placement not in order_placements(workload.parallel))
+
+
 def excluded_algorithms(workload: WorkloadSpec) -> frozenset:
     """The collective algorithms the run's NCCL may not use: NVLS under deterministic mode
     (Megatron-LM's ``validate_args``, ``megatron/training/arguments.py``, requires
@@ -104,7 +113,7 @@ def excluded_algorithms(workload: WorkloadSpec) -> frozenset:
 def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = False,
              costs: CostModel | None = None, notes: list[str] | None = None,
              slow_gpus: dict[int, float] | None = None, link_counters: int = 0,
-             granularity: str = "op", exact: bool = False) -> Run:
+             granularity: str = "op", exact: bool = False, clock_hz: float | None = None) -> Run:
     """Simulate one training iteration of ``workload`` on ``topology``.
 
     Ranks run on the GPUs ``workload.parallel.placement`` gives (:func:`gpu_placement`). One
@@ -150,10 +159,15 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         it), once while it runs (cut short at a first meeting, :data:`WATCH_AT_EVENTS_PER_TASK`)
         and once at its end; the op run that replaces it says why in
         :attr:`Run.coarse_divergence`.
+    clock_hz : float, optional
+        Price compute at this SM clock instead of the one ``workload``'s GPU holds under its
+        power limit over this program's kernels (:func:`power_clock_hz`); for a GPU whose power
+        behaviour is measured, without ``costs``. :mod:`sim.steady` passes the clock of the
+        whole iteration to the shorter runs it simulates in its place.
     """
     if granularity not in GRANULARITIES:
         raise ConfigError("<simulate>", "granularity", f"one of {list(GRANULARITIES)}", granularity)
-    args = (workload, topology, full, costs, notes, slow_gpus, link_counters)
+    args = (workload, topology, full, costs, notes, slow_gpus, link_counters, clock_hz)
     if not exact or granularity == "op":
         return _simulate(*args, granularity, False)
     try:
@@ -173,7 +187,7 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
 
 def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs: CostModel | None,
               notes: list[str] | None, slow_gpus: dict[int, float] | None, link_counters: int,
-              granularity: str, check: bool) -> Run:
+              given_clock_hz: float | None, granularity: str, check: bool) -> Run:
     """:func:`simulate` at one granularity; with ``check``, the run watches its blocks and
     raises :class:`~sim.engine.block_check.BlockInterference` when something meets one while
     it runs, and says what met one by its end in :attr:`Run.coarse_divergence`."""
@@ -181,8 +195,7 @@ def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs:
     t0 = time.perf_counter()
     with _gc_paused():
         placement = gpu_placement(workload.parallel)
-        if placement is not None and not full and not isinstance(workload.parallel.placement, str) \
-                and placement not in order_placements(workload.parallel):
+        if not full and placed_unlike_an_order(workload):
             full = True
             notes.append("parallel.placement: an explicit GPU list that no rank order gives -> every "
                          "rank simulated (as --full): a representative rank per stage stands for "
@@ -194,7 +207,10 @@ def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs:
         clock_hz, loads = None, []
         if costs is None:
             gpu = workload.system.gpu
-            clock_hz, loads = power_clock_hz(gpu, program)
+            if given_clock_hz is not None and gpu.power is not None:
+                clock_hz = given_clock_hz
+            else:
+                clock_hz, loads = power_clock_hz(gpu, program)
             if clock_hz is not None:
                 notes.append(f"power: under {gpu.name}'s {gpu.power.limit_w:.0f} W limit this iteration's "
                              f"kernels hold {clock_hz / 1e6:.0f} MHz (back to back: BF16 GEMMs "
@@ -240,6 +256,17 @@ def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs:
 def power_loads(gpu: GPUSpec, program: Program) -> list[KernelLoad]:
     """``program``'s compute kernels as the power model sees them: every simulated rank's,
     each distinct op once with the count of times it runs (``gpu.power`` must be set)."""
+    return loads_of(gpu, compute_op_counts(program))
+
+
+def loads_of(gpu: GPUSpec, counts: dict) -> list[KernelLoad]:
+    """The power model's kernels for ``counts`` (op -> times it runs, :func:`compute_op_counts`)."""
+    return [dataclasses.replace(kernel_load(gpu, op), count=n) for op, n in counts.items()]
+
+
+def compute_op_counts(program: Program) -> dict:
+    """Every distinct compute op of ``program``'s simulated ranks (the ops inside a block
+    included), in the order of first issue, with the number of times it runs."""
     by_id: dict[int, list] = {}
     for t in program.tasks:
         if t.comm or t.stream is not Stream.COMPUTE:
@@ -253,7 +280,7 @@ def power_loads(gpu: GPUSpec, program: Program) -> list[KernelLoad]:
     for op, n in by_id.values():
         for o in ([o for s, o in zip(op.streams, op.ops) if s is None] if isinstance(op, Block) else (op,)):
             counts[o] = counts.get(o, 0) + n
-    return [dataclasses.replace(kernel_load(gpu, op), count=n) for op, n in counts.items()]
+    return counts
 
 
 def power_clock_hz(gpu: GPUSpec, program: Program) -> tuple[float | None, list[KernelLoad]]:

@@ -17,7 +17,10 @@ of a time row, the error of a throughput row) and, for memory, when it predicts 
 A case is simulated at chunk granularity where that gives the op-level run's figures
 (:func:`sim.runner.simulate` with ``exact``): the run checks itself
 (:mod:`sim.engine.block_check`) and a case where something met one of its blocks (a transfer
-on its collectives' links, a kernel beside it) is simulated again op by op.
+on its collectives' links, a kernel beside it) is simulated again op by op. A job of many
+micro-batches is simulated that way at three (or four) shorter counts, and its iteration time
+extended along the line their times lie on (:func:`sim.steady.steady_iteration`; where they do
+not lie on one, the whole iteration is simulated).
 What is read from the run is exact either way: the iteration time (so the throughputs; their
 FLOPs come from the model, not the run) is the op run's up to the order of floating-point
 additions. Peak memory is closed-form (:func:`sim.memory.stage_memory`), and the per-layer
@@ -38,6 +41,8 @@ from sim.config.fit import fits_in_memory
 from sim.errors import SimError
 from sim.memory import stage_memory
 from sim.runner import Run, simulate
+from sim.steady import steady_iteration, steady_points
+from sim.workload.flops import model_flops
 from sim.topology.network import NetworkSpec, apply_network
 from sim.topology.spec import TopologySpec
 from sim.types import Stream
@@ -141,6 +146,8 @@ class Validation:
     wall_s: float = 0.0
     simulated_at: dict[str, int] = field(default_factory=dict)
     """Cases simulated at each granularity (the module docstring says which and why)."""
+    from_steady: int = 0
+    """Cases whose time came from shorter runs of their steady state (:mod:`sim.steady`)."""
 
     @property
     def scored(self) -> list[Row]:
@@ -210,7 +217,7 @@ class Validation:
                 "cases_total": len({r.id for r in self.rows}),
                 "worst_error_pct": None if worst is None else worst.error_pct,
                 "worst_case": None if worst is None else worst.id, "wall_s": self.wall_s,
-                "simulated_at": dict(sorted(self.simulated_at.items()))}
+                "simulated_at": dict(sorted(self.simulated_at.items())), "cases_from_steady_state": self.from_steady}
 
 
 def _layer_times_ms(run) -> tuple[float, float] | None:
@@ -249,6 +256,8 @@ class CaseResult:
     """The granularity whose run was scored; None when nothing was simulated."""
     op_because: str | None = None
     """Why a run at :data:`COARSE` granularity was not used (what met one of its blocks)."""
+    steady: bool = False
+    """Its time rows come from shorter runs of the job's steady state (:mod:`sim.steady`)."""
 
 
 _TOPOLOGIES: dict[tuple[str, NetworkSpec | None], TopologySpec] = {}
@@ -267,18 +276,40 @@ def _topology(name: str, network: NetworkSpec | None = None) -> TopologySpec:
     return topo
 
 
-def _run(rec: CaseRecord, metrics: list[str], granularity: str | None) -> tuple[Run, str | None]:
+@dataclass(frozen=True)
+class _Timed:
+    """What a case's time rows read from its simulation."""
+
+    iteration_s: float
+    granularity: str
+    op_because: str | None
+    """Why a run at :data:`COARSE` granularity was set aside, if one was."""
+    steady: bool
+    """Read from shorter runs of the job's steady state (:mod:`sim.steady`)."""
+    run: Run | None
+    """The whole iteration's run; None when the time came from shorter runs."""
+
+
+def _run(rec: CaseRecord, metrics: list[str], granularity: str | None) -> _Timed:
     """Simulate ``rec``: at ``granularity`` when given, else at :data:`COARSE` granularity
-    where that is exact for ``metrics`` and op by op otherwise (the module docstring). Returns
-    the run and why a coarse run was set aside, if one was."""
+    where that is exact for ``metrics`` and op by op otherwise, from shorter runs of its
+    steady state where their times lie on one line (the module docstring)."""
     w = rec.workload
     topo = _topology(w.system.topology or default_topology_name(w.system.gpu.name), w.system.network)
     if granularity is not None:
-        return simulate(w, topo, granularity=granularity), None
+        run = simulate(w, topo, granularity=granularity)
+        return _Timed(run.result.makespan_s, run.granularity, None, False, run)
     if any(m in LAYER_METRICS for m in metrics):
-        return simulate(w, topo), None
+        run = simulate(w, topo)
+        return _Timed(run.result.makespan_s, run.granularity, None, False, run)
+    steady = steady_iteration(w, topo, granularity=COARSE, exact=True)
+    if steady is not None:
+        coarse = [r for r in steady.runs if r.granularity == COARSE]
+        why = next((r.coarse_divergence for r in steady.runs if r.coarse_divergence), None)
+        return _Timed(steady.iteration_time_s, COARSE if len(coarse) == len(steady.runs) else "op", why, True,
+                      None)
     run = simulate(w, topo, granularity=COARSE, exact=True)
-    return run, run.coarse_divergence
+    return _Timed(run.result.makespan_s, run.granularity, run.coarse_divergence, False, run)
 
 
 def case_rows(rec: CaseRecord, granularity: str | None = None) -> CaseResult:
@@ -308,39 +339,41 @@ def case_rows(rec: CaseRecord, granularity: str | None = None) -> CaseResult:
     if not time_metrics:
         return CaseResult(rows, None)
     try:
-        run, why = _run(rec, time_metrics, granularity)
+        timed = _run(rec, time_metrics, granularity)
     except SimError as exc:
         return CaseResult(rows + [row(m, skipped=str(exc)) for m in time_metrics], None)
     # the report's iteration time and throughput (sim.report.make_report), without its
     # breakdown of every span, which no metric here reads (6 s on a 530B run of 7.8M spans)
-    iteration_s = run.result.makespan_s
-    tokens_per_s = run.workload.tokens_per_iteration / iteration_s
+    iteration_s = timed.iteration_s
+    tokens_per_s = w.tokens_per_iteration / iteration_s
     n = w.system.num_gpus
     for m in time_metrics:
         if m == "iteration_time_s":
             rows.append(row(m, iteration_s))
         elif m == "tflops_per_gpu":
-            flops = (run.program.hardware_flops_per_iteration if rec.includes_recompute
-                     else run.program.flops_per_iteration)
-            rows.append(row(m, flops / iteration_s / n / TFLOPS))
+            model, hardware = model_flops(w)
+            rows.append(row(m, (hardware if rec.includes_recompute else model) / iteration_s / n / TFLOPS))
         elif m == "tokens_per_s_per_gpu":
             rows.append(row(m, tokens_per_s / n))
         else:
-            lt = _layer_times_ms(run)
+            lt = _layer_times_ms(timed.run)
             rows.append(row(m, None if lt is None else lt[0 if m == "layer_forward_ms" else 1],
                             None if lt is not None else "no layer found in the timeline"))
-    return CaseResult(rows, run.granularity, why)
+    return CaseResult(rows, timed.granularity, timed.op_because, timed.steady)
 
 
 def _work(rec: CaseRecord) -> float:
     """A rough measure of how long ``rec`` takes to simulate, to start the longest first: the
     passes of its micro-batches over its layers and pipeline stages (the task count grows
     with it; over the dev set its logarithm correlates with that of the op runs' CPU times at
-    0.93, of the chunk runs' at 0.87)."""
+    0.93, of the chunk runs' at 0.87); where shorter runs of the steady state stand for the
+    iteration (:func:`sim.steady.steady_points`), their micro-batches."""
     if rec.workload is None:
         return 0.0
     p, m = rec.workload.parallel, rec.workload.model
-    return float(p.num_microbatches * (m.num_layers + 4 * p.pp * p.virtual_pipeline_stages))
+    points = None if any(t in LAYER_METRICS for t in rec.targets) else steady_points(rec.workload)
+    microbatches = p.num_microbatches if points is None else 3 * (points[0] + points[1])
+    return float(microbatches * (m.num_layers + 4 * p.pp * p.virtual_pipeline_stages))
 
 
 _WINDOW_PER_JOB = 2
@@ -420,6 +453,7 @@ def validate(paths: list[str], progress=None, jobs: int | None = None, bar: bool
         out.rows.extend(res.rows)
         if res.granularity is not None:
             out.simulated_at[res.granularity] = out.simulated_at.get(res.granularity, 0) + 1
+        out.from_steady += res.steady
     out.wall_s = time.perf_counter() - t0
     return out
 
@@ -472,7 +506,8 @@ def format_validation(v: Validation) -> str:
     lines.append(f"skipped: {len(v.skipped_cases)} of {len({r.id for r in v.rows})} cases")
     if v.simulated_at:
         lines.append("simulated: " + ", ".join(f"{n} at {g} granularity" for g, n in sorted(v.simulated_at.items()))
-                     + " (chunk where it gives the op-level figures: sim/validate.py)")
+                     + f"; {v.from_steady} from shorter runs of their steady state"
+                     + " (each where it gives the op-level figures: sim/validate.py)")
     sources = v.by_source()
     if sources:
         width = max(len("source"), *(len(s.source) for s in sources))
