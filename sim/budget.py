@@ -165,11 +165,16 @@ def machine_memory_bytes() -> int:
 _LIMIT: ContextVar[Budget | None] = ContextVar("llmsim_memory_budget", default=None)
 
 
-def default_budget() -> Budget:
-    """:data:`DEFAULT_FRACTION` of :func:`machine_memory_bytes`."""
+def default_budget(shared_by: int = 1) -> Budget:
+    """:data:`DEFAULT_FRACTION` of :func:`machine_memory_bytes`; with ``shared_by`` processes
+    simulating at once (a validation's or a sweep's local workers), an equal share of it each."""
     total = machine_memory_bytes()
-    return Budget(DEFAULT_FRACTION * total, f"{DEFAULT_FRACTION:.0%} of the {_gib(total)} this process may use; "
-                  "--max-memory-gib raises it")
+    if shared_by == 1:
+        return Budget(DEFAULT_FRACTION * total, f"{DEFAULT_FRACTION:.0%} of the {_gib(total)} this process may use; "
+                      "--max-memory-gib raises it")
+    return Budget(DEFAULT_FRACTION * total / shared_by,
+                  f"{DEFAULT_FRACTION:.0%} of the {_gib(total)} this machine may use, shared by {shared_by} "
+                  "worker processes; --max-memory-gib sets each one's")
 
 
 def explicit_budget() -> Budget | None:

@@ -72,8 +72,9 @@ def ignore_sigint() -> None:
 
 
 def start_worker(budget: Budget | None) -> None:
-    """Worker initializer: ignore Ctrl-C (:func:`ignore_sigint`) and take the parent's
-    ``--max-memory-gib`` (:func:`sim.budget.adopt_budget`; None: the default budget)."""
+    """Worker initializer: ignore Ctrl-C (:func:`ignore_sigint`) and take the budget the
+    parent gives it (:func:`worker_budget`; :func:`sim.budget.adopt_budget`, None: the
+    default budget)."""
     from sim.budget import adopt_budget
 
     ignore_sigint()
@@ -91,11 +92,19 @@ def local_pool(workers: int) -> Iterator[Executor]:
         return
     import multiprocessing
 
-    from sim.budget import explicit_budget
-
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                             initializer=start_worker, initargs=(explicit_budget(),)) as pool:
+                             initializer=start_worker, initargs=(worker_budget(workers),)) as pool:
         yield pool
+
+
+def worker_budget(workers: int) -> Budget:
+    """The memory budget each of ``workers`` local processes simulates under: the
+    ``--max-memory-gib`` given (the memory one simulation may take), else an equal share of
+    the default budget, so that the workers together stay within what one process would take
+    (:func:`sim.budget.default_budget`)."""
+    from sim.budget import default_budget, explicit_budget
+
+    return explicit_budget() or default_budget(shared_by=workers)
 
 
 def abandon(executor: Executor) -> None:

@@ -9,8 +9,9 @@ a second's run) or of ``dgx-a100``; Hypothesis draws them deterministically
 (``derandomize=True``), so a run of the suite tries the same examples every time. The
 examples of the issue, one test each, are in ``tests/test_hostile.py``. Sweep spaces
 (``sweep --space``), validation cases (``validate``, one GPT 22B case) and Hugging Face
-``config.json`` files (``infer``: nesting 100,000 deep, 5,000-digit integers, cut-off text) are
-mutated the same way.
+``config.json`` files (``infer``: nesting 100,000 deep, 5,000-digit integers, cut-off text) and
+GraphML topologies (attribute values, entity expansion, external entities, nesting, cut-off
+text) are mutated the same way.
 """
 
 from __future__ import annotations
@@ -315,3 +316,68 @@ def hf_configs(draw) -> str:
 def test_a_mutated_hf_config_gives_a_report_or_one_error_line(text, tmp_path_factory):
     path = _write(tmp_path_factory.mktemp("h"), "config.json", text)
     _check(["infer", path, "--prompt", "16", "--generate", "2", "--granularity", "step", *BUDGET])
+
+
+def _graphml_base() -> str:
+    """GraphML text of eight GPUs on one NVSwitch, as ``tiny`` runs them (one server)."""
+    import networkx as nx
+
+    g = nx.Graph()
+    g.add_node("sw", kind="switch")
+    for i in range(8):
+        g.add_node(f"gpu{i}", kind="gpu", node=0, local_gpu=i)
+        g.add_edge(f"gpu{i}", "sw", bandwidth_GBps=300.0, latency_us=1.0, link="nvlink", efficiency=0.8)
+    return "\n".join(nx.generate_graphml(g))
+
+
+GRAPHML = _graphml_base()
+GRAPHML_VALUES = st.sampled_from(["inf", "-inf", "NaN", "-1", "0", "1e400", "abc", "", "9" * 5000, "1e308",
+                                  "gpu99", "true", "&lol9;", "0.5"])
+
+
+@st.composite
+def graphml_documents(draw) -> str:
+    """:data:`GRAPHML` with one attribute value replaced, then perhaps a billion-laughs entity
+    table, an external entity, elements nested 10,000 deep, a node given twice, the text cut
+    short, or text that is not XML."""
+    import re
+
+    values = list(re.finditer(r"(<data key=\"d\d+\">)([^<]*)(</data>)", GRAPHML))
+    m = values[draw(st.integers(0, len(values) - 1))]
+    text = GRAPHML[:m.start(2)] + draw(GRAPHML_VALUES) + GRAPHML[m.end(2):]
+    mutation = draw(st.sampled_from(["none", "none", "laughs", "external", "deep", "duplicate", "cut", "not xml"]))
+    head, _, body = text.partition("\n")
+    if mutation == "laughs":
+        ents = ['<!ENTITY lol0 "lol">'] + [f'<!ENTITY lol{i} "{f"&lol{i - 1};" * 10}">' for i in range(1, 10)]
+        text = f"{head}\n<!DOCTYPE graphml [{''.join(ents)}]>\n{body}".replace(">1.0<", ">&lol9;<", 1)
+    elif mutation == "external":
+        text = f'{head}\n<!DOCTYPE graphml [<!ENTITY x SYSTEM "file:///etc/passwd">]>\n{body}'.replace(
+            ">gpu<", ">&x;<", 1)
+    elif mutation == "deep":
+        text = text.replace("</graph>", "<desc>" * 10_000 + "</desc>" * 10_000 + "</graph>")
+    elif mutation == "duplicate":
+        node = re.search(r"<node id=\"gpu3\">.*?</node>", text, re.S)
+        text = text.replace("</graph>", (node.group(0) if node else "") + "</graph>")
+    elif mutation == "cut":
+        text = text[:draw(st.integers(0, len(text)))]
+    elif mutation == "not xml":
+        text = "root:x:0:0:root:/root:/bin/bash\n<graphml <<\n"
+    return text
+
+
+@EXAMPLES
+@given(text=graphml_documents())
+def test_a_mutated_graphml_topology_gives_a_report_or_one_error_line(text, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("g")
+    _write(folder, "g.graphml", text)
+    topo = _write(folder, "g.yaml", "name: my-graph\ngpus_per_node: 8\ngraphml: g.graphml\n")
+    _check(["run", "tiny", "--topology", topo, "--granularity", "chunk", *BUDGET])
+
+
+
+def test_the_unmutated_graphml_topology_runs(tmp_path):
+    """The base the mutations start from is a working topology: what they break is theirs."""
+    _write(tmp_path, "g.graphml", GRAPHML)
+    topo = _write(tmp_path, "g.yaml", "name: my-graph\ngpus_per_node: 8\ngraphml: g.graphml\n")
+    status, out, err = _outcome(["run", "tiny", "--topology", topo, "--granularity", "chunk"])
+    assert status == 0 and "(my-graph)" in out, err[-2000:]

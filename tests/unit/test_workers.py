@@ -98,3 +98,17 @@ def test_workers_take_the_parents_memory_budget():
     with memory_budget(3.0), local_pool(2) as pool:
         budget = pool.submit(current_budget).result()
     assert budget == Budget(3.0 * 2**30, "--max-memory-gib")
+
+
+def test_local_workers_share_the_default_budget():
+    """Two workers on the default budget take half of it each: together they stay within what
+    one process would take. ``--max-memory-gib`` is what one simulation may take, in each."""
+    from sim.budget import current_budget, default_budget
+    from sim.workers import local_pool
+
+    with local_pool(2) as pool:
+        budgets = [pool.submit(current_budget).result() for _ in range(2)]
+    whole = default_budget()
+    assert all(b.bytes == whole.bytes / 2 for b in budgets)
+    assert "shared by 2 worker processes" in budgets[0].why
+
