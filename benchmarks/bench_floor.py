@@ -53,7 +53,7 @@ from sim.engine.simulation import Simulation
 from sim.gzip_parts import deflate_part
 from sim.program import Task
 from sim.results import Span
-from sim.runner import _fabric, _link_counters, excluded_algorithms, gpu_placement, power_clock_hz
+from sim.runner import cached_fabric, busiest_link_counters, excluded_algorithms, gpu_placement, power_clock_hz
 from sim.trace import write_chrome_trace
 from sim.types import OpKind, Stream
 from sim.workload.taskgraph import build_program
@@ -78,7 +78,7 @@ def _best(fn, repeat: int):
 def phases(repeat: int) -> tuple[dict, object]:
     w, notes = load_workload_with_notes(PRESET, [], None)
     topo = place_workload(w, None, notes).topology
-    fabric = _fabric(topo, w.system.num_gpus, gpu_placement(w.parallel))
+    fabric = cached_fabric(topo, w.system.num_gpus, gpu_placement(w.parallel))
     out: dict = {}
     out["build_program_s"], prog = _best(lambda: build_program(w, node_of=fabric.node_of,
                                                                local_gpu_of=fabric.local_gpu), repeat)
@@ -107,7 +107,7 @@ def phases(repeat: int) -> tuple[dict, object]:
         s._fixed_comm = timed_fixed
         marks["start"] = time.perf_counter()
         res = s.run()
-        res.counters.extend(_link_counters(fabric, res, LINK_COUNTERS))  # as llmsim run --trace does
+        res.counters.extend(busiest_link_counters(fabric, res, LINK_COUNTERS))  # as llmsim run --trace does
         marks["result_end"] = time.perf_counter()
         return res, marks
 

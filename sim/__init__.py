@@ -8,13 +8,12 @@ The public API, in the order a simulation uses it::
     write_chrome_trace(run.result, "trace.json.gz")
 """
 
-__version__ = "0.1.0"
-
-from sim.config import load_cases, load_topology, load_workload  # noqa: E402
-from sim.errors import ConfigError, DeadlockError, InfeasibleError, OutOfMemoryError, SimError  # noqa: E402
-from sim.report import Report, format_report, make_report  # noqa: E402
-from sim.runner import Run, simulate  # noqa: E402
-from sim.trace import chrome_trace, validate_chrome_trace, write_chrome_trace  # noqa: E402
+from sim.config import load_cases, load_topology, load_workload
+from sim.errors import ConfigError, DeadlockError, InfeasibleError, OutOfMemoryError, SimError
+from sim.report import Report, format_report, make_report
+from sim.runner import Run, simulate
+from sim.trace import chrome_trace, validate_chrome_trace, write_chrome_trace
+from sim.version import __version__
 
 __all__ = [
     "ConfigError",

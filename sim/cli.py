@@ -34,16 +34,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import sys
-from contextvars import ContextVar
 from pathlib import Path
-from typing import Sequence, TextIO
+from typing import Sequence
 
-from sim import __version__
+from sim.version import __version__
 from sim.budget import memory_budget
 from sim.errors import ConfigError, NotBuiltError, SimError, clip
+from sim.json_output import json_to_stdout, write_json
 from sim.outpaths import STDOUT, check_output_paths
 from sim.types import SIMULATED_DTYPES, dtype_names
 
@@ -60,39 +59,13 @@ LINK_COUNTERS = 5
 """Busiest links whose utilization a written trace carries as counter tracks."""
 
 
-_JSON_STDOUT: ContextVar[TextIO | None] = ContextVar("llmsim_json_stdout", default=None)
-"""Standard output while a command given ``--json -`` runs with its printed report on stderr."""
-
-
-def _write_json(path: str, obj: dict) -> None:
-    """``--json PATH``: the object as indented JSON, into PATH (its folders made), or on
-    standard output for ``-`` (:data:`sim.outpaths.STDOUT`)."""
-    try:  # the last guard: what is read is checked finite, so a report has only finite numbers
-        text = json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n"
-    except ValueError:
-        raise SimError("the report holds a number that is not finite (infinite or NaN), which JSON cannot "
-                       "write; this is a bug: please report the command that gave it") from None
-    if path == STDOUT:
-        stream = _JSON_STDOUT.get() or sys.stdout
-        stream.write(text)
-        stream.flush()
-        return
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
-
-
 def _run_command(args: argparse.Namespace) -> int:
     """Run the command; with ``--json -`` the JSON goes to standard output and what the command
     prints to standard error, so that ``llmsim run --json - | jq .iteration_time_s`` works."""
     if getattr(args, "json", None) != STDOUT:
         return args.func(args)
-    token = _JSON_STDOUT.set(sys.stdout)
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            return args.func(args)
-    finally:
-        _JSON_STDOUT.reset(token)
+    with json_to_stdout(), contextlib.redirect_stdout(sys.stderr):
+        return args.func(args)
 
 
 def _place(workload, topology: str | None, args: argparse.Namespace, notes: list[str]):
@@ -172,7 +145,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     report = make_report(run)
     print(format_report(report))
     if args.json:
-        _write_json(args.json, report.to_dict())
+        write_json(args.json, report.to_dict())
     if args.trace:
         from sim.trace import write_chrome_trace
 
@@ -253,7 +226,7 @@ def _cmd_memory(args: argparse.Namespace) -> int:
     table = memory_report(workload, methods)
     print(format_memory(workload, table, notes))
     if args.json:
-        _write_json(args.json, memory_json(workload, table, notes))
+        write_json(args.json, memory_json(workload, table, notes))
     if args.plot:
         from sim.plot import plot_memory
 
@@ -276,7 +249,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     result = validate(files, progress, jobs=args.jobs, bar=True)
     print(format_validation(result))
     if args.json:
-        _write_json(args.json, result.to_dict())
+        write_json(args.json, result.to_dict())
     if args.markdown:
         from sim.validate import update_markdown
 
@@ -304,7 +277,7 @@ def _cmd_presets(args: argparse.Namespace) -> int:
             text = p.description if len(p.description) <= 90 else p.description[:87] + "..."
             print(f"  {p.name:<{width}}  {text}")
     if args.json:
-        _write_json(args.json, {"root": str(preset_root()), "presets": [p.to_dict() for p in found]})
+        write_json(args.json, {"root": str(preset_root()), "presets": [p.to_dict() for p in found]})
     return 0
 
 
@@ -321,7 +294,7 @@ def _cmd_collective(args: argparse.Namespace) -> int:
     print(f"  algbw         {r.algbw_bytes_per_s / 1e9:,.2f} GB/s")
     print(f"  busbw         {r.busbw_bytes_per_s / 1e9:,.2f} GB/s  (nccl-tests' bus bandwidth)")
     if args.json:
-        _write_json(args.json, r.to_dict())
+        write_json(args.json, r.to_dict())
     return 0
 
 
@@ -339,7 +312,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         gpus = " / ".join(dict.fromkeys(r.gpu for r in rows))
         plot_compare(rows, args.plot, f"{workload.name} on {workload.system.num_gpus} x {gpus}")
     if args.json:
-        _write_json(args.json, {"workload": workload.name, "num_gpus": workload.system.num_gpus,
+        write_json(args.json, {"workload": workload.name, "num_gpus": workload.system.num_gpus,
                                 "rows": [r.to_dict() for r in rows]})
     return 0
 
@@ -359,7 +332,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                    workers=args.workers, progress=True, notes=notes, exhaustive=args.exhaustive)
     print(format_sweep(result))
     if args.json:
-        _write_json(args.json, sweep_json(result))
+        write_json(args.json, sweep_json(result))
     if args.csv:
         write_sweep_csv(result, args.csv)
     if args.plot:
@@ -388,7 +361,7 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
         print(format_power_caps(rows, f"{workload.name} on {workload.system.num_gpus} x "
                                       f"{workload.system.gpu.name} under board power caps"))
         if args.json:
-            _write_json(args.json, {"workload": workload.name, "gpu": workload.system.gpu.name,
+            write_json(args.json, {"workload": workload.name, "gpu": workload.system.gpu.name,
                                     "num_gpus": workload.system.num_gpus, "caps": [r.to_dict() for r in rows]})
         return 0
     if args.study == "generations":
@@ -406,7 +379,7 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
 
             plot_generations(g, args.plot)
         if args.json:
-            _write_json(args.json, g.to_dict())
+            write_json(args.json, g.to_dict())
         return 0
     table = load_nodes_table(args.table)
     workload, _notes = load_workload_with_notes(args.workload, overrides + [f"system.gpu={table['base_gpu']}"],
@@ -427,7 +400,7 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
 
         plot_nodes(rows, args.plot, title)
     if args.json:
-        _write_json(args.json, {"workload": workload.name, "base_gpu": table["base_gpu"],
+        write_json(args.json, {"workload": workload.name, "base_gpu": table["base_gpu"],
                                 "base_topology": table["base_topology"], "scale": list(scale),
                                 "nodes": [r.to_dict() for r in rows]})
     return 0

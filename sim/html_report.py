@@ -37,7 +37,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from sim import __version__
+from sim.version import __version__
 from sim.memory import StageMemory
 from sim.report import Report
 from sim.units import GiB

@@ -66,7 +66,7 @@ class StateBytes:
         return self.weights_bytes + self.grads_bytes + self.optimizer_bytes
 
 
-def _layer_split(model: ModelSpec, layer: int = 0) -> tuple[int, int]:
+def layer_split(model: ModelSpec, layer: int = 0) -> tuple[int, int]:
     """(parameters split over TP, parameters every TP rank holds) of one layer, its routed
     experts left out (:meth:`ModelSpec.expert_params`; they are split over TP and EP).
 
@@ -109,7 +109,7 @@ def stage_params(model: ModelSpec, parallel: ParallelSpec, stage: int) -> float:
     """
     params = stage_expert_params(model, parallel, stage)
     for i in _stage_layer_indices(model, parallel, stage):
-        split, replicated = _layer_split(model, i)
+        split, replicated = layer_split(model, i)
         params += split / parallel.tp + replicated
     emb = model.embedding_params() / parallel.tp
     if stage == 0:
@@ -510,7 +510,7 @@ def other_bytes(w: WorkloadSpec, stage: int) -> float:
             other += stage_params(m, p, stage) * (WEIGHT_BYTES + FSDP_ACCUMULATED_GRAD_BYTES) \
                 * (1 - 1 / p.shard_group_size)
         else:
-            split, replicated = _layer_split(m)
+            split, replicated = layer_split(m)
             other += ZERO3_PREFETCH_LAYERS * (split / p.tp + replicated) * WEIGHT_BYTES
     return other
 

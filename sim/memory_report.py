@@ -3,7 +3,7 @@ holds at its peak, its capacity and the headroom, as a table and as JSON."""
 
 from __future__ import annotations
 
-from sim import __version__
+from sim.version import __version__
 from sim.memory import StageMemory, memory_table
 from sim.types import RecomputeKind
 from sim.units import GiB, byte_count

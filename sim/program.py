@@ -26,7 +26,7 @@ class Block:
     """Ops run as one task at their solo times: a whole layer pass at layer granularity.
 
     ``ops[i]`` is a compute op when ``streams[i]`` is None, else a comm op on that stream,
-    with the rules of a layer's steps (:class:`sim.workload.layers.Step`): a compute op follows
+    with the rules of a layer's steps (:class:`sim.workload.steps.Step`): a compute op follows
     the one before it; a comm op starts after the compute op issued before it (or the block's
     start) and after the previous op of its stream, and the ``waits[i]``-th compute op after it
     waits for it. The engine times the block alone once (each compute op at the cost model's

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim import __version__
+from sim.version import __version__
 from sim.analysis import breakdown
 from sim.runner import Run
 from sim.types import CommClass, OpKind

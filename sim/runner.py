@@ -83,7 +83,7 @@ def _gc_paused():
 
 
 @lru_cache(maxsize=4)
-def _fabric(topology: TopologySpec, num_gpus: int, placement: tuple[int, ...] | None) -> Fabric:
+def cached_fabric(topology: TopologySpec, num_gpus: int, placement: tuple[int, ...] | None) -> Fabric:
     """The fabric of ``topology`` at ``num_gpus`` with ``placement`` (:meth:`Fabric.of`: a fat
     tree read from its structure, other fabrics built as graphs), kept for the next runs on
     the same one (a design-space sweep simulates thousands of workloads on one topology).
@@ -201,7 +201,7 @@ def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs:
                          "rank simulated (as --full): a representative rank per stage stands for "
                          "the others only when they are placed alike")
         check_budget(training_estimate(workload, topology, full, granularity))  # before anything is built
-        fabric = _fabric(topology, workload.system.num_gpus, placement)
+        fabric = cached_fabric(topology, workload.system.num_gpus, placement)
         program = build_program(workload, representative=not full, node_of=fabric.node_of,
                                 local_gpu_of=fabric.local_gpu, granularity=granularity)
         clock_hz, loads = None, []
@@ -237,7 +237,7 @@ def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs:
         divergence = block_interference(engine) if check else None
         del engine
         if link_counters:
-            result.counters.extend(_link_counters(fabric, result, link_counters))
+            result.counters.extend(busiest_link_counters(fabric, result, link_counters))
     wall = time.perf_counter() - t0
     result.metadata["simulated_wall_s"] = wall
     if clock_hz is not None:
@@ -312,7 +312,7 @@ def _slowdown(workload: WorkloadSpec, program: Program, slow_gpus: dict[int, flo
     return out
 
 
-def _link_counters(fabric: Fabric, result, n: int) -> list:
+def busiest_link_counters(fabric: Fabric, result, n: int) -> list:
     """Utilization counters of the ``n`` busiest links with a simulated GPU at one end."""
     simulated = {r.rank for r in result.ranks}
     busy = result.metadata["link_busy_bytes"]

@@ -8,7 +8,7 @@ adds its exposed time to the block (:class:`~sim.program.Block`: duration = comp
 exposed communication). So the compute ops of one pipeline stage, summed, never exceed the
 iteration time, at op, layer or chunk granularity alike. The bound prices the same ops the
 task program has (:func:`~sim.workload.layers.layer_ops`, the recomputation of
-:func:`~sim.workload.taskgraph._backward_steps`, the embedding, the output layer and the
+:func:`~sim.workload.taskgraph.backward_steps`, the embedding, the output layer and the
 optimizer step) and adds the two dependency chains of the pipeline's fill and drain:
 
 * stage ``s`` computes nothing before micro-batch 0 has passed forward through stages
@@ -45,11 +45,12 @@ from sim.costs.analytical import AnalyticalCostModel
 from sim.hardware import GPUSpec
 from sim.sweep_memory import StageStates
 from sim.types import OpKind, RecomputeKind, ScheduleKind
-from sim.workload.layers import LayerOps, Step, layer_ops
+from sim.workload.layers import LayerOps, layer_ops
+from sim.workload.steps import Step
 from sim.workload.ops import MemoryOp
 from sim.workload.schedules import Pass, pipeline_order
 from sim.workload.spec import ModelSpec, WorkloadSpec
-from sim.workload.taskgraph import OPTIMIZER_BYTES_PER_PARAM, _backward_steps
+from sim.workload.taskgraph import OPTIMIZER_BYTES_PER_PARAM, backward_steps
 
 __all__ = ["ROUNDING", "PassTimes", "IterationBound"]
 
@@ -70,7 +71,7 @@ class PassTimes:
     """ZB-H1's weight-gradient pass W (0 otherwise: it is part of ``bwd_s``)."""
 
 
-def _layer_ops_key(w: WorkloadSpec) -> tuple:
+def layer_ops_key(w: WorkloadSpec) -> tuple:
     """What :func:`~sim.workload.layers.layer_ops` reads of a workload besides its groups."""
     p = w.parallel
     return (p.tp, p.cp, p.ep, p.micro_batch_size, p.sequence_parallel, p.flash_attention, p.attention_kernel,
@@ -126,7 +127,7 @@ class IterationBound:
     def layer_ops(self, w: WorkloadSpec) -> LayerOps:
         """The step lists of ``w``'s layers (groups of ranks ``0 .. n-1``: only the compute
         ops are priced, and they do not depend on which ranks a collective joins)."""
-        key = _layer_ops_key(w)
+        key = layer_ops_key(w)
         ops = self._ops.get(key)
         if ops is None:
             p = w.parallel
@@ -142,7 +143,7 @@ class IterationBound:
         p = w.parallel
         rc = p.recompute if recompute is None else recompute
         zb = p.schedule is ScheduleKind.ZB_H1
-        key = (_layer_ops_key(w), is_moe, bf16, rc, zb)
+        key = (layer_ops_key(w), is_moe, bf16, rc, zb)
         hit = self._passes.get(key)
         if hit is None:
             lops = self.layer_ops(w).for_layer(is_moe, bf16)
@@ -152,7 +153,7 @@ class IterationBound:
                 bwd, wgrad, k = lops.layer_bwd, (), lops.attention_bwd_index
             hit = self._passes[key] = PassTimes(self._compute_s(lops.layer_fwd),
                                                 sum(self.costs.compute_time_s(st.op)
-                                                    for st in _backward_steps(lops, bwd, k, rc)
+                                                    for st in backward_steps(lops, bwd, k, rc)
                                                     if st.stream is None),
                                                 self._compute_s(wgrad) if wgrad else 0.0)
         return hit

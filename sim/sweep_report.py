@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from sim import __version__
+from sim.version import __version__
 from sim.sweep import KEY_FIELDS, Fidelity, SweepResult, SweepRow
 from sim.types import CommClass
 from sim.units import GiB, byte_count

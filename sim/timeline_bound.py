@@ -42,16 +42,17 @@ from functools import lru_cache
 from sim.costs.analytical import AnalyticalCostModel
 from sim.costs.base import CommPlan
 from sim.hardware import GPUSpec
-from sim.runner import _fabric
-from sim.sweep_bound import ROUNDING, IterationBound, _layer_ops_key
+from sim.runner import cached_fabric
+from sim.sweep_bound import ROUNDING, IterationBound, layer_ops_key
 from sim.topology.spec import TopologySpec
 from sim.types import CollectiveKind, CommClass, ScheduleKind
-from sim.workload.layers import LayerOps, Step, layer_ops
+from sim.workload.layers import LayerOps, layer_ops
+from sim.workload.steps import Step
 from sim.workload.layout import Layout, gpu_placement, order_placements
 from sim.workload.ops import CommOp
 from sim.workload.schedules import Pass, pipeline_order
 from sim.workload.spec import ModelSpec, WorkloadSpec
-from sim.workload.taskgraph import PARAM_GATHER_BYTES, _backward_steps
+from sim.workload.taskgraph import PARAM_GATHER_BYTES, backward_steps
 
 __all__ = ["comm_lower_bound_s", "compute_end_s", "ORDERS_KEPT", "TimelineBound", "timeline_bound"]
 
@@ -159,7 +160,7 @@ class TimelineBound:
             placement = gpu_placement(p)
             costs = self._costs.get((w.system.num_gpus, placement))
             if costs is None:
-                fabric = _fabric(self.topology, w.system.num_gpus, placement)
+                fabric = cached_fabric(self.topology, w.system.num_gpus, placement)
                 costs = self._costs[(w.system.num_gpus, placement)] = AnalyticalCostModel(
                     self.gpu, fabric, representative=True, clock_hz=self.gpu.fastest_clock_hz)  # see sweep_bound
             lay = Layout.of(p)
@@ -183,7 +184,7 @@ class TimelineBound:
     def _stage_ops(self, w: WorkloadSpec, stage: int) -> LayerOps:
         """The step lists of ``stage``'s representative rank, groups as ``build_program`` gives."""
         p = w.parallel
-        key = (_layer_ops_key(w), p.pp, p.dp, p.placement, stage)
+        key = (layer_ops_key(w), p.pp, p.dp, p.placement, stage)
         ops = self._ops.get(key)
         if ops is None:
             lay = Layout.of(p)
@@ -208,7 +209,7 @@ class TimelineBound:
         of one micro-batch."""
         p, m = w.parallel, w.model
         zb = p.schedule is ScheduleKind.ZB_H1
-        base = (_layer_ops_key(w), p.pp, p.dp, p.placement)
+        base = (layer_ops_key(w), p.pp, p.dp, p.placement)
         out = []
         last = p.pp * p.virtual_pipeline_stages - 1
         for vs, layers in enumerate(w.virtual_stage_layers()):
@@ -225,7 +226,7 @@ class TimelineBound:
                 key = base + (s, moe, bf16)
                 bwd, wgrad, k = lops.split_bwd if zb else (lops.layer_bwd, (), lops.attention_bwd_index)
                 f += n * self._list_s(w, lops.layer_fwd, key + ("fwd",))
-                b += n * self._list_s(w, _backward_steps(lops, bwd, k, rc), key + ("bwd", zb, rc))
+                b += n * self._list_s(w, backward_steps(lops, bwd, k, rc), key + ("bwd", zb, rc))
                 if wgrad:
                     wg += n * self._list_s(w, wgrad, key + ("wgrad",))
             if vs == 0:

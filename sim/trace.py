@@ -1,6 +1,6 @@
 """Turn a :class:`~sim.results.SimResult` into a Chrome trace that Perfetto and HTA can open.
 
-This is the one module that converts seconds to microseconds (``_US_PER_S``; see STYLE.md C/E).
+This is the one module that converts seconds to microseconds (``US_PER_S``; see STYLE.md C/E).
 The layout follows the Kineto conventions collected in ``shared/docs/conventions.md`` §1.3:
 ``pid`` = global rank (one process per :class:`~sim.results.RankInfo`), ``tid`` = the
 :class:`~sim.types.Stream` value (one thread per stream in use), ``cat`` ``"kernel"`` or
@@ -43,7 +43,7 @@ google/perfetto):
 
 The output is deterministic: events are sorted by a total order, no wall-clock time is
 recorded and gzip output has ``mtime=0`` and no file name, so equal inputs give equal bytes.
-The spans are formatted a stream at a time (:class:`_Bulk`), to the byte the text of
+The spans are formatted a stream at a time (:class:`Bulk`), to the byte the text of
 formatting them one at a time (:func:`_events_plain`, kept as the reference and the path for
 times the bulk path does not take), and compressed on a second thread as they are formatted;
 for a large trace, when a CPU is free, a forked process formats the later streams
@@ -81,7 +81,7 @@ from sim.types import CommClass, OpKind, Stream
 
 __all__ = ["chrome_trace", "write_chrome_trace", "validate_chrome_trace"]
 
-_US_PER_S = 1e6
+US_PER_S = 1e6
 """Microseconds per second: the only seconds-to-microseconds factor in llmsim."""
 _SLACK_US = 1e-3
 """Rounding slack (one nanosecond) allowed when comparing slice bounds."""
@@ -94,7 +94,7 @@ _METADATA_ARG = {"process_name": ("name", str), "thread_name": ("name", str),
 
 def _us(seconds: float) -> float:
     """Seconds to microseconds, rounded to 3 decimals (nanoseconds)."""
-    return round(seconds * _US_PER_S, 3)
+    return round(seconds * US_PER_S, 3)
 
 
 @contextmanager
@@ -173,7 +173,7 @@ def _events(result: SimResult) -> Iterator[str]:
     then each rank's counters by time.
 
     The same text as :func:`_events_plain`, which formats one span at a time, in a fraction of
-    its time (:class:`_Bulk`)."""
+    its time (:class:`Bulk`)."""
     for batch in _event_batches(result):
         yield from batch
 
@@ -181,7 +181,7 @@ def _events(result: SimResult) -> Iterator[str]:
 def _event_batches(result: SimResult) -> Iterator[list[str]]:
     """:func:`_events` in lists: the metadata, each (pid, tid)'s events, the counters (or pieces
     of :func:`_events_plain`, for spans the bulk path does not take)."""
-    bulk = _Bulk.of(result)
+    bulk = Bulk.of(result)
     if bulk is None:
         plain = _events_plain(result)  # which raises on NaN and infinities
         while batch := list(itertools.islice(plain, _PART_EVENTS)):
@@ -190,7 +190,7 @@ def _event_batches(result: SimResult) -> Iterator[list[str]]:
     yield from bulk.batches(0, len(bulk))
 
 
-class _Bulk:
+class Bulk:
     """The spans of a result grouped by (pid, tid), ordered and rounded, ready to be formatted
     a (pid, tid) at a time, to the byte the text of :func:`_events_plain`.
 
@@ -232,7 +232,7 @@ class _Bulk:
         empty: the spans keep each one alive, so an id stays its object's here."""
 
     @classmethod
-    def of(cls, result: SimResult) -> _Bulk | None:
+    def of(cls, result: SimResult) -> Bulk | None:
         """The bulk form of ``result``; None for spans it does not take (none at all, a time that
         is negative, not finite or past :data:`_FAST_MAX_US`, or an end before its start)."""
         spans = result.spans
@@ -241,7 +241,7 @@ class _Bulk:
         if not n:
             return None
         rank_a, tid_a, start, end = span_arrays(spans)
-        start, end = start * _US_PER_S, end * _US_PER_S
+        start, end = start * US_PER_S, end * US_PER_S
         if not (np.all((start >= 0) & (start < _FAST_MAX_US)) and np.all((end >= start) & (end < _FAST_MAX_US))) \
                 or np.any(np.signbit(start)) or np.any(np.signbit(end)):  # -0.0 is written "-0.0"
             return None
@@ -261,7 +261,7 @@ class _Bulk:
             return self.metadata()
         if i <= len(self.groups):
             return self.group(i - 1)
-        return _counter_batch(self.result, self.ranks, self.enc)
+        return counter_batch(self.result, self.ranks, self.enc)
 
     def weights(self) -> list[int]:
         """Each batch's events, about (the number of spans or counters it formats)."""
@@ -400,7 +400,7 @@ def _flow_start_us(start_us: float, end_us: float, transfer_start_s) -> float:
     if transfer_start_s is None:
         return start_us
     try:
-        at = round(float(transfer_start_s) * _US_PER_S, 3) + 0.0  # + 0.0: -0.0 written as 0.0
+        at = round(float(transfer_start_s) * US_PER_S, 3) + 0.0  # + 0.0: -0.0 written as 0.0
     except (TypeError, ValueError):
         return start_us
     return at if start_us <= at < end_us else start_us
@@ -436,7 +436,7 @@ _TRANSFER = "transfer_start_s"
 _TRANSFER_TAG = f'"{_TRANSFER}":'
 """The key's text as :meth:`_Json.args` writes it: args text without it has no such key."""
 _GROUP_FIELDS = (_F_NAME, _F_KIND, _F_CLASS, _F_ARGS, _F_OP_ARGS, _F_XFER, _F_FLOW_OUT, _F_FLOW_IN)
-"""The fields :meth:`_Bulk.group` reads, in its order."""
+"""The fields :meth:`Bulk.group` reads, in its order."""
 
 
 def _with_transfer(enc: _Json, args, start_s) -> str:
@@ -501,15 +501,15 @@ def _counter_key(name: str) -> str:
 _C_RANK, _C_TIME, _C_NAME, _C_VALUE = map(operator.attrgetter, ("rank", "time_s", "name", "value"))
 
 
-def _counter_columns(result: SimResult, ranks: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The counters' ranks, times in µs and values as arrays, where :func:`_counter_batch`
+def counter_columns(result: SimResult, ranks: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The counters' ranks, times in µs and values as arrays, where :func:`counter_batch`
     writes them by columns; None where it leaves them to :func:`_counter_events` (a time or value
     not finite or not a number, a time negative or past :data:`_FAST_MAX_US`, a rank with no
     :class:`~sim.results.RankInfo`)."""
     counters = result.counters
     n = len(counters)
     pid = np.fromiter(map(_C_RANK, counters), dtype=np.int64, count=n)
-    us = np.fromiter(map(_C_TIME, counters), dtype=float, count=n) * _US_PER_S
+    us = np.fromiter(map(_C_TIME, counters), dtype=float, count=n) * US_PER_S
     try:
         value = np.fromiter(map(float, map(_C_VALUE, counters)), dtype=float, count=n)
     except (TypeError, ValueError):
@@ -520,10 +520,10 @@ def _counter_columns(result: SimResult, ranks: dict) -> tuple[np.ndarray, np.nda
     return pid, us, value
 
 
-def _counter_batch(result: SimResult, ranks: dict, enc: _Json) -> list[str]:
+def counter_batch(result: SimResult, ranks: dict, enc: _Json) -> list[str]:
     """:func:`_counter_events`, to the byte, made by columns: each counter's time rounded to
     whole nanoseconds at once and written as integer microseconds plus a fraction (as
-    :class:`_Bulk` writes the slices'), the text around it cached per name and rank, the
+    :class:`Bulk` writes the slices'), the text around it cached per name and rank, the
     counters ordered by one stable sort on (rank, time, name, value). Counters it does not take
     (a time or value not finite, a time negative or past :data:`_FAST_MAX_US`, a rank with no
     :class:`~sim.results.RankInfo`) go to :func:`_counter_events`, which writes or refuses them."""
@@ -531,7 +531,7 @@ def _counter_batch(result: SimResult, ranks: dict, enc: _Json) -> list[str]:
     n = len(counters)
     if not n:
         return []
-    columns = _counter_columns(result, ranks)
+    columns = counter_columns(result, ranks)
     if columns is None:
         return list(_counter_events(result, ranks, enc))
     pid, us, value = columns
@@ -575,7 +575,7 @@ def _events_plain(result: SimResult) -> Iterator[str]:
         yield (f'{{"ph":"M","name":"thread_name","pid":{pid},"tid":{tid},"args":{{"name":'
                f'{enc.str(Stream(tid).label)}}}}}')
         yield f'{{"ph":"M","name":"thread_sort_index","pid":{pid},"tid":{tid},"args":{{"sort_index":{tid}}}}}'
-    us, isfinite = _US_PER_S, math.isfinite
+    us, isfinite = US_PER_S, math.isfinite
     args_of = enc.args
     for (pid, tid), group in sorted(groups.items()):
         device = ranks[pid].local_gpu
@@ -646,7 +646,7 @@ here); shares from 0.42 to 0.55 write that trace in 0.75-0.85 s here, within the
 
 def _forked_parts(result: SimResult, title: str, metadata: dict | None, *,
                   deflate: bool = False) -> Iterator[str | bytes | _Deflated | _TextSum]:
-    """:func:`_trace_parts`, with the later batches of events (:class:`_Bulk`: streams, then the
+    """:func:`_trace_parts`, with the later batches of events (:class:`Bulk`: streams, then the
     counters) formatted by a forked child process while this one formats the metadata and the
     earlier streams, and its text arriving UTF-8 encoded (``deflate``: each of its pieces
     deflated apart, :class:`_Deflated`, then the CRC-32 and length of them all, :class:`_TextSum`,
@@ -661,7 +661,7 @@ def _forked_parts(result: SimResult, title: str, metadata: dict | None, *,
     :func:`_trace_parts`; no thread may start before the first piece is taken, since forking
     copies no other thread, whatever lock it held (:func:`_gzip_bytes` starts its compressor
     after)."""
-    bulk = _Bulk.of(result) if _may_fork(len(result.spans)) else None
+    bulk = Bulk.of(result) if _may_fork(len(result.spans)) else None
     if bulk is None:
         yield from _trace_parts(result, title, metadata)
         return
@@ -715,7 +715,7 @@ and length of its text so far."""
 
 
 class _Child:
-    """A forked process formatting the batches of a :class:`_Bulk` from ``split`` on.
+    """A forked process formatting the batches of a :class:`Bulk` from ``split`` on.
 
     It writes each batch's text, UTF-8 encoded (``deflate``: deflated, with the running CRC-32
     and length of the text), to an unlinked temporary file, then a message to a pipe (a message
@@ -723,13 +723,13 @@ class _Child:
     passes the texts on as they come and, should the child fail, formats the batches it did
     not send, here."""
 
-    def __init__(self, bulk: _Bulk, split: int, deflate: bool, spool, read_end: int, pid: int) -> None:
+    def __init__(self, bulk: Bulk, split: int, deflate: bool, spool, read_end: int, pid: int) -> None:
         self.bulk, self.split, self.deflate = bulk, split, deflate
         self.spool, self.read_end, self.pid = spool, read_end, pid
         self.running = True
 
     @classmethod
-    def start(cls, bulk: _Bulk, split: int, deflate: bool = False) -> _Child | None:
+    def start(cls, bulk: Bulk, split: int, deflate: bool = False) -> _Child | None:
         """Fork the child; None if the system would not (no memory, processes or temporary
         file for it)."""
         spool = read_end = write_end = None

@@ -63,7 +63,7 @@ from pathlib import Path
 
 from sim.gzip_parts import GzipParts
 from sim.results import SimResult
-from sim.trace import _US_PER_S, _Bulk, _counter_batch, _counter_columns, chrome_trace
+from sim.trace import US_PER_S, Bulk, counter_batch, counter_columns, chrome_trace
 from sim.types import OpKind
 
 __all__ = ["HOST_TID", "rank_traces", "write_rank_traces", "hta_kernel_name", "rank_file_name",
@@ -149,7 +149,7 @@ def _split(result: SimResult, title: str, metadata: dict | None) -> tuple[dict, 
 
 
 def _host_events(rank: int, makespan_s: float) -> list[dict]:
-    dur = round(makespan_s * _US_PER_S, 3)
+    dur = round(makespan_s * US_PER_S, 3)
     return [{"ph": "M", "name": "thread_name", "pid": rank, "tid": HOST_TID, "args": {"name": "host"}},
             {"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": HOST_TID, "args": {"sort_index": HOST_TID}},
             {"ph": "X", "cat": "user_annotation", "name": _STEP, "pid": rank, "tid": HOST_TID, "ts": 0.0,
@@ -210,22 +210,22 @@ def _plain_texts(result: SimResult, title: str, metadata: dict | None) -> Iterat
 
 
 def _bulk_texts(result: SimResult, title: str, metadata: dict | None) -> Iterator[tuple[int, str]] | None:
-    """:func:`_texts` from the merged trace's own pieces (:class:`sim.trace._Bulk`): each slice
+    """:func:`_texts` from the merged trace's own pieces (:class:`sim.trace.Bulk`): each slice
     written as :func:`_split` leaves it (``cat`` ``"kernel"``, :func:`hta_kernel_name`, the
     rank's next ``correlation`` id after its args), the metadata and counters as they are, no
     arrows. None where the merged trace would not be written that way (a time the bulk writer
     does not take, a counter its columns do not, an args value that is a list or mapping:
     parsed and re-encoded compactly it would lose the spaces after its commas)."""
-    bulk = _Bulk.of(result)
-    if bulk is None or not bulk.scalar_args() or _counter_columns(result, bulk.ranks) is None:
+    bulk = Bulk.of(result)
+    if bulk is None or not bulk.scalar_args() or counter_columns(result, bulk.ranks) is None:
         return None
-    counters = _counter_batch(result, bulk.ranks, bulk.enc)
+    counters = counter_batch(result, bulk.ranks, bulk.enc)
     per_pid = collections.Counter(c.rank for c in result.counters)
     other = _encode({"title": title, **(metadata or {}), "simulator": "llmsim"})
     return _bulk_files(result, bulk, counters, per_pid, other)
 
 
-def _bulk_files(result: SimResult, bulk: _Bulk, counters: list[str], per_pid: collections.Counter,
+def _bulk_files(result: SimResult, bulk: Bulk, counters: list[str], per_pid: collections.Counter,
                 other: str) -> Iterator[tuple[int, str]]:
     """Each rank's file, in rank order: its process and thread metadata, the host thread, its
     streams' slices with correlation ids counted across them, then its counters (``counters``:

@@ -14,14 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from collections.abc import Mapping
 
-from sim.config.fields import _Fields, _Notes
+from sim.config.fields import Fields, Notes
 from sim.config.stack import DpShard, MemorySaverKind, MicroBatchRule, Stack, TpOverlapImpl
 from sim.types import AttentionKernel, LossKind, RecomputeKind, ScheduleKind, TpOverlapMethod, ZeroImpl, parse_enum
 from sim.workload.tp_overlap import ASYNC_TP, TE_DEFAULTS, UB_GEMMS, TpOverlapConfig, userbuffers
 from sim.workload.spec import ParallelSpec
 
 
-def _from_stack(f: _Fields, key: str, stack: Stack, notes: _Notes, quiet: bool | None = None) -> bool:
+def _from_stack(f: Fields, key: str, stack: Stack, notes: Notes, quiet: bool | None = None) -> bool:
     """A boolean setting: the case's ``parallel.<key>``, else the stack's value, noted unless
     it is ``quiet`` (the usual value, which needs no note)."""
     flag = f.flag(key)
@@ -31,7 +31,7 @@ def _from_stack(f: _Fields, key: str, stack: Stack, notes: _Notes, quiet: bool |
     return value if value == quiet else notes.fill(f"parallel.{key}", value, stack.why(key))
 
 
-def _sp_default(f: _Fields, tp: int, stack: Stack, notes: _Notes, tp_overlap: bool = False) -> bool:
+def sp_default(f: Fields, tp: int, stack: Stack, notes: Notes, tp_overlap: bool = False) -> bool:
     """Sequence parallelism when a case leaves it null: on where TP communication overlap is on
     (Megatron-LM's ``--tp-comm-overlap`` requires ``--sequence-parallel``), else under TP > 1
     the stack's ``sequence_parallel`` (torchtitan's tensor-parallel plan always shards norms
@@ -46,7 +46,7 @@ def _sp_default(f: _Fields, tp: int, stack: Stack, notes: _Notes, tp_overlap: bo
     return notes.fill("parallel.sequence_parallel", False, "off by default")
 
 
-def _zero_default(stack: Stack, notes: _Notes, f: _Fields | None = None) -> int:
+def zero_default(stack: Stack, notes: Notes, f: Fields | None = None) -> int:
     """ZeRO stage when a case leaves it null: 3 when the case's published settings
     (``parallel.details``) name Megatron-FSDP, which Megatron-Bridge's performance scripts run
     with ``data_parallel_sharding_strategy = "optim_grads_params"`` (``set_mcore_fsdp_configs``:
@@ -58,13 +58,13 @@ def _zero_default(stack: Stack, notes: _Notes, f: _Fields | None = None) -> int:
     return notes.fill("parallel.zero_stage", stack.value("zero_stage"), stack.why("zero_stage"))
 
 
-def _overlap_default(f: _Fields, stack: Stack, notes: _Notes) -> bool:
+def overlap_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     """Whether the data-parallel gradient reduction overlaps the backward pass: the case's
     value, else the stack's ``overlap_grad_reduce``, noted when off."""
     return _from_stack(f, "overlap_grad_reduce", stack, notes, quiet=True)
 
 
-def _p2p_overlap_default(f: _Fields, framework: str, schedule: ScheduleKind, stack: Stack, notes: _Notes) -> bool:
+def p2p_overlap_default(f: Fields, framework: str, schedule: ScheduleKind, stack: Stack, notes: Notes) -> bool:
     """Whether the interleaved schedule posts each pipeline receive a pass ahead
     (:attr:`~sim.workload.spec.ParallelSpec.overlap_p2p_comm`): the case's value; else, under
     the interleaved schedule, off when the case lists ``--no-overlap-p2p-communication``, else
@@ -84,13 +84,13 @@ def _p2p_overlap_default(f: _Fields, framework: str, schedule: ScheduleKind, sta
     return _from_stack(f, "overlap_p2p_comm", stack, notes, quiet=True)
 
 
-def _flash_default(f: _Fields, stack: Stack, notes: _Notes) -> bool:
+def flash_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     """FlashAttention: the case's value, else the stack's ``flash_attention``, noted when off
     (a release that predates it)."""
     return _from_stack(f, "flash_attention", stack, notes, quiet=True)
 
 
-def _virtual_stages_default(f: _Fields, stack: Stack, notes: _Notes) -> int:
+def virtual_stages_default(f: Fields, stack: Stack, notes: Notes) -> int:
     """Model chunks per pipeline rank when a case leaves them null: under a schedule the case
     names interleaved, the stack's ``virtual_pipeline_stages`` (torchtitan's looped schedules
     without split points: 2 a rank, ``generate_split_points``); otherwise no interleaving."""
@@ -103,7 +103,7 @@ def _virtual_stages_default(f: _Fields, stack: Stack, notes: _Notes) -> int:
     return notes.fill("parallel.virtual_pipeline_stages", 1, "no interleaving")
 
 
-def _batch_sizes(f: _Fields, dp: int, pp: int, stack: Stack, notes: _Notes) -> tuple[int, int]:
+def batch_sizes(f: Fields, dp: int, pp: int, stack: Stack, notes: Notes) -> tuple[int, int]:
     """The micro- and global batch sizes: the case's, else as the stack's ``micro_batch_size``
     rule says (:class:`~sim.config.stack.MicroBatchRule`): the rank's local batch (global / dp)
     in ``pp`` pipeline micro-batches for torchtitan, else one sample; the global batch, when
@@ -124,7 +124,7 @@ def _batch_sizes(f: _Fields, dp: int, pp: int, stack: Stack, notes: _Notes) -> t
     return mbs, gbs
 
 
-def _recompute_default(f: _Fields, stack: Stack, notes: _Notes) -> RecomputeKind:
+def recompute_default(f: Fields, stack: Stack, notes: Notes) -> RecomputeKind:
     """Activation recomputation: the case's ``recompute`` (its ``selective`` as the stack's
     ``selective_recompute`` says: torchtitan's op-level policy, ``selective_ac_option = 'op'``,
     not Megatron's recomputation of the attention core), else the stack's ``recompute``."""
@@ -136,7 +136,7 @@ def _recompute_default(f: _Fields, stack: Stack, notes: _Notes) -> RecomputeKind
     return recompute
 
 
-def _loss_default(f: _Fields, stack: Stack, notes: _Notes) -> LossKind:
+def loss_default(f: Fields, stack: Stack, notes: Notes) -> LossKind:
     """The cross entropy's implementation: the case's, else the stack's ``cross_entropy``
     (torchtitan: ``torch.nn.functional.cross_entropy`` on fp32 logits; Megatron-LM its fused
     vocab-parallel kernel), noted when not the fused kernel."""
@@ -146,7 +146,7 @@ def _loss_default(f: _Fields, stack: Stack, notes: _Notes) -> LossKind:
     return f.enum("cross_entropy", LossKind, notes, value, stack.why("cross_entropy"))
 
 
-def _fused_elementwise_default(f: _Fields, stack: Stack, notes: _Notes) -> bool:
+def fused_elementwise_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     """Fused elementwise kernels: the case's ``fused_elementwise``; else, for a stack that runs
     them eagerly (torchtitan, whose ``training.compile`` is off by default), on only when the
     case's published settings (``parallel.details``) name ``torch.compile``; else on
@@ -161,7 +161,7 @@ def _fused_elementwise_default(f: _Fields, stack: Stack, notes: _Notes) -> bool:
     return notes.fill("parallel.fused_elementwise", False, stack.why("fused_elementwise"))
 
 
-def _attention_kernel_default(f: _Fields, stack: Stack, notes: _Notes) -> AttentionKernel:
+def attention_kernel_default(f: Fields, stack: Stack, notes: Notes) -> AttentionKernel:
     """The attention kernel: the case's, else the stack's ``attention_kernel``, noted when not
     the vendor's (Transformer Engine picks cuDNN's fused attention on Hopper, with context
     parallelism too from TE 1.2; torchtitan calls PyTorch's SDPA, whose backend priority runs
@@ -172,7 +172,7 @@ def _attention_kernel_default(f: _Fields, stack: Stack, notes: _Notes) -> Attent
     return f.enum("attention_kernel", AttentionKernel, notes, value, stack.why("attention_kernel"))
 
 
-def _tp_overlap_default(f: _Fields, tp: int, stack: Stack, notes: _Notes) -> bool:
+def tp_overlap_default(f: Fields, tp: int, stack: Stack, notes: Notes) -> bool:
     """TP communication overlap: the case's ``tp_comm_overlap``, else on when the case's
     published settings (``parallel.details``) include ``--tp-comm-overlap`` or torchtitan's
     ``AsyncTP`` (the same micro-pipelining of the all-gather and matmul), else, under TP > 1,
@@ -197,7 +197,7 @@ Engine's ``ub_cfgs``); ``method``, ``num_sm`` and ``use_ce`` decide the SMs held
 are accepted and not modelled."""
 
 
-def _tp_overlap_cfg(f: _Fields, stack: Stack, tp_overlap: bool, notes: _Notes) -> TpOverlapConfig:
+def tp_overlap_cfg_default(f: Fields, stack: Stack, tp_overlap: bool, notes: Notes) -> TpOverlapConfig:
     """What runs the overlapped TP collectives, as the stack's ``tp_comm_overlap_impl`` says:
     torchtitan's async TP on PyTorch's symmetric memory (copy engines); else Transformer
     Engine's userbuffers with the case's ``tp_comm_overlap_cfg`` (the mapping Megatron-LM reads
@@ -223,7 +223,7 @@ def _tp_overlap_cfg(f: _Fields, stack: Stack, tp_overlap: bool, notes: _Notes) -
     for gemm, entry in raw.items():
         if gemm not in UB_GEMMS:
             raise f.error(f"tp_comm_overlap_cfg.{gemm}", f"a GEMM name among {list(UB_GEMMS)}", gemm)
-        g = _Fields(entry, f.path, f.field(f"tp_comm_overlap_cfg.{gemm}"), _UB_KEYS)
+        g = Fields(entry, f.path, f.field(f"tp_comm_overlap_cfg.{gemm}"), _UB_KEYS)
         method = g.raw.get("method")
         method = None if method is None else parse_enum(TpOverlapMethod, method, f.path, g.field("method"))
         num_sm = g.integer("num_sm")
@@ -233,12 +233,12 @@ def _tp_overlap_cfg(f: _Fields, stack: Stack, tp_overlap: bool, notes: _Notes) -
     return userbuffers(overrides, "the case's tp_comm_overlap_cfg over Transformer Engine's defaults")
 
 
-def _details_has(f: _Fields, flag: str) -> bool:
+def _details_has(f: Fields, flag: str) -> bool:
     details = f.raw.get("details")
     return isinstance(details, str) and flag in details
 
 
-def _dist_opt_default(f: _Fields, stack: Stack, notes: _Notes) -> bool:
+def dist_opt_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     """The distributed optimizer: the case's value, else on when its flags include
     ``--use-distributed-optimizer`` or ``--overlap-param-gather`` (which Megatron-LM only
     accepts with it), else the stack's ``distributed_optimizer`` (NeMo's and Megatron-Bridge's
@@ -253,7 +253,7 @@ def _dist_opt_default(f: _Fields, stack: Stack, notes: _Notes) -> bool:
                       stack.why("distributed_optimizer"))
 
 
-def _param_gather_default(f: _Fields, stack: Stack, dist_opt: bool, notes: _Notes) -> bool:
+def param_gather_default(f: Fields, stack: Stack, dist_opt: bool, notes: Notes) -> bool:
     """Overlapping the distributed optimizer's parameter all-gather with the next forward: the
     case's value, else on for ``--overlap-param-gather`` in its flags, else, with the
     distributed optimizer, the stack's ``overlap_param_gather`` (noted when on), else off."""
@@ -267,7 +267,7 @@ def _param_gather_default(f: _Fields, stack: Stack, dist_opt: bool, notes: _Note
     return False
 
 
-def _dp_shard_default(f: _Fields, dp: int, cp: int, zero: int, stack: Stack, notes: _Notes) -> int | None:
+def dp_shard_default(f: Fields, dp: int, cp: int, zero: int, stack: Stack, notes: Notes) -> int | None:
     """The hybrid-sharding degree: the case's ``dp_shard``, else the stack's ``dp_shard`` (full
     sharding over all ``dp x cp`` ranks: torchtitan's ``data_parallel_shard_degree = -1`` with
     ``data_parallel_replicate_degree = 1``, Megatron-LM's ``--num-distributed-optimizer-instances
@@ -281,7 +281,7 @@ def _dp_shard_default(f: _Fields, dp: int, cp: int, zero: int, stack: Stack, not
     return None
 
 
-def _framework_has(f: _Fields, framework: str, *words: str) -> str | None:
+def _framework_has(f: Fields, framework: str, *words: str) -> str | None:
     """The first of ``words`` (launch flags, or how the case's prose names them) in the
     case's published settings (``parallel.details``) or its ``framework`` text."""
     details = f.raw.get("details")
@@ -289,7 +289,7 @@ def _framework_has(f: _Fields, framework: str, *words: str) -> str | None:
     return next((w for w in words if w in text), None)
 
 
-def _on_unless_listed(f: _Fields, framework: str, stack: Stack, notes: _Notes, key: str, off_flag: str) -> bool:
+def _on_unless_listed(f: Fields, framework: str, stack: Stack, notes: Notes, key: str, off_flag: str) -> bool:
     """A Megatron-LM feature that its flag ``off_flag`` turns off: the case's
     ``parallel.<key>``, else off when its settings or framework list ``off_flag``, else the
     stack's value (noted when off: a release that predates it)."""
@@ -302,7 +302,7 @@ def _on_unless_listed(f: _Fields, framework: str, stack: Stack, notes: _Notes, k
     return _from_stack(f, key, stack, notes, quiet=True)
 
 
-def _grad_accum_fusion_default(f: _Fields, framework: str, stack: Stack, notes: _Notes) -> bool:
+def grad_accum_fusion_default(f: Fields, framework: str, stack: Stack, notes: Notes) -> bool:
     """Gradient-accumulation fusion: the case's ``gradient_accumulation_fusion``, else off when
     its settings or framework list ``--no-gradient-accumulation-fusion``, else the stack's value
     (on from early 2022: Megatron-LM's ``gradient_accumulation_fusion=True``; the 2021 releases
@@ -311,7 +311,7 @@ def _grad_accum_fusion_default(f: _Fields, framework: str, stack: Stack, notes: 
                              "--no-gradient-accumulation-fusion")
 
 
-def _grad_reduce_default(f: _Fields, stack: Stack, notes: _Notes) -> bool:
+def grad_reduce_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     """Gradients accumulated and reduced in fp32: the case's ``grad_reduce_in_fp32``, else off
     when its settings list ``--grad-reduce-in-bf16``, else the stack's value (Megatron-LM's
     default fp32; Megatron-Bridge's and NeMo's performance scripts reduce in 16 bits), noted
@@ -324,7 +324,7 @@ def _grad_reduce_default(f: _Fields, stack: Stack, notes: _Notes) -> bool:
     return _from_stack(f, "grad_reduce_in_fp32", stack, notes, quiet=True)
 
 
-def _async_tp_allreduce_default(f: _Fields, framework: str, stack: Stack, notes: _Notes) -> bool:
+def async_tp_allreduce_default(f: Fields, framework: str, stack: Stack, notes: Notes) -> bool:
     """The asynchronous input-gradient all-reduce of column-parallel layers
     (:attr:`~sim.workload.spec.ParallelSpec.async_tp_grad_allreduce`): the case's value, else
     off when its settings list ``--no-async-tensor-model-parallel-allreduce``, else the stack's
@@ -333,14 +333,14 @@ def _async_tp_allreduce_default(f: _Fields, framework: str, stack: Stack, notes:
                              "--no-async-tensor-model-parallel-allreduce")
 
 
-def _unfused_bias_default(f: _Fields, stack: Stack, notes: _Notes) -> bool:
+def unfused_bias_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     """Megatron-LM's pre-Transformer-Engine linear layers with their separate bias kernels
     (:attr:`~sim.workload.spec.ParallelSpec.unfused_linear_bias`): the case's value, else the
     stack's (on for Megatron-LM's ``megatron/mpu`` linears of 2022 and earlier), noted when on."""
     return _from_stack(f, "unfused_linear_bias", stack, notes, quiet=False)
 
 
-def _deterministic_default(f: _Fields, framework: str, notes: _Notes) -> bool:
+def deterministic_default(f: Fields, framework: str, notes: Notes) -> bool:
     """Megatron-LM's deterministic mode: the case's ``deterministic``, else on when its
     settings or framework name ``--deterministic-mode`` (or "deterministic mode"), else off."""
     value = f.flag("deterministic")
@@ -354,7 +354,7 @@ def _deterministic_default(f: _Fields, framework: str, notes: _Notes) -> bool:
     return False
 
 
-def _zero_impl_default(f: _Fields, zero: int, stack: Stack, notes: _Notes) -> ZeroImpl:
+def zero_impl_default(f: Fields, zero: int, stack: Stack, notes: Notes) -> ZeroImpl:
     """How ZeRO-3 issues its collectives (``parallel.zero_impl``): the case's value, else, at
     ZeRO stage 3, the stack's ``zero_impl`` (DeepSpeed 0.3's per-parameter, blocking
     collectives for ``deepspeed-zero3``; FSDP's per-layer, prefetched ones otherwise), noted

@@ -1,7 +1,7 @@
 """The YAML plumbing shared by the workload and topology loaders.
 
-Typed, validated reads of one mapping (:class:`_Fields`), the notes on filled-in defaults
-(:class:`_Notes`), reading YAML and applying ``--set KEY=VALUE`` overrides. Every bad
+Typed, validated reads of one mapping (:class:`Fields`), the notes on filled-in defaults
+(:class:`Notes`), reading YAML and applying ``--set KEY=VALUE`` overrides. Every bad
 input raises :class:`~sim.errors.ConfigError` naming the file and the field.
 
 YAML is read safely (:class:`yaml.SafeLoader`: no Python objects) and within bounds
@@ -148,7 +148,7 @@ def load_yaml(text: str) -> object:
         loader.dispose()
 
 
-class _Fields:
+class Fields:
     """Typed reads from one YAML mapping; errors name the file and the dotted field."""
 
     def __init__(self, raw: object, path: str, prefix: str, valid: Sequence[str]) -> None:
@@ -179,7 +179,7 @@ class _Fields:
         """``key`` as an integer of at most :data:`MAX_INTEGER` in magnitude (positive when
         ``positive``), None when null or missing and not ``required``."""
         what = "a positive integer" if positive else "an integer"
-        value = self._get(key, _is_int, what, required)
+        value = self._get(key, is_int, what, required)
         if positive and value is not None and value < 1:
             raise self.error(key, what, value)
         if value is not None and abs(value) > MAX_INTEGER:
@@ -188,7 +188,7 @@ class _Fields:
 
     def number(self, key: str, *, required: bool = False) -> float | None:
         """``key`` as a finite number (a float), None when null or missing and not ``required``."""
-        value = self._get(key, _is_number, "a number", required)
+        value = self._get(key, is_number, "a number", required)
         if value is None:
             return None
         if not is_finite(value):
@@ -210,7 +210,7 @@ class _Fields:
     def text(self, key: str, *, required: bool = False) -> str | None:
         return self._get(key, lambda v: isinstance(v, str), "a string", required)
 
-    def enum(self, key: str, kind: type, notes: _Notes, default: object, why: str, allowed: Sequence | None = None,
+    def enum(self, key: str, kind: type, notes: Notes, default: object, why: str, allowed: Sequence | None = None,
              why_not: str = "") -> object:
         """``key`` as a member of ``kind`` (of ``allowed``, refused with ``why_not``, when
         given: :func:`~sim.types.parse_enum`), ``default`` with a note when absent."""
@@ -234,11 +234,11 @@ def described(raw: object) -> Described:
     return Described(f"a {type(raw).__name__}" if type(raw).__name__[0] not in "aeiou" else f"an {type(raw).__name__}")
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: object) -> bool:
+def is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -248,14 +248,14 @@ def is_finite(value: object) -> bool:
     >>> is_finite(1), is_finite(2.5), is_finite(float("inf")), is_finite(float("nan")), is_finite(10**400)
     (True, True, False, False, False)
     """
-    if not _is_number(value):
+    if not is_number(value):
         return False
     if isinstance(value, int):
         return abs(value) < 2**1023
     return math.isfinite(value)
 
 
-class _Notes(list):
+class Notes(list):
     """The defaults a load filled in, as human-readable lines."""
 
     def fill(self, field: str, value: object, why: str) -> object:
@@ -265,7 +265,7 @@ class _Notes(list):
 
 
 @contextmanager
-def _located(path: str) -> Iterator[None]:
+def located(path: str) -> Iterator[None]:
     """Re-raise a spec's own ConfigError (file ``<spec>``) with the real file path."""
     try:
         yield
@@ -293,10 +293,7 @@ def read_yaml(path: Path) -> object:
         raise ConfigError(str(path), f"line {line}", "valid YAML", problem) from None
 
 
-_read_yaml = read_yaml  # the name the config loaders import
-
-
-def _apply_overrides(raw: Mapping, overrides: Sequence[str],
+def apply_overrides(raw: Mapping, overrides: Sequence[str],
                      settable: tuple[dict[str, Sequence[str]], Sequence[str]]) -> dict:
     """Apply ``KEY=VALUE`` items (VALUE read as YAML) to a copy of ``raw``."""
     sections, top = settable

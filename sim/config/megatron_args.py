@@ -44,10 +44,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sim.config.fields import _apply_overrides
+from sim.config.fields import apply_overrides
 from sim.inputs import read_input_text
-from sim.config.megatron_flags import (_NPROC, _TOKENIZER_VOCAB, IGNORED_FLAGS, MEGATRON_FLAGS,
-                                       NOT_MODELLED_FLAGS, _BadValue)
+from sim.config.megatron_flags import (NPROC, TOKENIZER_VOCAB, IGNORED_FLAGS, MEGATRON_FLAGS,
+                                       NOT_MODELLED_FLAGS, BadValue)
 from sim.config.presets import preset_names, resolve_preset
 from sim.errors import ConfigError
 from sim.hf import read_hf_config
@@ -151,7 +151,7 @@ def _launcher(words: list[str], source: str) -> tuple[int | None, int | None]:
     i = 0
     while i < len(words):
         name, eq, inline = words[i].partition("=")
-        if name in ("--nnodes",) + _NPROC:
+        if name in ("--nnodes",) + NPROC:
             if eq:
                 text = inline
             elif i + 1 < len(words):
@@ -221,7 +221,7 @@ def parse_megatron_args(text: str, source: str = SOURCE) -> MegatronArgs:
             spec = MEGATRON_FLAGS[name]
             try:
                 value = spec.parse(args)
-            except _BadValue as bad:
+            except BadValue as bad:
                 raise ConfigError(source, name, bad.expected, bad.got) from None
             if spec.target in values and values[spec.target] != value:
                 notes.append(f"{_NOTE} {name} given twice; the last ({' '.join(args)}) is used, as argparse does")
@@ -382,11 +382,11 @@ class _Mapper:
                                     if self.get("tokenizer_type") == "NullTokenizer" else "")
         if vocab is None:
             tokenizer = self.get("tokenizer_type")
-            if tokenizer not in _TOKENIZER_VOCAB:
+            if tokenizer not in TOKENIZER_VOCAB:
                 raise ConfigError(self.a.source, "--vocab-size", f"a value (the vocabulary of tokenizer "
-                                  f"{tokenizer} is in its files; llmsim knows {sorted(_TOKENIZER_VOCAB)}), "
+                                  f"{tokenizer} is in its files; llmsim knows {sorted(TOKENIZER_VOCAB)}), "
                                   "--padded-vocab-size, or --hf-config PATH", None)
-            vocab, why = _TOKENIZER_VOCAB[tokenizer], f"{tokenizer}'s vocabulary"
+            vocab, why = TOKENIZER_VOCAB[tokenizer], f"{tokenizer}'s vocabulary"
         multiple = int(self.get("vocab_multiple", 128)) * tp
         padded = -(-int(vocab) // multiple) * multiple
         if padded != vocab:
@@ -786,7 +786,7 @@ def load_megatron_workload(text: str, *, source: str = SOURCE, hf_config: str | 
     ConfigError
         Naming the flag for a missing, malformed or conflicting value.
     """
-    from sim.config.workload import _WORKLOAD_SETTABLE, _build_workload
+    from sim.config.workload import WORKLOAD_SETTABLE, build_workload
 
     args = parse_megatron_args(text, source)
     hf, hf_path = None, None
@@ -803,14 +803,14 @@ def load_megatron_workload(text: str, *, source: str = SOURCE, hf_config: str | 
         gpu = load_topology(topology).gpu
     name = Path(source).stem if source != SOURCE else "megatron-args"
     raw, notes = _workload_mapping(args, hf, hf_path, name=name, gpu=gpu, num_gpus=num_gpus, topology=topology)
-    raw = _apply_overrides(raw, overrides, _WORKLOAD_SETTABLE)
+    raw = apply_overrides(raw, overrides, WORKLOAD_SETTABLE)
     if raw["system"].get("gpu") is None:
         from sim.hardware import gpu_names
 
         raise ConfigError(source, "system.gpu", f"a GPU: --set system.gpu=NAME or a --topology that names one "
                           f"({', '.join(gpu_names())})", None)
     try:
-        spec, loader_notes = _build_workload(raw, Path(source))
+        spec, loader_notes = build_workload(raw, Path(source))
     except ConfigError as exc:
         flag = _FLAG_OF.get(exc.field)
         if exc.path != source or flag is None:

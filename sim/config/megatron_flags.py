@@ -15,7 +15,7 @@ from dataclasses import dataclass
 __all__ = ["MEGATRON_FLAGS", "IGNORED_FLAGS", "NOT_MODELLED_FLAGS"]
 
 
-class _BadValue(Exception):
+class BadValue(Exception):
     """A flag's value is missing or malformed; the caller names the flag and the source."""
 
     def __init__(self, expected: str, got: object) -> None:
@@ -31,14 +31,14 @@ _Parser = Callable[[list[str]], object]
 def _switch(value: bool = True) -> _Parser:
     def parse(values: list[str]) -> bool:
         if values:
-            raise _BadValue("no value (a switch)", " ".join(values))
+            raise BadValue("no value (a switch)", " ".join(values))
         return value
     return parse
 
 
 def _one(values: list[str], what: str) -> str:
     if len(values) != 1:
-        raise _BadValue(f"one value: {what}", " ".join(values) if values else None)
+        raise BadValue(f"one value: {what}", " ".join(values) if values else None)
     return values[0]
 
 
@@ -50,9 +50,9 @@ def _integer(minimum: int = 1) -> _Parser:
         try:
             value = int(text)
         except ValueError:
-            raise _BadValue(what, text) from None
+            raise BadValue(what, text) from None
         if value < minimum:
-            raise _BadValue(what, text)
+            raise BadValue(what, text)
         return value
     return parse
 
@@ -62,9 +62,9 @@ def _real(values: list[str]) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise _BadValue("a number", text) from None
+        raise BadValue("a number", text) from None
     if not value > 0:
-        raise _BadValue("a positive number", text)
+        raise BadValue("a positive number", text)
     return value
 
 
@@ -72,7 +72,7 @@ def _choice(*options: str) -> _Parser:
     def parse(values: list[str]) -> str:
         text = _one(values, f"one of {list(options)}")
         if text not in options:
-            raise _BadValue(f"one of {list(options)}", text)
+            raise BadValue(f"one of {list(options)}", text)
         return text
     return parse
 
@@ -83,14 +83,14 @@ def _word(values: list[str]) -> str:
 
 def _words(values: list[str]) -> tuple[str, ...]:
     if not values:
-        raise _BadValue("one or more values", None)
+        raise BadValue("one or more values", None)
     return tuple(values)
 
 
 def _integers(values: list[str]) -> list[int]:
     """One or more positive integers (``nargs='+', type=int``)."""
     if not values:
-        raise _BadValue("one or more positive integers", None)
+        raise BadValue("one or more positive integers", None)
     parse = _integer()
     return [parse([v]) for v in values]
 
@@ -105,10 +105,10 @@ the all-gather."""
 def _cp_comm_types(values: list[str]) -> tuple[str, ...]:
     """``--cp-comm-type``: one type for every layer, or one per layer (``nargs='+'``)."""
     if not values:
-        raise _BadValue(f"one or more of {list(_CP_COMM_TYPES)}", None)
+        raise BadValue(f"one or more of {list(_CP_COMM_TYPES)}", None)
     bad = [v for v in values if v not in _CP_COMM_TYPES]
     if bad:
-        raise _BadValue(f"one or more of {list(_CP_COMM_TYPES)}", bad[0])
+        raise BadValue(f"one or more of {list(_CP_COMM_TYPES)}", bad[0])
     return tuple("all_gather" if v == "allgather" else v for v in values)
 
 
@@ -118,15 +118,15 @@ def _moe_freq(values: list[str]) -> tuple[int, ...] | int:
     checking its characters); here only integers, lists, ``+`` and ``*`` are evaluated."""
     text = _one(values, "an integer or a list expression such as ([0]*3+[1]*58)")
     if len(text) > MAX_FREQ_CHARS:
-        raise _BadValue(f"an integer or a list expression of at most {MAX_FREQ_CHARS:,} characters", text)
+        raise BadValue(f"an integer or a list expression of at most {MAX_FREQ_CHARS:,} characters", text)
     if text.strip().isdigit() and len(text.strip()) <= 18:
         return int(text)
     try:
         return tuple(_pattern(ast.parse(text.strip(), mode="eval").body))
     except RecursionError:  # Python's parser builds a chain of terms recursively, ~1,000 at most
-        raise _BadValue("a list expression of at most a few hundred terms, such as ([0]*3+[1]*58)", text) from None
+        raise BadValue("a list expression of at most a few hundred terms, such as ([0]*3+[1]*58)", text) from None
     except (SyntaxError, ValueError, TypeError):
-        raise _BadValue("an integer or a list expression of 0s and 1s such as ([0]*3+[1]*58)", text) from None
+        raise BadValue("an integer or a list expression of 0s and 1s such as ([0]*3+[1]*58)", text) from None
 
 
 MAX_FREQ_CHARS = 100_000
@@ -410,8 +410,8 @@ NOT_MODELLED_FLAGS = frozenset({
 fusions, CUDA graphs, communication tuning, offloading, optimizer variants): the run is
 simulated without them, and they are listed so."""
 
-_NPROC = ("--nproc-per-node", "--nproc_per_node")
+NPROC = ("--nproc-per-node", "--nproc_per_node")
 _GPT2_VOCAB = 50257
 """GPT-2's BPE vocabulary (``encoder.json``), which ``--tokenizer-type GPT2BPETokenizer`` loads
 (Radford et al. 2019; Brown et al. 2020 used it for GPT-3)."""
-_TOKENIZER_VOCAB = {"GPT2BPETokenizer": _GPT2_VOCAB}
+TOKENIZER_VOCAB = {"GPT2BPETokenizer": _GPT2_VOCAB}

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sim.config.fields import _Fields, _is_int, _read_yaml
+from sim.config.fields import Fields, is_int, read_yaml
 from sim.errors import ConfigError
 from sim.types import RecomputeKind, ScheduleKind, parse_enum
 
@@ -78,7 +78,7 @@ def load_space(path: str) -> Space:
         ``auto`` nor a non-empty list of distinct values of the setting's kind; the message
         names the file, the field (``tp``, ``recompute[1]``), what was expected and what came.
     """
-    return space_from_mapping(_read_yaml(Path(path)), str(path))
+    return space_from_mapping(read_yaml(Path(path)), str(path))
 
 
 def space_from_mapping(raw: object, path: str) -> Space:
@@ -86,7 +86,7 @@ def space_from_mapping(raw: object, path: str) -> Space:
     if raw is None:
         raise ConfigError(path, "<top level>", f"a mapping of settings ({', '.join(AXES)}) to lists of values",
                           None)
-    f = _Fields(raw, path, "", AXES)
+    f = Fields(raw, path, "", AXES)
     choices: dict[str, tuple | None] = {}
     for axis in AXES:
         if axis not in f.raw:
@@ -118,11 +118,11 @@ def _kind(axis: str) -> str:
 def _item(axis: str, value: object, path: str, field_name: str) -> object:
     """One listed value of ``axis``, parsed; a ConfigError naming ``field_name`` otherwise."""
     if axis in _POSITIVE:
-        if not _is_int(value) or value < 1:
+        if not is_int(value) or value < 1:
             raise ConfigError(path, field_name, "a positive integer", value)
         return value
     if axis == "zero_stage":
-        if not _is_int(value) or value not in (0, 1, 2, 3):
+        if not is_int(value) or value not in (0, 1, 2, 3):
             raise ConfigError(path, field_name, "0, 1, 2 or 3", value)
         return value
     if axis == "sequence_parallel":

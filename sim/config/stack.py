@@ -22,7 +22,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from sim.config.fields import _Fields, _is_int, _read_yaml
+from sim.config.fields import Fields, is_int, read_yaml
 from sim.errors import ConfigError
 from sim.types import (SIMULATED_DTYPES, AttentionKernel, CpCommType, Dtype, LossKind, RecomputeKind,
                        ScalingRecipe, ZeroImpl, parse_enum)
@@ -108,13 +108,13 @@ def _boolean(value: object, path: str, field: str) -> bool:
 
 
 def _zero(value: object, path: str, field: str) -> int:
-    if not (_is_int(value) and value in (0, 1, 2, 3)):
+    if not (is_int(value) and value in (0, 1, 2, 3)):
         raise ConfigError(path, field, "a ZeRO stage: 0, 1, 2 or 3", value)
     return value
 
 
 def _positive(value: object, path: str, field: str) -> int:
-    if not (_is_int(value) and value >= 1):
+    if not (is_int(value) and value >= 1):
         raise ConfigError(path, field, "a positive integer", value)
     return value
 
@@ -260,18 +260,18 @@ _SETTING_KEYS = ("value", "why", "sources", "by_dtype")
 _RULE_KEYS = ("pattern", "years", "undated")
 
 
-def _years(f: _Fields, default_undated: bool) -> YearRange:
+def _years(f: Fields, default_undated: bool) -> YearRange:
     raw = f.raw.get("years")
     undated = f.flag("undated")
     if raw is None:
         return YearRange(None, None, True if undated is None else undated)
-    if not (isinstance(raw, list) and len(raw) == 2 and all(v is None or _is_int(v) for v in raw)
+    if not (isinstance(raw, list) and len(raw) == 2 and all(v is None or is_int(v) for v in raw)
             and (None in raw or raw[0] <= raw[1])):
         raise f.error("years", "[FIRST, LAST]: two years (either null: open), FIRST <= LAST", raw)
     return YearRange(raw[0], raw[1], default_undated if undated is None else undated)
 
 
-def _rules(f: _Fields) -> tuple[MatchRule, ...]:
+def _rules(f: Fields) -> tuple[MatchRule, ...]:
     raw = f.raw.get("matches")
     if raw is None:
         return ()
@@ -279,7 +279,7 @@ def _rules(f: _Fields) -> tuple[MatchRule, ...]:
         raise f.error("matches", "a list of {pattern: REGEX, years: [FIRST, LAST], undated: BOOL}", raw)
     out = []
     for i, item in enumerate(raw):
-        r = _Fields(item, f.path, f"matches[{i}]", _RULE_KEYS)
+        r = Fields(item, f.path, f"matches[{i}]", _RULE_KEYS)
         pattern = r.text("pattern", required=True)
         try:
             re.compile(pattern)
@@ -289,11 +289,11 @@ def _rules(f: _Fields) -> tuple[MatchRule, ...]:
     return tuple(out)
 
 
-def _setting(f: _Fields, key: str, origin: str, kind: SettingKind | None = None) -> Setting:
+def _setting(f: Fields, key: str, origin: str, kind: SettingKind | None = None) -> Setting:
     """Setting ``key`` of ``f``; ``kind``: the setting this is a ``by_dtype`` entry of."""
     nested = kind is not None
     kind = kind or _KINDS[key]
-    s = _Fields(f.raw[key], f.path, f.field(key), _SETTING_KEYS[:3] if nested else _SETTING_KEYS)
+    s = Fields(f.raw[key], f.path, f.field(key), _SETTING_KEYS[:3] if nested else _SETTING_KEYS)
     if "value" not in s.raw:
         raise s.error("value", f"the release's value ({kind.meaning})", None)
     value = kind.read(s.raw["value"], f.path, s.field("value"))
@@ -310,7 +310,7 @@ def _setting(f: _Fields, key: str, origin: str, kind: SettingKind | None = None)
         names = [d.value for d in SIMULATED_DTYPES]
         if not isinstance(raw, Mapping):
             raise s.error("by_dtype", f"a mapping from number formats {names} to {{value, why, sources}}", raw)
-        d = _Fields(raw, f.path, s.field("by_dtype"), names)
+        d = Fields(raw, f.path, s.field("by_dtype"), names)
         for name in d.raw:
             by_dtype[parse_enum(Dtype, name, f.path, d.field(name))] = _setting(d, name, origin, kind)
     return Setting(value, why.strip(), tuple(sources), origin, by_dtype)
@@ -327,7 +327,7 @@ def read_stack_file(path: Path, parent: Callable[[str, Path], Stack] | None) -> 
         setting missing.
     """
     shown = str(path)
-    f = _Fields(_read_yaml(path), shown, "", _STACK_KEYS)
+    f = Fields(read_yaml(path), shown, "", _STACK_KEYS)
     name = f.text("name") or path.stem
     base = f.text("extends")
     inherited: Mapping[str, Setting] = {}
@@ -340,7 +340,7 @@ def read_stack_file(path: Path, parent: Callable[[str, Path], Stack] | None) -> 
         if name in chain:
             raise f.error("extends", f"a stack other than {name} itself (the chain is {' -> '.join(chain)})", base)
     given = f.raw.get("settings") or {}
-    s = _Fields(given, shown, "settings", tuple(_KINDS))
+    s = Fields(given, shown, "settings", tuple(_KINDS))
     settings = dict(inherited)
     for key in s.raw:
         settings[key] = _setting(s, key, shown)
@@ -351,6 +351,6 @@ def read_stack_file(path: Path, parent: Callable[[str, Path], Stack] | None) -> 
     fallback = f.raw.get("fallback")
     return Stack(
         name=name, description=f.text("description") or "", path=shown, extends=chain, matches=_rules(f),
-        fallback=None if fallback is None else _years(_Fields(fallback, shown, "fallback", ("years", "undated")),
+        fallback=None if fallback is None else _years(Fields(fallback, shown, "fallback", ("years", "undated")),
                                                       default_undated=False),
         settings={k.key: settings[k.key] for k in SETTINGS})

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from sim.config.fields import _apply_overrides, _Fields, _is_int, _is_number, _located, _read_yaml, is_finite
+from sim.config.fields import apply_overrides, Fields, is_int, is_number, located, read_yaml, is_finite
 from sim.config.presets import resolve_preset
 from sim.errors import ConfigError
 from sim.hardware import EfficiencyCurve, get_gpu, gpu_names
@@ -84,15 +84,15 @@ def load_topology(path_or_name: str, overrides: Sequence[str] = ()) -> TopologyS
     """
     file = resolve_preset(path_or_name, "topologies")
     path = str(file)
-    raw = _Fields(_read_yaml(file), path, "", _TOPO_KEYS).raw
-    f = _Fields(_apply_overrides(raw, overrides, _TOPO_SETTABLE), path, "", _TOPO_KEYS)
+    raw = Fields(read_yaml(file), path, "", _TOPO_KEYS).raw
+    f = Fields(apply_overrides(raw, overrides, _TOPO_SETTABLE), path, "", _TOPO_KEYS)
     graphml = f.text("graphml")
     if graphml is not None:
         return _graphml_topology(f, file, graphml)
-    up = _Fields(f.raw.get("scale_up"), path, "scale_up", _UP_KEYS)
-    out = _Fields(f.raw.get("scale_out"), path, "scale_out", _OUT_KEYS)
+    up = Fields(f.raw.get("scale_up"), path, "scale_up", _UP_KEYS)
+    out = Fields(f.raw.get("scale_out"), path, "scale_out", _OUT_KEYS)
     gpu = _gpu_name(f)
-    with _located(path):
+    with located(path):
         return TopologySpec(
             name=f.text("name") or file.stem,
             gpus_per_node=f.integer("gpus_per_node", required=True, positive=True),
@@ -105,7 +105,7 @@ def load_topology(path_or_name: str, overrides: Sequence[str] = ()) -> TopologyS
             description=f.text("description") or "", faults=_faults(f), source=path)
 
 
-def _faults(f: _Fields) -> tuple[LinkFault, ...]:
+def _faults(f: Fields) -> tuple[LinkFault, ...]:
     """``faults: [{between: [u, v], bandwidth_fraction: 0.5}, ...]``: links of the built graph
     (node names as ``sim.topology.build`` makes them) running slower, or failed at 0."""
     raw = f.raw.get("faults")
@@ -115,7 +115,7 @@ def _faults(f: _Fields) -> tuple[LinkFault, ...]:
         raise f.error("faults", "a list of {between: [node, node], bandwidth_fraction: x}", raw)
     out = []
     for i, item in enumerate(raw):
-        ff = _Fields(item, f.path, f"faults[{i}]", ("between", "bandwidth_fraction"))
+        ff = Fields(item, f.path, f"faults[{i}]", ("between", "bandwidth_fraction"))
         pair = ff.raw.get("between")
         if not (isinstance(pair, list) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
             raise ff.error("between", "two node names, e.g. [nic0.0, leaf0.0]", pair)
@@ -125,7 +125,7 @@ def _faults(f: _Fields) -> tuple[LinkFault, ...]:
     return tuple(out)
 
 
-def _gpu_name(f: _Fields) -> str | None:
+def _gpu_name(f: Fields) -> str | None:
     """The topology's ``gpu``, canonical, or None."""
     gpu = f.text("gpu")
     if gpu is None:
@@ -136,7 +136,7 @@ def _gpu_name(f: _Fields) -> str | None:
         raise f.error("gpu", f"one of {gpu_names()} or null", gpu) from None
 
 
-def _graphml_topology(f: _Fields, file, graphml: str) -> TopologySpec:
+def _graphml_topology(f: Fields, file, graphml: str) -> TopologySpec:
     """A topology whose links are a GraphML file (relative to the YAML's folder): the YAML gives
     its name and GPUs per node, the graph everything else (:mod:`sim.topology.graphml`)."""
     graph_file = file.parent / graphml
@@ -145,7 +145,7 @@ def _graphml_topology(f: _Fields, file, graphml: str) -> TopologySpec:
                       str(graph_file))
     unused = LinkSpec(1.0, 0.0)  # scale_up / scale_out are not read for a GraphML topology
     gpu = _gpu_name(f)
-    with _located(f.path):
+    with located(f.path):
         return TopologySpec(
             name=f.text("name") or file.stem,
             gpus_per_node=f.integer("gpus_per_node", required=True, positive=True),
@@ -155,11 +155,11 @@ def _graphml_topology(f: _Fields, file, graphml: str) -> TopologySpec:
             graph_file=str(graph_file), faults=_faults(f), source=f.path)
 
 
-def _kind(f: _Fields, kind: type) -> object:
+def _kind(f: Fields, kind: type) -> object:
     return parse_enum(kind, f.text("kind", required=True), f.path, f.field("kind"))
 
 
-def _scale_out(out: _Fields) -> ScaleOutSpec:
+def _scale_out(out: Fields) -> ScaleOutSpec:
     kind = _kind(out, FabricKind)
     _only_for_kind(out, kind)
     switch_us = out.quantity("switch_latency_us", _LATENCY, high=MAX_LATENCY_US) or 0.0
@@ -173,13 +173,13 @@ def _scale_out(out: _Fields) -> ScaleOutSpec:
         nodes_per_leaf=out.integer("nodes_per_leaf", positive=True) or 32,
         switch_latency_s=switch_us * US, oversubscription=oversub or 1.0,
         pcie=None if pcie is None else
-        _link(_Fields(pcie, out.path, "scale_out.pcie", _PCIE_KEYS), "bandwidth_GBps", GBPS),
+        _link(Fields(pcie, out.path, "scale_out.pcie", _PCIE_KEYS), "bandwidth_GBps", GBPS),
         planes=out.integer("planes", positive=True) or 1,
         torus=_torus(out, nic) if kind is FabricKind.TORUS else None,
         dragonfly=_dragonfly(out, nic) if kind is FabricKind.DRAGONFLY else None)
 
 
-def _only_for_kind(out: _Fields, kind: FabricKind) -> None:
+def _only_for_kind(out: Fields, kind: FabricKind) -> None:
     """Reject a key that belongs to another fabric kind (the fat-tree keys are also accepted,
     unused, with kind ``none``)."""
     own = {FabricKind.TORUS: _TORUS_KEYS, FabricKind.DRAGONFLY: _DRAGONFLY_KEYS}.get(kind, _TREE_KEYS)
@@ -191,19 +191,19 @@ def _only_for_kind(out: _Fields, kind: FabricKind) -> None:
                                 f"kind {kind.value} takes {sorted(own)})", out.raw[key])
 
 
-def _torus(out: _Fields, nic: LinkSpec) -> TorusSpec:
+def _torus(out: Fields, nic: LinkSpec) -> TorusSpec:
     """``dims: [X, Y, Z]``, ``link_bandwidth_Gbps``, ``link_latency_us``."""
     dims = out.raw.get("dims")
     expected = "a list of 1 to 3 positive integers, e.g. [4, 4, 4] (routers along each dimension)"
     if dims is None:
         raise out.error("dims", f"{expected} (required for kind torus)", None)
     if not (isinstance(dims, list) and 1 <= len(dims) <= 3
-            and all(_is_int(k) and k >= 1 for k in dims)):
+            and all(is_int(k) and k >= 1 for k in dims)):
         raise out.error("dims", expected, dims)
     return TorusSpec(dims=tuple(dims), link=_network_link(out, "link", nic))
 
 
-def _dragonfly(out: _Fields, nic: LinkSpec) -> DragonflySpec:
+def _dragonfly(out: Fields, nic: LinkSpec) -> DragonflySpec:
     """``groups``, ``routers_per_group``, ``nodes_per_router``, optional
     ``global_links_per_router`` (default: the fewest that join every pair of groups), and the
     local and global links' ``*_bandwidth_Gbps`` and ``*_latency_us``."""
@@ -221,7 +221,7 @@ def _dragonfly(out: _Fields, nic: LinkSpec) -> DragonflySpec:
         local=_network_link(out, "local", nic), global_link=_network_link(out, "global", nic))
 
 
-def _network_link(f: _Fields, prefix: str, nic: LinkSpec) -> LinkSpec:
+def _network_link(f: Fields, prefix: str, nic: LinkSpec) -> LinkSpec:
     """``{prefix}_bandwidth_Gbps`` and ``{prefix}_latency_us``, with the NIC's efficiency."""
     bw_key, lat_key = f"{prefix}_bandwidth_Gbps", f"{prefix}_latency_us"
     bandwidth = f.quantity(bw_key, _BANDWIDTH, low_open=True, high=MAX_BANDWIDTH, required=True)
@@ -230,14 +230,14 @@ def _network_link(f: _Fields, prefix: str, nic: LinkSpec) -> LinkSpec:
                     efficiency=nic.efficiency)
 
 
-def _link(f: _Fields, bandwidth_key: str, unit: float) -> LinkSpec:
+def _link(f: Fields, bandwidth_key: str, unit: float) -> LinkSpec:
     bandwidth = f.quantity(bandwidth_key, _BANDWIDTH, low_open=True, high=MAX_BANDWIDTH, required=True)
     latency = f.quantity("latency_us", _LATENCY, high=MAX_LATENCY_US, required=True)
     return LinkSpec(bandwidth_bytes_per_s=bandwidth * unit, latency_s=latency * US,
                     efficiency=_efficiency(f))
 
 
-def _efficiency(f: _Fields) -> EfficiencyCurve:
+def _efficiency(f: Fields) -> EfficiencyCurve:
     given = [k for k in _EFF_KEYS if f.raw.get(k) is not None]
     if len(given) != 1:
         raise f.error("efficiency", "exactly one of efficiency or efficiency_by_size_bytes", given)
@@ -246,7 +246,7 @@ def _efficiency(f: _Fields) -> EfficiencyCurve:
     return _curve(f, "efficiency_by_size_bytes")
 
 
-def _curve(f: _Fields, key: str) -> EfficiencyCurve:
+def _curve(f: Fields, key: str) -> EfficiencyCurve:
     """``[[message bytes, fraction], ...]``: sizes positive, finite and increasing, fractions in
     (0, 1]; an error names the pair that is not."""
     pairs = f.raw[key]
@@ -255,7 +255,7 @@ def _curve(f: _Fields, key: str) -> EfficiencyCurve:
         raise f.error(key, expected, pairs)
     out: list[tuple[float, float]] = []
     for i, pair in enumerate(pairs):
-        if not (isinstance(pair, list) and len(pair) == 2 and all(map(_is_number, pair))):
+        if not (isinstance(pair, list) and len(pair) == 2 and all(map(is_number, pair))):
             raise f.error(f"{key}[{i}]", "a [message bytes, fraction] pair", pair)
         size, eff = pair
         if not (is_finite(size) and 0 < size <= MAX_MESSAGE_BYTES):
@@ -268,7 +268,7 @@ def _curve(f: _Fields, key: str) -> EfficiencyCurve:
     return EfficiencyCurve(tuple(out))
 
 
-def _collective_latency_s(f: _Fields) -> float:
+def _collective_latency_s(f: Fields) -> float:
     """``scale_up.collective_latency_us`` (default 0: the hops' latency only)."""
     value = f.quantity("collective_latency_us", _LATENCY, high=MAX_LATENCY_US)
     return 0.0 if value is None else value * US

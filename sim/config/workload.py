@@ -22,15 +22,15 @@ from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from sim.config.defaults import (_async_tp_allreduce_default, _attention_kernel_default, _batch_sizes,
-                                 _deterministic_default, _dist_opt_default, _dp_shard_default, _flash_default,
-                                 _fused_elementwise_default, _grad_accum_fusion_default, _grad_reduce_default,
-                                 _loss_default,
-                                 _overlap_default, _p2p_overlap_default, _param_gather_default, _recompute_default,
-                                 _sp_default, _tp_overlap_cfg, _tp_overlap_default, _unfused_bias_default,
-                                 _virtual_stages_default, _zero_default, _zero_impl_default)
+from sim.config.defaults import (async_tp_allreduce_default, attention_kernel_default, batch_sizes,
+                                 deterministic_default, dist_opt_default, dp_shard_default, flash_default,
+                                 fused_elementwise_default, grad_accum_fusion_default, grad_reduce_default,
+                                 loss_default,
+                                 overlap_default, p2p_overlap_default, param_gather_default, recompute_default,
+                                 sp_default, tp_overlap_cfg_default, tp_overlap_default, unfused_bias_default,
+                                 virtual_stages_default, zero_default, zero_impl_default)
 from sim.config.fit import fit_null_settings
-from sim.config.fields import (SET_SOURCE, _apply_overrides, _Fields, _located, _Notes, _read_yaml, described,
+from sim.config.fields import (SET_SOURCE, apply_overrides, Fields, located, Notes, read_yaml, described,
                                is_finite)
 from sim.config.presets import preset_names, resolve_preset, shown_path
 from sim.config.stack import Stack
@@ -66,14 +66,14 @@ _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "i
                 "description", "power_limit_w")
 _NETWORK_KEYS = ("nics_per_node", "nic_bandwidth_Gbps", "fabric", "node_bandwidth_Gbps", "pod_gpus",
                  "between_pods_oversubscription")
-_WORKLOAD_SETTABLE = ({"model": _MODEL_KEYS, "parallel": _PARALLEL_KEYS, "system": _SYSTEM_KEYS},
+WORKLOAD_SETTABLE = ({"model": _MODEL_KEYS, "parallel": _PARALLEL_KEYS, "system": _SYSTEM_KEYS},
                       ("name", "id", "dtype", "stack", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"))
 _GATED = frozenset({"swiglu", "silu", "swish", "geglu"})
 _NVL72_GPUS = ("GB200", "GB300")
 
 
 def _cases_in(path: Path) -> list[object]:
-    raw = _read_yaml(path)
+    raw = read_yaml(path)
     if isinstance(raw, Mapping):
         return [raw]
     if isinstance(raw, list):
@@ -126,9 +126,9 @@ def load_workload_with_notes(path: str | None = None, overrides: Sequence[str] =
     if len(cases) != 1:
         raise ConfigError(str(file), "<top level>", "one case (pick one with --case ID)",
                           f"a list of {len(cases)} cases")
-    raw = _Fields(cases[0], str(file), "", _TOP_KEYS).raw
+    raw = Fields(cases[0], str(file), "", _TOP_KEYS).raw
     try:
-        return _build_workload(_apply_overrides(raw, overrides, _WORKLOAD_SETTABLE), file)
+        return build_workload(apply_overrides(raw, overrides, WORKLOAD_SETTABLE), file)
     except ConfigError as e:
         raise _named_by_override(e, overrides) from None
 
@@ -163,8 +163,8 @@ def load_cases(path: str, overrides: Sequence[str] = ()) -> list[tuple[str, Work
         case_id = case.get("id") if isinstance(case, Mapping) else None
         case_id = case_id if isinstance(case_id, str) else f"{file.stem}[{i}]"
         try:
-            raw = _Fields(case, str(file), "", _TOP_KEYS).raw
-            out.append((case_id, _build_workload(_apply_overrides(raw, overrides, _WORKLOAD_SETTABLE),
+            raw = Fields(case, str(file), "", _TOP_KEYS).raw
+            out.append((case_id, build_workload(apply_overrides(raw, overrides, WORKLOAD_SETTABLE),
                                                  file)[0]))
         except ConfigError as exc:
             out.append((case_id, _named_by_override(exc, overrides)))
@@ -211,17 +211,17 @@ def load_case_records(path: str) -> list[CaseRecord]:
                     recompute_flag = t["includes_recompute"]
         complete = mapping.get("config_complete") is True
         try:
-            raw = _Fields(case, str(file), "", _TOP_KEYS).raw
-            spec, notes = _build_workload(raw, file)
+            raw = Fields(case, str(file), "", _TOP_KEYS).raw
+            spec, notes = build_workload(raw, file)
             out.append(CaseRecord(case_id, shown, spec, None, tuple(notes), targets, recompute_flag, complete))
         except ConfigError as exc:
             out.append(CaseRecord(case_id, shown, None, exc, (), targets, recompute_flag, complete))
     return out
 
 
-def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
-    path, notes = str(file), _Notes()
-    top = _Fields(raw, path, "", _TOP_KEYS)
+def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
+    path, notes = str(file), Notes()
+    top = Fields(raw, path, "", _TOP_KEYS)
     case_id = top.text("id")
     name = top.text("name") or case_id or file.stem
     framework = raw.get("framework") if isinstance(raw.get("framework"), str) else ""
@@ -230,11 +230,11 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     first_default = len(notes)
     dtype = top.enum("dtype", Dtype, notes, Dtype.BF16, "bf16 mixed precision", SIMULATED_DTYPES, NOT_SIMULATED_DTYPES)
     stack = stack.for_dtype(dtype)  # the release's settings for this number format
-    model = _build_model(raw.get("model"), path, file.parent, stack, notes, name)
-    system_f = _Fields(raw.get("system"), path, "system", _SYSTEM_KEYS)
+    model = build_model(raw.get("model"), path, file.parent, stack, notes, name)
+    system_f = Fields(raw.get("system"), path, "system", _SYSTEM_KEYS)
     gpu = _gpu(system_f)
     num_gpus = system_f.integer("num_gpus")
-    parallel = _build_parallel(_Fields(raw.get("parallel"), path, "parallel", _PARALLEL_KEYS),
+    parallel = _build_parallel(Fields(raw.get("parallel"), path, "parallel", _PARALLEL_KEYS),
                                num_gpus, framework, stack, notes, system_f.integer("gpus_per_node"))
     if num_gpus is None:
         num_gpus = notes.fill("system.num_gpus", parallel.num_gpus, "tp x pp x dp x cp")
@@ -252,7 +252,7 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
                      "--account-for-embedding/loss-in-pipeline-split)")
     scaling = _scaling(top, dtype, notes, stack)
     bf16_start, bf16_end = (top.integer(k) or 0 for k in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"))
-    with _located(path):
+    with located(path):
         spec = WorkloadSpec(name=name, model=model, parallel=parallel, system=system, dtype=dtype,
                             reference=reference, scaling=scaling, num_layers_at_start_in_bf16=bf16_start,
                             num_layers_at_end_in_bf16=bf16_end)
@@ -261,7 +261,7 @@ def _build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     return _fitted(spec, raw.get("parallel"), stack, notes)
 
 
-def _stack(top: _Fields, file: Path, framework: str) -> tuple[Stack, str]:
+def _stack(top: Fields, file: Path, framework: str) -> tuple[Stack, str]:
     """The case's software stack (:mod:`sim.config.stacks`), and why when the case does not name
     it: its ``stack`` (a shipped stack's name, or a file relative to the case's folder), else
     the shipped stack its ``framework`` text matches."""
@@ -278,7 +278,7 @@ def _stack(top: _Fields, file: Path, framework: str) -> tuple[Stack, str]:
                         f"{preset_names(STACKS)}", name) from None
 
 
-def _fitted(spec: WorkloadSpec, raw_parallel: object, stack: Stack, notes: _Notes) -> tuple[WorkloadSpec, list[str]]:
+def _fitted(spec: WorkloadSpec, raw_parallel: object, stack: Stack, notes: Notes) -> tuple[WorkloadSpec, list[str]]:
     """``spec`` with the cheapest memory savers for the settings the case left null when its
     defaults do not fit (:func:`sim.config.fit.fit_null_settings`); a changed setting's
     default note gives way to the note saying what was chosen and why."""
@@ -292,7 +292,7 @@ def _fitted(spec: WorkloadSpec, raw_parallel: object, stack: Stack, notes: _Note
 _ARXIV_ID = re.compile(r"arxiv(?:\.org/abs/|:)\s*(\d{2})(\d{2})\.\d{4,5}", re.IGNORECASE)
 
 
-def _dated_framework(framework: str, source: object, notes: _Notes) -> str:
+def _dated_framework(framework: str, source: object, notes: Notes) -> str:
     """The case's ``framework`` text, dated by its publication when the text carries no year.
 
     A published run cannot have used software newer than its publication, so a framework named
@@ -314,7 +314,7 @@ def _dated_framework(framework: str, source: object, notes: _Notes) -> str:
     return f"{framework} (as of {year})"
 
 
-def _scaling(top: _Fields, dtype: Dtype, notes: _Notes, stack: Stack) -> ScalingRecipe:
+def _scaling(top: Fields, dtype: Dtype, notes: Notes, stack: Stack) -> ScalingRecipe:
     """The 8-bit scaling recipe: the workload's ``scaling``, else per-block for MXFP8/NVFP4,
     current scaling when a case's ``precision_as_published`` says so, else the stack's
     ``fp8_scaling`` (torchtitan: torchao's dynamic, per-tensor current scaling; Transformer
@@ -331,7 +331,7 @@ def _scaling(top: _Fields, dtype: Dtype, notes: _Notes, stack: Stack) -> Scaling
     return ScalingRecipe.DELAYED
 
 
-def _build_model(raw: object, path: str, base: Path, stack: Stack | None, notes: _Notes,
+def build_model(raw: object, path: str, base: Path, stack: Stack | None, notes: Notes,
                  default_name: str) -> ModelSpec:
     """The ``model`` mapping (or a Hugging Face config.json path); a null ``seq_length`` is the
     stack's ``seq_length`` where it has one (torchtitan's Llama 3 train configs)."""
@@ -340,7 +340,7 @@ def _build_model(raw: object, path: str, base: Path, stack: Stack | None, notes:
                           "config.json path", None)
     if isinstance(raw, str):
         raw = {"hf_config": raw}
-    f = _Fields(raw, path, "model", _MODEL_KEYS)
+    f = Fields(raw, path, "model", _MODEL_KEYS)
     merged = dict(f.raw)
     hf_path = f.text("hf_config")
     if hf_path is not None:
@@ -353,7 +353,7 @@ def _build_model(raw: object, path: str, base: Path, stack: Stack | None, notes:
                               f"file's folder), or a shipped one: {preset_names('workloads/hf', '.json')}",
                               str(base / hf_path)) from None
         merged = {**read_hf_config(hf_file), **{k: v for k, v in f.raw.items() if v is not None}}
-    f = _Fields(merged, path, "model", _MODEL_KEYS)
+    f = Fields(merged, path, "model", _MODEL_KEYS)
     heads = f.integer("num_attention_heads", required=True)
     hidden = f.integer("hidden_size", required=True)
     kv = f.integer("num_kv_heads")
@@ -367,7 +367,7 @@ def _build_model(raw: object, path: str, base: Path, stack: Stack | None, notes:
                            f"from activation {activation}" if activation else
                            "Megatron-LM default: GeLU MLP, not gated")
     tied = f.flag("tied_embeddings")
-    with _located(path):
+    with located(path):
         return ModelSpec(
             name=f.text("name") or default_name,
             num_layers=f.integer("num_layers", required=True),
@@ -389,7 +389,7 @@ def _build_model(raw: object, path: str, base: Path, stack: Stack | None, notes:
         )
 
 
-def _moe_fields(f: _Fields) -> dict:
+def _moe_fields(f: Fields) -> dict:
     """The mixture-of-experts settings, absent for a dense model."""
     experts = f.integer("num_experts")
     if not experts or experts <= 1:
@@ -411,7 +411,7 @@ _KNOWN_VOCABULARIES = (
 )
 
 
-def _vocab(f: _Fields, notes: _Notes) -> int:
+def _vocab(f: Fields, notes: Notes) -> int:
     """The vocabulary, or, when a case leaves it null, the tokenizer of the model family its
     name says (a fact about the model, not a guess about the run)."""
     vocab = f.integer("vocab_size")
@@ -424,8 +424,8 @@ def _vocab(f: _Fields, notes: _Notes) -> int:
     return f.integer("vocab_size", required=True)
 
 
-def _model_parallel_split(f: _Fields, num_gpus: int | None, gpus_per_node: int | None,
-                          notes: _Notes) -> tuple[int, int]:
+def _model_parallel_split(f: Fields, num_gpus: int | None, gpus_per_node: int | None,
+                          notes: Notes) -> tuple[int, int]:
     """TP and PP, each read or filled. When both are null but the GPU count, DP and CP fix
     their product (Narayanan et al. 2021's Table 2 gives only the model-parallel size), the
     split follows that paper's Takeaway #1: tensor parallelism up to the GPUs of one server,
@@ -453,8 +453,8 @@ def _model_parallel_split(f: _Fields, num_gpus: int | None, gpus_per_node: int |
     return tp, pp
 
 
-def _build_parallel(f: _Fields, num_gpus: int | None, framework: str, stack: Stack,
-                    notes: _Notes, gpus_per_node: int | None = None) -> ParallelSpec:
+def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stack,
+                    notes: Notes, gpus_per_node: int | None = None) -> ParallelSpec:
     """The ``parallel`` mapping; null settings filled as the case's software stack says
     (:mod:`sim.config.defaults`; ``framework`` is the case's text, read for launch flags it
     names).
@@ -491,36 +491,36 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str, stack: Sta
         missing = "parallel.tp" if f.raw.get("tp") is None else "parallel.pp"
         raise ConfigError(f.path, missing, f"a value: tp/pp are not published and cannot be set by "
                           f"default (tp x pp must be {num_gpus / (dp * cp):g})", None)
-    vps = _virtual_stages_default(f, stack, notes)
+    vps = virtual_stages_default(f, stack, notes)
     schedule = f.enum("schedule", ScheduleKind, notes, ScheduleKind.INTERLEAVED if vps > 1 else
                       ScheduleKind.ONE_F_ONE_B, f"virtual_pipeline_stages={vps}")
-    mbs, gbs = _batch_sizes(f, dp, pp, stack, notes)
-    tp_overlap = _tp_overlap_default(f, tp, stack, notes)
-    tp_overlap_cfg = _tp_overlap_cfg(f, stack, tp_overlap and tp > 1, notes)
-    recompute = _recompute_default(f, stack, notes)
+    mbs, gbs = batch_sizes(f, dp, pp, stack, notes)
+    tp_overlap = tp_overlap_default(f, tp, stack, notes)
+    tp_overlap_cfg = tp_overlap_cfg_default(f, stack, tp_overlap and tp > 1, notes)
+    recompute = recompute_default(f, stack, notes)
     recompute_layers = f.integer("recompute_num_layers", positive=True)
     zero, bucket = f.integer("zero_stage"), f.integer("grad_bucket_size_params")
     placement = _placement(f)
     cp_comm, cp_levels = _cp_comm(f, cp, notes, stack)
     # the defaults in the order their notes are listed
-    sp = _sp_default(f, tp, stack, notes, tp_overlap)
-    dist_opt = _dist_opt_default(f, stack, notes)
-    param_gather = _param_gather_default(f, stack, dist_opt, notes)
-    zero = _zero_default(stack, notes, f) if zero is None else zero
-    overlap = _overlap_default(f, stack, notes)
-    p2p_overlap = _p2p_overlap_default(f, framework, schedule, stack, notes)
-    flash = _flash_default(f, stack, notes)
-    kernel = _attention_kernel_default(f, stack, notes)
-    loss = _loss_default(f, stack, notes)
-    fused = _fused_elementwise_default(f, stack, notes)
-    dp_shard = _dp_shard_default(f, dp, cp, max(zero, int(dist_opt)), stack, notes)
-    grad_fusion = _grad_accum_fusion_default(f, framework, stack, notes)
-    grad_fp32 = _grad_reduce_default(f, stack, notes)
-    deterministic = _deterministic_default(f, framework, notes)
-    async_ar = _async_tp_allreduce_default(f, framework, stack, notes)
-    bias_kernels = _unfused_bias_default(f, stack, notes)
-    zero_impl = _zero_impl_default(f, zero, stack, notes)
-    with _located(f.path):
+    sp = sp_default(f, tp, stack, notes, tp_overlap)
+    dist_opt = dist_opt_default(f, stack, notes)
+    param_gather = param_gather_default(f, stack, dist_opt, notes)
+    zero = zero_default(stack, notes, f) if zero is None else zero
+    overlap = overlap_default(f, stack, notes)
+    p2p_overlap = p2p_overlap_default(f, framework, schedule, stack, notes)
+    flash = flash_default(f, stack, notes)
+    kernel = attention_kernel_default(f, stack, notes)
+    loss = loss_default(f, stack, notes)
+    fused = fused_elementwise_default(f, stack, notes)
+    dp_shard = dp_shard_default(f, dp, cp, max(zero, int(dist_opt)), stack, notes)
+    grad_fusion = grad_accum_fusion_default(f, framework, stack, notes)
+    grad_fp32 = grad_reduce_default(f, stack, notes)
+    deterministic = deterministic_default(f, framework, notes)
+    async_ar = async_tp_allreduce_default(f, framework, stack, notes)
+    bias_kernels = unfused_bias_default(f, stack, notes)
+    zero_impl = zero_impl_default(f, zero, stack, notes)
+    with located(f.path):
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,
             sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute,
@@ -538,7 +538,7 @@ def _build_parallel(f: _Fields, num_gpus: int | None, framework: str, stack: Sta
         )
 
 
-def _cp_comm(f: _Fields, cp: int, notes: _Notes, stack: Stack) -> tuple[CpCommType, tuple[int, ...] | None]:
+def _cp_comm(f: Fields, cp: int, notes: Notes, stack: Stack) -> tuple[CpCommType, tuple[int, ...] | None]:
     """``parallel.cp_comm_type`` (Megatron-LM's ``--cp-comm-type``: ``p2p``, ``all_gather``,
     ``a2a`` or ``a2a+p2p``, or ``torch``, PyTorch's ``context_parallel``; null is the stack's
     ``cp_comm_type``, noted when ``cp > 1``: torchtitan's ``torch``, Megatron-LM's default ring
@@ -556,7 +556,7 @@ def _cp_comm(f: _Fields, cp: int, notes: _Notes, stack: Stack) -> tuple[CpCommTy
     return kind, tuple(sizes)
 
 
-def _placement(f: _Fields) -> str | tuple[int, ...]:
+def _placement(f: Fields) -> str | tuple[int, ...]:
     """``parallel.placement`` as read: an order string, or a list as a tuple (the spec checks
     the tokens and the permutation)."""
     value = f.raw.get("placement")
@@ -570,7 +570,7 @@ def _placement(f: _Fields) -> str | tuple[int, ...]:
                   "GPU indices, one per rank", value)
 
 
-def _gpu(f: _Fields) -> GPUSpec:
+def _gpu(f: Fields) -> GPUSpec:
     if f.raw.get("gpu") is None and not f.raw:
         raise ConfigError(f.path, "system", "a mapping with gpu and num_gpus", None)
     name = f.text("gpu", required=True)
@@ -580,7 +580,7 @@ def _gpu(f: _Fields) -> GPUSpec:
         raise f.error("gpu", f"one of {gpu_names()}", name) from None
 
 
-def _build_system(f: _Fields, gpu: GPUSpec, num_gpus: int, base: Path, notes: _Notes) -> SystemSpec:
+def _build_system(f: Fields, gpu: GPUSpec, num_gpus: int, base: Path, notes: Notes) -> SystemSpec:
     per_node = f.integer("gpus_per_node")
     if per_node is None:
         per_node = notes.fill("system.gpus_per_node", 4, "an NVL72 compute tray") \
@@ -595,11 +595,11 @@ def _build_system(f: _Fields, gpu: GPUSpec, num_gpus: int, base: Path, notes: _N
                           f"{preset_names('topologies')}", topology)
     gpu = _power_limited(f, gpu)
     network = _network(f, per_node)
-    with _located(f.path):
+    with located(f.path):
         return SystemSpec(gpu=gpu, num_gpus=num_gpus, gpus_per_node=per_node, topology=topology, network=network)
 
 
-def _network(system: _Fields, gpus_per_node: int) -> NetworkSpec | None:
+def _network(system: Fields, gpus_per_node: int) -> NetworkSpec | None:
     """``system.network``: ``{nics_per_node, nic_bandwidth_Gbps, fabric}`` and, where published,
     ``node_bandwidth_Gbps``, ``pod_gpus`` and ``between_pods_oversubscription``
     (workloads/validation/README.md); null: not published. A field left null keeps the
@@ -609,7 +609,7 @@ def _network(system: _Fields, gpus_per_node: int) -> NetworkSpec | None:
         return None
     if not isinstance(raw, Mapping):
         raise system.error("network", f"a mapping of {list(_NETWORK_KEYS)}, or null", raw)
-    f = _Fields(raw, system.path, system.field("network"), _NETWORK_KEYS)
+    f = Fields(raw, system.path, system.field("network"), _NETWORK_KEYS)
     bandwidth = {}
     for key in ("nic_bandwidth_Gbps", "node_bandwidth_Gbps"):
         value = f.number(key)
@@ -623,7 +623,7 @@ def _network(system: _Fields, gpus_per_node: int) -> NetworkSpec | None:
     if pod is not None and pod % gpus_per_node:
         raise f.error("pod_gpus", f"a multiple of system.gpus_per_node={gpus_per_node} (whole nodes per pod)", pod)
     fabric = f.raw.get("fabric")
-    with _located(f.path):
+    with located(f.path):
         return NetworkSpec(
             fabric=None if fabric is None else parse_enum(NetworkFabric, fabric, f.path, f.field("fabric")),
             nics_per_node=f.integer("nics_per_node", positive=True),
@@ -632,7 +632,7 @@ def _network(system: _Fields, gpus_per_node: int) -> NetworkSpec | None:
             between_pods_oversubscription=over)
 
 
-def _power_limited(f: _Fields, gpu: GPUSpec) -> GPUSpec:
+def _power_limited(f: Fields, gpu: GPUSpec) -> GPUSpec:
     """``gpu`` under the case's ``system.power_limit_w`` (:func:`sim.hardware.power_limited`)."""
     limit = f.number("power_limit_w")
     if limit is None:
@@ -653,7 +653,7 @@ def _build_reference(raw: object, path: str, source: str) -> Reference | None:
         entry = raw.get(key)
         entry = {"value": entry} if isinstance(entry, (int, float)) and not isinstance(entry, bool) \
             else entry
-        f = _Fields(entry, path, f"targets.{key}", tuple(entry) if isinstance(entry, Mapping) else ())
+        f = Fields(entry, path, f"targets.{key}", tuple(entry) if isinstance(entry, Mapping) else ())
         values[key] = f.number("value")
         if values[key] is not None and not values[key] > 0:
             raise f.error("value", "a positive measured value (null: not published)", values[key])

@@ -4,7 +4,7 @@ The engine can record what every link carries over time (``Simulation(record_lin
 the flow network logs each link's rate whenever its flows are re-rated, and an op placed at
 its solo time loads each of its links evenly while it runs. A large run places hundreds of
 thousands of such ops over dozens of links each, and a trace shows a handful of links (the
-busiest, ``sim.runner._link_counters``), so the engine keeps one record per placed op (its
+busiest, ``sim.runner.busiest_link_counters``), so the engine keeps one record per placed op (its
 start, its duration and its list of link loads, shared by every run of the op) and
 :class:`LinkRates` turns the records into a rate series for the links asked, once each.
 """

@@ -64,7 +64,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from sim import __version__
+from sim.version import __version__
 from sim.errors import ConfigError, NotBuiltError
 from sim.export.etfile import (Attr, AttrType, CollectiveCommType, EtNode, NodeType, encode_metadata, encode_node,
                                encode_node_attrs, frame)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 
-from sim.cli import _write_json
+from sim.json_output import write_json
 from sim.inference.spec import KV_DTYPES
 from sim.types import SIMULATED_DTYPES, dtype_names
 
@@ -56,7 +56,7 @@ def _cmd_infer(a: argparse.Namespace) -> int:
     report = make_inference_report(run)
     print(format_inference_report(report))
     if a.json:
-        _write_json(a.json, report.to_dict())
+        write_json(a.json, report.to_dict())
     if a.trace:
         from sim.trace import write_chrome_trace
 
@@ -79,7 +79,7 @@ def _cmd_roofline(a: argparse.Namespace) -> int:
     result = roofline(spec, gpus, [topology_for(g, a.topology) for g in gpus], phases)
     print(format_roofline(spec, result))
     if a.json:
-        _write_json(a.json, {**_spec_json(spec), "gpus": [g.to_dict() for g in result]})
+        write_json(a.json, {**_spec_json(spec), "gpus": [g.to_dict() for g in result]})
     if a.plot:
         from sim.plot import plot_roofline
 
@@ -98,7 +98,7 @@ def _cmd_whatif_memory(a: argparse.Namespace) -> int:
     rows = memory_whatif(spec, topo, gens, table, a.granularity)
     print(format_memory_whatif(spec, rows))
     if a.json:
-        _write_json(a.json, {**_spec_json(spec), "gpu": spec.gpu.name, "rows": [r.to_dict() for r in rows]})
+        write_json(a.json, {**_spec_json(spec), "gpu": spec.gpu.name, "rows": [r.to_dict() for r in rows]})
     if a.plot:
         from sim.plot import plot_hbm_generations
 
@@ -115,7 +115,7 @@ def _cmd_validate_infer(a: argparse.Namespace) -> int:
     v = validate_inference(a.file, stack=load_serving_stack(a.stack) if a.stack is not None else None)
     print(format_inference_validation(v))
     if a.json:
-        _write_json(a.json, v.to_dict())
+        write_json(a.json, v.to_dict())
     return 0
 
 

@@ -13,7 +13,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from sim.config.fields import _Fields, _read_yaml
+from sim.config.fields import Fields, read_yaml
 from sim.config.presets import resolve_preset
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
@@ -69,13 +69,13 @@ def load_hbm_table(path: str | None = None) -> HBMTable:
     """
     file = resolve_preset(path or HBM_TABLE, "topologies")
     where = str(file)
-    top = _Fields(_read_yaml(file), where, "", ("generations", "gpus", "sources"))
+    top = Fields(read_yaml(file), where, "", ("generations", "gpus", "sources"))
     raw_gens = top.raw.get("generations")
     if not isinstance(raw_gens, Mapping) or not raw_gens:
         raise top.error("generations", "a mapping of generation names to their stacks", raw_gens)
     gens = {}
     for name, entry in raw_gens.items():
-        f = _Fields(entry, where, f"generations.{name}", ("stack_bandwidth_GBps", "stack_capacity_GB"))
+        f = Fields(entry, where, f"generations.{name}", ("stack_bandwidth_GBps", "stack_capacity_GB"))
         bw, cap = f.number("stack_bandwidth_GBps", required=True), f.number("stack_capacity_GB", required=True)
         if bw <= 0 or cap <= 0:
             raise f.error("stack_bandwidth_GBps" if bw <= 0 else "stack_capacity_GB", "a positive number",
@@ -86,7 +86,7 @@ def load_hbm_table(path: str | None = None) -> HBMTable:
         raise top.error("gpus", "a mapping of GPU names to {generation, stacks}", raw_gpus)
     gpus = {}
     for name, entry in raw_gpus.items():
-        f = _Fields(entry, where, f"gpus.{name}", ("generation", "stacks", "stack_capacity_GB"))
+        f = Fields(entry, where, f"gpus.{name}", ("generation", "stacks", "stack_capacity_GB"))
         gen = f.text("generation", required=True)
         if gen not in gens:
             raise f.error("generation", f"one of {list(gens)}", gen)

@@ -18,10 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from sim.config.fields import _Notes, _read_yaml
+from sim.config.fields import Notes, read_yaml
 from sim.config.presets import preset_names, resolve_preset
 from sim.config.stacks import choose_stack, load_stack
-from sim.config.workload import _build_model
+from sim.config.workload import build_model
 from sim.errors import ConfigError
 from sim.workload.spec import ModelSpec
 
@@ -62,11 +62,11 @@ def load_model(arg: str | None = None) -> tuple[str, ModelSpec, list[str]]:
     ('llama2-70b', 80, 8)
     """
     file = _find(arg or DEFAULT_MODEL)
-    notes = _Notes()
+    notes = Notes()
     if file.suffix == ".json":
-        model = _build_model({"hf_config": file.name}, str(file), file.parent, None, notes, file.stem)
+        model = build_model({"hf_config": file.name}, str(file), file.parent, None, notes, file.stem)
         return model.name, model, list(notes)
-    raw = _read_yaml(file)
+    raw = read_yaml(file)
     if isinstance(raw, list):
         if len(raw) != 1:
             raise ConfigError(str(file), "<top level>", "one case (a file of several cases is not a model)",
@@ -81,5 +81,5 @@ def load_model(arg: str | None = None) -> tuple[str, ModelSpec, list[str]]:
     # the software stack, for a null seq_length: the file's stack, else the one its framework names
     stack = load_stack(raw["stack"], file.parent) if isinstance(raw.get("stack"), str) else \
         choose_stack(str(raw.get("framework") or "")).stack
-    model = _build_model(raw["model"], str(file), file.parent, stack, notes, name)
+    model = build_model(raw["model"], str(file), file.parent, stack, notes, name)
     return name, model, list(notes)

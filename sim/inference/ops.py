@@ -19,7 +19,7 @@ Per step, with ``T`` new tokens over the batch and ``C`` tokens per request in t
   cache (Pope et al. 2022, arXiv 2211.05102, Sec. 3.3: "the attention ... has low arithmetic
   intensity ... independent of batch size").
 
-Each op is a :class:`~sim.workload.layers.Step` as the training layers use: a compute op, or a
+Each op is a :class:`~sim.workload.steps.Step` as the training layers use: a compute op, or a
 collective on a stream whose result the next compute op waits for.
 """
 
@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 from sim.inference.spec import InferenceSpec, Phase
 from sim.types import CollectiveKind, CommClass, OpKind, Stream
-from sim.workload.layers import ACT_DTYPE, Step
+from sim.workload.layers import ACT_DTYPE
+from sim.workload.steps import Step
 from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp, dtype_bytes
 
 __all__ = ["StepShape", "layer_steps", "embedding_steps", "head_steps", "kv_bytes_per_token_layer",

@@ -37,7 +37,7 @@ from sim.inference.spec import InferenceSpec, Phase
 from sim.program import Block, Program, Task
 from sim.results import RankInfo
 from sim.types import CollectiveKind, CommClass, OpKind, Stream
-from sim.workload.layers import Step
+from sim.workload.steps import Step
 from sim.workload.layout import Layout
 from sim.workload.ops import CommOp, Op
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim import __version__
+from sim.version import __version__
 from sim.inference.host import HostOp
 from sim.inference.memory import StageMemory, stage_memory
 from sim.inference.program import phase_of

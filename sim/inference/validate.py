@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sim.config.fields import _Fields, _read_yaml
+from sim.config.fields import Fields, read_yaml
 from sim.config.presets import resolve_preset
 from sim.errors import ConfigError
 from sim.inference.config import InferenceArgs, build_spec
@@ -152,13 +152,13 @@ def validate_inference(path: str | None = None, granularity: str = "step",
     """
     file = resolve_preset(path or DEFAULT_CASES, "workloads/inference")
     where = str(file)
-    top = _Fields(_read_yaml(file), where, "", ("cases", "sources", "notes"))
+    top = Fields(read_yaml(file), where, "", ("cases", "sources", "notes"))
     cases = top.raw.get("cases")
     if not isinstance(cases, list) or not cases:
         raise top.error("cases", "a list of measured cases", cases)
     rows = []
     for i, case in enumerate(cases):
-        f = _Fields(case, where, f"cases[{i}]", _CASE_KEYS)
+        f = Fields(case, where, f"cases[{i}]", _CASE_KEYS)
         cid = f.text("id", required=True)
         args = InferenceArgs(f.text("model", required=True), f.text("gpu", required=True),
                              f.integer("tp") or 1, f.integer("pp") or 1, f.integer("batch") or 1,
@@ -168,7 +168,7 @@ def validate_inference(path: str | None = None, granularity: str = "step",
             spec, topo, _ = build_spec(args)
         except ConfigError as exc:
             raise ConfigError(where, f"cases[{i}] ({cid}): {exc.field}", exc.expected, exc.got) from None
-        measured = _Fields(f.raw.get("measured"), where, f"cases[{i}].measured", METRICS)
+        measured = Fields(f.raw.get("measured"), where, f"cases[{i}].measured", METRICS)
         if not measured.raw:
             raise f.error("measured", f"a mapping with one or more of {list(METRICS)}", None)
         host = stack if stack is not None else case_stack(f.raw, where, f"cases[{i}]")

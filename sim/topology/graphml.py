@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from sim.errors import ConfigError
 from sim.hardware import EfficiencyCurve
 from sim.inputs import read_input_bytes
-from sim.topology.build import HOP_WEIGHT
+from sim.topology.fabrics import HOP_WEIGHT
 from sim.units import GBPS, US
 
 if TYPE_CHECKING:

@@ -48,16 +48,12 @@ leaves a rank ``1 / cp`` of the whole sequence's attention FLOPs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sim.types import CollectiveKind, CommClass, CpCommType, Dtype, OpKind, Stream
 from sim.workload.ops import AttentionOp, CommOp, MemoryOp, dtype_bytes
 from sim.workload.spec import ModelSpec, ParallelSpec
+from sim.workload.steps import Step
 
 __all__ = ["cp_attention", "cp_levels", "cp_subgroups", "cp_bytes_sent", "cp_transient_bytes"]
-
-if TYPE_CHECKING:
-    from sim.workload.layers import Step
 
 Group = tuple[int, ...]
 
@@ -98,11 +94,10 @@ def _mine(groups: tuple[Group, ...], rank: int) -> Group:
 def cp_attention(model: ModelSpec, parallel: ParallelSpec, heads: int, kv_heads: int, dtype: Dtype,
                  cp_group: Group, cp_replicas: tuple[Group, ...] = (), rank: int | None = None
                  ) -> tuple[list[Step], list[Step]]:
-    """The forward and backward steps (:class:`~sim.workload.layers.Step` lists) of one
+    """The forward and backward steps (:class:`~sim.workload.steps.Step` lists) of one
     layer's attention under ``parallel.cp_comm_type``, for the rank ``rank`` (default the CP
     group's first) of ``cp_group`` whose TP rank holds ``heads`` query and ``kv_heads``
     key/value heads; ``cp_replicas`` are the CP groups running the same at the same time."""
-    from sim.workload.layers import Step  # noqa: F811 (layers imports this module)
 
     b, s, hd = parallel.micro_batch_size, model.seq_length, model.head_dim
     cp, ak, e = parallel.cp, parallel.attention_kernel, dtype_bytes(dtype)
@@ -244,7 +239,6 @@ def _torch_ring(parallel: ParallelSpec, s: int, heads: int, hd: int, dtype: Dtyp
     collectives of the backward make every rank wait for the slowest, so the merges are priced
     as the last rank of the group runs them (full-width merges on every step).
     """
-    from sim.workload.layers import Step  # noqa: F811 (layers imports this module)
 
     b, cp = parallel.micro_batch_size, parallel.cp
     e = dtype_bytes(dtype)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from sim.memory import _layer_split
+from sim.memory import layer_split
 from sim.workload import deepspeed_zero3 as ds3
 from sim.types import CollectiveKind, CommClass, Stream
 from sim.workload.ops import CommOp
@@ -198,7 +198,7 @@ class DataParallelMixin:
         """One layer's parameters on this GPU, the embedding or output layer folded into the
         first or last layer of the model (for ZeRO-3 gathers)."""
         m, p = self.w.model, self.w.parallel
-        split, replicated = _layer_split(m)
+        split, replicated = layer_split(m)
         params = split / p.tp + replicated
         emb = m.embedding_params() / p.tp
         if vs == 0 and first:

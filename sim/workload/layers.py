@@ -33,8 +33,9 @@ from sim.workload.context_parallel import cp_attention
 from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp, Op, dtype_bytes
 from sim.workload.quantization import LOW_PRECISION, Cast, gemm_casts
 from sim.workload.spec import ModelSpec, ParallelSpec
+from sim.workload.steps import Step
 
-__all__ = ["Step", "LayerOps", "layer_ops"]
+__all__ = ["LayerOps", "layer_ops"]
 
 ACT_DTYPE = Dtype.BF16
 """Activations, gradients of activations and TP traffic stay in 16 bits."""
@@ -44,21 +45,6 @@ MAIN_GRAD_BYTES = 4
 mixed precision (``accumulate_allreduce_grads_in_fp32``, set by ``--bf16``;
 megatron/training/arguments.py); in 16 bits without ``grad_reduce_in_fp32``
 (:attr:`~sim.workload.spec.ParallelSpec.grad_bytes`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One op of a pass: a collective on ``stream``, or a compute op when it is None."""
-
-    stream: Stream | None
-    name: str
-    op: Op
-    wait: int = 0
-    kind: OpKind = OpKind.GEMM
-
-    def __post_init__(self) -> None:
-        kind = self.op.op_kind if isinstance(self.op, CommOp) else self.op.kind
-        object.__setattr__(self, "kind", kind)
 
 
 @dataclass(frozen=True)

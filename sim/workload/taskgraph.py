@@ -435,7 +435,7 @@ class _RankProgram(DataParallelMixin):
                         bwd, k = lops.layer_bwd, lops.attention_bwd_index
                         if zb:
                             bwd, _, k = lops.split_bwd
-                        return _backward_steps(lops, bwd, k, rc)
+                        return backward_steps(lops, bwd, k, rc)
                     # a block per run of layers under one recomputation (block recomputation: the
                     # layers it keeps, then those it recomputes), so that each run's transient is
                     # held over its own layers only, as the op program holds it
@@ -465,7 +465,7 @@ class _RankProgram(DataParallelMixin):
                         bwd, _, k = lops.split_bwd
                         release = -held
                     if self.layer:
-                        first = self.run_block((id(lops), "bwd", rc), lambda: _backward_steps(lops, bwd, k, rc), la,
+                        first = self.run_block((id(lops), "bwd", rc), lambda: backward_steps(lops, bwd, k, rc), la,
                                                "layer-bwd", first_mem=held, last_mem=release,
                                                split_first=fsdp and not fsdp_once and not ds)
                     elif rc is RecomputeKind.FULL:
@@ -565,7 +565,7 @@ def _runs(layers, key) -> list[list[int]]:
     return out
 
 
-def _backward_steps(lops: LayerOps, bwd: tuple, k: int, rc: RecomputeKind) -> tuple:
+def backward_steps(lops: LayerOps, bwd: tuple, k: int, rc: RecomputeKind) -> tuple:
     """A layer's backward steps with its recomputation, in the order the op-level program
     issues them."""
     if rc is RecomputeKind.FULL:

@@ -27,7 +27,7 @@ import sim.engine.network as network
 import sim.topology.routing as routing
 from sim.config import load_topology, load_workload_with_notes
 from sim.costs.comm import plan_comm
-from sim.runner import _fabric, simulate
+from sim.runner import cached_fabric, simulate
 from sim.topology.build import build_topology
 from sim.topology.fattree_index import FatTreeIndex
 from sim.types import CollectiveAlgorithm, CollectiveKind
@@ -74,10 +74,10 @@ def _run(name, topo, sets, changes, monkeypatch, *, fast: bool):
             m.setattr(network, "MEMO_ENTRIES", 0)
             m.setattr(FatTreeIndex, "of", classmethod(lambda cls, s, n: None))
             m.setattr(comm, "_kept_plan", lambda *a: None)
-        _fabric.cache_clear()
+        cached_fabric.cache_clear()
         w, notes = load_workload_with_notes(name, sets, None)
         r = simulate(w, _topology(topo, w, changes), notes=notes, link_counters=3).result
-    _fabric.cache_clear()
+    cached_fabric.cache_clear()
     return r
 
 

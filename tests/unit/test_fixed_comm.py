@@ -11,7 +11,7 @@ from sim.topology_choice import place_workload
 from sim.config import load_workload_with_notes
 from sim.costs.analytical import AnalyticalCostModel
 from sim.engine.simulation import MAX_SHARED_ALL_TO_ALL, Simulation
-from sim.runner import _fabric, excluded_algorithms, gpu_placement
+from sim.runner import cached_fabric, excluded_algorithms, gpu_placement
 from sim.types import CollectiveKind
 from sim.workload.taskgraph import build_program
 
@@ -53,7 +53,7 @@ def _rule(sim: Simulation) -> tuple[dict, dict]:
 @pytest.mark.parametrize("preset,sets,full,some_fixed", CASES)
 def test_fixed_comm_is_its_rule_per_task(preset, sets, full, some_fixed):
     w, notes = load_workload_with_notes(preset, sets, None)
-    fabric = _fabric(place_workload(w, None, notes).topology, w.system.num_gpus, gpu_placement(w.parallel))
+    fabric = cached_fabric(place_workload(w, None, notes).topology, w.system.num_gpus, gpu_placement(w.parallel))
     prog = build_program(w, representative=not full, node_of=fabric.node_of, local_gpu_of=fabric.local_gpu)
     costs = AnalyticalCostModel(w.system.gpu, fabric, representative=not full,
                                 simulated=None if full else frozenset(r.rank for r in prog.ranks),

@@ -8,22 +8,22 @@ from pathlib import Path
 import yaml
 
 from sim.config import load_case_records
-from sim.config.fields import _Notes
+from sim.config.fields import Notes
 from sim.config.workload import _dated_framework
 
 
 def test_undated_framework_takes_the_publication_year():
-    notes = _Notes()
+    notes = Notes()
     src = {"publication": "Narayanan et al., SC21 (arXiv:2104.04473)", "url": "https://arxiv.org/abs/2104.04473"}
     assert _dated_framework("Megatron-LM", src, notes) == "Megatron-LM (as of 2021)"
     assert len(notes) == 1 and "2021" in notes[0]
     # a year in the publication text wins over a later arXiv identifier
     assert _dated_framework("X", {"publication": "Some paper, 2020", "url": "arxiv.org/abs/2203.00001"},
-                            _Notes()) == "X (as of 2020)"
+                            Notes()) == "X (as of 2020)"
 
 
 def test_dated_or_unsourced_framework_is_left_alone():
-    notes = _Notes()
+    notes = Notes()
     src = {"url": "https://arxiv.org/abs/2104.04473"}
     assert _dated_framework("Megatron-LM (2022)", src, notes) == "Megatron-LM (2022)"
     assert _dated_framework("NeMo 24.03.01 (Megatron-Core)", {"repo": "NVIDIA/NeMo"}, notes) == \

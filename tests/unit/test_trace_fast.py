@@ -246,14 +246,14 @@ def test_forked_writer_gives_the_serial_bytes(share, name, tmp_path, monkeypatch
 @needs_fork
 def test_forked_writer_finishes_what_a_failed_child_did_not_send(tmp_path, monkeypatch):
     r = _corners()
-    parent, group = os.getpid(), trace._Bulk.group
+    parent, group = os.getpid(), trace.Bulk.group
 
     def fails_in_the_child(self, g):
         if os.getpid() != parent and g == len(self.groups) - 1:
             raise RuntimeError("the child fails at its last stream")
         return group(self, g)
 
-    monkeypatch.setattr(trace._Bulk, "group", fails_in_the_child)
+    monkeypatch.setattr(trace.Bulk, "group", fails_in_the_child)
     assert _written(r, tmp_path / "t.json.gz", monkeypatch, 0.3) == _serial_bytes(r, True)
 
 
@@ -349,7 +349,7 @@ def test_counters_by_columns_are_the_plain_texts():
     r = _counter_corners()
     ranks = {i.rank: i for i in r.ranks}
     want = list(trace._counter_events(r, ranks, trace._Json()))
-    assert trace._counter_batch(r, ranks, trace._Json()) == want
+    assert trace.counter_batch(r, ranks, trace._Json()) == want
     text = ",".join(want)
     assert '"ts":2.675,' in text and '"allocated_GiB":3.0}' in text and '"name":"link gpu3->nvs0","pid":3,"tid":0,"ts":0.0,"args":{"utilization":1.0}}' in text
 
@@ -363,11 +363,11 @@ def test_counters_the_columns_do_not_take_are_refused_as_plain(bad, error):
     r = _counter_corners()
     r.counters.insert(40, bad)
     with pytest.raises(ValueError, match=error):
-        trace._counter_batch(r, {i.rank: i for i in r.ranks}, trace._Json())
+        trace.counter_batch(r, {i.rank: i for i in r.ranks}, trace._Json())
 
 
 def test_counters_at_times_the_columns_do_not_take_are_written_as_plain():
     r = _counter_corners()
     r.counters += [CounterSample(3, -1e-6, "memory", 1.0), CounterSample(0, -0.0, "link a", 0.5)]
     ranks = {i.rank: i for i in r.ranks}
-    assert trace._counter_batch(r, ranks, trace._Json()) == list(trace._counter_events(r, ranks, trace._Json()))
+    assert trace.counter_batch(r, ranks, trace._Json()) == list(trace._counter_events(r, ranks, trace._Json()))
