@@ -32,9 +32,9 @@ def _one(preset: str, granularity: str, repeat: int) -> dict:
     import gc
     import time
 
-    from sim.topology_choice import place_workload
     from sim.config import load_workload_with_notes
     from sim.runner import simulate
+    from sim.topology_choice import place_workload
 
     workload, notes = load_workload_with_notes(preset)
     topology = place_workload(workload, None, notes).topology

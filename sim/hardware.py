@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from sim.errors import InfeasibleError
 from sim.power import PowerSpec
 from sim.types import AttentionKernel, Dtype, MemoryAccess
-from sim.units import GB, GBPS, GiB, TB, TFLOPS, US
+from sim.units import GB, GBPS, TB, TFLOPS, US, GiB
 from sim.workload.ops import AttentionOp
 
 __all__ = ["EfficiencyCurve", "GPUSpec", "GPU_CATALOGUE", "get_gpu", "gpu_names"]
@@ -55,7 +55,7 @@ class EfficiencyCurve:
         object.__setattr__(self, "_xs", xs)
 
     @classmethod
-    def constant(cls, efficiency: float) -> "EfficiencyCurve":
+    def constant(cls, efficiency: float) -> EfficiencyCurve:
         """A curve that is ``efficiency`` at every size."""
         return cls(((1.0, efficiency),))
 

@@ -37,10 +37,10 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from sim.version import __version__
 from sim.memory import StageMemory
 from sim.report import Report
 from sim.units import GiB
+from sim.version import __version__
 
 __all__ = ["html_report", "write_html_report", "PERFETTO_UI"]
 

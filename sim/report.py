@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.version import __version__
 from sim.analysis import breakdown
 from sim.runner import Run
 from sim.types import CommClass, OpKind
-from sim.units import GiB, TFLOPS, byte_count, round_sig
+from sim.units import TFLOPS, GiB, byte_count, round_sig
+from sim.version import __version__
 
 __all__ = ["Report", "make_report", "format_report", "links_json", "LINKS_SHOWN"]
 

@@ -42,11 +42,11 @@ from sim.errors import SimError
 from sim.memory import stage_memory
 from sim.runner import Run, simulate
 from sim.steady import steady_iteration, steady_points
-from sim.workload.flops import model_flops
 from sim.topology.network import NetworkSpec, apply_network
 from sim.topology.spec import TopologySpec
 from sim.types import Stream
-from sim.units import GiB, MS, TFLOPS
+from sim.units import MS, TFLOPS, GiB
+from sim.workload.flops import model_flops
 
 __all__ = ["Row", "Validation", "SourceSummary", "CaseResult", "validate", "case_rows", "format_validation",
            "COARSE"]

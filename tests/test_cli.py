@@ -3,11 +3,10 @@ clean line on stderr (exit status 2, no traceback) for each kind of bad input.""
 
 from __future__ import annotations
 
-import re
-
 import gzip
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path

@@ -45,12 +45,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sim.config.fields import apply_overrides
-from sim.inputs import read_input_text
-from sim.config.megatron_flags import (NPROC, TOKENIZER_VOCAB, IGNORED_FLAGS, MEGATRON_FLAGS,
-                                       NOT_MODELLED_FLAGS, BadValue)
+from sim.config.megatron_flags import (
+    IGNORED_FLAGS,
+    MEGATRON_FLAGS,
+    NOT_MODELLED_FLAGS,
+    NPROC,
+    TOKENIZER_VOCAB,
+    BadValue,
+)
 from sim.config.presets import preset_names, resolve_preset
 from sim.errors import ConfigError
 from sim.hf import read_hf_config
+from sim.inputs import read_input_text
 from sim.workload.spec import WorkloadSpec, pipeline_split
 
 __all__ = ["MEGATRON_FLAGS", "IGNORED_FLAGS", "NOT_MODELLED_FLAGS", "UNKNOWN_NOTE", "MegatronArgs",  # flags re-exported

@@ -18,20 +18,36 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from sim.config.defaults import (async_tp_allreduce_default, attention_kernel_default, batch_sizes,
-                                 deterministic_default, dist_opt_default, dp_shard_default, flash_default,
-                                 fused_elementwise_default, grad_accum_fusion_default, grad_reduce_default,
-                                 loss_default,
-                                 overlap_default, p2p_overlap_default, param_gather_default, recompute_default,
-                                 sp_default, tp_overlap_cfg_default, tp_overlap_default, unfused_bias_default,
-                                 virtual_stages_default, zero_default, zero_impl_default)
+from sim.config.defaults import (
+    async_tp_allreduce_default,
+    attention_kernel_default,
+    batch_sizes,
+    deterministic_default,
+    dist_opt_default,
+    dp_shard_default,
+    flash_default,
+    fused_elementwise_default,
+    grad_accum_fusion_default,
+    grad_reduce_default,
+    loss_default,
+    overlap_default,
+    p2p_overlap_default,
+    param_gather_default,
+    recompute_default,
+    sp_default,
+    tp_overlap_cfg_default,
+    tp_overlap_default,
+    unfused_bias_default,
+    virtual_stages_default,
+    zero_default,
+    zero_impl_default,
+)
+from sim.config.fields import SET_SOURCE, Fields, Notes, apply_overrides, described, is_finite, located, read_yaml
 from sim.config.fit import fit_null_settings
-from sim.config.fields import (SET_SOURCE, apply_overrides, Fields, located, Notes, read_yaml, described,
-                               is_finite)
 from sim.config.presets import preset_names, resolve_preset, shown_path
 from sim.config.stack import Stack
 from sim.config.stacks import STACKS, choose_stack, framework_year, load_stack
@@ -39,11 +55,17 @@ from sim.errors import ConfigError
 from sim.hardware import GPUSpec, get_gpu, gpu_names, power_limited
 from sim.hf import read_hf_config
 from sim.topology.network import NetworkFabric, NetworkSpec
-from sim.types import (NOT_SIMULATED_DTYPES, SIMULATED_DTYPES, CpCommType, Dtype, ScalingRecipe,
-                       ScheduleKind, parse_enum)
+from sim.types import NOT_SIMULATED_DTYPES, SIMULATED_DTYPES, CpCommType, Dtype, ScalingRecipe, ScheduleKind, parse_enum
 from sim.units import GBIT_PER_S, GiB
-from sim.workload.spec import (MEGATRON_ORDER, ModelSpec, ParallelSpec, Reference, SystemSpec, WorkloadSpec,
-                               pipeline_split)
+from sim.workload.spec import (
+    MEGATRON_ORDER,
+    ModelSpec,
+    ParallelSpec,
+    Reference,
+    SystemSpec,
+    WorkloadSpec,
+    pipeline_split,
+)
 
 DEFAULT_WORKLOAD = "gpt3-175b"
 _TOP_KEYS = ("id", "name", "description", "source", "model", "system", "parallel", "dtype", "scaling", "stack",

@@ -9,8 +9,9 @@ op kind and instant or fixed-latency communication.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol
+from typing import Protocol
 
 from sim.types import OpKind
 from sim.workload.ops import CommOp, Op

@@ -42,9 +42,9 @@ from sim.engine.contention import HeldSMs
 from sim.engine.link_rates import LinkRates
 from sim.engine.network import FlowNetwork, solo_time_s
 from sim.errors import DeadlockError
+from sim.program import Block, Program
 from sim.results import CounterSample, SimResult, Span, SpanTable
 from sim.types import CollectiveKind, CommClass, OpKind, Stream
-from sim.program import Block, Program
 
 __all__ = ["Simulation"]
 

@@ -58,20 +58,28 @@ import signal
 import tempfile
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
-from sim.version import __version__
 from sim.errors import ConfigError, NotBuiltError
-from sim.export.etfile import (Attr, AttrType, CollectiveCommType, EtNode, NodeType, encode_metadata, encode_node,
-                               encode_node_attrs, frame)
+from sim.export.etfile import (
+    Attr,
+    AttrType,
+    CollectiveCommType,
+    EtNode,
+    NodeType,
+    encode_metadata,
+    encode_node,
+    encode_node_attrs,
+    frame,
+)
 from sim.program import Block, Program, Task
 from sim.results import SimResult
 from sim.types import CollectiveKind
 from sim.units import MB, US
+from sim.version import __version__
 from sim.workload.layout import Layout
 from sim.workload.ops import CommOp
 

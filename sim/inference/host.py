@@ -34,8 +34,8 @@ from sim.costs.analytical import AnalyticalCostModel
 from sim.engine.network import solo_time_s
 from sim.inference.stack import ServingStack
 from sim.types import OpKind
-from sim.workload.steps import Step
 from sim.workload.ops import Op
+from sim.workload.steps import Step
 
 __all__ = ["HostOp", "HostCostModel", "host_lag_s", "host_gap_s", "step_durations"]
 

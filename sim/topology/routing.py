@@ -73,7 +73,7 @@ class _LinkColumn(Sequence):
     routes handed out recorded (:attr:`FatTreeIndex.info`), else the built graph's (built on
     first need; only a caller that reads links no route uses gets there)."""
 
-    def __init__(self, fabric: "Fabric", field: int) -> None:
+    def __init__(self, fabric: Fabric, field: int) -> None:
         self._fabric, self._field = fabric, field
 
     def __len__(self) -> int:
@@ -150,7 +150,7 @@ class Fabric:
         self._bounds: tuple[float, float] | None = None
 
     @classmethod
-    def of(cls, spec: TopologySpec, num_gpus: int, placement: Sequence[int] | None = None) -> "Fabric":
+    def of(cls, spec: TopologySpec, num_gpus: int, placement: Sequence[int] | None = None) -> Fabric:
         """The fabric of ``spec`` at ``num_gpus``: read from the fat tree's structure where
         :meth:`FatTreeIndex.of <sim.topology.fattree_index.FatTreeIndex.of>` covers it, else
         built as a graph (:func:`~sim.topology.build.build_topology`); the same either way.

@@ -27,8 +27,6 @@ then those it recomputes, so that each holds its own transient memory.
 
 from __future__ import annotations
 
-
-
 from sim.memory import activation_model, stage_memory, state_bytes
 from sim.program import Block, Program, Task
 from sim.results import RankInfo

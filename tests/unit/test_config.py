@@ -8,8 +8,7 @@ import pytest
 import yaml
 
 import sim
-from sim.config import (default_topology_name, load_cases, load_topology, load_workload,
-                        load_workload_with_notes)
+from sim.config import default_topology_name, load_cases, load_topology, load_workload, load_workload_with_notes
 from sim.errors import ConfigError
 from sim.topology.spec import FabricKind, ScaleUpKind
 from sim.types import Dtype, RecomputeKind, ScheduleKind

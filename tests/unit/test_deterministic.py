@@ -144,8 +144,9 @@ def test_frameworks_dated_2021_predate_gradient_accumulation_fusion():
     """A case whose framework text is dated 2021 or earlier runs the unfused accumulation (the
     fusion reached Megatron-LM's tensor-parallel layers in early 2022); 2022 and later keep
     Megatron-LM's default."""
-    import yaml
     from pathlib import Path
+
+    import yaml
     path = "workloads/validation/narayanan2021.yaml"
     text = {c["id"]: c["framework"] for c in yaml.safe_load(Path(path).read_text())}
     dated = [r for r in load_case_records(path) if "2021" in text[r.id]]

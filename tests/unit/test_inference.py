@@ -19,7 +19,7 @@ from sim.inference import InferenceSpec, simulate_inference
 from sim.inference.hbm import load_hbm_table, memory_whatif, with_hbm
 from sim.inference.memory import kv_cache_bytes, stage_memory, weights_bytes
 from sim.inference.models import load_model
-from sim.inference.ops import kv_bytes_per_token_layer, layer_steps, StepShape
+from sim.inference.ops import StepShape, kv_bytes_per_token_layer, layer_steps
 from sim.inference.report import make_inference_report
 from sim.inference.validate import METRICS, validate_inference
 from sim.types import Dtype

@@ -14,8 +14,14 @@ import pytest
 import sim
 from sim.cli import main
 from sim.config import load_workload
-from sim.config.megatron_args import (IGNORED_FLAGS, MEGATRON_FLAGS, NOT_MODELLED_FLAGS, UNKNOWN_NOTE,
-                                      load_megatron_workload, parse_megatron_args)
+from sim.config.megatron_args import (
+    IGNORED_FLAGS,
+    MEGATRON_FLAGS,
+    NOT_MODELLED_FLAGS,
+    UNKNOWN_NOTE,
+    load_megatron_workload,
+    parse_megatron_args,
+)
 from sim.errors import ConfigError
 from sim.types import Dtype, RecomputeKind, ScalingRecipe, ScheduleKind
 
