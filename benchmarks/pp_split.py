@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                 row = case_row(rec)
                 if row is not None:
                     rows.append(row)
-                    print(f"{row['id'][:60]:60s} PP {row['pp']:3d}  {signed_pct(row):+6.1f}%", file=sys.stderr, flush=True)
+                    print(f"{row['id'][:60]:60s} PP {row['pp']:3d}  {signed_pct(row):+6.1f}%", file=sys.stderr,
+                          flush=True)
     print_tables(rows)
     if args.json:
         Path(args.json).write_text(json.dumps({"recipe_tp": args.recipe_tp, "rows": rows}, indent=1, sort_keys=True))

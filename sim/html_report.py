@@ -215,7 +215,8 @@ def _stage_chart(r: Report) -> str:
         y = 6.0 + i * row_h
         x = label_w
         rows.append(f'<text x="{_px(label_w - 6)}" y="{_px(y + bar_h - 3)}" text-anchor="end">stage {s.stage}</text>')
-        for color, field, value in (("compute", "compute_s", s.compute_s), ("exposed", "exposed_comm_s", s.exposed_comm_s),
+        for color, field, value in (("compute", "compute_s", s.compute_s),
+                                    ("exposed", "exposed_comm_s", s.exposed_comm_s),
                                     ("idle", "idle_s", s.idle_s)):
             w = value * scale
             rows.append(f'<rect x="{_px(x)}" y="{_px(y)}" width="{_px(w)}" height="{_px(bar_h)}" '
@@ -309,7 +310,8 @@ def _summary(r: Report, model: str | None) -> str:
                   + f" ({r.tokens_per_s / r.num_gpus:,.1f} per GPU)"),
              _row("model TFLOP/s per GPU", _value("tflops_per_gpu", r.tflops_per_gpu, f"{r.tflops_per_gpu:.1f}")
                   + " &nbsp; MFU " + _value("mfu", r.mfu, _pct(r.mfu))),
-             _row("with recomputation", _value("hfu_tflops_per_gpu", r.hfu_tflops_per_gpu, f"{r.hfu_tflops_per_gpu:.1f}")
+             _row("with recomputation",
+                  _value("hfu_tflops_per_gpu", r.hfu_tflops_per_gpu, f"{r.hfu_tflops_per_gpu:.1f}")
                   + " &nbsp; HFU " + _value("hfu", r.hfu, _pct(r.hfu)))]
     if ref and "tflops_per_gpu" in ref:
         rows.append(_row("measured TFLOP/s per GPU", _value("reference.tflops_per_gpu", ref["tflops_per_gpu"],
@@ -357,7 +359,8 @@ def _memory_table(r: Report, memory: Sequence[StageMemory] | None) -> str:
                                    if memory else "") + "<th>simulated peak</th><th>capacity</th><th>fits</th></tr>"
     rows = []
     for i, s in enumerate(r.stages):
-        cells = "".join(f'<td class="n">{getattr(memory[i], f) / GiB:.2f}</td>' for f, _l in _MEMORY_PARTS) if memory else ""
+        cells = "".join(f'<td class="n">{getattr(memory[i], f) / GiB:.2f}</td>' for f,
+                        _l in _MEMORY_PARTS) if memory else ""
         fits = "yes" if s.fits else '<span class="bad">NO</span>'
         rows.append(f'<tr><td>{s.stage}</td>{cells}<td class="n">{s.peak_memory_bytes / GiB:.2f}</td>'
                     f'<td class="n">{s.capacity_bytes / GiB:.1f}</td><td>{fits}</td></tr>')

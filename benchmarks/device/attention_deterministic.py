@@ -157,8 +157,10 @@ def main() -> None:
     t0 = time.time()
     torch.backends.cudnn.version()  # load torch's cuDNN first: the frontend binds to the loaded library
     import cudnn
-    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cudnn_torch": torch.backends.cudnn.version(),
-           "cudnn_frontend": getattr(cudnn, "__version__", "?"), "cudnn_backend": getattr(cudnn, "backend_version", lambda: None)(),
+    res = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+           "cudnn_torch": torch.backends.cudnn.version(),
+           "cudnn_frontend": getattr(cudnn, "__version__", "?"),
+           "cudnn_backend": getattr(cudnn, "backend_version", lambda: None)(),
            "smi_before": smi(), "rows": []}
     handle = cudnn.create_handle()
     cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)

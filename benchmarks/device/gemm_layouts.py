@@ -74,7 +74,8 @@ def main() -> None:
             row = {"m": m, "n": n, "k": k, "error": repr(exc)[:200]}
         res["rows"].append(row)
         if "fwd_s" in row:
-            print(m, n, k, f"dgrad/fwd {row['dgrad_s'] / row['fwd_s']:.3f}", f"wgrad/fwd {row['wgrad_s'] / row['fwd_s']:.3f}",
+            print(m, n, k, f"dgrad/fwd {row['dgrad_s'] / row['fwd_s']:.3f}",
+                  f"wgrad/fwd {row['wgrad_s'] / row['fwd_s']:.3f}",
                   f"{time.time() - t0:.0f}s", flush=True)
         torch.cuda.empty_cache()
     res["smi_after"] = smi()

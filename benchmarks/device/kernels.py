@@ -24,7 +24,8 @@ import torch.nn.functional as F
 
 def smi() -> str:
     try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=name,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu",
+        return subprocess.run(["nvidia-smi",
+                               "--query-gpu=name,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu",
                                "--format=csv,noheader"], capture_output=True, text=True, timeout=20).stdout.strip()
     except Exception as exc:  # noqa: BLE001
         return f"nvidia-smi failed: {exc}"

@@ -24,5 +24,6 @@ from sim.config.workload import (
                                  load_workload_with_notes,
 )
 
-__all__ = ["DEFAULT_WORKLOAD", "load_workload", "load_workload_with_notes", "load_cases", "load_case_records", "CaseRecord",
+__all__ = ["DEFAULT_WORKLOAD", "load_workload", "load_workload_with_notes", "load_cases", "load_case_records",
+           "CaseRecord",
            "load_topology", "default_topology_name", "load_megatron_workload"]

@@ -42,7 +42,8 @@ def sp_default(f: Fields, tp: int, stack: Stack, notes: Notes, tp_overlap: bool 
     if tp_overlap and tp > 1:
         return notes.fill("parallel.sequence_parallel", True, "required by --tp-comm-overlap")
     if tp > 1:
-        return notes.fill("parallel.sequence_parallel", stack.value("sequence_parallel"), stack.why("sequence_parallel"))
+        return notes.fill("parallel.sequence_parallel", stack.value("sequence_parallel"),
+                          stack.why("sequence_parallel"))
     return notes.fill("parallel.sequence_parallel", False, "off by default")
 
 

@@ -503,7 +503,8 @@ class _Mapper:
         given = [k for k in ("layers_per_virtual_stage", "parallel.virtual_pipeline_stages", "pipeline_layout")
                  if get(k) is not None]
         if len(given) > 1:
-            raise self.error(given[1], f"no {self.flag(given[1])} beside {self.flag(given[0])} (Megatron-LM allows one of "
+            raise self.error(given[1],
+                             f"no {self.flag(given[1])} beside {self.flag(given[0])} (Megatron-LM allows one of "
                              "--num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank, "
                              "--pipeline-model-parallel-layout)", get(given[1]))
         extra = int(bool(get("embedding_in_split"))) + int(bool(get("loss_in_split")))

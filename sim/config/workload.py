@@ -81,8 +81,11 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages", "schedule",
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute", "recompute_num_layers",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_p2p_comm",
-                  "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details", "zero_impl",
-                  "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "grad_reduce_in_fp32", "deterministic", "async_tp_grad_allreduce", "unfused_linear_bias",
+                  "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy",
+                  "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details",
+                  "zero_impl",
+                  "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "grad_reduce_in_fp32", "deterministic",
+                  "async_tp_grad_allreduce", "unfused_linear_bias",
                   "cp_comm_type", "hierarchical_context_parallel_sizes")
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node", "network",
                 "description", "power_limit_w")

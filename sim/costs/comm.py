@@ -75,7 +75,8 @@ from sim.topology.routing import Fabric
 from sim.types import CollectiveAlgorithm, CollectiveKind, CommKernel, NcclProtocol
 from sim.workload.ops import CommOp
 
-__all__ = ["plan_comm", "nccl_ctas", "kernel_sms", "channel_count", "NVLS_LATENCY_S", "TREE_BANDWIDTH_FACTOR", "PAT_BANDWIDTH_FACTOR",
+__all__ = ["plan_comm", "nccl_ctas", "kernel_sms", "channel_count", "NVLS_LATENCY_S", "TREE_BANDWIDTH_FACTOR",
+           "PAT_BANDWIDTH_FACTOR",
            "CTAS_IN_DOMAIN", "CTAS_NVLS", "CTAS_PER_NODE_GPU", "CTAS_ACROSS_DOMAINS"]
 
 NVLS_LATENCY_S = 25e-6
@@ -311,7 +312,7 @@ def _phase(latency_s: float, flows: list, loads: Counter | None) -> Phase:
     # Representative mode: every flow of every replica loads its links; each flow carries
     # the count of flows of the whole job on each of its links.
     count = Counter(chain.from_iterable(links for *_, links in flows))
-    return Phase(latency_s, tuple(Flow(s, d, b, links, tuple(float(count[l]) for l in links))
+    return Phase(latency_s, tuple(Flow(s, d, b, links, tuple(float(count[link]) for link in links))
                                   for s, d, b, links in flows))
 
 
@@ -647,7 +648,7 @@ def _kept_plan(fabric: Fabric, op: CommOp, algorithm: CollectiveAlgorithm, fam: 
     phases = []
     for ph, latency in zip(plan.phases, latencies):
         count = Counter(chain.from_iterable(f.links for f in ph.flows))
-        kept = tuple(Flow(f.src, f.dst, f.size_bytes, f.links, tuple(float(count[l]) for l in f.links))
+        kept = tuple(Flow(f.src, f.dst, f.size_bytes, f.links, tuple(float(count[link_id]) for link_id in f.links))
                      for f in ph.flows if f.src in keep or f.dst in keep)
         phases.append(Phase(latency, kept))
     return CommPlan(tuple(phases), plan.algorithm)

@@ -303,7 +303,8 @@ class ChakraExporter:
             elif op.collective is CollectiveKind.SEND_RECV:
                 kind = NodeType.COMM_SEND_NODE if op.group[0] == rank else NodeType.COMM_RECV_NODE
                 attrs = head + (Attr("comm_tag", AttrType.INT32, self._tags[t.id]),) + tail
-                out.append((EtNode(first, t.name, kind, data, ctrl, *times, attrs), _Comm(src=op.group[0], dst=op.group[1])))
+                out.append((EtNode(first, t.name, kind, data, ctrl, *times, attrs),
+                            _Comm(src=op.group[0], dst=op.group[1])))
             else:  # ring exchange: send to the next rank of the ring, receive from the previous
                 nxt, prev = _ring_peers(op.group, rank)
                 for i, (kind, src, dst, tag) in enumerate(((NodeType.COMM_SEND_NODE, rank, nxt, self._tags[t.id]),

@@ -72,7 +72,8 @@ class OpRow:
         return self.flops / self.time_s if self.time_s > 0 else 0.0
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "shape": self.shape, "flops": self.flops, "bytes": byte_count(self.bytes),
+        return {"name": self.name, "kind": self.kind, "shape": self.shape, "flops": self.flops,
+                "bytes": byte_count(self.bytes),
                 "intensity_flops_per_byte": self.intensity_flops_per_byte,
                 "ridge_flops_per_byte": self.ridge_flops_per_byte, "verdict": self.verdict,
                 "time_s": self.time_s, "bound_by": self.bound_by, "achieved_flops_per_s": self.achieved_flops_per_s,

@@ -261,12 +261,12 @@ class Fabric:
         latency = 0.0
         if self._index is not None:
             info = self._index.info
-            for l in links:
-                latency += info[l][2]
+            for link in links:
+                latency += info[link][2]
             efficiency = info[bottleneck][3]
         else:
-            for l in links:
-                latency += self._latency_s[l]
+            for link in links:
+                latency += self._latency_s[link]
             efficiency = self._efficiency[bottleneck]
         return Route(links=links, latency_s=latency, bottleneck_bytes_per_s=cap[bottleneck], efficiency=efficiency)
 
@@ -351,4 +351,4 @@ class Fabric:
         if self._star[d]:
             return True
         kinds = self.link_kinds
-        return all(all(kinds[l] == "nvlink" for l in self.route(ranks[0], r).links) for r in ranks[1:])
+        return all(all(kinds[link] == "nvlink" for link in self.route(ranks[0], r).links) for r in ranks[1:])

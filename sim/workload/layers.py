@@ -309,7 +309,8 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
         act_b = kernels(OpKind.ELEMENTWISE, _eager.swiglu_backward(T, f // t))
     else:
         act_f = [c("activation", mem(OpKind.ELEMENTWISE, T * f // t * e * (branches + 1 + fill)))]
-        act_b = [c("activation-bwd", activation_bwd(T * f // t * e * (2 * branches + 1), T * f // t * e * fill * branches))]
+        act_b = [c("activation-bwd",
+                   activation_bwd(T * f // t * e * (2 * branches + 1), T * f // t * e * fill * branches))]
     # eager only: the rotary embedding of q and k and the K/V heads repeated for SDPA
     # (the compiled rotary kernel is not priced, as for every framework)
     q_w, kv_w = q // t, kv_heads * model.head_dim

@@ -253,9 +253,12 @@ def test_infer_prints_writes_json_and_trace_deterministically(tmp_path, capsys):
     assert {"qkv", "attention", "attn-scores", "ncclAllReduce fc2-out", "sampling"} <= names
 
 
-@pytest.mark.parametrize("argv,flag", [(["infer", "--tp", "3"], "--tp"), (["infer", "--dtype", "fp8", "--gpu", "A100"], "--dtype"),
-                                       (["infer", "no-such-model"], "<file>"), (["roofline", "--phase", "all"], "--phase"),
-                                       (["whatif", "memory", "--hbm", "HBM9"], "--hbm"), (["infer", "--gpu", "Z80"], "--gpu")])
+@pytest.mark.parametrize("argv,flag",
+                         [(["infer", "--tp", "3"], "--tp"), (["infer", "--dtype", "fp8", "--gpu", "A100"], "--dtype"),
+                                       (["infer", "no-such-model"], "<file>"),
+                                       (["roofline", "--phase", "all"], "--phase"),
+                                       (["whatif", "memory", "--hbm", "HBM9"], "--hbm"),
+                                       (["infer", "--gpu", "Z80"], "--gpu")])
 def test_bad_flags_are_one_line_and_exit_2(capsys, argv, flag):
     status, out, err = _run(capsys, *argv)
     assert status == 2

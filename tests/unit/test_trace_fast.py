@@ -340,7 +340,8 @@ def _counter_corners() -> SimResult:
                 c(3, 0.0, "link gpu3->nvs0", np.int64(1)), c(3, 1.0005e-6, "memory", 1e300), c(0, 7.0, "é\"x", 1e-300)]
     rng = np.random.default_rng(5)
     for j in range(300):  # many at a few times, on both ranks
-        counters.append(c(int(rng.choice([0, 3])), float(rng.integers(0, 20)) * 1e-7, str(rng.choice(["memory", "link x"])),
+        counters.append(c(int(rng.choice([0, 3])), float(rng.integers(0, 20)) * 1e-7,
+                          str(rng.choice(["memory", "link x"])),
                           float(rng.choice([0.0, 1.0, 0.1, 2.0**33]))))
     return SimResult(ranks, [], counters, 8.0, 0, 4)
 
