@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             if not rows or any(not need <= set(r) or set(TERMS) - set(r["terms"]) for r in rows):
                 raise ValueError(f"rows with the fields {sorted(need)} and terms {list(TERMS)}")
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise SystemExit(f"{args.src}: expected the JSON this script writes ({e})")
+            raise SystemExit(f"{args.src}: expected the JSON this script writes ({e})") from e
         print_tables(rows)
         return 0
     files = [Path(f) for f in args.files] or sorted(CASES.glob("*.yaml"))

@@ -497,7 +497,8 @@ def _check_forced(fabric: Fabric, op: CommOp, algo: CollectiveAlgorithm) -> None
     even = all(len(d) == len(doms[0]) for d in doms)
     why = None
     if algo is A.NVLS and not (op.collective is CollectiveKind.ALL_REDUCE and _nvls_possible(fabric, op.group)):
-        why = "an all-reduce inside one NVSwitch domain whose topology gives NVLS (scale_up.nvls_efficiency_by_size_bytes)"
+        why = ("an all-reduce inside one NVSwitch domain whose topology gives NVLS "
+               "(scale_up.nvls_efficiency_by_size_bytes)")
     elif algo is A.TREE and not (op.collective is CollectiveKind.ALL_REDUCE and len(doms) > 1):
         why = "an all-reduce over several scale-up domains"
     elif algo is A.PAT and op.collective not in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):
@@ -660,8 +661,8 @@ def _latency_settled(fabric: Fabric, plan: CommPlan, fam: Replicas) -> bool:
     ``plan``'s flows in every phase already has the most latency a route of those replicas
     can have. The tree's is ``2 ((k - 1) h_intra + ceil(log2 d) h_inter)`` per group, ``d``
     its domains and ``k`` its size over ``d`` rounded down, the hops' latencies at most the
-    most within a domain and the most of all: settled when that bound for every replica's ``(k, d)`` (plus the collective's
-    fixed latency, as ``plan`` has it) is no more than ``plan``'s."""
+    most within a domain and the most of all: settled when that bound for every replica's
+    ``(k, d)`` (plus the collective's fixed latency, as ``plan`` has it) is no more than ``plan``'s."""
     if plan.algorithm == "nvls":
         return True
     bounds = fabric.latency_bounds_s()

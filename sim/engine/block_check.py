@@ -81,7 +81,8 @@ def block_interference(sim) -> str | None:
     def links_of(op) -> frozenset:
         hit = op_links.get(id(op))
         if hit is None:
-            hit = op_links[id(op)] = frozenset(link for ph in plans[id(op)].phases for f in ph.flows for link in f.links)
+            hit = op_links[id(op)] = frozenset(link for ph in plans[id(op)].phases
+                                               for f in ph.flows for link in f.links)
         return hit
 
     shape: dict[tuple, tuple] = {}   # (id(block), factor) -> its collectives' links, whether SMs beside it matter

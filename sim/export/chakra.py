@@ -289,7 +289,8 @@ class ChakraExporter:
             times = (start_us, round(span.end_s / US) - start_us)
             tail = tail_of.get((t.stream, t.args))
             if tail is None:
-                tail = tail_of[(t.stream, t.args)] = (Attr("stream", AttrType.INT64, int(t.stream)),) + _arg_attrs(t.args)
+                tail = tail_of[(t.stream, t.args)] = ((Attr("stream", AttrType.INT64, int(t.stream)),)
+                                                      + _arg_attrs(t.args))
             head = head_of.get((id(t.op), t.kind))
             if head is None:
                 head = head_of[(id(t.op), t.kind)] = _op_attrs(t.op, t.kind)

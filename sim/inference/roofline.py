@@ -38,7 +38,8 @@ def ridge_flops_per_byte(gpu: GPUSpec, dtype: Dtype) -> float:
     """The ridge point: dense peak FLOP/s in ``dtype`` over HBM bytes/s.
 
     >>> from sim.hardware import get_gpu
-    >>> round(ridge_flops_per_byte(get_gpu("A100"), Dtype.BF16)), round(ridge_flops_per_byte(get_gpu("H100"), Dtype.BF16))
+    >>> a100, h100 = get_gpu("A100"), get_gpu("H100")
+    >>> round(ridge_flops_per_byte(a100, Dtype.BF16)), round(ridge_flops_per_byte(h100, Dtype.BF16))
     (153, 295)
     """
     return gpu.peak(dtype) / gpu.hbm_bandwidth_bytes_per_s

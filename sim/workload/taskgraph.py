@@ -340,7 +340,7 @@ class _RankProgram(DataParallelMixin):
         order = pipeline_order(p.schedule, pp, v, p.num_microbatches, self.stage)
         zb = p.schedule is ScheduleKind.ZB_H1
         last_b, last_w, first_f = {}, {}, {}
-        for i, (pas, mb, chunk) in enumerate(order):
+        for i, (pas, _mb, chunk) in enumerate(order):
             if pas is Pass.BACKWARD:
                 last_b[chunk] = i
             elif pas is Pass.WEIGHT:

@@ -170,7 +170,8 @@ def test_comm_nodes_carry_type_size_and_group(tiny_files, tiny_run):
                 assert n.type is NodeType.COMM_COLL_NODE
                 assert _attr(n, "comm_type") == _TYPES[op.collective]
                 assert groups[int(_attr(n, "pg_name"))] == tuple(sorted(op.group))
-                expected = op.size_bytes / len(op.group) if op.collective is CollectiveKind.ALL_GATHER else op.size_bytes
+                gather = op.collective is CollectiveKind.ALL_GATHER
+                expected = op.size_bytes / len(op.group) if gather else op.size_bytes
                 assert _attr(n, "comm_size") == round(expected)
             else:
                 assert (_attr(n, "comm_src"), _attr(n, "comm_dst")) == op.group

@@ -103,8 +103,8 @@ def test_deterministic_attention_backward_on_a100_is_flash2_deterministic():
         (attention_time_s(a100, bwd) - launch) / FA2_DETERMINISTIC_BWD_RATIO, rel=1e-9)
     fwd = AttentionOp(2, 8, 2, 8192, 128, True, False)
     assert attention_time_s(a100, dataclasses.replace(fwd, deterministic=True)) == attention_time_s(a100, fwd)
-    assert attention_time_s(h100, bwd) < attention_time_s(h100,
-                                                          det) < 0.8 * attention_time_s(h100, bwd) / FA2_DETERMINISTIC_BWD_RATIO
+    assert (attention_time_s(h100, bwd) < attention_time_s(h100, det)
+            < 0.8 * attention_time_s(h100, bwd) / FA2_DETERMINISTIC_BWD_RATIO)
 
 
 @pytest.mark.parametrize("gpu", ["B200", "GB200", "GB300"])

@@ -211,7 +211,8 @@ def test_decode_step_is_kernel_launches_plus_bytes_over_bandwidth():
     intercept = ys[0] - slope * xs[0]
     for x, y in zip(xs, ys):
         assert y == pytest.approx(intercept + slope * x, rel=1e-9)
-    kernels = 1 + m.num_layers * len([s for s in layer_steps(spec, StepShape.decode(64, 1), (0,)) if s.stream is None]) + 3
+    per_layer = [s for s in layer_steps(spec, StepShape.decode(64, 1), (0,)) if s.stream is None]
+    kernels = 1 + m.num_layers * len(per_layer) + 3
     assert intercept == pytest.approx(kernels * gpu.kernel_launch_s, rel=1e-6)
     # the bytes per step: every weight once (the embedding table only for the batch's rows),
     # plus the cache and the small activations
@@ -253,8 +254,8 @@ def test_infer_prints_writes_json_and_trace_deterministically(tmp_path, capsys):
     assert {"qkv", "attention", "attn-scores", "ncclAllReduce fc2-out", "sampling"} <= names
 
 
-@pytest.mark.parametrize("argv,flag",
-                         [(["infer", "--tp", "3"], "--tp"), (["infer", "--dtype", "fp8", "--gpu", "A100"], "--dtype"),
+@pytest.mark.parametrize("argv,flag", [(["infer", "--tp", "3"], "--tp"),
+                                       (["infer", "--dtype", "fp8", "--gpu", "A100"], "--dtype"),
                                        (["infer", "no-such-model"], "<file>"),
                                        (["roofline", "--phase", "all"], "--phase"),
                                        (["whatif", "memory", "--hbm", "HBM9"], "--hbm"),

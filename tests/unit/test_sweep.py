@@ -101,7 +101,7 @@ def test_default_space_counts_by_hand():
         (8, 1, 1): [(1, 1, 4, 0, 0)],
     }
     tried = invalid = 0
-    for (tp, pp, dp), rows in table.items():
+    for (tp, _pp, dp), rows in table.items():
         sp, zero = (2 if tp > 1 else 1), (4 if dp > 1 else 1)
         for _v, schedules, mbs, zb, inter in rows:
             tried += schedules * mbs * recompute * sp * zero

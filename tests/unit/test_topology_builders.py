@@ -171,14 +171,14 @@ def test_torus_routes_are_shortest_torus_distances(tmp_path, dims):
     fab = Fabric(build_topology(load_topology(str(_torus(tmp_path, dims))), n))
 
     def dist(a, b):
-        return sum(min(abs(x - y), k - abs(x - y)) for x, y,
-                   k in zip(torus_coords(a, dims), torus_coords(b, dims), dims))
+        return sum(min(abs(x - y), k - abs(x - y))
+                   for x, y, k in zip(torus_coords(a, dims), torus_coords(b, dims), dims))
 
     far = sum(k // 2 for k in dims)
     corner = sum((k // 2) * math.prod(dims[:d]) for d, k in enumerate(dims))
     assert len(_router_hops(fab, 0, corner)) == far == dist(0, corner)
-    pairs = itertools.product(range(n),
-                              repeat=2) if n <= 16 else [(0, b) for b in range(n)] + [(b, 5) for b in range(n)]
+    pairs = (itertools.product(range(n), repeat=2) if n <= 16
+             else [(0, b) for b in range(n)] + [(b, 5) for b in range(n)])
     for a, b in pairs:
         assert len(_router_hops(fab, a, b)) == dist(a, b)
 
