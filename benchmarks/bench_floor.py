@@ -46,14 +46,14 @@ import simpy
 
 import sim
 from sim.cli import LINK_COUNTERS
-from sim.topology_choice import place_workload
 from sim.config import load_workload_with_notes
 from sim.costs.analytical import AnalyticalCostModel
 from sim.engine.simulation import Simulation
 from sim.gzip_parts import deflate_part
 from sim.program import Task
 from sim.results import Span
-from sim.runner import cached_fabric, busiest_link_counters, excluded_algorithms, gpu_placement, power_clock_hz
+from sim.runner import busiest_link_counters, cached_fabric, excluded_algorithms, gpu_placement, power_clock_hz
+from sim.topology_choice import place_workload
 from sim.trace import write_chrome_trace
 from sim.types import OpKind, Stream
 from sim.workload.taskgraph import build_program

@@ -32,9 +32,9 @@ def _one(preset: str, granularity: str, repeat: int) -> dict:
     import gc
     import time
 
-    from sim.topology_choice import place_workload
     from sim.config import load_workload_with_notes
     from sim.runner import simulate
+    from sim.topology_choice import place_workload
 
     workload, notes = load_workload_with_notes(preset)
     topology = place_workload(workload, None, notes).topology
@@ -82,7 +82,8 @@ def _table(rows: list[dict]) -> str:
             diff = f"{100 * c['relative_difference']:>+8.3f}%" if g != "op" else f"{'':>9}"
             lines.append(f"{r['preset'] if g == 'op' else '':<16} {g:<11} {c['iteration_time_s']:>10.4f} {diff} "
                          f"{same if g != 'op' else '':>11} {c['tasks']:>9,} {c['cold_wall_s']:>7.3f} "
-                         f"{c.get('cold_speedup', 1.0):>5.1f} {c['warm_wall_s']:>7.3f} {c.get('warm_speedup', 1.0):>5.1f}")
+                         f"{c.get('cold_speedup', 1.0):>5.1f} {c['warm_wall_s']:>7.3f} "
+                         f"{c.get('warm_speedup', 1.0):>5.1f}")
     return "\n".join(lines)
 
 

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import sim
 from sim.cli import LINK_COUNTERS
-from sim.topology_choice import place_workload
 from sim.config import load_workload_with_notes
 from sim.runner import simulate
+from sim.topology_choice import place_workload
 from sim.trace import write_chrome_trace
 
 WORKLOADS = Path(sim.__file__).resolve().parent.parent / "workloads"

@@ -61,10 +61,10 @@ def _llama_sets(dp: int, pp: int, micro_batches: int, layers: int) -> list[str]:
 def _case(preset: str, sets: list[str], trace: bool, repeat: int, out: mp.Queue) -> None:
     """Run in a child process: simulate ``repeat`` times and report the best."""
     from sim.cli import LINK_COUNTERS
-    from sim.topology_choice import place_workload
     from sim.config import load_workload_with_notes
     from sim.report import make_report
     from sim.runner import simulate
+    from sim.topology_choice import place_workload
     from sim.trace import write_chrome_trace
 
     workload, notes = load_workload_with_notes(preset, sets, None)

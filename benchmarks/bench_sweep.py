@@ -37,8 +37,18 @@ import time
 
 from sim.config import load_topology, load_workload
 from sim.config.space import default_space
-from sim.sweep import (SCREEN_GRANULARITY, Fidelity, SweepResult, feasible_candidates, layer_granularity_available,
-                       open_executor, run_simulations, simulate_one, sweep, tp_limit_of)
+from sim.sweep import (
+    SCREEN_GRANULARITY,
+    Fidelity,
+    SweepResult,
+    feasible_candidates,
+    layer_granularity_available,
+    open_executor,
+    run_simulations,
+    simulate_one,
+    sweep,
+    tp_limit_of,
+)
 from sim.sweep_bound import IterationBound
 from sim.timeline_bound import TimelineBound
 

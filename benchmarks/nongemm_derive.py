@@ -109,7 +109,8 @@ def main() -> int:
     for provider in ("megatron-unfused", "megatron-fused"):
         fit = cross_entropy_fit(provider)
         fb, bb = cross_entropy_bytes_per_logit(provider)
-        print(f"  {provider:17s} forward  a {fit['forward'][0] * 1e6:7.1f} us  b {fit['forward'][1] * 1e12:6.2f} ps/logit"
+        print(f"  {provider:17s} forward  a {fit['forward'][0] * 1e6:7.1f} us  "
+              f"b {fit['forward'][1] * 1e12:6.2f} ps/logit"
               f"  = {fb:5.1f} B/logit at 3.35 TB/s x 0.92")
         print(f"  {'':17s} backward a {fit['backward'][0] * 1e6:7.1f} us  b {fit['backward'][1] * 1e12:6.2f} ps/logit"
               f"  = {bb:5.1f} B/logit")

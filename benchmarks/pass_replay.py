@@ -46,11 +46,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quiet_passes import pass_of  # noqa: E402  (a sibling script: how both sort ops into passes)
 
-from sim.topology_choice import place_workload
 from sim.config import load_workload_with_notes
 from sim.engine.contention import HeldSMs
 from sim.engine.simulation import Simulation
 from sim.runner import simulate
+from sim.topology_choice import place_workload
 from sim.types import Stream
 
 DEFAULT = ("gpt3-175b-1024", "gpt3-175b", "llama3-70b")

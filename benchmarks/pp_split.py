@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             if not rows or any(not need <= set(r) or set(TERMS) - set(r["terms"]) for r in rows):
                 raise ValueError(f"rows with the fields {sorted(need)} and terms {list(TERMS)}")
         except (OSError, ValueError, KeyError, TypeError) as e:
-            raise SystemExit(f"{args.src}: expected the JSON this script writes ({e})")
+            raise SystemExit(f"{args.src}: expected the JSON this script writes ({e})") from e
         print_tables(rows)
         return 0
     files = [Path(f) for f in args.files] or sorted(CASES.glob("*.yaml"))
@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                 row = case_row(rec)
                 if row is not None:
                     rows.append(row)
-                    print(f"{row['id'][:60]:60s} PP {row['pp']:3d}  {signed_pct(row):+6.1f}%", file=sys.stderr, flush=True)
+                    print(f"{row['id'][:60]:60s} PP {row['pp']:3d}  {signed_pct(row):+6.1f}%", file=sys.stderr,
+                          flush=True)
     print_tables(rows)
     if args.json:
         Path(args.json).write_text(json.dumps({"recipe_tp": args.recipe_tp, "rows": rows}, indent=1, sort_keys=True))

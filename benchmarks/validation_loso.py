@@ -45,7 +45,7 @@ def load_rows(path: str) -> list[dict]:
         doc = json.loads(Path(path).read_text())
         cases = doc["cases"]
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise SystemExit(f"{path}: expected the JSON that `llmsim validate --json` writes ({e})")
+        raise SystemExit(f"{path}: expected the JSON that `llmsim validate --json` writes ({e})") from e
     rows = []
     for c in cases:
         if c.get("skipped") or c.get("error_pct") is None or c.get("metric") == "peak_memory_gib":

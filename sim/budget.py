@@ -271,5 +271,6 @@ def collective_estimate(topology, ranks: int, all_to_all: bool) -> Estimate:
     for the others, a double binary tree's)."""
     flows = ranks * (ranks - 1) if all_to_all else 32 * ranks
     fabric = topology_estimate(topology, ranks)
-    return Estimate(f"{'an all-to-all' if all_to_all else 'a collective'} over {ranks:,} GPUs of {clip(topology.name, 40)}",
+    return Estimate(f"{'an all-to-all' if all_to_all else 'a collective'} over {ranks:,} GPUs of "
+                    f"{clip(topology.name, 40)}",
                     flows, fabric.graph_items, float(flows) * BYTES_PER_FLOW + fabric.bytes, "flows")

@@ -8,7 +8,8 @@
     llmsim memory [WORKLOAD.yaml] [--recompute none,selective,selective-op,full] [--plot PATH] [--json PATH]
     llmsim validate [FILE...] [--json PATH]
     llmsim presets [--json PATH]
-    llmsim collective --topology T --op all-reduce --bytes 1GiB --ranks 8 [--algo auto|ring|multi-ring|tree|nvls|pat|hierarchical] [--json PATH]
+    llmsim collective --topology T --op all-reduce --bytes 1GiB --ranks 8
+                 [--algo auto|ring|multi-ring|tree|nvls|pat|hierarchical] [--json PATH]
     llmsim compare [WORKLOAD.yaml] --topology A --topology B [...] [--json PATH] [--plot PATH]
     llmsim sweep [WORKLOAD.yaml] [--topology T] [--space SPACE.yaml] [--top N] [--executor local|dask://HOST:PORT]
                  [--workers N] [--csv PATH] [--json PATH] [--plot PATH] [--fidelity fast|op] [--exhaustive]
@@ -36,15 +37,15 @@ import argparse
 import contextlib
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from sim.version import __version__
 from sim.budget import memory_budget
 from sim.errors import ConfigError, NotBuiltError, SimError, clip
 from sim.json_output import json_to_stdout, write_json
 from sim.outpaths import STDOUT, check_output_paths
 from sim.types import SIMULATED_DTYPES, dtype_names
+from sim.version import __version__
 
 __all__ = ["main"]
 
@@ -346,8 +347,16 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_whatif(args: argparse.Namespace) -> int:
     from sim.config import load_topology, load_workload_with_notes
     from sim.hardware import get_gpu
-    from sim.whatif import (format_generations, format_nodes, generations, load_nodes_table, nodes, parse_dtype,
-                            parse_order, sweep_reoptimizer)
+    from sim.whatif import (
+        format_generations,
+        format_nodes,
+        generations,
+        load_nodes_table,
+        nodes,
+        parse_dtype,
+        parse_order,
+        sweep_reoptimizer,
+    )
 
     overrides = list(args.set or ())
     if args.study == "power":

@@ -28,7 +28,8 @@ class CompareRow:
 
     def to_dict(self) -> dict:
         r = self.report
-        return {"topology": self.topology, "gpu": self.gpu, "iteration_time_s": r.iteration_time_s, "tokens_per_s": r.tokens_per_s,
+        return {"topology": self.topology, "gpu": self.gpu, "iteration_time_s": r.iteration_time_s,
+                "tokens_per_s": r.tokens_per_s,
                 "mfu": r.mfu, "bubble_fraction": r.bubble_fraction, "exposed_comm_s": dict(r.exposed_comm_s),
                 "busiest_links": links_json(r.busiest_links), "speedup_vs_first": self.speedup}
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 
-
 EXCERPT_CHARS = 80
 """The most characters of an input value an error message quotes (:func:`excerpt`)."""
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from sim.errors import InfeasibleError
 from sim.power import PowerSpec
 from sim.types import AttentionKernel, Dtype, MemoryAccess
-from sim.units import GB, GBPS, GiB, TB, TFLOPS, US
+from sim.units import GB, GBPS, TB, TFLOPS, US, GiB
 from sim.workload.ops import AttentionOp
 
 __all__ = ["EfficiencyCurve", "GPUSpec", "GPU_CATALOGUE", "get_gpu", "gpu_names"]
@@ -55,7 +55,7 @@ class EfficiencyCurve:
         object.__setattr__(self, "_xs", xs)
 
     @classmethod
-    def constant(cls, efficiency: float) -> "EfficiencyCurve":
+    def constant(cls, efficiency: float) -> EfficiencyCurve:
         """A curve that is ``efficiency`` at every size."""
         return cls(((1.0, efficiency),))
 
@@ -462,8 +462,8 @@ _LAUNCH_S = 2.0 * US
 # (NVIDIA A100 datasheet: TF32 156, FP32 19.5; H100 SXM: TF32 494.7, FP32 67, glennklockwood.com
 # /garden/processors/h100 and /garden/peak-FLOPS "66.9 TFLOPS FP32 using vector FMAs"; B200 HGX
 # TF32 1,100 and FP32 80, GB200 TF32 1,250 and FP32 90, glennklockwood.com/garden/processors/B200;
-# GB300 TF32 as GB200 [unverified], FP32 not found) for the record and the roofline: no TF32 or FP32 GEMM is measured, and nothing is simulated
-# in them (sim.types.SIMULATED_DTYPES says why).
+# GB300 TF32 as GB200 [unverified], FP32 not found) for the record and the roofline: no TF32 or
+# FP32 GEMM is measured, and nothing is simulated in them (sim.types.SIMULATED_DTYPES says why).
 _A100_DTYPES = ((Dtype.BF16, 312 * TFLOPS), (Dtype.FP16, 312 * TFLOPS), (Dtype.TF32, 156 * TFLOPS),
                 (Dtype.FP32, 19.5 * TFLOPS))
 _HOPPER_DTYPES = ((Dtype.BF16, 989 * TFLOPS), (Dtype.FP16, 989 * TFLOPS), (Dtype.FP8, 1979 * TFLOPS),

@@ -37,10 +37,10 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from sim.version import __version__
 from sim.memory import StageMemory
 from sim.report import Report
 from sim.units import GiB
+from sim.version import __version__
 
 __all__ = ["html_report", "write_html_report", "PERFETTO_UI"]
 
@@ -215,12 +215,14 @@ def _stage_chart(r: Report) -> str:
         y = 6.0 + i * row_h
         x = label_w
         rows.append(f'<text x="{_px(label_w - 6)}" y="{_px(y + bar_h - 3)}" text-anchor="end">stage {s.stage}</text>')
-        for color, field, value in (("compute", "compute_s", s.compute_s), ("exposed", "exposed_comm_s", s.exposed_comm_s),
+        for color, field, value in (("compute", "compute_s", s.compute_s),
+                                    ("exposed", "exposed_comm_s", s.exposed_comm_s),
                                     ("idle", "idle_s", s.idle_s)):
             w = value * scale
             rows.append(f'<rect x="{_px(x)}" y="{_px(y)}" width="{_px(w)}" height="{_px(bar_h)}" '
                         f'fill="{_COLORS[color]}"{_data(f"stages.{i}.{field}", value, seconds=value)}>'
-                        f'<title>stage {s.stage} {field.removesuffix("_s").replace("_", " ")}: {value:.3f} s</title></rect>')
+                        f'<title>stage {s.stage} {field.removesuffix("_s").replace("_", " ")}: '
+                        f'{value:.3f} s</title></rect>')
             x += w
     width, height = label_w + _BAR_W + 12, 12.0 + len(r.stages) * row_h
     legend = _legend([("compute", "compute"), ("exposed", "exposed communication"), ("idle", "idle (bubble, waiting)")])
@@ -262,7 +264,8 @@ def _memory_chart(r: Report, memory: Sequence[StageMemory] | None) -> str:
         else:
             hgt = s.peak_memory_bytes * scale
             out.append(f'<rect x="{_px(x)}" y="{_px(y - hgt)}" width="{_px(bar_w)}" height="{_px(hgt)}" '
-                       f'fill="{_COLORS["peak_memory_bytes"]}"{_data(f"stages.{i}.peak_memory_bytes", s.peak_memory_bytes)}>'
+                       f'fill="{_COLORS["peak_memory_bytes"]}"'
+                       f'{_data(f"stages.{i}.peak_memory_bytes", s.peak_memory_bytes)}>'
                        f'<title>stage {s.stage} peak: {s.peak_memory_bytes / GiB:.2f} GiB</title></rect>')
         if memory:
             py = y_base - s.peak_memory_bytes * scale
@@ -309,7 +312,8 @@ def _summary(r: Report, model: str | None) -> str:
                   + f" ({r.tokens_per_s / r.num_gpus:,.1f} per GPU)"),
              _row("model TFLOP/s per GPU", _value("tflops_per_gpu", r.tflops_per_gpu, f"{r.tflops_per_gpu:.1f}")
                   + " &nbsp; MFU " + _value("mfu", r.mfu, _pct(r.mfu))),
-             _row("with recomputation", _value("hfu_tflops_per_gpu", r.hfu_tflops_per_gpu, f"{r.hfu_tflops_per_gpu:.1f}")
+             _row("with recomputation",
+                  _value("hfu_tflops_per_gpu", r.hfu_tflops_per_gpu, f"{r.hfu_tflops_per_gpu:.1f}")
                   + " &nbsp; HFU " + _value("hfu", r.hfu, _pct(r.hfu)))]
     if ref and "tflops_per_gpu" in ref:
         rows.append(_row("measured TFLOP/s per GPU", _value("reference.tflops_per_gpu", ref["tflops_per_gpu"],
@@ -357,7 +361,8 @@ def _memory_table(r: Report, memory: Sequence[StageMemory] | None) -> str:
                                    if memory else "") + "<th>simulated peak</th><th>capacity</th><th>fits</th></tr>"
     rows = []
     for i, s in enumerate(r.stages):
-        cells = "".join(f'<td class="n">{getattr(memory[i], f) / GiB:.2f}</td>' for f, _l in _MEMORY_PARTS) if memory else ""
+        cells = ("".join(f'<td class="n">{getattr(memory[i], f) / GiB:.2f}</td>' for f, _l in _MEMORY_PARTS)
+                 if memory else "")
         fits = "yes" if s.fits else '<span class="bad">NO</span>'
         rows.append(f'<tr><td>{s.stage}</td>{cells}<td class="n">{s.peak_memory_bytes / GiB:.2f}</td>'
                     f'<td class="n">{s.capacity_bytes / GiB:.1f}</td><td>{fits}</td></tr>')
@@ -370,7 +375,8 @@ def _trace_section(r: Report, trace_href: str | None, trace_dir_href: str | None
         title = f"llmsim {r.workload}"
         out.append(f'<p>Timeline of every simulated rank (Chrome trace): <a id="trace-link" href="{_e(trace_href)}">'
                    f'{_e(trace_href)}</a></p>'
-                   f'<p><button id="open-perfetto" type="button" data-trace="{_e(trace_href)}" data-title="{_e(title)}">'
+                   f'<p><button id="open-perfetto" type="button" data-trace="{_e(trace_href)}" '
+                   f'data-title="{_e(title)}">'
                    f'Open in Perfetto</button> <span id="perfetto-status"></span></p>'
                    f'<p class="sub">Or open <a href="{PERFETTO_UI}" target="_blank" rel="noopener">{PERFETTO_UI}</a>, '
                    f'choose <b>Open trace file</b> in its sidebar and pick <code>{_e(trace_href)}</code>: a web page '
@@ -417,7 +423,8 @@ def html_report(report: Report, *, memory: Sequence[StageMemory] | None = None, 
     layout = f"TP {p['tp']} · PP {p['pp']} · DP {p['dp']}" + (f" · CP {p['cp']}" if p.get("cp", 1) > 1 else "") \
         + (f" · EP {p['ep']}" if p.get("ep", 1) > 1 else "") + f" · {p['schedule']} · {p['dtype']}"
     notes = "".join(f"<li>{_e(n)}</li>" for n in report.notes) or "<li>none</li>"
-    body = (f"<h1>{_e(heading)}</h1><p class=\"sub\">{_e(layout)} · {_e(report.topology)} · llmsim {_e(__version__)}</p>"
+    body = (f"<h1>{_e(heading)}</h1>"
+            f"<p class=\"sub\">{_e(layout)} · {_e(report.topology)} · llmsim {_e(__version__)}</p>"
             f"<h2>Summary</h2>{_summary(report, model)}"
             f"<h2>Where the time goes</h2><p class=\"sub\">Per GPU, mean over pipeline stages: compute by kind, "
             f"exposed communication by dimension, the pipeline bubble and waiting.</p>{_time_chart(report)}"

@@ -3,10 +3,10 @@ holds at its peak, its capacity and the headroom, as a table and as JSON."""
 
 from __future__ import annotations
 
-from sim.version import __version__
 from sim.memory import StageMemory, memory_table
 from sim.types import RecomputeKind
 from sim.units import GiB, byte_count
+from sim.version import __version__
 from sim.workload.spec import WorkloadSpec
 
 __all__ = ["memory_report", "format_memory", "memory_json"]

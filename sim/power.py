@@ -45,8 +45,8 @@ measured rate, as before.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 __all__ = ["PowerSpec", "KernelLoad", "solve_clock_hz", "mean_power_w"]
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.version import __version__
 from sim.analysis import breakdown
 from sim.runner import Run
 from sim.types import CommClass, OpKind
-from sim.units import GiB, TFLOPS, byte_count, round_sig
+from sim.units import TFLOPS, GiB, byte_count, round_sig
+from sim.version import __version__
 
 __all__ = ["Report", "make_report", "format_report", "links_json", "LINKS_SHOWN"]
 
@@ -159,7 +159,8 @@ def make_report(run: Run) -> Report:
         m = w.reference.tflops_per_gpu
         pred = (hw if w.reference.tflops_includes_recompute else flops) / T / n / TFLOPS
         ref = {"source": w.reference.source, "tflops_per_gpu": m, "error_pct": 100.0 * (pred - m) / m}
-    parallel = {"tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep, "etp": p.expert_tp, "zero_stage": p.zero, "virtual_pipeline_stages": p.virtual_pipeline_stages,
+    parallel = {"tp": p.tp, "pp": p.pp, "dp": p.dp, "cp": p.cp, "ep": p.ep, "etp": p.expert_tp, "zero_stage": p.zero,
+                "virtual_pipeline_stages": p.virtual_pipeline_stages,
                 "schedule": p.schedule.value, "sequence_parallel": p.sequence_parallel,
                 "micro_batch_size": p.micro_batch_size, "global_batch_size": p.global_batch_size,
                 "num_microbatches": p.num_microbatches, "recompute": p.recompute.value,

@@ -24,7 +24,8 @@ class Span(NamedTuple):
     """One task's execution on one stream of one GPU.
 
     ``args`` (this task's: phase, layer, micro-batch) and ``op_args`` (its op's: shape,
-    FLOPs, bytes) are mappings or tuples of ``(key, value)`` pairs (``dict(...)`` reads both). ``flow_out`` / ``flow_in`` carry the id of a p2p arrow that starts at this span
+    FLOPs, bytes) are mappings or tuples of ``(key, value)`` pairs (``dict(...)`` reads both).
+    ``flow_out`` / ``flow_in`` carry the id of a p2p arrow that starts at this span
     (the send) or ends in it (the receive). ``transfer_start_s``: a communication span's
     transfer start (once its group's members have met; its span starts when its stream
     reached it), None for the others; the trace writes it as the ``transfer_start_s`` arg

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from sim.budget import check as check_budget, training_estimate
+from sim.budget import check as check_budget
+from sim.budget import training_estimate
 from sim.costs.analytical import AnalyticalCostModel
 from sim.costs.base import CostModel
 from sim.costs.compute import kernel_load
@@ -29,9 +30,9 @@ from sim.power import KernelLoad, solve_clock_hz
 from sim.program import Block
 from sim.results import CounterSample, SimResult
 from sim.topology.routing import Fabric
-from sim.units import round_sig
 from sim.topology.spec import TopologySpec
 from sim.types import CollectiveAlgorithm, Stream
+from sim.units import round_sig
 from sim.workload.layout import Layout, gpu_placement, order_placements
 from sim.workload.spec import WorkloadSpec
 from sim.workload.taskgraph import GRANULARITIES, Program, build_program

@@ -46,10 +46,10 @@ from sim.hardware import GPUSpec
 from sim.sweep_memory import StageStates
 from sim.types import OpKind, RecomputeKind, ScheduleKind
 from sim.workload.layers import LayerOps, layer_ops
-from sim.workload.steps import Step
 from sim.workload.ops import MemoryOp
 from sim.workload.schedules import Pass, pipeline_order
 from sim.workload.spec import ModelSpec, WorkloadSpec
+from sim.workload.steps import Step
 from sim.workload.taskgraph import OPTIMIZER_BYTES_PER_PARAM, backward_steps
 
 __all__ = ["ROUNDING", "PassTimes", "IterationBound"]

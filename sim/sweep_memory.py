@@ -11,8 +11,15 @@ peak is the one :func:`sim.memory.stage_memory` gives (tested on whole default s
 
 from __future__ import annotations
 
-from sim.memory import (ActivationModel, StageMemory, StateBytes, activation_model, activation_peak_bytes,
-                        other_bytes, state_bytes)
+from sim.memory import (
+    ActivationModel,
+    StageMemory,
+    StateBytes,
+    activation_model,
+    activation_peak_bytes,
+    other_bytes,
+    state_bytes,
+)
 from sim.workload.schedules import pipeline_order
 from sim.workload.spec import WorkloadSpec
 

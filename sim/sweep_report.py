@@ -9,10 +9,10 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from sim.version import __version__
 from sim.sweep import KEY_FIELDS, Fidelity, SweepResult, SweepRow
 from sim.types import CommClass
 from sim.units import GiB, byte_count
+from sim.version import __version__
 
 __all__ = ["format_sweep", "sweep_json", "write_sweep_csv"]
 

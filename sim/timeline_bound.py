@@ -47,11 +47,11 @@ from sim.sweep_bound import ROUNDING, IterationBound, layer_ops_key
 from sim.topology.spec import TopologySpec
 from sim.types import CollectiveKind, CommClass, ScheduleKind
 from sim.workload.layers import LayerOps, layer_ops
-from sim.workload.steps import Step
 from sim.workload.layout import Layout, gpu_placement, order_placements
 from sim.workload.ops import CommOp
 from sim.workload.schedules import Pass, pipeline_order
 from sim.workload.spec import ModelSpec, WorkloadSpec
+from sim.workload.steps import Step
 from sim.workload.taskgraph import PARAM_GATHER_BYTES, backward_steps
 
 __all__ = ["comm_lower_bound_s", "compute_end_s", "ORDERS_KEPT", "TimelineBound", "timeline_bound"]

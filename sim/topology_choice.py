@@ -27,7 +27,8 @@ itself or on its GPU's usual one (rules 1 and 4; :func:`sim.topology.network.app
 with a note where it changes the topology or is modelled by another fabric's figures: the
 case's network overrides its GPU's default system. A topology named on the
 command line stands as it is, the network noted as not applied where it would change it: that
-option asks for those links (``compare`` runs one workload on several). ``whatif generations`` applies the same rule to ``--from``/``--from-topology``
+option asks for those links (``compare`` runs one workload on several). ``whatif generations``
+applies the same rule to ``--from``/``--from-topology``
 and ``--to``/``--to-topology`` (:func:`choose_gpu`).
 """
 

@@ -351,7 +351,8 @@ class Bulk:
         for col in (args_g, op_args_g):
             got = list(map(parts.get, map(id, col)))
             if None in got:
-                for a in {id(a): a for a in itertools.compress(col, map(operator.is_, got, itertools.repeat(None)))}.values():
+                missing = itertools.compress(col, map(operator.is_, got, itertools.repeat(None)))
+                for a in {id(a): a for a in missing}.values():
                     t = enc.args(a)
                     parts[id(a)] = f"{t}," if t else ""
                 got = list(map(parts.__getitem__, map(id, col)))

@@ -63,7 +63,7 @@ from pathlib import Path
 
 from sim.gzip_parts import GzipParts
 from sim.results import SimResult
-from sim.trace import US_PER_S, Bulk, counter_batch, counter_columns, chrome_trace
+from sim.trace import US_PER_S, Bulk, chrome_trace, counter_batch, counter_columns
 from sim.types import OpKind
 
 __all__ = ["HOST_TID", "rank_traces", "write_rank_traces", "hta_kernel_name", "rank_file_name",

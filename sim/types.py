@@ -344,7 +344,7 @@ def parse_enum(kind: type[Enum], value: object, path: str, field: str, allowed: 
     Traceback (most recent call last):
     ...
     sim.errors.ConfigError: w.yaml: dtype: expected one of ['bf16', 'fp16', 'fp8', 'mxfp8', 'nvfp4'] (not simulated) (got 'fp32')
-    """
+    """  # noqa: E501 (the doctest's expected exception line is one line)
     from sim.errors import ConfigError
 
     valid = list(kind) if allowed is None else list(allowed)

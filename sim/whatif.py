@@ -369,7 +369,7 @@ def format_generations(g: Generations) -> str:
     for s in g.steps:
         cum *= s.speedup
         b = s.breakdown_s
-        lines.append(f"  {s.factor:15s} {s.iteration_time_s:12.4f} {'x%.3f' % s.speedup:>9s} {'x%.2f' % cum:>11s}  "
+        lines.append(f"  {s.factor:15s} {s.iteration_time_s:12.4f} {f'x{s.speedup:.3f}':>9s} {f'x{cum:.2f}':>11s}  "
                      f"{b['tensor_compute_s']:9.3f} {b['memory_bound_s']:9.3f} {b['exposed_comm_s']:8.3f} "
                      f"{b['bubble_idle_s']:9.3f}  {s.detail}{'' if s.fits else ' (DOES NOT FIT)'}")
     lines += ["", f"  end to end: x{g.speedup:.2f} ({g.base_time_s:.4f} s -> {g.final_time_s:.4f} s); "

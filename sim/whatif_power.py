@@ -16,8 +16,8 @@ the rest of the node (CPUs, NICs, switches, fans).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from sim.errors import ConfigError
 from sim.hardware import power_limited

@@ -3,11 +3,10 @@ clean line on stderr (exit status 2, no traceback) for each kind of bad input.""
 
 from __future__ import annotations
 
-import re
-
 import gzip
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -92,7 +91,7 @@ def test_table_matches_json(tmp_path, capsys):
     json_path = tmp_path / "out.json"
     out = _ok(capsys, "run", "tiny", "--json", str(json_path))
     data = _load_json(json_path)
-    line = next(l for l in out.splitlines() if "iteration time" in l)
+    line = next(row for row in out.splitlines() if "iteration time" in row)
     assert f"{data['iteration_time_s']:.3f} s" in line
     assert f"{data['tflops_per_gpu']:.1f}" in out
     assert f"{data['tokens_per_s']:,.0f}" in out

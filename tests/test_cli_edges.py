@@ -41,7 +41,8 @@ def _one_error(capsys, *argv: str) -> str:
 
 
 def test_an_option_error_names_the_option_once():
-    assert str(ConfigError("<--json>", "--json", "a file to write", "x")) == "--json: expected a file to write (got 'x')"
+    assert (str(ConfigError("<--json>", "--json", "a file to write", "x"))
+            == "--json: expected a file to write (got 'x')")
     # a file's error keeps FILE: FIELD:, and an option's error about another field names both
     assert str(ConfigError("w.yaml", "parallel.tp", "a positive integer", 0)) == \
         "w.yaml: parallel.tp: expected a positive integer (got 0)"

@@ -90,7 +90,8 @@ def test_time_rows_are_the_reports_figures():
     from sim.validate import case_rows, load_case_records
 
     checked = set()
-    records = load_case_records(str(CASES / "megatron-ci.yaml"))[:2] + load_case_records(str(CASES / "torchtitan.yaml"))[:2]
+    records = (load_case_records(str(CASES / "megatron-ci.yaml"))[:2]
+               + load_case_records(str(CASES / "torchtitan.yaml"))[:2])
     for rec in records:
         if rec.workload is None:
             continue

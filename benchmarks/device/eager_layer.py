@@ -79,7 +79,9 @@ class Layer(torch.nn.Module):
     def __init__(self, h, heads, kv, ffn):
         super().__init__()
         self.heads, self.kv, self.hd = heads, kv, h // heads
-        lin = lambda i, o: torch.nn.Linear(i, o, bias=False)
+        def lin(i, o):
+            return torch.nn.Linear(i, o, bias=False)
+
         self.wq, self.wk, self.wv = lin(h, heads * self.hd), lin(h, kv * self.hd), lin(h, kv * self.hd)
         self.wo = lin(heads * self.hd, h)
         self.w1, self.w3, self.w2 = lin(h, ffn), lin(h, ffn), lin(ffn, h)

@@ -114,7 +114,8 @@ def main() -> int:
         t_f, t_b = timed_ms(fwd, y), timed_ms(bwd, g, y)
         rows.append({"kernel": "swiglu", "tokens": TOKENS, "width": f, "forward_ms": t_f, "backward_ms": t_b,
                      "forward_bytes": 3 * n * 2, "backward_bytes": 5 * n * 2,
-                     "forward_over_copy": gbps(3 * n * 2, t_f) / copy, "backward_over_copy": gbps(5 * n * 2, t_b) / copy})
+                     "forward_over_copy": gbps(3 * n * 2, t_f) / copy,
+                     "backward_over_copy": gbps(5 * n * 2, t_b) / copy})
         del y, g
         torch._dynamo.reset()
         y = torch.randn(TOKENS, f, dtype=bf16, device=dev)
@@ -125,7 +126,8 @@ def main() -> int:
         t_f, t_b = timed_ms(fwd, b, y), timed_ms(bwd, g, b, y)
         rows.append({"kernel": "bias_gelu", "tokens": TOKENS, "width": f, "forward_ms": t_f, "backward_ms": t_b,
                      "forward_bytes": 2 * n * 2, "backward_bytes": 3 * n * 2,
-                     "forward_over_copy": gbps(2 * n * 2, t_f) / copy, "backward_over_copy": gbps(3 * n * 2, t_b) / copy})
+                     "forward_over_copy": gbps(2 * n * 2, t_f) / copy,
+                     "backward_over_copy": gbps(3 * n * 2, t_b) / copy})
         del y, b, g
         print(rows[-2], rows[-1], flush=True)
     out = {"device": torch.cuda.get_device_name(), "nvidia_smi": smi(), "torch": torch.__version__,

@@ -4,7 +4,8 @@
 (``F.linear``: both operands contiguous along the reduced dimension K). A layer's backward
 stores them otherwise: the input gradient ``dX = dY @ W`` reads the weight as it is (its
 operand contiguous along N), the weight gradient ``dW = dY^T @ X`` reads the output gradient
-transposed (contiguous along M); llmsim prices all three from the same curve by FLOPs. This times the BF16 shapes of the validation cases with the most time
+transposed (contiguous along M); llmsim prices all three from the same curve by FLOPs. This
+times the BF16 shapes of the validation cases with the most time
 (``shapes.json``) in each of the three layouts, with ``kernels.py``'s timing (CUDA-graph
 replays over rotating inputs), and writes ``gemm_layouts.json`` to ``--out``. FP8 GEMMs on
 Hopper take only the K-contiguous layout (Transformer Engine transposes their operands
@@ -74,7 +75,8 @@ def main() -> None:
             row = {"m": m, "n": n, "k": k, "error": repr(exc)[:200]}
         res["rows"].append(row)
         if "fwd_s" in row:
-            print(m, n, k, f"dgrad/fwd {row['dgrad_s'] / row['fwd_s']:.3f}", f"wgrad/fwd {row['wgrad_s'] / row['fwd_s']:.3f}",
+            print(m, n, k, f"dgrad/fwd {row['dgrad_s'] / row['fwd_s']:.3f}",
+                  f"wgrad/fwd {row['wgrad_s'] / row['fwd_s']:.3f}",
                   f"{time.time() - t0:.0f}s", flush=True)
         torch.cuda.empty_cache()
     res["smi_after"] = smi()

@@ -24,7 +24,8 @@ import torch.nn.functional as F
 
 def smi() -> str:
     try:
-        return subprocess.run(["nvidia-smi", "--query-gpu=name,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu",
+        return subprocess.run(["nvidia-smi",
+                               "--query-gpu=name,clocks.sm,clocks.mem,power.draw,power.limit,temperature.gpu",
                                "--format=csv,noheader"], capture_output=True, text=True, timeout=20).stdout.strip()
     except Exception as exc:  # noqa: BLE001
         return f"nvidia-smi failed: {exc}"
@@ -42,18 +43,24 @@ def time_fn(fn, target_s=0.02, max_calls=64, replays=5, warmup=3):
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record(); fn(0); e1.record(); torch.cuda.synchronize()
+    e0.record()
+    fn(0)
+    e1.record()
+    torch.cuda.synchronize()
     one = e0.elapsed_time(e1) / 1e3
     n = int(min(max_calls, max(1, target_s / max(one, 1e-6))))
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for i in range(n):
             fn(i)
-    graph.replay(); torch.cuda.synchronize()
+    graph.replay()
+    torch.cuda.synchronize()
     ts = []
     for _ in range(replays):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); graph.replay(); e.record()
+        s.record()
+        graph.replay()
+        e.record()
         torch.cuda.synchronize()
         ts.append(s.elapsed_time(e) / 1e3 / n)
     del graph
@@ -106,7 +113,8 @@ def attention(b, h, kv, s, d, causal, backend):
     if kv != h:
         k_ = k_.repeat_interleave(h // kv, dim=1)
         v_ = v_.repeat_interleave(h // kv, dim=1)
-    k_.requires_grad_(True); v_.requires_grad_(True)
+    k_.requires_grad_(True)
+    v_.requires_grad_(True)
     g = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
     out = {}
     with sdpa_kernel([be]):
@@ -146,7 +154,7 @@ def main() -> None:
         n = mb * 2**20 // 2
         src = torch.randn(n, device="cuda", dtype=torch.bfloat16)
         dst = torch.empty_like(src)
-        med = time_fn(lambda i: dst.copy_(src))[0]
+        med = time_fn(lambda i: dst.copy_(src))[0]  # noqa: B023 (called in this iteration)
         res["copy"].append({"bytes": 2 * n * 2, "median_s": med, "bytes_per_s": 2 * n * 2 / med})
         del src, dst
     print("copy", [f"{c['bytes_per_s']/1e12:.2f}TB/s" for c in res["copy"]], flush=True)

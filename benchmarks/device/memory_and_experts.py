@@ -36,11 +36,13 @@ def memory_kernels(out: list) -> None:
             ys = [torch.randn(tokens, width, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
             wgt = torch.ones(width, device="cuda", dtype=torch.bfloat16)
             cases = {
-                "rmsnorm": (lambda i: F.rms_norm(xs[i % 2], (width,), wgt), 2 * n * 2),
-                "swiglu": (lambda i: F.silu(xs[i % 2]) * ys[i % 2], 3 * n * 2),
-                "add": (lambda i: xs[i % 2] + ys[i % 2], 3 * n * 2),
-                "cast_fp8": (lambda i: xs[i % 2].to(torch.float8_e4m3fn), n * 3),
-                "copy": (lambda i: xs[i % 2].clone(), 2 * n * 2),
+                # the closure runs within this iteration (B023)
+                "rmsnorm": (lambda i: F.rms_norm(xs[i % 2], (width,), wgt), 2 * n * 2),  # noqa: B023
+                "swiglu": (lambda i: F.silu(xs[i % 2]) * ys[i % 2], 3 * n * 2),  # noqa: B023 (called in this iteration)
+                "add": (lambda i: xs[i % 2] + ys[i % 2], 3 * n * 2),  # noqa: B023 (called in this iteration)
+                # the closure runs within this iteration (B023)
+                "cast_fp8": (lambda i: xs[i % 2].to(torch.float8_e4m3fn), n * 3),  # noqa: B023
+                "copy": (lambda i: xs[i % 2].clone(), 2 * n * 2),  # noqa: B023 (called in this iteration)
             }
             for name, (fn, nbytes) in cases.items():
                 try:
@@ -67,12 +69,12 @@ def expert_gemms(out: list) -> None:
         a = torch.randn(e, m, k, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(e, n, k, device="cuda", dtype=torch.bfloat16)
         try:
-            med = time_fn(lambda i: torch.bmm(a, b.transpose(1, 2)))[0]
+            med = time_fn(lambda i: torch.bmm(a, b.transpose(1, 2)))[0]  # noqa: B023 (called in this iteration)
             flops = 2.0 * e * m * n * k
             row = {"experts": e, "tokens": m, "n": n, "k": k, "median_s": med, "tflops": flops / med / 1e12}
             a1 = torch.randn(e * m, k, device="cuda", dtype=torch.bfloat16)
             b1 = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-            row["single_gemm_s"] = time_fn(lambda i: F.linear(a1, b1))[0]
+            row["single_gemm_s"] = time_fn(lambda i: F.linear(a1, b1))[0]  # noqa: B023 (called in this iteration)
         except Exception as exc:  # noqa: BLE001
             row = {"experts": e, "tokens": m, "n": n, "k": k, "error": repr(exc)[:200]}
         out.append(row)

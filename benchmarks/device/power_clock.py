@@ -32,7 +32,8 @@ import time
 
 import torch
 
-FIELDS_TRY = ("timestamp,power.draw,power.draw.instant,clocks.sm,clocks.mem,temperature.gpu,clocks_event_reasons.active",
+FIELDS_TRY = ("timestamp,power.draw,power.draw.instant,clocks.sm,clocks.mem,temperature.gpu,"
+              "clocks_event_reasons.active",
               "timestamp,power.draw,clocks.sm,clocks.mem,temperature.gpu")
 
 

@@ -67,7 +67,8 @@ def main() -> None:
         part, directory = spec.split("=", 1)
         fields, run = pack(part, directory)
         runs.append(run)
-    out = {"device": args.device, "script": "benchmarks/device/power_clock.py (--part dvfs, --part kernels, --part mix)",
+    out = {"device": args.device,
+           "script": "benchmarks/device/power_clock.py (--part dvfs, --part kernels, --part mix)",
            "smi_fields": fields, "runs": runs, "smi_columns": COLUMNS, "note": NOTE}
     with open(args.out, "w") as fh:
         json.dump(out, fh, indent=0)

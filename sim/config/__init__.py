@@ -15,8 +15,15 @@ to SI. Every bad input raises :class:`~sim.errors.ConfigError` naming the file a
 
 from sim.config.megatron_args import load_megatron_workload
 from sim.config.topology import default_topology_name, load_topology
-from sim.config.workload import (DEFAULT_WORKLOAD, CaseRecord, load_case_records, load_cases,
-                                 load_workload, load_workload_with_notes)
+from sim.config.workload import (
+                                 DEFAULT_WORKLOAD,
+                                 CaseRecord,
+                                 load_case_records,
+                                 load_cases,
+                                 load_workload,
+                                 load_workload_with_notes,
+)
 
-__all__ = ["DEFAULT_WORKLOAD", "load_workload", "load_workload_with_notes", "load_cases", "load_case_records", "CaseRecord",
+__all__ = ["DEFAULT_WORKLOAD", "load_workload", "load_workload_with_notes", "load_cases", "load_case_records",
+           "CaseRecord",
            "load_topology", "default_topology_name", "load_megatron_workload"]

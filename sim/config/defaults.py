@@ -11,14 +11,14 @@ what that run did whatever its release's defaults.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from sim.config.fields import Fields, Notes
 from sim.config.stack import DpShard, MemorySaverKind, MicroBatchRule, Stack, TpOverlapImpl
 from sim.types import AttentionKernel, LossKind, RecomputeKind, ScheduleKind, TpOverlapMethod, ZeroImpl, parse_enum
-from sim.workload.tp_overlap import ASYNC_TP, TE_DEFAULTS, UB_GEMMS, TpOverlapConfig, userbuffers
 from sim.workload.spec import ParallelSpec
+from sim.workload.tp_overlap import ASYNC_TP, TE_DEFAULTS, UB_GEMMS, TpOverlapConfig, userbuffers
 
 
 def _from_stack(f: Fields, key: str, stack: Stack, notes: Notes, quiet: bool | None = None) -> bool:
@@ -42,7 +42,8 @@ def sp_default(f: Fields, tp: int, stack: Stack, notes: Notes, tp_overlap: bool 
     if tp_overlap and tp > 1:
         return notes.fill("parallel.sequence_parallel", True, "required by --tp-comm-overlap")
     if tp > 1:
-        return notes.fill("parallel.sequence_parallel", stack.value("sequence_parallel"), stack.why("sequence_parallel"))
+        return notes.fill("parallel.sequence_parallel", stack.value("sequence_parallel"),
+                          stack.why("sequence_parallel"))
     return notes.fill("parallel.sequence_parallel", False, "off by default")
 
 

@@ -45,12 +45,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sim.config.fields import apply_overrides
-from sim.inputs import read_input_text
-from sim.config.megatron_flags import (NPROC, TOKENIZER_VOCAB, IGNORED_FLAGS, MEGATRON_FLAGS,
-                                       NOT_MODELLED_FLAGS, BadValue)
+from sim.config.megatron_flags import (
+    IGNORED_FLAGS,
+    MEGATRON_FLAGS,
+    NOT_MODELLED_FLAGS,
+    NPROC,
+    TOKENIZER_VOCAB,
+    BadValue,
+)
 from sim.config.presets import preset_names, resolve_preset
 from sim.errors import ConfigError
 from sim.hf import read_hf_config
+from sim.inputs import read_input_text
 from sim.workload.spec import WorkloadSpec, pipeline_split
 
 __all__ = ["MEGATRON_FLAGS", "IGNORED_FLAGS", "NOT_MODELLED_FLAGS", "UNKNOWN_NOTE", "MegatronArgs",  # flags re-exported
@@ -497,7 +503,8 @@ class _Mapper:
         given = [k for k in ("layers_per_virtual_stage", "parallel.virtual_pipeline_stages", "pipeline_layout")
                  if get(k) is not None]
         if len(given) > 1:
-            raise self.error(given[1], f"no {self.flag(given[1])} beside {self.flag(given[0])} (Megatron-LM allows one of "
+            raise self.error(given[1],
+                             f"no {self.flag(given[1])} beside {self.flag(given[0])} (Megatron-LM allows one of "
                              "--num-layers-per-virtual-pipeline-stage, --num-virtual-stages-per-pipeline-rank, "
                              "--pipeline-model-parallel-layout)", get(given[1]))
         extra = int(bool(get("embedding_in_split"))) + int(bool(get("loss_in_split")))

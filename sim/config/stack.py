@@ -24,8 +24,17 @@ from typing import Generic, TypeVar
 
 from sim.config.fields import Fields, is_int, read_yaml
 from sim.errors import ConfigError
-from sim.types import (SIMULATED_DTYPES, AttentionKernel, CpCommType, Dtype, LossKind, RecomputeKind,
-                       ScalingRecipe, ZeroImpl, parse_enum)
+from sim.types import (
+    SIMULATED_DTYPES,
+    AttentionKernel,
+    CpCommType,
+    Dtype,
+    LossKind,
+    RecomputeKind,
+    ScalingRecipe,
+    ZeroImpl,
+    parse_enum,
+)
 
 __all__ = ["DpShard", "MatchRule", "MemorySaverKind", "MicroBatchRule", "SETTINGS", "Setting", "SettingKind",
            "Stack", "TpOverlapImpl", "YearRange", "read_stack_file"]

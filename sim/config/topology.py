@@ -12,12 +12,21 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from sim.config.fields import apply_overrides, Fields, is_int, is_number, located, read_yaml, is_finite
+from sim.config.fields import Fields, apply_overrides, is_finite, is_int, is_number, located, read_yaml
 from sim.config.presets import resolve_preset
 from sim.errors import ConfigError
 from sim.hardware import EfficiencyCurve, get_gpu, gpu_names
-from sim.topology.spec import (DragonflySpec, FabricKind, LinkFault, LinkSpec, ScaleOutSpec, ScaleUpKind,
-                               ScaleUpSpec, TopologySpec, TorusSpec)
+from sim.topology.spec import (
+    DragonflySpec,
+    FabricKind,
+    LinkFault,
+    LinkSpec,
+    ScaleOutSpec,
+    ScaleUpKind,
+    ScaleUpSpec,
+    TopologySpec,
+    TorusSpec,
+)
 from sim.types import parse_enum
 from sim.units import GBIT_PER_S, GBPS, US
 

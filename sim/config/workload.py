@@ -18,20 +18,36 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from sim.config.defaults import (async_tp_allreduce_default, attention_kernel_default, batch_sizes,
-                                 deterministic_default, dist_opt_default, dp_shard_default, flash_default,
-                                 fused_elementwise_default, grad_accum_fusion_default, grad_reduce_default,
-                                 loss_default,
-                                 overlap_default, p2p_overlap_default, param_gather_default, recompute_default,
-                                 sp_default, tp_overlap_cfg_default, tp_overlap_default, unfused_bias_default,
-                                 virtual_stages_default, zero_default, zero_impl_default)
+from sim.config.defaults import (
+    async_tp_allreduce_default,
+    attention_kernel_default,
+    batch_sizes,
+    deterministic_default,
+    dist_opt_default,
+    dp_shard_default,
+    flash_default,
+    fused_elementwise_default,
+    grad_accum_fusion_default,
+    grad_reduce_default,
+    loss_default,
+    overlap_default,
+    p2p_overlap_default,
+    param_gather_default,
+    recompute_default,
+    sp_default,
+    tp_overlap_cfg_default,
+    tp_overlap_default,
+    unfused_bias_default,
+    virtual_stages_default,
+    zero_default,
+    zero_impl_default,
+)
+from sim.config.fields import SET_SOURCE, Fields, Notes, apply_overrides, described, is_finite, located, read_yaml
 from sim.config.fit import fit_null_settings
-from sim.config.fields import (SET_SOURCE, apply_overrides, Fields, located, Notes, read_yaml, described,
-                               is_finite)
 from sim.config.presets import preset_names, resolve_preset, shown_path
 from sim.config.stack import Stack
 from sim.config.stacks import STACKS, choose_stack, framework_year, load_stack
@@ -39,11 +55,17 @@ from sim.errors import ConfigError
 from sim.hardware import GPUSpec, get_gpu, gpu_names, power_limited
 from sim.hf import read_hf_config
 from sim.topology.network import NetworkFabric, NetworkSpec
-from sim.types import (NOT_SIMULATED_DTYPES, SIMULATED_DTYPES, CpCommType, Dtype, ScalingRecipe,
-                       ScheduleKind, parse_enum)
+from sim.types import NOT_SIMULATED_DTYPES, SIMULATED_DTYPES, CpCommType, Dtype, ScalingRecipe, ScheduleKind, parse_enum
 from sim.units import GBIT_PER_S, GiB
-from sim.workload.spec import (MEGATRON_ORDER, ModelSpec, ParallelSpec, Reference, SystemSpec, WorkloadSpec,
-                               pipeline_split)
+from sim.workload.spec import (
+    MEGATRON_ORDER,
+    ModelSpec,
+    ParallelSpec,
+    Reference,
+    SystemSpec,
+    WorkloadSpec,
+    pipeline_split,
+)
 
 DEFAULT_WORKLOAD = "gpt3-175b"
 _TOP_KEYS = ("id", "name", "description", "source", "model", "system", "parallel", "dtype", "scaling", "stack",
@@ -59,8 +81,11 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages", "schedule",
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute", "recompute_num_layers",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_p2p_comm",
-                  "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details", "zero_impl",
-                  "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "grad_reduce_in_fp32", "deterministic", "async_tp_grad_allreduce", "unfused_linear_bias",
+                  "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy",
+                  "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details",
+                  "zero_impl",
+                  "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "grad_reduce_in_fp32", "deterministic",
+                  "async_tp_grad_allreduce", "unfused_linear_bias",
                   "cp_comm_type", "hierarchical_context_parallel_sizes")
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node", "network",
                 "description", "power_limit_w")

@@ -9,8 +9,9 @@ op kind and instant or fixed-latency communication.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol
+from typing import Protocol
 
 from sim.types import OpKind
 from sim.workload.ops import CommOp, Op
@@ -107,5 +108,6 @@ def share_weights(flows: tuple[Flow, ...]) -> tuple[Flow, ...]:
             count[link] = count.get(link, 0) + 1
     if all(c == 1 for c in count.values()):
         return flows
-    return tuple(Flow(f.src, f.dst, f.size_bytes, f.links, tuple(w / count[l] for l, w in zip(f.links, f.weights)))
+    return tuple(Flow(f.src, f.dst, f.size_bytes, f.links,
+                      tuple(w / count[link_id] for link_id, w in zip(f.links, f.weights)))
                  for f in flows)

@@ -75,7 +75,8 @@ from sim.topology.routing import Fabric
 from sim.types import CollectiveAlgorithm, CollectiveKind, CommKernel, NcclProtocol
 from sim.workload.ops import CommOp
 
-__all__ = ["plan_comm", "nccl_ctas", "kernel_sms", "channel_count", "NVLS_LATENCY_S", "TREE_BANDWIDTH_FACTOR", "PAT_BANDWIDTH_FACTOR",
+__all__ = ["plan_comm", "nccl_ctas", "kernel_sms", "channel_count", "NVLS_LATENCY_S", "TREE_BANDWIDTH_FACTOR",
+           "PAT_BANDWIDTH_FACTOR",
            "CTAS_IN_DOMAIN", "CTAS_NVLS", "CTAS_PER_NODE_GPU", "CTAS_ACROSS_DOMAINS"]
 
 NVLS_LATENCY_S = 25e-6
@@ -311,7 +312,7 @@ def _phase(latency_s: float, flows: list, loads: Counter | None) -> Phase:
     # Representative mode: every flow of every replica loads its links; each flow carries
     # the count of flows of the whole job on each of its links.
     count = Counter(chain.from_iterable(links for *_, links in flows))
-    return Phase(latency_s, tuple(Flow(s, d, b, links, tuple(float(count[l]) for l in links))
+    return Phase(latency_s, tuple(Flow(s, d, b, links, tuple(float(count[link]) for link in links))
                                   for s, d, b, links in flows))
 
 
@@ -496,7 +497,8 @@ def _check_forced(fabric: Fabric, op: CommOp, algo: CollectiveAlgorithm) -> None
     even = all(len(d) == len(doms[0]) for d in doms)
     why = None
     if algo is A.NVLS and not (op.collective is CollectiveKind.ALL_REDUCE and _nvls_possible(fabric, op.group)):
-        why = "an all-reduce inside one NVSwitch domain whose topology gives NVLS (scale_up.nvls_efficiency_by_size_bytes)"
+        why = ("an all-reduce inside one NVSwitch domain whose topology gives NVLS "
+               "(scale_up.nvls_efficiency_by_size_bytes)")
     elif algo is A.TREE and not (op.collective is CollectiveKind.ALL_REDUCE and len(doms) > 1):
         why = "an all-reduce over several scale-up domains"
     elif algo is A.PAT and op.collective not in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):
@@ -647,7 +649,7 @@ def _kept_plan(fabric: Fabric, op: CommOp, algorithm: CollectiveAlgorithm, fam: 
     phases = []
     for ph, latency in zip(plan.phases, latencies):
         count = Counter(chain.from_iterable(f.links for f in ph.flows))
-        kept = tuple(Flow(f.src, f.dst, f.size_bytes, f.links, tuple(float(count[l]) for l in f.links))
+        kept = tuple(Flow(f.src, f.dst, f.size_bytes, f.links, tuple(float(count[link_id]) for link_id in f.links))
                      for f in ph.flows if f.src in keep or f.dst in keep)
         phases.append(Phase(latency, kept))
     return CommPlan(tuple(phases), plan.algorithm)
@@ -659,8 +661,8 @@ def _latency_settled(fabric: Fabric, plan: CommPlan, fam: Replicas) -> bool:
     ``plan``'s flows in every phase already has the most latency a route of those replicas
     can have. The tree's is ``2 ((k - 1) h_intra + ceil(log2 d) h_inter)`` per group, ``d``
     its domains and ``k`` its size over ``d`` rounded down, the hops' latencies at most the
-    most within a domain and the most of all: settled when that bound for every replica's ``(k, d)`` (plus the collective's
-    fixed latency, as ``plan`` has it) is no more than ``plan``'s."""
+    most within a domain and the most of all: settled when that bound for every replica's
+    ``(k, d)`` (plus the collective's fixed latency, as ``plan`` has it) is no more than ``plan``'s."""
     if plan.algorithm == "nvls":
         return True
     bounds = fabric.latency_bounds_s()

@@ -95,7 +95,8 @@ def ring_protocol(steps: int, inter_steps: int, intra_hop_s: float, inter_hop_s:
     """
     best, best_s = _P.LL, float("inf")
     for p in (_P.LL, _P.LL128, _P.SIMPLE):
-        t = ring_protocol_latency_s(p, steps, inter_steps, intra_hop_s, inter_hop_s) + simple_bandwidth_s / RING_BANDWIDTH_FACTOR[p]
+        t = (ring_protocol_latency_s(p, steps, inter_steps, intra_hop_s, inter_hop_s)
+             + simple_bandwidth_s / RING_BANDWIDTH_FACTOR[p])
         if t < best_s:
             best, best_s = p, t
     return best

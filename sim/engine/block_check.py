@@ -81,7 +81,8 @@ def block_interference(sim) -> str | None:
     def links_of(op) -> frozenset:
         hit = op_links.get(id(op))
         if hit is None:
-            hit = op_links[id(op)] = frozenset(l for ph in plans[id(op)].phases for f in ph.flows for l in f.links)
+            hit = op_links[id(op)] = frozenset(link for ph in plans[id(op)].phases
+                                               for f in ph.flows for link in f.links)
         return hit
 
     shape: dict[tuple, tuple] = {}   # (id(block), factor) -> its collectives' links, whether SMs beside it matter
@@ -107,8 +108,8 @@ def block_interference(sim) -> str | None:
             continue
         if sensitive:
             by_rank.setdefault(t.rank, []).append((s, e))
-        for l in links:
-            by_link.setdefault(l, {}).setdefault(t.rank, []).append((s, e))
+        for link in links:
+            by_link.setdefault(link, {}).setdefault(t.rank, []).append((s, e))
     if not by_rank and not by_link:
         return None
     # what runs outside the blocks: each comm task's transfer, on its links and its GPU's SMs
@@ -123,13 +124,13 @@ def block_interference(sim) -> str | None:
         s = xfer.get(t.id, start[t.id])
         if not e > s:
             continue
-        for l in links_of(t.op):
-            if l in by_link:
-                on_link.setdefault(l, []).append((s, e))
+        for link in links_of(t.op):
+            if link in by_link:
+                on_link.setdefault(link, []).append((s, e))
         if t.rank in by_rank and not t.alone and plans[id(t.op)].sm_fraction > 0:
             on_sms.setdefault(t.rank, []).append((s, e))
-    for l, ranks in by_link.items():
-        other = on_link.get(l)
+    for link, ranks in by_link.items():
+        other = on_link.get(link)
         for r, spans in ranks.items():
             if other and _meet(spans, other):
                 return "a transfer outside a block shares a link with its collectives while it runs"

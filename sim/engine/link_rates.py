@@ -42,18 +42,18 @@ class LinkRates:
     def series(self, links: Iterable[int]) -> dict[int, list[tuple[float, float]]]:
         """Each of ``links``' rate as ``(time_s, rate)`` steps; a link nothing ran on has none."""
         links = list(links)
-        want = [l for l in dict.fromkeys(links) if l not in self._done]
+        want = [link for link in dict.fromkeys(links) if link not in self._done]
         if want:
             self._done.update(self._work_out(set(want)))
-        return {l: self._done[l] for l in links if self._done.get(l)}
+        return {link: self._done[link] for link in links if self._done.get(link)}
 
     def _work_out(self, want: set[int]) -> dict[int, list[tuple[float, float]]]:
-        deltas: dict[int, list[tuple[float, float]]] = {l: [] for l in want}
+        deltas: dict[int, list[tuple[float, float]]] = {link_id: [] for link_id in want}
         picked: dict[int, list] = {}  # per loads list (by id): its pairs on wanted links
         for t0, d, loads, members in self._pulses:
             hit = picked.get(id(loads))
             if hit is None:
-                hit = picked[id(loads)] = [(l, b) for l, b in loads if l in want]
+                hit = picked[id(loads)] = [(link_id, b) for link_id, b in loads if link_id in want]
             if not hit:
                 continue
             if members:

@@ -84,9 +84,9 @@ class FlowNetwork:
         cap = self.capacity
         live = []
         for f in flows:
-            pairs = [(l, w) for l, w in zip(f.links, f.weights) if not math.isinf(cap[l])]
+            pairs = [(link, w) for link, w in zip(f.links, f.weights) if not math.isinf(cap[link])]
             if f.size_bytes > 0 and pairs:
-                live.append((tuple(l for l, _ in pairs), tuple(w for _, w in pairs), f.size_bytes))
+                live.append((tuple(link for link, _ in pairs), tuple(w for _, w in pairs), f.size_bytes))
         if not live:
             ev.succeed()
             return ev
@@ -105,8 +105,8 @@ class FlowNetwork:
             for f in self.active:
                 moved = f.rate * dt
                 f.remaining -= moved
-                for l, w in zip(f.links, f.weights):
-                    busy[l] += moved * w
+                for link, w in zip(f.links, f.weights):
+                    busy[link] += moved * w
         self.last_t = now
 
     def _rates(self) -> None:
@@ -114,7 +114,7 @@ class FlowNetwork:
         cap = self.capacity
         if len(flows) == 1:
             f = flows[0]
-            f.rate = min(cap[l] / w for l, w in zip(f.links, f.weights))
+            f.rate = min(cap[link] / w for link, w in zip(f.links, f.weights))
             return
         key = tuple(f.key for f in flows)
         hit = self._memo.get(key)
@@ -131,25 +131,25 @@ class FlowNetwork:
         cap = self.capacity
         load: dict[int, float] = {}
         for f in flows:
-            for l, w in zip(f.links, f.weights):
-                load[l] = load.get(l, 0.0) + w
-        left = {l: cap[l] for l in load}
+            for link, w in zip(f.links, f.weights):
+                load[link] = load.get(link, 0.0) + w
+        left = {link: cap[link] for link in load}
         unfixed = flows
         while unfixed:
             best_l, best = -1, math.inf
-            for l, ld in load.items():
+            for link, ld in load.items():
                 if ld > 1e-12:
-                    share = left[l] / ld
+                    share = left[link] / ld
                     if share < best:
-                        best, best_l = share, l
+                        best, best_l = share, link
             best = max(best, 0.0)
             keep = []
             for f in unfixed:
                 if best_l in f.links:
                     f.rate = best
-                    for l, w in zip(f.links, f.weights):
-                        left[l] = max(left[l] - w * best, 0.0)
-                        load[l] -= w
+                    for link, w in zip(f.links, f.weights):
+                        left[link] = max(left[link] - w * best, 0.0)
+                        load[link] -= w
                 else:
                     keep.append(f)
             unfixed = keep
@@ -158,13 +158,13 @@ class FlowNetwork:
         now, old = self.env.now, self._link_rate
         new: dict[int, float] = {}
         for f in self.active:
-            for l, w in zip(f.links, f.weights):
-                new[l] = new.get(l, 0.0) + f.rate * w
+            for link, w in zip(f.links, f.weights):
+                new[link] = new.get(link, 0.0) + f.rate * w
         log = self.rate_log
-        for l in sorted(set(old) | set(new)):
-            v = new.get(l, 0.0)
-            if v != old.get(l, 0.0):
-                log.append((now, l, v))
+        for link in sorted(set(old) | set(new)):
+            v = new.get(link, 0.0)
+            if v != old.get(link, 0.0):
+                log.append((now, link, v))
         self._link_rate = new
 
     def _reschedule(self) -> None:

@@ -42,9 +42,9 @@ from sim.engine.contention import HeldSMs
 from sim.engine.link_rates import LinkRates
 from sim.engine.network import FlowNetwork, solo_time_s
 from sim.errors import DeadlockError
+from sim.program import Block, Program
 from sim.results import CounterSample, SimResult, Span, SpanTable
 from sim.types import CollectiveKind, CommClass, OpKind, Stream
-from sim.program import Block, Program
 
 __all__ = ["Simulation"]
 
@@ -349,11 +349,11 @@ class Simulation:
         for oid, streams in signatures:
             links = op_links.get(oid)
             if links is None:
-                links = op_links[oid] = {l for ph in self.plans[oid].phases for f in ph.flows for l in f.links}
-            for l in links:
-                common = link_common.get(l)
-                link_common[l] = streams if common is None else (common & streams)
-                link_users.setdefault(l, set()).update(streams)
+                links = op_links[oid] = {link for ph in self.plans[oid].phases for f in ph.flows for link in f.links}
+            for link in links:
+                common = link_common.get(link)
+                link_common[link] = streams if common is None else (common & streams)
+                link_users.setdefault(link, set()).update(streams)
         self._op_links, self._link_users = op_links, link_users
         out: dict[int, float] = {}
         seen: set[int] = set()
@@ -361,7 +361,7 @@ class Simulation:
             if id(t.op) not in seen:
                 seen.add(id(t.op))
                 big_a2a = t.op.collective is CollectiveKind.ALL_TO_ALL and len(t.op.group) > MAX_SHARED_ALL_TO_ALL
-                if big_a2a or all(link_common[l] for l in op_links[id(t.op)]):
+                if big_a2a or all(link_common[link] for link in op_links[id(t.op)]):
                     out[id(t.op)] = self._solo_time(id(t.op))
         return out
 
@@ -435,8 +435,8 @@ class Simulation:
         sharers = self._sharers.get((oid, k))
         if sharers is None:
             users = set()
-            for l in self._op_links[oid]:
-                users |= self._link_users[l]
+            for link in self._op_links[oid]:
+                users |= self._link_users[link]
             sharers = self._sharers[(oid, k)] = tuple(sorted(self._index[u] for u in users if self._index[u] != k))
         on_clock = self._on_clock
         if not sharers or _SHARED_ON_CLOCK or k in on_clock:
@@ -897,7 +897,8 @@ class Simulation:
         if parts is None:
             _, exposed, _, shares = self.block_timing(op, factor)
             comm = tuple((stream, f"nccl {cls.value} {t.name}", cls, e,
-                          (("collectives", len(op.comm_ops(cls))), ("bytes", sum(c.size_bytes for c in op.comm_ops(cls)))))
+                          (("collectives", len(op.comm_ops(cls))),
+                           ("bytes", sum(c.size_bytes for c in op.comm_ops(cls)))))
                          for cls, stream, e in exposed if e > 0)
             extra = (("compute_by_kind", shares), ("ops", sum(1 for s in op.streams if s is None)),
                      ("flops", op.flops), ("bytes", op.bytes))

@@ -58,20 +58,28 @@ import signal
 import tempfile
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
-from sim.version import __version__
 from sim.errors import ConfigError, NotBuiltError
-from sim.export.etfile import (Attr, AttrType, CollectiveCommType, EtNode, NodeType, encode_metadata, encode_node,
-                               encode_node_attrs, frame)
+from sim.export.etfile import (
+    Attr,
+    AttrType,
+    CollectiveCommType,
+    EtNode,
+    NodeType,
+    encode_metadata,
+    encode_node,
+    encode_node_attrs,
+    frame,
+)
 from sim.program import Block, Program, Task
 from sim.results import SimResult
 from sim.types import CollectiveKind
 from sim.units import MB, US
+from sim.version import __version__
 from sim.workload.layout import Layout
 from sim.workload.ops import CommOp
 
@@ -281,7 +289,8 @@ class ChakraExporter:
             times = (start_us, round(span.end_s / US) - start_us)
             tail = tail_of.get((t.stream, t.args))
             if tail is None:
-                tail = tail_of[(t.stream, t.args)] = (Attr("stream", AttrType.INT64, int(t.stream)),) + _arg_attrs(t.args)
+                tail = tail_of[(t.stream, t.args)] = ((Attr("stream", AttrType.INT64, int(t.stream)),)
+                                                      + _arg_attrs(t.args))
             head = head_of.get((id(t.op), t.kind))
             if head is None:
                 head = head_of[(id(t.op), t.kind)] = _op_attrs(t.op, t.kind)
@@ -295,7 +304,8 @@ class ChakraExporter:
             elif op.collective is CollectiveKind.SEND_RECV:
                 kind = NodeType.COMM_SEND_NODE if op.group[0] == rank else NodeType.COMM_RECV_NODE
                 attrs = head + (Attr("comm_tag", AttrType.INT32, self._tags[t.id]),) + tail
-                out.append((EtNode(first, t.name, kind, data, ctrl, *times, attrs), _Comm(src=op.group[0], dst=op.group[1])))
+                out.append((EtNode(first, t.name, kind, data, ctrl, *times, attrs),
+                            _Comm(src=op.group[0], dst=op.group[1])))
             else:  # ring exchange: send to the next rank of the ring, receive from the previous
                 nxt, prev = _ring_peers(op.group, rank)
                 for i, (kind, src, dst, tag) in enumerate(((NodeType.COMM_SEND_NODE, rank, nxt, self._tags[t.id]),

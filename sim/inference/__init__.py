@@ -8,8 +8,8 @@ point (:mod:`sim.inference.roofline`), ``llmsim whatif memory`` swaps the HBM ge
 that issues the kernels costs (:mod:`sim.inference.host`).
 """
 
-from sim.inference.spec import InferenceSpec, Phase
 from sim.inference.runner import InferenceRun, simulate_inference
+from sim.inference.spec import InferenceSpec, Phase
 from sim.inference.stack import ServingStack, load_serving_stack
 
 __all__ = ["InferenceSpec", "Phase", "InferenceRun", "ServingStack", "load_serving_stack", "simulate_inference"]

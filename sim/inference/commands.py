@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import argparse
 
-from sim.json_output import write_json
 from sim.inference.spec import KV_DTYPES
+from sim.json_output import write_json
 from sim.types import SIMULATED_DTYPES, dtype_names
 
 __all__ = ["add_commands", "add_whatif_memory"]
@@ -45,7 +45,6 @@ def _cmd_infer(a: argparse.Namespace) -> int:
     from sim.inference.config import build_spec
     from sim.inference.report import format_inference_report, make_inference_report
     from sim.inference.runner import simulate_inference
-
     from sim.inference.stack import load_serving_stack
 
     spec, topo, notes = build_spec(_args(a))
@@ -108,9 +107,8 @@ def _cmd_whatif_memory(a: argparse.Namespace) -> int:
 
 
 def _cmd_validate_infer(a: argparse.Namespace) -> int:
-    from sim.inference.validate import format_inference_validation, validate_inference
-
     from sim.inference.stack import load_serving_stack
+    from sim.inference.validate import format_inference_validation, validate_inference
 
     v = validate_inference(a.file, stack=load_serving_stack(a.stack) if a.stack is not None else None)
     print(format_inference_validation(v))

@@ -167,7 +167,8 @@ def format_memory_whatif(spec: InferenceSpec, rows: list[MemoryRow]) -> str:
         return f"{(x / y - 1) * 100:+6.1f}%" if y > 0 else "     -"
 
     for r in rows:
-        lines.append(f"  {r.generation:<6} {r.hbm_bandwidth_bytes_per_s / 1e12:>6.2f} {r.hbm_capacity_bytes / GiB:>6.0f} "
+        lines.append(f"  {r.generation:<6} {r.hbm_bandwidth_bytes_per_s / 1e12:>6.2f} "
+                     f"{r.hbm_capacity_bytes / GiB:>6.0f} "
                      f"{r.ttft_s * 1e3:>9.3f} {pct(r.ttft_s, base.ttft_s)} {r.tpot_s * 1e3:>9.3f} "
                      f"{pct(r.tpot_s, base.tpot_s)} {r.e2e_latency_s:>7.4f} {pct(r.e2e_latency_s, base.e2e_latency_s)}"
                      f"  {'yes' if r.fits else 'NO'}")

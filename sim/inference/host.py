@@ -34,8 +34,8 @@ from sim.costs.analytical import AnalyticalCostModel
 from sim.engine.network import solo_time_s
 from sim.inference.stack import ServingStack
 from sim.types import OpKind
-from sim.workload.steps import Step
 from sim.workload.ops import Op
+from sim.workload.steps import Step
 
 __all__ = ["HostOp", "HostCostModel", "host_lag_s", "host_gap_s", "step_durations"]
 
@@ -97,7 +97,8 @@ class HostCostModel(AnalyticalCostModel):
         return super().compute_time_s(op)
 
 
-def step_durations(costs: AnalyticalCostModel, capacity_bytes_per_s: Sequence[float]) -> Callable[[Sequence[Step]], list[float]]:
+def step_durations(costs: AnalyticalCostModel,
+                   capacity_bytes_per_s: Sequence[float]) -> Callable[[Sequence[Step]], list[float]]:
     """``durations(steps)``: each op's time on the GPU alone, in issue order: a compute op's
     price, a collective's time on an idle network (its plan's phases,
     :func:`sim.engine.network.solo_time_s`). Serving one batch, each collective is waited for by

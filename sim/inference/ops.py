@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from sim.inference.spec import InferenceSpec, Phase
 from sim.types import CollectiveKind, CommClass, OpKind, Stream
 from sim.workload.layers import ACT_DTYPE
-from sim.workload.steps import Step
 from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp, dtype_bytes
+from sim.workload.steps import Step
 
 __all__ = ["StepShape", "layer_steps", "embedding_steps", "head_steps", "kv_bytes_per_token_layer",
            "hidden_bytes", "TOKEN_ID_BYTES"]
@@ -56,11 +56,11 @@ class StepShape:
     context: int
 
     @classmethod
-    def prefill(cls, prompt_tokens: int) -> "StepShape":
+    def prefill(cls, prompt_tokens: int) -> StepShape:
         return cls(Phase.PREFILL, prompt_tokens, prompt_tokens)
 
     @classmethod
-    def decode(cls, prompt_tokens: int, step: int) -> "StepShape":
+    def decode(cls, prompt_tokens: int, step: int) -> StepShape:
         """Decode step ``step`` (1-based): it feeds the token sampled by the step before, at
         position ``prompt + step - 1``, so the cache then holds ``prompt + step`` tokens."""
         return cls(Phase.DECODE, 1, prompt_tokens + step)

@@ -31,15 +31,22 @@ from dataclasses import dataclass
 
 from sim.inference.host import HostOp
 from sim.inference.memory import activation_bytes, weights_bytes
-from sim.inference.ops import (TOKEN_ID_BYTES, StepShape, embedding_steps, head_steps, hidden_bytes,
-                               kv_bytes_per_token_layer, layer_steps)
+from sim.inference.ops import (
+    TOKEN_ID_BYTES,
+    StepShape,
+    embedding_steps,
+    head_steps,
+    hidden_bytes,
+    kv_bytes_per_token_layer,
+    layer_steps,
+)
 from sim.inference.spec import InferenceSpec, Phase
 from sim.program import Block, Program, Task
 from sim.results import RankInfo
 from sim.types import CollectiveKind, CommClass, OpKind, Stream
-from sim.workload.steps import Step
 from sim.workload.layout import Layout
 from sim.workload.ops import CommOp, Op
+from sim.workload.steps import Step
 
 __all__ = ["GRANULARITIES", "HostGap", "InferenceProgram", "build_inference_program", "step_shape"]
 

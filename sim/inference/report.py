@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.version import __version__
 from sim.inference.host import HostOp
 from sim.inference.memory import StageMemory, stage_memory
 from sim.inference.program import phase_of
@@ -23,6 +22,7 @@ from sim.inference.spec import Phase
 from sim.program import Block
 from sim.types import CommClass, OpKind
 from sim.units import MS, GiB, byte_count
+from sim.version import __version__
 
 __all__ = ["InferenceReport", "make_inference_report", "format_inference_report"]
 

@@ -38,7 +38,8 @@ def ridge_flops_per_byte(gpu: GPUSpec, dtype: Dtype) -> float:
     """The ridge point: dense peak FLOP/s in ``dtype`` over HBM bytes/s.
 
     >>> from sim.hardware import get_gpu
-    >>> round(ridge_flops_per_byte(get_gpu("A100"), Dtype.BF16)), round(ridge_flops_per_byte(get_gpu("H100"), Dtype.BF16))
+    >>> a100, h100 = get_gpu("A100"), get_gpu("H100")
+    >>> round(ridge_flops_per_byte(a100, Dtype.BF16)), round(ridge_flops_per_byte(h100, Dtype.BF16))
     (153, 295)
     """
     return gpu.peak(dtype) / gpu.hbm_bandwidth_bytes_per_s
@@ -72,7 +73,8 @@ class OpRow:
         return self.flops / self.time_s if self.time_s > 0 else 0.0
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "kind": self.kind, "shape": self.shape, "flops": self.flops, "bytes": byte_count(self.bytes),
+        return {"name": self.name, "kind": self.kind, "shape": self.shape, "flops": self.flops,
+                "bytes": byte_count(self.bytes),
                 "intensity_flops_per_byte": self.intensity_flops_per_byte,
                 "ridge_flops_per_byte": self.ridge_flops_per_byte, "verdict": self.verdict,
                 "time_s": self.time_s, "bound_by": self.bound_by, "achieved_flops_per_s": self.achieved_flops_per_s,

@@ -98,7 +98,8 @@ class ServingStack:
         'x (eager: 4.0 us per kernel issued; host 1.000 ms per step, 0.000 ms per request)'
         """
         mode = "CUDA graphs" if self.cuda_graphs else f"eager: {self.kernel_issue_s * 1e6:.1f} us per kernel issued"
-        return f"{self.name} ({mode}; host {self.step_s * 1e3:.3f} ms per step, {self.request_s * 1e3:.3f} ms per request)"
+        return (f"{self.name} ({mode}; host {self.step_s * 1e3:.3f} ms per step, "
+                f"{self.request_s * 1e3:.3f} ms per request)")
 
 
 def _error(path: str, field: str, expected: str, got: object) -> ConfigError:

@@ -28,7 +28,8 @@ from sim.inference.runner import simulate_inference
 from sim.inference.spec import InferenceSpec
 from sim.inference.stack import ServingStack, load_serving_stack, stack_for_framework
 
-__all__ = ["DEFAULT_CASES", "METRICS", "Row", "Validation", "case_stack", "validate_inference", "format_inference_validation", "bandwidth_floor_s"]
+__all__ = ["DEFAULT_CASES", "METRICS", "Row", "Validation", "case_stack", "validate_inference",
+           "format_inference_validation", "bandwidth_floor_s"]
 
 METRICS = ("ttft_s", "tpot_s", "e2e_latency_s")
 DEFAULT_CASES = "latency"

@@ -146,7 +146,7 @@ class FatTreeIndex:
 
     # -- which specs -------------------------------------------------------------------------
     @classmethod
-    def of(cls, spec: TopologySpec, num_gpus: int) -> "FatTreeIndex | None":
+    def of(cls, spec: TopologySpec, num_gpus: int) -> FatTreeIndex | None:
         """The index of ``spec`` at ``num_gpus``, or None when it is not a fat tree this
         covers: NVSwitch domains of whole servers (or whole NICs' GPUs within a server), each
         reaching every plane, no faults, no GraphML file, sizes that build."""

@@ -96,7 +96,7 @@ class FatTreeRouter:
         return self._num_domains
 
     @classmethod
-    def of(cls, graph: nx.DiGraph, num_gpus: int) -> "FatTreeRouter | None":
+    def of(cls, graph: nx.DiGraph, num_gpus: int) -> FatTreeRouter | None:
         """The router of ``graph``, or None when it is not a fault-free fat tree with
         NVSwitch domains of whole servers, every one with a NIC in every plane."""
         nodes = graph.nodes
@@ -197,7 +197,7 @@ class FatTreeRouter:
         return r
 
     @classmethod
-    def from_index(cls, index) -> "FatTreeRouter":
+    def from_index(cls, index) -> FatTreeRouter:
         """The router of the fat tree ``index`` (a :class:`~sim.topology.fattree_index.FatTreeIndex`)
         describes, its tables filled on first look-up: the same routes as :meth:`of` gives
         for the built graph, at a cost that does not grow with the fabric.

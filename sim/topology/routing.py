@@ -73,7 +73,7 @@ class _LinkColumn(Sequence):
     routes handed out recorded (:attr:`FatTreeIndex.info`), else the built graph's (built on
     first need; only a caller that reads links no route uses gets there)."""
 
-    def __init__(self, fabric: "Fabric", field: int) -> None:
+    def __init__(self, fabric: Fabric, field: int) -> None:
         self._fabric, self._field = fabric, field
 
     def __len__(self) -> int:
@@ -150,7 +150,7 @@ class Fabric:
         self._bounds: tuple[float, float] | None = None
 
     @classmethod
-    def of(cls, spec: TopologySpec, num_gpus: int, placement: Sequence[int] | None = None) -> "Fabric":
+    def of(cls, spec: TopologySpec, num_gpus: int, placement: Sequence[int] | None = None) -> Fabric:
         """The fabric of ``spec`` at ``num_gpus``: read from the fat tree's structure where
         :meth:`FatTreeIndex.of <sim.topology.fattree_index.FatTreeIndex.of>` covers it, else
         built as a graph (:func:`~sim.topology.build.build_topology`); the same either way.
@@ -261,12 +261,12 @@ class Fabric:
         latency = 0.0
         if self._index is not None:
             info = self._index.info
-            for l in links:
-                latency += info[l][2]
+            for link in links:
+                latency += info[link][2]
             efficiency = info[bottleneck][3]
         else:
-            for l in links:
-                latency += self._latency_s[l]
+            for link in links:
+                latency += self._latency_s[link]
             efficiency = self._efficiency[bottleneck]
         return Route(links=links, latency_s=latency, bottleneck_bytes_per_s=cap[bottleneck], efficiency=efficiency)
 
@@ -351,4 +351,4 @@ class Fabric:
         if self._star[d]:
             return True
         kinds = self.link_kinds
-        return all(all(kinds[l] == "nvlink" for l in self.route(ranks[0], r).links) for r in ranks[1:])
+        return all(all(kinds[link] == "nvlink" for link in self.route(ranks[0], r).links) for r in ranks[1:])

@@ -20,8 +20,8 @@ from __future__ import annotations
 from enum import Enum
 
 from sim.memory import layer_split
-from sim.workload import deepspeed_zero3 as ds3
 from sim.types import CollectiveKind, CommClass, Stream
+from sim.workload import deepspeed_zero3 as ds3
 from sim.workload.ops import CommOp
 
 __all__ = ["DataParallelMixin", "DPScope", "GRAD_REDUCE_BYTES", "PARAM_GATHER_BYTES"]

@@ -61,7 +61,8 @@ from sim.hardware import GPUSpec
 from sim.workload.spec import ModelSpec
 
 __all__ = ["PERSISTENCE_THRESHOLD_NUMEL", "GRAD_BYTES", "PY_TENSOR_OP_S", "UNPACK_OPS_PER_RANK",
-           "FETCH_HOST_S", "layer_tensors", "gathered", "persistent", "gather_issue_s", "reduce_issue_s", "persistent_issue_s"]
+           "FETCH_HOST_S", "layer_tensors", "gathered", "persistent", "gather_issue_s", "reduce_issue_s",
+           "persistent_issue_s"]
 
 PERSISTENCE_THRESHOLD_NUMEL = 100_000
 """Parameters with fewer elements stay gathered (DeepSpeed v0.3 ``stage3.py``,

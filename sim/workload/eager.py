@@ -27,7 +27,8 @@ the rotary embedding's upcasts fp32; per-row statistics, ``tokens x 4`` bytes, a
 such), the access pattern the one PyTorch's kernel for it walks (:class:`MemoryAccess`: the
 upcasts run ``unrolled_elementwise_kernel``, the broadcasts and ``repeat_kv``'s copy the strided
 ``elementwise_kernel``, as profiled in a torchtitan layer on our H100,
-``benchmarks/device/results/h100-sxm5-80gb-2026-11-26-eager-layer.json``). The rotary embedding's compiled kernel is not priced on the fused side (it is not
+``benchmarks/device/results/h100-sxm5-80gb-2026-11-26-eager-layer.json``). The rotary
+embedding's compiled kernel is not priced on the fused side (it is not
 modelled for any framework), so the eager rotary kernels are its whole cost here.
 """
 

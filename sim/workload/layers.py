@@ -64,10 +64,10 @@ class LayerOps:
     """What torchtitan's op-level policy recomputes before a layer's backward: every other
     matmul (``wk``, ``wo``, ``w3`` of a SwiGLU layer) and the norms, activation and residual
     adds; the TP collectives are not re-run (the saved matmul outputs feed the rest)."""
-    moe: "LayerOps | None" = None
+    moe: LayerOps | None = None
     """The same for a mixture-of-experts layer (its MLP replaced by the router, the token
     dispatch, the experts and the combine); None for a dense model."""
-    high_precision: "LayerOps | None" = None
+    high_precision: LayerOps | None = None
     """The same layers with their linear layers in 16 bits, for the first and last layers a
     low-precision recipe keeps in BF16 (Megatron-LM ``--first-last-layers-bf16``:
     ``megatron/core/fp4_utils.py`` ``get_fp4_context`` @ ``322dfae`` enters no FP4 context
@@ -81,7 +81,7 @@ class LayerOps:
             b, w, k = split_weight_gradients(self.layer_bwd, self.attention_bwd_index)
             object.__setattr__(self, "split_bwd", (b, w, k))
 
-    def for_layer(self, is_moe: bool, bf16: bool = False) -> "LayerOps":
+    def for_layer(self, is_moe: bool, bf16: bool = False) -> LayerOps:
         """The ops of a (MoE if ``is_moe``) layer, its linear layers in BF16 if ``bf16``."""
         ops = self.high_precision if bf16 and self.high_precision is not None else self
         return ops.moe if is_moe and ops.moe is not None else ops
@@ -309,7 +309,8 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
         act_b = kernels(OpKind.ELEMENTWISE, _eager.swiglu_backward(T, f // t))
     else:
         act_f = [c("activation", mem(OpKind.ELEMENTWISE, T * f // t * e * (branches + 1 + fill)))]
-        act_b = [c("activation-bwd", activation_bwd(T * f // t * e * (2 * branches + 1), T * f // t * e * fill * branches))]
+        act_b = [c("activation-bwd",
+                   activation_bwd(T * f // t * e * (2 * branches + 1), T * f // t * e * fill * branches))]
     # eager only: the rotary embedding of q and k and the K/V heads repeated for SDPA
     # (the compiled rotary kernel is not priced, as for every framework)
     q_w, kv_w = q // t, kv_heads * model.head_dim

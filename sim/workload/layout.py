@@ -58,7 +58,7 @@ class Layout:
     """Replicas of a ZeRO/FSDP shard group among the ``dp`` coordinates (hybrid sharding)."""
 
     @classmethod
-    def of(cls, parallel: ParallelSpec) -> "Layout":
+    def of(cls, parallel: ParallelSpec) -> Layout:
         return cls(parallel.tp, parallel.dp * parallel.cp, parallel.pp, parallel.cp, parallel.ep, parallel.etp,
                    parallel.dp_replicate)
 

@@ -89,7 +89,7 @@ class Cast:
     bytes: float = 0.0
     kernels: int = 0
 
-    def __add__(self, other: "Cast") -> "Cast":
+    def __add__(self, other: Cast) -> Cast:
         return Cast(self.bytes + other.bytes, self.kernels + other.kernels)
 
 

@@ -15,8 +15,18 @@ from dataclasses import dataclass
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
 from sim.topology.network import NetworkSpec
-from sim.types import (NOT_SIMULATED_DTYPES, SIMULATED_DTYPES, AttentionKernel, CpCommType, Dtype, LossKind,
-                       RecomputeKind, ScalingRecipe, ScheduleKind, ZeroImpl)
+from sim.types import (
+    NOT_SIMULATED_DTYPES,
+    SIMULATED_DTYPES,
+    AttentionKernel,
+    CpCommType,
+    Dtype,
+    LossKind,
+    RecomputeKind,
+    ScalingRecipe,
+    ScheduleKind,
+    ZeroImpl,
+)
 from sim.workload.quantization import LOW_PRECISION
 from sim.workload.tp_overlap import TE_DEFAULTS, TpOverlapConfig
 

@@ -203,8 +203,8 @@ def test_trace_of_an_interleaved_dp_run_is_valid():
         assert validate_chrome_trace(obj) == []
         events = obj["traceEvents"]
         assert sum(e["ph"] == "s" for e in events) == sum(e["ph"] == "f" for e in events) > 0
-        assert {e["tid"] for e in events if e["ph"] == "X"} >= {int(s) for s in Stream} - {int(Stream.DP_GATHER), int(Stream.CP_COMM), int(Stream.EP_COMM),
-                                                                 int(Stream.DP_REPLICATE)}
+        unused = {int(Stream.DP_GATHER), int(Stream.CP_COMM), int(Stream.EP_COMM), int(Stream.DP_REPLICATE)}
+        assert {e["tid"] for e in events if e["ph"] == "X"} >= {int(s) for s in Stream} - unused
 
 
 def test_zero3_gathers_each_layer_before_it_computes_and_reduces_after():

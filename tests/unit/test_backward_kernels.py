@@ -140,7 +140,8 @@ def test_megatron_own_linears_add_and_reduce_their_biases_separately():
             assert bwd[f"{name}-bias-grad"].bytes == tokens * width * E
         fwd = {st.name: st.op for st in ops.layer_fwd}
         assert fwd["qkv-bias"].bytes == 2 * T * 3 * h // t * E
-        added = set(_names(ops.layer_bwd) + _names(ops.layer_fwd)) - set(_names(plain.layer_bwd) + _names(plain.layer_fwd))
+        added = (set(_names(ops.layer_bwd) + _names(ops.layer_fwd))
+                 - set(_names(plain.layer_bwd) + _names(plain.layer_fwd)))
         assert added == {"qkv-bias", *(f"{n}-bias-grad" for n in widths)}
     # without sequence parallelism the QKV input gradient's all-reduce is waited for by norm1's
     # backward, after the wgrad GEMM and the bias sum

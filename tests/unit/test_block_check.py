@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 
 from sim.config import load_topology, load_workload
+from sim.costs.analytical import AnalyticalCostModel
 from sim.engine import Simulation
 from sim.engine.block_check import _meet, _structure, block_interference
-from sim.costs.analytical import AnalyticalCostModel
 from sim.program import Block
 from sim.runner import simulate
 from sim.topology.routing import Fabric

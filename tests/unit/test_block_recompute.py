@@ -155,7 +155,8 @@ def test_the_spec_refuses_more_layers_than_a_chunk_holds():
     make_workload(pp=2, gbs=4, layers=8, recompute=FULL, recompute_layers=4)  # a whole chunk: fine
     with pytest.raises(ConfigError) as exc:
         make_workload(pp=2, gbs=4, layers=8, recompute=FULL, recompute_layers=5)
-    assert exc.value.field == "parallel.recompute_num_layers" and "at most the layers of a model chunk, 4" in str(exc.value)
+    assert exc.value.field == "parallel.recompute_num_layers"
+    assert "at most the layers of a model chunk, 4" in str(exc.value)
 
 
 @pytest.mark.parametrize("sets, expected", [

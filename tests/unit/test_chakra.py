@@ -22,7 +22,8 @@ from sim.units import US  # noqa: E402
 from sim.workload.layout import Layout  # noqa: E402
 from tests.conftest import make_workload  # noqa: E402
 
-_TYPES = {CollectiveKind.ALL_REDUCE: CollectiveCommType.ALL_REDUCE, CollectiveKind.ALL_GATHER: CollectiveCommType.ALL_GATHER,
+_TYPES = {CollectiveKind.ALL_REDUCE: CollectiveCommType.ALL_REDUCE,
+          CollectiveKind.ALL_GATHER: CollectiveCommType.ALL_GATHER,
           CollectiveKind.REDUCE_SCATTER: CollectiveCommType.REDUCE_SCATTER,
           CollectiveKind.ALL_TO_ALL: CollectiveCommType.ALL_TO_ALL}
 
@@ -169,7 +170,8 @@ def test_comm_nodes_carry_type_size_and_group(tiny_files, tiny_run):
                 assert n.type is NodeType.COMM_COLL_NODE
                 assert _attr(n, "comm_type") == _TYPES[op.collective]
                 assert groups[int(_attr(n, "pg_name"))] == tuple(sorted(op.group))
-                expected = op.size_bytes / len(op.group) if op.collective is CollectiveKind.ALL_GATHER else op.size_bytes
+                gather = op.collective is CollectiveKind.ALL_GATHER
+                expected = op.size_bytes / len(op.group) if gather else op.size_bytes
                 assert _attr(n, "comm_size") == round(expected)
             else:
                 assert (_attr(n, "comm_src"), _attr(n, "comm_dst")) == op.group
@@ -394,7 +396,8 @@ def test_a_nodes_rank_attributes_are_appended_by_concatenation(mixed_runs):
                 checked += 1
     assert checked > 100
     add = (Attr("pg_name", AttrType.STRING, "12"), Attr("comm_src", AttrType.INT32, 2**31 - 1))
-    for n in (EtNode(0, "", NodeType.COMM_COLL_NODE), EtNode(2**40, "x" * 500, NodeType.COMM_SEND_NODE, (1, 2), (3,), 7, 9)):
+    for n in (EtNode(0, "", NodeType.COMM_COLL_NODE),
+              EtNode(2**40, "x" * 500, NodeType.COMM_SEND_NODE, (1, 2), (3,), 7, 9)):
         assert encode_node(n) + encode_node_attrs(add) == encode_node(replace(n, attrs=n.attrs + add))
 
 

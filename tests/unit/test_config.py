@@ -8,8 +8,7 @@ import pytest
 import yaml
 
 import sim
-from sim.config import (default_topology_name, load_cases, load_topology, load_workload,
-                        load_workload_with_notes)
+from sim.config import default_topology_name, load_cases, load_topology, load_workload, load_workload_with_notes
 from sim.errors import ConfigError
 from sim.topology.spec import FabricKind, ScaleUpKind
 from sim.types import Dtype, RecomputeKind, ScheduleKind
@@ -127,7 +126,8 @@ def test_nulls_are_filled_and_noted(tmp_path):
     assert spec.parallel.schedule is ScheduleKind.ONE_F_ONE_B
     assert spec.model.ffn_hidden_size == 4096 and spec.model.num_kv_heads == 16
     assert spec.model.gated_mlp is True and spec.dtype is Dtype.BF16
-    assert "parallel.recompute: null -> none (stack megatron-core: no recomputation (Megatron-LM's --recompute-granularity defaults to none))" in notes
+    assert ("parallel.recompute: null -> none (stack megatron-core: no recomputation "
+            "(Megatron-LM's --recompute-granularity defaults to none))") in notes
     assert any(n.startswith("parallel.dp: null -> 2") for n in notes)
     assert any(n.startswith("model.gated_mlp: null -> true") for n in notes)
     # the stack the defaults came from, and why: no framework named

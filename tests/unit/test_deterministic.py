@@ -103,7 +103,8 @@ def test_deterministic_attention_backward_on_a100_is_flash2_deterministic():
         (attention_time_s(a100, bwd) - launch) / FA2_DETERMINISTIC_BWD_RATIO, rel=1e-9)
     fwd = AttentionOp(2, 8, 2, 8192, 128, True, False)
     assert attention_time_s(a100, dataclasses.replace(fwd, deterministic=True)) == attention_time_s(a100, fwd)
-    assert attention_time_s(h100, bwd) < attention_time_s(h100, det) < 0.8 * attention_time_s(h100, bwd) / FA2_DETERMINISTIC_BWD_RATIO
+    assert (attention_time_s(h100, bwd) < attention_time_s(h100, det)
+            < 0.8 * attention_time_s(h100, bwd) / FA2_DETERMINISTIC_BWD_RATIO)
 
 
 @pytest.mark.parametrize("gpu", ["B200", "GB200", "GB300"])
@@ -144,8 +145,9 @@ def test_frameworks_dated_2021_predate_gradient_accumulation_fusion():
     """A case whose framework text is dated 2021 or earlier runs the unfused accumulation (the
     fusion reached Megatron-LM's tensor-parallel layers in early 2022); 2022 and later keep
     Megatron-LM's default."""
-    import yaml
     from pathlib import Path
+
+    import yaml
     path = "workloads/validation/narayanan2021.yaml"
     text = {c["id"]: c["framework"] for c in yaml.safe_load(Path(path).read_text())}
     dated = [r for r in load_case_records(path) if "2021" in text[r.id]]

@@ -44,7 +44,7 @@ def test_router_matches_dijkstra(name):
     unique = 0
     for s, t in itertools.permutations(gpus, 2):
         links = router.links(s, t)
-        hops = [by_id[l] for l in links]
+        hops = [by_id[link] for link in links]
         assert hops[0][0] == f"gpu{s}" and hops[-1][1] == f"gpu{t}"
         assert all(a[1] == b[0] for a, b in zip(hops, hops[1:]))
         weight = sum(g.edges[u, v]["hop_weight"] for u, v in hops)
@@ -75,4 +75,4 @@ def test_failed_link_falls_back_to_dijkstra():
     assert FatTreeRouter.of(g, 32) is None
     fab = Fabric(g)
     r = fab.route(0, 8)
-    assert all("nic0.0" not in fab.link_names[l] for l in r.links)
+    assert all("nic0.0" not in fab.link_names[link] for link in r.links)

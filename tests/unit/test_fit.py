@@ -79,7 +79,8 @@ def test_a_case_that_fits_keeps_the_recipe_defaults(tmp_path):
     assert fits_in_memory(w)
     p = w.parallel
     assert (p.distributed_optimizer, p.sequence_parallel, p.recompute) == (False, False, RecomputeKind.NONE)
-    assert "parallel.recompute: null -> none (stack megatron-core: no recomputation (Megatron-LM's --recompute-granularity defaults to none))" in notes
+    assert ("parallel.recompute: null -> none (stack megatron-core: no recomputation "
+            "(Megatron-LM's --recompute-granularity defaults to none))") in notes
     assert not any("memory savers" in n for n in notes)
 
 

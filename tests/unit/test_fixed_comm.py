@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from sim.topology_choice import place_workload
 from sim.config import load_workload_with_notes
 from sim.costs.analytical import AnalyticalCostModel
 from sim.engine.simulation import MAX_SHARED_ALL_TO_ALL, Simulation
 from sim.runner import cached_fabric, excluded_algorithms, gpu_placement
+from sim.topology_choice import place_workload
 from sim.types import CollectiveKind
 from sim.workload.taskgraph import build_program
 
@@ -37,15 +37,15 @@ def _rule(sim: Simulation) -> tuple[dict, dict]:
     for t in tasks:
         if t.comm:
             here = frozenset(streams[t.coll_key])
-            for l in {l for ph in sim.plans[id(t.op)].phases for f in ph.flows for l in f.links}:
-                common[l] = here if l not in common else common[l] & here
-                users.setdefault(l, set()).update(here)
+            for link in {link for ph in sim.plans[id(t.op)].phases for f in ph.flows for link in f.links}:
+                common[link] = here if link not in common else common[link] & here
+                users.setdefault(link, set()).update(here)
     fixed = {}
     for t in tasks:
         if t.comm and id(t.op) not in fixed:
-            links = {l for ph in sim.plans[id(t.op)].phases for f in ph.flows for l in f.links}
+            links = {link for ph in sim.plans[id(t.op)].phases for f in ph.flows for link in f.links}
             big = t.op.collective is CollectiveKind.ALL_TO_ALL and len(t.op.group) > MAX_SHARED_ALL_TO_ALL
-            if big or all(common[l] for l in links):
+            if big or all(common[link] for link in links):
                 fixed[id(t.op)] = sim._solo_time(id(t.op))
     return fixed, users
 

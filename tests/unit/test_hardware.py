@@ -254,10 +254,12 @@ def test_hopper_deterministic_attention_backward_is_the_h100_measurement():
         for seq, slow in zip(_H100_DET_SEQS, _H100_DET_SLOWDOWN):
             op = AttentionOp(1, 32, 8, seq, 128, True, True)
             det = dataclasses.replace(op, deterministic=True)
-            ratio = (attention_time_s(gpu, det) - gpu.kernel_launch_s) / (attention_time_s(gpu, op) - gpu.kernel_launch_s)
+            ratio = ((attention_time_s(gpu, det) - gpu.kernel_launch_s)
+                     / (attention_time_s(gpu, op) - gpu.kernel_launch_s))
             assert ratio == pytest.approx(slow, rel=1e-6)
             fwd = AttentionOp(1, 32, 8, seq, 128, True, False)
             assert attention_time_s(gpu, dataclasses.replace(fwd, deterministic=True)) == attention_time_s(gpu, fwd)
     # Blackwell keeps Transformer Engine's FlashAttention-2 for deterministic training
     b200 = get_gpu("B200")
-    assert b200.deterministic_attention_backward_efficiency is not get_gpu("H100").deterministic_attention_backward_efficiency
+    h100 = get_gpu("H100")
+    assert b200.deterministic_attention_backward_efficiency is not h100.deterministic_attention_backward_efficiency

@@ -103,7 +103,7 @@ def test_every_number_on_the_page_is_the_reports(case):
     expected = {**report.to_dict(), "memory": [m.to_dict() for m in memory]}
     keyed = _parse(text).keyed()
     seen = set()
-    for tag, attrs in keyed:
+    for _tag, attrs in keyed:
         value = _lookup(expected, attrs["data-key"])
         assert float(attrs["data-value"]) == value, attrs["data-key"]
         seen.add(attrs["data-key"])

@@ -19,7 +19,7 @@ from sim.inference import InferenceSpec, simulate_inference
 from sim.inference.hbm import load_hbm_table, memory_whatif, with_hbm
 from sim.inference.memory import kv_cache_bytes, stage_memory, weights_bytes
 from sim.inference.models import load_model
-from sim.inference.ops import kv_bytes_per_token_layer, layer_steps, StepShape
+from sim.inference.ops import StepShape, kv_bytes_per_token_layer, layer_steps
 from sim.inference.report import make_inference_report
 from sim.inference.validate import METRICS, validate_inference
 from sim.types import Dtype
@@ -211,7 +211,8 @@ def test_decode_step_is_kernel_launches_plus_bytes_over_bandwidth():
     intercept = ys[0] - slope * xs[0]
     for x, y in zip(xs, ys):
         assert y == pytest.approx(intercept + slope * x, rel=1e-9)
-    kernels = 1 + m.num_layers * len([s for s in layer_steps(spec, StepShape.decode(64, 1), (0,)) if s.stream is None]) + 3
+    per_layer = [s for s in layer_steps(spec, StepShape.decode(64, 1), (0,)) if s.stream is None]
+    kernels = 1 + m.num_layers * len(per_layer) + 3
     assert intercept == pytest.approx(kernels * gpu.kernel_launch_s, rel=1e-6)
     # the bytes per step: every weight once (the embedding table only for the batch's rows),
     # plus the cache and the small activations
@@ -253,9 +254,12 @@ def test_infer_prints_writes_json_and_trace_deterministically(tmp_path, capsys):
     assert {"qkv", "attention", "attn-scores", "ncclAllReduce fc2-out", "sampling"} <= names
 
 
-@pytest.mark.parametrize("argv,flag", [(["infer", "--tp", "3"], "--tp"), (["infer", "--dtype", "fp8", "--gpu", "A100"], "--dtype"),
-                                       (["infer", "no-such-model"], "<file>"), (["roofline", "--phase", "all"], "--phase"),
-                                       (["whatif", "memory", "--hbm", "HBM9"], "--hbm"), (["infer", "--gpu", "Z80"], "--gpu")])
+@pytest.mark.parametrize("argv,flag", [(["infer", "--tp", "3"], "--tp"),
+                                       (["infer", "--dtype", "fp8", "--gpu", "A100"], "--dtype"),
+                                       (["infer", "no-such-model"], "<file>"),
+                                       (["roofline", "--phase", "all"], "--phase"),
+                                       (["whatif", "memory", "--hbm", "HBM9"], "--hbm"),
+                                       (["infer", "--gpu", "Z80"], "--gpu")])
 def test_bad_flags_are_one_line_and_exit_2(capsys, argv, flag):
     status, out, err = _run(capsys, *argv)
     assert status == 2

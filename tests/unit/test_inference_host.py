@@ -17,8 +17,14 @@ from sim.hardware import get_gpu
 from sim.inference import InferenceSpec, simulate_inference
 from sim.inference.host import HostOp, host_lag_s
 from sim.inference.report import make_inference_report
-from sim.inference.stack import (DEFAULT_STACK, HOST_SETTINGS, ServingStack, load_serving_stack,
-                                 read_serving_stack, serving_stack_names)
+from sim.inference.stack import (
+    DEFAULT_STACK,
+    HOST_SETTINGS,
+    ServingStack,
+    load_serving_stack,
+    read_serving_stack,
+    serving_stack_names,
+)
 from sim.inference.validate import case_stack, validate_inference
 from sim.types import OpKind
 from sim.workload.spec import ModelSpec

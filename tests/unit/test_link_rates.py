@@ -38,7 +38,7 @@ def _reference(pulses, rate_log):
 
 def _records(seed: int):
     rng = random.Random(seed)
-    loads = [[(l, rng.choice([1e6, 3e6, 7.5e5])) for l in rng.sample(range(12), rng.randint(1, 5))]
+    loads = [[(link, rng.choice([1e6, 3e6, 7.5e5])) for link in rng.sample(range(12), rng.randint(1, 5))]
              for _ in range(6)]
     pulses = []
     for _ in range(300):
@@ -63,9 +63,9 @@ def test_asking_for_a_few_links_gives_theirs_alone_and_the_same_series():
     rates = LinkRates(pulses, log)
     few = rates.series(iter([3, 9, 3]))  # an iterator, a link twice
     assert sorted(few) == sorted({3, 9} & want.keys())
-    assert all(few[l] == want[l] for l in few)
+    assert all(few[link] == want[link] for link in few)
     again = rates.series([9, 11])
-    assert all(again[l] == want[l] for l in again) and sorted(again) == sorted({9, 11} & want.keys())
+    assert all(again[link] == want[link] for link in again) and sorted(again) == sorted({9, 11} & want.keys())
 
 
 def test_a_link_nothing_ran_on_has_no_series():

@@ -14,8 +14,14 @@ import pytest
 import sim
 from sim.cli import main
 from sim.config import load_workload
-from sim.config.megatron_args import (IGNORED_FLAGS, MEGATRON_FLAGS, NOT_MODELLED_FLAGS, UNKNOWN_NOTE,
-                                      load_megatron_workload, parse_megatron_args)
+from sim.config.megatron_args import (
+    IGNORED_FLAGS,
+    MEGATRON_FLAGS,
+    NOT_MODELLED_FLAGS,
+    UNKNOWN_NOTE,
+    load_megatron_workload,
+    parse_megatron_args,
+)
 from sim.errors import ConfigError
 from sim.types import Dtype, RecomputeKind, ScalingRecipe, ScheduleKind
 
@@ -155,7 +161,8 @@ def test_an_unexpanded_variable_is_named():
     ("--use-distributed-optimizer --overlap-param-gather", "--overlap-param-gather"),
     ("--fp16", "--fp16"),
     ("--recompute-granularity selective --recompute-method block", "--recompute-method"),
-    ("--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 3", "--num-layers-per-virtual-pipeline-stage"),
+    ("--pipeline-model-parallel-size 4 --num-layers-per-virtual-pipeline-stage 3",
+     "--num-layers-per-virtual-pipeline-stage"),
     ("--pipeline-model-parallel-size 3", "--num-layers"),
     ("--fp8-format hybrid --fp8-recipe custom", "--fp8-recipe"),
 ])
@@ -343,7 +350,8 @@ def test_moe_layer_pattern_with_dense_layers_between_is_an_error():
     # 8 layers over PP 2: 4 a chunk
     ("--recompute-method block --recompute-num-layers 3", 3, None),
     ("--recompute-method block --recompute-num-layers 4", None, None),  # the whole chunk: every layer
-    ("--recompute-method block --recompute-num-layers 6", None, "every layer recomputed (a model chunk holds at most 4"),
+    ("--recompute-method block --recompute-num-layers 6", None,
+     "every layer recomputed (a model chunk holds at most 4"),
     ("--recompute-method uniform --recompute-num-layers 1", None, None),
     ("--recompute-method uniform --recompute-num-layers 2", None, "simulated layer by layer (n=1)"),
 ])

@@ -79,7 +79,7 @@ def test_all_to_all_in_an_nvswitch_node_is_limited_by_each_gpus_nvlink():
     op = CommOp(CollectiveKind.ALL_TO_ALL, CommClass.EP, tuple(range(8)), size)
     plan = plan_comm(fabric, op, False)
     route = fabric.route(0, 1)
-    port = min(fabric.capacity_bytes_per_s[l] for l in route.links)
+    port = min(fabric.capacity_bytes_per_s[link] for link in route.links)
     fixed = fabric.graph.graph["collective_latency_s"]
     expected = fixed + route.latency_s + 7 / 8 * size / route.efficiency(size) / port
     assert solo_time_s(plan.phases, fabric.capacity_bytes_per_s) == pytest.approx(expected, rel=1e-9)

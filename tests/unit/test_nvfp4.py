@@ -117,7 +117,8 @@ def test_kept_layers_change_nothing_in_16_bits():
 
 def test_bf16_layer_counts_from_yaml_and_megatron_args(tmp_path):
     src = tmp_path / "w.yaml"
-    src.write_text("model: {num_layers: 4, hidden_size: 1024, num_attention_heads: 16, seq_length: 512, vocab_size: 32000}\n"
+    src.write_text("model: {num_layers: 4, hidden_size: 1024, num_attention_heads: 16, seq_length: 512, "
+                   "vocab_size: 32000}\n"
                    "parallel: {tp: 1, pp: 1, dp: 1, global_batch_size: 1}\n"
                    "system: {gpu: GB200, gpus_per_node: 4}\n"
                    "dtype: nvfp4\nnum_layers_at_end_in_bf16: 2\n")
@@ -128,7 +129,8 @@ def test_bf16_layer_counts_from_yaml_and_megatron_args(tmp_path):
         load_workload(str(src), overrides=["num_layers_at_start_in_bf16=-1"])
 
     args = ("--num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 512 "
-            "--max-position-embeddings 512 --vocab-size 32000 --micro-batch-size 1 --global-batch-size 1 --bf16 --fp4-format e2m1 ")
+            "--max-position-embeddings 512 --vocab-size 32000 --micro-batch-size 1 --global-batch-size 1 "
+            "--bf16 --fp4-format e2m1 ")
     m, _ = load_megatron_workload(args + "--first-last-layers-bf16", gpu="GB200")
     assert (m.num_layers_at_start_in_bf16, m.num_layers_at_end_in_bf16) == (1, 1)  # Megatron-LM's defaults
     m, _ = load_megatron_workload(args + "--first-last-layers-bf16 --num-layers-at-end-in-bf16 3", gpu="GB200")

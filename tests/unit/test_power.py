@@ -165,7 +165,8 @@ def _capped_workload(tmp_path, text: str):
 
 def test_a_power_cap_in_the_workload_lowers_the_clock_and_slows_the_run(tmp_path):
     topo = load_topology("dgx-h100")
-    runs = {w: simulate(_capped_workload(tmp_path, f"system: {{gpu: H100-SXM5-80GB, num_gpus: 2, power_limit_w: {w}}}\n"),
+    runs = {w: simulate(_capped_workload(tmp_path,
+                                         f"system: {{gpu: H100-SXM5-80GB, num_gpus: 2, power_limit_w: {w}}}\n"),
                         topo) for w in (400, 500, 700)}
     clocks = [runs[w].clock_hz for w in (400, 500, 700)]
     times = [runs[w].result.makespan_s for w in (400, 500, 700)]

@@ -28,7 +28,8 @@ def test_listing_covers_every_shipped_file_and_each_name_resolves(tmp_path, caps
     printed = capsys.readouterr().out
     listed = json.loads(out.read_text())["presets"]
     for group, folder, suffix, _ in PRESET_GROUPS:
-        on_disk = {p.stem for p in (REPO / folder).glob(f"*{suffix}")} - (set(TABLES) if group == "topologies" else set())
+        tables = set(TABLES) if group == "topologies" else set()
+        on_disk = {p.stem for p in (REPO / folder).glob(f"*{suffix}")} - tables
         names = {p["name"] for p in listed if p["group"] == group}
         assert names == on_disk, group
         for name in names:

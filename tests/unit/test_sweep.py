@@ -101,7 +101,7 @@ def test_default_space_counts_by_hand():
         (8, 1, 1): [(1, 1, 4, 0, 0)],
     }
     tried = invalid = 0
-    for (tp, pp, dp), rows in table.items():
+    for (tp, _pp, dp), rows in table.items():
         sp, zero = (2 if tp > 1 else 1), (4 if dp > 1 else 1)
         for _v, schedules, mbs, zb, inter in rows:
             tried += schedules * mbs * recompute * sp * zero
@@ -460,7 +460,8 @@ def test_search_ignores_completion_order_and_workers():
 
         with ThreadPoolExecutor(slots) as ex:
             found = bounded_search(order, closed, top,
-                                   submit=lambda c, gate: ex.submit(job, c.key, gate, delay.random() / 2000),
+                                   # the closure runs before the pool closes, in this iteration (B023)
+                                   submit=lambda c, gate: ex.submit(job, c.key, gate, delay.random() / 2000),  # noqa: B023
                                    times_of=lambda o: o, on_done=lambda c, o: None, failed=lambda exc: None,
                                    abandon=lambda: None)
         simulated = tuple(sorted(k for k, o in found.outcomes.items() if o is not None))

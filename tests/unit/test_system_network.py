@@ -84,7 +84,8 @@ def test_fewer_or_slower_nics_give_that_scale_out_and_a_slower_all_reduce_across
     topo = _placed(network, notes=notes).topology
     out = topo.scale_out
     assert (out.nics_per_node, out.nic.bandwidth_bytes_per_s) == (nics, gbps * GBIT_PER_S)
-    assert (out.kind, out.nic.efficiency, out.nic.latency_s) == (default.scale_out.kind, default.scale_out.nic.efficiency,
+    assert (out.kind, out.nic.efficiency, out.nic.latency_s) == (default.scale_out.kind,
+                                                                 default.scale_out.nic.efficiency,
                                                                  default.scale_out.nic.latency_s)
     assert any(n.startswith("system.network: ") and "dgx-a100's scale-out" in n for n in notes)
     assert _all_reduce_s(topo) > 1.25 * _all_reduce_s(default)

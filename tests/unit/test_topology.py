@@ -34,10 +34,10 @@ def test_dgx_a100_is_sized_from_the_workload():
 def test_traffic_stays_on_nvlink_in_a_node_and_uses_the_own_nic_across_nodes():
     fab = Fabric(build_topology(load_topology("dgx-a100"), 16))
     inside = fab.route(0, 5)
-    assert [fab.link_kinds[l] for l in inside.links] == ["nvlink", "nvlink"]
+    assert [fab.link_kinds[link] for link in inside.links] == ["nvlink", "nvlink"]
     assert inside.bottleneck_bytes_per_s == pytest.approx(300e9)
     across = fab.route(3, 11)  # same rail: one leaf hop
-    names = [fab.link_names[l] for l in across.links]
+    names = [fab.link_names[link] for link in across.links]
     assert names[0] == "gpu3->nic0.3" and names[-1] == "nic1.3->gpu11"
     assert across.bottleneck_bytes_per_s == pytest.approx(200e9 / 8)
 

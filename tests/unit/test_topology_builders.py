@@ -79,7 +79,7 @@ def _edges_between(g, kind_u: str, kind_v: str) -> list:
 def _router_hops(fab: Fabric, src: int, dst: int) -> list[tuple[str, str]]:
     """The router-to-router links of the route from GPU ``src`` to GPU ``dst``."""
     g = fab.graph
-    pairs = [tuple(fab.link_names[l].split("->")) for l in fab.route(src, dst).links]
+    pairs = [tuple(fab.link_names[link].split("->")) for link in fab.route(src, dst).links]
     return [(u, v) for u, v in pairs if g.nodes[u]["kind"] == g.nodes[v]["kind"] == "router"]
 
 
@@ -127,11 +127,11 @@ def test_planes_never_meet_in_the_fabric(tmp_path, planes, kind):
 
 def test_cross_plane_traffic_crosses_nvlink_and_every_gpu_reaches_every_other():
     fab = Fabric(build_topology(load_topology("dgx-h100-8plane"), 32))
-    names = [fab.link_names[l] for l in fab.route(0, 13).links]  # NIC 0 (plane 0) to NIC 5 (plane 5)
+    names = [fab.link_names[link] for link in fab.route(0, 13).links]  # NIC 0 (plane 0) to NIC 5 (plane 5)
     assert not any("spine" in n for n in names)
-    assert any(fab.link_kinds[l] == "nvlink" for l in fab.route(0, 13).links)
+    assert any(fab.link_kinds[link] == "nvlink" for link in fab.route(0, 13).links)
     assert nx.is_strongly_connected(fab.graph)
-    same_plane = [fab.link_names[l] for l in fab.route(3, 27).links]
+    same_plane = [fab.link_names[link] for link in fab.route(3, 27).links]
     assert same_plane == ["gpu3->nic0.3", "nic0.3->leaf0.3", "leaf0.3->nic3.3", "nic3.3->gpu27"]
 
 
@@ -171,12 +171,14 @@ def test_torus_routes_are_shortest_torus_distances(tmp_path, dims):
     fab = Fabric(build_topology(load_topology(str(_torus(tmp_path, dims))), n))
 
     def dist(a, b):
-        return sum(min(abs(x - y), k - abs(x - y)) for x, y, k in zip(torus_coords(a, dims), torus_coords(b, dims), dims))
+        return sum(min(abs(x - y), k - abs(x - y))
+                   for x, y, k in zip(torus_coords(a, dims), torus_coords(b, dims), dims))
 
     far = sum(k // 2 for k in dims)
     corner = sum((k // 2) * math.prod(dims[:d]) for d, k in enumerate(dims))
     assert len(_router_hops(fab, 0, corner)) == far == dist(0, corner)
-    pairs = itertools.product(range(n), repeat=2) if n <= 16 else [(0, b) for b in range(n)] + [(b, 5) for b in range(n)]
+    pairs = (itertools.product(range(n), repeat=2) if n <= 16
+             else [(0, b) for b in range(n)] + [(b, 5) for b in range(n)])
     for a, b in pairs:
         assert len(_router_hops(fab, a, b)) == dist(a, b)
 

@@ -72,7 +72,7 @@ def test_layer_collectives_carry_the_te_kernel_of_their_gemm():
     layer = _layer(run)
     tp = {k: v for k, v in layer.items() if v[0].stream is Stream.TP_COMM}
     assert set(tp) == set(_GEMM_OF)
-    for key, (span, task) in tp.items():
+    for key, (_span, task) in tp.items():
         gemm = _GEMM_OF[key]
         assert task.op.kernel is CommKernel.USERBUFFERS and task.op.kernel_sms == TE_DEFAULTS.sms_of(gemm)
         assert costs.comm_plan(task.op).sm_fraction == TE_DEFAULTS.sms_of(gemm) / H100_SMS

@@ -25,12 +25,12 @@ import json
 
 import pytest
 
+import sim.trace_ranks as trace_ranks
 from sim.config import load_topology, load_workload_with_notes
-from sim.inference import InferenceSpec, simulate_inference
 from sim.hardware import get_gpu
+from sim.inference import InferenceSpec, simulate_inference
 from sim.runner import simulate
 from sim.trace import chrome_trace, validate_chrome_trace, write_chrome_trace
-import sim.trace_ranks as trace_ranks
 from sim.trace_ranks import rank_traces
 from sim.types import Stream
 from sim.workload.spec import ModelSpec

@@ -339,8 +339,9 @@ def _counter_corners() -> SimResult:
                 c(0, 2.675e-6, "other", -0.0), c(0, 2.675e-6, "other", 0.0), c(0, 2.675e-6, "other", -0.0),
                 c(3, 0.0, "link gpu3->nvs0", np.int64(1)), c(3, 1.0005e-6, "memory", 1e300), c(0, 7.0, "é\"x", 1e-300)]
     rng = np.random.default_rng(5)
-    for j in range(300):  # many at a few times, on both ranks
-        counters.append(c(int(rng.choice([0, 3])), float(rng.integers(0, 20)) * 1e-7, str(rng.choice(["memory", "link x"])),
+    for _ in range(300):  # many at a few times, on both ranks
+        counters.append(c(int(rng.choice([0, 3])), float(rng.integers(0, 20)) * 1e-7,
+                          str(rng.choice(["memory", "link x"])),
                           float(rng.choice([0.0, 1.0, 0.1, 2.0**33]))))
     return SimResult(ranks, [], counters, 8.0, 0, 4)
 
@@ -351,7 +352,8 @@ def test_counters_by_columns_are_the_plain_texts():
     want = list(trace._counter_events(r, ranks, trace._Json()))
     assert trace.counter_batch(r, ranks, trace._Json()) == want
     text = ",".join(want)
-    assert '"ts":2.675,' in text and '"allocated_GiB":3.0}' in text and '"name":"link gpu3->nvs0","pid":3,"tid":0,"ts":0.0,"args":{"utilization":1.0}}' in text
+    assert '"ts":2.675,' in text and '"allocated_GiB":3.0}' in text
+    assert '"name":"link gpu3->nvs0","pid":3,"tid":0,"ts":0.0,"args":{"utilization":1.0}}' in text
 
 
 @pytest.mark.parametrize("bad,error", [

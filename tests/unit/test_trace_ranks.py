@@ -309,7 +309,7 @@ def test_files_fall_back_to_parsing_where_the_pieces_would_differ(tiny):
     from sim.results import Span
 
     s = tiny.result.spans[0]
-    for odd in (s._replace(op_args=s.op_args + (("shares", ((1, 0.5),)),)), s._replace(end_s=float(2e5))):
+    for odd in (s._replace(op_args=s.op_args + (("shares", ((1, 0.5),)),)), s._replace(end_s=2e5)):
         r = dataclasses.replace(tiny.result, spans=[odd] + tiny.result.spans[1:])
         assert isinstance(odd, Span) and tr._bulk_texts(r, "t", None) is None
         assert dict(tr._texts(r, "t", None)) == dict(tr._plain_texts(r, "t", None))
