@@ -22,7 +22,7 @@ from sim.budget import training_estimate
 from sim.costs.analytical import AnalyticalCostModel
 from sim.costs.base import CostModel
 from sim.costs.compute import kernel_load
-from sim.engine import Simulation
+from sim.engine import ENGINE_RULES, ReferencePaths, Simulation
 from sim.engine.block_check import WATCH_AT_EVENTS_PER_TASK, BlockInterference, block_interference, watch_blocks
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
@@ -114,7 +114,8 @@ def excluded_algorithms(workload: WorkloadSpec) -> frozenset:
 def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = False,
              costs: CostModel | None = None, notes: list[str] | None = None,
              slow_gpus: dict[int, float] | None = None, link_counters: int = 0,
-             granularity: str = "op", exact: bool = False, clock_hz: float | None = None) -> Run:
+             granularity: str = "op", exact: bool = False, clock_hz: float | None = None,
+             reference: ReferencePaths = ENGINE_RULES) -> Run:
     """Simulate one training iteration of ``workload`` on ``topology``.
 
     Ranks run on the GPUs ``workload.parallel.placement`` gives (:func:`gpu_placement`). One
@@ -165,10 +166,13 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         power limit over this program's kernels (:func:`power_clock_hz`); for a GPU whose power
         behaviour is measured, without ``costs``. :mod:`sim.steady` passes the clock of the
         whole iteration to the shorter runs it simulates in its place.
+    reference : ReferencePaths, optional
+        Replace the engine's shortcuts by the plainer placements they must match
+        (:class:`sim.engine.ReferencePaths`; for the tests that hold the two to each other).
     """
     if granularity not in GRANULARITIES:
         raise ConfigError("<simulate>", "granularity", f"one of {list(GRANULARITIES)}", granularity)
-    args = (workload, topology, full, costs, notes, slow_gpus, link_counters, clock_hz)
+    args = (workload, topology, full, costs, notes, slow_gpus, link_counters, clock_hz, reference)
     if not exact or granularity == "op":
         return _simulate(*args, granularity, False)
     try:
@@ -188,7 +192,7 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
 
 def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs: CostModel | None,
               notes: list[str] | None, slow_gpus: dict[int, float] | None, link_counters: int,
-              given_clock_hz: float | None, granularity: str, check: bool) -> Run:
+              given_clock_hz: float | None, reference: ReferencePaths, granularity: str, check: bool) -> Run:
     """:func:`simulate` at one granularity; with ``check``, the run watches its blocks and
     raises :class:`~sim.engine.block_check.BlockInterference` when something meets one while
     it runs, and says what met one by its end in :attr:`Run.coarse_divergence`."""
@@ -223,7 +227,7 @@ def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs:
         slowdown = _slowdown(workload, program, slow_gpus or {}, notes)
         watch = (watch_blocks, max(1, int(WATCH_AT_EVENTS_PER_TASK * len(program.tasks)))) if check else None
         engine = Simulation(program, costs, fabric.capacity_bytes_per_s, slowdown, record_links=link_counters > 0,
-                            watch=watch)
+                            watch=watch, reference=reference)
         why = None
         try:
             result = engine.run()

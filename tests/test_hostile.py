@@ -531,8 +531,11 @@ def test_ctrl_c_during_a_sweep_with_two_workers_prints_no_pool_traceback(attempt
     driver = "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); " \
              "from sim.cli import main; sys.exit(main(sys.argv[1:]))"
     report = tmp_path / "sweep.json"
-    proc = subprocess.Popen([sys.executable, "-c", driver, "sweep", "tiny", "--workers", "2", "--exhaustive",
-                             "--json", str(report)], cwd=REPO, env=env, text=True, start_new_session=True,
+    # 64 micro-batches: the sweep runs well past the signal (tiny's own 4 finish in about 4 s
+    # here, and a signal that lands while the report is written leaves no report to check)
+    proc = subprocess.Popen([sys.executable, "-c", driver, "sweep", "tiny", "--set", "parallel.global_batch_size=64",
+                             "--workers", "2", "--exhaustive", "--json", str(report)], cwd=REPO, env=env, text=True,
+                            start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(4.0 + attempt)  # the workers have started and are simulating
     os.killpg(proc.pid, signal.SIGINT)

@@ -32,7 +32,9 @@ import math
 import operator
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 import simpy
@@ -46,7 +48,7 @@ from sim.program import Block, Program
 from sim.results import CounterSample, SimResult, Span, SpanTable
 from sim.types import CollectiveKind, CommClass, OpKind, Stream
 
-__all__ = ["Simulation"]
+__all__ = ["Simulation", "ReferencePaths", "ENGINE_RULES"]
 
 
 class _CountingEnvironment(simpy.Environment):
@@ -76,15 +78,85 @@ class _WatchedEnvironment(_CountingEnvironment):
             self.watch()
 
 
-_ALL_CONTEND = False
-"""Treat every comm stream as one whose kernels hold SMs, even at a fraction of 0 (for the tests:
-the clock-driven placement of compute must then give the eager placement's timeline)."""
-_SHARED_ON_CLOCK = False
-"""Run every comm op whose links other streams' ops cross as flows on the clock, none placed at
-its solo time when alone there (for the tests: the reference that placement must match)."""
-_ON_CLOCK = False
-"""Run all compute beside comm streams whose kernels hold SMs on the clock, none placed ahead of
-it (for the tests: the reference the eager placement must match)."""
+@dataclass(frozen=True)
+class ReferencePaths:
+    """Slower, plainer placements the engine's shortcuts must match (for the tests:
+    ``Simulation(..., reference=ReferencePaths(compute_on_clock=True))`` is the reference a
+    test holds the default run's spans to). The defaults are the engine's own rules."""
+
+    all_contend: bool = False
+    """Treat every comm stream as one whose kernels hold SMs, even at a fraction of 0: the
+    clock-driven placement of compute must then give the eager placement's timeline."""
+    shared_comm_on_clock: bool = False
+    """Run every comm op whose links other streams' ops cross as flows on the clock, none placed
+    at its solo time when alone there."""
+    compute_on_clock: bool = False
+    """Run all compute beside comm streams whose kernels hold SMs on the clock, none placed
+    ahead of it."""
+
+
+ENGINE_RULES = ReferencePaths()
+"""The engine's own rules, every shortcut taken (the default of :class:`Simulation`)."""
+
+
+class _Containers(NamedTuple):
+    """The engine's containers that :meth:`Simulation._eager` and :meth:`Simulation._quiet_end`
+    read (a tuple, so that the hot one unpacks them in one step); each field is the attribute
+    of :class:`Simulation` it names."""
+
+    busy: set
+    """The streams being placed up the call chain (``Simulation._busy``)."""
+    tasks: list
+    finish: list
+    owner: list
+    """Task id -> the index of its stream (``Simulation._owner``)."""
+    start: list
+    fixed: dict
+    """``Simulation.fixed_comm``."""
+    members: dict
+    """Collective key -> its simulated members (``Program.coll_members``)."""
+    contenders: dict
+    held: dict
+    gate: list
+    duration: list
+    mem: dict
+    waiters: dict
+    ids: list
+    """Per stream: its task ids in order (``Simulation._ids``)."""
+    positions: list
+    """Per stream: its first task not placed (``Simulation._pos``)."""
+    cursors: list
+    """Per stream: the end of its last placed task (``Simulation._cursor``)."""
+    stalled: list
+    solo: dict
+    busy_bytes: list
+    """Bytes each link carried (``FlowNetwork.busy_bytes``)."""
+    running: dict
+    compute_of: dict
+
+
+class _Gathering:
+    """The simulated members of one collective that have reached it: how many, their task ids
+    in arrival order, and the event the last one fires to release the others."""
+
+    __slots__ = ("count", "ids", "released")
+
+    def __init__(self, released: simpy.Event) -> None:
+        self.count = 0
+        self.ids: list[int] = []
+        self.released = released
+
+
+class _Meeting:
+    """The simulated members of one layer block's group that have reached its start (a run of
+    every rank): how many, the latest arrival's time, and the event that releases them."""
+
+    __slots__ = ("count", "start", "released")
+
+    def __init__(self, start: float, released: simpy.Event) -> None:
+        self.count = 0
+        self.start = start
+        self.released = released
 
 
 class _Run:
@@ -114,7 +186,8 @@ class Simulation:
 
     def __init__(self, program: Program, costs: CostModel, capacity_bytes_per_s: list[float] = (),
                  slowdown: dict[int, float] | None = None, record_links: bool = False,
-                 watch: tuple[Callable[[Simulation], None], int] | None = None) -> None:
+                 watch: tuple[Callable[[Simulation], None], int] | None = None,
+                 reference: ReferencePaths = ENGINE_RULES) -> None:
         self.program = program
         self.costs = costs
         self.capacity = list(capacity_bytes_per_s)
@@ -126,6 +199,11 @@ class Simulation:
         self.watch = watch
         """``(fn, n)``: call ``fn(self)`` once, after the engine's ``n``-th event, to look at the
         run so far; ``fn`` stops the run by raising (``sim.engine.block_check.watch_blocks``)."""
+        self.reference = reference
+        """Which of the engine's shortcuts to replace by the plainer placement they must match."""
+        self._all_contend = reference.all_contend
+        self._shared_comm_on_clock = reference.shared_comm_on_clock
+        self._compute_on_clock = reference.compute_on_clock
 
     def run(self) -> SimResult:
         """Simulate and return the recorded spans and counters.
@@ -152,7 +230,10 @@ class Simulation:
         self.start: list[float] = [0.0] * n
         self.xfer_start: dict[int, float] = {}
         self.waiters: dict[int, simpy.Event] = {}
-        self.rendezvous: dict[int, list] = {}
+        self.rendezvous: dict[int, _Gathering] = {}
+        """Collectives some but not all of whose simulated members have reached them."""
+        self.meetings: dict[int, _Meeting] = {}
+        """Layer blocks (a run of every rank) some but not all of whose group have reached them."""
         self.mem: dict[int, list[tuple[float, float]]] = {r.rank: [] for r in prog.ranks}
         simulated = {r.rank for r in prog.ranks}
         self.representative = prog.representative
@@ -201,11 +282,14 @@ class Simulation:
         op that crosses one of them."""
         self._solo: dict[int, tuple] = {}
         """A comm op placed at its solo time (:meth:`_eager`): its link loads and SM share."""
-        self._ctx = (self._busy, tasks, self.finish, self._owner, self.start, self.fixed_comm,
-                     prog.coll_members, self._contenders, self._held, self._gate, self.duration, self.mem,
-                     self.waiters, self._ids, self._pos, self._cursor, self._stalled, self._solo,
-                     self.net.busy_bytes, self._running, self._compute_of)
-        """The containers :meth:`_eager` reads, in one tuple (it runs for nearly every task)."""
+        self._ctx = _Containers(
+            busy=self._busy, tasks=tasks, finish=self.finish, owner=self._owner, start=self.start,
+            fixed=self.fixed_comm, members=prog.coll_members, contenders=self._contenders, held=self._held,
+            gate=self._gate, duration=self.duration, mem=self.mem, waiters=self.waiters, ids=self._ids,
+            positions=self._pos, cursors=self._cursor, stalled=self._stalled, solo=self._solo,
+            busy_bytes=self.net.busy_bytes, running=self._running, compute_of=self._compute_of)
+        """The containers :meth:`_eager` reads, one named tuple that it unpacks at once (it runs
+        for nearly every task)."""
         for k in range(len(streams)):
             env.process(self._stream(k))
         env.run()
@@ -439,7 +523,7 @@ class Simulation:
                 users |= self._link_users[link]
             sharers = self._sharers[(oid, k)] = tuple(sorted(self._index[u] for u in users if self._index[u] != k))
         on_clock = self._on_clock
-        if not sharers or _SHARED_ON_CLOCK or k in on_clock:
+        if not sharers or self._shared_comm_on_clock or k in on_clock:
             return None
         if on_clock:  # first the cheap no: a stream crossing these links is moving bytes now
             tasks, rendezvous = self.program.tasks, self.rendezvous
@@ -470,7 +554,7 @@ class Simulation:
             rv = self.rendezvous.get(nxt.coll_key)
             if rv is None or nested:  # its transfer has begun
                 return last, -math.inf
-            arrived, lb = rv[2], -math.inf
+            arrived, lb = rv.ids, -math.inf
             for m in self._members_of(nxt.coll_key):
                 if m not in arrived:
                     lb = max(lb, self._next_start(self._owner[m], nested=True)[1])
@@ -614,7 +698,7 @@ class Simulation:
                     break
                 r = task.rank
                 if r in contenders:
-                    gated = type(task.op) is not Block and not _ON_CLOCK
+                    gated = type(task.op) is not Block and not self._compute_on_clock
                     for c in contenders[r]:
                         g = gate[c]
                         if g < 0 or finish[g] is not None:
@@ -734,7 +818,7 @@ class Simulation:
             first = tasks[ids[0]] if ids else None
             if first is None or not first.comm:
                 continue
-            if _ALL_CONTEND or any(plans[id(tasks[t].op)].sm_fraction > 0 for t in ids):
+            if self._all_contend or any(plans[id(tasks[t].op)].sm_fraction > 0 for t in ids):
                 out.setdefault(first.rank, []).append(k)
         return {r: tuple(ks) for r, ks in out.items()}
 
@@ -757,12 +841,13 @@ class Simulation:
         """The end of compute task ``task`` (of stream ``k``) started at ``start``, when every
         comm kernel that can run beside it on its GPU is known; None when one is not (one in
         flight, or one whose start is not settled and may fall before that end)."""
-        if _ON_CLOCK:
+        if self._compute_on_clock:
             return None
         r = task.rank
-        (busy, tasks, finish, owner, _, _, _, contenders, held, gate, duration, _, _, all_ids, positions,
-         cursors, stalled, _, _, _, _) = self._ctx
-        contenders, held = contenders[r], held[r]
+        ctx = self._ctx
+        busy, tasks, finish, owner, gate, duration = ctx.busy, ctx.tasks, ctx.finish, ctx.owner, ctx.gate, ctx.duration
+        all_ids, positions, cursors, stalled = ctx.ids, ctx.positions, ctx.cursors, ctx.stalled
+        contenders, held = ctx.contenders[r], ctx.held[r]
         work = duration[task.id]
         sens = 1.0 if type(task.op) is not Block else self._sensitivity(task)
         end = held.end_s(start, work, sens)
@@ -838,17 +923,17 @@ class Simulation:
         need = self.program.coll_members.get(task.coll_key, 1)
         if need <= 1:
             return start, True
-        rv = self.rendezvous.get(task.coll_key)
-        if rv is None:
-            rv = self.rendezvous[task.coll_key] = [0, start, self.env.event()]
-        rv[0] += 1
-        rv[1] = max(rv[1], start)
-        if rv[0] < need:
-            yield rv[2]
-            return rv[1], False
-        del self.rendezvous[task.coll_key]
-        rv[2].succeed()
-        return rv[1], True
+        meet = self.meetings.get(task.coll_key)
+        if meet is None:
+            meet = self.meetings[task.coll_key] = _Meeting(start, self.env.event())
+        meet.count += 1
+        meet.start = max(meet.start, start)
+        if meet.count < need:
+            yield meet.released
+            return meet.start, False
+        del self.meetings[task.coll_key]
+        meet.released.succeed()
+        return meet.start, True
 
     def _comm(self, task):
         env = self.env
@@ -857,20 +942,20 @@ class Simulation:
         if need > 1:
             rv = self.rendezvous.get(key)
             if rv is None:
-                rv = self.rendezvous[key] = [0, env.event(), []]
-            rv[0] += 1
-            rv[2].append(task.id)
-            if rv[0] < need:
-                yield rv[1]
+                rv = self.rendezvous[key] = _Gathering(env.event())
+            rv.count += 1
+            rv.ids.append(task.id)
+            if rv.count < need:
+                yield rv.released
                 return
             del self.rendezvous[key]
-            for tid in rv[2]:
+            for tid in rv.ids:
                 self.xfer_start[tid] = env.now
         else:
             rv = None
         plan = self.plans[id(task.op)]
         tasks = self.program.tasks
-        ranks = [tasks[t].rank for t in (rv[2] if rv is not None else (task.id,))
+        ranks = [tasks[t].rank for t in (rv.ids if rv is not None else (task.id,))
                  if tasks[t].rank in self._held and not tasks[t].alone] if plan.sm_fraction else []
         for r in ranks:
             self._held[r].change(env.now, plan.sm_fraction)
@@ -884,7 +969,7 @@ class Simulation:
             self._held[r].change(env.now, -plan.sm_fraction)
             self._rerun(r)
         if rv is not None:
-            rv[1].succeed()
+            rv.released.succeed()
 
     # -- results ------------------------------------------------------------------------------
     def _block_spans(self, t, spans: list, op_args: dict) -> None:

@@ -13,13 +13,12 @@ import json
 
 import pytest
 
-import sim.engine.simulation as engine
 import sim.runner as runner
 from sim.config import load_topology, load_workload
 from sim.costs.analytical import AnalyticalCostModel
 from sim.costs.base import CommPlan, FixedCostModel, Flow, Phase
 from sim.costs.comm import CTAS_IN_DOMAIN, nccl_ctas
-from sim.engine import Simulation
+from sim.engine import ReferencePaths, Simulation
 from sim.engine.contention import HeldSMs
 from sim.hardware import get_gpu
 from sim.program import Program, Task
@@ -120,8 +119,7 @@ def test_holding_no_sms_the_clock_driven_path_gives_the_eager_timeline(case, rep
     placement puts it."""
     w = _workload(CASES[case])
     eager = Simulation(build_program(w, representative), FIXED).run()
-    monkeypatch.setattr(engine, "_ALL_CONTEND", True)
-    clock = Simulation(build_program(w, representative), FIXED).run()
+    clock = Simulation(build_program(w, representative), FIXED, reference=ReferencePaths(all_contend=True)).run()
     assert _spans(clock) == _spans(eager) and clock.makespan_s == eager.makespan_s
 
 
@@ -135,8 +133,7 @@ def test_compute_placed_ahead_of_the_clock_lands_where_the_clock_puts_it(case, r
     costs = dataclasses.replace(FIXED, comm_sm_fraction=0.2)
     w = _workload(CASES[case])
     eager = Simulation(build_program(w, representative), costs).run()
-    monkeypatch.setattr(engine, "_ON_CLOCK", True)
-    clock = Simulation(build_program(w, representative), costs).run()
+    clock = Simulation(build_program(w, representative), costs, reference=ReferencePaths(compute_on_clock=True)).run()
     assert _spans(eager) == _spans(clock)
     assert eager.events < clock.events
 
@@ -150,10 +147,9 @@ def test_analytical_runs_place_compute_as_the_clock_would(sets, full, monkeypatc
     w, topo = load_workload("tiny", sets), load_topology("dgx-a100")
     # collectives whose links other streams cross run as flows in both (where one is placed at
     # its solo time depends on what is placed ahead of the clock: a rounding apart, tested below)
-    monkeypatch.setattr(engine, "_SHARED_ON_CLOCK", True)
-    eager = simulate(w, topo, full=full).result
-    monkeypatch.setattr(engine, "_ON_CLOCK", True)
-    clock = simulate(w, topo, full=full).result
+    eager = simulate(w, topo, full=full, reference=ReferencePaths(shared_comm_on_clock=True)).result
+    clock = simulate(w, topo, full=full,
+                     reference=ReferencePaths(shared_comm_on_clock=True, compute_on_clock=True)).result
     assert _spans(eager) == _spans(clock)
 
 
@@ -167,8 +163,7 @@ def test_holding_no_sms_analytical_runs_are_unchanged(sets, monkeypatch):
                                                                                            sm_count=0)))
     topo = load_topology("dgx-a100")
     eager = simulate(w, topo, full=True).result
-    monkeypatch.setattr(engine, "_ALL_CONTEND", True)
-    clock = simulate(w, topo, full=True).result
+    clock = simulate(w, topo, full=True, reference=ReferencePaths(all_contend=True)).result
     assert _spans(clock) == _spans(eager)
 
 
@@ -267,8 +262,8 @@ def test_the_sms_of_comm_kernels_marked_alone_would_slow_nothing(case, represent
 def test_analytical_runs_are_the_same_counting_the_sms_of_alone_kernels(full, monkeypatch):
     """The same with NCCL's fractions of an A100's SMs, collectives running as flows."""
     w, topo = load_workload("tiny", ["parallel.sequence_parallel=true"]), load_topology("dgx-a100")
-    monkeypatch.setattr(engine, "_SHARED_ON_CLOCK", True)  # as in the test above
-    skipped = simulate(w, topo, full=full).result
+    shared = ReferencePaths(shared_comm_on_clock=True)  # as in the test above
+    skipped = simulate(w, topo, full=full, reference=shared).result
     build = runner.build_program
     cleared = []
 
@@ -280,7 +275,7 @@ def test_analytical_runs_are_the_same_counting_the_sms_of_alone_kernels(full, mo
         return prog
 
     monkeypatch.setattr(runner, "build_program", unmarked)
-    counted = simulate(w, topo, full=full).result
+    counted = simulate(w, topo, full=full, reference=shared).result
     assert cleared and _spans(skipped) == _spans(counted)
 
 
@@ -316,8 +311,8 @@ def test_a_collective_no_other_transfer_can_meet_takes_its_solo_time_without_the
     TP collective is alone on link 0 (5 s), placed like a compute op; the same spans as when it
     runs as a flow on the clock, with fewer engine events."""
     solo = Simulation(_sharing(4, 10.0), _sharing_costs(10.0), [1.0]).run()
-    monkeypatch.setattr(engine, "_SHARED_ON_CLOCK", True)
-    flows = Simulation(_sharing(4, 10.0), _sharing_costs(10.0), [1.0]).run()
+    flows = Simulation(_sharing(4, 10.0), _sharing_costs(10.0), [1.0],
+                       reference=ReferencePaths(shared_comm_on_clock=True)).run()
     span = {x.name: x for x in solo.spans}
     assert (span["coll"].start_s, span["coll"].end_s) == (1.0, 6.0)
     assert (span["dp"].start_s, span["dp"].end_s) == (18.0, 19.0)
@@ -354,8 +349,7 @@ def test_collectives_placed_alone_on_their_links_give_the_flows_timeline(sets, f
     the same report."""
     w, topo = load_workload("tiny", sets), load_topology("dgx-a100")
     solo = simulate(w, topo, full=full)
-    monkeypatch.setattr(engine, "_SHARED_ON_CLOCK", True)
-    flows = simulate(w, topo, full=full)
+    flows = simulate(w, topo, full=full, reference=ReferencePaths(shared_comm_on_clock=True))
     a, b = solo.result.spans, flows.result.spans
     assert [(s.rank, s.stream, s.name) for s in a] == [(s.rank, s.stream, s.name) for s in b]
     for x, y in zip(a, b):
