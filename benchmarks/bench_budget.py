@@ -11,7 +11,7 @@ own: the child loads the specs, takes the estimate (:func:`sim.budget.training_e
 :func:`~sim.budget.inference_estimate`, :func:`~sim.budget.collective_estimate` or
 :func:`~sim.budget.topology_estimate`), notes its peak resident set (``ru_maxrss``), runs the
 job (:func:`sim.runner.simulate`, :func:`sim.inference.runner.simulate_inference`,
-:func:`sim.collective.collective` or :func:`sim.topology.build.build_topology`) and notes the
+:func:`sim.studies.collective.collective` or :func:`sim.topology.build.build_topology`) and notes the
 peak again. It prints, per case, the tasks (or flows, or topology nodes and links) estimated
 and built, the estimated bytes, the growth of the peak resident set, and their ratio.
 
@@ -74,7 +74,7 @@ def _training(preset: str, sets: list[str], full: bool, granularity: str) -> dic
     from sim.budget import training_estimate
     from sim.config import load_workload_with_notes
     from sim.runner import simulate
-    from sim.topology_choice import place_workload
+    from sim.topology.choice import place_workload
 
     workload, notes = load_workload_with_notes(preset, sets, None)
     topology = place_workload(workload, None, notes).topology
@@ -100,8 +100,8 @@ def _inference(model: str, gpu: str, tp: int, tokens: int, granularity: str) -> 
 
 def _collective(topology: str, op: str, ranks: int) -> dict:
     from sim.budget import collective_estimate
-    from sim.collective import collective
     from sim.config import load_topology
+    from sim.studies.collective import collective
     from sim.types import CollectiveKind, parse_enum
 
     topo = load_topology(topology)

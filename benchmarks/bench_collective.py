@@ -6,9 +6,9 @@
     python benchmarks/bench_collective.py --ranks 8,64,512,65536 --topology dgx-a100 --op all-gather
     python benchmarks/bench_collective.py --full-up-to 1024     # also every flow in the flow network
 
-For each rank count: the wall time of :func:`sim.collective.collective` (the plan, then the
+For each rank count: the wall time of :func:`sim.studies.collective.collective` (the plan, then the
 flows the group's first rank sends or receives, weighted as a run weights them:
-:func:`sim.collective.representative_phases`), the algorithm, the time and busbw, and, up to
+:func:`sim.studies.collective.representative_phases`), the algorithm, the time and busbw, and, up to
 ``--full-up-to`` ranks, the same plan timed over every rank's flows
 (:func:`sim.engine.network.solo_time_s` on the whole plan: seconds at 512 ranks, minutes at
 8192) with the relative difference of
@@ -21,10 +21,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from sim.collective import collective
 from sim.config import load_topology
 from sim.costs.comm import plan_comm
 from sim.engine.network import solo_time_s
+from sim.studies.collective import collective
 from sim.topology.routing import Fabric
 from sim.types import CollectiveKind, CommClass
 from sim.workload.ops import CommOp

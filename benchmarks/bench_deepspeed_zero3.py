@@ -31,7 +31,7 @@ from pathlib import Path
 
 from sim.config import load_workload_with_notes
 from sim.runner import simulate
-from sim.topology_choice import place_workload
+from sim.topology.choice import place_workload
 from sim.workload import deepspeed_zero3 as ds3
 
 WORKLOAD = Path(__file__).resolve().parent / "deepspeed_zero3" / "bert5b_ds1174.yaml"

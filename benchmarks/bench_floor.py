@@ -22,14 +22,14 @@ machine. This prints, best of ``--repeat`` runs in one process:
   - the engine's events: as many bare SimPy events (a timeout each, nothing attached) as the
     engine processed, on eight processes;
   - the trace's bytes: deflating the trace's text in one go as the writer does it (ISA-L at
-    :data:`sim.gzip_parts.LEVEL`, five times as fast as zlib's fastest level here), joining
+    :data:`sim.output.gzip_parts.LEVEL`, five times as fast as zlib's fastest level here), joining
     the already formatted event strings a batch at a time with their encoding to UTF-8, and
     writing two integers per event as text (what is left of formatting once every other piece
     of text exists).
 
 The floors add up to what no rewrite in Python of the same design gets under: the trace's
 compression and joining split over the two cores at best (the writer deflates the text in
-pieces, :mod:`sim.gzip_parts`), the rest on one.
+pieces, :mod:`sim.output.gzip_parts`), the rest on one.
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ from sim.cli import LINK_COUNTERS
 from sim.config import load_workload_with_notes
 from sim.costs.analytical import AnalyticalCostModel
 from sim.engine.simulation import Simulation
-from sim.gzip_parts import deflate_part
+from sim.output.gzip_parts import deflate_part
+from sim.output.trace import write_chrome_trace
 from sim.program import Task
 from sim.results import Span
 from sim.runner import busiest_link_counters, cached_fabric, excluded_algorithms, gpu_placement, power_clock_hz
-from sim.topology_choice import place_workload
-from sim.trace import write_chrome_trace
+from sim.topology.choice import place_workload
 from sim.types import OpKind, Stream
 from sim.workload.taskgraph import build_program
 
@@ -165,7 +165,7 @@ def floors(prog, res, path: Path, repeat: int) -> dict:
     out["engine_events"] = res.events
     out["simpy_events_s"], _ = _best(lambda: _bare_events(res.events), repeat)
     one_core = out["task_records_s"] + out["span_tuples_s"] + out["placement_loop_s"] + out["simpy_events_s"]
-    # the trace's text is made and deflated in pieces (sim.gzip_parts), so those split over the two cores
+    # the trace's text is made and deflated in pieces (sim.output.gzip_parts), so those split over the two cores
     out["floor_s"] = one_core + (out["deflate_s"] + out["join_encode_s"] + out["number_text_s"]) / 2
     return out
 

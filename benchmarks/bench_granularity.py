@@ -34,7 +34,7 @@ def _one(preset: str, granularity: str, repeat: int) -> dict:
 
     from sim.config import load_workload_with_notes
     from sim.runner import simulate
-    from sim.topology_choice import place_workload
+    from sim.topology.choice import place_workload
 
     workload, notes = load_workload_with_notes(preset)
     topology = place_workload(workload, None, notes).topology

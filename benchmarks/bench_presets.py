@@ -27,9 +27,9 @@ from pathlib import Path
 import sim
 from sim.cli import LINK_COUNTERS
 from sim.config import load_workload_with_notes
+from sim.output.trace import write_chrome_trace
 from sim.runner import simulate
-from sim.topology_choice import place_workload
-from sim.trace import write_chrome_trace
+from sim.topology.choice import place_workload
 
 WORKLOADS = Path(sim.__file__).resolve().parent.parent / "workloads"
 DEFAULT_PRESET = "gpt3-175b"

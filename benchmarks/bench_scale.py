@@ -22,7 +22,7 @@ the best wall time of ``--repeat`` runs in that process. It prints:
 
 Wall times are of :func:`sim.runner.simulate` (building the topology and routes, the program,
 and running the engine); the first case adds writing the trace. The summary report
-(:func:`sim.report.make_report`, what ``llmsim run`` prints) is timed apart, after them, and
+(:func:`sim.output.report.make_report`, what ``llmsim run`` prints) is timed apart, after them, and
 left out of the totals the targets compare. Wall times depend on the machine and its load;
 compare figures from one machine only.
 """
@@ -62,10 +62,10 @@ def _case(preset: str, sets: list[str], trace: bool, repeat: int, out: mp.Queue)
     """Run in a child process: simulate ``repeat`` times and report the best."""
     from sim.cli import LINK_COUNTERS
     from sim.config import load_workload_with_notes
-    from sim.report import make_report
+    from sim.output.report import make_report
+    from sim.output.trace import write_chrome_trace
     from sim.runner import simulate
-    from sim.topology_choice import place_workload
-    from sim.trace import write_chrome_trace
+    from sim.topology.choice import place_workload
 
     workload, notes = load_workload_with_notes(preset, sets, None)
     topology = place_workload(workload, None, notes).topology

@@ -11,8 +11,8 @@
    ``LocalCluster`` of as many Dask worker processes (skipped without ``dask.distributed``);
    then a sample of gpt3-175b-1024's candidates (every k-th by key) locally, where each
    simulation is heavy.
-2. **Bound tightness**: on that sample, the closed-form bound (:mod:`sim.sweep_bound`) and the
-   timeline bound (:mod:`sim.timeline_bound`) over the chunk-granularity time (each must be
+2. **Bound tightness**: on that sample, the closed-form bound (:mod:`sim.studies.sweep.bound`) and the
+   timeline bound (:mod:`sim.studies.sweep.timeline_bound`) over the chunk-granularity time (each must be
    at most 1), with the time each bound takes.
 3. **gpt3-175b-1024's default space**, whole, with the branch and bound (``llmsim sweep``'s
    default): the counts, how many were simulated and how many bounded out, the wall time and
@@ -37,7 +37,8 @@ import time
 
 from sim.config import load_topology, load_workload
 from sim.config.space import default_space
-from sim.sweep import (
+from sim.studies.sweep.bound import IterationBound
+from sim.studies.sweep.core import (
     SCREEN_GRANULARITY,
     Fidelity,
     SweepResult,
@@ -49,8 +50,7 @@ from sim.sweep import (
     sweep,
     tp_limit_of,
 )
-from sim.sweep_bound import IterationBound
-from sim.timeline_bound import TimelineBound
+from sim.studies.sweep.timeline_bound import TimelineBound
 
 LARGE = "gpt3-175b-1024"
 TARGET_S = 120.0

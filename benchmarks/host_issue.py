@@ -44,7 +44,7 @@ from pathlib import Path
 
 import sim
 from sim.config import default_topology_name, load_case_records, load_topology
-from sim.report import make_report
+from sim.output.report import make_report
 from sim.runner import simulate
 from sim.types import Stream
 from sim.units import TFLOPS, US

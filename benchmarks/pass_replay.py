@@ -50,7 +50,7 @@ from sim.config import load_workload_with_notes
 from sim.engine.contention import HeldSMs
 from sim.engine.simulation import Simulation
 from sim.runner import simulate
-from sim.topology_choice import place_workload
+from sim.topology.choice import place_workload
 from sim.types import Stream
 
 DEFAULT = ("gpt3-175b-1024", "gpt3-175b", "llama3-70b")

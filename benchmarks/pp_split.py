@@ -46,7 +46,7 @@ import yaml
 
 import sim
 from sim.config import default_topology_name, load_case_records, load_topology
-from sim.report import make_report
+from sim.output.report import make_report
 from sim.runner import simulate
 from sim.units import TFLOPS
 

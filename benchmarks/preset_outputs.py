@@ -29,7 +29,7 @@ Two runs of one command differ in one figure only, the wall time the engine took
 ``simulated R ranks, T tasks[ at G granularity], E engine events in 0.09 s`` and the JSON's
 ``"simulated_wall_s": 0.0996...``. :data:`REPORT_WALL` and :data:`JSON_WALL` replace that
 number, and only it, by ``<wall>`` before hashing. The trace records no wall time
-(``sim/trace.py``) and ``llmsim memory`` simulates nothing, so neither is masked. The
+(``sim/output/trace.py``) and ``llmsim memory`` simulates nothing, so neither is masked. The
 ``llmsim_version`` line and field are not masked: a refactor keeps the version.
 
 Granularity
@@ -74,10 +74,10 @@ TOPOLOGY_WORKLOAD = "tiny"
 """The workload run on every topology preset."""
 
 REPORT_WALL = re.compile(r"(engine events in )\d+\.\d+( s)$", re.MULTILINE)
-"""The engine's wall time on the report's last line (``sim/report.py``, :func:`format_report`)."""
+"""The engine's wall time on the report's last line (``sim/output/report.py``, :func:`format_report`)."""
 
 JSON_WALL = re.compile(r'("simulated_wall_s": )-?[0-9.eE+-]+')
-"""The engine's wall time in ``run --json`` (``sim/report.py``, ``Report.to_dict``)."""
+"""The engine's wall time in ``run --json`` (``sim/output/report.py``, ``Report.to_dict``)."""
 
 MASK = r"\1<wall>\2"
 """What :data:`REPORT_WALL`'s match becomes: the words around the number kept."""

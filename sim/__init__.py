@@ -10,9 +10,9 @@ The public API, in the order a simulation uses it::
 
 from sim.config import load_cases, load_topology, load_workload
 from sim.errors import ConfigError, DeadlockError, InfeasibleError, OutOfMemoryError, SimError
-from sim.report import Report, format_report, make_report
+from sim.output.report import Report, format_report, make_report
+from sim.output.trace import chrome_trace, validate_chrome_trace, write_chrome_trace
 from sim.runner import Run, simulate
-from sim.trace import chrome_trace, validate_chrome_trace, write_chrome_trace
 from sim.version import __version__
 
 __all__ = [

@@ -179,7 +179,7 @@ def default_budget(shared_by: int = 1) -> Budget:
 
 def explicit_budget() -> Budget | None:
     """The budget :func:`memory_budget` set (``--max-memory-gib``), None for the default: what
-    worker processes take over (:func:`sim.workers.start_worker`)."""
+    worker processes take over (:func:`sim.studies.workers.start_worker`)."""
     return _LIMIT.get()
 
 

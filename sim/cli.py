@@ -28,7 +28,7 @@ Bad input prints one line naming the file, the field, what was expected and what
 and exits with status 2; it never prints a traceback. Ctrl-C prints ``llmsim: interrupted``
 and exits with status 130 (``sweep`` first prints what had finished). ``--json -`` writes the
 JSON to standard output and what the command prints to standard error. A topology given on
-the command line that fixes its GPU brings it (:mod:`sim.topology_choice`).
+the command line that fixes its GPU brings it (:mod:`sim.topology.choice`).
 """
 
 from __future__ import annotations
@@ -42,16 +42,16 @@ from pathlib import Path
 
 from sim.budget import memory_budget
 from sim.errors import ConfigError, NotBuiltError, SimError, clip
-from sim.json_output import json_to_stdout, write_json
-from sim.outpaths import STDOUT, check_output_paths
+from sim.output.json_output import json_to_stdout, write_json
+from sim.output.paths import STDOUT, check_output_paths
 from sim.types import SIMULATED_DTYPES, dtype_names
 from sim.version import __version__
 
 __all__ = ["main"]
 
 TOPOLOGY_GPU_HELP = ("; one whose file fixes its GPU (gpu: B200 in topologies/dgx-b200.yaml) brings it, unless "
-                     "--set system.gpu=NAME keeps the workload's GPU on its links (sim/topology_choice.py)")
-"""The rule for a topology option and the GPU (:mod:`sim.topology_choice`), in every such option's help."""
+                     "--set system.gpu=NAME keeps the workload's GPU on its links (sim/topology/choice.py)")
+"""The rule for a topology option and the GPU (:mod:`sim.topology.choice`), in every such option's help."""
 
 MAX_SLOWDOWN = 1e6
 """The largest ``--slow-gpu`` factor (a GPU a million times slower has stopped)."""
@@ -71,8 +71,8 @@ def _run_command(args: argparse.Namespace) -> int:
 
 def _place(workload, topology: str | None, args: argparse.Namespace, notes: list[str]):
     """The workload on ``topology`` (None: its own), the GPU chosen by the one rule of
-    :mod:`sim.topology_choice`."""
-    from sim.topology_choice import gpu_given, place_workload
+    :mod:`sim.topology.choice`."""
+    from sim.topology.choice import gpu_given, place_workload
 
     return place_workload(workload, topology, notes, gpu_named=gpu_given(getattr(args, "set", None)))
 
@@ -127,7 +127,7 @@ def _add_megatron_options(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from sim.report import format_report, make_report
+    from sim.output.report import format_report, make_report
     from sim.runner import simulate
 
     _check_trace_dir(args.trace, args.trace_dir)
@@ -138,7 +138,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     run = simulate(workload, topo, full=args.full, notes=notes, slow_gpus=_slow_gpus(args.slow_gpu),
                    link_counters=LINK_COUNTERS if args.trace or args.trace_dir else 0, granularity=args.granularity)
     if args.trace_dir:
-        from sim.trace_ranks import representative_note
+        from sim.output.trace_ranks import representative_note
 
         note = representative_note(run.result)
         if note:
@@ -148,12 +148,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, report.to_dict())
     if args.trace:
-        from sim.trace import write_chrome_trace
+        from sim.output.trace import write_chrome_trace
 
         write_chrome_trace(run.result, args.trace, title=f"llmsim {workload.name}",
                            metadata={"workload": workload.name, "topology": topo.name})
     if args.trace_dir:
-        from sim.trace_ranks import write_rank_traces
+        from sim.output.trace_ranks import write_rank_traces
 
         write_rank_traces(run.result, args.trace_dir, title=f"llmsim {workload.name}",
                           metadata={"workload": workload.name, "topology": topo.name})
@@ -190,8 +190,8 @@ def _write_html(path: str, workload, report, trace: str | None, trace_dir: str |
     links to the traces written beside it, relative to the page."""
     from urllib.parse import quote
 
-    from sim.html_report import write_html_report
     from sim.memory import memory_table
+    from sim.output.html_report import write_html_report
 
     base = Path(path).resolve().parent
 
@@ -220,7 +220,7 @@ def _methods(text: str | None):
 
 
 def _cmd_memory(args: argparse.Namespace) -> int:
-    from sim.memory_report import format_memory, memory_json, memory_report
+    from sim.output.memory_report import format_memory, memory_json, memory_report
 
     workload, notes = _load_workload(args)
     methods = _methods(args.recompute)
@@ -229,7 +229,7 @@ def _cmd_memory(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, memory_json(workload, table, notes))
     if args.plot:
-        from sim.plot import plot_memory
+        from sim.output.plot import plot_memory
 
         plot_memory(table, args.plot, f"{workload.name}: {workload.system.num_gpus} x {workload.system.gpu.name}, "
                     f"TP {workload.parallel.tp} PP {workload.parallel.pp} DP {workload.parallel.dp}")
@@ -237,7 +237,7 @@ def _cmd_memory(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from sim.validate import format_row, format_validation, validate
+    from sim.studies.validate import format_row, format_validation, validate
 
     def progress(rec, rows):
         if args.verbose:
@@ -252,7 +252,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if args.json:
         write_json(args.json, result.to_dict())
     if args.markdown:
-        from sim.validate import update_markdown
+        from sim.studies.validate import update_markdown
 
         update_markdown(args.markdown, result, " ".join(["llmsim validate", *args.files, "--markdown", args.markdown]))
     return 0
@@ -283,8 +283,8 @@ def _cmd_presets(args: argparse.Namespace) -> int:
 
 
 def _cmd_collective(args: argparse.Namespace) -> int:
-    from sim.collective import collective, parse_size_bytes
     from sim.config import load_topology
+    from sim.studies.collective import collective, parse_size_bytes
     from sim.types import CollectiveKind, parse_enum
 
     op = parse_enum(CollectiveKind, args.op, "<--op>", "--op")
@@ -300,15 +300,15 @@ def _cmd_collective(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from sim.compare import compare, format_compare
     from sim.config import load_workload_with_notes
+    from sim.studies.compare import compare, format_compare
 
     workload, _notes = load_workload_with_notes(args.workload, args.set or (), args.case)
     notes: list[str] = []
     rows = compare([_place(workload, t, args, notes) for t in args.topology], full=args.full)
     print(format_compare(workload, rows, list(dict.fromkeys(notes))))
     if args.plot:
-        from sim.plot import plot_compare
+        from sim.output.plot import plot_compare
 
         gpus = " / ".join(dict.fromkeys(r.gpu for r in rows))
         plot_compare(rows, args.plot, f"{workload.name} on {workload.system.num_gpus} x {gpus}")
@@ -321,8 +321,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from sim.config import load_workload_with_notes
     from sim.config.space import load_space
-    from sim.sweep import Fidelity, sweep
-    from sim.sweep_report import format_sweep, sweep_json, write_sweep_csv
+    from sim.studies.sweep.core import Fidelity, sweep
+    from sim.studies.sweep.report import format_sweep, sweep_json, write_sweep_csv
 
     workload, _notes = load_workload_with_notes(args.workload, args.set or (), args.case)
     notes: list[str] = []
@@ -337,7 +337,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     if args.csv:
         write_sweep_csv(result, args.csv)
     if args.plot:
-        from sim.plot import plot_sweep
+        from sim.output.plot import plot_sweep
 
         plot_sweep(result, args.plot, f"{workload.name} on {workload.system.num_gpus} x {workload.system.gpu.name}: "
                    f"{result.simulated} configurations")
@@ -347,7 +347,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 def _cmd_whatif(args: argparse.Namespace) -> int:
     from sim.config import load_topology, load_workload_with_notes
     from sim.hardware import get_gpu
-    from sim.whatif import (
+    from sim.studies.whatif.systems import (
         format_generations,
         format_nodes,
         generations,
@@ -360,7 +360,7 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
 
     overrides = list(args.set or ())
     if args.study == "power":
-        from sim.whatif_power import format_power_caps, parse_limits, power_caps
+        from sim.studies.whatif.power import format_power_caps, parse_limits, power_caps
 
         workload, _notes = load_workload_with_notes(args.workload, overrides, args.case)
         placed = _place(workload, None, args, [])
@@ -384,7 +384,7 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
         for note in notes:
             print(f"  note: {note}")
         if args.plot:
-            from sim.plot import plot_generations
+            from sim.output.plot import plot_generations
 
             plot_generations(g, args.plot)
         if args.json:
@@ -405,7 +405,7 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
     title = f"{workload.name} on {workload.system.num_gpus} x {table['base_gpu']}-class GPUs, scaling {','.join(scale)}"
     print(format_nodes(rows, title))
     if args.plot:
-        from sim.plot import plot_nodes
+        from sim.output.plot import plot_nodes
 
         plot_nodes(rows, args.plot, title)
     if args.json:
@@ -416,11 +416,11 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
 
 
 def _generation_end(gpu: str | None, gpu_flag: str, gpu_default: str, topology: str | None, notes: list[str]):
-    """One end of ``whatif generations``: its GPU and topology under :mod:`sim.topology_choice`'s
+    """One end of ``whatif generations``: its GPU and topology under :mod:`sim.topology.choice`'s
     rule (a topology option that fixes a GPU brings it unless the GPU option is given too)."""
     from sim.config import default_topology_name, load_topology
     from sim.hardware import get_gpu
-    from sim.topology_choice import choose_gpu
+    from sim.topology.choice import choose_gpu
 
     gpu_spec = _gpu_arg(gpu or gpu_default, gpu_flag)
     if topology is None:
@@ -578,7 +578,7 @@ def _parser() -> argparse.ArgumentParser:
                           description="Move the workload from one GPU system to another one factor at a time "
                           "(compute, number format, HBM bandwidth, HBM capacity, NVLink, network), simulate after "
                           "each swap and print each factor's speed-up; the factors multiply to the end-to-end "
-                          "speed-up (sim/whatif.py).")
+                          "speed-up (sim/studies/whatif/systems.py).")
     gen.add_argument("workload", nargs="?", default=None, help="workload YAML or preset name")
     gen.add_argument("--from", dest="from_gpu", help="the GPU it starts on (default: --from-topology's GPU when "
                      "that topology fixes one, else A100)")

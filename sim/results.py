@@ -1,7 +1,7 @@
 """What a simulation hands back: spans, counters and the ranks they belong to.
 
-These records are plain data. The engine fills them; :mod:`sim.trace` turns them into a
-Chrome trace and :mod:`sim.report` into the summary. Times are seconds from the start of the
+These records are plain data. The engine fills them; :mod:`sim.output.trace` turns them into a
+Chrome trace and :mod:`sim.output.report` into the summary. Times are seconds from the start of the
 iteration.
 """
 

@@ -59,7 +59,7 @@ class Run:
     ``AnalyticalCostModel(..., clock_hz=run.clock_hz)`` prices its ops as the run did."""
     power_loads: list = field(default_factory=list)
     """The compute kernels the clock was solved over (:func:`power_loads`; empty where it was
-    not), for what draws power at that clock (``sim.whatif_power``)."""
+    not), for what draws power at that clock (``sim.studies.whatif.power``)."""
     coarse_divergence: str | None = None
     """For :func:`simulate` with ``exact``: why the run at the coarse granularity asked for was
     set aside for this op-level one (:func:`sim.engine.block_check.block_interference`); None

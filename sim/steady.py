@@ -23,7 +23,7 @@ What it gives: the iteration time the whole run gives, to the order of floating-
 additions (``tests/unit/test_steady.py`` holds it to the op-level and chunk runs of the
 presets and of validation cases); nothing else of the run (the spans, the breakdown, the
 trace describe the shorter runs only). ``llmsim validate`` scores a case on it
-(:mod:`sim.validate`), at ``3(m1 + P)`` micro-batches' cost instead of ``M``'s: 4x fewer on
+(:mod:`sim.studies.validate`), at ``3(m1 + P)`` micro-batches' cost instead of ``M``'s: 4x fewer on
 the dev set's Llama 3 405B runs (384 micro-batches over 16 stages).
 """
 

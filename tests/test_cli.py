@@ -16,7 +16,7 @@ import yaml
 
 import sim
 from sim.cli import main
-from sim.trace import validate_chrome_trace
+from sim.output.trace import validate_chrome_trace
 
 REPO = Path(sim.__file__).resolve().parent.parent
 WORKLOADS = REPO / "workloads"

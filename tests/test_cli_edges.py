@@ -84,7 +84,7 @@ def _interrupt(*args, **kwargs):
 SIMULATION = "sim.engine.simulation.Simulation.run"
 LONG_COMMANDS = [  # (argv, the function Ctrl-C interrupts)
     (("run", "tiny"), SIMULATION),
-    (("memory", "tiny"), "sim.memory_report.memory_report"),
+    (("memory", "tiny"), "sim.output.memory_report.memory_report"),
     (("validate", "korthikanti2022", "--jobs", "1"), SIMULATION),  # in this process (pools: test_workers.py)
     (("compare", "tiny", "--topology", "dgx-a100", "--topology", "dgx-h100"), SIMULATION),
     (("whatif", "generations", "tiny"), SIMULATION),
@@ -93,7 +93,7 @@ LONG_COMMANDS = [  # (argv, the function Ctrl-C interrupts)
     (("whatif", "memory"), SIMULATION),
     (("infer",), SIMULATION),
     (("roofline",), "sim.inference.roofline.roofline"),
-    (("collective",), "sim.collective.collective"),
+    (("collective",), "sim.studies.collective.collective"),
     (("validate-infer",), SIMULATION),
 ]
 
@@ -111,12 +111,12 @@ def test_ctrl_c_stops_every_long_command(argv, where, tmp_path, capsys, monkeypa
 def test_ctrl_c_in_a_reoptimized_study_stops_it(tmp_path, capsys, monkeypatch):
     """``--reoptimize`` runs llmsim sweep's search, which keeps what finished when Ctrl-C stops it:
     the study must stop too, not carry on with the workload's layout."""
-    import sim.sweep
-    import sim.whatif
+    import sim.studies.sweep.core
+    import sim.studies.whatif.systems
 
-    searches = sim.whatif.sweep_reoptimizer
-    monkeypatch.setattr(sim.whatif, "sweep_reoptimizer", lambda workers=None: searches(workers=1))
-    monkeypatch.setattr(sim.sweep, "simulate_one", _interrupt)
+    searches = sim.studies.whatif.systems.sweep_reoptimizer
+    monkeypatch.setattr(sim.studies.whatif.systems, "sweep_reoptimizer", lambda workers=None: searches(workers=1))
+    monkeypatch.setattr(sim.studies.sweep.core, "simulate_one", _interrupt)
     report = tmp_path / "report.json"
     status, out, err = _run(capsys, "whatif", "generations", "tiny", "--reoptimize", "--json", str(report))
     assert (status, out, err) == (130, "", "llmsim: interrupted\n")
@@ -124,9 +124,9 @@ def test_ctrl_c_in_a_reoptimized_study_stops_it(tmp_path, capsys, monkeypatch):
 
 
 def test_ctrl_c_in_a_sweep_reports_what_finished(tmp_path, capsys, monkeypatch):
-    import sim.sweep
+    import sim.studies.sweep.core
 
-    monkeypatch.setattr(sim.sweep, "simulate_one", _interrupt)
+    monkeypatch.setattr(sim.studies.sweep.core, "simulate_one", _interrupt)
     report = tmp_path / "report.json"
     status, out, err = _run(capsys, "sweep", "tiny", "--workers", "1", "--json", str(report))
     assert status == 130, err
@@ -153,9 +153,9 @@ def stall(*args, **kwargs):
     while True:
         time.sleep(0.05)
 setattr(owner, names[-1], stall)
-import sim.whatif
-searches = sim.whatif.sweep_reoptimizer
-sim.whatif.sweep_reoptimizer = lambda workers=None: searches(workers=1)
+import sim.studies.whatif.systems
+searches = sim.studies.whatif.systems.sweep_reoptimizer
+sim.studies.whatif.systems.sweep_reoptimizer = lambda workers=None: searches(workers=1)
 from sim.cli import main
 sys.exit(main(argv))
 """
@@ -180,7 +180,8 @@ def _sigint_when_inside(tmp_path, where: str, *argv: str) -> subprocess.Complete
 
 
 def test_sigint_stops_a_reoptimized_study(tmp_path):
-    done = _sigint_when_inside(tmp_path, "sim.sweep:simulate_one", "whatif", "generations", "tiny", "--reoptimize")
+    done = _sigint_when_inside(tmp_path, "sim.studies.sweep.core:simulate_one", "whatif", "generations", "tiny",
+                               "--reoptimize")
     assert (done.returncode, done.stdout, done.stderr) == (130, "", "llmsim: interrupted\n")
 
 
@@ -388,9 +389,9 @@ def test_json_dash_writes_the_json_to_stdout_and_the_report_to_stderr(argv, case
 
 def test_an_unreachable_dask_scheduler_names_the_option_and_what_happened(capsys, monkeypatch):
     pytest.importorskip("distributed")
-    import sim.sweep
+    import sim.studies.sweep.core
 
-    monkeypatch.setattr(sim.sweep, "DASK_CONNECT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(sim.studies.sweep.core, "DASK_CONNECT_TIMEOUT_S", 0.5)
     line = _one_error(capsys, "sweep", "tiny", "--executor", "dask://127.0.0.1:1")
     assert line.startswith("--executor: expected a reachable Dask scheduler; connecting to tcp://127.0.0.1:1 "
                            "failed: "), line

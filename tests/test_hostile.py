@@ -427,14 +427,14 @@ def test_json_output_is_valid_json(tmp_path, capsys):
 
 
 def test_a_non_finite_number_never_reaches_a_json_file(tmp_path, capsys, monkeypatch):
-    import sim.report
+    import sim.output.report
 
-    real = sim.report.Report.to_dict
+    real = sim.output.report.Report.to_dict
 
     def broken(self):
         return {**real(self), "iteration_time_s": float("nan")}
 
-    monkeypatch.setattr(sim.report.Report, "to_dict", broken)
+    monkeypatch.setattr(sim.output.report.Report, "to_dict", broken)
     out = tmp_path / "r.json"
     status = main(["run", "tiny", "--json", str(out)])
     err = capsys.readouterr().err

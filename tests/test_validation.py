@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import sim
-from sim.validate import validate
+from sim.studies.validate import validate
 
 CASES = Path(sim.__file__).resolve().parent.parent / "workloads" / "validation"
 
@@ -85,9 +85,9 @@ def test_time_rows_are_the_reports_figures():
     """The scored iteration time and throughput are those of ``llmsim run``'s report
     (``make_report``), which validation no longer builds: to the last bit."""
     from sim.config import default_topology_name, load_topology
-    from sim.report import make_report
+    from sim.output.report import make_report
     from sim.runner import simulate
-    from sim.validate import case_rows, load_case_records
+    from sim.studies.validate import case_rows, load_case_records
 
     checked = set()
     records = (load_case_records(str(CASES / "megatron-ci.yaml"))[:2]
@@ -131,7 +131,7 @@ below the smallest real difference a coarse run shows (1.6e-7, tests/unit/test_b
 
 @pytest.fixture(scope="module")
 def granularity_runs():
-    from sim.validate import case_rows, load_case_records
+    from sim.studies.validate import case_rows, load_case_records
 
     out = {}
     for file, ids in GRANULARITY_CASES.items():
@@ -187,7 +187,7 @@ def test_jobs_below_one_are_refused_before_any_work(tmp_path, capsys):
 
 
 def test_jobs_default_to_the_cpus_this_process_may_use(monkeypatch):
-    import sim.workers as workers
+    import sim.studies.workers as workers
 
     asked = []
     real = workers.local_pool
@@ -201,7 +201,7 @@ def test_jobs_default_to_the_cpus_this_process_may_use(monkeypatch):
 def test_cpu_count_follows_the_affinity_mask(monkeypatch):
     import os
 
-    from sim.workers import cpu_count
+    from sim.studies.workers import cpu_count
 
     monkeypatch.delattr(os, "process_cpu_count", raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 5}, raising=False)

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sim.config.fields import apply_overrides
+from sim.config.hf import read_hf_config
 from sim.config.megatron_flags import (
     IGNORED_FLAGS,
     MEGATRON_FLAGS,
@@ -55,7 +56,6 @@ from sim.config.megatron_flags import (
 )
 from sim.config.presets import preset_names, resolve_preset
 from sim.errors import ConfigError
-from sim.hf import read_hf_config
 from sim.inputs import read_input_text
 from sim.workload.spec import WorkloadSpec, pipeline_split
 

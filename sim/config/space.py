@@ -7,7 +7,7 @@ A space file is a mapping from a setting of ``parallel`` to the values to try::
     recompute: [selective, full]
 
 A setting the file leaves out stays at the workload's value; ``auto`` asks for the default
-space's rule for that setting (:mod:`sim.sweep`); with no space file every setting is ``auto``.
+space's rule for that setting (:mod:`sim.studies.sweep.core`); with no space file every setting is ``auto``.
 ``dp`` is never listed: it is ``num_gpus / (tp x pp x cp)``. ``zero_stage`` is the ZeRO level
 in effect: 0 shards nothing, 1 is Megatron-LM's distributed optimizer, 2 shards the gradients
 too, 3 the weights (FSDP).

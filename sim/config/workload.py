@@ -48,12 +48,12 @@ from sim.config.defaults import (
 )
 from sim.config.fields import SET_SOURCE, Fields, Notes, apply_overrides, described, is_finite, located, read_yaml
 from sim.config.fit import fit_null_settings
+from sim.config.hf import read_hf_config
 from sim.config.presets import preset_names, resolve_preset, shown_path
 from sim.config.stack import Stack
 from sim.config.stacks import STACKS, choose_stack, framework_year, load_stack
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec, get_gpu, gpu_names, power_limited
-from sim.hf import read_hf_config
 from sim.topology.network import NetworkFabric, NetworkSpec
 from sim.types import NOT_SIMULATED_DTYPES, SIMULATED_DTYPES, CpCommType, Dtype, ScalingRecipe, ScheduleKind, parse_enum
 from sim.units import GBIT_PER_S, GiB

@@ -95,7 +95,7 @@ class FixedCostModel:
 def share_weights(flows: tuple[Flow, ...]) -> tuple[Flow, ...]:
     """Divide each flow's weight on a link by the number of these flows on that link: the flows
     a representative simulation keeps of a plan whose weights count the whole job's flows on
-    each link (:meth:`sim.engine.simulation.Simulation._plans`, :func:`sim.collective.collective`),
+    each link (:meth:`sim.engine.simulation.Simulation._plans`, :func:`sim.studies.collective.collective`),
     where several kept flows share a link, each stands for its share of that count.
 
     >>> f = Flow(0, 1, 1.0, (5,), (2.0,))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 
 from sim.inference.spec import KV_DTYPES
-from sim.json_output import write_json
+from sim.output.json_output import write_json
 from sim.types import SIMULATED_DTYPES, dtype_names
 
 __all__ = ["add_commands", "add_whatif_memory"]
@@ -57,7 +57,7 @@ def _cmd_infer(a: argparse.Namespace) -> int:
     if a.json:
         write_json(a.json, report.to_dict())
     if a.trace:
-        from sim.trace import write_chrome_trace
+        from sim.output.trace import write_chrome_trace
 
         write_chrome_trace(run.result, a.trace, title=f"llmsim infer {spec.name}",
                            metadata={"model": spec.name, "gpu": spec.gpu.name, "topology": topo.name,
@@ -80,7 +80,7 @@ def _cmd_roofline(a: argparse.Namespace) -> int:
     if a.json:
         write_json(a.json, {**_spec_json(spec), "gpus": [g.to_dict() for g in result]})
     if a.plot:
-        from sim.plot import plot_roofline
+        from sim.output.plot import plot_roofline
 
         plot_roofline(result, a.plot, f"{spec.name}: batch {spec.batch}, prompt {spec.prompt_tokens}, TP {spec.tp}, "
                       f"{spec.dtype.value}")
@@ -99,7 +99,7 @@ def _cmd_whatif_memory(a: argparse.Namespace) -> int:
     if a.json:
         write_json(a.json, {**_spec_json(spec), "gpu": spec.gpu.name, "rows": [r.to_dict() for r in rows]})
     if a.plot:
-        from sim.plot import plot_hbm_generations
+        from sim.output.plot import plot_hbm_generations
 
         plot_hbm_generations(rows, a.plot, f"{spec.name} on {spec.num_gpus} x {spec.gpu.name}: batch {spec.batch}, "
                              f"prompt {spec.prompt_tokens}, generate {spec.generate_tokens}")

@@ -7,13 +7,13 @@ import dataclasses
 import networkx as nx
 import pytest
 
-from sim.analysis import breakdown
 from sim.config import load_topology
 from sim.costs.base import FixedCostModel
 from sim.costs.compute import attention_time_s, gemm_time_s, memory_time_s
 from sim.engine import Simulation
 from sim.errors import DeadlockError
-from sim.report import make_report
+from sim.output.analysis import breakdown
+from sim.output.report import make_report
 from sim.runner import simulate
 from sim.types import CollectiveKind, CommClass, OpKind, RecomputeKind, ScheduleKind, Stream
 from sim.workload.ops import AttentionOp, GemmOp
@@ -194,7 +194,7 @@ def test_same_inputs_same_result():
 def test_trace_of_an_interleaved_dp_run_is_valid():
     """Every event has what Perfetto needs, no two slices on one thread overlap, every arrow
     has both ends -- on a run with all streams in use."""
-    from sim.trace import chrome_trace, validate_chrome_trace
+    from sim.output.trace import chrome_trace, validate_chrome_trace
 
     w = make_workload(tp=2, pp=4, dp=2, gbs=16, layers=8, vps=2, schedule=ScheduleKind.INTERLEAVED, sp=True,
                       dist_opt=True, recompute=RecomputeKind.SELECTIVE, tied=True)

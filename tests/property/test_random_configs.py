@@ -10,9 +10,9 @@ import pytest
 from sim.config import load_topology
 from sim.errors import SimError
 from sim.memory import stage_memory
-from sim.report import make_report
+from sim.output.report import make_report
+from sim.output.trace import chrome_trace, validate_chrome_trace
 from sim.runner import simulate
-from sim.trace import chrome_trace, validate_chrome_trace
 from sim.types import RecomputeKind, ScheduleKind
 from tests.conftest import make_workload
 

@@ -1,8 +1,8 @@
 """The breakdown's unions, taken with numpy, give the loop's figures to the last bit.
 
-:func:`sim.analysis.breakdown` merges each rank's compute spans and each class's transfers with
-array operations (:func:`~sim.analysis._merge`, :func:`~sim.analysis._minus`). The references
-here are the loops they replace: :func:`~sim.analysis._union` and :func:`_subtract` on
+:func:`sim.output.analysis.breakdown` merges each rank's compute spans and each class's transfers with
+array operations (:func:`~sim.output.analysis._merge`, :func:`~sim.output.analysis._minus`). The references
+here are the loops they replace: :func:`~sim.output.analysis._union` and :func:`_subtract` on
 random intervals (ties, touching ends, empty and nested intervals included), and a
 span-by-span breakdown on whole simulations.
 """
@@ -14,15 +14,15 @@ import random
 import numpy as np
 import pytest
 
-from sim.analysis import _PRIORITY, RankBreakdown, _merge, _minus, _union, breakdown
 from sim.config import load_topology, load_workload
+from sim.output.analysis import _PRIORITY, RankBreakdown, _merge, _minus, _union, breakdown
 from sim.results import SimResult
 from sim.runner import simulate
 from sim.types import CommClass, Stream
 
 
 def _subtract(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """``a`` minus ``b``, both sorted disjoint unions (the loop :func:`~sim.analysis._minus`
+    """``a`` minus ``b``, both sorted disjoint unions (the loop :func:`~sim.output.analysis._minus`
     replaced)."""
     out = []
     j = 0

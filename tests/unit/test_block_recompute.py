@@ -13,7 +13,7 @@ from sim.config import load_topology
 from sim.config.fit import peak_memory_bytes
 from sim.errors import ConfigError
 from sim.memory import layer_activation_bytes, stage_memory
-from sim.report import make_report
+from sim.output.report import make_report
 from sim.runner import simulate
 from sim.types import RecomputeKind, ScheduleKind
 from sim.workload.spec import ParallelSpec
@@ -175,8 +175,8 @@ def test_bad_counts_are_one_line_errors(capsys, sets, expected):
 def test_the_bounds_price_the_recomputed_layers_only():
     """The sweep's closed-form bound prices each stage's compute as the op program has it, and
     both bounds stay below the simulated time."""
-    from sim.sweep_bound import IterationBound
-    from sim.timeline_bound import TimelineBound
+    from sim.studies.sweep.bound import IterationBound
+    from sim.studies.sweep.timeline_bound import TimelineBound
 
     topo = load_topology("dgx-a100")
     for n in (1, 3, None):
@@ -196,7 +196,7 @@ def test_the_bounds_price_the_recomputed_layers_only():
 
 def test_a_sweep_keeps_the_count_on_the_workloads_own_chunks_only():
     from sim.config.space import default_space
-    from sim.sweep import make_candidate, space_points
+    from sim.studies.sweep.core import make_candidate, space_points
 
     w = _block(1, tp=2, pp=2, dp=2, gbs=8, layers=8)
     kept = other = 0

@@ -9,8 +9,8 @@ import pytest
 
 import sim
 from sim.cli import main
-from sim.collective import bus_factor, collective
 from sim.config import load_topology
+from sim.studies.collective import bus_factor, collective
 from sim.topology.build import ring_topology_spec
 from sim.types import CollectiveKind
 
@@ -101,7 +101,7 @@ def test_link_counters_integrate_to_the_reported_utilization():
     report's utilization of that link: both count the same bytes (flow network and ops placed
     at their solo time)."""
     from sim.config import load_workload
-    from sim.report import make_report
+    from sim.output.report import make_report
     from sim.runner import simulate
 
     w = load_workload("tiny")
@@ -189,16 +189,16 @@ def _every_flow_s(topo, op, size, n):
 
 
 def test_a_large_group_is_timed_over_one_ranks_flows(monkeypatch):
-    import sim.collective
+    import sim.studies.collective
 
     sizes = []
-    real = sim.collective.solo_time_s
+    real = sim.studies.collective.solo_time_s
 
     def counted(phases, capacity):
         sizes.append(sum(len(ph.flows) for ph in phases))
         return real(phases, capacity)
 
-    monkeypatch.setattr(sim.collective, "solo_time_s", counted)
+    monkeypatch.setattr(sim.studies.collective, "solo_time_s", counted)
     r = collective(load_topology("dgx-h100"), CollectiveKind.ALL_REDUCE, 2**30, 1024)
     assert r.algorithm == "tree" and len(sizes) == 1
     assert sizes[0] <= 64  # rank 0's flows (the plan has 32,736)

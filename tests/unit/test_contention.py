@@ -21,8 +21,8 @@ from sim.costs.comm import CTAS_IN_DOMAIN, nccl_ctas
 from sim.engine import ReferencePaths, Simulation
 from sim.engine.contention import HeldSMs
 from sim.hardware import get_gpu
+from sim.output.report import format_report, make_report
 from sim.program import Program, Task
-from sim.report import format_report, make_report
 from sim.results import RankInfo
 from sim.runner import simulate
 from sim.topology.build import build_topology

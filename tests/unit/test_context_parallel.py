@@ -15,7 +15,7 @@ from sim.costs.base import FixedCostModel
 from sim.engine import Simulation
 from sim.errors import ConfigError
 from sim.memory import activation_model, stage_memory
-from sim.report import make_report
+from sim.output.report import make_report
 from sim.runner import simulate
 from sim.types import CollectiveKind, CommClass, CpCommType, OpKind, Stream
 from sim.workload.context_parallel import cp_bytes_sent, cp_subgroups

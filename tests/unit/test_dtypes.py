@@ -14,8 +14,8 @@ from sim.config import load_workload
 from sim.errors import ConfigError
 from sim.inference.config import InferenceArgs, build_spec
 from sim.inference.spec import KV_DTYPES
+from sim.studies.whatif.systems import parse_dtype
 from sim.types import SIMULATED_DTYPES, Dtype
-from sim.whatif import parse_dtype
 
 
 def _dtype_options(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()):

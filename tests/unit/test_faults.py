@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 import sim
-from sim.collective import collective
 from sim.config import load_topology
 from sim.errors import ConfigError
-from sim.report import make_report
+from sim.output.report import make_report
 from sim.runner import simulate
+from sim.studies.collective import collective
 from sim.types import CollectiveKind
 from tests.conftest import make_workload
 

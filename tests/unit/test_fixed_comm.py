@@ -11,7 +11,7 @@ from sim.config import load_workload_with_notes
 from sim.costs.analytical import AnalyticalCostModel
 from sim.engine.simulation import MAX_SHARED_ALL_TO_ALL, Simulation
 from sim.runner import cached_fabric, excluded_algorithms, gpu_placement
-from sim.topology_choice import place_workload
+from sim.topology.choice import place_workload
 from sim.types import CollectiveKind
 from sim.workload.taskgraph import build_program
 

@@ -17,17 +17,17 @@ import json
 
 import pytest
 
-from sim.analysis import breakdown
 from sim.cli import main
 from sim.config import load_topology, load_workload
 from sim.costs.base import FixedCostModel
 from sim.engine import Simulation
 from sim.errors import ConfigError
 from sim.memory import stage_memory
+from sim.output.analysis import breakdown
+from sim.output.report import make_report
+from sim.output.trace import chrome_trace, validate_chrome_trace
 from sim.program import Block
-from sim.report import make_report
 from sim.runner import simulate
-from sim.trace import chrome_trace, validate_chrome_trace
 from sim.types import OpKind, RecomputeKind, ScheduleKind, Stream
 from sim.workload.taskgraph import build_program
 from tests.conftest import make_workload

@@ -1,4 +1,4 @@
-"""One gzip member from parts deflated apart (sim/gzip_parts.py)."""
+"""One gzip member from parts deflated apart (sim/output/gzip_parts.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import zlib
 
 import pytest
 
-import sim.gzip_parts as gzip_parts
-from sim.gzip_parts import GzipParts, _crc32_combine, crc32, crc32_combine, deflate_part
+import sim.output.gzip_parts as gzip_parts
+from sim.output.gzip_parts import GzipParts, _crc32_combine, crc32, crc32_combine, deflate_part
 
 
 @pytest.mark.parametrize("combine", [crc32_combine, _crc32_combine], ids=["used", "fallback"])
@@ -68,7 +68,7 @@ def test_a_text_part_is_deflated_smaller_and_read_back_by_zlib():
 
 @pytest.fixture
 def without_isal(monkeypatch):
-    """sim.gzip_parts imported where the isal package is missing; imported again after."""
+    """sim.output.gzip_parts imported where the isal package is missing; imported again after."""
     monkeypatch.setitem(sys.modules, "isal", None)  # `from isal import ...` raises ImportError
     yield importlib.reload(gzip_parts)
     monkeypatch.undo()

@@ -1,6 +1,6 @@
 """Hybrid sharding (HSDP, ``parallel.dp_shard``): groups, timeline, memory, config.
 
-The byte counts are nccl-tests' bus bytes per rank (:func:`sim.collective.bus_factor`): an
+The byte counts are nccl-tests' bus bytes per rank (:func:`sim.studies.collective.bus_factor`): an
 all-reduce of ``B`` bytes over ``n`` ranks moves ``2 (n-1)/n B`` in and out of each rank, a
 reduce-scatter of ``B`` (its input) or an all-gather of ``B`` (its output) ``(n-1)/n B``.
 """
@@ -13,17 +13,17 @@ import json
 import pytest
 
 from sim.cli import main
-from sim.collective import bus_factor
 from sim.config import load_topology, load_workload, load_workload_with_notes
 from sim.config.megatron_args import load_megatron_workload
 from sim.errors import ConfigError
 from sim.memory import memory_table, stage_memory, state_bytes
-from sim.memory_report import format_memory
-from sim.report import format_report, make_report
+from sim.output.memory_report import format_memory
+from sim.output.report import format_report, make_report
 from sim.runner import simulate
-from sim.sweep import make_candidate
-from sim.sweep_memory import MemoryCheck
-from sim.timeline_bound import timeline_bound
+from sim.studies.collective import bus_factor
+from sim.studies.sweep.core import make_candidate
+from sim.studies.sweep.memory_check import MemoryCheck
+from sim.studies.sweep.timeline_bound import timeline_bound
 from sim.types import CommClass, RecomputeKind, Stream
 from sim.workload.dataparallel import GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES
 from sim.workload.layout import Layout

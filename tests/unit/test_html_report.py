@@ -1,4 +1,4 @@
-"""Tests for sim.html_report: the numbers on the page are the report's, the bars are drawn to
+"""Tests for sim.output.html_report: the numbers on the page are the report's, the bars are drawn to
 scale, nothing is fetched from elsewhere, text is escaped; and, where a headless Chromium (or
 Playwright) is installed, the page loads in a real browser without a script error."""
 
@@ -14,9 +14,9 @@ import pytest
 
 from sim.cli import main
 from sim.config import load_topology, load_workload
-from sim.html_report import PERFETTO_UI, html_report, write_html_report
 from sim.memory import memory_table
-from sim.report import make_report
+from sim.output.html_report import PERFETTO_UI, html_report, write_html_report
+from sim.output.report import make_report
 from sim.runner import simulate
 
 _FETCHING = {"script": "src", "img": "src", "iframe": "src", "embed": "src", "object": "data", "audio": "src",

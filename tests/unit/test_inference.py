@@ -247,7 +247,7 @@ def test_infer_prints_writes_json_and_trace_deterministically(tmp_path, capsys):
     assert data["memory"][0]["weights_bytes"] > data["memory"][0]["kv_cache_bytes"] > 0
     import gzip
 
-    from sim.trace import validate_chrome_trace
+    from sim.output.trace import validate_chrome_trace
     trace = json.loads(gzip.decompress(paths[0][1].read_bytes()))
     assert validate_chrome_trace(trace) == []
     names = {e["name"] for e in trace["traceEvents"] if e["ph"] == "X"}

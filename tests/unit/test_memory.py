@@ -10,7 +10,7 @@ from sim.cli import main
 from sim.config import load_cases, load_topology, load_workload
 from sim.hardware import get_gpu
 from sim.memory import activation_model, layer_activation_bytes, stage_memory, stage_params, state_bytes
-from sim.report import make_report
+from sim.output.report import make_report
 from sim.runner import simulate
 from sim.types import RecomputeKind, ScheduleKind
 from sim.units import GB, GiB

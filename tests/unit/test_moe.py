@@ -8,12 +8,12 @@ import pytest
 
 import sim
 from sim.config import load_topology, load_workload
+from sim.config.hf import read_hf_config
 from sim.costs.comm import plan_comm
 from sim.engine.network import solo_time_s
 from sim.errors import ConfigError
-from sim.hf import read_hf_config
 from sim.memory import layer_activation_bytes, stage_memory, state_bytes
-from sim.report import make_report
+from sim.output.report import make_report
 from sim.runner import simulate
 from sim.topology.build import build_topology, ring_topology_spec
 from sim.topology.routing import Fabric

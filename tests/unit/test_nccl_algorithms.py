@@ -17,9 +17,9 @@ import yaml
 
 import sim
 from sim.cli import main
-from sim.collective import collective
 from sim.config import load_topology
 from sim.costs.comm import NVLS_LATENCY_S
+from sim.studies.collective import collective
 from sim.types import CollectiveKind
 
 ROOT = Path(sim.__file__).resolve().parent.parent

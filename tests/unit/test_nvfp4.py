@@ -12,7 +12,7 @@ from sim.config.megatron_args import load_megatron_workload
 from sim.costs.compute import gemm_time_s
 from sim.errors import ConfigError
 from sim.runner import simulate
-from sim.sweep_bound import IterationBound
+from sim.studies.sweep.bound import IterationBound
 from sim.types import Dtype, OpKind, ScalingRecipe
 from sim.workload.layers import layer_ops
 from sim.workload.ops import GemmOp

@@ -1,4 +1,4 @@
-"""Output paths are checked before a command works (sim/outpaths.py, sim.cli.main)."""
+"""Output paths are checked before a command works (sim/output/paths.py, sim.cli.main)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import sim.outpaths as outpaths
+import sim.output.paths as outpaths
 from sim.cli import _parser, main
 from sim.errors import ConfigError
-from sim.outpaths import DIR_OPTIONS, FILE_OPTIONS, check_output_path, check_output_paths
+from sim.output.paths import DIR_OPTIONS, FILE_OPTIONS, check_output_path, check_output_paths
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:

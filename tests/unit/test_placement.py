@@ -17,7 +17,7 @@ import sim
 from sim.cli import main
 from sim.config import load_topology, load_workload
 from sim.errors import ConfigError
-from sim.report import make_report
+from sim.output.report import make_report
 from sim.runner import simulate
 from sim.topology.build import build_topology
 from sim.topology.routing import Fabric

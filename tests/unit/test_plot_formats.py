@@ -1,5 +1,5 @@
 """``--plot`` writes every format matplotlib writes, reproducibly, and refuses the rest before
-any work (sim/plot_formats.py, sim/plot.py, sim/outpaths.py)."""
+any work (sim/output/plot_formats.py, sim/output/plot.py, sim/output/paths.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ import pytest
 
 from sim.cli import _parser, main
 from sim.errors import ConfigError
-from sim.plot_formats import check_plot_path, plot_format
+from sim.output.plot_formats import check_plot_path, plot_format
 
 
 def _formats() -> list[str]:
     try:
-        from sim.plot_formats import plot_formats
+        from sim.output.plot_formats import plot_formats
 
         return list(plot_formats())
     except ImportError:  # no matplotlib: the tests below that need it skip
@@ -45,7 +45,7 @@ def memory_figure():
     pytest.importorskip("matplotlib")
     from sim.config import load_workload
     from sim.memory import memory_table
-    from sim.plot import plot_memory
+    from sim.output.plot import plot_memory
     from sim.types import RecomputeKind
 
     w = load_workload("tiny")

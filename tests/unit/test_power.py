@@ -14,7 +14,7 @@ from sim.costs.compute import gemm_time_s
 from sim.hardware import get_gpu
 from sim.power import KernelLoad, solve_clock_hz
 from sim.runner import simulate
-from sim.sweep_bound import IterationBound
+from sim.studies.sweep.bound import IterationBound
 from sim.types import Dtype
 from sim.workload.ops import GemmOp
 from tests.conftest import make_workload
@@ -190,7 +190,7 @@ def test_whatif_power_trades_time_for_energy(tmp_path):
     """Under lower caps the job runs longer, draws no more than its cap, and (its kernels at
     lower voltage) does more work per joule; the command writes the same numbers as JSON."""
     from sim.cli import main
-    from sim.whatif_power import power_caps
+    from sim.studies.whatif.power import power_caps
 
     w = _h100_workload(dp=2, gbs=4, layers=2)
     rows = power_caps(w, load_topology("dgx-h100"), (400, 550, 700))

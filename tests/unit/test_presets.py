@@ -56,11 +56,11 @@ def test_validate_defaults_to_every_shipped_case_file(monkeypatch, capsys):
 
     def fake_validate(files, progress=None, jobs=1, **kwargs):
         seen["files"] = list(files)
-        from sim.validate import Validation
+        from sim.studies.validate import Validation
 
         return Validation()
 
-    monkeypatch.setattr("sim.validate.validate", fake_validate)
+    monkeypatch.setattr("sim.studies.validate.validate", fake_validate)
     assert main(["validate", "--jobs", "1"]) == 0
     capsys.readouterr()
     assert sorted(Path(f).name for f in seen["files"]) == sorted(

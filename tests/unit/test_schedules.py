@@ -52,7 +52,7 @@ def test_tp_comm_overlap_hides_tensor_parallel_communication():
     import dataclasses
 
     from sim.config import load_topology
-    from sim.report import make_report
+    from sim.output.report import make_report
     from sim.runner import simulate
     from tests.conftest import make_workload
 

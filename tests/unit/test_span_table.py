@@ -10,9 +10,9 @@ import pickle
 import numpy as np
 import pytest
 
-import sim.trace as trace
-from sim.analysis import breakdown
+import sim.output.trace as trace
 from sim.config import load_topology, load_workload_with_notes
+from sim.output.analysis import breakdown
 from sim.results import (
     SPAN_FIELDS,
     Span,

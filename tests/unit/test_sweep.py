@@ -1,4 +1,4 @@
-"""Tests of the design-space search (``llmsim sweep``, :mod:`sim.sweep`): the enumeration against
+"""Tests of the design-space search (``llmsim sweep``, :mod:`sim.studies.sweep.core`): the enumeration against
 counts worked out by hand, memory pruning against the closed form, one point against ``llmsim
 run``, determinism across workers and executors, the outputs, Ctrl-C, the branch and bound
 (the same top N as the exhaustive sweep, its bounds below every simulated time, its choices
@@ -16,18 +16,18 @@ from types import SimpleNamespace
 
 import pytest
 
-import sim.sweep as sweep_module
+import sim.studies.sweep.core as sweep_module
 from sim.cli import main
 from sim.config import load_topology, load_workload
 from sim.config.space import Space, default_space, space_from_mapping
 from sim.errors import ConfigError
 from sim.memory import activation_model, activation_peak_bytes, stage_memory
 from sim.runner import simulate
-from sim.sweep import Fidelity, make_candidate, pareto_front, space_points, sweep
-from sim.sweep_bound import IterationBound
-from sim.sweep_report import sweep_json
-from sim.sweep_search import bounded_search
-from sim.timeline_bound import TimelineBound, timeline_bound
+from sim.studies.sweep.bound import IterationBound
+from sim.studies.sweep.branch_and_bound import bounded_search
+from sim.studies.sweep.core import Fidelity, make_candidate, pareto_front, space_points, sweep
+from sim.studies.sweep.report import sweep_json
+from sim.studies.sweep.timeline_bound import TimelineBound, timeline_bound
 from sim.types import RecomputeKind, ScheduleKind
 from sim.workload.taskgraph import build_program
 

@@ -10,16 +10,16 @@ import yaml
 
 import sim
 from sim.cli import main
-from sim.collective import collective
 from sim.config import load_case_records, load_topology, load_workload, load_workload_with_notes
 from sim.errors import ConfigError
+from sim.studies.collective import collective
+from sim.studies.validate import validate
 from sim.topology.build import build_topology
+from sim.topology.choice import place_workload
 from sim.topology.network import NetworkFabric, NetworkSpec, apply_network
 from sim.topology.spec import FabricKind
-from sim.topology_choice import place_workload
 from sim.types import CollectiveKind
 from sim.units import GBIT_PER_S
-from sim.validate import validate
 
 REPO = Path(sim.__file__).resolve().parent.parent
 CASES = sorted((REPO / "workloads" / "validation").glob("*.yaml"))

@@ -18,9 +18,9 @@ import yaml
 
 import sim
 from sim.cli import main
-from sim.collective import collective
 from sim.config import load_topology
 from sim.errors import ConfigError
+from sim.studies.collective import collective
 from sim.topology.build import build_topology
 from sim.topology.fabrics import GLOBAL_HOP_WEIGHT, dragonfly_global_links, torus_coords
 from sim.topology.routing import Fabric

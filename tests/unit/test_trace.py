@@ -1,4 +1,4 @@
-"""Tests for sim.trace: Chrome-trace export, gzip output and the validator."""
+"""Tests for sim.output.trace: Chrome-trace export, gzip output and the validator."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 
 import pytest
 
+from sim.output.trace import chrome_trace, validate_chrome_trace, write_chrome_trace
 from sim.results import CounterSample, RankInfo, SimResult, Span
-from sim.trace import chrome_trace, validate_chrome_trace, write_chrome_trace
 from sim.types import CommClass, OpKind, Stream
 
 GiB = 2**30

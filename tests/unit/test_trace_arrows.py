@@ -1,6 +1,6 @@
 """The p2p arrows of real runs' traces run forward in time and bind where Perfetto binds them.
 
-``_bind`` re-implements, independently of sim.trace, what Perfetto's trace processor does with
+``_bind`` re-implements, independently of sim.output.trace, what Perfetto's trace processor does with
 a JSON trace's slices and v1 flow events (google/perfetto):
 
 * ``trace_sorter.h`` (``TimestampedEvent::SlowOperatorLess``, used once a JSON trace has an
@@ -25,13 +25,13 @@ import json
 
 import pytest
 
-import sim.trace_ranks as trace_ranks
+import sim.output.trace_ranks as trace_ranks
 from sim.config import load_topology, load_workload_with_notes
 from sim.hardware import get_gpu
 from sim.inference import InferenceSpec, simulate_inference
+from sim.output.trace import chrome_trace, validate_chrome_trace, write_chrome_trace
+from sim.output.trace_ranks import rank_traces
 from sim.runner import simulate
-from sim.trace import chrome_trace, validate_chrome_trace, write_chrome_trace
-from sim.trace_ranks import rank_traces
 from sim.types import Stream
 from sim.workload.spec import ModelSpec
 

@@ -1,8 +1,8 @@
 """The trace writer's bulk path gives the span-at-a-time path's text to the byte.
 
-``sim.trace._events`` rounds every span's times at once and writes them as whole nanoseconds,
+``sim.output.trace._events`` rounds every span's times at once and writes them as whole nanoseconds,
 joins cached pieces of text, and formats the args of comm spans together;
-``sim.trace._events_plain`` formats one span at a time, as the writer always did. Both are run
+``sim.output.trace._events_plain`` formats one span at a time, as the writer always did. Both are run
 on whole simulations and on hand-made spans that hit each corner (ties sorted by name, times
 half a nanosecond off, every kind of args value, repeated keys, arrows with one end); the
 gzip writer that compresses on a second thread is compared with compressing the whole text, and
@@ -22,9 +22,9 @@ import zlib
 import numpy as np
 import pytest
 
-import sim.trace as trace
+import sim.output.trace as trace
 from sim.config import load_topology, load_workload_with_notes
-from sim.gzip_parts import deflate_part
+from sim.output.gzip_parts import deflate_part
 from sim.results import CounterSample, RankInfo, SimResult, Span
 from sim.runner import simulate
 from sim.types import CommClass, OpKind, Stream

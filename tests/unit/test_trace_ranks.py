@@ -1,6 +1,6 @@
-"""Tests for sim.trace_ranks: per-rank trace files read the way Holistic Trace Analysis reads them.
+"""Tests for sim.output.trace_ranks: per-rank trace files read the way Holistic Trace Analysis reads them.
 
-``_Hta`` below re-implements, independently of sim.trace_ranks, the steps of HTA's loader that
+``_Hta`` below re-implements, independently of sim.output.trace_ranks, the steps of HTA's loader that
 decide what our files mean to it (facebookresearch/HolisticTraceAnalysis, PyPI 0.5.0):
 ``hta/common/trace_file.py`` (which files, which rank), ``hta/common/trace_parser.py::_compress_df``
 (which events survive, ``args.stream``/``args.correlation`` defaults),
@@ -21,12 +21,12 @@ import warnings
 
 import pytest
 
-from sim.analysis import breakdown
 from sim.cli import main
 from sim.config import load_topology, load_workload
+from sim.output.analysis import breakdown
+from sim.output.trace import chrome_trace, validate_chrome_trace
+from sim.output.trace_ranks import HOST_TID, hta_kernel_name, representative_note, write_rank_traces
 from sim.runner import simulate
-from sim.trace import chrome_trace, validate_chrome_trace
-from sim.trace_ranks import HOST_TID, hta_kernel_name, representative_note, write_rank_traces
 from sim.types import OpKind, Stream
 from tests.conftest import make_workload
 
@@ -279,7 +279,7 @@ def test_real_hta_reads_the_files(tiny, tiny_dir, monkeypatch):
 
 
 def _bulk_and_plain(result):
-    import sim.trace_ranks as tr
+    import sim.output.trace_ranks as tr
 
     bulk = tr._bulk_texts(result, "t", {"workload": "x", "n": 3})
     return (dict(bulk) if bulk is not None else None), dict(tr._plain_texts(result, "t", {"workload": "x", "n": 3}))
@@ -305,7 +305,7 @@ def test_files_fall_back_to_parsing_where_the_pieces_would_differ(tiny):
     time the bulk writer does not take: the parsed path writes the files."""
     import dataclasses
 
-    import sim.trace_ranks as tr
+    import sim.output.trace_ranks as tr
     from sim.results import Span
 
     s = tiny.result.spans[0]
@@ -316,7 +316,7 @@ def test_files_fall_back_to_parsing_where_the_pieces_would_differ(tiny):
 
 
 def test_texts_take_the_pieces_when_they_can(tiny, monkeypatch):
-    import sim.trace_ranks as tr
+    import sim.output.trace_ranks as tr
 
     monkeypatch.setattr(tr, "_plain_texts", lambda *a: pytest.fail("parsed the merged trace"))
     assert len(dict(tr._texts(tiny.result, "t", None))) == len(tiny.result.ranks)

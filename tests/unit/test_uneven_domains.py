@@ -19,7 +19,6 @@ from collections import Counter
 import pytest
 
 from sim.cli import main
-from sim.collective import collective
 from sim.config import load_topology
 from sim.costs.comm import (
     CTAS_PER_NODE_GPU,
@@ -30,6 +29,7 @@ from sim.costs.comm import (
 )
 from sim.costs.nccl_protocol import RING_BANDWIDTH_FACTOR
 from sim.engine.network import solo_time_s
+from sim.studies.collective import collective
 from sim.topology.routing import Fabric
 from sim.types import CollectiveAlgorithm as A
 from sim.types import CollectiveKind as K

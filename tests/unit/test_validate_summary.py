@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from sim.cli import main
-from sim.validate import Row, Validation, format_validation, markdown, validate
+from sim.studies.validate import Row, Validation, format_validation, markdown, validate
 
 
 def _row(metric: str, measured: float, predicted: float, file: str = "workloads/validation/a.yaml",

@@ -11,8 +11,8 @@ from sim.config import load_topology, load_workload
 from sim.errors import ConfigError
 from sim.hardware import get_gpu
 from sim.runner import simulate
+from sim.studies.whatif.systems import FACTORS, generations, load_nodes_table, node_system, nodes, scale_system
 from sim.types import Dtype
-from sim.whatif import FACTORS, generations, load_nodes_table, node_system, nodes, scale_system
 
 # tiny spread over two DGX nodes (DP across the NICs) so that every factor has work to act on
 MULTI_NODE = ["system.num_gpus=16", "parallel.dp=4", "parallel.global_batch_size=16"]
@@ -57,7 +57,7 @@ def test_a_factor_that_changes_nothing_reuses_the_last_simulation(monkeypatch):
     """A factor that leaves the workload and the system as they were (the format the workload
     already has, the same HBM capacity) reuses the last simulation: speed-up exactly 1 and the
     same breakdown, what simulating again gives; a factor that changes them simulates."""
-    import sim.whatif as whatif
+    import sim.studies.whatif.systems as whatif
 
     calls = []
     real = whatif._simulate
@@ -146,7 +146,7 @@ def test_reoptimizing_on_equal_capacity_gains_nothing_and_on_more_finds_no_worse
     """With --reoptimize every state runs its best layout, so the capacity step between two GPUs
     with the same memory is exactly 1 (the same search on the same system finds the same
     layout), and the start is no slower than the workload's own layout."""
-    from sim.whatif import sweep_reoptimizer
+    from sim.studies.whatif.systems import sweep_reoptimizer
 
     w = load_workload("tiny")
     g = generations(w, get_gpu("H100-SXM5-80GB"), load_topology("dgx-a100"), load_topology("dgx-h100"),

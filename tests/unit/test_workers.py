@@ -1,4 +1,4 @@
-"""Worker pools that stop with Ctrl-C (sim/workers.py): ``llmsim sweep`` and ``llmsim validate
+"""Worker pools that stop with Ctrl-C (sim/studies/workers.py): ``llmsim sweep`` and ``llmsim validate
 --jobs N`` drop what is queued and stop their workers, with no traceback."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 import sim
-import sim.workers
-from sim.workers import abandon, ignore_sigint
+import sim.studies.workers
+from sim.studies.workers import abandon, ignore_sigint
 
 CASES = Path(sim.__file__).resolve().parent.parent / "workloads" / "validation"
 
@@ -33,13 +33,13 @@ def test_abandon_stops_the_workers_and_fails_what_was_queued(monkeypatch):
 
 
 def test_validate_with_jobs_stops_its_workers_on_ctrl_c(tmp_path, monkeypatch):
-    from sim.validate import validate
+    from sim.studies.validate import validate
 
     cases = [c for c in yaml.safe_load((CASES / "korthikanti2022.yaml").read_text()) if "_t4_22B_" in c["id"]]
     path = tmp_path / "cases.yaml"
     path.write_text(yaml.safe_dump(cases))
     abandoned = []
-    monkeypatch.setattr(sim.workers, "abandon", lambda pool: (abandoned.append(pool), abandon(pool)))
+    monkeypatch.setattr(sim.studies.workers, "abandon", lambda pool: (abandoned.append(pool), abandon(pool)))
 
     def interrupted(self, timeout=None):
         raise KeyboardInterrupt
@@ -51,9 +51,9 @@ def test_validate_with_jobs_stops_its_workers_on_ctrl_c(tmp_path, monkeypatch):
 
 
 def test_simulations_interrupted_on_worker_processes_leave_no_traceback(monkeypatch):
-    import sim.sweep
+    import sim.studies.sweep.core
     from sim.config import load_topology, load_workload
-    from sim.sweep import Candidate, run_simulations
+    from sim.studies.sweep.core import Candidate, run_simulations
 
     thread_errors: list[BaseException] = []
     monkeypatch.setattr(threading, "excepthook", lambda args: thread_errors.append(args.exc_value))
@@ -65,8 +65,8 @@ def test_simulations_interrupted_on_worker_processes_leave_no_traceback(monkeypa
             raise KeyboardInterrupt
         return real_wait(*args, **kwargs)
 
-    real_wait = sim.sweep.wait
-    monkeypatch.setattr(sim.sweep, "wait", interrupted)
+    real_wait = sim.studies.sweep.core.wait
+    monkeypatch.setattr(sim.studies.sweep.core, "wait", interrupted)
     jobs = [Candidate((i,), load_workload("tiny"), 0.0) for i in range(12)]
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=ignore_sigint) as pool:
         # 8 in flight on one worker: two in its queue, six waiting in the pool
@@ -93,7 +93,7 @@ def test_abandon_returns_once_the_pool_manager_thread_has_ended():
 
 def test_workers_take_the_parents_memory_budget():
     from sim.budget import Budget, current_budget, memory_budget
-    from sim.workers import local_pool
+    from sim.studies.workers import local_pool
 
     with memory_budget(3.0), local_pool(2) as pool:
         budget = pool.submit(current_budget).result()
@@ -104,7 +104,7 @@ def test_local_workers_share_the_default_budget():
     """Two workers on the default budget take half of it each: together they stay within what
     one process would take. ``--max-memory-gib`` is what one simulation may take, in each."""
     from sim.budget import current_budget, default_budget
-    from sim.workers import local_pool
+    from sim.studies.workers import local_pool
 
     with local_pool(2) as pool:
         budgets = [pool.submit(current_budget).result() for _ in range(2)]

@@ -41,14 +41,14 @@ with a launch by correlation id and, finding none, leaves the kernel unpaired
 breakdown, communication/computation overlap, idle time) do not need; analyses of the host
 (kernel launch statistics, the host-wait share of idle time) have nothing to work on.
 
-Everything else comes from :func:`sim.trace.chrome_trace`, the merged timeline, filtered by
+Everything else comes from :func:`sim.output.trace.chrome_trace`, the merged timeline, filtered by
 ``pid`` (= global rank): the same ``ts``/``dur`` to the nanosecond, the same args, process and
 thread names, and each rank's memory counter, so a per-rank file opens in Perfetto as that
 rank's part of the merged trace. The p2p arrows are left out, with the ``"p2p arrival"``
 instants they end at: their two ends are in different files. In representative mode (the
 default) only the simulated ranks, one per pipeline stage, get a file;
 :func:`representative_note` says so in the run's notes. The bytes are deterministic: same
-result, same files (gzip by :class:`sim.gzip_parts.GzipParts`: ``mtime=0``, no file name).
+result, same files (gzip by :class:`sim.output.gzip_parts.GzipParts`: ``mtime=0``, no file name).
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from sim.gzip_parts import GzipParts
+from sim.output.gzip_parts import GzipParts
+from sim.output.trace import US_PER_S, Bulk, chrome_trace, counter_batch, counter_columns
 from sim.results import SimResult
-from sim.trace import US_PER_S, Bulk, chrome_trace, counter_batch, counter_columns
 from sim.types import OpKind
 
 __all__ = ["HOST_TID", "rank_traces", "write_rank_traces", "hta_kernel_name", "rank_file_name",
@@ -179,7 +179,7 @@ def rank_traces(result: SimResult, *, title: str = "llmsim", metadata: dict | No
     result : SimResult
         A simulated iteration.
     title, metadata
-        As for :func:`sim.trace.chrome_trace` (stored in ``otherData``).
+        As for :func:`sim.output.trace.chrome_trace` (stored in ``otherData``).
 
     Returns
     -------
@@ -189,7 +189,7 @@ def rank_traces(result: SimResult, *, title: str = "llmsim", metadata: dict | No
     Raises
     ------
     ValueError
-        As :func:`sim.trace.chrome_trace` (a span on a rank without a RankInfo, a NaN time).
+        As :func:`sim.output.trace.chrome_trace` (a span on a rank without a RankInfo, a NaN time).
     """
     return dict(_texts(result, title, metadata))
 
@@ -210,7 +210,7 @@ def _plain_texts(result: SimResult, title: str, metadata: dict | None) -> Iterat
 
 
 def _bulk_texts(result: SimResult, title: str, metadata: dict | None) -> Iterator[tuple[int, str]] | None:
-    """:func:`_texts` from the merged trace's own pieces (:class:`sim.trace.Bulk`): each slice
+    """:func:`_texts` from the merged trace's own pieces (:class:`sim.output.trace.Bulk`): each slice
     written as :func:`_split` leaves it (``cat`` ``"kernel"``, :func:`hta_kernel_name`, the
     rank's next ``correlation`` id after its args), the metadata and counters as they are, no
     arrows. None where the merged trace would not be written that way (a time the bulk writer
@@ -261,7 +261,7 @@ def write_rank_traces(result: SimResult, directory: str | os.PathLike, *, title:
         Created if missing. Rank files of an earlier run there (``rank-N.json[.gz]``) are removed
         first, since HTA would read them as ranks of this one; other files are left alone.
     title, metadata
-        As for :func:`sim.trace.chrome_trace`.
+        As for :func:`sim.output.trace.chrome_trace`.
     compress : bool
         gzip the files (``.json.gz``, the default) or not (``.json``); HTA and Perfetto read both.
 

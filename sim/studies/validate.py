@@ -342,7 +342,7 @@ def case_rows(rec: CaseRecord, granularity: str | None = None) -> CaseResult:
         timed = _run(rec, time_metrics, granularity)
     except SimError as exc:
         return CaseResult(rows + [row(m, skipped=str(exc)) for m in time_metrics], None)
-    # the report's iteration time and throughput (sim.report.make_report), without its
+    # the report's iteration time and throughput (sim.output.report.make_report), without its
     # breakdown of every span, which no metric here reads (6 s on a 530B run of 7.8M spans)
     iteration_s = timed.iteration_s
     tokens_per_s = w.tokens_per_iteration / iteration_s
@@ -389,7 +389,7 @@ def validate(paths: list[str], progress=None, jobs: int | None = None, bar: bool
         ``progress(record, rows)`` for each case, in the files' order, as soon as it and every
         case before it are scored.
     jobs : int, optional
-        Worker processes (:func:`sim.workers.local_pool`; default :func:`sim.workers.cpu_count`,
+        Worker processes (:func:`sim.studies.workers.local_pool`; default :func:`sim.studies.workers.cpu_count`,
         1 simulates in this process). The longest cases (:func:`_work`) start first; the rows
         keep the files' order, so the result does not depend on ``jobs``.
     bar : bool
@@ -402,7 +402,7 @@ def validate(paths: list[str], progress=None, jobs: int | None = None, bar: bool
     KeyboardInterrupt
         On Ctrl-C, after stopping the workers.
     """
-    from sim.workers import abandon, check_workers, cpu_count, local_pool
+    from sim.studies.workers import abandon, check_workers, cpu_count, local_pool
 
     check_workers(jobs, "--jobs")
     t0 = time.perf_counter()
@@ -446,7 +446,7 @@ def validate(paths: list[str], progress=None, jobs: int | None = None, bar: bool
                         results[pending.pop(fut)] = fut.result()
                         pbar.update(1)
                     report()
-            except KeyboardInterrupt:  # stop the workers at once (sim/workers.py)
+            except KeyboardInterrupt:  # stop the workers at once (sim/studies/workers.py)
                 abandon(pool)
                 raise
     for res in results:
@@ -508,7 +508,7 @@ def format_validation(v: Validation) -> str:
     if v.simulated_at:
         lines.append("simulated: " + ", ".join(f"{n} at {g} granularity" for g, n in sorted(v.simulated_at.items()))
                      + f"; {v.from_steady} from shorter runs of their steady state"
-                     + " (each where it gives the op-level figures: sim/validate.py)")
+                     + " (each where it gives the op-level figures: sim/studies/validate.py)")
     sources = v.by_source()
     if sources:
         width = max(len("source"), *(len(s.source) for s in sources))

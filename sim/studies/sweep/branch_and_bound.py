@@ -9,7 +9,7 @@ candidates are taken in order of ``(closed-form bound, key)`` in fixed batches o
 ``0 .. k-2`` have all finished, with the N-th best time of those batches as its *gate*
 ``T_k``. A candidate whose closed-form bound exceeds ``T_k`` ends the search (every later one
 has a bound at least as high); the others go to the workers, which first compute the tighter
-timeline bound (:mod:`sim.timeline_bound`) and simulate only if it does not exceed ``T_k``.
+timeline bound (:mod:`sim.studies.sweep.timeline_bound`) and simulate only if it does not exceed ``T_k``.
 Each gate is computed from a fixed set of
 finished batches, so which configurations are simulated depends neither on the order in which
 simulations finish nor on the number of workers; two batches are in flight at a time, so the
@@ -141,6 +141,6 @@ def bounded_search(order: Sequence, bound_s: Mapping[tuple, float], top: int,
                 finished += 1
     except KeyboardInterrupt:
         collect([f for f in pending if f.done() and not f.cancelled()])
-        abandon()  # drops the jobs in flight (sim/workers.py)
+        abandon()  # drops the jobs in flight (sim/studies/workers.py)
         out.interrupted = True
         return out

@@ -11,7 +11,7 @@ before anything is simulated:
   or can be made (its nearest existing ancestor a folder this process may write into);
 * a folder (``--trace-dir``, ``--chakra``) may not be a file, and the same for the rest;
 * a figure (``--plot``) needs matplotlib and a suffix naming a format this installation
-  writes (:func:`sim.plot_formats.check_plot_path`).
+  writes (:func:`sim.output.plot_formats.check_plot_path`).
 
 Nothing is created here; the writers make the missing folders as before. What the operating
 system refuses in spite of these checks (a full disk, a file system that takes no new files
@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sim.errors import ConfigError
-from sim.plot_formats import check_plot_path
+from sim.output.plot_formats import check_plot_path
 
 __all__ = ["DIR_OPTIONS", "FILE_OPTIONS", "STDOUT", "check_output_path", "check_output_paths"]
 
@@ -74,7 +74,7 @@ def check_output_path(path: str, option: str, *, folder: bool = False) -> None:
 def check_output_paths(args: object) -> None:
     """:func:`check_output_path` for each output option set on ``args`` (an argparse
     namespace), files first, in a fixed order; then, with ``--plot``, its format
-    (:func:`~sim.plot_formats.check_plot_path`)."""
+    (:func:`~sim.output.plot_formats.check_plot_path`)."""
     for options, folder in ((FILE_OPTIONS, False), (DIR_OPTIONS, True)):
         for dest, option in options.items():
             path = getattr(args, dest, None)

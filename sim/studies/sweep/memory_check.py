@@ -29,7 +29,7 @@ __all__ = ["StageStates", "MemoryCheck"]
 class StageStates:
     """:func:`sim.memory.state_bytes` of one model's candidates, each (TP, PP, v, DP, CP, EP,
     ETP, ZeRO, DP shard degree, stage) computed once: the memory check and the time bound
-    (:mod:`sim.sweep_bound`) both need it, and candidates that differ only in schedule,
+    (:mod:`sim.studies.sweep.bound`) both need it, and candidates that differ only in schedule,
     micro-batch, recomputation or sequence parallelism share it."""
 
     def __init__(self) -> None:

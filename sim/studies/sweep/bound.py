@@ -32,7 +32,7 @@ pipeline transfers, data-parallel reductions) is left out, so the bound is loose
 is exposed: on a 24-configuration sample of gpt3-175b-1024's default space it is a median
 0.85 of the chunk-granularity time (0.70 to 0.97; ``python benchmarks/bench_sweep.py``), on
 tiny's default space 0.70. It costs about 0.2 ms a configuration, so the sweep orders every
-candidate by it; the tighter timeline bound (:mod:`sim.timeline_bound`, median 0.98) is
+candidate by it; the tighter timeline bound (:mod:`sim.studies.sweep.timeline_bound`, median 0.98) is
 computed only for those this one leaves in the race. It is multiplied by ``1 - ROUNDING`` so
 that summing in another order than the engine never lifts it above the simulated time.
 """
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from sim.costs.analytical import AnalyticalCostModel
 from sim.hardware import GPUSpec
-from sim.sweep_memory import StageStates
+from sim.studies.sweep.memory_check import StageStates
 from sim.types import OpKind, RecomputeKind, ScheduleKind
 from sim.workload.layers import LayerOps, layer_ops
 from sim.workload.ops import MemoryOp

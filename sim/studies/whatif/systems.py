@@ -107,7 +107,7 @@ def breakdown(run) -> dict:
     """Where one iteration goes, per GPU (mean over stages), in seconds: tensor-core compute
     (GEMM and attention), memory-bound work (every other compute op), exposed communication and
     the pipeline bubble / idle time; they add up to the iteration time."""
-    from sim.report import make_report
+    from sim.output.report import make_report
 
     return _breakdown_of(make_report(run))
 
@@ -135,8 +135,8 @@ def _simulate(w: WorkloadSpec, topo: TopologySpec):
 
 def _figures(run) -> tuple[dict, bool]:
     """The run's :func:`breakdown` and whether every stage fits its GPU's memory, from one
-    report (:func:`sim.report.make_report`)."""
-    from sim.report import make_report
+    report (:func:`sim.output.report.make_report`)."""
+    from sim.output.report import make_report
 
     rep = make_report(run)
     return _breakdown_of(rep), all(s.fits for s in rep.stages)
@@ -404,12 +404,12 @@ def sweep_reoptimizer(workers: int | None = None) -> Reoptimizer:
     """A re-optimizer that runs ``llmsim sweep``'s search over :data:`REOPTIMIZE_SPACE` (fast
     fidelity, the best re-run op by op) and returns the fastest configuration's settings.
 
-    The search keeps what finished when Ctrl-C stops it (:func:`sim.sweep.sweep`); a study
+    The search keeps what finished when Ctrl-C stops it (:func:`sim.studies.sweep.core.sweep`); a study
     cannot go on from a state whose best layout is unknown, so the re-optimizer raises
     :class:`KeyboardInterrupt` again and the study stops with it (``llmsim: interrupted``,
     status 130)."""
     from sim.config.space import space_from_mapping
-    from sim.sweep import sweep
+    from sim.studies.sweep.core import sweep
 
     def best(w: WorkloadSpec, topo: TopologySpec) -> ParallelSpec:
         result = sweep(w, topo, space_from_mapping(REOPTIMIZE_SPACE, "<whatif --reoptimize>"), top=1,

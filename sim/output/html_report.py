@@ -6,7 +6,7 @@ from disk, from a CI artifact or attached to an e-mail. It shows what ``llmsim r
 the summary (workload, GPUs, parallel layout, iteration time, the measured time when the
 workload has one, throughput, MFU and HFU), where the time goes (one stacked bar of the
 iteration split into compute by kind, exposed communication by dimension and the bubble, as
-:func:`sim.report.make_report` computes them, and one bar per pipeline stage), the memory of
+:func:`sim.output.report.make_report` computes them, and one bar per pipeline stage), the memory of
 each stage (weights, gradients, optimizer state, activations and other buffers from
 :func:`sim.memory.memory_table`, the simulated peak as a tick, the GPU's capacity as a dashed
 line) and the notes.
@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sim.memory import StageMemory
-from sim.report import Report
+from sim.output.report import Report
 from sim.units import GiB
 from sim.version import __version__
 
@@ -401,7 +401,7 @@ def html_report(report: Report, *, memory: Sequence[StageMemory] | None = None, 
     Parameters
     ----------
     report : Report
-        The run's report (:func:`sim.report.make_report`).
+        The run's report (:func:`sim.output.report.make_report`).
     memory : sequence of StageMemory, optional
         The closed-form memory of each pipeline stage under the workload's recomputation
         (:func:`sim.memory.memory_table`), drawn as stacked bars; without it each stage's bar is

@@ -1,6 +1,6 @@
 """The same workload on several topologies, side by side (``llmsim compare``).
 
-Each topology is simulated with the same workload, on the GPU :mod:`sim.topology_choice`
+Each topology is simulated with the same workload, on the GPU :mod:`sim.topology.choice`
 gives it (a topology that fixes its GPU, as ``dgx-b200``, brings it); the rows carry the GPU,
 the iteration time, the throughput, the exposed communication per parallel dimension and the
 bubble, and the speed-up against the first topology given.
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.report import Report, links_json, make_report
+from sim.output.report import Report, links_json, make_report
 from sim.runner import simulate
-from sim.topology_choice import Placed
+from sim.topology.choice import Placed
 from sim.workload.spec import WorkloadSpec
 
 __all__ = ["CompareRow", "compare", "format_compare"]
@@ -35,7 +35,7 @@ class CompareRow:
 
 
 def compare(systems: list[Placed], full: bool = False) -> list[CompareRow]:
-    """Simulate each workload on its topology (in order; :func:`sim.topology_choice.place_workload`
+    """Simulate each workload on its topology (in order; :func:`sim.topology.choice.place_workload`
     places one workload on each topology)."""
     reports = [make_report(simulate(p.workload, p.topology, full=full)) for p in systems]
     first = reports[0].iteration_time_s

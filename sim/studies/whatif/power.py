@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from sim.errors import ConfigError
 from sim.hardware import power_limited
+from sim.output.report import make_report
 from sim.power import mean_power_w
-from sim.report import make_report
 from sim.runner import simulate
 from sim.topology.spec import TopologySpec
 from sim.workload.spec import WorkloadSpec
@@ -98,5 +98,5 @@ def format_power_caps(rows: Sequence[PowerRow], title: str) -> str:
                      f"{r.tokens_per_s:12,.0f} {r.mean_power_w:7.0f} {r.energy_per_iteration_j:16,.0f} "
                      f"{r.tokens_per_j:9.2f}")
     lines += ["", "  per GPU: the compute stream's draw while busy, idle draw while it waits; communication "
-              "kernels and the rest of the node not counted (sim/whatif_power.py)"]
+              "kernels and the rest of the node not counted (sim/studies/whatif/power.py)"]
     return "\n".join(lines)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 from sim.errors import SimError
-from sim.outpaths import STDOUT
+from sim.output.paths import STDOUT
 
 __all__ = ["write_json", "json_to_stdout"]
 
@@ -33,7 +33,7 @@ def json_to_stdout() -> Iterator[None]:
 
 def write_json(path: str, obj: dict) -> None:
     """``--json PATH``: the object as indented JSON, into PATH (its folders made), or on
-    standard output for ``-`` (:data:`sim.outpaths.STDOUT`)."""
+    standard output for ``-`` (:data:`sim.output.paths.STDOUT`)."""
     try:  # the last guard: what is read is checked finite, so a report has only finite numbers
         text = json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n"
     except ValueError:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.analysis import breakdown
+from sim.output.analysis import breakdown
 from sim.runner import Run
 from sim.types import CommClass, OpKind
 from sim.units import TFLOPS, GiB, byte_count, round_sig

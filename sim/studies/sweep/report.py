@@ -1,6 +1,6 @@
 """The report of ``llmsim sweep``: the top configurations as a table, the JSON, the CSV.
 
-Every number is the sweep's (:class:`sim.sweep.SweepResult`), in SI units with the unit in the
+Every number is the sweep's (:class:`sim.studies.sweep.core.SweepResult`), in SI units with the unit in the
 key names; the table prints seconds, tokens/s, per cent and GiB.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from sim.sweep import KEY_FIELDS, Fidelity, SweepResult, SweepRow
+from sim.studies.sweep.core import KEY_FIELDS, Fidelity, SweepResult, SweepRow
 from sim.types import CommClass
 from sim.units import GiB, byte_count
 from sim.version import __version__

@@ -8,13 +8,13 @@ The search runs in four steps, one function each:
 2. :func:`make_candidate` turns a point into a :class:`~sim.workload.spec.WorkloadSpec` by
    replacing fields of the workload's :class:`~sim.workload.spec.ParallelSpec`; the specs check
    themselves, and a point they reject with a :class:`~sim.errors.ConfigError` is *invalid*.
-3. :class:`~sim.sweep_memory.MemoryCheck` prices each stage's memory in closed form
+3. :class:`~sim.studies.sweep.memory_check.MemoryCheck` prices each stage's memory in closed form
    (:mod:`sim.memory`, term for term); a configuration whose peak exceeds the GPU's capacity
    is *pruned* without being simulated.
-4. A branch and bound (:mod:`sim.sweep_search`) simulates the rest on an executor (local
+4. A branch and bound (:mod:`sim.studies.sweep.branch_and_bound`) simulates the rest on an executor (local
    processes, or a Dask cluster's ``get_executor()``) in order of a closed-form lower bound
-   on their iteration time (:class:`~sim.sweep_bound.IterationBound`), each job first
-   checking a tighter one (:mod:`sim.timeline_bound`, :func:`screen_one`); a configuration
+   on their iteration time (:class:`~sim.studies.sweep.bound.IterationBound`), each job first
+   checking a tighter one (:mod:`sim.studies.sweep.timeline_bound`, :func:`screen_one`); a configuration
    whose bound exceeds the N-th best time of the batches finished before is left out
    (*pruned (bound)*): it cannot be among the ``top`` fastest. With ``exhaustive=True``
    (``--exhaustive``) :func:`run_simulations` simulates every one. Each worker gets the two
@@ -67,15 +67,15 @@ from enum import Enum
 
 from sim.config.space import AXES, Space, default_space
 from sim.errors import ConfigError, NotBuiltError
-from sim.report import make_report
+from sim.output.report import make_report
 from sim.runner import simulate
-from sim.sweep_bound import IterationBound
-from sim.sweep_memory import MemoryCheck, StageStates
-from sim.sweep_search import bounded_search
-from sim.timeline_bound import timeline_bound
+from sim.studies.sweep.bound import IterationBound
+from sim.studies.sweep.branch_and_bound import bounded_search
+from sim.studies.sweep.memory_check import MemoryCheck, StageStates
+from sim.studies.sweep.timeline_bound import timeline_bound
+from sim.studies.workers import abandon, check_workers, cpu_count, local_pool
 from sim.topology.spec import TopologySpec
 from sim.types import RecomputeKind, ScheduleKind
-from sim.workers import abandon, check_workers, cpu_count, local_pool
 from sim.workload.spec import WorkloadSpec, pipeline_split
 
 __all__ = ["Fidelity", "KEY_FIELDS", "MICRO_BATCH_SIZES", "MIN_TOKENS_PER_CP_RANK", "Candidate", "SimOutcome",
@@ -297,10 +297,10 @@ class SimOutcome:
     error: str | None = None
     """Why the simulation failed (``"TypeName: message"``), or None."""
     lower_bound_s: float = math.nan
-    """The timeline bound (:mod:`sim.timeline_bound`) when the worker computed it."""
+    """The timeline bound (:mod:`sim.studies.sweep.timeline_bound`) when the worker computed it."""
     bounded: bool = False
     """Not simulated: ``lower_bound_s`` exceeded the gate it was sent with
-    (:mod:`sim.sweep_search`)."""
+    (:mod:`sim.studies.sweep.branch_and_bound`)."""
 
     @property
     def ok(self) -> bool:
@@ -332,7 +332,7 @@ def simulate_one(workload: WorkloadSpec, topology: TopologySpec, granularity: st
 
 def screen_one(workload: WorkloadSpec, topology: TopologySpec, granularity: str | None, gate_s: float) -> SimOutcome:
     """A bounded sweep's job (in a worker): the configuration's timeline bound
-    (:func:`~sim.timeline_bound.timeline_bound`, kept per worker process) and, unless it
+    (:func:`~sim.studies.sweep.timeline_bound.timeline_bound`, kept per worker process) and, unless it
     exceeds ``gate_s`` (an N-th best time of the search), its simulation (:func:`simulate_one`).
     With ``gate_s`` infinite the bound is not computed."""
     if math.isinf(gate_s):
@@ -362,8 +362,8 @@ def open_executor(executor: str = "local", workers: int | None = None) -> Iterat
     Parameters
     ----------
     executor : str
-        ``"local"``: :func:`sim.workers.local_pool` of ``workers`` processes (default
-        :func:`sim.workers.cpu_count`; 1 runs in this process); ``"dask://HOST:PORT"``: the
+        ``"local"``: :func:`sim.studies.workers.local_pool` of ``workers`` processes (default
+        :func:`sim.studies.workers.cpu_count`; 1 runs in this process); ``"dask://HOST:PORT"``: the
         ``concurrent.futures`` executor of a Dask scheduler at that address
         (``dask.distributed.Client(address).get_executor()``), imported only then; there
         ``workers`` only bounds the simulations in flight (default: the cluster's threads).
@@ -454,7 +454,7 @@ def run_simulations(jobs: Sequence[Candidate], topology: TopologySpec, granulari
                 if on_done is not None:
                     on_done(job, outcome)
     except KeyboardInterrupt:
-        abandon(executor)  # drops the jobs in flight (sim/workers.py)
+        abandon(executor)  # drops the jobs in flight (sim/studies/workers.py)
         return out, True
 
 
@@ -514,7 +514,7 @@ class SweepResult:
     """Left out by the closed-form memory check."""
     pruned_bound: int = 0
     """Left out by the branch and bound: a lower bound on their iteration time exceeds a time
-    the top ``top`` already beat (:mod:`sim.sweep_search`; 0 with ``exhaustive``)."""
+    the top ``top`` already beat (:mod:`sim.studies.sweep.branch_and_bound`; 0 with ``exhaustive``)."""
     failed: int = 0
     cancelled: int = 0
     exhaustive: bool = False
@@ -594,7 +594,7 @@ def _simulate_all(jobs: list[Candidate], topology: TopologySpec, granularity: st
 def _search(jobs: list[Candidate], bound: IterationBound, top: int, topology: TopologySpec,
             granularity: str | None, executor: Executor, progress: bool, result: SweepResult
             ) -> tuple[dict[tuple, SimOutcome], bool]:
-    """Step 4 with the branch and bound (:mod:`sim.sweep_search`): the outcome of each
+    """Step 4 with the branch and bound (:mod:`sim.studies.sweep.branch_and_bound`): the outcome of each
     configuration simulated (or left out by its timeline bound) by key, and whether Ctrl-C
     stopped it; ``result.pruned_bound`` counts those left out."""
     t0 = time.perf_counter()
@@ -633,8 +633,8 @@ def sweep(workload: WorkloadSpec, topology: TopologySpec, space: Space | None = 
         Show progress bars (tqdm, on stderr, when it is a terminal).
     exhaustive : bool
         Simulate every configuration that fits in memory. By default a branch and bound
-        (:mod:`sim.sweep_search`) leaves out those a lower bound on their iteration time
-        (:mod:`sim.sweep_bound`, :mod:`sim.timeline_bound`) shows cannot be among the ``top``
+        (:mod:`sim.studies.sweep.branch_and_bound`) leaves out those a lower bound on their iteration time
+        (:mod:`sim.studies.sweep.bound`, :mod:`sim.studies.sweep.timeline_bound`) shows cannot be among the ``top``
         fastest; the ``top`` found, their times and their order are the same either way, but
         ``rows`` (the CSV, the Pareto front) then hold only what was simulated.
 

@@ -75,7 +75,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.gzip_parts import GzipParts, crc32, deflate_part
+from sim.output.gzip_parts import GzipParts, crc32, deflate_part
 from sim.results import SimResult, Span, span_arrays, span_column, span_fields, span_flows
 from sim.types import CommClass, OpKind, Stream
 
@@ -319,7 +319,7 @@ class Bulk:
         """The slices and arrows of the ``g``-th (pid, tid), by time.
 
         ``hta``: ``(n, namer)`` to write them as a per-rank file for Holistic Trace Analysis has
-        them (:mod:`sim.trace_ranks`): ``cat`` ``"kernel"``, the name ``namer(name, kind)``, a
+        them (:mod:`sim.output.trace_ranks`): ``cat`` ``"kernel"``, the name ``namer(name, kind)``, a
         ``correlation`` id after the args counted on from ``n``, and no arrows."""
         (pid, tid), (lo, hi) = self.groups[g], self.bounds[g]
         enc, parts, ts_ns, dur_ns = self.enc, self.parts, self.ts_ns, self.dur_ns
@@ -698,7 +698,7 @@ def _may_fork(spans: int) -> bool:
 
 
 class _Deflated(NamedTuple):
-    """A piece of the trace's text deflated in the child (:func:`sim.gzip_parts.deflate_part`)."""
+    """A piece of the trace's text deflated in the child (:func:`sim.output.gzip_parts.deflate_part`)."""
 
     chunk: bytes
 
@@ -820,7 +820,7 @@ def _trace_text(result: SimResult, title: str, metadata: dict | None) -> str:
 
 
 def _gzip_bytes(parts: Iterator[str | bytes | _Deflated | _TextSum]) -> bytes:
-    """``parts`` as one gzip member (:class:`sim.gzip_parts.GzipParts`: ISA-L, or zlib where it is
+    """``parts`` as one gzip member (:class:`sim.output.gzip_parts.GzipParts`: ISA-L, or zlib where it is
     missing, no file name, ``mtime=0``): each text part (UTF-8 encoded unless bytes already)
     deflated apart, on a second thread while the next parts are formatted (both release the GIL); parts deflated in
     :func:`_forked_parts`'s child passed through, with their sum. The thread starts once the

@@ -2,7 +2,7 @@
 
 matplotlib is the one optional dependency: a stacked bar chart with labels and a legend is
 a few lines with it and a small library of our own without it. The file's suffix picks the
-format, any that matplotlib writes, each written reproducibly (:mod:`sim.plot_formats`, which
+format, any that matplotlib writes, each written reproducibly (:mod:`sim.output.plot_formats`, which
 the command line also uses to check ``--plot`` before any work).
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from sim.errors import NotBuiltError
 from sim.memory import StageMemory
-from sim.plot_formats import INSTALL_HINT, figure_bytes, plot_format
+from sim.output.plot_formats import INSTALL_HINT, figure_bytes, plot_format
 from sim.types import RecomputeKind
 from sim.units import GiB
 
@@ -35,7 +35,7 @@ def _pyplot():
 
 def _save(plt, fig, path: str) -> None:
     """Write ``fig`` to ``path`` in the format its suffix names, reproducibly
-    (:func:`sim.plot_formats.figure_bytes`); drawn in memory first, so that a writer's error
+    (:func:`sim.output.plot_formats.figure_bytes`); drawn in memory first, so that a writer's error
     leaves no partial file."""
     fig.tight_layout()
     try:
@@ -72,7 +72,7 @@ def plot_memory(table: dict[RecomputeKind, list[StageMemory]], path: str, title:
 
 
 def plot_compare(rows: list, path: str, title: str) -> None:
-    """Stacked bars per topology (``llmsim compare`` rows, :class:`sim.compare.CompareRow`):
+    """Stacked bars per topology (``llmsim compare`` rows, :class:`sim.studies.compare.CompareRow`):
     compute, exposed communication by dimension, bubble."""
     plt = _pyplot()
     names = [r.topology for r in rows]
@@ -98,7 +98,7 @@ def plot_compare(rows: list, path: str, title: str) -> None:
 
 def plot_sweep(result, path: str, title: str) -> None:
     """Throughput against peak memory of every configuration a sweep simulated
-    (:class:`sim.sweep.SweepResult`), the Pareto front joined and marked, the best configuration
+    (:class:`sim.studies.sweep.core.SweepResult`), the Pareto front joined and marked, the best configuration
     ringed and the GPU's capacity as a line."""
     plt = _pyplot()
     rows, front = result.rows, result.pareto_rows()
@@ -123,7 +123,7 @@ def plot_sweep(result, path: str, title: str) -> None:
 
 
 def plot_generations(result, path: str) -> None:
-    """A waterfall of the factor-by-factor speed-up (:func:`sim.whatif.generations`): each bar
+    """A waterfall of the factor-by-factor speed-up (:func:`sim.studies.whatif.systems.generations`): each bar
     spans the cumulative speed-up before and after its factor, on a log scale so that the
     bars' heights multiply to the end-to-end bar."""
     plt = _pyplot()
@@ -153,7 +153,7 @@ _NODE_PARTS = (("tensor_compute_s", "tensor-core compute"), ("memory_bound_s", "
 
 def plot_nodes(rows, path: str, title: str) -> None:
     """Stacked bars of where one iteration goes on each technology node's hypothetical GPU
-    (:func:`sim.whatif.nodes`), so that the bottleneck's shift is visible."""
+    (:func:`sim.studies.whatif.systems.nodes`), so that the bottleneck's shift is visible."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.6, 4.2), dpi=120)
     names = [f"{r.node_nm:g} nm" for r in rows]

@@ -31,7 +31,7 @@ the top 0.97, on tiny's default space 0.94 (``python benchmarks/bench_sweep.py``
 ``tests/unit/test_sweep.py`` checks it against every configuration of tiny's). It costs a
 few milliseconds once the plans of a layout are known (a walk over every pass; tens of
 milliseconds before), so the sweep runs it in the workers, only for the configurations the
-closed-form bound (:mod:`sim.sweep_bound`) leaves in the race.
+closed-form bound (:mod:`sim.studies.sweep.bound`) leaves in the race.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from sim.costs.analytical import AnalyticalCostModel
 from sim.costs.base import CommPlan
 from sim.hardware import GPUSpec
 from sim.runner import cached_fabric
-from sim.sweep_bound import ROUNDING, IterationBound, layer_ops_key
+from sim.studies.sweep.bound import ROUNDING, IterationBound, layer_ops_key
 from sim.topology.spec import TopologySpec
 from sim.types import CollectiveKind, CommClass, ScheduleKind
 from sim.workload.layers import LayerOps, layer_ops
@@ -132,7 +132,7 @@ def compute_end_s(steps: tuple[Step, ...], times: list[float]) -> float:
 
 class TimelineBound:
     """The bound of the module docstring for the candidates of one model on one topology and
-    GPU (:meth:`~sim.sweep_bound.IterationBound.check`).
+    GPU (:meth:`~sim.studies.sweep.bound.IterationBound.check`).
 
     Remembers each distinct op's price and plan, so candidates sharing a layout cost little.
     """
@@ -281,7 +281,7 @@ class TimelineBound:
 
     def lower_bound_s(self, w: WorkloadSpec) -> float:
         """A lower bound on ``w``'s simulated iteration time (seconds); the closed-form one
-        (:class:`~sim.sweep_bound.IterationBound`) where this one does not apply."""
+        (:class:`~sim.studies.sweep.bound.IterationBound`) where this one does not apply."""
         closed = self.closed_form.lower_bound_s(w)
         if not self._layout(w)[3]:  # every rank simulated: the representative's plans do not apply
             return closed

@@ -1,0 +1,1 @@
+"""``llmsim sweep``: the design-space search, its bounds, its memory check and its report."""

@@ -1,0 +1,1 @@
+"""``llmsim whatif``: a workload moved across GPU systems, technology nodes and power caps."""
