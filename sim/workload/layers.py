@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sim.types import CollectiveKind, CommClass, CommKernel, Dtype, MemoryAccess, OpKind, ScalingRecipe, Stream
-from sim.workload import eager as _eager
+from sim.workload import eager as eager_kernels
 from sim.workload import nongemm
 from sim.workload.context_parallel import cp_attention
 from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp, Op, dtype_bytes
@@ -35,7 +35,7 @@ from sim.workload.quantization import LOW_PRECISION, Cast, gemm_casts
 from sim.workload.spec import ModelSpec, ParallelSpec
 from sim.workload.steps import Step
 
-__all__ = ["LayerOps", "layer_ops"]
+__all__ = ["LayerOps", "LayerBuilder", "layer_ops"]
 
 ACT_DTYPE = Dtype.BF16
 """Activations, gradients of activations and TP traffic stay in 16 bits."""
@@ -136,6 +136,495 @@ def split_weight_gradients(steps: tuple[Step, ...], attention_index: int
     return build(b_idx), build(w_idx), sum(1 for i in b_idx if i < attention_index)
 
 
+class LayerBuilder:
+    """The step lists of one pipeline stage's layers, built part by part.
+
+    One builder holds what every part reads (the stage's groups, the token counts, the
+    activation bytes, the kernel choices of :class:`~sim.workload.spec.ParallelSpec`); its
+    methods are the primitives a part is made of (a collective on the TP group, a memory-bound
+    op, the three GEMMs of a linear layer) and the parts themselves (the attention, the input
+    projections, the forward and backward of the layer, the embedding, the output layer, the
+    MoE MLP). :meth:`build` puts them together into :class:`LayerOps`; :func:`layer_ops` is
+    the one call the generator makes.
+    """
+
+    def __init__(self, model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: tuple[int, ...],
+                 replicas: tuple[tuple[int, ...], ...] = (), cp_group: tuple[int, ...] = (0,),
+                 cp_replicas: tuple[tuple[int, ...], ...] = (), ep_group: tuple[int, ...] = (0,),
+                 ep_replicas: tuple[tuple[int, ...], ...] = (),
+                 scaling: ScalingRecipe = ScalingRecipe.DELAYED, etp_group: tuple[int, ...] | None = None,
+                 etp_replicas: tuple[tuple[int, ...], ...] | None = None) -> None:
+        self.model, self.parallel, self.dtype, self.scaling = model, parallel, dtype, scaling
+        self.tp_group, self.replicas = tp_group, replicas
+        self.cp_group, self.cp_replicas = cp_group, cp_replicas
+        self.ep_group, self.ep_replicas = ep_group, ep_replicas
+        self.etp_group, self.etp_replicas = etp_group, etp_replicas
+        self.t = t = parallel.tp
+        self.cp = parallel.cp
+        self.b, self.s, self.h = parallel.micro_batch_size, model.seq_length, model.hidden_size
+        self.T = self.b * self.s // self.cp
+        """Tokens a rank's layer sees (its share of the sequence under context parallelism)."""
+        self.sp = parallel.sequence_parallel
+        self.Tn = self.T // t if self.sp else self.T
+        """Tokens a norm or dropout sees."""
+        self.e = e = dtype_bytes(ACT_DTYPE)
+        self.q, self.kv, self.f = model.q_size, model.kv_size, model.ffn_hidden_size
+        self.branches = 2 if model.gated_mlp else 1
+        self.qkv_n = (self.q + 2 * self.kv) // t
+        self.V = model.vocab_size
+        self.heads = model.num_attention_heads // t
+        self.kv_heads = max(model.num_kv_heads // t, 1)
+        act = self.T * self.h * e
+        self.ag = self.coll(CollectiveKind.ALL_GATHER, act)
+        self.rs = self.coll(CollectiveKind.REDUCE_SCATTER, act)
+        self.ar = self.coll(CollectiveKind.ALL_REDUCE, act)
+        self.tp_on = t > 1
+        self.overlap = parallel.tp_comm_overlap and self.sp and self.tp_on
+        # deterministic mode: PyTorch NaN-fills each output Transformer Engine allocates with
+        # at::empty (GEMMs, attention, norms, activations), one more write of it (ParallelSpec.deterministic)
+        self.fill = 1.0 if parallel.deterministic else 0.0
+        Tn, h = self.Tn, self.h
+        self.norm_op = self.mem(OpKind.NORM, (2 + self.fill) * Tn * h * e)
+        self.norm_bwd_op = self.fused_norm_bwd(3 * Tn * h * e, self.fill * Tn * h * e)
+        self.eager = not parallel.fused_elementwise
+        self.dropout_add = self.mem(OpKind.ELEMENTWISE, Tn * h * (3 * e + 1))
+        # its backward reads the gradient and the 1-byte mask and writes the branch's gradient; the
+        # residual's gradient is the incoming one, passed on by autograd without a copy
+        self.dropout_add_bwd = self.mem(OpKind.ELEMENTWISE, Tn * h * (2 * e + 1))
+        self.low = dtype in LOW_PRECISION
+
+    # -- primitives -----------------------------------------------------------------------------
+    def coll(self, kind: CollectiveKind, size: float) -> CommOp:
+        """A collective of ``size`` bytes over the stage's TP group."""
+        return CommOp(kind, CommClass.TP, self.tp_group, size, self.replicas)
+
+    def kernel(self, op: CommOp, gemm: str | None) -> CommOp:
+        """Under TP communication overlap, the collective overlapped with a layer GEMM (TE's
+        name for it, ``gemm``) is run by userbuffers or symmetric memory, not NCCL."""
+        if not self.overlap or gemm is None:
+            return op
+        cfg = self.parallel.tp_comm_overlap_cfg
+        return replace(op, kernel=cfg.kernel, kernel_sms=cfg.sms_of(gemm))
+
+    def gather(self, name: str, wait: int = 0, gemm: str | None = None) -> list[Step]:
+        """The sequence-parallel all-gather of a layer's input (none without it)."""
+        if self.sp and self.tp_on:
+            return [Step(Stream.TP_COMM, f"ncclAllGather {name}", self.kernel(self.ag, gemm), wait)]
+        return []
+
+    def reduce(self, name: str, wait: int = 0, gemm: str | None = None) -> list[Step]:
+        """The TP reduction of a row-parallel output or a column-parallel input gradient: a
+        reduce-scatter under sequence parallelism, an all-reduce otherwise."""
+        if not self.tp_on:
+            return []
+        if self.sp:
+            return [Step(Stream.TP_COMM, f"ncclReduceScatter {name}", self.kernel(self.rs, gemm), wait)]
+        return [Step(Stream.TP_COMM, f"ncclAllReduce {name}", self.ar, wait)]
+
+    @staticmethod
+    def compute(name: str, op: Op) -> Step:
+        """A compute step."""
+        return Step(None, name, op)
+
+    @staticmethod
+    def mem(kind: OpKind, nbytes: float, access: MemoryAccess = MemoryAccess.STREAM,
+            efficiency: float = 1.0) -> MemoryOp:
+        """A memory-bound op moving ``nbytes``."""
+        return MemoryOp(kind, float(nbytes), access, efficiency)
+
+    def at_share(self, kind: OpKind, nbytes: float, share: float, fill_bytes: float = 0.0) -> MemoryOp:
+        """A kernel moving ``nbytes`` at ``share`` of the streaming rate, and the NaN fill of
+        its output, ``fill_bytes``, streaming: one op at the efficiency of the two together."""
+        return self.mem(kind, nbytes + fill_bytes, efficiency=(nbytes + fill_bytes) / (nbytes / share + fill_bytes))
+
+    def fused_norm_bwd(self, nbytes: float, fill_bytes: float = 0.0) -> MemoryOp:
+        """A fused norm's backward at the measured share of the forward's bandwidth
+        (:data:`~sim.workload.nongemm.NORM_BACKWARD_EFFICIENCY`)."""
+        return self.at_share(OpKind.NORM, nbytes, nongemm.NORM_BACKWARD_EFFICIENCY, fill_bytes)
+
+    def activation_bwd(self, nbytes: float, fill_bytes: float = 0.0) -> MemoryOp:
+        """The fused activation's backward moving ``nbytes``: a gated one (SwiGLU) at its
+        measured share of streaming bandwidth (:data:`~sim.workload.nongemm.
+        SWIGLU_BACKWARD_EFFICIENCY`), and the NaN fill of its output, ``fill_bytes``, streaming."""
+        share = nongemm.SWIGLU_BACKWARD_EFFICIENCY if self.model.gated_mlp else 1.0
+        return self.at_share(OpKind.ELEMENTWISE, nbytes, share, fill_bytes)
+
+    def kernels(self, kind: OpKind, ks: list[eager_kernels.Kernel]) -> list[Step]:
+        """Eager PyTorch's kernels (:mod:`sim.workload.eager`) as steps."""
+        return [self.compute(name, self.mem(kind, nbytes, access)) for name, nbytes, access in ks]
+
+    def norm_forward(self, name: str, tokens: int | None = None) -> list[Step]:
+        """A norm's forward: one fused kernel, or torchtitan's eager RMSNorm."""
+        tokens = self.Tn if tokens is None else tokens
+        if self.eager:
+            return self.kernels(OpKind.NORM, eager_kernels.rmsnorm_forward(name, tokens, self.h))
+        return [self.compute(name, self.norm_op)]
+
+    def norm_backward(self, name: str, tokens: int | None = None) -> list[Step]:
+        """A norm's backward: one fused kernel, or torchtitan's eager RMSNorm's."""
+        tokens = self.Tn if tokens is None else tokens
+        if self.eager:
+            return self.kernels(OpKind.NORM, eager_kernels.rmsnorm_backward(name, tokens, self.h))
+        return [self.compute(name, self.norm_bwd_op)]
+
+    def gemm(self, m_: int, n_: int, k_: int, cast: Cast, extra_bytes: float = 0.0, extra_kernels: int = 0) -> GemmOp:
+        """A GEMM in the layers' dtype with its operands' quantization (``cast``)."""
+        return GemmOp(m_, n_, k_, self.dtype, extra_bytes=cast.bytes + extra_bytes,
+                      extra_kernels=cast.kernels + extra_kernels)
+
+    def out_fill(self, m_: int, n_: int) -> tuple[float, int]:
+        """Deterministic mode's NaN fill of a fresh ``[m_, n_]`` 16-bit GEMM output."""
+        return (m_ * n_ * self.e, 1) if self.fill else (0.0, 0)
+
+    # the quantization of each GEMM's 16-bit operands (sim.workload.quantization)
+    def fwd_gemm(self, out: int, inp: int) -> GemmOp:
+        """Forward GEMM ``[T, inp] @ [inp, out]``; in low precision its input is quantized first."""
+        T = self.T
+        return self.gemm(T, out, inp, gemm_casts(self.dtype, self.scaling, T, inp, out).fprop, *self.out_fill(T, out))
+
+    def dgrad_gemm(self, inp: int, out: int) -> GemmOp:
+        """Input-gradient GEMM ``[T, out] @ [out, inp]``; the incoming gradient is quantized."""
+        T = self.T
+        return self.gemm(T, inp, out, gemm_casts(self.dtype, self.scaling, T, inp, out).dgrad, *self.out_fill(T, inp))
+
+    def wgrad_gemm(self, inp: int, out: int) -> GemmOp:
+        """Weight-gradient GEMM ``[inp, T] @ [T, out]``; in FP8 both operands are transposed
+        first (Hopper's FP8 tensor cores take only the TN layout), in NVFP4 it reads the
+        column-wise copies the casts above made. Without gradient-accumulation fusion it
+        writes a fresh 16-bit gradient (NaN-filled first in deterministic mode) that a separate
+        kernel adds into the fp32 ``main_grad``: read 2 + 4 bytes, write 4, per weight."""
+        extra, kernels = 0.0, 0
+        if not self.parallel.gradient_accumulation_fusion:
+            extra, kernels = self.out_fill(inp, out)
+            extra, kernels = extra + inp * out * (self.e + 2 * self.parallel.grad_bytes), kernels + 1
+        return self.gemm(inp, out, self.T, gemm_casts(self.dtype, self.scaling, self.T, inp, out).wgrad, extra, kernels)
+
+    def bias_grad(self, name: str, tokens: int, width: int) -> list[Step]:
+        """The sum over the tokens of a linear layer's output gradient, its bias gradient,
+        where Megatron-LM's own linear layers leave it to a kernel of its own
+        (:attr:`ParallelSpec.unfused_linear_bias`): reads the gradient once."""
+        if not self.parallel.unfused_linear_bias:
+            return []
+        return [self.compute(f"{name}-bias-grad", self.mem(OpKind.ELEMENTWISE, tokens * width * self.e))]
+
+    def dgrad_reduce_wgrad(self, name: str, dgrad: GemmOp, wgrad: GemmOp, gemm: str,
+                           bias: list[Step] = ()) -> list[Step]:
+        """A column-parallel layer's input gradient, its TP reduction and its weight
+        gradient: the reduction beside the wgrad GEMM (Megatron-LM's asynchronous all-reduce,
+        or sequence parallelism's reduce-scatter), or, before the asynchronous all-reduce
+        (:attr:`ParallelSpec.async_tp_grad_allreduce` off, no sequence parallelism), after both
+        GEMMs, waited for by the next op."""
+        c = self.compute
+        if self.sp or self.parallel.async_tp_grad_allreduce:
+            # Megatron's backward sums the bias gradient after the wgrad GEMM, beside the reduction
+            return [c(f"{name}-dgrad", dgrad), *self.reduce(f"{name}-grad", wait=1 + len(bias), gemm=gemm),
+                    c(f"{name}-wgrad", wgrad), *bias]
+        # F.linear's ``output += bias``: its backward (the bias sum) runs before the GEMMs'
+        return [*bias, c(f"{name}-dgrad", dgrad), c(f"{name}-wgrad", wgrad), *self.reduce(f"{name}-grad")]
+
+    def head_gemm(self, m_: int, n_: int, k_: int) -> GemmOp:
+        """A GEMM of the output layer, which stays in 16 bits under FP8/FP4 training
+        (Megatron-LM and Transformer Engine quantize the transformer layers' linear layers
+        only)."""
+        return GemmOp(m_, n_, k_, self.dtype if not self.low else ACT_DTYPE)
+
+    # -- the parts of a layer -------------------------------------------------------------------
+    def attention(self) -> tuple[list[Step], list[Step]]:
+        """The core attention's forward and backward: context parallel, fused (flash), or
+        unfused."""
+        model, parallel, e = self.model, self.parallel, self.e
+        if self.cp > 1:
+            # the rank these ops are for: the one its TP and CP groups share
+            me = next((r for r in self.cp_group if r in self.tp_group), self.cp_group[0])
+            return cp_attention(model, parallel, self.heads, self.kv_heads, ACT_DTYPE, self.cp_group,
+                                self.cp_replicas, me)
+        if parallel.flash_attention:
+            ak, det = parallel.attention_kernel, parallel.deterministic
+            b, s, hd, heads, kv_heads = self.b, self.s, model.head_dim, self.heads, self.kv_heads
+            out_fill = self.fill * b * s * (heads * hd * e + heads * 4)  # O and the fp32 softmax statistics
+            grad_fill = self.fill * b * s * (heads + 2 * kv_heads) * hd * e  # dQ, dK, dV
+            return ([self.compute("attention", AttentionOp(b, heads, kv_heads, s, hd, True, False, ACT_DTYPE,
+                                                           kernel=ak, deterministic=det, extra_bytes=out_fill))],
+                    [self.compute("attention-bwd", AttentionOp(b, heads, kv_heads, s, hd, True, True, ACT_DTYPE,
+                                                               kernel=ak, deterministic=det,
+                                                               extra_bytes=grad_fill))])
+        return _unfused_attention(self.b * self.heads, self.s, model.head_dim, e)
+
+    def input_projections(self) -> tuple[list[Step], list[Step]]:
+        """The attention's input projections, forward and backward: one fused QKV GEMM, or
+        MLA's down- and up-projections with the norms of its two latents."""
+        c, T, e = self.compute, self.T, self.e
+        in_gemms = self.model.attention_gemms(self.t)
+        fwd: list[Step] = []
+        for name, out, inp, _split in in_gemms:
+            fwd.append(c(name, self.fwd_gemm(out, inp)))
+            if name.endswith("-down"):
+                fwd.append(c(f"{name[:-5]}-norm", self.mem(OpKind.NORM, 2 * T * out * e)))
+        bwd: list[Step] = []
+        for name, out, inp, _split in reversed(in_gemms):
+            if name.endswith("-down"):
+                bwd.append(c(f"{name[:-5]}-norm-bwd", self.fused_norm_bwd(3 * T * out * e)))
+            bwd += [c(f"{name}-dgrad", self.dgrad_gemm(inp, out)), c(f"{name}-wgrad", self.wgrad_gemm(inp, out))]
+        return fwd, bwd
+
+    def activation(self) -> tuple[list[Step], list[Step]]:
+        """The MLP's activation, forward and backward: one fused kernel each, or eager
+        SwiGLU's kernels."""
+        T, f, t, e, br = self.T, self.f, self.t, self.e, self.branches
+        if self.eager and self.model.gated_mlp:
+            return (self.kernels(OpKind.ELEMENTWISE, eager_kernels.swiglu_forward(T, f // t)),
+                    self.kernels(OpKind.ELEMENTWISE, eager_kernels.swiglu_backward(T, f // t)))
+        return ([self.compute("activation", self.mem(OpKind.ELEMENTWISE, T * f // t * e * (br + 1 + self.fill)))],
+                [self.compute("activation-bwd", self.activation_bwd(T * f // t * e * (2 * br + 1),
+                                                                    T * f // t * e * self.fill * br))])
+
+    def rope(self) -> tuple[list[Step], list[Step]]:
+        """Eager only: the rotary embedding of q and k and the K/V heads repeated for SDPA
+        (the compiled rotary kernel is not priced, as for every framework)."""
+        if not self.eager or self.model.is_mla:
+            return [], []
+        T, q_w, kv_w = self.T, self.q // self.t, self.kv_heads * self.model.head_dim
+        return (self.kernels(OpKind.ELEMENTWISE, eager_kernels.rope_forward(T, q_w, kv_w) +
+                             eager_kernels.repeat_kv_forward(T, q_w, kv_w)),
+                self.kernels(OpKind.ELEMENTWISE, eager_kernels.repeat_kv_backward(T, q_w, kv_w) +
+                             eager_kernels.rope_backward(T, q_w, kv_w)))
+
+    def forward(self, attn_fwd: list[Step], proj_in: list[Step]) -> list[Step]:
+        """A dense layer's forward. The TP collectives carry the Transformer Engine GEMM they
+        overlap with under ``tp_comm_overlap`` (:mod:`sim.workload.tp_overlap`): all-gathers
+        feeding fprop GEMMs and dgrad GEMMs of row-parallel layers are ring exchanges; the
+        backward's re-gathered input beside a dgrad GEMM and its reduced gradient beside a
+        wgrad GEMM are bulk overlaps."""
+        c, T, h, f, t, br = self.compute, self.T, self.h, self.f, self.t, self.branches
+        act_f, _ = self.activation()
+        rope_f, _ = self.rope()
+        # Megatron-LM's own QKV linear adds its bias after the GEMM (``output = output + bias``)
+        qkv_bias = [c("qkv-bias", self.mem(OpKind.ELEMENTWISE, 2 * T * self.qkv_n * self.e))] \
+            if self.parallel.unfused_linear_bias and not self.model.is_mla else []
+        o_in = self.model.attention_out_size // t
+        return [*self.norm_forward("norm1"), *self.gather("qkv-in", gemm="qkv_fprop"), *proj_in, *qkv_bias, *rope_f,
+                *attn_fwd, c("proj", self.fwd_gemm(h, o_in)), *self.reduce("proj-out", gemm="proj_fprop"),
+                c("dropout-add", self.dropout_add), *self.norm_forward("norm2"),
+                *self.gather("fc1-in", gemm="fc1_fprop"), c("fc1", self.fwd_gemm(f * br // t, h)), *act_f,
+                c("fc2", self.fwd_gemm(h, f // t)), *self.reduce("fc2-out", gemm="fc2_fprop"),
+                c("dropout-add", self.dropout_add)]
+
+    def residual_grad(self) -> list[Step]:
+        """The residual stream's gradient sum: each layer input and each post-attention sum
+        feeds a norm and the next residual add, so autograd sums its two gradients once the
+        norm's backward has run (torch/csrc/autograd/input_buffer.cpp, InputBuffer::add:
+        ``old_var + var``, or ``add_`` in place): read two, write one, on the tokens the norm
+        sees."""
+        return [self.compute("residual-grad-add", self.mem(OpKind.ELEMENTWISE, 3 * self.Tn * self.h * self.e))]
+
+    def backward(self, attn_bwd: list[Step], proj_in_bwd: list[Step]) -> tuple[list[Step], int]:
+        """A dense layer's backward, and the index of its attention backward (selective
+        recomputation goes before it)."""
+        c, T, Tn, h, f, t, br = self.compute, self.T, self.Tn, self.h, self.f, self.t, self.branches
+        _, act_b = self.activation()
+        _, rope_b = self.rope()
+        resid_b = self.residual_grad()
+        o_in = self.model.attention_out_size // t
+        bwd = [c("dropout-add-bwd", self.dropout_add_bwd), *self.bias_grad("fc2", Tn, h),
+               *self.gather("fc2-grad", gemm="fc2_dgrad"),
+               c("fc2-dgrad", self.dgrad_gemm(f // t, h)), c("fc2-wgrad", self.wgrad_gemm(f // t, h)),
+               *act_b, *self.bias_grad("fc1", T, f * br // t),
+               *self.gather("fc1-in", wait=1, gemm="fc1_dgrad"),
+               *self.dgrad_reduce_wgrad("fc1", self.dgrad_gemm(h, f * br // t), self.wgrad_gemm(h, f * br // t),
+                                        "fc1_wgrad"),
+               *self.norm_backward("norm2-bwd"), *resid_b, c("dropout-add-bwd", self.dropout_add_bwd),
+               *self.bias_grad("proj", Tn, h), *self.gather("proj-grad", gemm="proj_dgrad"),
+               c("proj-dgrad", self.dgrad_gemm(o_in, h)), c("proj-wgrad", self.wgrad_gemm(o_in, h))]
+        attention_bwd_index = len(bwd)
+        if self.model.is_mla:
+            # the gathered input is first needed by a down-projection's weight gradient; the
+            # input gradient (the down-projections' dgrads summed) is reduced before norm1's backward
+            first_wgrad = next(i for i, st in enumerate(proj_in_bwd) if st.name.endswith("-down-wgrad"))
+            bwd += [*attn_bwd, *self.gather("qkv-in", wait=first_wgrad, gemm="qkv_dgrad"), *proj_in_bwd[:-1],
+                    *self.reduce("qkv-grad", wait=1, gemm="qkv_wgrad"), proj_in_bwd[-1],
+                    *self.norm_backward("norm1-bwd"), *resid_b]
+        else:
+            qkv_n = self.qkv_n
+            bwd += [*attn_bwd, *rope_b, *self.gather("qkv-in", wait=1, gemm="qkv_dgrad"),
+                    *self.dgrad_reduce_wgrad("qkv", self.dgrad_gemm(h, qkv_n), self.wgrad_gemm(h, qkv_n), "qkv_wgrad",
+                                             self.bias_grad("qkv", T, qkv_n)),
+                    *self.norm_backward("norm1-bwd"), *resid_b]
+        return bwd, attention_bwd_index
+
+    def embedding(self) -> tuple[tuple[Step, ...], tuple[Step, ...]]:
+        """The embedding's forward (a lookup, reduced over TP) and backward."""
+        emb_bytes = self.mem(OpKind.EMBEDDING, 2 * self.T * self.h * self.e)
+        return ((self.compute("embedding", emb_bytes), *self.reduce("embedding-out")),
+                (*self.gather("embedding-grad"), self.compute("embedding-bwd", emb_bytes)))
+
+    def head(self) -> tuple[tuple[Step, ...], tuple[Step, ...]]:
+        """The output layer and the loss, forward and backward."""
+        c, T, h, t, V, e = self.compute, self.T, self.h, self.t, self.V, self.e
+        parallel = self.parallel
+        logits = T * (V // t)
+        # the cross entropy as Megatron runs it, measured (sim.workload.nongemm); torchtitan's
+        # PyTorch cross entropy on the fp32 logits (cast, log_softmax, nll_loss and their
+        # backwards) makes as many passes and is priced the same, not measured on its own
+        loss_fwd = self.mem(OpKind.LOSS, logits * nongemm.CROSS_ENTROPY_FORWARD_BYTES,
+                            efficiency=nongemm.CROSS_ENTROPY_FORWARD_EFFICIENCY)
+        loss_bwd = self.mem(OpKind.LOSS, logits * nongemm.CROSS_ENTROPY_BACKWARD_BYTES,
+                            efficiency=nongemm.CROSS_ENTROPY_BACKWARD_EFFICIENCY)
+        small_ar = CommOp(CollectiveKind.ALL_REDUCE, CommClass.TP, self.tp_group, 3 * T * 4.0, self.replicas)
+        hg = self.head_gemm
+        head_fwd = (*self.norm_forward("final-norm"), *self.gather("head-in"), c("lm-head", hg(T, V // t, h)),
+                    # Megatron's vocab-parallel cross entropy: fp32 logits, max / sum-exp / target
+                    # all-reduced over TP (megatron/core/tensor_parallel/cross_entropy.py), its
+                    # passes and their measured bandwidth in sim.workload.nongemm
+                    c("cross-entropy", loss_fwd),
+                    *([Step(Stream.TP_COMM, "ncclAllReduce loss", small_ar)] if self.tp_on else []))
+        # the output layer's weight gradient (Megatron-Core's own linear layer, torch.matmul) is
+        # added into main_grad by the same hook when not accumulated in the GEMM
+        head_w = hg(V // t, h, T)
+        if not parallel.gradient_accumulation_fusion:
+            head_w = replace(head_w, extra_bytes=(V // t) * h * (e + 2 * parallel.grad_bytes), extra_kernels=1)
+        head_bwd = (c("cross-entropy-bwd", loss_bwd),
+                    c("lm-head-dgrad", hg(T, h, V // t)), *self.reduce("head-grad", wait=1),
+                    c("lm-head-wgrad", head_w), *self.norm_backward("final-norm-bwd"))
+        return head_fwd, head_bwd
+
+    def op_recompute(self, fwd: list[Step], matmuls: list) -> tuple[Step, ...]:
+        """What op-level selective recomputation recomputes: every other of the given
+        projections' forward GEMMs, and the forward's memory-bound ops."""
+        return tuple(self.compute(name, self.fwd_gemm(out, inp)) for name, out, inp in matmuls) + tuple(
+            st for st in fwd if st.stream is None and isinstance(st.op, MemoryOp))
+
+    def build(self) -> LayerOps:
+        """Every pass's steps of a dense layer and, for a mixture-of-experts model, of its
+        MoE layer (:attr:`LayerOps.moe`)."""
+        parallel, t = self.parallel, self.t
+        attn_fwd, attn_bwd = self.attention()
+        proj_in, proj_in_bwd = self.input_projections()
+        fwd = self.forward(attn_fwd, proj_in)
+        bwd, attention_bwd_index = self.backward(attn_bwd, proj_in_bwd)
+        embedding_fwd, embedding_bwd = self.embedding()
+        head_fwd, head_bwd = self.head()
+        # every other matmul of wq, wk, wv, wo, w1, [w3,] w2, as separate projections
+        mms = self.model.separate_matmuls(t)
+        op_recompute = self.op_recompute(fwd, mms[1::2])
+        if self.overlap and parallel.tp_comm_overlap_cfg.kernel is CommKernel.SYMMETRIC_MEMORY:
+            fwd, bwd = _async_tp_reductions(fwd, t, self.e), _async_tp_reductions(bwd, t, self.e)
+        if self.overlap:
+            # (swaps happen only between a reduce-scatter and the GEMM before it, none of them
+            # across the attention backward, so attention_bwd_index stands)
+            fwd, bwd = _overlap_tp(fwd), _overlap_tp(bwd)
+        moe = None
+        if self.model.is_moe:
+            # the attention half is the dense layer's; the MLP half (from norm2 on) is replaced
+            mlp_at = next(i for i, st in enumerate(fwd) if st.name.startswith("norm2"))
+            mlp_fwd, mlp_bwd = self.moe_mlp()
+            moe_fwd = fwd[:mlp_at] + mlp_fwd
+            bwd_at = next(i for i, st in enumerate(bwd) if st.name == "dropout-add-bwd" and i > 0)
+            moe_bwd = mlp_bwd + bwd[bwd_at:]
+            moe_k = len(mlp_bwd) + (attention_bwd_index - bwd_at)
+            moe = LayerOps(tuple(moe_fwd), tuple(moe_bwd), moe_k, tuple(attn_fwd), embedding_fwd, embedding_bwd,
+                           head_fwd, head_bwd, self.op_recompute(moe_fwd, mms[1:4:2]))
+        return LayerOps(tuple(fwd), tuple(bwd), attention_bwd_index, tuple(attn_fwd),
+                        embedding_fwd, embedding_bwd, head_fwd, head_bwd, op_recompute, moe)
+
+    def moe_mlp(self) -> tuple[list[Step], list[Step]]:
+        """The MLP half of a mixture-of-experts layer, Megatron-Core's all-to-all token dispatcher
+        (``megatron/core/transformer/moe/token_dispatcher.py``, ``MoEAlltoAllTokenDispatcher``):
+
+        router GEMM and top-k on the rank's ``T / t`` tokens (sequence parallel), permute the
+        tokens by expert, all-to-all over the EP group, all-gather over TP (experts are split over
+        TP like the dense MLP), the local experts as grouped GEMMs, reduce-scatter over TP,
+        all-to-all back, unpermute and weight; shared experts, if any, run as a dense MLP on the
+        layer's tokens. Under balanced routing each of the ``E / ep`` local experts gets
+        ``T k ep / E`` tokens (times the capacity factor when padded). The backward mirrors it.
+
+        With expert tensor parallelism (``etp != tp``, MoE parallel folding, Liu et al. 2025,
+        arXiv 2504.14960) the TP collectives above run over the experts' TP group (the ETP
+        group; the dispatcher's ``tp_group`` is Megatron-Core's
+        ``expert_tensor_parallel_group``) and the experts are split ``etp`` ways. Each rank still
+        dispatches its ``T / t`` sequence-parallel tokens over the EP group (which may now span TP
+        ranks); after the all-to-all and the gather over ETP a rank's experts see the tokens of
+        its ``etp x ep`` ranks (Megatron's ``num_global_tokens = num_local_tokens x ETP x EP``):
+        ``T / t x etp x k x ep / E`` per local expert."""
+        model, parallel, dtype, T, e = self.model, self.parallel, self.dtype, self.T, self.e
+        c, mem = self.compute, self.mem
+        t, ep = parallel.tp, parallel.ep
+        te = parallel.expert_tp
+        folded = te != t
+        # unset: the TP group, or under folding the ``etp`` consecutive ranks from its first
+        # (the ETP group of the stage's first rank, :meth:`sim.workload.layout.Layout.etp_group`)
+        tp_group = self.etp_group if self.etp_group is not None else \
+            tuple(self.tp_group[0] + i for i in range(te)) if folded else self.tp_group
+        replicas = self.etp_replicas if self.etp_replicas is not None else () if folded else self.replicas
+        h, E, k = model.hidden_size, model.num_experts, model.moe_top_k
+        f = model.moe_ffn_hidden_size
+        br = 2 if model.gated_mlp else 1
+        Tn = T // t  # MoE with TP runs under sequence parallelism (checked by the spec)
+        Te = T if te == t else Tn * te  # tokens the rank's ETP group dispatches
+        routed = Tn * k  # token-expert pairs this rank dispatches
+        cf = model.moe_capacity_factor or 1.0
+        local = E // ep
+        per_expert = max(1, round(Te * k * ep / E * cf))
+        a2a_bytes = routed * h * e
+
+        def ep_coll(name: str, wait: int = 0) -> list[Step]:
+            if ep == 1:
+                return []
+            op = CommOp(CollectiveKind.ALL_TO_ALL, CommClass.EP, self.ep_group, a2a_bytes, self.ep_replicas)
+            return [Step(Stream.EP_COMM, f"ncclAllToAll {name}", op, wait)]
+
+        def tp_coll(kind: CollectiveKind, name: str, wait: int = 0) -> list[Step]:
+            if te == 1:
+                return []
+            op = CommOp(kind, CommClass.TP, tp_group, Te * k * cf * h * e, replicas)
+            nccl = "ncclAllGather" if kind is CollectiveKind.ALL_GATHER else "ncclReduceScatter"
+            return [Step(Stream.TP_COMM, f"{nccl} {name}", op, wait)]
+
+        def act_dtype_gemm(m_: int, n_: int, k_: int) -> GemmOp:
+            return GemmOp(m_, n_, k_, ACT_DTYPE)
+
+        router = act_dtype_gemm(Tn, E, h)
+        topk = mem(OpKind.ELEMENTWISE, Tn * E * 4 * 3)  # fp32 logits: softmax, top-k, probabilities
+        permute = mem(OpKind.ELEMENTWISE, 2 * routed * h * e)
+        routed_all = Te * k * cf  # pairs the rank's local experts compute, over its ETP group
+        exp_fc1 = GemmOp(per_expert, br * f // te, h, dtype, local)
+        exp_fc2 = GemmOp(per_expert, h, f // te, dtype, local)
+        exp_act = mem(OpKind.ELEMENTWISE, routed_all * f // te * e * (br + 1))
+        exp_fc1_d = GemmOp(per_expert, h, br * f // te, dtype, local)
+        exp_fc1_w = GemmOp(h, br * f // te, per_expert, dtype, local)
+        exp_fc2_d = GemmOp(per_expert, f // te, h, dtype, local)
+        exp_fc2_w = GemmOp(f // te, h, per_expert, dtype, local)
+        # a gated expert's fused activation backward at its measured share (dense MLPs: activation_bwd)
+        act_bwd_eff = nongemm.SWIGLU_BACKWARD_EFFICIENCY if br == 2 else 1.0
+        exp_act_b = mem(OpKind.ELEMENTWISE, routed_all * f // te * e * (2 * br + 1), efficiency=act_bwd_eff)
+        fwd = [*self.norm_forward("norm2"), c("router", router), c("router-topk", topk), c("permute", permute),
+               *ep_coll("dispatch"), *tp_coll(CollectiveKind.ALL_GATHER, "dispatch"),
+               c("experts-fc1", exp_fc1), c("experts-activation", exp_act), c("experts-fc2", exp_fc2),
+               *tp_coll(CollectiveKind.REDUCE_SCATTER, "combine"), *ep_coll("combine"),
+               c("unpermute", permute)]
+        bwd = [c("dropout-add-bwd", self.dropout_add_bwd), c("unpermute-bwd", permute), *ep_coll("combine-grad"),
+               *tp_coll(CollectiveKind.ALL_GATHER, "combine-grad"),
+               c("experts-fc2-dgrad", exp_fc2_d), c("experts-fc2-wgrad", exp_fc2_w),
+               c("experts-activation-bwd", exp_act_b), c("experts-fc1-dgrad", exp_fc1_d),
+               c("experts-fc1-wgrad", exp_fc1_w), *tp_coll(CollectiveKind.REDUCE_SCATTER, "dispatch-grad"),
+               *ep_coll("dispatch-grad"), c("permute-bwd", permute),
+               c("router-dgrad", act_dtype_gemm(Tn, h, E)), c("router-wgrad", act_dtype_gemm(h, E, Tn))]
+        fs = model.shared_ffn_size
+        if fs:
+            fwd_g, dgrad_g, wgrad_g = self.fwd_gemm, self.dgrad_gemm, self.wgrad_gemm
+            fwd += [*self.gather("shared-in"), c("shared-fc1", fwd_g(br * fs // t, h)),
+                    c("shared-activation", mem(OpKind.ELEMENTWISE, T * fs // t * e * (br + 1))),
+                    c("shared-fc2", fwd_g(h, fs // t)), *self.reduce("shared-out")]
+            bwd[1:1] = [*self.gather("shared-grad"), c("shared-fc2-dgrad", dgrad_g(fs // t, h)),
+                        c("shared-fc2-wgrad", wgrad_g(fs // t, h)),
+                        c("shared-activation-bwd", mem(OpKind.ELEMENTWISE, T * fs // t * e * (2 * br + 1),
+                                                      efficiency=act_bwd_eff)),
+                        *self.gather("shared-in", wait=1), c("shared-fc1-dgrad", dgrad_g(h, br * fs // t)),
+                        *self.reduce("shared-grad", wait=1), c("shared-fc1-wgrad", wgrad_g(h, br * fs // t))]
+        fwd.append(c("dropout-add", self.dropout_add))
+        bwd += self.norm_backward("norm2-bwd") + self.residual_grad()
+        return fwd, bwd
+
+
 def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: tuple[int, ...],
               replicas: tuple[tuple[int, ...], ...] = (), cp_group: tuple[int, ...] = (0,),
               cp_replicas: tuple[tuple[int, ...], ...] = (), ep_group: tuple[int, ...] = (0,),
@@ -144,298 +633,16 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
               etp_replicas: tuple[tuple[int, ...], ...] | None = None, bf16_layers: bool = False) -> LayerOps:
     """Build the step lists of one pipeline stage whose TP group is ``tp_group`` (and CP group
     ``cp_group``, EP group ``ep_group``, experts' TP group ``etp_group``, by default the TP
-    group; ``replicas`` list the groups doing the same at the same time).
+    group; ``replicas`` list the groups doing the same at the same time): :class:`LayerBuilder`.
 
     ``bf16_layers``: also build the layers' BF16 variant (:attr:`LayerOps.high_precision`),
     for the first and last layers a low-precision ``dtype`` keeps in BF16."""
+    groups = (tp_group, replicas, cp_group, cp_replicas, ep_group, ep_replicas, scaling, etp_group, etp_replicas)
     if bf16_layers and dtype in LOW_PRECISION:
-        low = layer_ops(model, parallel, dtype, tp_group, replicas, cp_group, cp_replicas, ep_group, ep_replicas,
-                        scaling, etp_group, etp_replicas)
-        high = layer_ops(model, parallel, ACT_DTYPE, tp_group, replicas, cp_group, cp_replicas, ep_group,
-                         ep_replicas, scaling, etp_group, etp_replicas)
+        low = LayerBuilder(model, parallel, dtype, *groups).build()
+        high = LayerBuilder(model, parallel, ACT_DTYPE, *groups).build()
         return replace(low, high_precision=high)
-    t = parallel.tp
-    cp = parallel.cp
-    b, s, h = parallel.micro_batch_size, model.seq_length, model.hidden_size
-    T = b * s // cp
-    sp = parallel.sequence_parallel
-    Tn = T // t if sp else T  # tokens a norm or dropout sees
-    e = dtype_bytes(ACT_DTYPE)
-    q, kv, f = model.q_size, model.kv_size, model.ffn_hidden_size
-    branches = 2 if model.gated_mlp else 1
-    qkv_n = (q + 2 * kv) // t
-    V = model.vocab_size
-    heads = model.num_attention_heads // t
-    kv_heads = max(model.num_kv_heads // t, 1)
-
-    def coll(kind: CollectiveKind, size: float) -> CommOp:
-        return CommOp(kind, CommClass.TP, tp_group, size, replicas)
-
-    act = T * h * e
-    ag = coll(CollectiveKind.ALL_GATHER, act)
-    rs = coll(CollectiveKind.REDUCE_SCATTER, act)
-    ar = coll(CollectiveKind.ALL_REDUCE, act)
-    tp_on = t > 1
-    overlap = parallel.tp_comm_overlap and sp and tp_on
-
-    def kernel(op: CommOp, gemm: str | None) -> CommOp:
-        """Under TP communication overlap, the collective overlapped with a layer GEMM (TE's
-        name for it, ``gemm``) is run by userbuffers or symmetric memory, not NCCL."""
-        if not overlap or gemm is None:
-            return op
-        cfg = parallel.tp_comm_overlap_cfg
-        return replace(op, kernel=cfg.kernel, kernel_sms=cfg.sms_of(gemm))
-
-    def gather(name: str, wait: int = 0, gemm: str | None = None) -> list[Step]:
-        return [Step(Stream.TP_COMM, f"ncclAllGather {name}", kernel(ag, gemm), wait)] if (sp and tp_on) else []
-
-    def reduce(name: str, wait: int = 0, gemm: str | None = None) -> list[Step]:
-        if not tp_on:
-            return []
-        return [Step(Stream.TP_COMM, f"ncclReduceScatter {name}", kernel(rs, gemm), wait)] if sp else \
-            [Step(Stream.TP_COMM, f"ncclAllReduce {name}", ar, wait)]
-
-    def c(name: str, op: Op) -> Step:
-        return Step(None, name, op)
-
-    def mem(kind: OpKind, nbytes: float, access: MemoryAccess = MemoryAccess.STREAM,
-            efficiency: float = 1.0) -> MemoryOp:
-        return MemoryOp(kind, float(nbytes), access, efficiency)
-
-    def at_share(kind: OpKind, nbytes: float, share: float, fill_bytes: float = 0.0) -> MemoryOp:
-        """A kernel moving ``nbytes`` at ``share`` of the streaming rate, and the NaN fill of
-        its output, ``fill_bytes``, streaming: one op at the efficiency of the two together."""
-        return mem(kind, nbytes + fill_bytes, efficiency=(nbytes + fill_bytes) / (nbytes / share + fill_bytes))
-
-    def fused_norm_bwd(nbytes: float, fill_bytes: float = 0.0) -> MemoryOp:
-        """A fused norm's backward at the measured share of the forward's bandwidth
-        (:data:`~sim.workload.nongemm.NORM_BACKWARD_EFFICIENCY`)."""
-        return at_share(OpKind.NORM, nbytes, nongemm.NORM_BACKWARD_EFFICIENCY, fill_bytes)
-
-    def activation_bwd(nbytes: float, fill_bytes: float = 0.0) -> MemoryOp:
-        """The fused activation's backward moving ``nbytes``: a gated one (SwiGLU) at its
-        measured share of streaming bandwidth (:data:`~sim.workload.nongemm.
-        SWIGLU_BACKWARD_EFFICIENCY`), and the NaN fill of its output, ``fill_bytes``, streaming."""
-        share = nongemm.SWIGLU_BACKWARD_EFFICIENCY if model.gated_mlp else 1.0
-        return at_share(OpKind.ELEMENTWISE, nbytes, share, fill_bytes)
-
-    # deterministic mode: PyTorch NaN-fills each output Transformer Engine allocates with
-    # at::empty (GEMMs, attention, norms, activations), one more write of it (ParallelSpec.deterministic)
-    fill = 1.0 if parallel.deterministic else 0.0
-    norm = mem(OpKind.NORM, (2 + fill) * Tn * h * e)
-    norm_bwd = fused_norm_bwd(3 * Tn * h * e, fill * Tn * h * e)
-    eager = not parallel.fused_elementwise
-
-    def kernels(kind: OpKind, ks: list[_eager.Kernel]) -> list[Step]:
-        return [c(name, mem(kind, nbytes, access)) for name, nbytes, access in ks]
-
-    def norm_f(name: str, tokens: int = Tn) -> list[Step]:
-        """A norm's forward: one fused kernel, or torchtitan's eager RMSNorm."""
-        return kernels(OpKind.NORM, _eager.rmsnorm_forward(name, tokens, h)) if eager else [c(name, norm)]
-
-    def norm_b(name: str, tokens: int = Tn) -> list[Step]:
-        return kernels(OpKind.NORM, _eager.rmsnorm_backward(name, tokens, h)) if eager else [c(name, norm_bwd)]
-    dropout_add = mem(OpKind.ELEMENTWISE, Tn * h * (3 * e + 1))
-    # its backward reads the gradient and the 1-byte mask and writes the branch's gradient; the
-    # residual's gradient is the incoming one, passed on by autograd without a copy
-    dropout_add_bwd = mem(OpKind.ELEMENTWISE, Tn * h * (2 * e + 1))
-    if cp > 1:
-        # the rank these ops are for: the one its TP and CP groups share
-        me = next((r for r in cp_group if r in tp_group), cp_group[0])
-        attn_fwd, attn_bwd = cp_attention(model, parallel, heads, kv_heads, ACT_DTYPE, cp_group, cp_replicas, me)
-    elif parallel.flash_attention:
-        ak = parallel.attention_kernel
-        det = parallel.deterministic
-        hd = model.head_dim
-        out_fill = fill * b * s * (heads * hd * e + heads * 4)  # O and the fp32 softmax statistics
-        grad_fill = fill * b * s * (heads + 2 * kv_heads) * hd * e  # dQ, dK, dV
-        attn_fwd = [c("attention", AttentionOp(b, heads, kv_heads, s, hd, True, False, ACT_DTYPE,
-                                               kernel=ak, deterministic=det, extra_bytes=out_fill))]
-        attn_bwd = [c("attention-bwd", AttentionOp(b, heads, kv_heads, s, hd, True, True, ACT_DTYPE,
-                                                   kernel=ak, deterministic=det, extra_bytes=grad_fill))]
-    else:
-        attn_fwd, attn_bwd = _unfused_attention(b * heads, s, model.head_dim, e)
-    low = dtype in LOW_PRECISION
-
-    def gemm(m_: int, n_: int, k_: int, cast: Cast, extra_bytes: float = 0.0, extra_kernels: int = 0) -> GemmOp:
-        return GemmOp(m_, n_, k_, dtype, extra_bytes=cast.bytes + extra_bytes,
-                      extra_kernels=cast.kernels + extra_kernels)
-
-    def out_fill(m_: int, n_: int) -> tuple[float, int]:
-        """Deterministic mode's NaN fill of a fresh ``[m_, n_]`` 16-bit GEMM output."""
-        return (m_ * n_ * e, 1) if fill else (0.0, 0)
-
-    # the quantization of each GEMM's 16-bit operands (sim.workload.quantization)
-    def fwd_g(out: int, inp: int) -> GemmOp:
-        """Forward GEMM ``[T, inp] @ [inp, out]``; in low precision its input is quantized first."""
-        return gemm(T, out, inp, gemm_casts(dtype, scaling, T, inp, out).fprop, *out_fill(T, out))
-
-    def dgrad_g(inp: int, out: int) -> GemmOp:
-        """Input-gradient GEMM ``[T, out] @ [out, inp]``; the incoming gradient is quantized."""
-        return gemm(T, inp, out, gemm_casts(dtype, scaling, T, inp, out).dgrad, *out_fill(T, inp))
-
-    def wgrad_g(inp: int, out: int) -> GemmOp:
-        """Weight-gradient GEMM ``[inp, T] @ [T, out]``; in FP8 both operands are transposed
-        first (Hopper's FP8 tensor cores take only the TN layout), in NVFP4 it reads the
-        column-wise copies the casts above made. Without gradient-accumulation fusion it
-        writes a fresh 16-bit gradient (NaN-filled first in deterministic mode) that a separate
-        kernel adds into the fp32 ``main_grad``: read 2 + 4 bytes, write 4, per weight."""
-        extra, kernels = 0.0, 0
-        if not parallel.gradient_accumulation_fusion:
-            extra, kernels = out_fill(inp, out)
-            extra, kernels = extra + inp * out * (e + 2 * parallel.grad_bytes), kernels + 1
-        return gemm(inp, out, T, gemm_casts(dtype, scaling, T, inp, out).wgrad, extra, kernels)
-
-    # the attention's input projections: one fused QKV GEMM, or MLA's down- and
-    # up-projections with the norms of its two latents
-    in_gemms = model.attention_gemms(t)
-    o_in = model.attention_out_size // t
-    proj_in: list[Step] = []
-    for name, out, inp, _split in in_gemms:
-        proj_in.append(c(name, fwd_g(out, inp)))
-        if name.endswith("-down"):
-            proj_in.append(c(f"{name[:-5]}-norm", mem(OpKind.NORM, 2 * T * out * e)))
-    proj_in_bwd: list[Step] = []
-    for name, out, inp, _split in reversed(in_gemms):
-        if name.endswith("-down"):
-            proj_in_bwd.append(c(f"{name[:-5]}-norm-bwd", fused_norm_bwd(3 * T * out * e)))
-        proj_in_bwd += [c(f"{name}-dgrad", dgrad_g(inp, out)), c(f"{name}-wgrad", wgrad_g(inp, out))]
-    # the TP collectives carry the Transformer Engine GEMM they overlap with under
-    # tp_comm_overlap (sim.workload.tp_overlap): all-gathers feeding fprop GEMMs and dgrad GEMMs
-    # of row-parallel layers are ring exchanges; the backward's re-gathered input beside a
-    # dgrad GEMM and its reduced gradient beside a wgrad GEMM are bulk overlaps
-    if eager and model.gated_mlp:
-        act_f = kernels(OpKind.ELEMENTWISE, _eager.swiglu_forward(T, f // t))
-        act_b = kernels(OpKind.ELEMENTWISE, _eager.swiglu_backward(T, f // t))
-    else:
-        act_f = [c("activation", mem(OpKind.ELEMENTWISE, T * f // t * e * (branches + 1 + fill)))]
-        act_b = [c("activation-bwd",
-                   activation_bwd(T * f // t * e * (2 * branches + 1), T * f // t * e * fill * branches))]
-    # eager only: the rotary embedding of q and k and the K/V heads repeated for SDPA
-    # (the compiled rotary kernel is not priced, as for every framework)
-    q_w, kv_w = q // t, kv_heads * model.head_dim
-    rope_f = kernels(OpKind.ELEMENTWISE, _eager.rope_forward(T, q_w, kv_w) +
-                     _eager.repeat_kv_forward(T, q_w, kv_w)) if eager and not model.is_mla else []
-    rope_b = kernels(OpKind.ELEMENTWISE, _eager.repeat_kv_backward(T, q_w, kv_w) +
-                     _eager.rope_backward(T, q_w, kv_w)) if eager and not model.is_mla else []
-    # Megatron-LM's own QKV linear adds its bias after the GEMM (``output = output + bias``)
-    qkv_bias = [c("qkv-bias", mem(OpKind.ELEMENTWISE, 2 * T * qkv_n * e))] \
-        if parallel.unfused_linear_bias and not model.is_mla else []
-    fwd = [*norm_f("norm1"), *gather("qkv-in", gemm="qkv_fprop"), *proj_in, *qkv_bias, *rope_f, *attn_fwd,
-           c("proj", fwd_g(h, o_in)), *reduce("proj-out", gemm="proj_fprop"), c("dropout-add", dropout_add),
-           *norm_f("norm2"), *gather("fc1-in", gemm="fc1_fprop"), c("fc1", fwd_g(f * branches // t, h)),
-           *act_f,
-           c("fc2", fwd_g(h, f // t)), *reduce("fc2-out", gemm="fc2_fprop"), c("dropout-add", dropout_add)]
-    # the residual stream: each layer input and each post-attention sum feeds a norm and the
-    # next residual add, so autograd sums its two gradients once the norm's backward has run
-    # (torch/csrc/autograd/input_buffer.cpp, InputBuffer::add: ``old_var + var``, or ``add_``
-    # in place): read two, write one, on the tokens the norm sees
-    resid_b = [c("residual-grad-add", mem(OpKind.ELEMENTWISE, 3 * Tn * h * e))]
-
-    def bias_grad(name: str, tokens: int, width: int) -> list[Step]:
-        """The sum over the tokens of a linear layer's output gradient, its bias gradient,
-        where Megatron-LM's own linear layers leave it to a kernel of its own
-        (:attr:`ParallelSpec.unfused_linear_bias`): reads the gradient once."""
-        return [c(f"{name}-bias-grad", mem(OpKind.ELEMENTWISE, tokens * width * e))] \
-            if parallel.unfused_linear_bias else []
-
-    def dgrad_reduce_wgrad(name: str, dgrad: GemmOp, wgrad: GemmOp, gemm: str,
-                           bias: list[Step] = ()) -> list[Step]:
-        """A column-parallel layer's input gradient, its TP reduction and its weight
-        gradient: the reduction beside the wgrad GEMM (Megatron-LM's asynchronous all-reduce,
-        or sequence parallelism's reduce-scatter), or, before the asynchronous all-reduce
-        (:attr:`ParallelSpec.async_tp_grad_allreduce` off, no sequence parallelism), after both
-        GEMMs, waited for by the next op."""
-        if sp or parallel.async_tp_grad_allreduce:
-            # Megatron's backward sums the bias gradient after the wgrad GEMM, beside the reduction
-            return [c(f"{name}-dgrad", dgrad), *reduce(f"{name}-grad", wait=1 + len(bias), gemm=gemm),
-                    c(f"{name}-wgrad", wgrad), *bias]
-        # F.linear's ``output += bias``: its backward (the bias sum) runs before the GEMMs'
-        return [*bias, c(f"{name}-dgrad", dgrad), c(f"{name}-wgrad", wgrad), *reduce(f"{name}-grad")]
-
-    bwd = [c("dropout-add-bwd", dropout_add_bwd), *bias_grad("fc2", Tn, h), *gather("fc2-grad", gemm="fc2_dgrad"),
-           c("fc2-dgrad", dgrad_g(f // t, h)), c("fc2-wgrad", wgrad_g(f // t, h)),
-           *act_b, *bias_grad("fc1", T, f * branches // t),
-           *gather("fc1-in", wait=1, gemm="fc1_dgrad"),
-           *dgrad_reduce_wgrad("fc1", dgrad_g(h, f * branches // t), wgrad_g(h, f * branches // t), "fc1_wgrad"),
-           *norm_b("norm2-bwd"), *resid_b, c("dropout-add-bwd", dropout_add_bwd), *bias_grad("proj", Tn, h),
-           *gather("proj-grad", gemm="proj_dgrad"),
-           c("proj-dgrad", dgrad_g(o_in, h)), c("proj-wgrad", wgrad_g(o_in, h))]
-    attention_bwd_index = len(bwd)
-    if model.is_mla:
-        # the gathered input is first needed by a down-projection's weight gradient; the
-        # input gradient (the down-projections' dgrads summed) is reduced before norm1's backward
-        first_wgrad = next(i for i, st in enumerate(proj_in_bwd) if st.name.endswith("-down-wgrad"))
-        bwd += [*attn_bwd, *gather("qkv-in", wait=first_wgrad, gemm="qkv_dgrad"), *proj_in_bwd[:-1],
-                *reduce("qkv-grad", wait=1, gemm="qkv_wgrad"), proj_in_bwd[-1], *norm_b("norm1-bwd"), *resid_b]
-    else:
-        bwd += [*attn_bwd, *rope_b, *gather("qkv-in", wait=1, gemm="qkv_dgrad"),
-                *dgrad_reduce_wgrad("qkv", dgrad_g(h, qkv_n), wgrad_g(h, qkv_n), "qkv_wgrad",
-                                    bias_grad("qkv", T, qkv_n)),
-                *norm_b("norm1-bwd"), *resid_b]
-
-    emb_bytes = mem(OpKind.EMBEDDING, 2 * T * h * e)
-    embedding_fwd = (c("embedding", emb_bytes), *reduce("embedding-out"))
-    embedding_bwd = (*gather("embedding-grad"), c("embedding-bwd", emb_bytes))
-    logits = T * (V // t)
-    # the cross entropy as Megatron runs it, measured (sim.workload.nongemm); torchtitan's
-    # PyTorch cross entropy on the fp32 logits (cast, log_softmax, nll_loss and their
-    # backwards) makes as many passes and is priced the same, not measured on its own
-    loss_fwd = mem(OpKind.LOSS, logits * nongemm.CROSS_ENTROPY_FORWARD_BYTES,
-                   efficiency=nongemm.CROSS_ENTROPY_FORWARD_EFFICIENCY)
-    loss_bwd = mem(OpKind.LOSS, logits * nongemm.CROSS_ENTROPY_BACKWARD_BYTES,
-                   efficiency=nongemm.CROSS_ENTROPY_BACKWARD_EFFICIENCY)
-    small_ar = CommOp(CollectiveKind.ALL_REDUCE, CommClass.TP, tp_group, 3 * T * 4.0, replicas)
-    # the output layer stays in 16 bits under FP8/FP4 training (Megatron-LM and Transformer
-    # Engine quantize the transformer layers' linear layers only)
-    hg = lambda m_, n_, k_: GemmOp(m_, n_, k_, dtype if not low else ACT_DTYPE)  # noqa: E731
-    head_fwd = (*norm_f("final-norm"), *gather("head-in"), c("lm-head", hg(T, V // t, h)),
-                # Megatron's vocab-parallel cross entropy: fp32 logits, max / sum-exp / target
-                # all-reduced over TP (megatron/core/tensor_parallel/cross_entropy.py), its
-                # passes and their measured bandwidth in sim.workload.nongemm
-                c("cross-entropy", loss_fwd),
-                *([Step(Stream.TP_COMM, "ncclAllReduce loss", small_ar)] if tp_on else []))
-    # the output layer's weight gradient (Megatron-Core's own linear layer, torch.matmul) is
-    # added into main_grad by the same hook when not accumulated in the GEMM
-    head_w = hg(V // t, h, T)
-    if not parallel.gradient_accumulation_fusion:
-        head_w = replace(head_w, extra_bytes=(V // t) * h * (e + 2 * parallel.grad_bytes), extra_kernels=1)
-    head_bwd = (c("cross-entropy-bwd", loss_bwd),
-                c("lm-head-dgrad", hg(T, h, V // t)), *reduce("head-grad", wait=1),
-                c("lm-head-wgrad", head_w), *norm_b("final-norm-bwd"))
-    # every other matmul of wq, wk, wv, wo, w1, [w3,] w2, as separate projections
-    mms = model.separate_matmuls(t)
-    op_recompute = tuple(c(name, fwd_g(out, inp)) for name, out, inp in mms[1::2]) + tuple(
-        st for st in fwd if st.stream is None and isinstance(st.op, MemoryOp))
-    if overlap and parallel.tp_comm_overlap_cfg.kernel is CommKernel.SYMMETRIC_MEMORY:
-        fwd, bwd = _async_tp_reductions(fwd, t, e), _async_tp_reductions(bwd, t, e)
-    if parallel.tp_comm_overlap and sp and tp_on:
-        # (swaps happen only between a reduce-scatter and the GEMM before it, none of them
-        # across the attention backward, so attention_bwd_index stands)
-        fwd, bwd = _overlap_tp(fwd), _overlap_tp(bwd)
-    moe = None
-    if model.is_moe:
-        # the attention half is the dense layer's; the MLP half (from norm2 on) is replaced
-        mlp_at = next(i for i, st in enumerate(fwd) if st.name.startswith("norm2"))
-        folded = parallel.expert_tp != t
-        # unset: the TP group, or under folding the ``etp`` consecutive ranks from its first
-        # (the ETP group of the stage's first rank, :meth:`sim.workload.layout.Layout.etp_group`)
-        etp_g = etp_group if etp_group is not None else \
-            tuple(tp_group[0] + i for i in range(parallel.expert_tp)) if folded else tp_group
-        etp_r = etp_replicas if etp_replicas is not None else () if folded else replicas
-        mlp_fwd, mlp_bwd = _moe_mlp(model, parallel, dtype, T, e, etp_g, etp_r, ep_group, ep_replicas,
-                                    fwd_g, dgrad_g, wgrad_g, c, mem, norm_f("norm2"), norm_b("norm2-bwd") + resid_b,
-                                    dropout_add, dropout_add_bwd, gather, reduce)
-        moe_fwd = fwd[:mlp_at] + mlp_fwd
-        bwd_at = next(i for i, st in enumerate(bwd) if st.name == "dropout-add-bwd" and i > 0)
-        moe_bwd = mlp_bwd + bwd[bwd_at:]
-        moe_k = len(mlp_bwd) + (attention_bwd_index - bwd_at)
-        moe_recompute = tuple(c(name, fwd_g(out, inp)) for name, out, inp in mms[1:4:2]) + tuple(
-            st for st in moe_fwd if st.stream is None and isinstance(st.op, MemoryOp))
-        moe = LayerOps(tuple(moe_fwd), tuple(moe_bwd), moe_k, tuple(attn_fwd), embedding_fwd, embedding_bwd,
-                       head_fwd, head_bwd, moe_recompute)
-    return LayerOps(tuple(fwd), tuple(bwd), attention_bwd_index, tuple(attn_fwd),
-                    embedding_fwd, embedding_bwd, head_fwd, head_bwd, op_recompute, moe)
+    return LayerBuilder(model, parallel, dtype, *groups).build()
 
 
 _ASYNC_TP_REDUCED = frozenset({"proj", "fc2", "fc1-dgrad", "qkv-dgrad"})
@@ -494,97 +701,6 @@ def _overlap_tp(steps: list[Step]) -> list[Step]:
             if prev.stream is None and isinstance(prev.op, GemmOp):
                 out[i - 1], out[i] = Step(st.stream, st.name, st.op, 1), prev
     return out
-
-
-def _moe_mlp(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, T: int, e: float,
-             tp_group: tuple[int, ...], replicas, ep_group: tuple[int, ...], ep_replicas,
-             fwd_g, dgrad_g, wgrad_g, c, mem, norm2, norm2_bwd, dropout_add, dropout_add_bwd, gather, reduce
-             ) -> tuple[list[Step], list[Step]]:
-    """The MLP half of a mixture-of-experts layer, Megatron-Core's all-to-all token dispatcher
-    (``megatron/core/transformer/moe/token_dispatcher.py``, ``MoEAlltoAllTokenDispatcher``):
-
-    router GEMM and top-k on the rank's ``T / t`` tokens (sequence parallel), permute the
-    tokens by expert, all-to-all over the EP group, all-gather over TP (experts are split over
-    TP like the dense MLP), the local experts as grouped GEMMs, reduce-scatter over TP,
-    all-to-all back, unpermute and weight; shared experts, if any, run as a dense MLP on the
-    layer's tokens. Under balanced routing each of the ``E / ep`` local experts gets
-    ``T k ep / E`` tokens (times the capacity factor when padded). The backward mirrors it.
-
-    With expert tensor parallelism (``etp != tp``, MoE parallel folding, Liu et al. 2025,
-    arXiv 2504.14960) the TP collectives above run over the experts' TP group ``tp_group``
-    (here the ETP group; the dispatcher's ``tp_group`` is Megatron-Core's
-    ``expert_tensor_parallel_group``) and the experts are split ``etp`` ways. Each rank still
-    dispatches its ``T / t`` sequence-parallel tokens over the EP group (which may now span TP
-    ranks); after the all-to-all and the gather over ETP a rank's experts see the tokens of
-    its ``etp x ep`` ranks (Megatron's ``num_global_tokens = num_local_tokens x ETP x EP``):
-    ``T / t x etp x k x ep / E`` per local expert."""
-    t, ep = parallel.tp, parallel.ep
-    te = parallel.expert_tp
-    h, E, k = model.hidden_size, model.num_experts, model.moe_top_k
-    f = model.moe_ffn_hidden_size
-    br = 2 if model.gated_mlp else 1
-    Tn = T // t  # MoE with TP runs under sequence parallelism (checked by the spec)
-    Te = T if te == t else Tn * te  # tokens the rank's ETP group dispatches
-    routed = Tn * k  # token-expert pairs this rank dispatches
-    cf = model.moe_capacity_factor or 1.0
-    local = E // ep
-    per_expert = max(1, round(Te * k * ep / E * cf))
-    a2a_bytes = routed * h * e
-
-    def ep_coll(name: str, wait: int = 0) -> list[Step]:
-        if ep == 1:
-            return []
-        op = CommOp(CollectiveKind.ALL_TO_ALL, CommClass.EP, ep_group, a2a_bytes, ep_replicas)
-        return [Step(Stream.EP_COMM, f"ncclAllToAll {name}", op, wait)]
-
-    def tp_coll(kind: CollectiveKind, name: str, wait: int = 0) -> list[Step]:
-        if te == 1:
-            return []
-        op = CommOp(kind, CommClass.TP, tp_group, Te * k * cf * h * e, replicas)
-        nccl = "ncclAllGather" if kind is CollectiveKind.ALL_GATHER else "ncclReduceScatter"
-        return [Step(Stream.TP_COMM, f"{nccl} {name}", op, wait)]
-
-    act_dtype_gemm = lambda m_, n_, k_: GemmOp(m_, n_, k_, ACT_DTYPE)  # noqa: E731
-    router = act_dtype_gemm(Tn, E, h)
-    topk = mem(OpKind.ELEMENTWISE, Tn * E * 4 * 3)  # fp32 logits: softmax, top-k, probabilities
-    permute = mem(OpKind.ELEMENTWISE, 2 * routed * h * e)
-    routed_all = Te * k * cf  # pairs the rank's local experts compute, over its ETP group
-    exp_fc1 = GemmOp(per_expert, br * f // te, h, dtype, local)
-    exp_fc2 = GemmOp(per_expert, h, f // te, dtype, local)
-    exp_act = mem(OpKind.ELEMENTWISE, routed_all * f // te * e * (br + 1))
-    exp_fc1_d = GemmOp(per_expert, h, br * f // te, dtype, local)
-    exp_fc1_w = GemmOp(h, br * f // te, per_expert, dtype, local)
-    exp_fc2_d = GemmOp(per_expert, f // te, h, dtype, local)
-    exp_fc2_w = GemmOp(f // te, h, per_expert, dtype, local)
-    # a gated expert's fused activation backward at its measured share (dense MLPs: activation_bwd)
-    act_bwd_eff = nongemm.SWIGLU_BACKWARD_EFFICIENCY if br == 2 else 1.0
-    exp_act_b = mem(OpKind.ELEMENTWISE, routed_all * f // te * e * (2 * br + 1), efficiency=act_bwd_eff)
-    fwd = [*norm2, c("router", router), c("router-topk", topk), c("permute", permute),
-           *ep_coll("dispatch"), *tp_coll(CollectiveKind.ALL_GATHER, "dispatch"),
-           c("experts-fc1", exp_fc1), c("experts-activation", exp_act), c("experts-fc2", exp_fc2),
-           *tp_coll(CollectiveKind.REDUCE_SCATTER, "combine"), *ep_coll("combine"),
-           c("unpermute", permute)]
-    bwd = [c("dropout-add-bwd", dropout_add_bwd), c("unpermute-bwd", permute), *ep_coll("combine-grad"),
-           *tp_coll(CollectiveKind.ALL_GATHER, "combine-grad"),
-           c("experts-fc2-dgrad", exp_fc2_d), c("experts-fc2-wgrad", exp_fc2_w),
-           c("experts-activation-bwd", exp_act_b), c("experts-fc1-dgrad", exp_fc1_d),
-           c("experts-fc1-wgrad", exp_fc1_w), *tp_coll(CollectiveKind.REDUCE_SCATTER, "dispatch-grad"),
-           *ep_coll("dispatch-grad"), c("permute-bwd", permute),
-           c("router-dgrad", act_dtype_gemm(Tn, h, E)), c("router-wgrad", act_dtype_gemm(h, E, Tn))]
-    fs = model.shared_ffn_size
-    if fs:
-        fwd += [*gather("shared-in"), c("shared-fc1", fwd_g(br * fs // t, h)),
-                c("shared-activation", mem(OpKind.ELEMENTWISE, T * fs // t * e * (br + 1))),
-                c("shared-fc2", fwd_g(h, fs // t)), *reduce("shared-out")]
-        bwd[1:1] = [*gather("shared-grad"), c("shared-fc2-dgrad", dgrad_g(fs // t, h)),
-                    c("shared-fc2-wgrad", wgrad_g(fs // t, h)),
-                    c("shared-activation-bwd", mem(OpKind.ELEMENTWISE, T * fs // t * e * (2 * br + 1),
-                                                  efficiency=act_bwd_eff)),
-                    *gather("shared-in", wait=1), c("shared-fc1-dgrad", dgrad_g(h, br * fs // t)),
-                    *reduce("shared-grad", wait=1), c("shared-fc1-wgrad", wgrad_g(h, br * fs // t))]
-    fwd.append(c("dropout-add", dropout_add))
-    bwd += norm2_bwd
-    return fwd, bwd
 
 
 def _unfused_attention(batch: int, s: int, hd: int, e: float) -> tuple[list[Step], list[Step]]:
