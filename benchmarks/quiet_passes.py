@@ -30,23 +30,13 @@ from pathlib import Path
 import numpy as np
 
 from sim.config import load_workload_with_notes
+from sim.engine.pass_replay import pass_of
 from sim.engine.simulation import Simulation
 from sim.runner import simulate
 from sim.topology.choice import place_workload
 from sim.types import Stream
 
 DEFAULT = ("gpt3-175b-1024", "gpt3-175b", "llama3-70b")
-
-
-def pass_of(args: tuple, seen: dict[int, tuple]) -> tuple:
-    """The layer pass whose op has ``args``: its layer, micro-batch, chunk and phase, a
-    backward's recomputed forward ops (phase ``recompute``) with that backward. ``seen`` keeps
-    the answer by the tuple's id (the generator shares one tuple among a pass's ops, and the
-    run keeps them alive). ``pass_replay.py`` sorts tasks into passes by it too."""
-    k = seen.get(id(args))
-    if k is None:
-        k = seen[id(args)] = tuple(("phase", "bwd") if p == ("phase", "recompute") else p for p in args)
-    return k
 
 
 def count(preset: str) -> dict:

@@ -220,8 +220,8 @@ _A100_GEMM = EfficiencyCurve(
 # CUDA graph over rotating inputs. Points: median achieved fraction of the dense peak per
 # power-of-two bin of FLOPs over every measured shape (the GEMMs of the Hopper validation
 # cases, in their dtype and in BF16, and a 6x3x3 m/n/k grid), launch gap removed. Raw data:
-# benchmarks/device/results/h100-sxm5-80gb-2026-11-26.json; benchmarks/device/compare.py
-# re-derives these points and tests/unit/test_hardware.py checks they match. (The BF16
+# benchmarks/device/results/h100-sxm5-80gb-2026-11-26.json; sim.derive.gemm_curves (printed by
+# benchmarks/device/compare.py) re-derives these points and tests/unit/test_hardware.py checks they match. (The BF16
 # plateau, 0.69, is also pytorch/ao's pct_achievable_gemm_tops_bf16 for H100.)
 _H100_GEMM = EfficiencyCurve(tuple((2.0**b, e) for b, e in (
     (30, 0.288), (31, 0.431), (32, 0.509), (33, 0.558), (34, 0.605), (35, 0.615), (36, 0.747),
@@ -283,7 +283,7 @@ _H100_ATTN_DET_BWD = _slowed(_H100_ATTN_BWD, _H100_DET_POINTS)
 
 
 # The same sweep on our H200 (benchmarks/device/kernels.py, the same shapes; raw data
-# benchmarks/device/results/h200-2026-11-27-kernels.json, re-derived by compare.py and checked
+# benchmarks/device/results/h200-2026-11-27-kernels.json, re-derived by sim.derive.gemm_curves and checked
 # by tests/unit/test_hardware.py). Back to back its GEMMs reach the H100's fractions of peak
 # (0.69-0.70 BF16, 0.61-0.64 FP8 above 2^37 FLOPs) at a higher clock (BF16 1,461 MHz against
 # 1,364: its power model below), so they are its own curves, not the H100's at its clock.
@@ -515,8 +515,8 @@ def _blackwell_gemm(fp8: EfficiencyCurve, fp4: EfficiencyCurve) -> tuple[tuple[D
 # H100 SXM5 80GB under its 700 W limit, measured by this project: benchmarks/device/
 # power_clock.py on one H100 80GB HBM3 (driver 580.159, torch 2.11), nvidia-smi sampled every
 # 100 ms beside each kernel family run back to back for 3-4 s. Raw samples:
-# benchmarks/device/results/h100-sxm5-80gb-2026-11-26-power.json; benchmarks/device/
-# power_derive.py derives every number below from them and tests/unit/test_power.py checks the
+# benchmarks/device/results/h100-sxm5-80gb-2026-11-26-power.json; sim.derive.power (printed by
+# benchmarks/device/power_derive.py) derives every number below from them and tests/unit/test_power.py checks the
 # two agree. Idle with the clocks up 134.3 W; maximum clock 1980 MHz; gamma 2.22 (least squares
 # over FP8 GEMMs on 32/66/99/132 SMs: below the limit at 1980 MHz, at it at 1636/1387/1241 MHz).
 # Clocks held back to back at the limit: BF16 GEMMs 1364 MHz (median of six large-shape runs,
@@ -540,7 +540,7 @@ _H200_MEMORY_ACCESS = ((MemoryAccess.UPCAST, 0.445), (MemoryAccess.BROADCAST_LAS
 
 def _h200_power(limit_w: float) -> PowerSpec:
     """Our H200's power behaviour (benchmarks/device/power_clock.py on it, raw samples in
-    results/h200-2026-11-26-power.json, constants from power_derive.py and checked by
+    results/h200-2026-11-26-power.json, constants from sim.derive.power and checked by
     tests/unit/test_power.py): HBM3e's bandwidth-bound kernels draw more (509.8 W above idle
     against 390.1), its dynamic power is steeper in the clock (2.50 against 2.22), and each
     family holds a higher clock back to back."""

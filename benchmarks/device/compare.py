@@ -1,13 +1,15 @@
 """Compare llmsim's kernel times with the ones ``kernels.py`` measured, and derive the curves.
 
+::
+
     python benchmarks/device/compare.py [benchmarks/device/results/h100-sxm5-80gb-2026-11-26.json]
 
 prints, per dtype and kernel family, the model's time over the measured one (median and
 spread, weighted by each shape's share of the validation cases' time where known) and the
 efficiency curves the measurement gives: the median achieved fraction of peak per power-of-two
-bin of FLOPs, launch gap removed. ``sim/hardware.py`` carries those points for Hopper; the
-unit tests re-derive them from the committed JSON, so the constants cannot drift from the
-measurement.
+bin of FLOPs, launch gap removed (:func:`sim.derive.gemm_curves.derive_curves`).
+``sim/hardware.py`` carries those points for Hopper; the unit tests re-derive them from the
+committed JSON, so the constants cannot drift from the measurement.
 """
 
 from __future__ import annotations
@@ -16,45 +18,12 @@ import json
 import math
 import statistics
 import sys
-from collections import defaultdict
 from pathlib import Path
+
+from sim.derive.gemm_curves import derive_curves
 
 HERE = Path(__file__).resolve().parent
 DEFAULT = HERE / "results" / "h100-sxm5-80gb-2026-11-26.json"
-LAUNCH_S = 2e-6
-PEAK = {"bf16": 989e12, "fp8": 1979e12}
-
-
-def _attention_flops(r: dict, backward: bool) -> float:
-    """FLOPs of a measured attention kernel as llmsim counts them."""
-    from sim.workload.ops import AttentionOp
-
-    return AttentionOp(r["batch"], r["heads"], r["kv_heads"], r["seq"], r["head_dim"], r["causal"], backward).flops
-
-
-def _binned(pairs) -> list[tuple[float, float]]:
-    bins: dict[int, list[float]] = defaultdict(list)
-    for flops, eff in pairs:
-        bins[round(math.log2(flops))].append(eff)
-    return [(2.0 ** b, round(statistics.median(v), 3)) for b, v in sorted(bins.items())]
-
-
-def derive_curves(path: Path = DEFAULT) -> dict[str, list[tuple[float, float]]]:
-    """Efficiency points (FLOPs, fraction of the dense BF16/FP8 peak) from a measurement."""
-    d = json.loads(Path(path).read_text())
-    out = {}
-    for dt, peak in PEAK.items():
-        out[f"gemm_{dt}"] = _binned(
-            (f, f / ((r["median_s"] - LAUNCH_S) * peak))
-            for r in d["gemms"] if r["dtype"] == dt and "median_s" in r
-            for f in [2.0 * r["batch"] * r["m"] * r["n"] * r["k"]])
-    for backend, prefix in (("cudnn", "attention"), ("flash", "attention_flash2")):
-        for key, bwd in ((f"{prefix}_fwd", False), (f"{prefix}_bwd", True)):
-            out[key] = _binned(
-                (f, f / ((r["bwd_s" if bwd else "fwd_s"] - LAUNCH_S) * PEAK["bf16"]))
-                for r in d["attention"] if r["backend"] == backend and "fwd_s" in r
-                for f in [_attention_flops(r, bwd)])
-    return out
 
 
 def main() -> None:

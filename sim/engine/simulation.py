@@ -242,7 +242,8 @@ class Simulation:
         self.fixed_comm = self._fixed_comm(tasks)
         self._op_loads: dict[int, list[tuple[int, float]]] = {}
         streams = [ids for _, ids in sorted(prog.streams.items())]
-        self._ids = streams
+        self.stream_ids = streams
+        """Per stream (in ``(rank, stream)`` order), the ids of its tasks in the order it runs them."""
         self._pos = [0] * len(streams)
         self._cursor = [0.0] * len(streams)
         owner = np.zeros(n, dtype=np.int64)  # the stream of each task
@@ -285,7 +286,7 @@ class Simulation:
         self._ctx = _Containers(
             busy=self._busy, tasks=tasks, finish=self.finish, owner=self._owner, start=self.start,
             fixed=self.fixed_comm, members=prog.coll_members, contenders=self._contenders, held=self._held,
-            gate=self._gate, duration=self.duration, mem=self.mem, waiters=self.waiters, ids=self._ids,
+            gate=self._gate, duration=self.duration, mem=self.mem, waiters=self.waiters, ids=self.stream_ids,
             positions=self._pos, cursors=self._cursor, stalled=self._stalled, solo=self._solo,
             busy_bytes=self.net.busy_bytes, running=self._running, compute_of=self._compute_of)
         """The containers :meth:`_eager` reads, one named tuple that it unpacks at once (it runs
@@ -338,7 +339,7 @@ class Simulation:
                 times.append(d * factor)
                 held.append(0.0)
             else:
-                d = self._solo_time(id(op))
+                d = self.solo_time(id(op))
                 times.append(d)
                 held.append(self.plans[id(op)].sm_fraction)
         exposed, ran = _time_block(block, times, held)
@@ -446,10 +447,10 @@ class Simulation:
                 seen.add(id(t.op))
                 big_a2a = t.op.collective is CollectiveKind.ALL_TO_ALL and len(t.op.group) > MAX_SHARED_ALL_TO_ALL
                 if big_a2a or all(link_common[link] for link in op_links[id(t.op)]):
-                    out[id(t.op)] = self._solo_time(id(t.op))
+                    out[id(t.op)] = self.solo_time(id(t.op))
         return out
 
-    def _solo_time(self, oid: int) -> float:
+    def solo_time(self, oid: int) -> float:
         """How long comm op ``oid`` takes on an idle network (:func:`solo_time_s`), once per op."""
         d = self._part_times.get(oid)
         if d is None:
@@ -528,9 +529,9 @@ class Simulation:
         if on_clock:  # first the cheap no: a stream crossing these links is moving bytes now
             tasks, rendezvous = self.program.tasks, self.rendezvous
             for s in sharers:
-                if s in on_clock and tasks[self._ids[s][self._pos[s]]].coll_key not in rendezvous:
+                if s in on_clock and tasks[self.stream_ids[s][self._pos[s]]].coll_key not in rendezvous:
                     return None
-        d = self._solo_time(oid)
+        d = self.solo_time(oid)
         end = start + d
         mine = self._compute_of.get(task.rank, -1) if task.alone else -1
         for s in sharers:
@@ -544,7 +545,7 @@ class Simulation:
         before: its last end, its dependencies' ends, and for one not placed yet a bound
         (:meth:`_end_bound`); for one meeting its group on the clock, the latest bound of the
         members not there yet (``nested``: unknown); -inf when unknown (its transfer running)."""
-        finish, ids = self.finish, self._ids[s]
+        finish, ids = self.finish, self.stream_ids[s]
         p = self._first_unplaced(s)
         last = finish[ids[p - 1]] if p else 0.0
         if p >= len(ids):
@@ -574,7 +575,7 @@ class Simulation:
         them); +inf on ``mine``, the compute stream of a comm task the next compute op waits for
         (:attr:`~sim.program.Task.alone`), from that op on; -inf elsewhere (unknown)."""
         q = self._owner[tid]
-        ids = self._ids[q]
+        ids = self.stream_ids[q]
         sums = self._solo_sums.get(q)
         if sums is None:
             if self.program.tasks[ids[0]].stream is not Stream.COMPUTE:
@@ -601,7 +602,7 @@ class Simulation:
         """The position of stream ``k``'s first task with no end yet (its length if none). A
         stream being placed up the call chain has placed tasks past its ``_pos``; tasks are
         placed in order, so the walk goes on from where the last one stopped."""
-        ids, finish = self._ids[k], self.finish
+        ids, finish = self.stream_ids[k], self.finish
         p, n = max(self._pos[k], self._seen[k]), len(ids)
         while p < n and finish[ids[p]] is not None:
             p += 1
@@ -735,7 +736,7 @@ class Simulation:
         """Comm stream ``k`` has placed its last task: no kernel of it is left to meet, so its
         rank's compute no longer looks at it."""
         self._retiring.discard(k)
-        r = self.program.tasks[self._ids[k][0]].rank
+        r = self.program.tasks[self.stream_ids[k][0]].rank
         self._contenders[r] = tuple(c for c in self._contenders[r] if c != k)
 
     def _stream(self, k: int):
@@ -744,7 +745,7 @@ class Simulation:
         env = self.env
         tasks = self.program.tasks
         finish, start_of = self.finish, self.start
-        ids = self._ids[k]
+        ids = self.stream_ids[k]
         while True:
             tid = self._eager(k)
             if tid < 0:

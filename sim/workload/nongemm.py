@@ -1,7 +1,7 @@
 """Measured shares of bandwidth of the fused non-GEMM kernels that a roofline at one streaming
 efficiency prices too fast.
 
-Each constant is a published measurement, derived by ``benchmarks/nongemm_derive.py`` from the
+Each constant is a published measurement, derived by :mod:`sim.derive.nongemm` from the
 published figures it quotes (each with its source and commit), and
 ``tests/unit/test_nongemm.py`` checks that the two agree. A kernel's time is its bytes at the
 bandwidth its access pattern reaches (:meth:`sim.hardware.GPUSpec.memory_efficiency_of`) times

@@ -4,13 +4,13 @@ the ``parallel.fused_elementwise`` option that selects them."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from pathlib import Path
 
 import pytest
 
 from sim.config import load_workload
 from sim.hardware import get_gpu
+from sim.studies.layer_profile import layer_run, measured, simulated
 from sim.types import MemoryAccess
 from sim.workload import eager
 from sim.workload.layers import layer_ops
@@ -65,14 +65,12 @@ def test_each_kernel_walks_memory_as_pytorchs_kernel_for_it():
 def test_the_bandwidth_bound_kernels_of_a_profiled_layer_take_the_time_measured():
     """Held out: the access efficiencies come from kernels run alone (power_clock.py); a whole
     torchtitan layer profiled on the same H100 (eager_layer.py) must agree, per pass, within 5%."""
-    spec = importlib.util.spec_from_file_location(
-        "compare_layer", Path(__file__).resolve().parents[2] / "benchmarks" / "device" / "compare_layer.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    measured, simulated = mod.measured(), mod.simulated()
+    results = Path(__file__).resolve().parents[2] / "benchmarks" / "device" / "results"
+    measured_us = measured(results / "h100-sxm5-80gb-2026-11-26-eager-layer.json")
+    simulated_us = simulated(layer_run())
     for phase in ("fwd", "bwd"):
         key = (phase, "bandwidth-bound")
-        assert simulated[key] == pytest.approx(measured[key], rel=0.05), phase
+        assert simulated_us[key] == pytest.approx(measured_us[key], rel=0.05), phase
 
 
 def _gated(w, kv_heads):

@@ -46,7 +46,7 @@ def _rule(sim: Simulation) -> tuple[dict, dict]:
             links = {link for ph in sim.plans[id(t.op)].phases for f in ph.flows for link in f.links}
             big = t.op.collective is CollectiveKind.ALL_TO_ALL and len(t.op.group) > MAX_SHARED_ALL_TO_ALL
             if big or all(common[link] for link in links):
-                fixed[id(t.op)] = sim._solo_time(id(t.op))
+                fixed[id(t.op)] = sim.solo_time(id(t.op))
     return fixed, users
 
 

@@ -118,13 +118,10 @@ def test_skinny_gemm_is_bandwidth_bound():
 
 
 def _measured_curves(results: str | None = None):
-    import importlib.util
+    from sim.derive.gemm_curves import derive_curves
 
     device = Path(sim.__file__).resolve().parent.parent / "benchmarks" / "device"
-    spec = importlib.util.spec_from_file_location("device_compare", device / "compare.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.derive_curves() if results is None else mod.derive_curves(device / "results" / results)
+    return derive_curves(device / "results" / (results or "h100-sxm5-80gb-2026-11-26.json"))
 
 
 @pytest.mark.parametrize("gpu,results", [("H100", None), ("H200", "h200-2026-11-27-kernels.json")])

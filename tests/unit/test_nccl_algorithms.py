@@ -8,7 +8,6 @@ their closed forms and NCCL's published behaviour.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import sim
 from sim.cli import main
 from sim.config import load_topology
 from sim.costs.comm import NVLS_LATENCY_S
+from sim.derive.nccl_curves import derive
 from sim.studies.collective import collective
 from sim.types import CollectiveKind
 
@@ -27,19 +27,12 @@ TABLES = yaml.safe_load((ROOT / "benchmarks" / "nccl" / "azure_all_reduce.yaml")
 AR, AG = CollectiveKind.ALL_REDUCE, CollectiveKind.ALL_GATHER
 
 
-def _derive_module():
-    spec = importlib.util.spec_from_file_location("derive_curves", ROOT / "benchmarks" / "nccl" / "derive_curves.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.parametrize("entry", TABLES, ids=lambda e: e["topology"])
 def test_presets_carry_the_curves_derived_from_the_published_table(entry):
     """No preset number is tuned: each is what derive_curves.py computes from the table."""
     topo = load_topology(entry["topology"])
     link = topo.scale_up.link
-    latency, curve = _derive_module().derive(entry, link.bandwidth_bytes_per_s, 2 * link.latency_s, NVLS_LATENCY_S)
+    latency, curve = derive(entry, link.bandwidth_bytes_per_s, 2 * link.latency_s, NVLS_LATENCY_S)
     assert topo.scale_up.collective_latency_s == pytest.approx(latency, abs=0.06e-6)
     have = topo.scale_up.nvls_efficiency if entry["algorithm"] == "nvls" else link.efficiency
     assert [(int(s), round(e, 3)) for s, e in have.points] == curve

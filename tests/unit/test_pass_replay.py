@@ -1,23 +1,13 @@
-"""benchmarks/pass_replay.py: a layer pass that only its own collectives overlap, replayed alone
+"""sim.engine.pass_replay: a layer pass that only its own collectives overlap, replayed alone
 with a fresh HeldSMs, gives every op's start and end as the op-level engine placed them."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("pass_replay", ROOT / "benchmarks" / "pass_replay.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from sim.engine import pass_replay
 
 
 def test_quiet_and_own_only_passes_replay_to_the_bit():
-    row = _module().study("tiny")
+    row = pass_replay.study("tiny")
     kinds, exact = row["passes"], row["replayed_to_the_bit"]
     assert kinds["quiet"] > 0 and kinds["own_only"] > 0  # both kinds occur
     assert exact == {"quiet": kinds["quiet"], "own_only": kinds["own_only"]}
@@ -25,13 +15,11 @@ def test_quiet_and_own_only_passes_replay_to_the_bit():
 
 
 def test_a_replay_that_ignores_held_sms_is_caught(monkeypatch):
-    mod = _module()
-
-    class NothingHeld(mod.HeldSMs):
+    class NothingHeld(pass_replay.HeldSMs):
         def hold(self, t0, t1, fraction):  # the replay's kernels hold no SMs; the engine's do
             return None
 
-    monkeypatch.setattr(mod, "HeldSMs", NothingHeld)
-    row = mod.study("tiny")
+    monkeypatch.setattr(pass_replay, "HeldSMs", NothingHeld)
+    row = pass_replay.study("tiny")
     assert row["replayed_to_the_bit"]["own_only"] < row["passes"]["own_only"]
     assert row["first_op_off"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 
 from sim.config import load_topology
 from sim.costs.compute import gemm_time_s
+from sim.derive.power import derive
 from sim.hardware import get_gpu
 from sim.power import KernelLoad, solve_clock_hz
 from sim.runner import simulate
@@ -29,10 +29,7 @@ MEASURED = [("H100-SXM5-80GB", RESULTS), ("H200", H200_RESULTS)]
 
 
 def _derive(results: Path = RESULTS):
-    spec = importlib.util.spec_from_file_location("power_derive", ROOT / "benchmarks" / "device" / "power_derive.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.derive(str(results))
+    return derive(str(results))
 
 
 def _configs(results: Path = RESULTS):

@@ -1,22 +1,18 @@
-"""benchmarks/validation_loso.py: one factor on every predicted time, fitted per source."""
+"""sim.studies.loso: one factor on every predicted time, fitted per source."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from sim.studies import loso as loso_module
 
 
 @pytest.fixture(scope="module")
 def loso():
-    spec = importlib.util.spec_from_file_location("validation_loso", ROOT / "benchmarks" / "validation_loso.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return loso_module
 
 
 def _case(cid: str, file: str, metric: str, measured: float, predicted: float, complete: bool = True) -> dict:
