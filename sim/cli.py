@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import sys
 from collections.abc import Sequence
@@ -137,6 +138,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     workload, topo = placed.workload, placed.topology
     run = simulate(workload, topo, full=args.full, notes=notes, slow_gpus=_slow_gpus(args.slow_gpu),
                    link_counters=LINK_COUNTERS if args.trace or args.trace_dir else 0, granularity=args.granularity)
+    # this process ends with the command: the run's objects (acyclic, freed by reference
+    # counting) stay out of the collector's later passes over the report and the trace
+    # (gpt3-175b with --trace: 4.5-4.8 s without, 3.9-4.1 s with)
+    gc.freeze()
     if args.trace_dir:
         from sim.output.trace_ranks import representative_note
 

@@ -71,14 +71,13 @@ def _gc_paused():
     """Pause the cyclic garbage collector: building and running a program allocates hundreds
     of thousands of small objects and no cycles, and the collector's passes over them cost
     more than the simulation (measured: 1.8 s -> 1.1 s for the default run). On the way out
-    the survivors are frozen (:func:`gc.freeze`) so the next collection does not scan them
-    all at once; they are still freed by reference counting when the run is dropped."""
+    the collector is left as it was found; a process that ends after its run (the CLI) may
+    freeze the survivors itself (:func:`gc.freeze`), a library caller's objects are its own."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        gc.freeze()
         if was:
             gc.enable()
 
@@ -235,7 +234,7 @@ def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs:
             why = str(exc)
         if why is not None:
             # the stopped engine's processes and their events hold it in cycles: free them before
-            # _gc_paused freezes what is left
+            # the next one (or the CLI's freeze) would otherwise keep them
             del engine
             gc.collect()
             raise BlockInterference(why)

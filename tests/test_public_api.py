@@ -15,3 +15,17 @@ def test_quick_api_runs():
     run = sim.simulate(sim.load_workload("tiny"), sim.load_topology("dgx-a100"))
     assert sim.make_report(run).iteration_time_s == run.result.makespan_s
     assert sim.validate_chrome_trace(sim.chrome_trace(run.result)) == []
+
+
+def test_simulate_leaves_the_garbage_collector_as_it_found_it():
+    """A library caller's objects are its own: the run pauses the collector while it builds and
+    runs, then leaves it enabled and freezes nothing (the CLI, whose process ends with the
+    command, freezes the run's objects itself)."""
+    import gc
+
+    from sim import load_topology, load_workload, simulate
+
+    gc.unfreeze()
+    assert gc.isenabled()
+    simulate(load_workload("tiny"), load_topology("dgx-a100"))
+    assert gc.isenabled() and gc.get_freeze_count() == 0
