@@ -290,6 +290,28 @@ class NcclProtocol(str, Enum):
     """Plain copies and a memory fence per chunk: all of the bandwidth, the highest latency."""
 
 
+class NodeKind(str, Enum):
+    """What a node of a topology graph is (:mod:`sim.topology.build`, :mod:`sim.topology.fabrics`;
+    a GraphML file's nodes other than GPUs and NICs read as switches)."""
+
+    GPU = "gpu"
+    NVSWITCH = "nvswitch"
+    NIC = "nic"
+    LEAF = "leaf"
+    SPINE = "spine"
+    ROUTER = "router"
+    SWITCH = "switch"
+
+
+class LinkKind(str, Enum):
+    """What a topology link is: it sets the routing weight (:data:`sim.topology.fabrics.
+    HOP_WEIGHT`) and what counts as one scale-up domain."""
+
+    NVLINK = "nvlink"
+    PCIE = "pcie"
+    NETWORK = "network"
+
+
 class Stream(IntEnum):
     """A GPU's in-order execution queues; the value is the trace thread id."""
 

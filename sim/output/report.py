@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from sim.output.analysis import breakdown
 from sim.runner import Run
-from sim.types import CommClass, OpKind
+from sim.types import CommClass, LinkKind, OpKind
 from sim.units import TFLOPS, GiB, byte_count, round_sig
 from sim.version import __version__
 
@@ -149,7 +149,8 @@ def make_report(run: Run) -> Report:
     busy = res.metadata.get("link_busy_bytes", [])
     fab = run.fabric
     used = [(b / (fab.capacity_bytes_per_s[i] * T), i) for i, b in enumerate(busy) if b > 0 and T > 0]
-    links = tuple({"link": fab.link_names[i], "kind": fab.link_kinds[i], "busy_bytes": busy[i], "utilization": u}
+    links = tuple({"link": fab.link_names[i], "kind": LinkKind(fab.link_kinds[i]).value, "busy_bytes": busy[i],
+                   "utilization": u}
                   for u, i in sorted(used, key=lambda x: (-round_sig(x[0]), x[1]))[:LINKS_SHOWN])
     ref = None
     if w.reference is not None and w.reference.iteration_time_s:

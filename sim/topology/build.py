@@ -3,14 +3,14 @@
 Written like NetworkX's generators: a pure function that returns a graph and documents its
 attributes.
 
-Nodes carry ``kind`` (``"gpu"``, ``"nvswitch"``, ``"nic"``, ``"leaf"``, ``"spine"``,
-``"router"``); GPU nodes are named ``gpu{rank}`` and carry ``rank``, ``node`` and
+Nodes carry ``kind`` (a :class:`~sim.types.NodeKind`: GPU, NVSwitch, NIC, leaf, spine,
+router); GPU nodes are named ``gpu{rank}`` and carry ``rank``, ``node`` and
 ``local_gpu``; NVSwitches are ``nvs{domain}`` with ``domain``. The scale-out fabric (a
 leaf-spine fat tree in one or more planes, a torus, or a dragonfly) is added by
 :mod:`sim.topology.fabrics`, which documents its nodes.
 Edges are directed (one per link direction) and carry ``bandwidth_bytes_per_s``,
 ``latency_s``, ``efficiency`` (an :class:`~sim.hardware.EfficiencyCurve` of message size),
-``link`` (``"nvlink"``, ``"pcie"``, ``"network"``), ``hop_weight`` (used for routing) and
+``link`` (a :class:`~sim.types.LinkKind`: NVLink, PCIe, network), ``hop_weight`` (used for routing) and
 ``link_id`` (a dense integer index, the flow network's handle). The graph itself carries
 ``collective_latency_s`` (the system's fixed latency per collective) and ``nvls_efficiency``
 (NVLink SHARP's efficiency curve, or None where the switches have none), which the planner
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from sim.errors import ConfigError
 from sim.topology.fabrics import HOP_WEIGHT, add_dragonfly, add_fat_tree, add_link, add_torus
 from sim.topology.spec import FabricKind, LinkSpec, ScaleUpKind, TopologySpec
+from sim.types import LinkKind, NodeKind
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -71,7 +72,7 @@ def build_topology(spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
         from sim.topology.graphml import read_graphml_topology
 
         g = read_graphml_topology(spec.graph_file)
-        have = sum(1 for _, d in g.nodes(data=True) if d["kind"] == "gpu")
+        have = sum(1 for _, d in g.nodes(data=True) if d["kind"] == NodeKind.GPU)
         if have != num_gpus:
             raise ConfigError(spec.graph_file, "nodes", f"the workload's GPU count {num_gpus} (a GraphML "
                               "topology has a fixed size)", have)
@@ -89,7 +90,7 @@ def build_topology(spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
                    nvls_efficiency=spec.scale_up.nvls_efficiency if spec.scale_up.kind is ScaleUpKind.NVSWITCH
                    else None)
     for r in range(num_gpus):
-        g.add_node(f"gpu{r}", kind="gpu", rank=r, node=r // gpn, local_gpu=r % gpn)
+        g.add_node(f"gpu{r}", kind=NodeKind.GPU, rank=r, node=r // gpn, local_gpu=r % gpn)
 
     up = spec.scale_up
     dom = min(up.domain_size, num_gpus)
@@ -97,16 +98,16 @@ def build_topology(spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
         members = [r for r in range(d * dom, min((d + 1) * dom, num_gpus))]
         if up.kind is ScaleUpKind.NVSWITCH:
             sw = f"nvs{d}"
-            g.add_node(sw, kind="nvswitch", domain=d)
+            g.add_node(sw, kind=NodeKind.NVSWITCH, domain=d)
             for r in members:
-                add_link(g, f"gpu{r}", sw, up.link, "nvlink")
+                add_link(g, f"gpu{r}", sw, up.link, LinkKind.NVLINK)
         else:  # ring
             if len(members) > 1:
                 for i, r in enumerate(members):
                     nxt = members[(i + 1) % len(members)]
                     if len(members) == 2 and i == 1:
                         break
-                    add_link(g, f"gpu{r}", f"gpu{nxt}", up.link, "nvlink")
+                    add_link(g, f"gpu{r}", f"gpu{nxt}", up.link, LinkKind.NVLINK)
 
     num_nodes = math.ceil(num_gpus / gpn)
     out = spec.scale_out

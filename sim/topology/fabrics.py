@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from sim.errors import ConfigError
 from sim.topology.spec import FabricKind, LinkSpec, TopologySpec
+from sim.types import LinkKind, NodeKind
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["HOP_WEIGHT", "GLOBAL_HOP_WEIGHT", "add_link", "add_fat_tree", "add_torus", "add_dragonfly",
            "attach_nodes", "torus_coords", "dragonfly_global_links"]
 
-HOP_WEIGHT = {"nvlink": 1.5, "pcie": 2.0, "network": 1.0}
+HOP_WEIGHT = {LinkKind.NVLINK: 1.5, LinkKind.PCIE: 2.0, LinkKind.NETWORK: 1.0}
 """Routing weight of an edge by link type: GPU-to-GPU traffic inside a node stays on NVLink
 (two NVLink hops, 3.0, beat going through a shared NIC, 4.0), and cross-node traffic leaves
 through the sender's own NIC rather than through a peer GPU."""
@@ -93,14 +94,14 @@ def attach_nodes(g: nx.DiGraph, spec: TopologySpec, num_gpus: int, num_nodes: in
     for n in range(num_nodes):
         for j in range(nics):
             nic = f"nic{n}.{j}"
-            g.add_node(nic, kind="nic", node=n, plane=plane_of(j))
-            add_link(g, nic, switch_of(n, j), out.nic, "network")
+            g.add_node(nic, kind=NodeKind.NIC, node=n, plane=plane_of(j))
+            add_link(g, nic, switch_of(n, j), out.nic, LinkKind.NETWORK)
         for lg in range(gpn):
             r = n * gpn + lg
             if r >= num_gpus:
                 break
             j = lg * nics // gpn if nics <= gpn else lg
-            add_link(g, f"gpu{r}", f"nic{n}.{j}", pcie, "pcie")
+            add_link(g, f"gpu{r}", f"nic{n}.{j}", pcie, LinkKind.PCIE)
 
 
 def add_fat_tree(g: nx.DiGraph, spec: TopologySpec, num_gpus: int, num_nodes: int) -> None:
@@ -127,17 +128,17 @@ def add_fat_tree(g: nx.DiGraph, spec: TopologySpec, num_gpus: int, num_nodes: in
         return "spine" if planes == 1 else f"spine.p{k}"
 
     for k in range(planes):
-        g.add_node(spine(k), kind="spine", plane=k)
+        g.add_node(spine(k), kind=NodeKind.SPINE, plane=k)
     for u in range(units):
         nodes_here = min(out.nodes_per_leaf, num_nodes - u * out.nodes_per_leaf)
         for i in range(leaves):
             k = plane_of(i) if rail_optimized else i
             leaf = f"leaf{u}.{i}"
-            g.add_node(leaf, kind="leaf", unit=u, rail=i, plane=k)
+            g.add_node(leaf, kind=NodeKind.LEAF, unit=u, rail=i, plane=k)
             nics_on_leaf = nodes_here * (1 if rail_optimized else nics // planes)
             uplink = LinkSpec(out.nic.bandwidth_bytes_per_s * nics_on_leaf / out.oversubscription,
                               out.switch_latency_s, out.nic.efficiency)
-            add_link(g, leaf, spine(k), uplink, "network")
+            add_link(g, leaf, spine(k), uplink, LinkKind.NETWORK)
 
     def leaf_of(n: int, j: int) -> str:
         return f"leaf{n // out.nodes_per_leaf}.{j if rail_optimized else plane_of(j)}"
@@ -181,7 +182,7 @@ def add_torus(g: nx.DiGraph, spec: TopologySpec, num_gpus: int, num_nodes: int) 
     link = _fabric_link(spec, torus.link)
     strides = [math.prod(dims[:d]) for d in range(len(dims))]
     for n in range(n_routers):
-        g.add_node(f"router{n}", kind="router", coords=torus_coords(n, dims))
+        g.add_node(f"router{n}", kind=NodeKind.ROUTER, coords=torus_coords(n, dims))
     for n in range(n_routers):
         c = torus_coords(n, dims)
         for d, k in enumerate(dims):
@@ -190,7 +191,7 @@ def add_torus(g: nx.DiGraph, spec: TopologySpec, num_gpus: int, num_nodes: int) 
             m = n + (((c[d] + 1) % k) - c[d]) * strides[d]
             a, b = f"router{n}", f"router{m}"
             if not g.has_edge(a, b):  # a size-2 dimension: the wraparound is the same link
-                add_link(g, a, b, link, "network")
+                add_link(g, a, b, link, LinkKind.NETWORK)
     attach_nodes(g, spec, num_gpus, num_nodes, lambda n, j: f"router{n}")
 
 
@@ -247,14 +248,14 @@ def add_dragonfly(g: nx.DiGraph, spec: TopologySpec, num_gpus: int, num_nodes: i
     local, glob = _fabric_link(spec, df.local), _fabric_link(spec, df.global_link)
     for grp in range(built):
         for r in range(a):
-            g.add_node(f"router{grp}.{r}", kind="router", group=grp, index=r)
+            g.add_node(f"router{grp}.{r}", kind=NodeKind.ROUTER, group=grp, index=r)
     for grp in range(built):
         for r in range(a):
             for s in range(r + 1, a):
-                add_link(g, f"router{grp}.{r}", f"router{grp}.{s}", local, "network")
+                add_link(g, f"router{grp}.{r}", f"router{grp}.{s}", local, LinkKind.NETWORK)
     for (i, r, j, s), cables in dragonfly_global_links(df.groups, a, df.global_links_per_router).items():
         if j < built:
-            add_link(g, f"router{i}.{r}", f"router{j}.{s}", glob, "network", bandwidth_scale=cables,
+            add_link(g, f"router{i}.{r}", f"router{j}.{s}", glob, LinkKind.NETWORK, bandwidth_scale=cables,
                      hop_weight=GLOBAL_HOP_WEIGHT)
     attach_nodes(g, spec, num_gpus, num_nodes,
                  lambda n, j: f"router{n // df.nodes_per_group}.{(n // p) % a}")

@@ -32,6 +32,7 @@ import math
 
 from sim.topology.fabrics import HOP_WEIGHT
 from sim.topology.spec import FabricKind, LinkSpec, ScaleUpKind, TopologySpec
+from sim.types import LinkKind
 
 __all__ = ["FatTreeIndex", "str_rank"]
 
@@ -227,7 +228,7 @@ class FatTreeIndex:
         return "spine" if self.planes == 1 else f"spine.p{k}"
 
     # -- link ids ----------------------------------------------------------------------------
-    def _put(self, lid: int, name: str, args: tuple, spec: LinkSpec, kind: str) -> int:
+    def _put(self, lid: int, name: str, args: tuple, spec: LinkSpec, kind: LinkKind) -> int:
         if lid not in self.info:
             self.info[lid] = ((name, args), kind, spec.latency_s, spec.efficiency, HOP_WEIGHT[kind])
         return lid
@@ -245,10 +246,12 @@ class FatTreeIndex:
 
     def gpu_to_nic(self, r: int) -> int:
         n, lg = divmod(r, self.gpus_per_node)
-        return self._put(2 * self._gpu_pos(r), "gpu{}->nic{}.{}", (r, n, self.nic_of_local(lg)), self._pcie, "pcie")
+        return self._put(2 * self._gpu_pos(r), "gpu{}->nic{}.{}", (r, n, self.nic_of_local(lg)), self._pcie,
+                         LinkKind.PCIE)
 
     def gpu_to_nvs(self, r: int) -> int:
-        return self._put(2 * self._gpu_pos(r) + 1, "gpu{}->nvs{}", (r, r // self.domain_size), self._nvlink, "nvlink")
+        return self._put(2 * self._gpu_pos(r) + 1, "gpu{}->nvs{}", (r, r // self.domain_size), self._nvlink,
+                         LinkKind.NVLINK)
 
     def nvs_to_gpu(self, r: int) -> int:
         d, dom, nd = r // self.domain_size, self.domain_size, self.num_domains
@@ -258,7 +261,7 @@ class FatTreeIndex:
             off -= dom - last
         m = self.domain_members(d)
         return self._put(self._nvs_base + off + _rank_in(r, m.start, m.stop), "nvs{}->gpu{}", (d, r), self._nvlink,
-                         "nvlink")
+                         LinkKind.NVLINK)
 
     def _nic_offset(self, n: int, j: int) -> int:
         pos = self._node_at.get(n)
@@ -271,12 +274,12 @@ class FatTreeIndex:
         j = self.nic_of_local(lg)
         g = self.gpus_of_nic(n, j)
         return self._put(self._nic_offset(n, j) + _rank_in(r, g.start, g.stop), "nic{}.{}->gpu{}", (n, j, r),
-                         self._pcie, "pcie")
+                         self._pcie, LinkKind.PCIE)
 
     def nic_to_leaf(self, n: int, j: int) -> int:
         u, i = n // self.nodes_per_leaf, self.leaf_index(j)
         return self._put(self._nic_offset(n, j) + self._nic_gpus[j], "nic{}.{}->leaf{}.{}", (n, j, u, i),
-                         self._nic_link, "network")
+                         self._nic_link, LinkKind.NETWORK)
 
     def _leaf_offset(self, u: int, i: int) -> int:
         off = self._leaf_at.get((u, i))
@@ -300,17 +303,19 @@ class FatTreeIndex:
         u, i = n // self.nodes_per_leaf, self.leaf_index(j)
         first = u * self.nodes_per_leaf
         pos = _rank_in(n, first, first + self.nodes_here(u)) * len(self._leaf_nics[i]) + self._leaf_nic_order[i][j]
-        return self._put(self._leaf_offset(u, i) + pos, "leaf{}.{}->nic{}.{}", (u, i, n, j), self._nic_link, "network")
+        return self._put(self._leaf_offset(u, i) + pos, "leaf{}.{}->nic{}.{}", (u, i, n, j), self._nic_link,
+                         LinkKind.NETWORK)
 
     def leaf_to_spine(self, u: int, i: int) -> int:
         lid = self._leaf_offset(u, i) + self.nodes_here(u) * len(self._leaf_nics[i])
-        return self._put(lid, "leaf{}.{}->" + self._spine_name(self.leaf_plane(i)), (u, i), self._uplink(u), "network")
+        return self._put(lid, "leaf{}.{}->" + self._spine_name(self.leaf_plane(i)), (u, i), self._uplink(u),
+                         LinkKind.NETWORK)
 
     def spine_to_leaf(self, u: int, i: int) -> int:
         k = self.leaf_plane(i)
         lid = (self._spine_base + self._spine_within[k] + str_rank(u, self.units) * len(self._plane_leaves[k])
                + self._plane_leaf_order[k][i])
-        return self._put(lid, self._spine_name(k) + "->leaf{}.{}", (u, i), self._uplink(u), "network")
+        return self._put(lid, self._spine_name(k) + "->leaf{}.{}", (u, i), self._uplink(u), LinkKind.NETWORK)
 
     # -- per-link lists ----------------------------------------------------------------------
     def capacities(self) -> list[float]:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from sim.topology.fabrics import HOP_WEIGHT
+from sim.types import LinkKind, NodeKind
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -101,23 +102,23 @@ class FatTreeRouter:
         NVSwitch domains of whole servers, every one with a NIC in every plane."""
         nodes = graph.nodes
         kind = {n: d["kind"] for n, d in nodes.items()}
-        if "spine" not in kind.values():
+        if NodeKind.SPINE not in kind.values():
             return None
         index: dict[str, int] = {}
-        counts = {"nic": 0, "leaf": 0, "spine": 0, "nvswitch": 0}
+        counts = {NodeKind.NIC: 0, NodeKind.LEAF: 0, NodeKind.SPINE: 0, NodeKind.NVSWITCH: 0}
         for n, k in kind.items():
-            if k == "gpu":
+            if k == NodeKind.GPU:
                 index[n] = nodes[n]["rank"]
             elif k in counts:
                 index[n] = counts[k]
                 counts[k] += 1
             else:
                 return None
-        if sum(1 for k in kind.values() if k == "gpu") != num_gpus:
+        if sum(1 for k in kind.values() if k == NodeKind.GPU) != num_gpus:
             return None
         none = -1
         r = cls()
-        n_gpu, n_nic, n_leaf = num_gpus, counts["nic"], counts["leaf"]
+        n_gpu, n_nic, n_leaf = num_gpus, counts[NodeKind.NIC], counts[NodeKind.LEAF]
         gpu_sw = [none] * n_gpu
         r._nic, r._up_pcie, r._down_pcie = [none] * n_gpu, [none] * n_gpu, [none] * n_gpu
         r._up_nv, r._down_nv = [none] * n_gpu, [none] * n_gpu
@@ -139,22 +140,22 @@ class FatTreeRouter:
             weights.setdefault(d["link"], set()).add(d["hop_weight"])
             ku, kv = kind[u], kind[v]
             iu, iv = index[u], index[v]
-            if ku == "gpu" and kv == "nic":
+            if ku == NodeKind.GPU and kv == NodeKind.NIC:
                 ok = put(r._nic, iu, iv) and put(r._up_pcie, iu, lid)
-            elif ku == "nic" and kv == "gpu":
+            elif ku == NodeKind.NIC and kv == NodeKind.GPU:
                 ok = put(r._down_pcie, iv, lid)
-            elif ku == "gpu" and kv == "nvswitch":
+            elif ku == NodeKind.GPU and kv == NodeKind.NVSWITCH:
                 ok = put(gpu_sw, iu, iv) and put(r._up_nv, iu, lid)
-            elif ku == "nvswitch" and kv == "gpu":
+            elif ku == NodeKind.NVSWITCH and kv == NodeKind.GPU:
                 ok = put(r._down_nv, iv, lid)
                 sw_gpus[iu] = sw_gpus.get(iu, 0) + 1
-            elif ku == "nic" and kv == "leaf":
+            elif ku == NodeKind.NIC and kv == NodeKind.LEAF:
                 ok = put(r._leaf, iu, iv) and put(r._nic_up, iu, lid)
-            elif ku == "leaf" and kv == "nic":
+            elif ku == NodeKind.LEAF and kv == NodeKind.NIC:
                 ok = put(r._nic_down, iv, lid)
-            elif ku == "leaf" and kv == "spine":
+            elif ku == NodeKind.LEAF and kv == NodeKind.SPINE:
                 ok = put(r._spine, iu, iv) and put(r._leaf_up, iu, lid)
-            elif ku == "spine" and kv == "leaf":
+            elif ku == NodeKind.SPINE and kv == NodeKind.LEAF:
                 ok = put(r._leaf_down, iv, lid)
             else:
                 ok = False
@@ -192,8 +193,8 @@ class FatTreeRouter:
         # With one weight per link type, leaving through one's own NIC and entering through
         # the destination's is the only shortest route within a plane when two NVLink hops
         # (the detour to a peer's NIC) weigh more than the leaf-spine-leaf hops it could save.
-        if all(len(w) == 1 for w in weights.values()) and "nvlink" in weights and "network" in weights:
-            r._own_nics = 2 * min(weights["nvlink"]) > 2 * max(weights["network"])
+        if all(len(w) == 1 for w in weights.values()) and LinkKind.NVLINK in weights and LinkKind.NETWORK in weights:
+            r._own_nics = 2 * min(weights[LinkKind.NVLINK]) > 2 * max(weights[LinkKind.NETWORK])
         return r
 
     @classmethod
@@ -208,10 +209,10 @@ class FatTreeRouter:
         r = cls()
         x = index
         gpn, nics, leaves, dom, npl = x.gpus_per_node, x.nics, x.leaves, x.domain_size, x.nodes_per_leaf
-        roles: dict[int, tuple[str, int]] = {}
+        roles: dict[int, tuple[NodeKind, int]] = {}
         r._roles = roles
 
-        def role(kind: str, fn: Callable[[int], int]) -> Callable[[int], int]:
+        def role(kind: NodeKind, fn: Callable[[int], int]) -> Callable[[int], int]:
             def get(i: int) -> int:
                 lid = fn(i)
                 roles[lid] = (kind, i)
@@ -230,18 +231,18 @@ class FatTreeRouter:
         r._members = _Lazy(lambda d: list(x.domain_members(d)))
         r._num_domains = x.num_domains
         r._nic = _Lazy(nic_of)
-        r._up_pcie = _Lazy(role("gpu", x.gpu_to_nic))
-        r._down_pcie = _Lazy(role("gpu", x.nic_to_gpu))
-        r._up_nv = _Lazy(role("gpu", x.gpu_to_nvs))
-        r._down_nv = _Lazy(role("gpu", x.nvs_to_gpu))
+        r._up_pcie = _Lazy(role(NodeKind.GPU, x.gpu_to_nic))
+        r._down_pcie = _Lazy(role(NodeKind.GPU, x.nic_to_gpu))
+        r._up_nv = _Lazy(role(NodeKind.GPU, x.gpu_to_nvs))
+        r._down_nv = _Lazy(role(NodeKind.GPU, x.nvs_to_gpu))
         r._leaf = _Lazy(leaf_of)
-        r._nic_up = _Lazy(role("nic", lambda nic: x.nic_to_leaf(*divmod(nic, nics))))
-        r._nic_down = _Lazy(role("nic", lambda nic: x.leaf_to_nic(*divmod(nic, nics))))
+        r._nic_up = _Lazy(role(NodeKind.NIC, lambda nic: x.nic_to_leaf(*divmod(nic, nics))))
+        r._nic_down = _Lazy(role(NodeKind.NIC, lambda nic: x.leaf_to_nic(*divmod(nic, nics))))
         r._spine = _Lazy(lambda leaf: x.leaf_plane(leaf % leaves))
-        r._leaf_up = _Lazy(role("leaf", lambda leaf: x.leaf_to_spine(*divmod(leaf, leaves))))
-        r._leaf_down = _Lazy(role("leaf", lambda leaf: x.spine_to_leaf(*divmod(leaf, leaves))))
+        r._leaf_up = _Lazy(role(NodeKind.LEAF, lambda leaf: x.leaf_to_spine(*divmod(leaf, leaves))))
+        r._leaf_down = _Lazy(role(NodeKind.LEAF, lambda leaf: x.spine_to_leaf(*divmod(leaf, leaves))))
         r._weight = _Lazy(lambda lid: x.info[lid][4])
-        r._own_nics = 2 * HOP_WEIGHT["nvlink"] > 2 * HOP_WEIGHT["network"]
+        r._own_nics = 2 * HOP_WEIGHT[LinkKind.NVLINK] > 2 * HOP_WEIGHT[LinkKind.NETWORK]
         r._single_plane = len({x.leaf_plane(i) for i in range(leaves)}) == 1
         r._gpus_of_nic = lambda nic: list(x.gpus_of_nic(*divmod(nic, nics)))
         r._nics_of_leaf = lambda leaf: [n * nics + j for n, j in x.nics_of_leaf(*divmod(leaf, leaves))]
@@ -251,9 +252,10 @@ class FatTreeRouter:
     def _graph_roles(self) -> None:
         """The roles of every link and the NICs' GPUs and leaves' NICs, from the tables a
         graph filled (:meth:`of`)."""
-        roles: dict[int, tuple[str, int]] = {}
-        for arrs, kind in (((self._up_pcie, self._down_pcie, self._up_nv, self._down_nv), "gpu"),
-                           ((self._nic_up, self._nic_down), "nic"), ((self._leaf_up, self._leaf_down), "leaf")):
+        roles: dict[int, tuple[NodeKind, int]] = {}
+        for arrs, kind in (((self._up_pcie, self._down_pcie, self._up_nv, self._down_nv), NodeKind.GPU),
+                           ((self._nic_up, self._nic_down), NodeKind.NIC),
+                           ((self._leaf_up, self._leaf_down), NodeKind.LEAF)):
             for arr in arrs:
                 for i, lid in enumerate(arr):
                     roles[lid] = (kind, i)
@@ -295,9 +297,9 @@ class FatTreeRouter:
         if self._roles is None:
             self._graph_roles()
         kind, i = self._roles[link]
-        if kind == "gpu":
+        if kind is NodeKind.GPU:
             gpus = [i]
-        elif kind == "nic":
+        elif kind is NodeKind.NIC:
             gpus = self._gpus_of_nic(i)
         else:
             gpus = [g for nic in self._nics_of_leaf(i) for g in self._gpus_of_nic(nic)]

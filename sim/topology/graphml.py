@@ -35,6 +35,7 @@ from sim.errors import ConfigError
 from sim.hardware import EfficiencyCurve
 from sim.inputs import read_input_bytes
 from sim.topology.fabrics import HOP_WEIGHT
+from sim.types import LinkKind, NodeKind
 from sim.units import GBPS, US
 
 if TYPE_CHECKING:
@@ -80,32 +81,33 @@ def read_graphml_topology(path: str | Path) -> nx.DiGraph:
         src = nx.read_graphml(io.BytesIO(data))
     except (ET.ParseError, nx.NetworkXError, ValueError, TypeError, KeyError) as exc:
         raise ConfigError(where, "<file>", "a readable GraphML file", str(exc)) from None
-    gpus = [n for n, d in src.nodes(data=True) if d.get("kind") == "gpu"]
+    gpus = [n for n, d in src.nodes(data=True) if d.get("kind") == NodeKind.GPU.value]
     expected = [f"gpu{i}" for i in range(len(gpus))]
     if not gpus or sorted(gpus) != sorted(expected):
         raise ConfigError(where, "nodes", "GPU nodes (kind=gpu) named gpu0 .. gpuN-1", sorted(gpus)[:8])
     g = nx.DiGraph(name=Path(path).stem)
     for n, d in src.nodes(data=True):
-        if d.get("kind") == "gpu":
+        if d.get("kind") == NodeKind.GPU.value:
             r = int(n[3:])
             node = _index(d, "node", where, f"node {n}", 0)
-            g.add_node(n, kind="gpu", rank=r, node=node, local_gpu=_index(d, "local_gpu", where, f"node {n}", r))
+            g.add_node(n, kind=NodeKind.GPU, rank=r, node=node, local_gpu=_index(d, "local_gpu", where, f"node {n}", r))
         else:
-            g.add_node(n, kind=str(d.get("kind", "switch")))
+            g.add_node(n, kind=NodeKind.NIC if d.get("kind") == NodeKind.NIC.value else NodeKind.SWITCH)
     for u, v, d in src.edges(data=True):
         field = f"edge {u}-{v}"
         bw = _number(d, "bandwidth_GBps", where, field)
         lat = _number(d, "latency_us", where, field)
         eff = _number(d, "efficiency", where, field, 1.0)
-        link = d.get("link", "network")
+        link = d.get("link", LinkKind.NETWORK.value)
         if not (0 < bw <= MAX_BANDWIDTH_GBPS and 0 <= lat <= MAX_LATENCY_US and 0 < eff <= 1
                 and isinstance(link, str) and link in HOP_WEIGHT):
+            kinds = sorted(k.value for k in HOP_WEIGHT)
             raise ConfigError(where, field, f"bandwidth_GBps in (0, {MAX_BANDWIDTH_GBPS:g}], latency_us in "
-                              f"[0, {MAX_LATENCY_US:g}], efficiency in (0, 1] and link one of {sorted(HOP_WEIGHT)}",
+                              f"[0, {MAX_LATENCY_US:g}], efficiency in (0, 1] and link one of {kinds}",
                               dict(d))
         for a, b in ((u, v),) if src.is_directed() else ((u, v), (v, u)):
             g.add_edge(a, b, bandwidth_bytes_per_s=bw * GBPS, latency_s=lat * US,
-                       efficiency=EfficiencyCurve.constant(eff), link=link, hop_weight=HOP_WEIGHT[link])
+                       efficiency=EfficiencyCurve.constant(eff), link=LinkKind(link), hop_weight=HOP_WEIGHT[link])
     reached = nx.descendants(g, expected[0])  # one search, not one per GPU
     unreachable = [r for r in expected[1:] if r not in reached]
     if unreachable:

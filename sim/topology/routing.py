@@ -24,6 +24,7 @@ from sim.topology.build import build_topology
 from sim.topology.fattree_index import FatTreeIndex
 from sim.topology.fattree_routes import FatTreeRouter
 from sim.topology.spec import TopologySpec
+from sim.types import LinkKind, NodeKind
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -38,18 +39,18 @@ def _nvlink_domains(graph: nx.DiGraph, num_gpus: int) -> tuple[list[int], list[b
 
     nv = nx.Graph()
     nv.add_nodes_from(f"gpu{i}" for i in range(num_gpus))
-    nv.add_edges_from((u, v) for u, v, d in graph.edges(data=True) if d["link"] == "nvlink")
+    nv.add_edges_from((u, v) for u, v, d in graph.edges(data=True) if d["link"] == LinkKind.NVLINK)
     domain = [0] * num_gpus
     star: list[bool] = []
     comps = sorted((sorted(c) for c in nx.connected_components(nv)), key=lambda c: c[0])
     for i, comp in enumerate(comps):
-        gpus = [n for n in comp if graph.nodes[n]["kind"] == "gpu"]
-        switches = [n for n in comp if graph.nodes[n]["kind"] != "gpu"]
+        gpus = [n for n in comp if graph.nodes[n]["kind"] == NodeKind.GPU]
+        switches = [n for n in comp if graph.nodes[n]["kind"] != NodeKind.GPU]
         for n in gpus:
             domain[int(n[3:])] = i
         star.append(len(switches) == 1 and all(graph.has_edge(n, switches[0]) and graph.has_edge(switches[0], n)
                                                for n in gpus)
-                    and all(graph.edges[n, switches[0]]["link"] == "nvlink" for n in gpus)
+                    and all(graph.edges[n, switches[0]]["link"] == LinkKind.NVLINK for n in gpus)
                     and not any(nv.has_edge(a, b) for a in gpus for b in nv.neighbors(a) if b in gpus))
     return domain, star
 
@@ -124,7 +125,7 @@ class Fabric:
         m = graph.number_of_edges()
         self.capacity_bytes_per_s: list[float] = [0.0] * m
         self.link_names: Sequence[str] = [""] * m
-        self.link_kinds: Sequence[str] = [""] * m
+        self.link_kinds: Sequence[LinkKind | str] = [""] * m
         self._latency_s: Sequence[float] = [0.0] * m
         self._efficiency: Sequence[EfficiencyCurve] = [_FREE] * m
         for u, v, d in graph.edges(data=True):  # link ids are 0..m-1 (build.py numbers them)
@@ -134,7 +135,7 @@ class Fabric:
             self.link_kinds[i] = d["link"]
             self._latency_s[i] = d["latency_s"]
             self._efficiency[i] = d["efficiency"]
-        self.num_gpus = sum(1 for _, d in graph.nodes(data=True) if d["kind"] == "gpu")
+        self.num_gpus = sum(1 for _, d in graph.nodes(data=True) if d["kind"] == NodeKind.GPU)
         self._place(placement)
         self.collective_latency_s = float(graph.graph.get("collective_latency_s", 0.0))
         """The topology's fixed latency of one collective (``scale_up.collective_latency_us``)."""
@@ -351,4 +352,4 @@ class Fabric:
         if self._star[d]:
             return True
         kinds = self.link_kinds
-        return all(all(kinds[link] == "nvlink" for link in self.route(ranks[0], r).links) for r in ranks[1:])
+        return all(all(kinds[link] == LinkKind.NVLINK for link in self.route(ranks[0], r).links) for r in ranks[1:])
