@@ -23,11 +23,11 @@ by the allocator's arenas; the large cases are the ones the constants follow.
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing as mp
 import resource
 import sys
+
+from harness import Column, Table, make_parser, write_json
 
 import sim
 
@@ -148,17 +148,20 @@ def _run(kind: str, args: tuple) -> dict:
     return res
 
 
+TABLE = Table((Column("case", 28, align="<"), Column("est. items", 12, ","), Column("built", 12),
+               Column("est. MiB", 10, ",.1f"), Column("grown MiB", 10, ",.1f"), Column("ratio", 7, ".2f")), rule=False)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = make_parser(__doc__)
     ap.add_argument("--only", nargs="*", default=None, help="cases whose label holds one of these words")
-    ap.add_argument("--json", help="write the table here too")
     a = ap.parse_args(argv)
     cases = ([("training", c[0], c[1:]) for c in TRAINING] + [("inference", c[0], c[1:]) for c in INFERENCE]
              + [("collective", c[0], c[1:]) for c in COLLECTIVES] + [("topology", c[0], c[1:]) for c in TOPOLOGIES])
     if a.only:
         cases = [c for c in cases if any(w in c[1] for w in a.only)]
     print(f"llmsim {sim.__version__}, Python {sys.version.split()[0]}")
-    print(f"{'case':28} {'est. items':>12} {'built':>12} {'est. MiB':>10} {'grown MiB':>10} {'ratio':>7}")
+    print(TABLE.heading())
     rows = []
     for kind, label, args in cases:
         res = _run(kind, args)
@@ -168,13 +171,10 @@ def main(argv: list[str] | None = None) -> int:
             continue
         built = f"{res['items']:,}" if res["items"] is not None else "-"
         ratio = res["est_bytes"] / res["grown_bytes"] if res["grown_bytes"] > 0 else float("inf")
-        print(f"{label:28} {res['est_items']:>12,} {built:>12} {res['est_bytes'] / MiB:>10,.1f} "
-              f"{res['grown_bytes'] / MiB:>10,.1f} {ratio:>7.2f}", flush=True)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=2)
+        print(TABLE.row((label, res["est_items"], built, res["est_bytes"] / MiB, res["grown_bytes"] / MiB, ratio)),
+              flush=True)
+    write_json(a.json, rows, fields=())
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -24,10 +24,10 @@ backward, also measured, is not used to derive it and is printed as a check.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
 from pathlib import Path
+
+from harness import make_parser, write_json
 
 from sim.config import load_workload_with_notes
 from sim.runner import simulate
@@ -59,8 +59,7 @@ def _gathers(run, phase: str) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--json", metavar="PATH", help="write the figures as JSON")
+    ap = make_parser(__doc__)
     args = ap.parse_args(argv)
     w3, notes = load_workload_with_notes(str(WORKLOAD))
     topo = place_workload(w3, None, notes).topology
@@ -103,14 +102,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{priced_extra * 1e3:.1f} ms without host time")
     print(f"  host time per gathered tensor: derived {derived * 1e3:.3f} ms; "
           f"FETCH_HOST_S = {ds3.FETCH_HOST_S * 1e3:.3f} ms")
-    if args.json:
-        out = {"forward_measured_zero2_s": FWD_ZERO2_MEASURED_S,
-               "forward_measured_zero3_s": list(FWD_ZERO3_MEASURED_S),
-               "backward_measured_zero3_s": BWD_ZERO3_MEASURED_S,
-               "forward_s": fwd, "backward_s": bwd, "forward_gathers": n,
-               "extra_gathers_priced_s": extra_s, "derived_fetch_host_s": derived,
-               "fetch_host_s": ds3.FETCH_HOST_S}
-        Path(args.json).write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    write_json(args.json, {"forward_measured_zero2_s": FWD_ZERO2_MEASURED_S,
+                           "forward_measured_zero3_s": list(FWD_ZERO3_MEASURED_S),
+                           "backward_measured_zero3_s": BWD_ZERO3_MEASURED_S,
+                           "forward_s": fwd, "backward_s": bwd, "forward_gathers": n,
+                           "extra_gathers_priced_s": extra_s, "derived_fetch_host_s": derived,
+                           "fetch_host_s": ds3.FETCH_HOST_S}, fields=(), sort_keys=True)
     return 0
 
 

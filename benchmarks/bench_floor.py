@@ -34,7 +34,6 @@ pieces, :mod:`sim.output.gzip_parts`), the rest on one.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import gzip
 import json
@@ -43,8 +42,8 @@ import time
 from pathlib import Path
 
 import simpy
+from harness import best_of, make_parser, write_json
 
-import sim
 from sim.cli import LINK_COUNTERS
 from sim.config import load_workload_with_notes
 from sim.costs.analytical import AnalyticalCostModel
@@ -63,16 +62,10 @@ TARGET_S = 1.0
 
 
 def _best(fn, repeat: int):
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        gc.collect()
-        gc.disable()
-        t0 = time.perf_counter()
-        out = fn()
-        dt = time.perf_counter() - t0
-        gc.enable()
-        best = min(best, dt)
-    return best, out
+    """The best wall time of ``fn`` over ``repeat`` runs, each with the cyclic collector off, and
+    the last run's result."""
+    t = best_of(fn, repeat, disable_gc=True)
+    return t.best_s, t.result
 
 
 def phases(repeat: int) -> tuple[dict, object]:
@@ -189,9 +182,7 @@ def _bare_events(n: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--json", metavar="PATH")
+    ap = make_parser(__doc__, repeat=3)
     a = ap.parse_args(argv)
     ph, (prog, res, path) = phases(a.repeat)
     fl = floors(prog, res, path, a.repeat)
@@ -207,9 +198,7 @@ def main(argv: list[str] | None = None) -> int:
               "join_encode_s", "number_text_s"):
         print(f"  {k[:-2].replace('_', ' '):<26} {fl[k]:6.3f}")
     print(f"  {'sum (trace parts on 2 cores)':<26} {fl['floor_s']:6.3f}")
-    if a.json:
-        Path(a.json).write_text(json.dumps({"llmsim_version": sim.__version__, "preset": PRESET,
-                                            "phases": ph, "floors": fl, "total_s": total}, indent=2) + "\n")
+    write_json(a.json, {"preset": PRESET, "phases": ph, "floors": fl, "total_s": total}, fields=("llmsim_version",))
     return 0
 
 

@@ -16,39 +16,33 @@ machine.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-import sim
-
-WORKLOADS = Path(sim.__file__).resolve().parent.parent / "workloads"
+from harness import Column, Table, best_of, make_parser, presets_or_all, write_json
 
 
 def _one(preset: str, granularity: str, repeat: int) -> dict:
     """Run in a fresh process: the cold run, then ``repeat`` warm ones."""
-    import gc
-    import time
-
     from sim.config import load_workload_with_notes
     from sim.runner import simulate
     from sim.topology.choice import place_workload
 
     workload, notes = load_workload_with_notes(preset)
     topology = place_workload(workload, None, notes).topology
-    walls = []
-    for _ in range(repeat + 1):
-        gc.collect()
-        t0 = time.perf_counter()
-        run = simulate(workload, topology, notes=list(notes), granularity=granularity)
-        walls.append(time.perf_counter() - t0)
-        peak = max(c.value for c in run.result.counters if c.name == "memory")
-        out = {"iteration_time_s": run.result.makespan_s, "tasks": len(run.program.tasks),
-               "engine_events": run.result.events, "peak_memory_bytes": peak}
-        run = None
-    return {**out, "cold_wall_s": walls[0], "warm_wall_s": min(walls[1:])}
+
+    def run():
+        return simulate(workload, topology, notes=list(notes), granularity=granularity)
+
+    cold_s = best_of(run, 1).best_s
+    warm = best_of(run, repeat)
+    result = warm.result.result
+    peak = max(c.value for c in result.counters if c.name == "memory")
+    return {"iteration_time_s": result.makespan_s, "tasks": len(warm.result.program.tasks),
+            "engine_events": result.events, "peak_memory_bytes": peak, "cold_wall_s": cold_s,
+            "warm_wall_s": warm.best_s}
 
 
 COARSE = ("layer", "chunk")
@@ -70,40 +64,36 @@ def bench(preset: str, repeat: int) -> dict:
     return row
 
 
+TABLE = Table((Column("preset", 16, align="<"), Column("granularity", 11, align="<"), Column("iter s", 10, ".4f"),
+               Column("rel diff", 9), Column("peak mem eq", 11), Column("tasks", 9, ","), Column("cold s", 7, ".3f"),
+               Column("x", 5, ".1f"), Column("warm s", 7, ".3f"), Column("x", 5, ".1f")))
+
+
 def _table(rows: list[dict]) -> str:
-    head = (f"{'preset':<16} {'granularity':<11} {'iter s':>10} {'rel diff':>9} {'peak mem eq':>11} "
-            f"{'tasks':>9} {'cold s':>7} {'x':>5} {'warm s':>7} {'x':>5}")
-    lines = [head, "-" * len(head)]
+    lines = []
     for r in rows:
         op = r["op"]
         for g in ("op",) + COARSE:
             c = r[g]
             same = "yes" if op["peak_memory_bytes"] == c["peak_memory_bytes"] else "no"
-            diff = f"{100 * c['relative_difference']:>+8.3f}%" if g != "op" else f"{'':>9}"
-            lines.append(f"{r['preset'] if g == 'op' else '':<16} {g:<11} {c['iteration_time_s']:>10.4f} {diff} "
-                         f"{same if g != 'op' else '':>11} {c['tasks']:>9,} {c['cold_wall_s']:>7.3f} "
-                         f"{c.get('cold_speedup', 1.0):>5.1f} {c['warm_wall_s']:>7.3f} "
-                         f"{c.get('warm_speedup', 1.0):>5.1f}")
-    return "\n".join(lines)
+            diff = f"{100 * c['relative_difference']:>+8.3f}%" if g != "op" else ""
+            lines.append((r["preset"] if g == "op" else "", g, c["iteration_time_s"], diff,
+                          same if g != "op" else "", c["tasks"], c["cold_wall_s"], c.get("cold_speedup", 1.0),
+                          c["warm_wall_s"], c.get("warm_speedup", 1.0)))
+    return TABLE.format(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("presets", nargs="*", help="workload presets or files (default: workloads/*.yaml)")
-    ap.add_argument("--repeat", type=int, default=3, help="warm runs per preset; the best is kept (default 3)")
-    ap.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
+    ap = make_parser(__doc__, repeat=3, repeat_help="warm runs per preset; the best is kept (default 3)",
+                     presets=True)
     args = ap.parse_args(argv)
-    if args.repeat < 1:
-        ap.error("--repeat must be at least 1")
-    presets = args.presets or sorted(p.stem for p in WORKLOADS.glob("*.yaml"))
+    presets = presets_or_all(args.presets)
     rows = []
     for preset in presets:
         rows.append(bench(preset, args.repeat))
         print(f"  {preset}: done", file=sys.stderr, flush=True)
     print(_table(rows))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"llmsim_version": sim.__version__, "repeat": args.repeat,
-                                               "presets": rows}, indent=2) + "\n")
+    write_json(args.json, {"repeat": args.repeat, "presets": rows}, fields=("llmsim_version",))
     return 0
 
 

@@ -13,9 +13,7 @@ and its load.
 
 from __future__ import annotations
 
-import argparse
-import json
-import time
+from harness import Column, Table, best_of, make_parser, write_json
 
 from sim.inference.config import InferenceArgs, build_spec
 from sim.inference.report import make_inference_report
@@ -29,35 +27,31 @@ CASES = (
 )
 
 
+TABLE = Table((Column("model", 12, align="<"), Column("gpu", 16, align="<"), Column("tp", 3), Column("pp", 3),
+               Column("in/out", 10), Column("granularity", 12, align="<", sep="  "), Column("tasks", 9, ","),
+               Column("events", 9, ","), Column("wall s", 8, ".2f"), Column("e2e s", 10, ".4f")), sep="", rule=False)
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--json", metavar="PATH")
+    ap = make_parser(__doc__, repeat=1)
     a = ap.parse_args()
     rows = []
-    print(f"{'model':<12}{'gpu':<16}{'tp':>3}{'pp':>3}{'in/out':>10}  {'granularity':<12}{'tasks':>9}{'events':>9}"
-          f"{'wall s':>8}{'e2e s':>10}")
+    print(TABLE.heading())
     for args in CASES:
         spec, topo, _ = build_spec(args)
         for g in ("op", "layer", "step"):
             if g == "op" and args.generate > 1000:
                 continue
-            best, rep = float("inf"), None
-            for _ in range(a.repeat):
-                t0 = time.perf_counter()
-                rep = make_inference_report(simulate_inference(spec, topo, granularity=g))
-                best = min(best, time.perf_counter() - t0)
+            t = best_of(lambda spec=spec, topo=topo, g=g:
+                        make_inference_report(simulate_inference(spec, topo, granularity=g)), a.repeat)
+            best, rep = t.best_s, t.result
             row = {"model": spec.name, "gpu": spec.gpu.name, "tp": spec.tp, "pp": spec.pp,
                    "prompt_tokens": spec.prompt_tokens, "generate_tokens": spec.generate_tokens, "granularity": g,
                    "tasks": rep.tasks, "events": rep.events, "wall_s": best, "e2e_latency_s": rep.e2e_latency_s}
             rows.append(row)
-            print(f"{spec.name:<12}{spec.gpu.name:<16}{spec.tp:>3}{spec.pp:>3}"
-                  f"{f'{spec.prompt_tokens}/{spec.generate_tokens}':>10}  {g:<12}{rep.tasks:>9,}{rep.events:>9,}"
-                  f"{best:>8.2f}{rep.e2e_latency_s:>10.4f}")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=2)
-
+            print(TABLE.row((spec.name, spec.gpu.name, spec.tp, spec.pp, f"{spec.prompt_tokens}/{spec.generate_tokens}",
+                             g, rep.tasks, rep.events, best, rep.e2e_latency_s)))
+    write_json(a.json, rows, fields=())
 
 if __name__ == "__main__":
     main()

@@ -15,23 +15,18 @@ the machine.
 
 from __future__ import annotations
 
-import argparse
-import gc
-import json
-import platform
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import sim
+from harness import Column, Table, best_of, make_parser, presets_or_all, write_json
+
 from sim.cli import LINK_COUNTERS
 from sim.config import load_workload_with_notes
 from sim.output.trace import write_chrome_trace
 from sim.runner import simulate
 from sim.topology.choice import place_workload
 
-WORKLOADS = Path(sim.__file__).resolve().parent.parent / "workloads"
 DEFAULT_PRESET = "gpt3-175b"
 LARGE_PRESET = "gpt3-175b-1024"
 DEFAULT_TARGET_S = 2.0
@@ -39,25 +34,19 @@ LARGE_TARGET_S = 5.0
 
 
 def bench(preset: str, repeat: int, tmp: Path) -> dict:
-    """Simulate ``preset`` and write its trace ``repeat`` times; the best wall times and the counts."""
+    """Simulate ``preset`` ``repeat`` times, then write the last run's trace ``repeat`` times; the
+    best wall times and the counts."""
     workload, notes = load_workload_with_notes(preset)
     topology = place_workload(workload, None, notes).topology
-    sim_s, trace_s, trace_bytes, run = [], [], 0, None
     trace_path = tmp / f"{workload.name}.json.gz"
-    for _ in range(repeat):
-        run = None
-        gc.collect()
-        t0 = time.perf_counter()
-        run = simulate(workload, topology, notes=list(notes), link_counters=LINK_COUNTERS)  # as --trace does
-        sim_s.append(time.perf_counter() - t0)
-        gc.collect()
-        t0 = time.perf_counter()
-        write_chrome_trace(run.result, trace_path, title=f"llmsim {workload.name}",
-                           metadata={"workload": workload.name, "topology": topology.name})
-        trace_s.append(time.perf_counter() - t0)
-        trace_bytes = trace_path.stat().st_size
-        trace_path.unlink()
-    assert run is not None
+    sim_t = best_of(lambda: simulate(workload, topology, notes=list(notes),
+                                     link_counters=LINK_COUNTERS), repeat)  # as --trace does
+    run = sim_t.result
+    trace_t = best_of(lambda: write_chrome_trace(run.result, trace_path, title=f"llmsim {workload.name}",
+                                                 metadata={"workload": workload.name, "topology": topology.name}),
+                      repeat, before=lambda: trace_path.unlink(missing_ok=True))
+    trace_bytes = trace_path.stat().st_size
+    trace_path.unlink()
     return {
         "preset": preset,
         "num_gpus": workload.system.num_gpus,
@@ -65,8 +54,8 @@ def bench(preset: str, repeat: int, tmp: Path) -> dict:
         "tasks": len(run.program.tasks),
         "engine_events": run.result.events,
         "trace_spans": len(run.result.spans),
-        "simulate_wall_s": min(sim_s),
-        "trace_write_wall_s": min(trace_s),
+        "simulate_wall_s": sim_t.best_s,
+        "trace_write_wall_s": trace_t.best_s,
         "trace_bytes": trace_bytes,
         "iteration_time_s": run.result.makespan_s,
     }
@@ -92,27 +81,21 @@ def _targets(rows: list[dict]) -> list[dict]:
     return out
 
 
+TABLE = Table((Column("preset", 16, align="<"), Column("GPUs", 5), Column("sim ranks", 9), Column("tasks", 9, ","),
+               Column("engine events", 13, ","), Column("simulate s", 10, ".3f"), Column("trace write s", 13, ".3f"),
+               Column("trace MB", 8, ".2f"), Column("predicted iter s", 16, ".3f")))
+
+
 def _table(rows: list[dict]) -> str:
-    head = (f"{'preset':<16} {'GPUs':>5} {'sim ranks':>9} {'tasks':>9} {'engine events':>13} "
-            f"{'simulate s':>10} {'trace write s':>13} {'trace MB':>8} {'predicted iter s':>16}")
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(f"{r['preset']:<16} {r['num_gpus']:>5} {r['simulated_ranks']:>9} {r['tasks']:>9,} "
-                     f"{r['engine_events']:>13,} {r['simulate_wall_s']:>10.3f} "
-                     f"{r['trace_write_wall_s']:>13.3f} {r['trace_bytes'] / 1e6:>8.2f} "
-                     f"{r['iteration_time_s']:>16.3f}")
-    return "\n".join(lines)
+    return TABLE.format((r["preset"], r["num_gpus"], r["simulated_ranks"], r["tasks"], r["engine_events"],
+                         r["simulate_wall_s"], r["trace_write_wall_s"], r["trace_bytes"] / 1e6,
+                         r["iteration_time_s"]) for r in rows)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("presets", nargs="*", help="workload presets or files (default: workloads/*.yaml)")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per preset; the best is kept (default 3)")
-    ap.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
+    ap = make_parser(__doc__, repeat=3, repeat_help="runs per preset; the best is kept (default 3)", presets=True)
     args = ap.parse_args(argv)
-    if args.repeat < 1:
-        ap.error("--repeat must be at least 1")
-    presets = args.presets or sorted(p.stem for p in WORKLOADS.glob("*.yaml"))
+    presets = presets_or_all(args.presets)
     rows = []
     with tempfile.TemporaryDirectory(prefix="llmsim-bench-") as tmp:
         for preset in presets:
@@ -125,11 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         for t in targets:
             detail = f" ({t['detail']})" if "detail" in t else ""
             print(f"{t['target']}: {t['measured_s']:.2f} s{detail} -> {'met' if t['met'] else 'NOT met'}")
-    if args.json:
-        doc = {"llmsim_version": sim.__version__, "python": platform.python_version(),
-               "machine": platform.machine(), "processor": platform.processor(),
-               "repeat": args.repeat, "presets": rows, "targets": targets}
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    write_json(args.json, {"repeat": args.repeat, "presets": rows, "targets": targets})
     return 0
 
 

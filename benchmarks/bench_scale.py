@@ -29,18 +29,15 @@ compare figures from one machine only.
 
 from __future__ import annotations
 
-import argparse
 import gc
-import json
 import multiprocessing as mp
-import platform
 import resource
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import sim
+from harness import Column, Table, make_parser, write_json
 
 TARGETS_S = {"gpt3-175b-1024": 1.0, "llama3-405b-16k": 5.0, "llama3-405b-100k": 10.0}
 MEMORY_TARGET_BYTES = 2e9
@@ -134,34 +131,34 @@ def growth(repeat: int) -> list[dict]:
     return rows
 
 
+TARGETS_TABLE = Table((
+    Column("case", 18, align="<"), Column("GPUs", 7, ","), Column("sim ranks", 9), Column("tasks", 8, ","),
+    Column("events", 8, ","), Column("simulate s", 10, ".2f"), Column("trace s", 8, ".2f"), Column("total s", 8, ".2f"),
+    Column("target s", 8, ".1f"), Column("peak RSS MB", 11, ",.0f"), Column("iter s", 8, ".3f"),
+    Column("met", 3, align="<", sep="  "), Column("report s", 8, ".2f", sep="  ")))
+
+GROWTH_TABLE = Table((
+    Column("Llama 3 405B", 16, align="<"), Column("GPUs", 7, ","), Column("tasks", 8, ","), Column("events", 8, ","),
+    Column("simulate s", 10, ".2f"), Column("x tasks", 8, ".2f"), Column("x events", 8, ".2f"),
+    Column("x wall", 7, ".2f")))
+
+
 def _fmt_targets(rows: list[dict]) -> str:
-    head = (f"{'case':<18} {'GPUs':>7} {'sim ranks':>9} {'tasks':>8} {'events':>8} {'simulate s':>10} "
-            f"{'trace s':>8} {'total s':>8} {'target s':>8} {'peak RSS MB':>11} {'iter s':>8}  met  {'report s':>8}")
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(f"{r['case']:<18} {r['num_gpus']:>7,} {r['simulated_ranks']:>9} {r['tasks']:>8,} "
-                     f"{r['engine_events']:>8,} {r['simulate_wall_s']:>10.2f} {r['trace_write_wall_s']:>8.2f} "
-                     f"{r['wall_s']:>8.2f} {r['target_s']:>8.1f} {r['peak_rss_bytes'] / 1e6:>11,.0f} "
-                     f"{r['iteration_time_s']:>8.3f}  {'yes' if r['met'] else 'NO ':<3}  {r['report_wall_s']:>8.2f}")
-    return "\n".join(lines)
+    return TARGETS_TABLE.format(
+        (r["case"], r["num_gpus"], r["simulated_ranks"], r["tasks"], r["engine_events"], r["simulate_wall_s"],
+         r["trace_write_wall_s"], r["wall_s"], r["target_s"], r["peak_rss_bytes"] / 1e6, r["iteration_time_s"],
+         "yes" if r["met"] else "NO", r["report_wall_s"]) for r in rows)
 
 
 def _fmt_growth(rows: list[dict]) -> str:
-    head = (f"{'Llama 3 405B':<16} {'GPUs':>7} {'tasks':>8} {'events':>8} {'simulate s':>10} "
-            f"{'x tasks':>8} {'x events':>8} {'x wall':>7}")
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(f"{r['case']:<16} {r['num_gpus']:>7,} {r['tasks']:>8,} {r['engine_events']:>8,} "
-                     f"{r['simulate_wall_s']:>10.2f} {r['tasks_ratio']:>8.2f} {r['events_ratio']:>8.2f} "
-                     f"{r['wall_ratio']:>7.2f}")
-    return "\n".join(lines)
+    return GROWTH_TABLE.format(
+        (r["case"], r["num_gpus"], r["tasks"], r["engine_events"], r["simulate_wall_s"], r["tasks_ratio"],
+         r["events_ratio"], r["wall_ratio"]) for r in rows)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeat", type=int, default=2, help="runs per case, the best kept (default 2)")
+    ap = make_parser(__doc__, repeat=2, repeat_help="runs per case, the best kept (default 2)")
     ap.add_argument("--skip-growth", action="store_true", help="only the three targets")
-    ap.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
     args = ap.parse_args(argv)
     rows = targets(args.repeat)
     print(_fmt_targets(rows))
@@ -169,10 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     if grow:
         print()
         print(_fmt_growth(grow))
-    if args.json:
-        doc = {"llmsim_version": sim.__version__, "python": platform.python_version(),
-               "machine": platform.machine(), "repeat": args.repeat, "targets": rows, "growth": grow}
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+    write_json(args.json, {"repeat": args.repeat, "targets": rows, "growth": grow},
+               fields=("llmsim_version", "python", "machine"))
     return 0
 
 

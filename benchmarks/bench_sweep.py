@@ -27,13 +27,13 @@ Figures depend on the machine; compare only numbers from the same one.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import statistics
 import sys
 import time
+
+from harness import make_parser, write_json
 
 from sim.config import load_topology, load_workload
 from sim.config.space import default_space
@@ -167,12 +167,11 @@ def known_answer(large: dict) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = make_parser(__doc__)
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="local and Dask worker processes")
     ap.add_argument("--sample", type=int, default=24, help="gpt3-175b-1024 candidates in the rate sample")
     ap.add_argument("--exhaustive", action="store_true",
                     help="also simulate gpt3-175b-1024's whole default space without the bound (~1.5 h)")
-    ap.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     args = ap.parse_args()
     print(f"llmsim sweep benchmark: Python {platform.python_version()}, {os.cpu_count()} CPUs, "
           f"layer granularity {'available' if layer_granularity_available() else 'NOT available'}\n")
@@ -180,10 +179,7 @@ def main() -> int:
     tight = bench_tightness(sample)
     large = bench_large(args.workers, args.exhaustive)
     answer = known_answer(large["bounded"])
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"rates": rates, "tightness": tight, "large": large, "known_answer": answer}, fh, indent=2,
-                      default=str)
+    write_json(args.json, {"rates": rates, "tightness": tight, "large": large, "known_answer": answer}, fields=())
     bounds_ok = all(t["all_at_most_1"] for t in tight.values()) and large.get("same_top", True)
     return 0 if answer["ok"] and bounds_ok else 1
 

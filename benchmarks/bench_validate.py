@@ -20,7 +20,6 @@ machine and its load; compare runs on the same machine.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -29,6 +28,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from harness import make_parser, write_json
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_S = 60.0
@@ -72,12 +73,11 @@ def largest_difference(new: dict, old: dict) -> tuple[float, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = make_parser(__doc__)
     ap.add_argument("files", nargs="*", help="case files (default workloads/validation/*.yaml)")
     ap.add_argument("--jobs", type=int, default=None, help="passed to llmsim validate (default: its own)")
     ap.add_argument("--compare", default=str(ROOT / "validation.json"),
                     help="an earlier run's --json output (default: the repository's validation.json)")
-    ap.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     args = ap.parse_args(argv)
     files = args.files or sorted(str(p.relative_to(ROOT)) for p in (ROOT / "workloads" / "validation").glob("*.yaml"))
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -105,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     met = fig["wall_s"] < TARGET_S
     print(f"target: the dev set in under {TARGET_S:.0f} s on 2 cores: {'met' if met else 'not met'} "
           f"({fig['wall_s']:.1f} s on {cpus} CPUs)")
-    if args.json:
-        Path(args.json).write_text(json.dumps(fig, indent=2) + "\n")
+    write_json(args.json, fig, fields=())
     return 0
 
 
