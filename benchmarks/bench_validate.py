@@ -54,6 +54,11 @@ def run_validate(files: list[str], jobs: int | None) -> dict:
     return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mib": after.ru_maxrss / 1024.0, "result": result}
 
 
+def _pct(x: float | None) -> str:
+    """A MAPE figure, or "n/a" where the files have no rows of its kind (no memory rows)."""
+    return "n/a" if x is None else f"{x:.3f}%"
+
+
 def largest_difference(new: dict, old: dict) -> tuple[float, str]:
     """The largest relative difference between the two runs' predicted values, and where."""
     worst, where = 0.0, "-"
@@ -93,15 +98,15 @@ def main(argv: list[str] | None = None) -> int:
           f"(one process)")
     print(f"{fig['cases']} cases, {fig['rows']} rows; simulated at: {fig['simulated_at']}, "
           f"{fig['from_steady']} from their steady state")
-    print(f"MAPE {fig['mape_pct']:.3f}%, config_complete {fig['mape_complete_pct']:.3f}%, "
-          f"memory {fig['memory_mape_pct']:.3f}%")
+    print(f"MAPE {_pct(fig['mape_pct'])}, config_complete {_pct(fig['mape_complete_pct'])}, "
+          f"memory {_pct(fig['memory_mape_pct'])}")
     if args.compare and Path(args.compare).exists():
         old = json.loads(Path(args.compare).read_text())
         if not args.files:
             worst, where = largest_difference(res, old)
             fig.update(compared_with=args.compare, largest_relative_difference=worst, largest_difference_row=where)
             print(f"against {args.compare}: largest relative difference {worst:.2e} ({where}); its MAPE "
-                  f"{old['mape_pct']:.3f}%, {old['mape_complete_pct']:.3f}%, {old['memory_mape_pct']:.3f}%")
+                  f"{_pct(old['mape_pct'])}, {_pct(old['mape_complete_pct'])}, {_pct(old['memory_mape_pct'])}")
     met = fig["wall_s"] < TARGET_S
     print(f"target: the dev set in under {TARGET_S:.0f} s on 2 cores: {'met' if met else 'not met'} "
           f"({fig['wall_s']:.1f} s on {cpus} CPUs)")
