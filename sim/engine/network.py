@@ -160,7 +160,7 @@ class FlowNetwork:
         for f in self.active:
             for link, w in zip(f.links, f.weights):
                 new[link] = new.get(link, 0.0) + f.rate * w
-        log = self.rate_log
+        log: list[tuple[float, int, float]] = self.rate_log  # type: ignore[assignment]  # a list when called
         for link in sorted(set(old) | set(new)):
             v = new.get(link, 0.0)
             if v != old.get(link, 0.0):

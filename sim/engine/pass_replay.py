@@ -33,6 +33,7 @@ the same stream, a received activation, a gathered weight) takes the engine's en
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from typing import cast
 
 import numpy as np
 
@@ -70,11 +71,11 @@ def captured(preset: str) -> tuple[Run, Simulation]:
         seen.append(self)
         return original(self)
 
-    Simulation.run = spy
+    Simulation.run = spy  # type: ignore[method-assign]  # the spy, for this call only
     try:
         run = simulate(workload, topology, notes=list(notes))
     finally:
-        Simulation.run = original
+        Simulation.run = original  # type: ignore[method-assign]  # restored
     return run, seen[-1]
 
 
@@ -87,7 +88,8 @@ def replay(sim: Simulation, ids: list[int], before: dict[int, int]) -> tuple[lis
     """The starts and ends of the tasks ``ids`` (one pass, in task order) placed alone from the
     engine's start of the first, as described in the module docstring; ``before`` is
     :func:`previous_on_stream` of ``sim``."""
-    tasks, finish, duration = sim.program.tasks, sim.finish, sim.duration
+    tasks, duration = sim.program.tasks, sim.duration
+    finish = cast("list[float]", sim.finish)  # every task ended (Simulation.run checked)
     mine: dict[int, float] = {}
     stream_end: dict[Stream, float] = {}  # the replayed end of each stream's last op
     held = HeldSMs()
@@ -122,6 +124,7 @@ def study(preset: str) -> dict:
     the bit."""
     run, sim = captured(preset)
     tasks = sim.program.tasks
+    finish = cast("list[float]", sim.finish)  # every task ended (Simulation.run checked)
     before = previous_on_stream(sim)
     contenders: dict[int, set] = defaultdict(set)  # rank -> its comm streams whose kernels hold SMs
     for t in tasks:
@@ -139,7 +142,7 @@ def study(preset: str) -> dict:
         if t.stream is Stream.COMPUTE and not t.comm:
             passes[key(t)].append(t.id)
         elif t.comm and t.stream in contenders.get(t.rank, ()) and not t.alone:
-            s, e = sim.xfer_start.get(t.id, sim.start[t.id]), sim.finish[t.id]
+            s, e = sim.xfer_start.get(t.id, sim.start[t.id]), finish[t.id]
             if e > s and sim.plans[id(t.op)].sm_fraction > 0:
                 kernels[t.rank].append((s, e, key(t) if t.stream in OWN else None))
     comm_of: dict[tuple, list[int]] = defaultdict(list)  # a pass's own collectives
@@ -162,7 +165,7 @@ def study(preset: str) -> dict:
     first_off: Counter = Counter()  # the first op of a pass that does not replay to the bit
     for pk, compute in passes.items():
         rank = pk[0]
-        met = [k for tid in compute for k in overlapping(rank, sim.start[tid], sim.finish[tid])]
+        met = [k for tid in compute for k in overlapping(rank, sim.start[tid], finish[tid])]
         kind = "quiet" if not met else "own_only" if all(k[2] == pk for k in met) else "met_by_others"
         kinds[kind] += 1
         ops[kind] += len(compute)
@@ -172,7 +175,7 @@ def study(preset: str) -> dict:
         ids = [tid for tid in ids if tid >= compute[0]]  # from the pass's first compute op on
         starts, ends = replay(sim, ids, before)
         want_s = [sim.start[tid] for tid in ids]
-        want_e = [sim.finish[tid] for tid in ids]
+        want_e = [finish[tid] for tid in ids]
         if starts == want_s and ends == want_e:
             exact[kind] += 1
         else:

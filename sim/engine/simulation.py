@@ -31,10 +31,10 @@ import bisect
 import math
 import operator
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import simpy
@@ -67,15 +67,16 @@ class _WatchedEnvironment(_CountingEnvironment):
     """A counting environment that calls ``watch()`` once, after ``at`` events (the watch
     stops the run by raising)."""
 
-    def __init__(self, watch, at: int) -> None:
+    def __init__(self, watch: Callable[[], None], at: int) -> None:
         super().__init__()
-        self.watch, self.at = watch, at
+        self.watch: Callable[[], None] | None = watch
+        self.at = at
 
     def step(self) -> None:
         self.events_processed += 1
         simpy.Environment.step(self)
         if self.events_processed == self.at:
-            self.watch()
+            self.watch()  # type: ignore[misc]  # None only once the run has ended (Simulation.run)
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ class Simulation:
         Link capacities by link id (empty for a cost model that plans no flows).
     """
 
-    def __init__(self, program: Program, costs: CostModel, capacity_bytes_per_s: list[float] = (),
+    def __init__(self, program: Program, costs: CostModel, capacity_bytes_per_s: Sequence[float] = (),
                  slowdown: dict[int, float] | None = None, record_links: bool = False,
                  watch: tuple[Callable[[Simulation], None], int] | None = None,
                  reference: ReferencePaths = ENGINE_RULES) -> None:
@@ -294,7 +295,7 @@ class Simulation:
         for k in range(len(streams)):
             env.process(self._stream(k))
         env.run()
-        if self.watch is not None:
+        if isinstance(env, _WatchedEnvironment):
             env.watch = None  # it holds this simulation, which holds env: no cycle left for gc.freeze
         self._account_blocks()
         missing = [t for t in tasks if self.finish[t.id] is None] if None in self.finish else []
@@ -342,7 +343,7 @@ class Simulation:
                 d = self.solo_time(id(op))
                 times.append(d)
                 held.append(self.plans[id(op)].sm_fraction)
-        exposed, ran = _time_block(block, times, held)
+        waited, ran = _time_block(block, times, held)
         by_kind: dict = {}
         for s, op, d, solo in zip(block.streams, block.ops, ran, times):
             if s is None:
@@ -353,7 +354,7 @@ class Simulation:
         total = sum(by_kind.values())
         shares = tuple((k, v / total if total > 0 else 0.0) for k, v in by_kind.items())
         streams = {cls: s for cls, s, _ in block.comm_classes()}
-        exposed = tuple((cls, streams[cls], e) for cls, e in exposed.items())
+        exposed = tuple((cls, streams[cls], e) for cls, e in waited.items())
         hit = self._blocks[key] = (compute + sum(e for _, _, e in exposed), exposed, compute, shares)
         return hit
 
@@ -547,7 +548,7 @@ class Simulation:
         members not there yet (``nested``: unknown); -inf when unknown (its transfer running)."""
         finish, ids = self.finish, self.stream_ids[s]
         p = self._first_unplaced(s)
-        last = finish[ids[p - 1]] if p else 0.0
+        last: float = finish[ids[p - 1]] if p else 0.0  # type: ignore[assignment]  # the ops before p have ended
         if p >= len(ids):
             return last, math.inf
         nxt = self.program.tasks[ids[p]]
@@ -585,7 +586,7 @@ class Simulation:
         at, here = bisect.bisect_left(ids, tid), self._first_unplaced(q)
         if q == mine and at >= here:
             return math.inf
-        prev = self.finish[ids[here - 1]] if here else 0.0
+        prev: float = self.finish[ids[here - 1]] if here else 0.0  # type: ignore[assignment]  # ended: before here
         return prev + (sums[at + 1] - sums[here])
 
     def _members_of(self, key: int) -> list[int]:
@@ -1010,20 +1011,21 @@ class Simulation:
                 continue
             if id(op) not in op_args:
                 op_args[id(op)] = _op_args(op)
-            spans.extend(SpanTable([t], {t.id: self.start[t.id]}, {t.id: self.finish[t.id]}, self.xfer_start,
-                                   op_args).spans())
+            spans.extend(SpanTable([t], {t.id: self.start[t.id]}, {t.id: self.finish[t.id]},  # type: ignore[arg-type]
+                                   self.xfer_start, op_args).spans())  # (spans() reads start and end by task id alone)
         return spans
 
     def _result(self, wall_s: float) -> SimResult:
         prog = self.program
-        finish, start = self.finish, self.start
-        ops = list(map(_T_OP, prog.tasks))
-        ops = dict(zip(map(id, ops), ops))
+        finish, start = cast("list[float]", self.finish), self.start  # every task ended (run() checked)
+        op_list = list(map(_T_OP, prog.tasks))
+        ops = dict(zip(map(id, op_list), op_list))
         op_args: dict[int, tuple] = {}
         for oid, op in ops.items():
             if type(op) is Block:
                 break
             op_args[oid] = _op_args(op)
+        spans: SpanTable | list[Span]
         if len(op_args) == len(ops) and _in_place(prog.tasks):
             spans = SpanTable(prog.tasks, start, finish, self.xfer_start, op_args)
         else:  # layer blocks (or tasks not at their ids' places): every span made here
@@ -1035,9 +1037,10 @@ class Simulation:
             for ts, delta in sorted(self.mem[rank]):
                 level += delta
                 counters.append(CounterSample(rank, ts, "memory", level))
-        makespan = max(finish, default=0.0)  # every task ended (run() checked)
+        makespan = max(finish, default=0.0)
         meta = {"simulated_wall_s": wall_s, "link_busy_bytes": list(self.net.busy_bytes)}
         if self.record_links:
+            assert self.pulses is not None and self.net.rate_log is not None  # both lists when recording (run())
             meta["link_rates"] = LinkRates(self.pulses, self.net.rate_log)
         return SimResult(list(prog.ranks), spans, counters, makespan, self.env.events_processed,
                          prog.world_size, meta)
@@ -1048,7 +1051,8 @@ _T_OP, _T_ID = operator.attrgetter("op"), operator.attrgetter("id")
 
 def _op_args(op) -> tuple:
     """An op's args on its spans: its GEMM shape (and batch), FLOPs where it has any, bytes."""
-    extra = (("m", op.m), ("n", op.n), ("k", op.k)) if getattr(op, "m", None) is not None else ()
+    extra: tuple[tuple[str, Any], ...] = \
+        (("m", op.m), ("n", op.n), ("k", op.k)) if getattr(op, "m", None) is not None else ()
     if getattr(op, "batch", 1) > 1:
         extra += (("batch", op.batch),)
     if op.flops:
@@ -1063,7 +1067,7 @@ def _in_place(tasks: list) -> bool:
 
 
 def _time_block(block: Block, times: list[float],
-                held: list[float] | None = None) -> tuple[dict[CommClass, float], list[float]]:
+                held: Sequence[float] = ()) -> tuple[dict[CommClass, float], list[float]]:
     """Run ``block`` alone from time 0 with its ops taking ``times`` (solo); return, per comm
     class, how long its compute stream waited on that class (their sum plus the compute time
     is the block's duration), and each op's time as run. A wait is charged to the comm op that
@@ -1092,8 +1096,9 @@ def _time_block(block: Block, times: list[float],
         if s is not None:
             start = max(cursor, free.get(s, 0.0))
             free[s] = start + d
-            pending.append([start + d, op.comm_class, w])
-            exposed.setdefault(op.comm_class, 0.0)
+            cls = op.comm_class  # type: ignore[union-attr]  # a comm stream's op is a CommOp (Block)
+            pending.append([start + d, cls, w])
+            exposed.setdefault(cls, 0.0)
             if sms is not None and held[i]:
                 sms.hold(start, start + d, held[i])
             continue
