@@ -17,12 +17,19 @@ communication stream, one after the other (``_ParamAndGradBucketGroup.start_grad
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
+from typing import TYPE_CHECKING, Protocol
 
 from sim.memory import layer_split
 from sim.types import CollectiveKind, CommClass, Stream
 from sim.workload import deepspeed_zero3 as ds3
 from sim.workload.ops import CommOp
+
+if TYPE_CHECKING:
+    from sim.program import Task
+    from sim.workload.layout import Layout
+    from sim.workload.spec import WorkloadSpec
 
 __all__ = ["DataParallelMixin", "DPScope", "GRAD_REDUCE_BYTES", "PARAM_GATHER_BYTES"]
 
@@ -49,8 +56,31 @@ class DPScope(Enum):
     """The same three for routed experts, over the expert-data-parallel group."""
 
 
+class CommOpCache(Protocol):
+    """What the mixin needs of the task-graph builder (``self.b``): its comm ops, shared by
+    every task that moves the same bytes between the same ranks."""
+
+    ops: dict[tuple, CommOp]
+
+
 class DataParallelMixin:
     """Bucketed gradient reduction and ZeRO-3 gathers for :class:`_RankProgram`."""
+
+    if TYPE_CHECKING:  # the rank program's state and primitive this mixin uses (sim.workload.taskgraph)
+        b: CommOpCache
+        w: WorkloadSpec
+        layout: Layout
+        tp_c: int
+        dp_c: int
+        stage: int
+        rep: bool
+        last_c: int
+        extra: list[int]
+        dp_tasks: list[int]
+        ds_waits: list[int]
+        _dp_groups: dict[DPScope, tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]]
+
+        def collective(self, stream: Stream, name: str, op: CommOp, args: tuple, deps: list[int]) -> Task: ...
 
     def dp_group_of(self, scope: DPScope) -> tuple[tuple[int, ...], tuple[tuple[int, ...], ...]]:
         """This rank's group of ``scope`` and, when ranks are representative, every group of
@@ -60,6 +90,7 @@ class DataParallelMixin:
         if hit is None:
             lay, t, d, s = self.layout, self.tp_c, self.dp_c, self.stage
             hybrid = lay.dp_replicate > 1
+            every: Callable[[int], tuple[tuple[int, ...], ...]]  # a Layout method (some lru-cached)
             if scope is DPScope.ALL or (scope is DPScope.SHARD and not hybrid):
                 group, every = lay.dp_group(t, s), lay.dp_groups
             elif scope is DPScope.SHARD:

@@ -24,6 +24,7 @@ leaving each rank ``1 / cp`` of the causal attention work under Megatron's load 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from sim.types import CollectiveKind, CommClass, CommKernel, Dtype, MemoryAccess, OpKind, ScalingRecipe, Stream
@@ -72,9 +73,10 @@ class LayerOps:
     low-precision recipe keeps in BF16 (Megatron-LM ``--first-last-layers-bf16``:
     ``megatron/core/fp4_utils.py`` ``get_fp4_context`` @ ``322dfae`` enters no FP4 context
     for them; ``fp8_utils.py`` likewise); None when none are kept."""
-    split_bwd: tuple[tuple[Step, ...], tuple[Step, ...], int] | None = None
+    split_bwd: tuple[tuple[Step, ...], tuple[Step, ...], int] = None  # type: ignore[assignment]  # __post_init__ sets it
     """``layer_bwd`` split for zero-bubble schedules: the input-gradient steps, the
-    weight-gradient steps, and the attention backward's index in the first."""
+    weight-gradient steps, and the attention backward's index in the first (None, the
+    default, has :meth:`__post_init__` split ``layer_bwd``)."""
 
     def __post_init__(self) -> None:
         if self.split_bwd is None:
@@ -308,7 +310,7 @@ class LayerBuilder:
         return [self.compute(f"{name}-bias-grad", self.mem(OpKind.ELEMENTWISE, tokens * width * self.e))]
 
     def dgrad_reduce_wgrad(self, name: str, dgrad: GemmOp, wgrad: GemmOp, gemm: str,
-                           bias: list[Step] = ()) -> list[Step]:
+                           bias: Sequence[Step] = ()) -> list[Step]:
         """A column-parallel layer's input gradient, its TP reduction and its weight
         gradient: the reduction beside the wgrad GEMM (Megatron-LM's asynchronous all-reduce,
         or sequence parallelism's reduce-scatter), or, before the asynchronous all-reduce

@@ -93,6 +93,7 @@ class Layout:
         """
         if not self.folded:
             return self.tp_group(dp, pp)
+        assert self.etp is not None  # folded
         _, e, d = self.expert_coords(tp, dp)
         return tuple(self._expert_rank(t, e, d, pp) for t in range(self.etp))
 
@@ -307,9 +308,9 @@ class Layout:
         """
         size = {"tp": self.tp, "cp": self.cp, "dp": self.dp // self.cp, "pp": self.pp}
         stride, s = {}, 1
-        for d in digits:
-            stride[d] = s
-            s *= size[d]
+        for dim in digits:
+            stride[dim] = s
+            s *= size[dim]
         out = []
         for r in range(self.world_size):
             t, d, p = self.coords(r)

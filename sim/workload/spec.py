@@ -305,7 +305,7 @@ class ModelSpec:
         layers = sum(self.layer_params(i) for i in range(self.num_layers))
         return layers + self.embedding_params() + lm_head + 2 * self.hidden_size
 
-    def active_params(self) -> int:
+    def active_params(self) -> float:
         """Parameters a token goes through: ``num_params`` with only ``moe_top_k`` of the
         routed experts of each MoE layer."""
         skipped = sum(self.expert_params(i) for i in range(self.num_layers))
@@ -548,6 +548,7 @@ class ParallelSpec:
         if self.cp_comm_type is CpCommType.A2A:
             return self.cp
         if self.cp_comm_type is CpCommType.A2A_P2P:
+            assert self.hierarchical_context_parallel_sizes is not None  # _check_cp_levels requires it
             return self.hierarchical_context_parallel_sizes[0]
         return 1
 
@@ -841,6 +842,7 @@ class WorkloadSpec:
     def virtual_stage_layers(self) -> tuple[range, ...]:
         """The layers of each virtual pipeline stage (``chunk x pp + stage``), in order."""
         counts = pipeline_split(self.model.num_layers, self.parallel.pp * self.parallel.virtual_pipeline_stages)
+        assert counts is not None  # __post_init__ rejects a split that leaves a stage no layers
         out, start = [], 0
         for n in counts:
             out.append(range(start, start + n))

@@ -94,7 +94,7 @@ class _Builder:
             key: tuple | None = None, kind: OpKind | None = None) -> Task:
         comm = isinstance(op, CommOp)
         if kind is None:
-            kind = op.op_kind if comm else op.kind
+            kind = op.op_kind if comm else op.kind  # type: ignore[union-attr]  # comm: op is a CommOp
         tasks = self.tasks
         task = Task(len(tasks), rank, stream, name, op, kind, comm, deps, args)
         if key is not None:
@@ -122,7 +122,8 @@ class _RankProgram(DataParallelMixin):
 
     def __init__(self, b: _Builder, w: WorkloadSpec, layout: Layout, rank: int, ops: LayerOps,
                  representative: bool, layer: bool = False, chunk: bool = False) -> None:
-        self.b, self.w, self.layout, self.rank = b, w, layout, rank
+        self.b: _Builder = b
+        self.w, self.layout, self.rank = w, layout, rank
         self.tp_c, self.dp_c, self.stage = layout.coords(rank)
         self.ops = ops
         self.rep = representative
@@ -213,6 +214,7 @@ class _RankProgram(DataParallelMixin):
             tasks.append(t)
         self.last_c, self.pending, self.extra = last_c, pending, extra
         if first is not None:
+            assert last is not None  # set with first
             first.mem_start_bytes += first_mem
             last.mem_end_bytes += last_mem
         return first, last
@@ -339,7 +341,9 @@ class _RankProgram(DataParallelMixin):
         vs_layers = w.virtual_stage_layers()
         order = pipeline_order(p.schedule, pp, v, p.num_microbatches, self.stage)
         zb = p.schedule is ScheduleKind.ZB_H1
-        last_b, last_w, first_f = {}, {}, {}
+        last_b: dict[int, int] = {}
+        last_w: dict[int, int] = {}
+        first_f: dict[int, int] = {}
         for i, (pas, _mb, chunk) in enumerate(order):
             if pas is Pass.BACKWARD:
                 last_b[chunk] = i
@@ -365,6 +369,9 @@ class _RankProgram(DataParallelMixin):
         # buckets, dispatched in forward order), in place of the gather after the optimizer
         pgather = p.overlap_param_gather and p.shards_optimizer and p.zero < 3 and p.shard_group_size > 1
         buckets = self.buckets(vs_layers)
+        no_layers: tuple[int, ...] = ()
+        layers: range | tuple[int, ...]  # a pass's layers; no_layers once a chunk block has run them
+        first: Task | None  # a layer pass's first compute task
         for i, (pas, mb, chunk) in enumerate(order):
             if i:
                 self.pass_end[order[i - 1][0]] = self.last_c
@@ -382,7 +389,7 @@ class _RankProgram(DataParallelMixin):
                 if self.chunk and not gather and layers:
                     self.chunk_block("fwd", layers, args, lambda lops, rc: lops.layer_fwd,
                                      first_mem=sum(am.stored(m.is_moe_layer(x), x - first_layer) for x in layers))
-                    layers = ()
+                    layers = no_layers
                 for layer in layers:
                     if gather and ds:
                         self.ds_gather(self.ds_tensors(vs, layer, layer == layers[0], layer == layers[-1]),
@@ -399,7 +406,7 @@ class _RankProgram(DataParallelMixin):
                                                "layer-fwd", first_mem=stored, split_first=gather and not ds)
                     else:
                         first, _ = self.run_steps(lops.layer_fwd, args + (("layer", layer),), first_mem=stored)
-                    prev = first.id
+                    prev = first.id  # type: ignore[union-attr]  # a layer pass has a compute op
                 if vs == n_vs - 1:
                     self.run_steps(self.ops.head_fwd, args, first_mem=am.head + am.logits)
                 else:
@@ -409,7 +416,7 @@ class _RankProgram(DataParallelMixin):
                 if self.chunk and i != last_g[chunk] and not (fsdp and not fsdp_once) and layers:
                     self.chunk_block("wgrad", layers[::-1], args, lambda lops, rc: lops.split_bwd[1],
                                      last_mem=-sum(am.stored(m.is_moe_layer(x), x - first_layer) for x in layers))
-                    layers = ()
+                    layers = no_layers
                 for layer in reversed(layers):
                     la = args + (("layer", layer),)
                     is_moe = m.is_moe_layer(layer)
@@ -445,7 +452,7 @@ class _RankProgram(DataParallelMixin):
                         stored = 0.0 if zb else sum(am.stored(m.is_moe_layer(x), x - first_layer) for x in run)
                         self.chunk_block("bwd", run, args, steps, first_mem=held, last_mem=-(stored + held),
                                          rcs=tuple(p.recompute_at(x - first_layer) for x in run))
-                    layers = ()
+                    layers = no_layers
                 for layer in reversed(layers):
                     la = args + (("layer", layer),)
                     rc = p.recompute_at(layer - first_layer)
@@ -484,7 +491,7 @@ class _RankProgram(DataParallelMixin):
                         self.run_steps(bwd[k:], la, last_mem=release)
                     else:
                         first, _ = self.run_steps(bwd, la, first_mem=held, last_mem=release)
-                    prev = first.id
+                    prev = first.id  # type: ignore[union-attr]  # a layer pass has a compute op
                     if not zb:
                         self.grads_ready(vs, layer, layers, chunk, i == last_g[chunk], la, buckets, fsdp, fsdp_once)
                 if vs == 0:
