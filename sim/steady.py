@@ -33,13 +33,13 @@ import dataclasses
 from dataclasses import dataclass
 
 from sim.power import solve_clock_hz
-from sim.runner import Run, compute_op_counts, loads_of, placed_unlike_an_order, simulate
+from sim.runner import compute_op_counts, loads_of, placed_unlike_an_order, simulate
 from sim.topology.spec import TopologySpec
 from sim.types import ScheduleKind
 from sim.workload.spec import WorkloadSpec
 from sim.workload.taskgraph import build_program
 
-__all__ = ["SteadyIteration", "steady_iteration", "steady_points", "LINEAR_RTOL", "MIN_SAVING"]
+__all__ = ["SteadyIteration", "ShortRun", "steady_iteration", "steady_points", "LINEAR_RTOL", "MIN_SAVING"]
 
 LINEAR_RTOL = 1e-9
 """How closely two successive differences of the shorter runs' times must agree, relative to
@@ -63,8 +63,23 @@ class SteadyIteration:
     """Their iteration times."""
     period: int
     """Micro-batches per repetition of the steady state (``P``)."""
-    runs: tuple[Run, ...]
-    """The shorter runs (their granularity, notes and any coarse run set aside)."""
+    runs: tuple[ShortRun, ...]
+    """How each shorter run was simulated (its runs are dropped as soon as their time is read:
+    kept, three runs of hundreds of thousands of tasks would stay in memory and in the garbage
+    collector's passes over the next one)."""
+
+
+@dataclass(frozen=True)
+class ShortRun:
+    """One of the shorter runs: what :func:`steady_iteration` keeps of it."""
+
+    microbatches: int
+    granularity: str
+    """The granularity whose run was used (:attr:`sim.runner.Run.granularity`)."""
+    coarse_divergence: str | None
+    """Why a coarser run was set aside for this one (:attr:`sim.runner.Run.coarse_divergence`)."""
+    clock_hz: float | None
+    """The SM clock its compute was priced at (:attr:`sim.runner.Run.clock_hz`)."""
 
 
 def steady_points(workload: WorkloadSpec) -> tuple[int, int] | None:
@@ -93,15 +108,18 @@ def steady_iteration(workload: WorkloadSpec, topology: TopologySpec, *, granular
     clock_hz = _whole_clock_hz(workload, m1, period, total)
     counts: list[int] = []
     times: list[float] = []
-    runs: list[Run] = []
+    runs: list[ShortRun] = []
     for k in range(4):
         m = m1 + k * period
         run = simulate(with_microbatches(workload, m), topology, granularity=granularity, exact=exact,
                        clock_hz=clock_hz)
         counts.append(m)
         times.append(run.result.makespan_s)
-        runs.append(run)
-        if run.coarse_divergence is not None:  # the longer runs meet their blocks alike
+        runs.append(ShortRun(run.workload.parallel.num_microbatches, run.granularity, run.coarse_divergence,
+                             run.clock_hz))
+        diverged = run.coarse_divergence is not None
+        del run
+        if diverged:  # the longer runs meet their blocks alike
             granularity, exact = "op", False
         if k >= 2:
             a, b, c = times[-3:]

@@ -402,7 +402,7 @@ def validate(paths: list[str], progress=None, jobs: int | None = None, bar: bool
     KeyboardInterrupt
         On Ctrl-C, after stopping the workers.
     """
-    from sim.studies.workers import abandon, check_workers, cpu_count, local_pool
+    from sim.studies.workers import abandon, check_workers, cpu_count, in_worker, local_pool
 
     check_workers(jobs, "--jobs")
     t0 = time.perf_counter()
@@ -438,7 +438,7 @@ def validate(paths: list[str], progress=None, jobs: int | None = None, bar: bool
                         i = next(queue, None)
                         if i is None:
                             break
-                        pending[pool.submit(case_rows, records[i])] = i
+                        pending[pool.submit(in_worker, case_rows, records[i])] = i
                     if not pending:
                         break
                     done, _ = wait(pending, return_when=FIRST_COMPLETED)

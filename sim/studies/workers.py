@@ -27,7 +27,8 @@ from sim.errors import ConfigError
 if TYPE_CHECKING:
     from sim.budget import Budget
 
-__all__ = ["InlineExecutor", "abandon", "check_workers", "cpu_count", "ignore_sigint", "local_pool", "start_worker"]
+__all__ = ["InlineExecutor", "abandon", "check_workers", "cpu_count", "ignore_sigint", "in_worker", "local_pool",
+           "start_worker"]
 
 MANAGER_JOIN_S = 30.0
 """How long :func:`abandon` waits for a process pool's manager thread once its workers are
@@ -105,6 +106,25 @@ def worker_budget(workers: int) -> Budget:
     from sim.budget import default_budget, explicit_budget
 
     return explicit_budget() or default_budget(shared_by=workers)
+
+
+def in_worker(fn, /, *args):
+    """``fn(*args)``, in a worker process that runs nothing but such calls: the collector paused
+    while it runs and what survives it (the fabrics, routes and prices the next case reuses)
+    frozen after (:func:`gc.freeze`), as only a process that owns its objects may do
+    (:func:`sim.runner.simulate` leaves the collector as it found it). In the parent process
+    (one worker, :class:`InlineExecutor`) it is ``fn(*args)``."""
+    import gc
+    import multiprocessing
+
+    if multiprocessing.parent_process() is None:
+        return fn(*args)
+    gc.disable()
+    try:
+        return fn(*args)
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 def abandon(executor: Executor) -> None:

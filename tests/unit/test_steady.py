@@ -50,7 +50,7 @@ def test_steady_state_gives_the_whole_runs_iteration_time(case, gpu):
     # the shorter runs simulate fewer micro-batches, at the whole iteration's clock
     assert max(est.microbatches) * MIN_SAVING <= w.parallel.num_microbatches
     assert all(r.clock_hz == whole.clock_hz for r in est.runs)
-    assert all(r.workload.parallel.num_microbatches == m for r, m in zip(est.runs, est.microbatches))
+    assert [r.microbatches for r in est.runs] == list(est.microbatches)
 
 
 def test_steady_state_at_chunk_granularity_and_on_a_preset():
@@ -78,7 +78,7 @@ def _fake(times: dict[int, float]):
     def simulate(w, topo, **kw):
         m = w.parallel.num_microbatches
         return SimpleNamespace(result=SimpleNamespace(makespan_s=times[m]), coarse_divergence=None,
-                               clock_hz=None, workload=w)
+                               clock_hz=None, workload=w, granularity="op")
     return simulate
 
 

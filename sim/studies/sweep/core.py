@@ -73,7 +73,7 @@ from sim.studies.sweep.bound import IterationBound
 from sim.studies.sweep.branch_and_bound import bounded_search
 from sim.studies.sweep.memory_check import MemoryCheck, StageStates
 from sim.studies.sweep.timeline_bound import timeline_bound
-from sim.studies.workers import abandon, check_workers, cpu_count, local_pool
+from sim.studies.workers import abandon, check_workers, cpu_count, in_worker, local_pool
 from sim.topology.spec import TopologySpec
 from sim.types import RecomputeKind, ScheduleKind
 from sim.workload.spec import WorkloadSpec, pipeline_split
@@ -440,7 +440,7 @@ def run_simulations(jobs: Sequence[Candidate], topology: TopologySpec, granulari
                 job = next(todo, None)
                 if job is None:
                     break
-                pending[executor.submit(simulate_one, job.workload, topology, granularity)] = job
+                pending[executor.submit(in_worker, simulate_one, job.workload, topology, granularity)] = job
             if not pending:
                 return out, False
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -605,7 +605,7 @@ def _search(jobs: list[Candidate], bound: IterationBound, top: int, topology: To
     try:
         found = bounded_search(
             order, bound_s, top,
-            submit=lambda c, gate: executor.submit(screen_one, c.workload, topology, granularity, gate),
+            submit=lambda c, gate: executor.submit(in_worker, screen_one, c.workload, topology, granularity, gate),
             times_of=lambda o: o.iteration_time_s if o.ok else None,
             on_done=lambda c, o: bar.update(1),
             failed=lambda exc: SimOutcome(granularity or "op", error=f"{type(exc).__name__}: {exc}"),
