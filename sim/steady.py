@@ -57,8 +57,6 @@ class SteadyIteration:
     """The iteration time read from shorter runs, and what they were."""
 
     iteration_time_s: float
-    microbatches: tuple[int, ...]
-    """The micro-batch counts simulated, in order."""
     times_s: tuple[float, ...]
     """Their iteration times."""
     period: int
@@ -67,6 +65,11 @@ class SteadyIteration:
     """How each shorter run was simulated (its runs are dropped as soon as their time is read:
     kept, three runs of hundreds of thousands of tasks would stay in memory and in the garbage
     collector's passes over the next one)."""
+
+    @property
+    def microbatches(self) -> tuple[int, ...]:
+        """The micro-batch counts simulated, in order."""
+        return tuple(r.microbatches for r in self.runs)
 
 
 @dataclass(frozen=True)
@@ -106,17 +109,14 @@ def steady_iteration(workload: WorkloadSpec, topology: TopologySpec, *, granular
     m1, period = points
     total = workload.parallel.num_microbatches
     clock_hz = _whole_clock_hz(workload, m1, period, total)
-    counts: list[int] = []
     times: list[float] = []
     runs: list[ShortRun] = []
     for k in range(4):
         m = m1 + k * period
         run = simulate(with_microbatches(workload, m), topology, granularity=granularity, exact=exact,
                        clock_hz=clock_hz)
-        counts.append(m)
         times.append(run.result.makespan_s)
-        runs.append(ShortRun(run.workload.parallel.num_microbatches, run.granularity, run.coarse_divergence,
-                             run.clock_hz))
+        runs.append(ShortRun(m, run.granularity, run.coarse_divergence, run.clock_hz))
         diverged = run.coarse_divergence is not None
         del run
         if diverged:  # the longer runs meet their blocks alike
@@ -125,7 +125,7 @@ def steady_iteration(workload: WorkloadSpec, topology: TopologySpec, *, granular
             a, b, c = times[-3:]
             if abs((c - b) - (b - a)) <= LINEAR_RTOL * c:
                 estimate = c + (c - b) * ((total - m) // period)
-                return SteadyIteration(estimate, tuple(counts), tuple(times), period, tuple(runs))
+                return SteadyIteration(estimate, tuple(times), period, tuple(runs))
     return None
 
 
