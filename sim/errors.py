@@ -188,6 +188,20 @@ class ConfigError(SimError, ValueError):
         """What arrived, as the message quotes it (:func:`excerpt`)."""
         return excerpt(self.got)
 
+    def __reduce__(self):
+        """Pickled as its message and attributes (a worker process's error reaches the
+        parent whole), whatever arguments a subclass's constructor takes."""
+        return restore_error, (type(self), self.args, self.__dict__)
+
+
+def restore_error(kind: type[Exception], args: tuple, attributes: dict) -> Exception:
+    """An error of class ``kind`` with ``args`` and ``attributes``, its constructor not run
+    (:meth:`ConfigError.__reduce__`)."""
+    err = kind.__new__(kind)
+    Exception.__init__(err, *args)
+    err.__dict__.update(attributes)
+    return err
+
 
 class InfeasibleError(SimError):
     """A well-formed configuration that cannot be simulated or run."""

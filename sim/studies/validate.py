@@ -31,6 +31,7 @@ The case format and this command's output are fixed by ``workloads/validation/RE
 
 from __future__ import annotations
 
+import os
 import time
 from concurrent.futures import FIRST_COMPLETED, wait
 from dataclasses import dataclass, field
@@ -376,8 +377,72 @@ def _work(rec: CaseRecord) -> float:
     return float(microbatches * (m.num_layers + 4 * p.pp * p.virtual_pipeline_stages))
 
 
+def _read(paths: list[str], pool) -> list[CaseRecord]:
+    """The cases of ``paths``, in their order, read by the pool's workers (the larger files
+    first): the workers read them as they start, so the parent waits for its workers rather
+    than they for it (reading the dev set, its recipes' memory fits included, takes 2 s)."""
+    from sim.studies.workers import in_worker
+
+    order = sorted(set(paths), key=lambda path: -_size(path))
+    reads = {path: pool.submit(in_worker, load_case_records, path) for path in order}
+    read = {path: reads[path].result() for path in dict.fromkeys(paths)}  # the first error in the files' order
+    return [rec for path in paths for rec in read[path]]
+
+
+def _size(path: str) -> int:
+    """The size of file ``path`` in bytes (0 when it cannot be read: its reader says why)."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
 _WINDOW_PER_JOB = 2
 """Cases in flight per worker: one running, one queued, so a worker never waits for the next."""
+
+
+def _score(records: list[CaseRecord], pool, jobs: int, progress, bar: bool) -> list[CaseResult]:
+    """Every case of ``records`` scored (:func:`case_rows`), in their order: those that cannot
+    be built here (their ConfigError stays in this process), the others by the pool's workers,
+    the longest first (:func:`_work`), at most :data:`_WINDOW_PER_JOB` per worker in flight."""
+    from tqdm import tqdm
+
+    from sim.studies.workers import in_worker
+
+    jobs = min(jobs, max(1, sum(rec.workload is not None for rec in records)))
+    todo = [i for i, rec in enumerate(records) if rec.workload is not None]
+    if jobs > 1:
+        todo.sort(key=lambda i: -_work(records[i]))
+    results: list[CaseResult | None] = [None if rec.workload is not None else case_rows(rec) for rec in records]
+    shown = 0
+    with tqdm(total=len(records), desc="validating", unit="case", disable=None if bar else True, leave=False,
+              dynamic_ncols=True) as pbar:
+        pbar.update(len(records) - len(todo))
+
+        def report() -> None:
+            nonlocal shown
+            while shown < len(records) and results[shown] is not None:
+                if progress is not None:
+                    progress(records[shown], results[shown].rows)
+                shown += 1
+
+        report()
+        pending: dict = {}
+        queue = iter(todo)
+        while True:
+            while len(pending) < _WINDOW_PER_JOB * jobs:
+                i = next(queue, None)
+                if i is None:
+                    break
+                pending[pool.submit(in_worker, case_rows, records[i])] = i
+            if not pending:
+                break
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                results[pending.pop(fut)] = fut.result()
+                pbar.update(1)
+            report()
+    return results  # type: ignore[return-value]  # every entry is scored by now
 
 
 def validate(paths: list[str], progress=None, jobs: int | None = None, bar: bool = False) -> Validation:
@@ -402,53 +467,19 @@ def validate(paths: list[str], progress=None, jobs: int | None = None, bar: bool
     KeyboardInterrupt
         On Ctrl-C, after stopping the workers.
     """
-    from sim.studies.workers import abandon, check_workers, cpu_count, in_worker, local_pool
+    from sim.studies.workers import abandon, check_workers, cpu_count, local_pool
 
     check_workers(jobs, "--jobs")
     t0 = time.perf_counter()
     out = Validation()
-    records = [rec for path in paths for rec in load_case_records(path)]
-    jobs = min(jobs or cpu_count(), max(1, sum(rec.workload is not None for rec in records)))
-    # cases that cannot be built are scored here (their ConfigError stays in this process)
-    todo = [i for i, rec in enumerate(records) if rec.workload is not None]
-    if jobs > 1:
-        todo.sort(key=lambda i: -_work(records[i]))
-    results: list[CaseResult | None] = [None if rec.workload is not None else case_rows(rec) for rec in records]
-    shown = 0
-    from tqdm import tqdm
-
-    with tqdm(total=len(records), desc="validating", unit="case", disable=None if bar else True, leave=False,
-              dynamic_ncols=True) as pbar:
-        pbar.update(len(records) - len(todo))
-
-        def report() -> None:
-            nonlocal shown
-            while shown < len(records) and results[shown] is not None:
-                if progress is not None:
-                    progress(records[shown], results[shown].rows)
-                shown += 1
-
-        report()
-        with local_pool(jobs) as pool:
-            pending: dict = {}
-            queue = iter(todo)
-            try:
-                while True:
-                    while len(pending) < _WINDOW_PER_JOB * jobs:
-                        i = next(queue, None)
-                        if i is None:
-                            break
-                        pending[pool.submit(in_worker, case_rows, records[i])] = i
-                    if not pending:
-                        break
-                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                    for fut in done:
-                        results[pending.pop(fut)] = fut.result()
-                        pbar.update(1)
-                    report()
-            except KeyboardInterrupt:  # stop the workers at once (sim/studies/workers.py)
-                abandon(pool)
-                raise
+    jobs = jobs or cpu_count()
+    with local_pool(jobs) as pool:  # its workers start as they are given work (the files to read first)
+        try:
+            records = _read(paths, pool)
+            results = _score(records, pool, jobs, progress, bar)
+        except KeyboardInterrupt:  # stop the workers at once (sim/studies/workers.py)
+            abandon(pool)
+            raise
     for res in results:
         out.rows.extend(res.rows)
         if res.granularity is not None:

@@ -112,3 +112,26 @@ def test_local_workers_share_the_default_budget():
     assert all(b.bytes == whole.bytes / 2 for b in budgets)
     assert "shared by 2 worker processes" in budgets[0].why
 
+
+
+def test_a_config_error_reaches_the_parent_whole(tmp_path):
+    """A case file a worker cannot read raises its ConfigError in the parent, message and
+    fields intact (validate's workers read the files), whatever the error class's constructor takes."""
+    import pickle
+
+    from sim.budget import Budget, BudgetError, Estimate
+    from sim.errors import ConfigError, Described
+    from sim.studies.validate import validate
+
+    err = ConfigError("a.yaml", "parallel.tp", "a positive integer", Described("minus one"))
+    back = pickle.loads(pickle.dumps(err))
+    assert (type(back), str(back), back.field, back.excerpt) == (ConfigError, str(err), "parallel.tp", "minus one")
+    over = BudgetError(Estimate("a job", 10**9, 0, 9 * 2**30), Budget(2**30, "a test"))
+    back = pickle.loads(pickle.dumps(over))
+    assert (type(back), str(back), back.estimate, back.budget) == (BudgetError, str(over), over.estimate, over.budget)
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cases: [1, 2\n")
+    with pytest.raises(ConfigError) as exc:
+        validate([str(bad)], jobs=2)
+    assert str(bad) in str(exc.value) and exc.value.field.startswith("line")
