@@ -44,7 +44,7 @@ from pathlib import Path
 import simpy
 from harness import best_of, make_parser, write_json
 
-from sim.cli import LINK_COUNTERS
+from sim.cli.run import LINK_COUNTERS
 from sim.config import load_workload_with_notes
 from sim.costs.analytical import AnalyticalCostModel
 from sim.engine.simulation import Simulation

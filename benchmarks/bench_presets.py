@@ -21,7 +21,7 @@ from pathlib import Path
 
 from harness import Column, Table, best_of, make_parser, presets_or_all, write_json
 
-from sim.cli import LINK_COUNTERS
+from sim.cli.run import LINK_COUNTERS
 from sim.config import load_workload_with_notes
 from sim.output.trace import write_chrome_trace
 from sim.runner import simulate

@@ -11,7 +11,7 @@ the best wall time of ``--repeat`` runs in that process. It prints:
 
 * **gpt3-175b-1024**: GPT-3 175B on 1,024 A100 (the preset), op level, simulated and its full
   Chrome trace written (``.json.gz``) as ``llmsim run --trace`` writes it, with the
-  utilization counters of the busiest links (``sim.cli.LINK_COUNTERS``) -- target under 1 s;
+  utilization counters of the busiest links (``sim.cli.run.LINK_COUNTERS``) -- target under 1 s;
 * **Llama 3 405B on 16,384 H100**: TP 8, CP 1, PP 16, DP 128, global batch 2048, sequence
   8192 (the ``llama3-405b`` preset's model and GPU, 1F1B, selective recomputation with sequence
   parallelism and the distributed optimizer so that it fits), op level -- target under 5 s;
@@ -57,7 +57,7 @@ def _llama_sets(dp: int, pp: int, micro_batches: int, layers: int) -> list[str]:
 
 def _case(preset: str, sets: list[str], trace: bool, repeat: int, out: mp.Queue) -> None:
     """Run in a child process: simulate ``repeat`` times and report the best."""
-    from sim.cli import LINK_COUNTERS
+    from sim.cli.run import LINK_COUNTERS
     from sim.config import load_workload_with_notes
     from sim.output.report import make_report
     from sim.output.trace import write_chrome_trace

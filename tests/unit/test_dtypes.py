@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from sim.cli import _parser, main
+from sim.cli.main import build_parser, main
 from sim.config import load_workload
 from sim.errors import ConfigError
 from sim.inference.config import InferenceArgs, build_spec
@@ -29,7 +29,7 @@ def _dtype_options(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
             yield prefix, action.option_strings[0], action.help
 
 
-OPTIONS = sorted(_dtype_options(_parser()))
+OPTIONS = sorted(_dtype_options(build_parser()))
 
 
 def _listed(text: str) -> list[str]:

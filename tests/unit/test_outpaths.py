@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import sim.output.paths as outpaths
-from sim.cli import _parser, main
+from sim.cli.main import build_parser, main
 from sim.errors import ConfigError
 from sim.output.paths import DIR_OPTIONS, FILE_OPTIONS, check_output_path, check_output_paths
 
@@ -96,7 +96,7 @@ def _options(parser: argparse.ArgumentParser):
 
 
 def test_every_option_that_writes_is_checked():
-    writers = list(_options(_parser()))
+    writers = list(_options(build_parser()))
     assert len(writers) >= 20  # every command's --json, the run's traces, the plots
     for action in writers:
         assert FILE_OPTIONS.get(action.dest) in action.option_strings or \

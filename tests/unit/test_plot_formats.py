@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from sim.cli import _parser, main
+from sim.cli.main import build_parser, main
 from sim.errors import ConfigError
 from sim.output.plot_formats import check_plot_path, plot_format
 
@@ -125,7 +125,7 @@ def _plot_commands(parser: argparse.ArgumentParser, prefix: tuple[str, ...] = ()
             yield prefix
 
 
-PLOT_COMMANDS = sorted(set(_plot_commands(_parser())))
+PLOT_COMMANDS = sorted(set(_plot_commands(build_parser())))
 REQUIRED = {("compare",): ["--topology", "dgx-a100"]}
 """Options a command's parser requires besides ``--plot``."""
 

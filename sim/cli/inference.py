@@ -1,5 +1,6 @@
-"""The inference commands of ``llmsim``: ``infer``, ``roofline``, ``validate-infer`` and the
-``memory`` study of ``whatif`` (registered by :mod:`sim.cli`).
+"""The inference commands of ``llmsim``: ``infer``, ``roofline`` and ``validate-infer``
+(:func:`register`), and the ``memory`` study of ``whatif`` (:func:`register_whatif_memory`,
+called by :mod:`sim.cli.whatif`).
 
 ::
 
@@ -11,18 +12,20 @@
     llmsim validate-infer FILE [--stack NAME|FILE] [--json PATH]
 
 ``MODEL`` is a model file or preset (``workloads/models/``), a training workload (its model
-section), or a Hugging Face ``config.json`` (:mod:`sim.inference.models`).
+section), or a Hugging Face ``config.json`` (:mod:`sim.inference.models`); the simulator itself
+is :mod:`sim.inference` (docs/inference.md).
 """
 
 from __future__ import annotations
 
 import argparse
 
+from sim.cli.io import add_budget_option
 from sim.inference.spec import KV_DTYPES
 from sim.output.json_output import write_json
 from sim.types import SIMULATED_DTYPES, dtype_names
 
-__all__ = ["add_commands", "add_whatif_memory"]
+__all__ = ["register", "register_whatif_memory"]
 
 DEFAULT_ROOFLINE_GPUS = "A100-SXM4-80GB,H100-SXM5-80GB,B200"
 
@@ -136,8 +139,8 @@ def _common(p: argparse.ArgumentParser, gpu_default: str, gpu_help: str) -> None
     p.add_argument("--json", metavar="PATH", help="write the same numbers as JSON")
 
 
-def add_commands(sub) -> None:
-    """Register ``infer``, ``roofline`` and ``validate-infer`` on ``llmsim``'s subparsers."""
+def register(sub) -> None:
+    """Add ``infer``, ``roofline`` and ``validate-infer`` to ``llmsim``'s subcommands."""
     inf = sub.add_parser("infer", help="simulate the prefill and decode of one batch of requests",
                          description="Simulate prefill and every decode step on the topology and report time to "
                          "first token, time per output token, end-to-end latency, tokens/s and memory per GPU.")
@@ -150,6 +153,7 @@ def add_commands(sub) -> None:
                      "CUDA graphs, no host work counted)")
     inf.add_argument("--trace", metavar="PATH", help="write a Chrome trace (gzip if PATH ends in .gz)")
     inf.set_defaults(func=_cmd_infer)
+    add_budget_option(inf)
     roof = sub.add_parser("roofline", help="every GEMM and attention op of a layer against each GPU's ridge point",
                           description="Per GPU and phase: FLOPs, bytes, arithmetic intensity, the ridge point, "
                           "compute- or memory-bound, and the time the simulator charges.")
@@ -168,10 +172,11 @@ def add_commands(sub) -> None:
                      "(default: each case's own, matched by its framework text)")
     val.add_argument("--json", metavar="PATH", help="write the rows and the summary as JSON")
     val.set_defaults(func=_cmd_validate_infer)
+    add_budget_option(val)
 
 
-def add_whatif_memory(wsub) -> None:
-    """Register ``whatif memory`` on the ``whatif`` study subparsers."""
+def register_whatif_memory(wsub) -> None:
+    """Add ``whatif memory`` to the ``whatif`` studies."""
     mem = wsub.add_parser("memory", help="swap the GPU's HBM generation and see inference latency per phase",
                           description="Give the GPU each HBM generation's bandwidth and capacity "
                           "(topologies/hbm-generations.yaml), simulate one batch of requests on each and print "
