@@ -82,7 +82,7 @@ class Task:
     rank: int
     stream: Stream
     name: str
-    op: Op
+    op: Op | Block
     kind: OpKind
     comm: bool
     deps: list[int]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import Enum, IntEnum
+from typing import TypeVar
 
 
 class Dtype(str, Enum):
@@ -353,8 +354,11 @@ class Stream(IntEnum):
         }[self]
 
 
-def parse_enum(kind: type[Enum], value: object, path: str, field: str, allowed: Iterable[Enum] | None = None,
-               why_not: str = "") -> Enum:
+_E = TypeVar("_E", bound=Enum)
+
+
+def parse_enum(kind: type[_E], value: object, path: str, field: str, allowed: Iterable[_E] | None = None,
+               why_not: str = "") -> _E:
     """Turn a YAML string into ``kind``, or raise a ConfigError listing the valid values.
 
     ``allowed`` narrows the valid values to those members (default: all of ``kind``); a member

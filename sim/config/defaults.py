@@ -15,13 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sim.config.fields import Fields, Notes
-from sim.config.stack import DpShard, MemorySaverKind, MicroBatchRule, Stack, TpOverlapImpl
+from sim.config.stack import DpShard, FlagSetting, MemorySaverKind, MicroBatchRule, Stack, TpOverlapImpl
 from sim.types import AttentionKernel, LossKind, RecomputeKind, ScheduleKind, TpOverlapMethod, ZeroImpl, parse_enum
 from sim.workload.spec import ParallelSpec
 from sim.workload.tp_overlap import ASYNC_TP, TE_DEFAULTS, UB_GEMMS, TpOverlapConfig, userbuffers
 
 
-def _from_stack(f: Fields, key: str, stack: Stack, notes: Notes, quiet: bool | None = None) -> bool:
+def _from_stack(f: Fields, key: FlagSetting, stack: Stack, notes: Notes, quiet: bool | None = None) -> bool:
     """A boolean setting: the case's ``parallel.<key>``, else the stack's value, noted unless
     it is ``quiet`` (the usual value, which needs no note)."""
     flag = f.flag(key)
@@ -182,9 +182,9 @@ def tp_overlap_default(f: Fields, tp: int, stack: Stack, notes: Notes) -> bool:
     if flag is not None:
         return flag
     if tp > 1:
-        for flag in ("--tp-comm-overlap", "AsyncTP"):  # Megatron-LM; torchtitan's async TP
-            if _details_has(f, flag):
-                return notes.fill("parallel.tp_comm_overlap", True, f"the case's settings list {flag}")
+        for listed in ("--tp-comm-overlap", "AsyncTP"):  # Megatron-LM; torchtitan's async TP
+            if _details_has(f, listed):
+                return notes.fill("parallel.tp_comm_overlap", True, f"the case's settings list {listed}")
         if stack.value("tp_comm_overlap"):
             return notes.fill("parallel.tp_comm_overlap", True, stack.why("tp_comm_overlap"))
     return False
@@ -290,7 +290,8 @@ def _framework_has(f: Fields, framework: str, *words: str) -> str | None:
     return next((w for w in words if w in text), None)
 
 
-def _on_unless_listed(f: Fields, framework: str, stack: Stack, notes: Notes, key: str, off_flag: str) -> bool:
+def _on_unless_listed(f: Fields, framework: str, stack: Stack, notes: Notes, key: FlagSetting,
+                      off_flag: str) -> bool:
     """A Megatron-LM feature that its flag ``off_flag`` turns off: the case's
     ``parallel.<key>``, else off when its settings or framework list ``off_flag``, else the
     stack's value (noted when off: a release that predates it)."""
@@ -375,7 +376,7 @@ class MemorySaver:
 
     key: str
     """The :class:`~sim.workload.spec.ParallelSpec` field, also the case's ``parallel`` key."""
-    value: object
+    value: bool | RecomputeKind
     """The value that saves memory."""
     fewest_layers: bool = False
     """Full recomputation (``value``) of the fewest layers of each model chunk that fit:

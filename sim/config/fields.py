@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
+from typing import Any, Literal, TypeGuard, TypeVar, overload
 
 import yaml
 
@@ -44,6 +46,9 @@ refuses to read one of more than 4,300 digits)."""
 
 MAX_INTEGER = 2**53
 """The largest integer a field takes (floats represent every integer up to it exactly)."""
+
+T = TypeVar("T")
+E = TypeVar("E", bound=Enum)
 
 _INT_TAG = "tag:yaml.org,2002:int"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
@@ -80,7 +85,7 @@ class StrictLoader(yaml.SafeLoader):
         self._expanded: dict[int, int] = {}
         """Values under each node composed so far, aliases expanded, by ``id(node)``."""
 
-    def compose_node(self, parent, index):
+    def compose_node(self, parent: yaml.Node | None, index: object) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             node = super().compose_node(parent, index)
@@ -108,7 +113,7 @@ class StrictLoader(yaml.SafeLoader):
             raise YAMLRefused(mark, f"a document of at most {MAX_YAML_VALUES:,} values, aliases counted each "
                               "time they are used", Described(f"more than {MAX_YAML_VALUES:,}{why}"))
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: yaml.Node, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
             first: dict[object, int] = {}
             for key_node, _ in node.value:
@@ -122,7 +127,7 @@ class StrictLoader(yaml.SafeLoader):
                 first[key] = line
         return super().construct_mapping(node, deep)
 
-    def construct_yaml_int(self, node):
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         text = str(node.value)
         if sum(c.isalnum() for c in text) > MAX_INT_DIGITS:
             raise YAMLRefused(node.start_mark, f"an integer of at most {MAX_INT_DIGITS} digits",
@@ -167,13 +172,21 @@ class Fields:
     def error(self, key: str, expected: str, got: object) -> ConfigError:
         return ConfigError(self.path, self.field(key), expected, got)
 
-    def _get(self, key: str, ok: Callable[[object], bool], what: str, required: bool) -> object:
+    def _get(self, key: str, ok: Callable[[object], TypeGuard[T]], what: str, required: bool) -> T | None:
         value = self.raw.get(key)
-        if value is None and required:
-            raise self.error(key, f"{what} {_REQUIRED}", None)
-        if value is not None and not ok(value):
+        if value is None:
+            if required:
+                raise self.error(key, f"{what} {_REQUIRED}", None)
+            return None
+        if not ok(value):
             raise self.error(key, what, value)
         return value
+
+    @overload
+    def integer(self, key: str, *, required: Literal[True], positive: bool = False) -> int: ...
+
+    @overload
+    def integer(self, key: str, *, required: bool = False, positive: bool = False) -> int | None: ...
 
     def integer(self, key: str, *, required: bool = False, positive: bool = False) -> int | None:
         """``key`` as an integer of at most :data:`MAX_INTEGER` in magnitude (positive when
@@ -186,6 +199,12 @@ class Fields:
             raise self.error(key, f"{what} of at most 2^53", value)
         return value
 
+    @overload
+    def number(self, key: str, *, required: Literal[True]) -> float: ...
+
+    @overload
+    def number(self, key: str, *, required: bool = False) -> float | None: ...
+
     def number(self, key: str, *, required: bool = False) -> float | None:
         """``key`` as a finite number (a float), None when null or missing and not ``required``."""
         value = self._get(key, is_number, "a number", required)
@@ -194,6 +213,14 @@ class Fields:
         if not is_finite(value):
             raise self.error(key, "a finite number", value)
         return float(value)
+
+    @overload
+    def quantity(self, key: str, what: str, *, high: float, low: float = ..., low_open: bool = ...,
+                 required: Literal[True]) -> float: ...
+
+    @overload
+    def quantity(self, key: str, what: str, *, high: float, low: float = ..., low_open: bool = ...,
+                 required: bool = ...) -> float | None: ...
 
     def quantity(self, key: str, what: str, *, high: float, low: float = 0.0, low_open: bool = False,
                  required: bool = False) -> float | None:
@@ -205,13 +232,19 @@ class Fields:
         return value
 
     def flag(self, key: str) -> bool | None:
-        return self._get(key, lambda v: isinstance(v, bool), "true or false", False)
+        return self._get(key, is_bool, "true or false", False)
+
+    @overload
+    def text(self, key: str, *, required: Literal[True]) -> str: ...
+
+    @overload
+    def text(self, key: str, *, required: bool = False) -> str | None: ...
 
     def text(self, key: str, *, required: bool = False) -> str | None:
-        return self._get(key, lambda v: isinstance(v, str), "a string", required)
+        return self._get(key, is_str, "a string", required)
 
-    def enum(self, key: str, kind: type, notes: Notes, default: object, why: str, allowed: Sequence | None = None,
-             why_not: str = "") -> object:
+    def enum(self, key: str, kind: type[E], notes: Notes, default: E, why: str, allowed: Iterable[E] | None = None,
+             why_not: str = "") -> E:
         """``key`` as a member of ``kind`` (of ``allowed``, refused with ``why_not``, when
         given: :func:`~sim.types.parse_enum`), ``default`` with a note when absent."""
         value = self.raw.get(key)
@@ -234,15 +267,23 @@ def described(raw: object) -> Described:
     return Described(f"a {type(raw).__name__}" if type(raw).__name__[0] not in "aeiou" else f"an {type(raw).__name__}")
 
 
-def is_int(value: object) -> bool:
+def is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def is_number(value: object) -> bool:
+def is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def is_finite(value: object) -> bool:
+def is_bool(value: object) -> TypeGuard[bool]:
+    return isinstance(value, bool)
+
+
+def is_str(value: object) -> TypeGuard[str]:
+    return isinstance(value, str)
+
+
+def is_finite(value: object) -> TypeGuard[int | float]:
     """A number (not a bool) that is neither infinite nor NaN, and small enough for a float.
 
     >>> is_finite(1), is_finite(2.5), is_finite(float("inf")), is_finite(float("nan")), is_finite(10**400)
@@ -255,10 +296,10 @@ def is_finite(value: object) -> bool:
     return math.isfinite(value)
 
 
-class Notes(list):
+class Notes(list[str]):
     """The defaults a load filled in, as human-readable lines."""
 
-    def fill(self, field: str, value: object, why: str) -> object:
+    def fill(self, field: str, value: T, why: str) -> T:
         shown = str(value).lower() if isinstance(value, bool) else getattr(value, "value", value)
         self.append(f"{field}: null -> {shown} ({why})")
         return value
@@ -293,8 +334,8 @@ def read_yaml(path: Path) -> object:
         raise ConfigError(str(path), f"line {line}", "valid YAML", problem) from None
 
 
-def apply_overrides(raw: Mapping, overrides: Sequence[str],
-                     settable: tuple[dict[str, Sequence[str]], Sequence[str]]) -> dict:
+def apply_overrides(raw: Mapping[str, object], overrides: Sequence[str],
+                    settable: tuple[Mapping[str, Sequence[str]], Sequence[str]]) -> dict[str, object]:
     """Apply ``KEY=VALUE`` items (VALUE read as YAML) to a copy of ``raw``."""
     sections, top = settable
     out = copy.deepcopy(dict(raw))

@@ -17,6 +17,7 @@ at most the GPU's HBM capacity, with no margin.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from sim.config.defaults import MemorySaver, memory_savers
 from sim.config.stack import Stack
@@ -131,7 +132,7 @@ def fit_null_settings(w: WorkloadSpec, nulls: frozenset[str], stack: Stack) -> F
     capacity = w.system.gpu.hbm_capacity_bytes
     base_peak = peak_memory_bytes(w)
     steps: list[_Step] = []
-    changes: dict[str, object] = {}
+    changes: dict[str, Any] = {}  # ParallelSpec fields by name (MemorySaver.key); the spec checks each value
     found = None
     for saver in savers:
         changes[saver.key] = saver.value

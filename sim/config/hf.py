@@ -29,6 +29,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Literal, overload
 
 from sim.errors import ConfigError, Described
 from sim.inputs import read_input_text
@@ -116,6 +117,14 @@ def _load_json(path: Path) -> dict[str, object]:
     if not isinstance(cfg, dict):
         raise ConfigError(where, "<top level>", "a JSON object", type(cfg).__name__)
     return cfg
+
+
+@overload
+def _int(cfg: dict[str, object], key: str, path: Path, *, required: Literal[True] = True, minimum: int = 1) -> int: ...
+
+
+@overload
+def _int(cfg: dict[str, object], key: str, path: Path, *, required: bool, minimum: int = 1) -> int | None: ...
 
 
 def _int(cfg: dict[str, object], key: str, path: Path, *, required: bool = True, minimum: int = 1) -> int | None:

@@ -43,6 +43,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sim.config.fields import apply_overrides
 from sim.config.hf import read_hf_config
@@ -77,7 +78,10 @@ class MegatronArgs:
     the names of the flags in each other class, in the order they appeared."""
 
     source: str
-    values: dict[str, object]
+    values: dict[str, Any]
+    """Target key -> the setting, of the type that key's parser gives (:data:`MEGATRON_FLAGS`):
+    typed by key, so ``Any`` to the type checker; :func:`build_workload
+    <sim.config.workload.build_workload>` checks the mapping made from them."""
     flags: dict[str, str] = field(default_factory=dict)
     """Target key -> the flag (as written) that set it, for messages."""
     ignored: tuple[str, ...] = ()
@@ -200,7 +204,7 @@ def parse_megatron_args(text: str, source: str = SOURCE) -> MegatronArgs:
     """
     tokens, launcher_words, notes = _launch_tokens(text, source)
     nodes, per_node = _launcher(launcher_words, source)
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}
     flags: dict[str, str] = {}
     ignored: list[str] = []
     not_modelled: list[str] = []
@@ -246,11 +250,11 @@ def parse_megatron_args(text: str, source: str = SOURCE) -> MegatronArgs:
 class _Mapper:
     """Derives the workload mapping from read arguments, collecting notes."""
 
-    def __init__(self, args: MegatronArgs, hf: Mapping[str, object] | None, hf_path: str | None) -> None:
+    def __init__(self, args: MegatronArgs, hf: Mapping[str, Any] | None, hf_path: str | None) -> None:
         self.a, self.v, self.hf, self.hf_path = args, args.values, hf, hf_path
         self.notes: list[str] = []
 
-    def get(self, key: str, default: object = None) -> object:
+    def get(self, key: str, default: object = None) -> Any:
         return self.v.get(key, default)
 
     def flag(self, key: str) -> str:
@@ -264,7 +268,7 @@ class _Mapper:
 
     # model ----------------------------------------------------------------------------------
 
-    def model(self, tp: int) -> dict[str, object]:
+    def model(self, tp: int) -> dict[str, Any]:
         claims = self._model_claims()
         if self.hf is not None:
             model = dict(self.hf)
@@ -347,7 +351,7 @@ class _Mapper:
             return hf["ffn_hidden_size"]  # Mixtral: the expert width is intermediate_size
         return None
 
-    def _model_defaults(self, model: dict[str, object]) -> None:
+    def _model_defaults(self, model: dict[str, Any]) -> None:
         """Megatron-LM's values for model flags left out (``validate_args``)."""
         hidden, heads = model["hidden_size"], model["num_attention_heads"]
         gated = bool(model.get("gated_mlp"))
@@ -378,7 +382,7 @@ class _Mapper:
         # NullTokenizer adds an end-of-document token: vocab_size = --vocab-size + 1 (tokenizer.py)
         return vocab + 1 if self.get("tokenizer_type") == "NullTokenizer" else vocab
 
-    def _vocab(self, model: dict[str, object], tp: int) -> int:
+    def _vocab(self, model: dict[str, Any], tp: int) -> int:
         """The padded vocabulary Megatron-LM builds the embedding with."""
         if self.get("padded_vocab_size") is not None:
             return int(self.get("padded_vocab_size"))
@@ -424,10 +428,10 @@ class _Mapper:
 
     # parallel --------------------------------------------------------------------------------
 
-    def parallel(self, model: Mapping[str, object]) -> dict[str, object]:
+    def parallel(self, model: Mapping[str, Any]) -> dict[str, Any]:
         get = self.get
         tp, pp = get("parallel.tp", 1), get("parallel.pp", 1)
-        p: dict[str, object] = {k: get(f"parallel.{k}", 1) for k in ("tp", "pp", "cp", "ep")}
+        p: dict[str, Any] = {k: get(f"parallel.{k}", 1) for k in ("tp", "pp", "cp", "ep")}
         etp = get("parallel.etp")
         if etp is not None and (model.get("num_experts") or 0) > 1:
             p["etp"] = etp  # unset: Megatron-Core's default, the experts at the tensor-parallel size
@@ -498,7 +502,7 @@ class _Mapper:
             out["hierarchical_context_parallel_sizes"] = list(levels)
         return out
 
-    def _virtual_stages(self, model: Mapping[str, object], pp: int) -> int:
+    def _virtual_stages(self, model: Mapping[str, Any], pp: int) -> int:
         get, layers = self.get, int(model["num_layers"])
         given = [k for k in ("layers_per_virtual_stage", "parallel.virtual_pipeline_stages", "pipeline_layout")
                  if get(k) is not None]
@@ -589,7 +593,7 @@ class _Mapper:
             self.note(f"layout {counts} (--pipeline-model-parallel-layout) not modelled: llmsim splits {ours}")
         return vps
 
-    def _recompute(self, model: Mapping[str, object], chunks: int) -> tuple[str, int | None]:
+    def _recompute(self, model: Mapping[str, Any], chunks: int) -> tuple[str, int | None]:
         """``parallel.recompute`` and ``parallel.recompute_num_layers``: ``--recompute-method block
         --recompute-num-layers N`` recomputes the first ``N`` layers of each model chunk
         (:attr:`~sim.workload.spec.ParallelSpec.recompute_num_layers`), all of them when ``N``
@@ -623,7 +627,7 @@ class _Mapper:
                       "the same recomputation, a little more activation memory kept")
         return "full", None
 
-    def _sharding(self, p: dict[str, object], pp: int) -> None:
+    def _sharding(self, p: dict[str, Any], pp: int) -> None:
         get = self.get
         dist_opt = bool(get("parallel.distributed_optimizer"))
         zero = 0
@@ -640,7 +644,7 @@ class _Mapper:
             self.note("--data-parallel-sharding-strategy ignored without --use-megatron-fsdp")
         p["distributed_optimizer"], p["zero_stage"] = dist_opt, zero
 
-    def shard_degree(self, p: dict[str, object], dp: int | None) -> None:
+    def shard_degree(self, p: dict[str, Any], dp: int | None) -> None:
         """``--num-distributed-optimizer-instances N`` -> ``parallel.dp_shard = DP / N``: the
         ``dp-cp`` group is cut into N consecutive intra-instance groups of ``DP x CP / N`` ranks
         (``initialize_model_parallel`` in ``megatron/core/parallel_state.py``), each holding a
@@ -720,9 +724,9 @@ _FLAG_OF = {spec.target: flag for flag, spec in reversed(list(MEGATRON_FLAGS.ite
 """Workload key -> the flag that sets it (the first listed), for relabelling errors."""
 
 
-def _workload_mapping(args: MegatronArgs, hf: Mapping[str, object] | None, hf_path: str | None, *,
+def _workload_mapping(args: MegatronArgs, hf: Mapping[str, Any] | None, hf_path: str | None, *,
                       name: str, gpu: str | None, num_gpus: int | None,
-                      topology: str | None) -> tuple[dict, list[str]]:
+                      topology: str | None) -> tuple[dict[str, object], list[str]]:
     """The workload mapping (the YAML's keys) the arguments describe, and the notes."""
     m = _Mapper(args, hf, hf_path)
     tp = int(args.values.get("parallel.tp", 1))
@@ -749,7 +753,7 @@ def _workload_mapping(args: MegatronArgs, hf: Mapping[str, object] | None, hf_pa
     system["num_gpus"] = num_gpus
     m.shard_degree(parallel, num_gpus // mp if num_gpus % mp == 0 else None)
     model.setdefault("name", name)
-    raw = {"name": name, "model": model, "parallel": parallel, "system": system, "dtype": dtype,
+    raw: dict[str, object] = {"name": name, "model": model, "parallel": parallel, "system": system, "dtype": dtype,
            "framework": "Megatron-LM (launch arguments)"}
     if scaling is not None:
         raw["scaling"] = scaling
@@ -811,7 +815,8 @@ def load_megatron_workload(text: str, *, source: str = SOURCE, hf_config: str | 
     name = Path(source).stem if source != SOURCE else "megatron-args"
     raw, notes = _workload_mapping(args, hf, hf_path, name=name, gpu=gpu, num_gpus=num_gpus, topology=topology)
     raw = apply_overrides(raw, overrides, WORKLOAD_SETTABLE)
-    if raw["system"].get("gpu") is None:
+    system = raw["system"]
+    if isinstance(system, Mapping) and system.get("gpu") is None:
         from sim.hardware import gpu_names
 
         raise ConfigError(source, "system.gpu", f"a GPU: --set system.gpu=NAME or a --topology that names one "

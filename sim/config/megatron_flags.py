@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 __all__ = ["MEGATRON_FLAGS", "IGNORED_FLAGS", "NOT_MODELLED_FLAGS"]
 
@@ -42,7 +43,7 @@ def _one(values: list[str], what: str) -> str:
     return values[0]
 
 
-def _integer(minimum: int = 1) -> _Parser:
+def _integer(minimum: int = 1) -> Callable[[list[str]], int]:
     what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
 
     def parse(values: list[str]) -> int:
@@ -122,11 +123,14 @@ def _moe_freq(values: list[str]) -> tuple[int, ...] | int:
     if text.strip().isdigit() and len(text.strip()) <= 18:
         return int(text)
     try:
-        return tuple(_pattern(ast.parse(text.strip(), mode="eval").body))
+        pattern = _pattern(ast.parse(text.strip(), mode="eval").body)
     except RecursionError:  # Python's parser builds a chain of terms recursively, ~1,000 at most
         raise BadValue("a list expression of at most a few hundred terms, such as ([0]*3+[1]*58)", text) from None
     except (SyntaxError, ValueError, TypeError):
-        raise BadValue("an integer or a list expression of 0s and 1s such as ([0]*3+[1]*58)", text) from None
+        pattern = None
+    if not isinstance(pattern, list):  # unreadable, or an expression of integers only, such as (2*3)
+        raise BadValue("an integer or a list expression of 0s and 1s such as ([0]*3+[1]*58)", text)
+    return tuple(pattern)
 
 
 MAX_FREQ_CHARS = 100_000
@@ -139,7 +143,7 @@ MAX_FREQ_ITEMS = 1_000_000
 def _chain(node: ast.AST, op: type) -> list[ast.AST]:
     """The operands of a chain ``a op b op c ...`` (parsed left-nested), without recursion:
     an expression of thousands of terms is as deep."""
-    out = []
+    out: list[ast.AST] = []
     while isinstance(node, ast.BinOp) and isinstance(node.op, op):
         out.append(node.right)
         node = node.left
@@ -157,33 +161,45 @@ def _pattern(node: ast.AST) -> list[int] | int:
         return node.value
     if isinstance(node, (ast.List, ast.Tuple)):
         items = [_pattern(e) for e in node.elts]
-        if any(not isinstance(i, int) for i in items):
+        numbers = [i for i in items if isinstance(i, int)]
+        if len(numbers) != len(items):
             raise ValueError("nested list")
-        return items
+        return numbers
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         terms = [_pattern(t) for t in _chain(node, ast.Add)]
-        if all(isinstance(t, int) for t in terms):
-            return _bounded(sum(terms))
-        if not all(isinstance(t, list) for t in terms):
+        numbers = [t for t in terms if isinstance(t, int)]
+        if len(numbers) == len(terms):
+            return _bounded(sum(numbers))
+        lists = [t for t in terms if isinstance(t, list)]
+        if len(lists) != len(terms):
             raise TypeError("list + int")
-        return _bounded([x for t in terms for x in t])
+        return _bounded([x for t in lists for x in t])
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
         out: list[int] | int = 1
         for factor in (_pattern(t) for t in _chain(node, ast.Mult)):
             if isinstance(out, list) and isinstance(factor, list):
                 raise TypeError("list * list")
-            if isinstance(out, list) or isinstance(factor, list):
-                seq, times = (out, factor) if isinstance(out, list) else (factor, out)
-                if len(seq) * times > MAX_FREQ_ITEMS:
-                    raise ValueError("too long")
-                out = seq * times
-            else:
+            if isinstance(out, list) and isinstance(factor, int):
+                out = _repeated(out, factor)
+            elif isinstance(out, int) and isinstance(factor, list):
+                out = _repeated(factor, out)
+            elif isinstance(out, int) and isinstance(factor, int):
                 out = _bounded(out * factor)
         return out
     raise ValueError("not a list expression")
 
 
-def _bounded(value: list[int] | int) -> list[int] | int:
+def _repeated(seq: list[int], times: int) -> list[int]:
+    """``seq * times``, refused (ValueError) beyond :data:`MAX_FREQ_ITEMS` items."""
+    if len(seq) * times > MAX_FREQ_ITEMS:
+        raise ValueError("too long")
+    return seq * times
+
+
+_Pattern = TypeVar("_Pattern", list[int], int)
+
+
+def _bounded(value: _Pattern) -> _Pattern:
     if (len(value) if isinstance(value, list) else value) > MAX_FREQ_ITEMS:
         raise ValueError("too long")
     return value

@@ -159,8 +159,9 @@ def _describe(path: Path) -> str:
     case = cases[0] if cases and isinstance(cases[0], dict) else {}
     if isinstance(case.get("description"), str):
         return case["description"]
-    model = case.get("model") if isinstance(case.get("model"), dict) else {}
-    system = case.get("system") if isinstance(case.get("system"), dict) else {}
+    model, system = case.get("model"), case.get("system")
+    model = model if isinstance(model, dict) else {}
+    system = system if isinstance(system, dict) else {}
     if model.get("name") and system.get("gpu"):
         return f"{model['name']} on {system.get('num_gpus')} x {system['gpu']}"
     if model.get("name"):

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar, overload
 
 from sim.config.fields import Fields, is_int, read_yaml
 from sim.errors import ConfigError
@@ -36,10 +36,12 @@ from sim.types import (
     parse_enum,
 )
 
-__all__ = ["DpShard", "MatchRule", "MemorySaverKind", "MicroBatchRule", "SETTINGS", "Setting", "SettingKind",
-           "Stack", "TpOverlapImpl", "YearRange", "read_stack_file"]
+__all__ = ["CountSetting", "DpShard", "FlagSetting", "MatchRule", "MemorySaverKind", "MicroBatchRule",
+           "RecomputeSetting", "SETTINGS", "Setting", "SettingKind", "Stack", "TpOverlapImpl", "YearRange",
+           "read_stack_file"]
 
 T = TypeVar("T")
+E = TypeVar("E", bound=Enum)
 
 
 class MemorySaverKind(str, Enum):
@@ -132,8 +134,8 @@ def _positive_or_null(value: object, path: str, field: str) -> int | None:
     return None if value is None else _positive(value, path, field)
 
 
-def _enum(kind: type[Enum], allowed: tuple[Enum, ...] | None = None) -> Callable[[object, str, str], Enum]:
-    def read(value: object, path: str, field: str) -> Enum:
+def _enum(kind: type[E], allowed: tuple[E, ...] | None = None) -> Callable[[object, str, str], E]:
+    def read(value: object, path: str, field: str) -> E:
         return parse_enum(kind, value, path, field, allowed)
     return read
 
@@ -182,6 +184,16 @@ SETTINGS: tuple[SettingKind, ...] = (
 """The keys of a stack file's ``settings``, in the order docs/workloads.md lists them."""
 
 _KINDS = {k.key: k for k in SETTINGS}
+
+FlagSetting = Literal["sequence_parallel", "distributed_optimizer", "overlap_param_gather", "overlap_grad_reduce",
+                      "overlap_p2p_comm", "tp_comm_overlap", "flash_attention", "fused_elementwise",
+                      "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
+                      "unfused_linear_bias"]
+"""The :data:`SETTINGS` keys read as true or false."""
+CountSetting = Literal["zero_stage", "virtual_pipeline_stages"]
+"""The :data:`SETTINGS` keys read as integers."""
+RecomputeSetting = Literal["recompute", "selective_recompute"]
+"""The :data:`SETTINGS` keys read as a :class:`~sim.types.RecomputeKind`."""
 
 
 @dataclass(frozen=True)
@@ -248,8 +260,35 @@ class Stack:
     def __getitem__(self, key: str) -> Setting:
         return self.settings[key]
 
+    @overload
+    def value(self, key: FlagSetting) -> bool: ...
+    @overload
+    def value(self, key: CountSetting) -> int: ...
+    @overload
+    def value(self, key: Literal["seq_length"]) -> int | None: ...
+    @overload
+    def value(self, key: RecomputeSetting) -> RecomputeKind: ...
+    @overload
+    def value(self, key: Literal["dp_shard"]) -> DpShard: ...
+    @overload
+    def value(self, key: Literal["zero_impl"]) -> ZeroImpl: ...
+    @overload
+    def value(self, key: Literal["tp_comm_overlap_impl"]) -> TpOverlapImpl: ...
+    @overload
+    def value(self, key: Literal["attention_kernel"]) -> AttentionKernel: ...
+    @overload
+    def value(self, key: Literal["cross_entropy"]) -> LossKind: ...
+    @overload
+    def value(self, key: Literal["memory_savers"]) -> frozenset[MemorySaverKind]: ...
+    @overload
+    def value(self, key: Literal["micro_batch_size"]) -> MicroBatchRule: ...
+    @overload
+    def value(self, key: Literal["cp_comm_type"]) -> CpCommType: ...
+    @overload
+    def value(self, key: Literal["fp8_scaling"]) -> ScalingRecipe: ...
     def value(self, key: str) -> object:
-        """The value of setting ``key``."""
+        """The value of setting ``key``, of the type its :data:`SETTINGS` reader returns
+        (the overloads; tests/unit/test_stacks.py holds the two to each other)."""
         return self.settings[key].value
 
     def why(self, key: str) -> str:
@@ -313,7 +352,7 @@ def _setting(f: Fields, key: str, origin: str, kind: SettingKind | None = None) 
     if not (isinstance(sources, list) and sources and all(isinstance(x, str) and x.strip() for x in sources)):
         raise s.error("sources", "a non-empty list of citations (release notes, code at a commit, a recipe)",
                       sources)
-    by_dtype = {}
+    by_dtype: dict[Dtype, Setting] = {}
     raw = s.raw.get("by_dtype")
     if raw is not None:
         names = [d.value for d in SIMULATED_DTYPES]

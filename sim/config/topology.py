@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from enum import Enum
+from typing import TypeVar
 
 from sim.config.fields import Fields, apply_overrides, is_finite, is_int, is_number, located, read_yaml
 from sim.config.presets import resolve_preset
@@ -29,6 +31,8 @@ from sim.topology.spec import (
 )
 from sim.types import parse_enum
 from sim.units import GBIT_PER_S, GBPS, US
+
+E = TypeVar("E", bound=Enum)
 
 _TOPO_KEYS = ("name", "description", "gpu", "gpus_per_node", "num_gpus", "scale_up", "scale_out",
               "sources", "graphml", "faults")
@@ -164,7 +168,7 @@ def _graphml_topology(f: Fields, file, graphml: str) -> TopologySpec:
             graph_file=str(graph_file), faults=_faults(f), source=f.path)
 
 
-def _kind(f: Fields, kind: type) -> object:
+def _kind(f: Fields, kind: type[E]) -> E:
     return parse_enum(kind, f.text("kind", required=True), f.path, f.field("kind"))
 
 
@@ -251,7 +255,8 @@ def _efficiency(f: Fields) -> EfficiencyCurve:
     if len(given) != 1:
         raise f.error("efficiency", "exactly one of efficiency or efficiency_by_size_bytes", given)
     if given[0] == "efficiency":
-        return EfficiencyCurve.constant(f.quantity("efficiency", "a fraction in (0, 1]", low_open=True, high=1.0))
+        return EfficiencyCurve.constant(f.quantity("efficiency", "a fraction in (0, 1]", low_open=True, high=1.0,
+                                                   required=True))
     return _curve(f, "efficiency_by_size_bytes")
 
 

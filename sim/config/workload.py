@@ -225,9 +225,11 @@ def load_case_records(path: str) -> list[CaseRecord]:
     shown = shown_path(file)
     for i, case in enumerate(_cases_in(file)):
         mapping = case if isinstance(case, Mapping) else {}
-        case_id = mapping.get("id") if isinstance(mapping.get("id"), str) else f"{file.stem}[{i}]"
-        raw_targets = mapping.get("targets") if isinstance(mapping.get("targets"), Mapping) else {}
-        targets, recompute_flag = {}, None
+        given_id, raw_targets = mapping.get("id"), mapping.get("targets")
+        case_id = given_id if isinstance(given_id, str) else f"{file.stem}[{i}]"
+        raw_targets = raw_targets if isinstance(raw_targets, Mapping) else {}
+        targets: dict[str, float] = {}
+        recompute_flag = None
         for metric in _TARGET_METRICS:
             t = raw_targets.get(metric)
             if isinstance(t, Mapping) and is_finite(t.get("value")) and t["value"] > 0:
@@ -249,8 +251,8 @@ def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     top = Fields(raw, path, "", _TOP_KEYS)
     case_id = top.text("id")
     name = top.text("name") or case_id or file.stem
-    framework = raw.get("framework") if isinstance(raw.get("framework"), str) else ""
-    framework = _dated_framework(framework, raw.get("source"), notes)
+    framework = raw.get("framework")
+    framework = _dated_framework(framework if isinstance(framework, str) else "", raw.get("source"), notes)
     stack, chosen = _stack(top, file, framework)
     first_default = len(notes)
     dtype = top.enum("dtype", Dtype, notes, Dtype.BF16, "bf16 mixed precision", SIMULATED_DTYPES, NOT_SIMULATED_DTYPES)
@@ -258,9 +260,9 @@ def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     model = build_model(raw.get("model"), path, file.parent, stack, notes, name)
     system_f = Fields(raw.get("system"), path, "system", _SYSTEM_KEYS)
     gpu = _gpu(system_f)
-    num_gpus = system_f.integer("num_gpus")
+    num_gpus = system_f.integer("num_gpus", positive=True)
     parallel = _build_parallel(Fields(raw.get("parallel"), path, "parallel", _PARALLEL_KEYS),
-                               num_gpus, framework, stack, notes, system_f.integer("gpus_per_node"))
+                               num_gpus, framework, stack, notes, system_f.integer("gpus_per_node", positive=True))
     if num_gpus is None:
         num_gpus = notes.fill("system.num_gpus", parallel.num_gpus, "tp x pp x dp x cp")
     system = _build_system(system_f, gpu, num_gpus, file.parent, notes)
@@ -455,22 +457,23 @@ def _model_parallel_split(f: Fields, num_gpus: int | None, gpus_per_node: int | 
     their product (Narayanan et al. 2021's Table 2 gives only the model-parallel size), the
     split follows that paper's Takeaway #1: tensor parallelism up to the GPUs of one server,
     pipeline parallelism across servers; otherwise a null is Megatron-LM's default of 1."""
-    tp, pp = f.integer("tp"), f.integer("pp")
-    cp = 1 if f.integer("cp") is None else f.integer("cp")
-    dp = f.integer("dp")
-    if tp is None and pp is None and None not in (num_gpus, dp) and num_gpus % (dp * cp) == 0:
+    tp, pp, cp, dp = (f.integer(k, positive=True) for k in ("tp", "pp", "cp", "dp"))
+    cp = 1 if cp is None else cp
+    if num_gpus is None or dp is None or num_gpus % (dp * cp):
+        mp = None  # the GPUs, DP and CP leave TP x PP open
+    else:
         mp = num_gpus // (dp * cp)
+    if tp is None and pp is None and mp is not None:
         per_node = gpus_per_node or 8
         tp = max(d for d in range(1, min(mp, per_node) + 1) if mp % d == 0 and per_node % d == 0)
         why = (f"model-parallel size {mp} = num_gpus / (dp x cp): tensor parallelism up to the "
                f"{per_node} GPUs of a server, pipeline across servers (Narayanan et al. 2021, Takeaway #1)")
         return notes.fill("parallel.tp", tp, why), notes.fill("parallel.pp", mp // tp, why)
-    if (tp is None) != (pp is None) and None not in (num_gpus, dp) and num_gpus % (dp * cp) == 0:
-        mp, given = num_gpus // (dp * cp), tp or pp
-        if mp % given == 0:
-            key = "parallel.pp" if pp is None else "parallel.tp"
-            value = notes.fill(key, mp // given, f"num_gpus / (dp x cp x {'tp' if pp is None else 'pp'})")
-            return (tp, value) if pp is None else (value, pp)
+    given = [v for v in (tp, pp) if v is not None]
+    if len(given) == 1 and mp is not None and mp % given[0] == 0:
+        key = "parallel.pp" if pp is None else "parallel.tp"
+        value = notes.fill(key, mp // given[0], f"num_gpus / (dp x cp x {'tp' if pp is None else 'pp'})")
+        return (given[0], value) if pp is None else (value, given[0])
     if tp is None:
         tp = notes.fill("parallel.tp", 1, "Megatron-LM default")
     if pp is None:
@@ -499,11 +502,11 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     Anything else is a ConfigError on ``parallel.placement``.
     """
     tp, pp = _model_parallel_split(f, num_gpus, gpus_per_node, notes)
-    cp, ep = (1 if f.integer(k) is None else f.integer(k) for k in ("cp", "ep"))
+    cp, ep = (f.integer(k, positive=True) or 1 for k in ("cp", "ep"))
     etp = f.integer("etp", positive=True)
     if etp is None and ep > 1:
         notes.fill("parallel.etp", tp, "Megatron-Core's default: the experts run at the tensor-parallel size")
-    dp = f.integer("dp")
+    dp = f.integer("dp", positive=True)
     if dp is None:
         if num_gpus is None:
             raise f.error("dp", "an integer, or system.num_gpus to derive it from", None)
@@ -673,20 +676,23 @@ def _build_reference(raw: object, path: str, source: str) -> Reference | None:
         return None
     if not isinstance(raw, Mapping):
         raise ConfigError(path, "targets", "a mapping of target names to {value: ...}", raw)
-    values: dict[str, object] = {}
+    values: dict[str, float | None] = {}
+    includes_recompute = None
     for key in ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "peak_memory_gib"):
         entry = raw.get(key)
         entry = {"value": entry} if isinstance(entry, (int, float)) and not isinstance(entry, bool) \
             else entry
         f = Fields(entry, path, f"targets.{key}", tuple(entry) if isinstance(entry, Mapping) else ())
-        values[key] = f.number("value")
-        if values[key] is not None and not values[key] > 0:
-            raise f.error("value", "a positive measured value (null: not published)", values[key])
+        value = values[key] = f.number("value")
+        if value is not None and not value > 0:
+            raise f.error("value", "a positive measured value (null: not published)", value)
         if key == "tflops_per_gpu":
-            values["tflops_includes_recompute"] = f.flag("includes_recompute")
-    if all(v is None for v in values.values()):
+            includes_recompute = f.flag("includes_recompute")
+    if all(v is None for v in values.values()) and includes_recompute is None:
         return None
-    memory = values.pop("peak_memory_gib")
-    return Reference(source=source, peak_memory_bytes=None if memory is None else memory * GiB,
-                     **values)
+    memory = values["peak_memory_gib"]
+    return Reference(source=source, iteration_time_s=values["iteration_time_s"],
+                     tflops_per_gpu=values["tflops_per_gpu"], tflops_includes_recompute=includes_recompute,
+                     tokens_per_s_per_gpu=values["tokens_per_s_per_gpu"],
+                     peak_memory_bytes=None if memory is None else memory * GiB)
 

@@ -480,3 +480,30 @@ def test_expert_tensor_parallel_size_loads_and_null_is_megatron_cores_default(tm
     spec, notes = load_workload_with_notes(str(_mixtral_with_etp(tmp_path, None)))
     assert spec.parallel.etp is None and spec.parallel.expert_tp == spec.parallel.tp
     assert any(n.startswith("parallel.etp: null -> 1") for n in notes)
+
+
+@pytest.mark.parametrize("changes, field, got", [
+    ({"parallel": {"dp": 0, "tp": None, "pp": None}}, "parallel.dp", 0),
+    ({"parallel": {"cp": 0, "tp": None, "pp": None}}, "parallel.cp", 0),
+    ({"parallel": {"dp": -1, "tp": None, "pp": None}}, "parallel.dp", -1),
+    ({"parallel": {"tp": 0, "pp": None}}, "parallel.tp", 0),
+    ({"parallel": {"tp": None, "pp": 0}}, "parallel.pp", 0),
+    ({"parallel": {"tp": None}, "system": {"num_gpus": 0}}, "system.num_gpus", 0),
+    ({"parallel": {"tp": None, "pp": None}, "system": {"gpus_per_node": -8}}, "system.gpus_per_node", -8),
+])
+def test_a_non_positive_size_beside_null_tp_or_pp_is_a_config_error(tmp_path, changes, field, got):
+    """TP and PP derived from the GPU count divide by DP x CP and search the divisors of the
+    model-parallel size: a size below 1 is refused as one, not a ZeroDivisionError or an empty max()."""
+    data = _tiny()
+    data["system"]["num_gpus"] = 8
+    for section, values in changes.items():
+        data[section].update(values)
+    err = _error(_write(tmp_path, data), field)
+    assert err.expected == "a positive integer" and err.got == got
+
+
+def test_a_target_with_only_its_recompute_flag_is_a_reference(tmp_path):
+    data = _tiny()
+    data["targets"] = {"tflops_per_gpu": {"value": None, "includes_recompute": False}}
+    ref = load_workload(str(_write(tmp_path, data))).reference
+    assert ref is not None and ref.tflops_includes_recompute is False and ref.tflops_per_gpu is None

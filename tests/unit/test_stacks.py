@@ -6,6 +6,8 @@ malformed stack file is one ConfigError naming the file and the field."""
 from __future__ import annotations
 
 import dataclasses
+import sys
+import types
 
 import pytest
 import yaml
@@ -291,3 +293,43 @@ def test_16_bit_gradient_reduction_halves_the_gradient_bytes():
 
     assert grad_bytes(fp32) > 0
     assert grad_bytes(bf16) == pytest.approx(grad_bytes(fp32) / 2)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="typing.get_overloads is new in Python 3.11")
+def test_the_types_stack_value_declares_are_those_its_settings_are_read_as():
+    """``Stack.value``'s overloads (FlagSetting, CountSetting, ...) name every setting once, with
+    the type of the value its SETTINGS reader gives: held against every shipped stack."""
+    import typing
+
+    from sim.config.stack import (
+        CountSetting,
+        DpShard,
+        FlagSetting,
+        MemorySaverKind,
+        MicroBatchRule,
+        RecomputeSetting,
+        Stack,
+        TpOverlapImpl,
+    )
+    from sim.types import CpCommType, LossKind, RecomputeKind, ScalingRecipe
+
+    declared: dict[str, tuple[type, ...]] = {}
+    for keys, kinds in ((FlagSetting, (bool,)), (CountSetting, (int,)), (RecomputeSetting, (RecomputeKind,))):
+        declared.update({k: kinds for k in typing.get_args(keys)})
+    for overload in typing.get_overloads(Stack.value):
+        hints = typing.get_type_hints(overload, globalns=vars(sys.modules["sim.config.stack"]))
+        keys, ret = typing.get_args(hints["key"]), hints["return"]
+        if len(keys) == 1:
+            union = typing.get_origin(ret) in (typing.Union, types.UnionType)
+            declared[keys[0]] = typing.get_args(ret) if union else (typing.get_origin(ret) or ret,)
+    assert set(declared) == {k.key for k in SETTINGS}
+    assert declared["seq_length"] == (int, type(None)) and declared["memory_savers"] == (frozenset,)
+    assert {declared[k] for k in ("dp_shard", "zero_impl", "tp_comm_overlap_impl", "attention_kernel",
+                                  "cross_entropy", "micro_batch_size", "cp_comm_type", "fp8_scaling")} == {
+        (DpShard,), (ZeroImpl,), (TpOverlapImpl,), (AttentionKernel,), (LossKind,), (MicroBatchRule,),
+        (CpCommType,), (ScalingRecipe,)}
+    for stack in shipped_stacks():
+        for key, kinds in declared.items():
+            value = stack.value(key)  # type: ignore[call-overload]  # every key, the overload per key checked here
+            assert isinstance(value, kinds), (stack.name, key, value)
+        assert all(isinstance(v, MemorySaverKind) for v in stack.value("memory_savers"))
