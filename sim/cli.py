@@ -134,7 +134,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _check_trace_dir(args.trace, args.trace_dir)
     _check_chakra(args)
     workload, notes = _load_workload(args)
-    placed = _place(workload, args.topology, args, notes)
+    from sim.calibrate.calibration import topology_option
+
+    placed = _place(workload, topology_option(args.calibration, args.topology, notes), args, notes)
     workload, topo = placed.workload, placed.topology
     run = simulate(workload, topo, full=args.full, notes=notes, slow_gpus=_slow_gpus(args.slow_gpu),
                    link_counters=LINK_COUNTERS if args.trace or args.trace_dir else 0, granularity=args.granularity)
@@ -169,6 +171,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         print(export_chakra(run, args.chakra).summary())
     return 0
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from sim.calibrate.command import calibrate
+
+    return calibrate(args.nccl_tests, args.topology, args.output)
 
 
 def _check_chakra(args: argparse.Namespace) -> None:
@@ -487,8 +495,18 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--chakra", metavar="DIR", help="write Chakra execution traces for ASTRA-sim into DIR: "
                      "llmsim.<rank>.et for every rank and llmsim.comm_groups.json (needs pip install "
                      "'llmsim[chakra]'; docs/interop.md)")
+    run.add_argument("--calibration", metavar="FILE", help="apply a calibration file (llmsim calibrate) to the "
+                     "topology: --topology's, else the one the file was calibrated on (docs/calibrate.md)")
     _add_megatron_options(run)
     run.set_defaults(func=_cmd_run)
+    cal = sub.add_parser("calibrate", help="measured nccl-tests logs in, a calibration file out (run --calibration)",
+                         description="Derive the topology's scale-up collective latency and efficiency curves from "
+                         "nccl-tests output and write them, each with its source (docs/calibrate.md).")
+    cal.add_argument("--nccl-tests", nargs="+", required=True, metavar="LOG", help="nccl-tests text output "
+                     "(all_reduce_perf of one node calibrates; other logs are read and listed)")
+    cal.add_argument("--topology", help="topology YAML or preset (default: the usual one of the logs' GPU)")
+    cal.add_argument("-o", "--output", required=True, metavar="FILE", help="the calibration file to write (YAML)")
+    cal.set_defaults(func=_cmd_calibrate)
     mem = sub.add_parser("memory", help="memory per GPU under each recomputation method",
                          description="Per pipeline stage: weights, gradients, optimizer state, activations "
                          "at the peak, other buffers, the GPU's capacity and the headroom.")
