@@ -5,6 +5,8 @@
     llmsim run [WORKLOAD.yaml] [--case ID] [--topology T] [--trace PATH] [--json PATH] [--set KEY=VALUE ...] [--full]
                [--slow-gpu RANK=FACTOR ...] [--granularity op|layer] [--trace-dir DIR] [--html PATH] [--chakra DIR]
     llmsim run --megatron-args "ARGS"|@FILE [--hf-config config.json] [--set system.gpu=NAME] [run options]
+               [--calibration FILE]
+    llmsim calibrate --nccl-tests LOG [LOG ...] [--topology T] -o FILE
     llmsim memory [WORKLOAD.yaml] [--recompute none,selective,selective-op,full] [--plot PATH] [--json PATH]
     llmsim validate [FILE...] [--json PATH]
     llmsim presets [--json PATH]
@@ -43,7 +45,7 @@ import sys
 from collections.abc import Sequence
 
 from sim.budget import memory_budget
-from sim.cli import collective, compare, memory, presets, run, sweep, validate, whatif
+from sim.cli import calibrate, collective, compare, memory, presets, run, sweep, validate, whatif
 from sim.cli.io import note_json_stdout, run_command
 from sim.errors import ConfigError, NotBuiltError, SimError, clip
 from sim.output.paths import check_output_paths
@@ -51,7 +53,7 @@ from sim.version import __version__
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
-COMMANDS = (run, memory, validate, presets, collective, compare, sweep, whatif)
+COMMANDS = (run, calibrate, memory, validate, presets, collective, compare, sweep, whatif)
 """The training commands' modules, in the order ``llmsim --help`` lists them; each has
 ``register(subparsers)``. The inference commands follow (:mod:`sim.cli.inference`)."""
 

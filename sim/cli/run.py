@@ -4,7 +4,7 @@
 
     llmsim run [WORKLOAD.yaml] [--case ID] [--topology T] [--trace PATH] [--json PATH] [--set KEY=VALUE ...] [--full]
                [--slow-gpu RANK=FACTOR ...] [--granularity op|layer|chunk] [--trace-dir DIR] [--html PATH]
-               [--chakra DIR]
+               [--chakra DIR] [--calibration FILE]
     llmsim run --megatron-args "ARGS"|@FILE [--hf-config config.json] [--set system.gpu=NAME] [run options]
 """
 
@@ -58,6 +58,8 @@ def register(sub) -> None:
     run.add_argument("--chakra", metavar="DIR", help="write Chakra execution traces for ASTRA-sim into DIR: "
                      "llmsim.<rank>.et for every rank and llmsim.comm_groups.json (needs pip install "
                      "'llmsim[chakra]'; docs/interop.md)")
+    run.add_argument("--calibration", metavar="FILE", help="apply a calibration file (llmsim calibrate) to the "
+                     "topology: --topology's, else the one the file was calibrated on (docs/calibrate.md)")
     add_megatron_options(run)
     run.set_defaults(func=_cmd_run)
     add_budget_option(run)
@@ -70,7 +72,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _check_trace_dir(args.trace, args.trace_dir)
     _check_chakra(args)
     workload, notes = load_workload(args)
-    placed = place(workload, args.topology, args, notes)
+    from sim.calibrate.calibration import topology_option
+
+    placed = place(workload, topology_option(args.calibration, args.topology, notes), args, notes)
     workload, topo = placed.workload, placed.topology
     run = simulate(workload, topo, full=args.full, notes=notes, slow_gpus=_slow_gpus(args.slow_gpu),
                    link_counters=LINK_COUNTERS if args.trace or args.trace_dir else 0, granularity=args.granularity)

@@ -1,0 +1,15 @@
+"""Calibration: the user's own measurements in, a calibration file the simulator applies out.
+
+``llmsim calibrate --nccl-tests LOG... -o FILE`` reads nccl-tests' text output
+(:mod:`sim.calibrate.nccl_tests`), derives the topology's scale-up collective latency and
+efficiency-by-size curves from its single-node all-reduce tables (:mod:`sim.calibrate.scale_up`)
+and writes them, each value with the log and the figures it was read from
+(:mod:`sim.calibrate.calibration`); ``llmsim run --calibration FILE`` applies the file on top of
+the topology (:func:`sim.calibrate.calibration.calibrated_topology`).
+"""
+
+from sim.calibrate.calibration import Calibration, calibrated_topology, load_calibration
+from sim.calibrate.nccl_tests import NcclTestsLog, NcclTestsRow, parse_nccl_tests, read_nccl_tests
+
+__all__ = ["Calibration", "NcclTestsLog", "NcclTestsRow", "calibrated_topology", "load_calibration",
+           "parse_nccl_tests", "read_nccl_tests"]

@@ -1,0 +1,168 @@
+"""Calibration files: written by ``llmsim calibrate``, applied by ``llmsim run --calibration FILE``.
+
+A calibration file is YAML::
+
+    llmsim_calibration: 1
+    topology: dgx-a100            # the topology it was calibrated on (the default for --calibration)
+    scale_up:
+      bandwidth_GBps: 300         # what the efficiencies are fractions of (checked, not set)
+      collective_latency_us: {value: 30.45, source: "a100.log: ..."}
+      efficiency_by_size_bytes: {value: [[1048576, 0.4452], ...], source: "a100.log: ..."}
+    logs: [...]                   # what was read, and which logs were not used and why
+    check: [...]                  # the log's bus bandwidth and the calibrated topology's, size by size
+
+Applying it loads the topology (the one named on the command line, else the file's) with the
+file's ``scale_up`` values in place of the topology's (:func:`calibrated_topology`): the
+topology's scale-up bandwidth must be the file's, since the curves are fractions of it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from sim.calibrate.scale_up import CalibratedValue
+from sim.config import load_topology
+from sim.config.fields import read_yaml
+from sim.config.topology import MAX_LATENCY_US, MAX_MESSAGE_BYTES
+from sim.errors import ConfigError, Described
+from sim.topology.spec import TopologySpec
+from sim.units import GBPS
+
+__all__ = ["FORMAT", "Calibration", "calibrated_topology", "load_calibration", "topology_option"]
+
+FORMAT = 1
+"""The calibration file format (``llmsim_calibration: 1``)."""
+_TOP_KEYS = ("llmsim_calibration", "topology", "scale_up", "logs", "check")
+_CURVES = ("efficiency_by_size_bytes", "nvls_efficiency_by_size_bytes")
+_UP_KEYS = ("bandwidth_GBps", "collective_latency_us") + _CURVES
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A calibration: the topology it was made on, its scale-up bandwidth, the values it sets,
+    and what it read (``logs``) and how well the result reproduces it (``check``)."""
+
+    path: str
+    topology: str
+    bandwidth_GBps: float
+    values: tuple[CalibratedValue, ...]
+    logs: tuple[dict, ...] = ()
+    check: tuple[dict, ...] = ()
+
+    def to_dict(self) -> dict:
+        return {"llmsim_calibration": FORMAT, "topology": self.topology,
+                "scale_up": {"bandwidth_GBps": self.bandwidth_GBps,
+                             **{v.key: {"value": v.value, "source": v.source} for v in self.values}},
+                "logs": list(self.logs), "check": list(self.check)}
+
+    def write(self, path: str | Path) -> None:
+        """Write the file (YAML, a header comment saying what it is and how it is applied)."""
+        head = ("# llmsim calibration, written by `llmsim calibrate`; `llmsim run --calibration FILE` applies its\n"
+                "# scale_up values to the topology (each value says where it came from).\n")
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None, width=110,
+                              allow_unicode=True)
+        Path(path).write_text(head + text, encoding="utf-8")
+
+    def overrides(self) -> list[str]:
+        """The values as ``scale_up.KEY=VALUE`` topology overrides (:func:`sim.config.load_topology`)."""
+        out = [f"scale_up.{v.key}={json.dumps(v.value)}" for v in self.values]
+        if any(v.key == "efficiency_by_size_bytes" for v in self.values):
+            out.append("scale_up.efficiency=null")  # the curve replaces a constant efficiency
+        return out
+
+
+def load_calibration(path: str) -> Calibration:
+    """Read a calibration file; a ConfigError naming the file and the field for anything malformed."""
+    raw = read_yaml(Path(path))
+    if not isinstance(raw, dict) or raw.get("llmsim_calibration") != FORMAT:
+        raise ConfigError(path, "llmsim_calibration", f"a calibration file written by llmsim calibrate "
+                          f"(llmsim_calibration: {FORMAT})", raw.get("llmsim_calibration") if isinstance(raw, dict)
+                          else Described(f"a {type(raw).__name__}"))
+    for key in raw:
+        if key not in _TOP_KEYS:
+            raise ConfigError(path, str(key), f"one of {list(_TOP_KEYS)}", key)
+    topology = raw.get("topology")
+    if not isinstance(topology, str) or not topology:
+        raise ConfigError(path, "topology", "the topology preset or file it was calibrated on", topology)
+    up = raw.get("scale_up")
+    if not isinstance(up, dict):
+        raise ConfigError(path, "scale_up", f"a mapping of {list(_UP_KEYS)}", up)
+    for key in up:
+        if key not in _UP_KEYS:
+            raise ConfigError(path, f"scale_up.{key}", f"one of {list(_UP_KEYS)}", key)
+    bw = up.get("bandwidth_GBps")
+    if isinstance(bw, bool) or not isinstance(bw, (int, float)) or not 0 < bw < float("inf"):
+        raise ConfigError(path, "scale_up.bandwidth_GBps", "a positive bandwidth (GB/s)", bw)
+    values = []
+    for key in _UP_KEYS[1:]:
+        if key not in up:
+            continue
+        entry = up[key]
+        field = f"scale_up.{key}"
+        if not (isinstance(entry, dict) and set(entry) == {"value", "source"} and isinstance(entry["source"], str)):
+            raise ConfigError(path, field, "{value: ..., source: 'where it came from'}", entry)
+        value = entry["value"]
+        if key == "collective_latency_us":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LATENCY_US:
+                raise ConfigError(path, f"{field}.value", f"a latency from 0 to {MAX_LATENCY_US:g} us", value)
+        else:
+            _check_curve(path, f"{field}.value", value)
+        values.append(CalibratedValue(key, value, entry["source"]))
+    if not values:
+        raise ConfigError(path, "scale_up", f"at least one of {list(_UP_KEYS[1:])}", sorted(up))
+    return Calibration(path, topology, float(bw), tuple(values))
+
+
+def _check_curve(path: str, field: str, pairs: object) -> None:
+    if not (isinstance(pairs, list) and pairs):
+        raise ConfigError(path, field, "a list of [message bytes, efficiency] pairs", pairs)
+    last = 0.0
+    for i, pair in enumerate(pairs):
+        ok = (isinstance(pair, list) and len(pair) == 2
+              and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in pair))
+        if not ok or not last < pair[0] <= MAX_MESSAGE_BYTES or not 0 < pair[1] <= 1:
+            raise ConfigError(path, f"{field}[{i}]", "[message bytes, efficiency in (0, 1]], sizes increasing", pair)
+        last = pair[0]
+
+
+def calibrated_topology(path: str, topology: str | None, notes: list[str] | None = None) -> TopologySpec:
+    """The topology ``topology`` (None: the calibration's own) with calibration ``path`` applied.
+
+    Raises
+    ------
+    ConfigError
+        When the file is malformed, or the topology's scale-up bandwidth is not the one the
+        calibration's efficiencies are fractions of.
+    """
+    cal = load_calibration(path)
+    name = topology or cal.topology
+    base = load_topology(name)
+    have = base.scale_up.link.bandwidth_bytes_per_s / GBPS
+    if abs(have - cal.bandwidth_GBps) > 1e-9 * cal.bandwidth_GBps:
+        raise ConfigError(path, "scale_up.bandwidth_GBps", f"the topology's: {name} has {have:g} GB/s per GPU per "
+                          "direction, and the calibration's efficiencies are fractions of its own (calibrate on "
+                          f"{name}: llmsim calibrate --topology {name})", cal.bandwidth_GBps)
+    topo = load_topology(name, cal.overrides())
+    if notes is not None:
+        notes.append(f"calibration {path}: {name} with scale_up {', '.join(v.key for v in cal.values)} from "
+                     "llmsim calibrate (each value's source is in the file)")
+    return topo
+
+
+def topology_option(calibration: str | None, topology: str | None,
+                    notes: list[str]) -> str | TopologySpec | None:
+    """What a command's ``--topology`` stands for once ``--calibration`` is applied: ``topology``
+    itself without a calibration, the calibrated topology with one."""
+    if calibration is None:
+        return topology
+    return calibrated_topology(calibration, topology, notes)
+
+
+def check_rows(rows: Sequence[dict]) -> tuple[dict, ...]:
+    """``rows`` as the file's ``check`` list (plain numbers, fixed decimals)."""
+    return tuple({k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in rows)

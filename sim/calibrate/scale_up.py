@@ -1,0 +1,147 @@
+"""A topology's scale-up collective latency and efficiency curves from one measured all-reduce.
+
+The model the simulator prices a one-node all-reduce with (:mod:`sim.costs.comm`) is inverted
+at every size of an nccl-tests ``all_reduce_perf`` table, as :mod:`sim.derive.nccl_curves` does
+for the presets' published tables:
+
+* ring over ``n`` GPUs: ``t = L + 2(n-1) h + 2(n-1)/n S / (B eff(S))``
+* NVLS over ``n`` GPUs: ``t = L + L_nvls + (1 + 1/n) S / (B eff(S))``
+
+with ``B`` the topology's NVLink bandwidth per direction, ``h`` its hop latency (GPU to switch
+to GPU) and ``L_nvls`` NCCL's NVLS latency (:data:`sim.costs.comm.NVLS_LATENCY_S`). The log
+does not say which algorithm NCCL ran; the topology's own is taken: NVLS where the topology
+gives NVLS an efficiency curve (NCCL's default for an all-reduce inside an NVLink-SHARP node,
+nccl-tests issue #212), the ring otherwise.
+
+* ``L`` (``scale_up.collective_latency_us``) is the smallest size's time less that algorithm's
+  fixed latency, when the smallest size is at most :data:`LATENCY_UP_TO_BYTES` (latency-bound);
+  lowered where a size from :data:`CURVE_FROM_BYTES` up would otherwise need more than the
+  link's rate; the topology's own when the log starts at larger sizes.
+* That algorithm's curve has a point at every size of the log from :data:`CURVE_FROM_BYTES`
+  up: what remains of ``t`` once the latency is paid, as a fraction of ``B``.
+* On an NVLS topology the ring's curve at those sizes is the lesser of the topology's and the
+  efficiency at which the ring would take the measured time: no algorithm the simulator may pick
+  for this all-reduce is faster than the log (``auto`` takes the fastest,
+  :func:`sim.costs.comm.plan_comm`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.calibrate.nccl_tests import NcclTestsLog
+from sim.costs.comm import NVLS_LATENCY_S
+from sim.errors import ConfigError
+from sim.topology.spec import TopologySpec
+
+__all__ = ["CURVE_FROM_BYTES", "LATENCY_UP_TO_BYTES", "CalibratedValue", "ScaleUpFit", "fit_scale_up"]
+
+CURVE_FROM_BYTES = 2**20
+"""The smallest size the calibrated curves have a point at (1 MiB: below it an all-reduce inside
+a node is latency-bound and the curve's point would be noise over the latency)."""
+LATENCY_UP_TO_BYTES = 2**16
+"""The largest smallest-size of a log whose time is taken as the collective latency (64 KiB:
+the A100 and H100 logs are flat to within a few microseconds up to it)."""
+ROUND_EFFICIENCY = 4
+"""Decimals an efficiency is written with (0.01% of the link rate)."""
+
+
+@dataclass(frozen=True)
+class CalibratedValue:
+    """One topology field a calibration sets (``scale_up.<key>`` in the topology file's units),
+    and where it came from."""
+
+    key: str
+    value: float | list[list[float]]
+    source: str
+
+
+@dataclass(frozen=True)
+class ScaleUpFit:
+    """The scale-up fields calibrated from one log, and the algorithm whose curve reproduces it."""
+
+    algorithm: str
+    values: tuple[CalibratedValue, ...]
+
+
+def _size(s: float) -> str:
+    for unit, k in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if s >= k and s % k == 0:
+            return f"{s / k:g} {unit}"
+    return f"{s:g} B"
+
+
+def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) -> ScaleUpFit:
+    """Calibrate ``topology``'s scale-up latency and curves from ``log`` (one node's all-reduce).
+
+    Raises
+    ------
+    ConfigError
+        Naming the log when it has no size from :data:`CURVE_FROM_BYTES` up, or more ranks
+        than the topology's scale-up domain.
+    """
+    n = log.ranks
+    up = topology.scale_up
+    if n > up.domain_size or n < 2:
+        raise ConfigError(log.path, "ranks", f"2 to the {up.domain_size} GPUs of a {topology_name} scale-up domain", n)
+    bw = up.link.bandwidth_bytes_per_s
+    hop = 2 * up.link.latency_s  # GPU -> switch -> GPU, as benchmarks/nccl/derive_curves.py
+    points = [(r.size_bytes, r.best_time_us * 1e-6) for r in log.rows]
+    curve_points = [(s, t) for s, t in points if s >= CURVE_FROM_BYTES]
+    if not curve_points:
+        raise ConfigError(log.path, "size", f"rows from {_size(CURVE_FROM_BYTES)} up (the efficiency curve's sizes)",
+                          f"sizes up to {points[-1][0]} B")
+    ring_fixed = 2 * (n - 1) * hop
+
+    def ring_bytes(s: float) -> float:
+        return 2.0 * (n - 1) / n * s
+
+    def nvls_bytes(s: float) -> float:
+        return (1 + 1 / n) * s
+
+    nvls = up.nvls_efficiency is not None
+    algorithm, fixed, link_bytes = ("nvls", NVLS_LATENCY_S, nvls_bytes) if nvls else ("ring", ring_fixed, ring_bytes)
+    fixed_words = (f"NCCL's NVLS latency {NVLS_LATENCY_S * 1e6:g} us" if nvls
+                   else f"2(n-1) = {2 * (n - 1)} hops of {hop * 1e6:g} us")
+    first_size, first_t = points[0]
+    if first_size <= LATENCY_UP_TO_BYTES:
+        latency0 = first_t - fixed
+        lat_source = (f"{log.name}: all_reduce_perf over {n} GPUs at {_size(first_size)} took {first_t * 1e6:g} us "
+                      f"(the faster of out-of-place and in-place), less {fixed_words}")
+    else:
+        latency0 = up.collective_latency_s
+        lat_source = (f"{topology_name}'s own: {log.name} starts at {_size(first_size)}, past the "
+                      f"{_size(LATENCY_UP_TO_BYTES)} up to which an all-reduce is latency-bound")
+    room = min(t - fixed - link_bytes(s) / bw for s, t in curve_points)
+    latency = max(0.0, min(latency0, room))
+    latency = math.floor(latency * 1e8) / 1e8  # 0.01 us, rounded down: no curve point above 1 for it
+    if latency < latency0 - 1e-8:
+        lat_source += (f"; lowered to {latency * 1e6:.2f} us so that no size from {_size(CURVE_FROM_BYTES)} up needs "
+                       f"more than the link's {bw / 1e9:g} GB/s")
+    curve = []
+    for s, t in curve_points:
+        rest = t - latency - fixed
+        eff = 1.0 if rest <= 0 else min(1.0, link_bytes(s) / (bw * rest))
+        curve.append([s, max(round(eff, ROUND_EFFICIENCY), 10.0**-ROUND_EFFICIENCY)])
+    bytes_words = "(1 + 1/n) S" if nvls else "2(n-1)/n S"
+    curve_source = (f"{log.name}: all_reduce_perf over {n} GPUs of one node"
+                    + (f" (NCCL {log.nccl_version})" if log.nccl_version else "")
+                    + f", {algorithm}: at each size S from {_size(CURVE_FROM_BYTES)} up, {bytes_words} / "
+                    f"({bw / 1e9:g} GB/s x (t - latency - {fixed_words})), t the faster of out-of-place and in-place")
+    values = [CalibratedValue("collective_latency_us", round(latency * 1e6, 2), lat_source)]
+    if nvls:
+        values.append(CalibratedValue("nvls_efficiency_by_size_bytes", curve, curve_source))
+        ring = []
+        for s, t in curve_points:
+            rest = t - latency - ring_fixed
+            needed = ring_bytes(s) / (bw * rest) if rest > 0 else math.inf
+            ring.append([s, round(min(up.link.efficiency(s), needed), ROUND_EFFICIENCY)])
+        values.append(CalibratedValue(
+            "efficiency_by_size_bytes", ring,
+            f"at each size of {log.name} from {_size(CURVE_FROM_BYTES)} up, the lesser of {topology_name}'s ring "
+            f"efficiency and the one at which a ring all-reduce (2(n-1)/n S over {bw / 1e9:g} GB/s after the "
+            f"latency and 2(n-1) hops) takes the measured time: no algorithm is faster than the log"))
+    else:
+        values.append(CalibratedValue("efficiency_by_size_bytes", curve, curve_source))
+    return ScaleUpFit(algorithm, tuple(values))
