@@ -16,12 +16,18 @@ import numpy as np
 from sim.results import SimResult, Span, span_arrays, span_column, span_op_args
 from sim.types import CommClass, OpKind, Stream
 
-__all__ = ["RankBreakdown", "breakdown", "union_length"]
+__all__ = ["RankBreakdown", "breakdown"]
 
 _PRIORITY = (CommClass.TP, CommClass.CP, CommClass.EP, CommClass.PP, CommClass.DP)
 
 
 def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of ``intervals``, as sorted disjoint intervals (empty ones dropped, touching
+    ones merged): the plain definition :func:`_merge` computes with numpy.
+
+    >>> _union([(0, 2), (1, 3), (5, 6), (7, 7)])
+    [(0, 3), (5, 6)]
+    """
     out: list[list[float]] = []
     for a, b in sorted(intervals):
         if b <= a:
@@ -32,15 +38,6 @@ def _union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
         else:
             out.append([a, b])
     return [(a, b) for a, b in out]
-
-
-def union_length(intervals: list[tuple[float, float]]) -> float:
-    """Total length covered by ``intervals``.
-
-    >>> union_length([(0, 2), (1, 3), (5, 6)])
-    4
-    """
-    return sum(b - a for a, b in _union(intervals))
 
 
 @dataclass

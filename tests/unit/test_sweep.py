@@ -26,7 +26,6 @@ from sim.runner import simulate
 from sim.studies.sweep.bound import IterationBound
 from sim.studies.sweep.branch_and_bound import bounded_search
 from sim.studies.sweep.core import Fidelity, make_candidate, pareto_front, space_points, sweep
-from sim.studies.sweep.report import sweep_json
 from sim.studies.sweep.timeline_bound import TimelineBound, timeline_bound
 from sim.types import RecomputeKind, ScheduleKind
 from sim.workload.taskgraph import build_program
@@ -275,15 +274,6 @@ def test_report_table_json_and_plot(tmp_path, capsys):
                                               "peak_memory_bytes", "exposed_comm_s", "exposed_comm_total_s"}
     assert f"{best['tokens_per_s']:,.0f}" in out
     assert data["pareto_front"] and png.stat().st_size > 0
-
-
-def test_without_layer_granularity_everything_runs_op_by_op(monkeypatch):
-    monkeypatch.setattr(sweep_module, "layer_granularity_available", lambda: False)
-    result = sweep(load_workload("tiny"), load_topology("dgx-a100"),
-                   space_from_mapping({"recompute": ["none", "full"]}, "s.yaml"), workers=1)
-    assert result.screen_granularity == "op" and any("op by op" in n for n in result.notes)
-    assert all(r.op is None and r.best.granularity == "op" for r in result.top)
-    assert "screen_iteration_time_s" not in sweep_json(result)["top"][0]
 
 
 def test_ctrl_c_keeps_what_finished(tmp_path, capsys, monkeypatch):

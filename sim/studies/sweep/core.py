@@ -56,7 +56,6 @@ its shard degree (so the workload's point is the workload).
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -79,7 +78,7 @@ from sim.types import RecomputeKind, ScheduleKind
 from sim.workload.spec import WorkloadSpec, pipeline_split
 
 __all__ = ["Fidelity", "KEY_FIELDS", "MICRO_BATCH_SIZES", "MIN_TOKENS_PER_CP_RANK", "Candidate", "SimOutcome",
-           "SweepRow", "SweepResult", "layer_granularity_available", "space_points", "tp_limit_of", "make_candidate",
+           "SweepRow", "SweepResult", "space_points", "tp_limit_of", "make_candidate",
            "candidate_key", "MemoryCheck", "feasible_candidates", "simulate_one", "screen_one", "open_executor",
            "run_simulations", "pareto_front", "sweep"]
 
@@ -274,11 +273,6 @@ SCREEN_GRANULARITY = "chunk"
 """What ``fidelity="fast"`` screens at: a block per model chunk's pass of a micro-batch
 (:func:`sim.runner.simulate`; the same iteration time as layer granularity on every preset,
 1.2-1.9x faster, ``benchmarks/bench_granularity.py``)."""
-
-
-def layer_granularity_available() -> bool:
-    """Whether :func:`sim.runner.simulate` takes ``granularity="layer"`` (the one check)."""
-    return "granularity" in inspect.signature(simulate).parameters
 
 
 @dataclass(frozen=True)
@@ -648,14 +642,10 @@ def sweep(workload: WorkloadSpec, topology: TopologySpec, space: Space | None = 
     _check_executor(executor, workers)
     t0 = time.perf_counter()
     space = space or default_space()
-    layered = layer_granularity_available()
-    screen = SCREEN_GRANULARITY if fidelity is Fidelity.FAST and layered else None
+    screen = SCREEN_GRANULARITY if fidelity is Fidelity.FAST else None
     result = SweepResult(workload.name, topology.name, workload.system.gpu.name, workload.system.num_gpus,
                          workload.system.gpu.hbm_capacity_bytes, fidelity, screen or "op", space.source,
                          notes=list(notes), exhaustive=exhaustive)
-    if fidelity is Fidelity.FAST and not layered:
-        result.notes.append("fidelity fast: sim.runner.simulate has no layer granularity yet, so every "
-                            "configuration is simulated op by op")
     states = StageStates()
     try:
         jobs = feasible_candidates(workload, space, tp_limit_of(topology), result, progress, MemoryCheck(states))
