@@ -43,7 +43,6 @@ from sim.studies.sweep.core import (
     Fidelity,
     SweepResult,
     feasible_candidates,
-    layer_granularity_available,
     open_executor,
     run_simulations,
     simulate_one,
@@ -87,7 +86,7 @@ def bench_rates(workers: int, sample: int) -> tuple[list[dict], dict]:
     counts = SweepResult(LARGE, topo.name, "", 0, 0, Fidelity.FAST, SCREEN_GRANULARITY, "default")
     jobs = feasible_candidates(large, default_space(), tp_limit_of(topo), counts)
     picked = jobs[:: max(1, len(jobs) // sample)][:sample]
-    granularity = SCREEN_GRANULARITY if layer_granularity_available() else None
+    granularity = SCREEN_GRANULARITY
     with open_executor("local", workers) as (ex, slots):
         t0 = time.perf_counter()
         done, _ = run_simulations(picked, topo, granularity, ex, slots)
@@ -157,7 +156,7 @@ def bench_large(workers: int, exhaustive: bool) -> dict:
 def known_answer(large: dict) -> dict:
     """The best found against the preset's own setting, both op by op."""
     w, topo = load_workload(LARGE), load_topology("dgx-a100")
-    own = simulate_one(w, topo, "op" if layer_granularity_available() else None)
+    own = simulate_one(w, topo, "op")
     best_s, best = large["best_iteration_time_s"], large["best"]
     ok = best_s is not None and best_s <= own.iteration_time_s
     print(f"\nknown answer over the default space: best {best_s:.4f} s vs Megatron's setting "
@@ -173,8 +172,7 @@ def main() -> int:
     ap.add_argument("--exhaustive", action="store_true",
                     help="also simulate gpt3-175b-1024's whole default space without the bound (~1.5 h)")
     args = ap.parse_args()
-    print(f"llmsim sweep benchmark: Python {platform.python_version()}, {os.cpu_count()} CPUs, "
-          f"layer granularity {'available' if layer_granularity_available() else 'NOT available'}\n")
+    print(f"llmsim sweep benchmark: Python {platform.python_version()}, {os.cpu_count()} CPUs\n")
     rates, sample = bench_rates(args.workers, args.sample)
     tight = bench_tightness(sample)
     large = bench_large(args.workers, args.exhaustive)

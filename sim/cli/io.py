@@ -55,9 +55,9 @@ def add_budget_option(p: argparse.ArgumentParser) -> None:
                    "stops before it is built, with the estimate (default: half of the memory this process may use)")
 
 
-def place(workload, topology: str | None, args: argparse.Namespace, notes: list[str]):
-    """The workload on ``topology`` (None: its own), the GPU chosen by the one rule of
-    :mod:`sim.topology.choice`."""
+def place(workload, topology, args: argparse.Namespace, notes: list[str]):
+    """The workload on ``topology`` (a name, a file, a loaded spec, or None: its own), the GPU
+    chosen by the one rule of :mod:`sim.topology.choice`."""
     from sim.topology.choice import gpu_given, place_workload
 
     return place_workload(workload, topology, notes, gpu_named=gpu_given(getattr(args, "set", None)))

@@ -141,17 +141,18 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
             raise ConfigError("<--nodes>", "--nodes", "comma-separated node sizes in nm, e.g. 12,7,5", args.nodes) \
                 from None
     scale = tuple(x.strip() for x in (args.scale or "logic,memory,network").split(",") if x.strip())
-    rows = nodes(workload, table, load_topology(table["base_topology"]), get_gpu(table["base_gpu"]), node_list, scale)
+    node_rows = nodes(workload, table, load_topology(table["base_topology"]), get_gpu(table["base_gpu"]), node_list,
+                      scale)
     title = f"{workload.name} on {workload.system.num_gpus} x {table['base_gpu']}-class GPUs, scaling {','.join(scale)}"
-    print(format_nodes(rows, title))
+    print(format_nodes(node_rows, title))
     if args.plot:
         from sim.output.plot import plot_nodes
 
-        plot_nodes(rows, args.plot, title)
+        plot_nodes(node_rows, args.plot, title)
     if args.json:
         write_json(args.json, {"workload": workload.name, "base_gpu": table["base_gpu"],
                                 "base_topology": table["base_topology"], "scale": list(scale),
-                                "nodes": [r.to_dict() for r in rows]})
+                                "nodes": [r.to_dict() for r in node_rows]})
     return 0
 
 
