@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from sim.types import LossKind, RecomputeKind, ScheduleKind
 from sim.units import byte_count
 from sim.workload.context_parallel import cp_transient_bytes
+from sim.workload.kernels import KernelsSpec
 from sim.workload.schedules import Pass, pipeline_order
 from sim.workload.spec import ModelSpec, ParallelSpec, WorkloadSpec, pipeline_split
 
@@ -33,7 +34,7 @@ WEIGHT_BYTES = 2.0
 GRAD_BYTES = 4.0
 """fp32 gradient accumulation buffer (Megatron-LM keeps ``main_grad`` in fp32 under bf16:
 ``arguments.py``, 'bfloat16 requires gradient accumulation and all-reduce to be performed in
-fp32'); 2 bytes without ``grad_reduce_in_fp32`` (:attr:`~sim.workload.spec.ParallelSpec.grad_bytes`)."""
+fp32'); 2 bytes without ``grad_reduce_in_fp32`` (:attr:`~sim.workload.kernels.KernelsSpec.grad_bytes`)."""
 OPTIMIZER_BYTES = 12.0
 """fp32 master weights and Adam's two moments (ZeRO, arXiv 1910.02054, Sec. 3.1: K = 12)."""
 CUBLAS_WORKSPACE_BYTES = 8 * 4 * 2**20
@@ -121,8 +122,9 @@ def stage_params(model: ModelSpec, parallel: ParallelSpec, stage: int) -> float:
     return params
 
 
-def state_bytes(model: ModelSpec, parallel: ParallelSpec, stage: int) -> StateBytes:
-    """Weights, gradients and optimizer state of one GPU of stage ``stage``.
+def state_bytes(model: ModelSpec, parallel: ParallelSpec, stage: int, *, kernels: KernelsSpec) -> StateBytes:
+    """Weights, gradients and optimizer state of one GPU of stage ``stage`` (gradients of
+    ``kernels.grad_bytes`` each).
 
     ZeRO-1 (Megatron's distributed optimizer) shards the 12 bytes of optimizer state over the
     data-parallel ranks, ZeRO-2 the gradients as well, ZeRO-3 (FSDP) the weights too. Routed
@@ -144,12 +146,13 @@ def state_bytes(model: ModelSpec, parallel: ParallelSpec, stage: int) -> StateBy
     def sharded(per_param: float, level: int) -> float:
         return (p - ex) * per_param / (dp if z >= level else 1) + ex * per_param / (edp if z >= level else 1)
 
-    return StateBytes(sharded(WEIGHT_BYTES, 3), sharded(parallel.grad_bytes, 2), sharded(OPTIMIZER_BYTES, 1), p, ex)
+    return StateBytes(sharded(WEIGHT_BYTES, 3), sharded(kernels.grad_bytes, 2), sharded(OPTIMIZER_BYTES, 1), p, ex)
 
 
 def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: RecomputeKind | None = None,
-                           moe: bool = False) -> float:
-    """Activation bytes one layer stores for one micro-batch until its backward.
+                           moe: bool = False, *, kernels: KernelsSpec) -> float:
+    """Activation bytes one layer stores for one micro-batch until its backward (its
+    attention's scores as ``kernels.flash_attention`` says).
 
     Korthikanti et al. 2022 (Sec. 4.1, Table 2) count, for 16-bit activations and ``t``-way
     TP: ``10 sbh`` outside the TP regions (two norm inputs and two linear inputs of ``2sbh``,
@@ -188,10 +191,12 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
 
     >>> from sim.workload.spec import ModelSpec, ParallelSpec
     >>> m = ModelSpec("gpt3", 96, 12288, 96, 96, 49152, 51200, 2048)
-    >>> p = ParallelSpec(tp=8, pp=8, sequence_parallel=True, global_batch_size=64, flash_attention=False)
+    >>> from sim.workload.kernels import KernelsSpec
+    >>> p = ParallelSpec(tp=8, pp=8, sequence_parallel=True, global_batch_size=64)
+    >>> k = KernelsSpec(flash_attention=False)
     >>> sbh = 2048 * 12288
     >>> rcs = (RecomputeKind.NONE, RecomputeKind.SELECTIVE, RecomputeKind.FULL)
-    >>> [round(layer_activation_bytes(m, p, rc) / sbh, 2) for rc in rcs]   # Table 2
+    >>> [round(layer_activation_bytes(m, p, rc, kernels=k) / sbh, 2) for rc in rcs]   # Table 2
     [14.25, 4.25, 0.25]
     """
     rc = parallel.recompute if recompute is None else recompute
@@ -220,17 +225,17 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
     else:
         mlp = sb * model.ffn_hidden_size * per_width / t
     heads = model.num_attention_heads / t
-    if parallel.flash_attention:
+    if kernels.flash_attention:
         scores = 4.0 * b * heads * s
     else:
         scores = 0.0 if rc is RecomputeKind.SELECTIVE else 5.0 * heads * s * s * b
     return outside + attention + mlp + scores
 
 
-def _eager_torchtitan(model: ModelSpec, parallel: ParallelSpec, moe: bool) -> bool:
+def _eager_torchtitan(model: ModelSpec, kernels: KernelsSpec, moe: bool) -> bool:
     """Whether the layer is torchtitan's Llama layer run eagerly (no ``torch.compile``: each
     norm, rotary and SwiGLU op its own kernel and its own saved tensors)."""
-    return (not parallel.fused_elementwise and model.gated_mlp and parallel.flash_attention and not moe
+    return (not kernels.fused_elementwise and model.gated_mlp and kernels.flash_attention and not moe
             and not model.is_mla)
 
 
@@ -348,7 +353,7 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
     The workload's block recomputation (``parallel.recompute_num_layers``) holds under its own
     method: under it, the recomputed layers take full recomputation's terms and the others
     those without recomputation. Another method applies to every layer."""
-    m, p = w.model, w.parallel
+    m, p, k = w.model, w.parallel, w.kernels
     rc = p.recompute if recompute is None else recompute
     n = p.recompute_num_layers if rc is p.recompute else None
     sb, h, t = m.seq_length // p.cp * p.micro_batch_size, m.hidden_size, p.tp
@@ -357,8 +362,8 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
     cp_held = cp_transient_bytes(m, p)
 
     def terms(moe: bool, rc: RecomputeKind = rc) -> tuple[float, float]:
-        stored = layer_activation_bytes(m, p, rc, moe)
-        if _eager_torchtitan(m, p, moe):  # what eager autograd keeps (eager_layer_bytes)
+        stored = layer_activation_bytes(m, p, rc, moe, kernels=k)
+        if _eager_torchtitan(m, k, moe):  # what eager autograd keeps (eager_layer_bytes)
             full, work = eager_layer_bytes(m, p)
             if rc is RecomputeKind.NONE:
                 return full, cp_held
@@ -367,9 +372,9 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
             if rc is RecomputeKind.SELECTIVE_OP:
                 return stored, max(0.0, full - stored) + work + cp_held
         if rc is RecomputeKind.FULL:
-            transient = layer_activation_bytes(m, p, RecomputeKind.NONE, moe)
+            transient = layer_activation_bytes(m, p, RecomputeKind.NONE, moe, kernels=k)
         elif rc is RecomputeKind.SELECTIVE_OP:  # the recomputed rest of one layer
-            transient = max(0.0, layer_activation_bytes(m, p, RecomputeKind.NONE, moe) - stored)
+            transient = max(0.0, layer_activation_bytes(m, p, RecomputeKind.NONE, moe, kernels=k) - stored)
         else:
             transient = 0.0
         return stored, transient + cp_held
@@ -381,7 +386,7 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
         kept = terms(False, RecomputeKind.NONE)
         moe_kept = terms(True, RecomputeKind.NONE) if m.is_moe else (0.0, 0.0)
     logits = sb * m.vocab_size / t
-    torch_loss = p.cross_entropy is LossKind.TORCH_FP32
+    torch_loss = k.cross_entropy is LossKind.TORCH_FP32
     return ActivationModel(stored, transient, sb * h / div, 4.0 * sb * h / div, 4.0 * logits,
                            8.0 * logits if torch_loss else 0.0, moe_stored, moe_transient,
                            2.0 * logits if torch_loss else 0.0, recompute_num_layers=n,
@@ -517,7 +522,7 @@ def other_bytes(w: WorkloadSpec, stage: int) -> float:
 
 def stage_memory(w: WorkloadSpec, stage: int, recompute: RecomputeKind | None = None) -> StageMemory:
     """The peak memory of one GPU of ``stage`` under ``recompute`` (default the workload's)."""
-    sb = state_bytes(w.model, w.parallel, stage)
+    sb = state_bytes(w.model, w.parallel, stage, kernels=w.kernels)
     act = activation_peak_bytes(w, stage, activation_model(w, recompute))
     return StageMemory(stage, sb.weights_bytes, sb.grads_bytes, sb.optimizer_bytes, act, other_bytes(w, stage),
                        w.system.gpu.hbm_capacity_bytes)

@@ -107,7 +107,7 @@ def excluded_algorithms(workload: WorkloadSpec) -> frozenset:
     (Megatron-LM's ``validate_args``, ``megatron/training/arguments.py``, requires
     ``NCCL_ALGO`` to be one of Tree, Ring, CollnetDirect, CollnetChain or ``^NVLS``: whichever
     is set, NCCL runs no NVLS)."""
-    return frozenset({CollectiveAlgorithm.NVLS}) if workload.parallel.deterministic else frozenset()
+    return frozenset({CollectiveAlgorithm.NVLS}) if workload.kernels.deterministic else frozenset()
 
 
 def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = False,

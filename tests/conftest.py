@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from sim.hardware import get_gpu
 from sim.types import RecomputeKind, ScheduleKind
+from sim.workload.kernels import KERNEL_KEYS, KernelsSpec
 from sim.workload.spec import ModelSpec, ParallelSpec, SystemSpec, WorkloadSpec
 
 
@@ -23,8 +26,18 @@ def make_workload(*, layers=4, tp=1, pp=1, dp=1, cp=1, vps=1, schedule=ScheduleK
     par = ParallelSpec(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, virtual_pipeline_stages=vps, schedule=schedule,
                        sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs,
                        recompute=recompute, distributed_optimizer=dist_opt, overlap_grad_reduce=overlap,
-                       flash_attention=flash, zero_stage=zero, recompute_num_layers=recompute_layers)
-    return WorkloadSpec("test", model, par, SystemSpec(get_gpu(gpu), tp * pp * dp * cp, gpus_per_node))
+                       zero_stage=zero, recompute_num_layers=recompute_layers)
+    return WorkloadSpec("test", model, par, SystemSpec(get_gpu(gpu), tp * pp * dp * cp, gpus_per_node),
+                        kernels=KernelsSpec(flash_attention=flash))
+
+
+def replace_settings(w: WorkloadSpec, **changes) -> WorkloadSpec:
+    """``w`` with ``changes`` to its parallel settings and kernel switches
+    (:data:`~sim.workload.kernels.KERNEL_KEYS`), each to the spec that holds it."""
+    kernels = {k: v for k, v in changes.items() if k in KERNEL_KEYS}
+    parallel = {k: v for k, v in changes.items() if k not in KERNEL_KEYS}
+    return dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, **parallel),
+                               kernels=dataclasses.replace(w.kernels, **kernels))
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Recipe defaults: how a case's null parallel settings are filled.
+"""Recipe defaults: how a case's null parallel settings and kernel switches are filled.
 
 Where a case leaves a setting null, the release of the framework it ran on decides: its
 software stack (:class:`~sim.config.stack.Stack`, a file of ``workloads/stacks/``) gives the
@@ -7,6 +7,10 @@ value and why, with sources, and each helper here writes a note quoting it (``pa
 published settings list (``parallel.details``, or its ``framework`` text:
 ``--no-gradient-accumulation-fusion``, ``--tp-comm-overlap``, ``torch.compile``...), which say
 what that run did whatever its release's defaults.
+
+The helpers read a case's ``parallel`` section, or, for the kernel switches
+(:class:`~sim.workload.kernels.KernelsSpec`), the section that gives them
+(:class:`sim.config.workload.SettingsFields`): a note names a switch as ``f.field(key)`` does.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ def _from_stack(f: Fields, key: FlagSetting, stack: Stack, notes: Notes, quiet: 
     if flag is not None:
         return flag
     value = stack.value(key)
-    return value if value == quiet else notes.fill(f"parallel.{key}", value, stack.why(key))
+    return value if value == quiet else notes.fill(f.field(key), value, stack.why(key))
 
 
 def sp_default(f: Fields, tp: int, stack: Stack, notes: Notes, tp_overlap: bool = False) -> bool:
@@ -158,8 +162,8 @@ def fused_elementwise_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     if stack.value("fused_elementwise"):
         return True
     if _details_has(f, "torch.compile"):
-        return notes.fill("parallel.fused_elementwise", True, "the case's settings list torch.compile")
-    return notes.fill("parallel.fused_elementwise", False, stack.why("fused_elementwise"))
+        return notes.fill(f.field("fused_elementwise"), True, "the case's settings list torch.compile")
+    return notes.fill(f.field("fused_elementwise"), False, stack.why("fused_elementwise"))
 
 
 def attention_kernel_default(f: Fields, stack: Stack, notes: Notes) -> AttentionKernel:
@@ -300,7 +304,7 @@ def _on_unless_listed(f: Fields, framework: str, stack: Stack, notes: Notes, key
         return value
     flag = _framework_has(f, framework, off_flag)
     if flag:
-        return notes.fill(f"parallel.{key}", False, f"the case lists {flag}")
+        return notes.fill(f.field(key), False, f"the case lists {flag}")
     return _from_stack(f, key, stack, notes, quiet=True)
 
 
@@ -322,13 +326,13 @@ def grad_reduce_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     if value is not None:
         return value
     if _details_has(f, "--grad-reduce-in-bf16"):
-        return notes.fill("parallel.grad_reduce_in_fp32", False, "the case's flags list --grad-reduce-in-bf16")
+        return notes.fill(f.field("grad_reduce_in_fp32"), False, "the case's flags list --grad-reduce-in-bf16")
     return _from_stack(f, "grad_reduce_in_fp32", stack, notes, quiet=True)
 
 
 def async_tp_allreduce_default(f: Fields, framework: str, stack: Stack, notes: Notes) -> bool:
     """The asynchronous input-gradient all-reduce of column-parallel layers
-    (:attr:`~sim.workload.spec.ParallelSpec.async_tp_grad_allreduce`): the case's value, else
+    (:attr:`~sim.workload.kernels.KernelsSpec.async_tp_grad_allreduce`): the case's value, else
     off when its settings list ``--no-async-tensor-model-parallel-allreduce``, else the stack's
     value (on from autumn 2021, ``ColumnParallelLinearWithAsyncAllreduce``)."""
     return _on_unless_listed(f, framework, stack, notes, "async_tp_grad_allreduce",
@@ -337,7 +341,7 @@ def async_tp_allreduce_default(f: Fields, framework: str, stack: Stack, notes: N
 
 def unfused_bias_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     """Megatron-LM's pre-Transformer-Engine linear layers with their separate bias kernels
-    (:attr:`~sim.workload.spec.ParallelSpec.unfused_linear_bias`): the case's value, else the
+    (:attr:`~sim.workload.kernels.KernelsSpec.unfused_linear_bias`): the case's value, else the
     stack's (on for Megatron-LM's ``megatron/mpu`` linears of 2022 and earlier), noted when on."""
     return _from_stack(f, "unfused_linear_bias", stack, notes, quiet=False)
 
@@ -350,7 +354,7 @@ def deterministic_default(f: Fields, framework: str, notes: Notes) -> bool:
         return value
     flag = _framework_has(f, framework, "--deterministic-mode", "deterministic mode")
     if flag:
-        return notes.fill("parallel.deterministic", True, f"the case names {flag}: "
+        return notes.fill(f.field("deterministic"), True, f"the case names {flag}: "
                           "torch.use_deterministic_algorithms(True), NaN-filled allocations, "
                           "deterministic attention backward")
     return False

@@ -468,15 +468,6 @@ class _Mapper:
             p["grad_bucket_size_params"] = get("parallel.grad_bucket_size_params")
         if get("parallel.overlap_p2p_comm") is not None:
             p["overlap_p2p_comm"] = get("parallel.overlap_p2p_comm")
-        if get("parallel.gradient_accumulation_fusion") is not None:
-            p["gradient_accumulation_fusion"] = get("parallel.gradient_accumulation_fusion")
-        if get("parallel.deterministic") is not None:
-            p["deterministic"] = get("parallel.deterministic")
-        if get("transformer_impl") == "local" and not get("disable_bias_linear"):
-            p["unfused_linear_bias"] = True
-            self.note("--transformer-impl local -> parallel.unfused_linear_bias true: Megatron-Core's own "
-                      "linear layers add and reduce their biases in separate kernels")
-        p.update(self._attention())
         if get("tp_pp_dp_mapping"):
             p["placement"] = "tp-cp-pp-dp"
         if (model.get("num_experts") or 0) > 1 and get("dispatcher", "allgather") != "alltoall":
@@ -484,6 +475,22 @@ class _Mapper:
                       f"{'' if get('dispatcher') else ' (the default)'} simulated as alltoall "
                       "(llmsim's expert-parallel dispatch)")
         return p
+
+    def kernels(self) -> dict[str, Any]:
+        """The workload's ``kernels`` mapping: the attention backend, gradient-accumulation
+        fusion, deterministic mode and Megatron-Core's own linear layers' bias kernels."""
+        get = self.get
+        k: dict[str, Any] = {}
+        if get("kernels.gradient_accumulation_fusion") is not None:
+            k["gradient_accumulation_fusion"] = get("kernels.gradient_accumulation_fusion")
+        if get("kernels.deterministic") is not None:
+            k["deterministic"] = get("kernels.deterministic")
+        if get("transformer_impl") == "local" and not get("disable_bias_linear"):
+            k["unfused_linear_bias"] = True
+            self.note("--transformer-impl local -> kernels.unfused_linear_bias true: Megatron-Core's own "
+                      "linear layers add and reduce their biases in separate kernels")
+        k.update(self._attention())
+        return k
 
     def _cp_comm(self) -> dict[str, object]:
         """``--cp-comm-type`` (one word for every layer; Megatron-LM also takes one per layer,
@@ -753,8 +760,8 @@ def _workload_mapping(args: MegatronArgs, hf: Mapping[str, Any] | None, hf_path:
     system["num_gpus"] = num_gpus
     m.shard_degree(parallel, num_gpus // mp if num_gpus % mp == 0 else None)
     model.setdefault("name", name)
-    raw: dict[str, object] = {"name": name, "model": model, "parallel": parallel, "system": system, "dtype": dtype,
-           "framework": "Megatron-LM (launch arguments)"}
+    raw: dict[str, object] = {"name": name, "model": model, "parallel": parallel, "kernels": m.kernels(),
+                              "system": system, "dtype": dtype, "framework": "Megatron-LM (launch arguments)"}
     if scaling is not None:
         raw["scaling"] = scaling
     raw.update(m.bf16_layers(dtype, scaling))
@@ -764,6 +771,18 @@ def _workload_mapping(args: MegatronArgs, hf: Mapping[str, Any] | None, hf_path:
     if args.unknown:
         notes.append(f"{UNKNOWN_NOTE} {', '.join(args.unknown)}")
     return raw, notes
+
+
+def _set_kernels_in_parallel(raw: dict[str, object], overrides: Sequence[str]) -> dict[str, object]:
+    """``raw`` without the arguments' kernel switches that a ``--set parallel.X`` (the
+    published cases' spelling of ``kernels.X``) overrides, so the override wins as it does
+    over any other argument."""
+    keys = {str(item).partition("=")[0].strip() for item in overrides}
+    kernels = raw.get("kernels")
+    if not isinstance(kernels, Mapping):
+        return raw
+    kept = {k: v for k, v in kernels.items() if f"parallel.{k}" not in keys}
+    return {**raw, "kernels": kept}
 
 
 def load_megatron_workload(text: str, *, source: str = SOURCE, hf_config: str | Path | None = None,
@@ -814,7 +833,7 @@ def load_megatron_workload(text: str, *, source: str = SOURCE, hf_config: str | 
         gpu = load_topology(topology).gpu
     name = Path(source).stem if source != SOURCE else "megatron-args"
     raw, notes = _workload_mapping(args, hf, hf_path, name=name, gpu=gpu, num_gpus=num_gpus, topology=topology)
-    raw = apply_overrides(raw, overrides, WORKLOAD_SETTABLE)
+    raw = _set_kernels_in_parallel(apply_overrides(raw, overrides, WORKLOAD_SETTABLE), overrides)
     system = raw["system"]
     if isinstance(system, Mapping) and system.get("gpu") is None:
         from sim.hardware import gpu_names

@@ -241,12 +241,12 @@ MEGATRON_FLAGS: dict[str, _Flag] = {
     "--overlap-grad-reduce": _Flag("parallel.overlap_grad_reduce", _switch()),
     "--overlap-param-gather": _Flag("parallel.overlap_param_gather", _switch()),
     "--ddp-bucket-size": _Flag("parallel.grad_bucket_size_params", _integer()),
-    "--no-gradient-accumulation-fusion": _Flag("parallel.gradient_accumulation_fusion", _switch(False)),
+    "--no-gradient-accumulation-fusion": _Flag("kernels.gradient_accumulation_fusion", _switch(False)),
     "--no-overlap-p2p-communication": _Flag("parallel.overlap_p2p_comm", _switch(False)),
-    "--deterministic-mode": _Flag("parallel.deterministic", _switch()),
+    "--deterministic-mode": _Flag("kernels.deterministic", _switch()),
     # Megatron-Core's own linear layers (``--transformer-impl local``) add and reduce their
     # biases in separate kernels, as Megatron-LM's did before Transformer Engine
-    # (ParallelSpec.unfused_linear_bias); --disable-bias-linear leaves no bias to add
+    # (KernelsSpec.unfused_linear_bias); --disable-bias-linear leaves no bias to add
     "--transformer-impl": _Flag("transformer_impl", _choice("local", "transformer_engine", "inference_optimized")),
     "--disable-bias-linear": _Flag("disable_bias_linear", _switch()),
     "--use-torch-fsdp2": _Flag("torch_fsdp2", _switch()),

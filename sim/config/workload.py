@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,11 +53,12 @@ from sim.config.hf import read_hf_config
 from sim.config.presets import preset_names, resolve_preset, shown_path
 from sim.config.stack import Stack
 from sim.config.stacks import STACKS, choose_stack, framework_year, load_stack
-from sim.errors import ConfigError
+from sim.errors import ConfigError, Described, excerpt
 from sim.hardware import GPUSpec, get_gpu, gpu_names, power_limited
 from sim.topology.network import NetworkFabric, NetworkSpec
 from sim.types import NOT_SIMULATED_DTYPES, SIMULATED_DTYPES, CpCommType, Dtype, ScalingRecipe, ScheduleKind, parse_enum
 from sim.units import GBIT_PER_S, GiB
+from sim.workload.kernels import KERNEL_KEYS, KernelsSpec
 from sim.workload.spec import (
     MEGATRON_ORDER,
     ModelSpec,
@@ -68,7 +70,8 @@ from sim.workload.spec import (
 )
 
 DEFAULT_WORKLOAD = "gpt3-175b"
-_TOP_KEYS = ("id", "name", "description", "source", "model", "system", "parallel", "dtype", "scaling", "stack",
+_TOP_KEYS = ("id", "name", "description", "source", "model", "system", "parallel", "kernels", "dtype", "scaling",
+             "stack",
              "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16",
              "precision_as_published", "framework", "measured", "targets", "flop_formula",
              "derived_fields", "config_complete", "notes")
@@ -87,11 +90,13 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "grad_reduce_in_fp32", "deterministic",
                   "async_tp_grad_allreduce", "unfused_linear_bias",
                   "cp_comm_type", "hierarchical_context_parallel_sizes")
+"""The keys of a case's ``parallel`` section: the parallel strategy, and the kernel switches
+(:data:`~sim.workload.kernels.KERNEL_KEYS`) in the spelling of the published cases."""
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node", "network",
                 "description", "power_limit_w")
 _NETWORK_KEYS = ("nics_per_node", "nic_bandwidth_Gbps", "fabric", "node_bandwidth_Gbps", "pod_gpus",
                  "between_pods_oversubscription")
-WORKLOAD_SETTABLE = ({"model": _MODEL_KEYS, "parallel": _PARALLEL_KEYS, "system": _SYSTEM_KEYS},
+WORKLOAD_SETTABLE = ({"model": _MODEL_KEYS, "parallel": _PARALLEL_KEYS, "kernels": KERNEL_KEYS, "system": _SYSTEM_KEYS},
                       ("name", "id", "dtype", "stack", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"))
 _GATED = frozenset({"swiglu", "silu", "swish", "geglu"})
 _NVL72_GPUS = ("GB200", "GB300")
@@ -261,8 +266,10 @@ def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     system_f = Fields(raw.get("system"), path, "system", _SYSTEM_KEYS)
     gpu = _gpu(system_f)
     num_gpus = system_f.integer("num_gpus", positive=True)
-    parallel = _build_parallel(Fields(raw.get("parallel"), path, "parallel", _PARALLEL_KEYS),
-                               num_gpus, framework, stack, notes, system_f.integer("gpus_per_node", positive=True))
+    settings = SettingsFields(Fields(raw.get("parallel"), path, "parallel", _PARALLEL_KEYS),
+                              Fields(raw.get("kernels"), path, "kernels", KERNEL_KEYS), raw.get("kernels") is not None)
+    parallel, kernels = _build_parallel(settings, num_gpus, framework, stack, notes,
+                                        system_f.integer("gpus_per_node", positive=True))
     if num_gpus is None:
         num_gpus = notes.fill("system.num_gpus", parallel.num_gpus, "tp x pp x dp x cp")
     system = _build_system(system_f, gpu, num_gpus, file.parent, notes)
@@ -279,10 +286,10 @@ def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
                      "--account-for-embedding/loss-in-pipeline-split)")
     scaling = _scaling(top, dtype, notes, stack)
     bf16_start, bf16_end = (top.integer(k) or 0 for k in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"))
-    with located(path):
+    with located(path), settings.naming_kernels():
         spec = WorkloadSpec(name=name, model=model, parallel=parallel, system=system, dtype=dtype,
                             reference=reference, scaling=scaling, num_layers_at_start_in_bf16=bf16_start,
-                            num_layers_at_end_in_bf16=bf16_end)
+                            num_layers_at_end_in_bf16=bf16_end, kernels=kernels)
     if chosen and any(f"(stack {stack.name}:" in n for n in notes[first_default:]):
         notes.insert(first_default, f"stack: null -> {stack.name} ({chosen})")
     return _fitted(spec, raw.get("parallel"), stack, notes)
@@ -482,10 +489,10 @@ def _model_parallel_split(f: Fields, num_gpus: int | None, gpus_per_node: int | 
 
 
 def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stack,
-                    notes: Notes, gpus_per_node: int | None = None) -> ParallelSpec:
-    """The ``parallel`` mapping; null settings filled as the case's software stack says
-    (:mod:`sim.config.defaults`; ``framework`` is the case's text, read for launch flags it
-    names).
+                    notes: Notes, gpus_per_node: int | None = None) -> tuple[ParallelSpec, KernelsSpec]:
+    """The ``parallel`` and ``kernels`` mappings (:class:`SettingsFields`); null settings filled
+    as the case's software stack says (:mod:`sim.config.defaults`; ``framework`` is the case's
+    text, read for launch flags it names), in the order their notes are listed.
 
     ``placement`` maps ranks onto GPUs (ranks count in Megatron's ``tp-cp-ep-dp-pp`` order,
     :mod:`sim.workload.layout`):
@@ -548,6 +555,10 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     async_ar = async_tp_allreduce_default(f, framework, stack, notes)
     bias_kernels = unfused_bias_default(f, stack, notes)
     zero_impl = zero_impl_default(f, zero, stack, notes)
+    kernels = KernelsSpec(
+        flash_attention=flash, attention_kernel=kernel, cross_entropy=loss, fused_elementwise=fused,
+        gradient_accumulation_fusion=grad_fusion, grad_reduce_in_fp32=grad_fp32, deterministic=deterministic,
+        async_tp_grad_allreduce=async_ar, unfused_linear_bias=bias_kernels)
     with located(f.path):
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,
@@ -556,14 +567,54 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
             distributed_optimizer=dist_opt, overlap_param_gather=param_gather, zero_stage=zero,
             dp_shard=dp_shard, zero_impl=zero_impl, overlap_grad_reduce=overlap, overlap_p2p_comm=p2p_overlap,
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,
-            flash_attention=flash, attention_kernel=kernel, tp_comm_overlap=tp_overlap,
-            tp_comm_overlap_cfg=tp_overlap_cfg, cross_entropy=loss, fused_elementwise=fused,
-            gradient_accumulation_fusion=grad_fusion, grad_reduce_in_fp32=grad_fp32, deterministic=deterministic,
-            async_tp_grad_allreduce=async_ar, unfused_linear_bias=bias_kernels,
+            tp_comm_overlap=tp_overlap, tp_comm_overlap_cfg=tp_overlap_cfg,
             placement=placement,
             cp_comm_type=cp_comm,
             hierarchical_context_parallel_sizes=cp_levels,
-        )
+        ), kernels
+
+
+class SettingsFields(Fields):
+    """A case's ``parallel`` and ``kernels`` sections read as one mapping.
+
+    The kernel switches (:data:`~sim.workload.kernels.KERNEL_KEYS`) may stand in either
+    section: ``kernels:`` is their own, and ``parallel:`` keeps the spelling of the published
+    validation cases (``parallel.flash_attention``). A switch given (not null) in both is a
+    ConfigError naming both. A field is named by the section that gives it; a null switch, in
+    the notes on its default, by ``kernels`` when the case has that section, else by
+    ``parallel``.
+    """
+
+    def __init__(self, parallel: Fields, kernels: Fields, has_kernels: bool) -> None:
+        both = [k for k in KERNEL_KEYS if kernels.raw.get(k) is not None and parallel.raw.get(k) is not None]
+        if both:
+            key = both[0]
+            raise ConfigError(parallel.path, f"kernels.{key}", f"the switch in one place: kernels.{key} or "
+                              f"parallel.{key} (the published cases' spelling), not both",
+                              Described(f"parallel.{key}: {excerpt(parallel.raw[key])} and kernels.{key}: "
+                                        f"{excerpt(kernels.raw[key])}"))
+        given = {k: v for k, v in kernels.raw.items() if v is not None}
+        super().__init__({**parallel.raw, **given}, parallel.path, "parallel", _PARALLEL_KEYS)
+        self.in_kernels = frozenset(given)
+        self.in_parallel = frozenset(k for k in KERNEL_KEYS if parallel.raw.get(k) is not None)
+        self.has_kernels = has_kernels
+
+    def field(self, key: str) -> str:
+        if key in self.in_kernels or (key in KERNEL_KEYS and key not in self.in_parallel and self.has_kernels):
+            return f"kernels.{key}"
+        return super().field(key)
+
+    @contextmanager
+    def naming_kernels(self) -> Iterator[None]:
+        """Re-raise a spec's ConfigError on a kernel switch (``kernels.X``) naming the section
+        the case gave it in."""
+        try:
+            yield
+        except ConfigError as exc:
+            section, _, key = exc.field.partition(".")
+            if section != "kernels" or key not in KERNEL_KEYS:
+                raise
+            raise ConfigError(exc.path, self.field(key), exc.expected, exc.got) from None
 
 
 def _cp_comm(f: Fields, cp: int, notes: Notes, stack: Stack) -> tuple[CpCommType, tuple[int, ...] | None]:

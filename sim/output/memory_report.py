@@ -45,7 +45,7 @@ def format_memory(w: WorkloadSpec, table: dict[RecomputeKind, list[StageMemory]]
              f"  TP {p.tp}  PP {p.pp}  DP {p.dp}{f'  CP {p.cp} ({p.cp_comm_type.value})' if p.cp > 1 else ''}"
              f"{f'  EP {p.ep}' if p.ep > 1 else ''}  {sched}  {p.num_microbatches} micro-batches of "
              f"{p.micro_batch_size}  seq {w.model.seq_length}{'  sequence parallel' if p.sequence_parallel else ''}"
-             f"{zero}  {'flash' if p.flash_attention else 'unfused'} attention", ""]
+             f"{zero}  {'flash' if w.kernels.flash_attention else 'unfused'} attention", ""]
     for rc, stages in table.items():
         mine = " (the workload's)" if rc is p.recompute else ""
         n = p.recompute_num_layers if rc is p.recompute else None  # sim.memory.activation_model

@@ -48,7 +48,7 @@ leaves a rank ``1 / cp`` of the whole sequence's attention FLOPs.
 
 from __future__ import annotations
 
-from sim.types import CollectiveKind, CommClass, CpCommType, Dtype, OpKind, Stream
+from sim.types import AttentionKernel, CollectiveKind, CommClass, CpCommType, Dtype, OpKind, Stream
 from sim.workload.ops import AttentionOp, CommOp, MemoryOp, dtype_bytes
 from sim.workload.spec import ModelSpec, ParallelSpec
 from sim.workload.steps import Step
@@ -92,15 +92,16 @@ def _mine(groups: tuple[Group, ...], rank: int) -> Group:
 
 
 def cp_attention(model: ModelSpec, parallel: ParallelSpec, heads: int, kv_heads: int, dtype: Dtype,
-                 cp_group: Group, cp_replicas: tuple[Group, ...] = (), rank: int | None = None
-                 ) -> tuple[list[Step], list[Step]]:
+                 cp_group: Group, cp_replicas: tuple[Group, ...] = (), rank: int | None = None, *,
+                 kernel: AttentionKernel) -> tuple[list[Step], list[Step]]:
     """The forward and backward steps (:class:`~sim.workload.steps.Step` lists) of one
     layer's attention under ``parallel.cp_comm_type``, for the rank ``rank`` (default the CP
     group's first) of ``cp_group`` whose TP rank holds ``heads`` query and ``kv_heads``
-    key/value heads; ``cp_replicas`` are the CP groups running the same at the same time."""
+    key/value heads; ``cp_replicas`` are the CP groups running the same at the same time;
+    ``kernel`` is the fused attention kernel (:attr:`~sim.workload.kernels.KernelsSpec.attention_kernel`)."""
 
     b, s, hd = parallel.micro_batch_size, model.seq_length, model.head_dim
-    cp, ak, e = parallel.cp, parallel.attention_kernel, dtype_bytes(dtype)
+    cp, ak, e = parallel.cp, kernel, dtype_bytes(dtype)
     rank = cp_group[0] if rank is None else rank
 
     def op(backward: bool, h: int, kvh: int, fraction: float) -> AttentionOp:
@@ -110,7 +111,7 @@ def cp_attention(model: ModelSpec, parallel: ParallelSpec, heads: int, kv_heads:
         return CommOp(kind, CommClass.CP, group, size, replicas)
 
     if parallel.cp_comm_type is CpCommType.TORCH:
-        return _torch_ring(parallel, s, heads, hd, dtype, cp_group, cp_replicas)
+        return _torch_ring(parallel, s, heads, hd, dtype, cp_group, cp_replicas, kernel)
     if parallel.cp_comm_type is CpCommType.ALL_GATHER:
         # K and V of the whole sequence (the all-gather's output; its gradients, the
         # reduce-scatter's input); the two local query chunks each 1 / (2 cp) of the work
@@ -215,7 +216,7 @@ def cp_transient_bytes(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype = 
 
 
 def _torch_ring(parallel: ParallelSpec, s: int, heads: int, hd: int, dtype: Dtype, group: Group,
-                replicas: tuple[Group, ...]) -> tuple[list[Step], list[Step]]:
+                replicas: tuple[Group, ...], kernel: AttentionKernel) -> tuple[list[Step], list[Step]]:
     """One layer's attention under PyTorch's ``context_parallel`` (torch
     ``distributed/tensor/experimental/_attention.py``, stored at 0123248; the SDPA handler
     torchtitan's CP runs through).
@@ -251,7 +252,7 @@ def _torch_ring(parallel: ParallelSpec, s: int, heads: int, hd: int, dtype: Dtyp
 
     def att(backward: bool, causal: bool, fraction: float) -> Step:
         return Step(None, "attention-bwd" if backward else "attention",
-                    AttentionOp(b, heads, heads, c, hd, causal, backward, dtype, fraction, parallel.attention_kernel))
+                    AttentionOp(b, heads, heads, c, hd, causal, backward, dtype, fraction, kernel))
 
     gather = Step(Stream.CP_COMM, "ncclAllGather attention-kv",
                   CommOp(CollectiveKind.ALL_GATHER, CommClass.CP, group, cp * 2 * n * e, replicas), wait=2)

@@ -35,8 +35,8 @@ __all__ = ["DataParallelMixin", "DPScope", "GRAD_REDUCE_BYTES", "PARAM_GATHER_BY
 
 GRAD_REDUCE_BYTES = 4.0
 """Gradients are reduced in fp32 under bf16 (Megatron-LM ``arguments.py``), unless the workload
-turns :attr:`~sim.workload.spec.ParallelSpec.grad_reduce_in_fp32` off
-(:attr:`~sim.workload.spec.ParallelSpec.grad_bytes`)."""
+turns :attr:`~sim.workload.kernels.KernelsSpec.grad_reduce_in_fp32` off
+(:attr:`~sim.workload.kernels.KernelsSpec.grad_bytes`)."""
 PARAM_GATHER_BYTES = 2.0
 """The distributed optimizer and ZeRO-3 gather 16-bit weights."""
 
@@ -126,7 +126,7 @@ class DataParallelMixin:
         hybrid sharding, all-reduce the rank's shard across the replicas on ``replicate_stream``
         once the reduce-scatter is done."""
         shard, _ = self.dp_group_of(DPScope.EXPERT_SHARD if expert else DPScope.SHARD)
-        size = params * self.w.parallel.grad_bytes
+        size = params * self.w.kernels.grad_bytes
         deps = [self.last_c]
         if len(shard) > 1:
             op = self.dp_op(CollectiveKind.REDUCE_SCATTER, size, DPScope.EXPERT_SHARD if expert else DPScope.SHARD)
@@ -281,7 +281,7 @@ class DataParallelMixin:
         if p.shards_optimizer:
             self.reduce_grads(params, args, "grads")
             return
-        op = self.dp_op(CollectiveKind.ALL_REDUCE, params * p.grad_bytes, DPScope.ALL)
+        op = self.dp_op(CollectiveKind.ALL_REDUCE, params * self.w.kernels.grad_bytes, DPScope.ALL)
         t = self.collective(Stream.DP_COMM, "ncclAllReduce grads", op, args, [self.last_c])
         self.dp_tasks.append(t.id)
 
@@ -304,6 +304,6 @@ class DataParallelMixin:
         if p.shards_optimizer:
             self.reduce_grads(params, args, "expert-grads", expert=True)
             return
-        op = self.edp_op(CollectiveKind.ALL_REDUCE, params * p.grad_bytes)
+        op = self.edp_op(CollectiveKind.ALL_REDUCE, params * self.w.kernels.grad_bytes)
         t = self.collective(Stream.DP_COMM, "ncclAllReduce expert-grads", op, args, [self.last_c])
         self.dp_tasks.append(t.id)

@@ -31,6 +31,7 @@ from sim.types import CollectiveKind, CommClass, CommKernel, Dtype, MemoryAccess
 from sim.workload import eager as eager_kernels
 from sim.workload import nongemm
 from sim.workload.context_parallel import cp_attention
+from sim.workload.kernels import KernelsSpec
 from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp, Op, dtype_bytes
 from sim.workload.quantization import LOW_PRECISION, Cast, gemm_casts
 from sim.workload.spec import ModelSpec, ParallelSpec
@@ -45,7 +46,7 @@ MAIN_GRAD_BYTES = 4
 """Megatron-Core keeps each weight's accumulated gradient (``main_grad``) in fp32 under 16-bit
 mixed precision (``accumulate_allreduce_grads_in_fp32``, set by ``--bf16``;
 megatron/training/arguments.py); in 16 bits without ``grad_reduce_in_fp32``
-(:attr:`~sim.workload.spec.ParallelSpec.grad_bytes`)."""
+(:attr:`~sim.workload.kernels.KernelsSpec.grad_bytes`)."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ class LayerBuilder:
     """The step lists of one pipeline stage's layers, built part by part.
 
     One builder holds what every part reads (the stage's groups, the token counts, the
-    activation bytes, the kernel choices of :class:`~sim.workload.spec.ParallelSpec`); its
+    activation bytes, the kernel choices of :class:`~sim.workload.kernels.KernelsSpec`); its
     methods are the primitives a part is made of (a collective on the TP group, a memory-bound
     op, the three GEMMs of a linear layer) and the parts themselves (the attention, the input
     projections, the forward and backward of the layer, the embedding, the output layer, the
@@ -155,8 +156,9 @@ class LayerBuilder:
                  cp_replicas: tuple[tuple[int, ...], ...] = (), ep_group: tuple[int, ...] = (0,),
                  ep_replicas: tuple[tuple[int, ...], ...] = (),
                  scaling: ScalingRecipe = ScalingRecipe.DELAYED, etp_group: tuple[int, ...] | None = None,
-                 etp_replicas: tuple[tuple[int, ...], ...] | None = None) -> None:
+                 etp_replicas: tuple[tuple[int, ...], ...] | None = None, *, kernels: KernelsSpec) -> None:
         self.model, self.parallel, self.dtype, self.scaling = model, parallel, dtype, scaling
+        self.kspec = kernels
         self.tp_group, self.replicas = tp_group, replicas
         self.cp_group, self.cp_replicas = cp_group, cp_replicas
         self.ep_group, self.ep_replicas = ep_group, ep_replicas
@@ -183,12 +185,12 @@ class LayerBuilder:
         self.tp_on = t > 1
         self.overlap = parallel.tp_comm_overlap and self.sp and self.tp_on
         # deterministic mode: PyTorch NaN-fills each output Transformer Engine allocates with
-        # at::empty (GEMMs, attention, norms, activations), one more write of it (ParallelSpec.deterministic)
-        self.fill = 1.0 if parallel.deterministic else 0.0
+        # at::empty (GEMMs, attention, norms, activations), one more write of it (KernelsSpec.deterministic)
+        self.fill = 1.0 if kernels.deterministic else 0.0
         Tn, h = self.Tn, self.h
         self.norm_op = self.mem(OpKind.NORM, (2 + self.fill) * Tn * h * e)
         self.norm_bwd_op = self.fused_norm_bwd(3 * Tn * h * e, self.fill * Tn * h * e)
-        self.eager = not parallel.fused_elementwise
+        self.eager = not kernels.fused_elementwise
         self.dropout_add = self.mem(OpKind.ELEMENTWISE, Tn * h * (3 * e + 1))
         # its backward reads the gradient and the 1-byte mask and writes the branch's gradient; the
         # residual's gradient is the incoming one, passed on by autograd without a copy
@@ -296,16 +298,16 @@ class LayerBuilder:
         writes a fresh 16-bit gradient (NaN-filled first in deterministic mode) that a separate
         kernel adds into the fp32 ``main_grad``: read 2 + 4 bytes, write 4, per weight."""
         extra, kernels = 0.0, 0
-        if not self.parallel.gradient_accumulation_fusion:
+        if not self.kspec.gradient_accumulation_fusion:
             extra, kernels = self.out_fill(inp, out)
-            extra, kernels = extra + inp * out * (self.e + 2 * self.parallel.grad_bytes), kernels + 1
+            extra, kernels = extra + inp * out * (self.e + 2 * self.kspec.grad_bytes), kernels + 1
         return self.gemm(inp, out, self.T, gemm_casts(self.dtype, self.scaling, self.T, inp, out).wgrad, extra, kernels)
 
     def bias_grad(self, name: str, tokens: int, width: int) -> list[Step]:
         """The sum over the tokens of a linear layer's output gradient, its bias gradient,
         where Megatron-LM's own linear layers leave it to a kernel of its own
-        (:attr:`ParallelSpec.unfused_linear_bias`): reads the gradient once."""
-        if not self.parallel.unfused_linear_bias:
+        (:attr:`KernelsSpec.unfused_linear_bias`): reads the gradient once."""
+        if not self.kspec.unfused_linear_bias:
             return []
         return [self.compute(f"{name}-bias-grad", self.mem(OpKind.ELEMENTWISE, tokens * width * self.e))]
 
@@ -314,10 +316,10 @@ class LayerBuilder:
         """A column-parallel layer's input gradient, its TP reduction and its weight
         gradient: the reduction beside the wgrad GEMM (Megatron-LM's asynchronous all-reduce,
         or sequence parallelism's reduce-scatter), or, before the asynchronous all-reduce
-        (:attr:`ParallelSpec.async_tp_grad_allreduce` off, no sequence parallelism), after both
+        (:attr:`KernelsSpec.async_tp_grad_allreduce` off, no sequence parallelism), after both
         GEMMs, waited for by the next op."""
         c = self.compute
-        if self.sp or self.parallel.async_tp_grad_allreduce:
+        if self.sp or self.kspec.async_tp_grad_allreduce:
             # Megatron's backward sums the bias gradient after the wgrad GEMM, beside the reduction
             return [c(f"{name}-dgrad", dgrad), *self.reduce(f"{name}-grad", wait=1 + len(bias), gemm=gemm),
                     c(f"{name}-wgrad", wgrad), *bias]
@@ -339,9 +341,9 @@ class LayerBuilder:
             # the rank these ops are for: the one its TP and CP groups share
             me = next((r for r in self.cp_group if r in self.tp_group), self.cp_group[0])
             return cp_attention(model, parallel, self.heads, self.kv_heads, ACT_DTYPE, self.cp_group,
-                                self.cp_replicas, me)
-        if parallel.flash_attention:
-            ak, det = parallel.attention_kernel, parallel.deterministic
+                                self.cp_replicas, me, kernel=self.kspec.attention_kernel)
+        if self.kspec.flash_attention:
+            ak, det = self.kspec.attention_kernel, self.kspec.deterministic
             b, s, hd, heads, kv_heads = self.b, self.s, model.head_dim, self.heads, self.kv_heads
             out_fill = self.fill * b * s * (heads * hd * e + heads * 4)  # O and the fp32 softmax statistics
             grad_fill = self.fill * b * s * (heads + 2 * kv_heads) * hd * e  # dQ, dK, dV
@@ -402,7 +404,7 @@ class LayerBuilder:
         rope_f, _ = self.rope()
         # Megatron-LM's own QKV linear adds its bias after the GEMM (``output = output + bias``)
         qkv_bias = [c("qkv-bias", self.mem(OpKind.ELEMENTWISE, 2 * T * self.qkv_n * self.e))] \
-            if self.parallel.unfused_linear_bias and not self.model.is_mla else []
+            if self.kspec.unfused_linear_bias and not self.model.is_mla else []
         o_in = self.model.attention_out_size // t
         return [*self.norm_forward("norm1"), *self.gather("qkv-in", gemm="qkv_fprop"), *proj_in, *qkv_bias, *rope_f,
                 *attn_fwd, c("proj", self.fwd_gemm(h, o_in)), *self.reduce("proj-out", gemm="proj_fprop"),
@@ -462,7 +464,6 @@ class LayerBuilder:
     def head(self) -> tuple[tuple[Step, ...], tuple[Step, ...]]:
         """The output layer and the loss, forward and backward."""
         c, T, h, t, V, e = self.compute, self.T, self.h, self.t, self.V, self.e
-        parallel = self.parallel
         logits = T * (V // t)
         # the cross entropy as Megatron runs it, measured (sim.workload.nongemm); torchtitan's
         # PyTorch cross entropy on the fp32 logits (cast, log_softmax, nll_loss and their
@@ -482,8 +483,8 @@ class LayerBuilder:
         # the output layer's weight gradient (Megatron-Core's own linear layer, torch.matmul) is
         # added into main_grad by the same hook when not accumulated in the GEMM
         head_w = hg(V // t, h, T)
-        if not parallel.gradient_accumulation_fusion:
-            head_w = replace(head_w, extra_bytes=(V // t) * h * (e + 2 * parallel.grad_bytes), extra_kernels=1)
+        if not self.kspec.gradient_accumulation_fusion:
+            head_w = replace(head_w, extra_bytes=(V // t) * h * (e + 2 * self.kspec.grad_bytes), extra_kernels=1)
         head_bwd = (c("cross-entropy-bwd", loss_bwd),
                     c("lm-head-dgrad", hg(T, h, V // t)), *self.reduce("head-grad", wait=1),
                     c("lm-head-wgrad", head_w), *self.norm_backward("final-norm-bwd"))
@@ -632,19 +633,21 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
               cp_replicas: tuple[tuple[int, ...], ...] = (), ep_group: tuple[int, ...] = (0,),
               ep_replicas: tuple[tuple[int, ...], ...] = (),
               scaling: ScalingRecipe = ScalingRecipe.DELAYED, etp_group: tuple[int, ...] | None = None,
-              etp_replicas: tuple[tuple[int, ...], ...] | None = None, bf16_layers: bool = False) -> LayerOps:
+              etp_replicas: tuple[tuple[int, ...], ...] | None = None, bf16_layers: bool = False, *,
+              kernels: KernelsSpec) -> LayerOps:
     """Build the step lists of one pipeline stage whose TP group is ``tp_group`` (and CP group
     ``cp_group``, EP group ``ep_group``, experts' TP group ``etp_group``, by default the TP
     group; ``replicas`` list the groups doing the same at the same time): :class:`LayerBuilder`.
 
     ``bf16_layers``: also build the layers' BF16 variant (:attr:`LayerOps.high_precision`),
-    for the first and last layers a low-precision ``dtype`` keeps in BF16."""
+    for the first and last layers a low-precision ``dtype`` keeps in BF16. ``kernels``: the
+    workload's kernel switches (:class:`~sim.workload.kernels.KernelsSpec`)."""
     groups = (tp_group, replicas, cp_group, cp_replicas, ep_group, ep_replicas, scaling, etp_group, etp_replicas)
     if bf16_layers and dtype in LOW_PRECISION:
-        low = LayerBuilder(model, parallel, dtype, *groups).build()
-        high = LayerBuilder(model, parallel, ACT_DTYPE, *groups).build()
+        low = LayerBuilder(model, parallel, dtype, *groups, kernels=kernels).build()
+        high = LayerBuilder(model, parallel, ACT_DTYPE, *groups, kernels=kernels).build()
         return replace(low, high_precision=high)
-    return LayerBuilder(model, parallel, dtype, *groups).build()
+    return LayerBuilder(model, parallel, dtype, *groups, kernels=kernels).build()
 
 
 _ASYNC_TP_REDUCED = frozenset({"proj", "fc2", "fc1-dgrad", "qkv-dgrad"})

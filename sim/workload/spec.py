@@ -18,15 +18,14 @@ from sim.topology.network import NetworkSpec
 from sim.types import (
     NOT_SIMULATED_DTYPES,
     SIMULATED_DTYPES,
-    AttentionKernel,
     CpCommType,
     Dtype,
-    LossKind,
     RecomputeKind,
     ScalingRecipe,
     ScheduleKind,
     ZeroImpl,
 )
+from sim.workload.kernels import KernelsSpec
 from sim.workload.quantization import LOW_PRECISION
 from sim.workload.tp_overlap import TE_DEFAULTS, TpOverlapConfig
 
@@ -361,9 +360,6 @@ class ParallelSpec:
     ``--no-overlap-p2p-communication`` turns it off). False posts each receive when the compute
     before it ends and waits for it there, as the 1F1B schedule always does."""
     grad_bucket_size_params: int = 40_000_000
-    flash_attention: bool = True
-    """Fused flash attention (Megatron-LM ``--use-flash-attn``, 2023 on); False runs the
-    unfused core attention: score GEMM, softmax, dropout, value GEMM."""
     overlap_param_gather: bool = False
     """Megatron-LM ``--overlap-param-gather`` (with the distributed optimizer): the updated
     weights are all-gathered during the next iteration's forward, layer by layer, instead of
@@ -376,69 +372,6 @@ class ParallelSpec:
     """What runs those collectives under ``tp_comm_overlap`` and the SMs each holds, per GEMM
     (:mod:`sim.workload.tp_overlap`): Transformer Engine's userbuffers defaults, a NeMo-style
     table, or torchtitan's symmetric-memory async TP."""
-    attention_kernel: AttentionKernel = AttentionKernel.VENDOR
-    """The fused attention kernel: the vendor's (cuDNN through Transformer Engine) or
-    FlashAttention-2 through PyTorch's SDPA (torchtitan)."""
-    gradient_accumulation_fusion: bool = True
-    """Megatron-LM's gradient-accumulation fusion (on by default; ``--no-gradient-accumulation-fusion``
-    turns it off): each weight-gradient GEMM accumulates straight into the fp32 ``main_grad``
-    buffer (Transformer Engine's ``fuse_wgrad_accumulation``). Off, the GEMM writes a fresh
-    16-bit gradient and Megatron-Core's backward hook adds it into ``main_grad``
-    (``param.main_grad.add_(param.grad.data)``, ``megatron/core/distributed/
-    distributed_data_parallel.py``): one more bandwidth-bound pass per weight per micro-batch
-    (:func:`sim.workload.layers.layer_ops`)."""
-    grad_reduce_in_fp32: bool = True
-    """Whether weight gradients are accumulated (``main_grad``) and reduced across the
-    data-parallel ranks in fp32, Megatron-LM's default under 16-bit mixed precision
-    ("bfloat16 requires gradient accumulation and all-reduce to be performed in fp32",
-    ``megatron/training/arguments.py``), or in the weights' 16 bits: Megatron-Core's
-    ``DistributedDataParallelConfig.grad_reduce_in_fp32 = False`` (``--grad-reduce-in-bf16``)
-    makes the gradient buffer the parameters' dtype (``grad_dtype = torch.float if
-    grad_reduce_in_fp32 else param.dtype``, ``megatron/core/distributed/
-    distributed_data_parallel.py``), so the buffer, the accumulate pass and the reduction move
-    half the bytes (:attr:`grad_bytes`)."""
-    async_tp_grad_allreduce: bool = True
-    """Whether a column-parallel layer's input-gradient all-reduce (TP without sequence
-    parallelism) runs beside its weight-gradient GEMM: Megatron-LM's
-    ``ColumnParallelLinearWithAsyncAllreduce`` (autumn 2021; NVIDIA/apex PR #1183 ports it,
-    ``--no-async-tensor-model-parallel-allreduce`` turns it off) issues the all-reduce with
-    ``async_op=True`` between the dgrad and wgrad GEMMs. Before it, ``ColumnParallelLinear``
-    ran ``F.linear`` on ``copy_to_tensor_model_parallel_region(input_)``, whose backward
-    all-reduces the input gradient synchronously after the linear's backward has computed both
-    gradients (``megatron/mpu/mappings.py`` ``_CopyToModelParallelRegion``), so the next
-    compute op waits for the whole all-reduce."""
-    unfused_linear_bias: bool = False
-    """Megatron-LM's own tensor-parallel linear layers (``megatron/mpu/layers.py``, before
-    Transformer Engine, whose GEMMs fuse the bias into their epilogue): GPT's linear biases are
-    added and their gradients summed by PyTorch kernels of their own. The QKV projection's
-    forward adds its bias after the GEMM (``output = output + bias``) and its backward sums the
-    output gradient over the tokens (``grad_output.sum(dim=0)``); the first MLP projection's
-    bias goes through the fused bias-GeLU, whose backward returns the full-size gradient for
-    the bias (``GeLUFunction.backward``: ``return tmp, tmp``, ``megatron/model/fused_bias_gelu.py``)
-    that autograd then sums; the two row-parallel biases are expanded into the
-    bias-dropout-add (``attention_bias.expand_as(residual)``, ``megatron/model/transformer.py``),
-    whose backward sums the gradient over the tokens. Each sum reads the gradient once."""
-    deterministic: bool = False
-    """Megatron-LM ``--deterministic-mode``. ``validate_args`` then calls
-    ``torch.use_deterministic_algorithms(True)`` (``megatron/training/arguments.py``), under
-    which PyTorch fills every ``torch.empty`` allocation with NaN before use
-    (``torch.utils.deterministic.fill_uninitialized_memory``, default True: "detrimental to
-    performance", PyTorch docs): Transformer Engine allocates its GEMM, attention, norm and
-    activation outputs with ``at::empty`` (``allocateTorchTensor``), so each is written twice.
-    Transformer Engine also runs the attention deterministically
-    (``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0``, which deterministic mode requires): where that
-    rules out cuDNN's fused attention (below sm90, and on Blackwell before cuDNN 9.18.1) it runs
-    FlashAttention-2 with its deterministic backward, priced at the GPU's
-    ``deterministic_attention_efficiency`` and ``deterministic_attention_backward_efficiency``
-    (:mod:`sim.hardware`); Hopper's cuDNN deterministic backward is priced as the ordinary one."""
-    cross_entropy: LossKind = LossKind.FUSED
-    """How the loss is computed (Megatron's fused vocab-parallel kernel, or PyTorch's on fp32
-    logits as torchtitan runs it): it decides the loss's memory."""
-    fused_elementwise: bool = True
-    """Whether a layer's norms, activation and residual adds run as fused kernels (Megatron-LM's
-    and Transformer Engine's fused norm and SwiGLU kernels, or ``torch.compile``'s Triton
-    kernels), or one PyTorch eager kernel per tensor op (torchtitan without
-    ``--training.compile``, its default): :mod:`sim.workload.eager`."""
     placement: str | tuple[int, ...] = MEGATRON_ORDER
     """Which GPU each rank runs on: a rank order such as ``"tp-pp-dp"`` (innermost first), or
     the GPU index of every rank in rank order (a permutation of ``0 .. num_gpus - 1``)."""
@@ -475,9 +408,6 @@ class ParallelSpec:
                               f"(micro x dp)) x pp {self.pp} x virtual_pipeline_stages {self.virtual_pipeline_stages}",
                               self.global_batch_size)
         self._check_placement()
-        if self.cp > 1 and not self.flash_attention:
-            raise ConfigError(_SPEC, "parallel.flash_attention", "true with parallel.cp > 1 (Transformer Engine's "
-                              "context parallelism is built on fused attention)", False)
         self._check_cp_levels()
         if self.etp is not None:
             _positive_int("parallel.etp", self.etp)
@@ -633,12 +563,6 @@ class ParallelSpec:
         return max(self.zero_stage, 1 if self.distributed_optimizer else 0)
 
     @property
-    def grad_bytes(self) -> float:
-        """Bytes of one accumulated weight gradient: 4 (fp32), or 2 without
-        :attr:`grad_reduce_in_fp32`."""
-        return 4.0 if self.grad_reduce_in_fp32 else 2.0
-
-    @property
     def shards_optimizer(self) -> bool:
         """Whether optimizer state is sharded over DP (distributed optimizer / ZeRO-1 and up)."""
         return self.zero >= 1
@@ -752,9 +676,14 @@ class WorkloadSpec:
     Megatron-Bridge's ``num_layers_at_start_in_bf16``, 0 in its performance recipes)."""
     num_layers_at_end_in_bf16: int = 0
     """The same at the end (``--num-layers-at-end-in-bf16``)."""
+    kernels: KernelsSpec = KernelsSpec()
+    """The kernel and framework switches (:mod:`sim.workload.kernels`)."""
 
     def __post_init__(self) -> None:
         m, p, s = self.model, self.parallel, self.system
+        if p.cp > 1 and not self.kernels.flash_attention:
+            raise ConfigError(_SPEC, "kernels.flash_attention", "true with parallel.cp > 1 (Transformer Engine's "
+                              "context parallelism is built on fused attention)", False)
         for f in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"):
             value = getattr(self, f)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:

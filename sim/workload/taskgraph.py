@@ -539,11 +539,11 @@ class _RankProgram(DataParallelMixin):
             replicas = tuple((lay.rank(t, d, 0), lay.rank(t, d, p.pp - 1))
                              for d in range(lay.dp) for t in range(p.tp)) if self.rep else ()
             op = CommOp(CollectiveKind.ALL_REDUCE, CommClass.DP, group,
-                        m.embedding_params() / p.tp * p.grad_bytes, replicas)
+                        m.embedding_params() / p.tp * w.kernels.grad_bytes, replicas)
             t = self.collective(Stream.DP_COMM, "ncclAllReduce embedding-grads", op,
                                 (("phase", "grad-sync"),), [self.last_c])
             self.dp_tasks.append(t.id)
-        sb = state_bytes(m, p, self.stage)
+        sb = state_bytes(m, p, self.stage, kernels=w.kernels)
         params_local = sb.optimizer_bytes / 12.0
         self.extra.extend(self.dp_tasks)
         opt = self.compute("optimizer", MemoryOp(OpKind.OPTIMIZER, params_local * OPTIMIZER_BYTES_PER_PARAM),
@@ -625,7 +625,7 @@ def build_program(w: WorkloadSpec, representative: bool = True,
         if ops is None:
             ops = ops_cache[(group, cp_group, ep_group, etp_group)] = layer_ops(
                 w.model, p, w.dtype, group, replicas, cp_group, cp_replicas, ep_group, ep_replicas, w.scaling,
-                etp_group, etp_replicas, w.keeps_bf16_layers)
+                etp_group, etp_replicas, w.keeps_bf16_layers, kernels=w.kernels)
         _RankProgram(b, w, layout, r, ops, representative, granularity == "layer",
                      granularity == "chunk").build()
         infos.append(RankInfo(r, node_of(r), local_gpu_of(r), tp_c, stage, dp_c // p.cp, dp_c % p.cp))

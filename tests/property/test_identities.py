@@ -262,8 +262,8 @@ def test_fp8_layers_pay_for_casts_and_keep_the_output_layer_in_bf16():
     from sim.workload.layers import layer_ops
 
     w = make_workload(tp=1, gpu="H100-SXM5-80GB")
-    bf16 = layer_ops(w.model, w.parallel, Dtype.BF16, (0,))
-    fp8 = layer_ops(w.model, w.parallel, Dtype.FP8, (0,))
+    bf16 = layer_ops(w.model, w.parallel, Dtype.BF16, (0,), kernels=w.kernels)
+    fp8 = layer_ops(w.model, w.parallel, Dtype.FP8, (0,), kernels=w.kernels)
     gemms = lambda steps: [s.op for s in steps if isinstance(s.op, GemmOp) and s.op.kind is OpKind.GEMM]  # noqa: E731
     assert all(op.extra_bytes == 0 for op in gemms(bf16.layer_fwd + bf16.layer_bwd))
     assert all(op.extra_bytes > 0 and op.dtype is Dtype.FP8 for op in gemms(fp8.layer_fwd + fp8.layer_bwd))

@@ -10,7 +10,7 @@ import dataclasses
 from sim.config import load_case_records
 from sim.types import OpKind, Stream
 from sim.workload.layers import layer_ops
-from tests.conftest import make_workload
+from tests.conftest import make_workload, replace_settings
 
 E = 2
 """Bytes of a BF16 element."""
@@ -18,8 +18,8 @@ E = 2
 
 def _ops(sp: bool = False, flash: bool = True, **par):
     w = make_workload(hidden=1024, heads=16, seq=512, mbs=2, tp=2, sp=sp, flash=flash)
-    w = dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, **par))
-    return w, layer_ops(w.model, w.parallel, w.dtype, (0, 1))
+    w = replace_settings(w, **par)
+    return w, layer_ops(w.model, w.parallel, w.dtype, (0, 1), kernels=w.kernels)
 
 
 def _names(steps):
@@ -100,8 +100,8 @@ def test_the_era_decides_the_allreduce():
     nar = [r for r in load_case_records("workloads/validation/narayanan2021.yaml") if r.workload is not None]
     kor = [r for r in load_case_records("workloads/validation/korthikanti2022.yaml") if r.workload is not None]
     assert nar and kor
-    assert not any(r.workload.parallel.async_tp_grad_allreduce for r in nar)
-    assert all(r.workload.parallel.async_tp_grad_allreduce for r in kor)
+    assert not any(r.workload.kernels.async_tp_grad_allreduce for r in nar)
+    assert all(r.workload.kernels.async_tp_grad_allreduce for r in kor)
 
 
 def test_synchronous_allreduce_is_exposed_in_the_backward():
@@ -112,7 +112,7 @@ def test_synchronous_allreduce_is_exposed_in_the_backward():
 
     def backward_s(async_ar: bool) -> float:
         w = make_workload(hidden=2048, heads=16, seq=1024, mbs=2, tp=8, layers=2, gbs=2, flash=False)
-        w = dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, async_tp_grad_allreduce=async_ar))
+        w = dataclasses.replace(w, kernels=dataclasses.replace(w.kernels, async_tp_grad_allreduce=async_ar))
         res = simulate(w, load_topology("dgx-a100")).result
         spans = [s for s in res.spans if s.stream is Stream.COMPUTE and dict(s.args).get("phase") == "bwd"
                  and dict(s.args).get("layer") == 1]
@@ -161,7 +161,7 @@ def test_only_2021_2022_megatron_cases_run_the_unfused_bias_kernels():
         old = "narayanan2021" in path or "korthikanti2022" in path
         for r in load_case_records(path):
             if r.workload is not None:
-                assert r.workload.parallel.unfused_linear_bias is old, r.id
+                assert r.workload.kernels.unfused_linear_bias is old, r.id
 
 
 def test_dropout_add_backward_reads_gradient_and_mask_only():

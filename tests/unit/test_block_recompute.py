@@ -67,8 +67,8 @@ def test_1f1b_closed_form(n):
     Sec. 4.3): under block recomputation n of them keep their input, the others everything."""
     p, L, m = 4, 16, 8
     w = _block(n, pp=p, gbs=m, layers=L)
-    kept = layer_activation_bytes(w.model, w.parallel, RecomputeKind.NONE)
-    checkpoint = layer_activation_bytes(w.model, w.parallel, FULL)
+    kept = layer_activation_bytes(w.model, w.parallel, RecomputeKind.NONE, kernels=w.kernels)
+    checkpoint = layer_activation_bytes(w.model, w.parallel, FULL, kernels=w.kernels)
     assert checkpoint < kept
     for s in range(1, p - 1):  # the middle stages hold no embedding or head
         per_mb = n * checkpoint + (L // p - n) * kept

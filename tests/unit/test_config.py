@@ -75,7 +75,7 @@ def test_default_workload_is_gpt3_175b_on_64_a100s():
                                                       "parallel.overlap_p2p_comm",
                                                       "parallel.unfused_linear_bias", "stack"]
     assert notes[0].startswith("stack: null -> megatron-lm-2022 (framework 'Megatron-LM (2022)'")
-    assert not p.flash_attention
+    assert not spec.kernels.flash_attention
 
 
 def test_default_preset_is_the_korthikanti_case_plus_name_and_topology():

@@ -92,7 +92,7 @@ def test_bytes_each_rank_sends_per_layer_are_the_closed_forms(cp):
                           a2a(a, 3 * H + 2 * K) + 2 * (p - 1) * full_kv / cp)
     for kind, levels in variants(cp):
         x = with_cp(w, kind, levels, kv_heads=K)
-        ops = layer_ops(x.model, x.parallel, x.dtype, (0,), (), tuple(range(cp)))
+        ops = layer_ops(x.model, x.parallel, x.dtype, (0,), (), tuple(range(cp)), kernels=x.kernels)
         fwd, bwd = expected[kind]
         assert _cp_bytes(ops.layer_fwd) == pytest.approx(fwd, rel=1e-12), kind
         assert _cp_bytes(ops.layer_bwd) == pytest.approx(bwd, rel=1e-12), kind
@@ -106,7 +106,7 @@ def test_default_is_ring_attention_as_before():
     w = make_workload(tp=1, pp=1, dp=1, cp=cp, gbs=1, layers=1, seq=s)
     assert w.parallel.cp_comm_type is P2P
     group = tuple(range(cp))
-    ops = layer_ops(w.model, w.parallel, w.dtype, (0,), (), group)
+    ops = layer_ops(w.model, w.parallel, w.dtype, (0,), (), group, kernels=w.kernels)
     chunk = 2.0 * (s // cp) * H * d * 2
 
     def ring(name, backward, size):
@@ -273,7 +273,7 @@ def test_report_names_the_type_only_with_context_parallelism(capsys):
 def _torch_layer(cp: int, s: int = 4096, H: int = 16, K: int = 4, d: int = 64):
     w = make_workload(tp=1, pp=1, dp=1, cp=cp, gbs=1, layers=1, seq=s, hidden=H * d, heads=H)
     x = with_cp(w, CpCommType.TORCH, kv_heads=K)
-    return x, layer_ops(x.model, x.parallel, x.dtype, (0,), (), tuple(range(cp)))
+    return x, layer_ops(x.model, x.parallel, x.dtype, (0,), (), tuple(range(cp)), kernels=x.kernels)
 
 
 @pytest.mark.parametrize("cp", [2, 4, 8])
@@ -349,8 +349,8 @@ def test_nemo_2403_ring_steps_run_cudnn_fused_attention():
     rec = next(r for r in load_case_records("workloads/validation/nemo-longseq.yaml")
                if r.id == "nemo_longseq_h100_llama2_7b_32k_cp2")
     w = rec.workload
-    assert w.parallel.cp == 2 and w.parallel.attention_kernel is AttentionKernel.VENDOR
-    ops = layer_ops(w.model, w.parallel, w.dtype, (0,), (), (0, 1))
+    assert w.parallel.cp == 2 and w.kernels.attention_kernel is AttentionKernel.VENDOR
+    ops = layer_ops(w.model, w.parallel, w.dtype, (0,), (), (0, 1), kernels=w.kernels)
     for steps in (ops.layer_fwd, ops.layer_bwd):
         att = [st.op for st in steps if isinstance(st.op, AttentionOp)]
         assert len(att) == 2 and all(a.kernel is AttentionKernel.VENDOR for a in att)

@@ -14,7 +14,7 @@ from sim.hardware import FA2_BLACKWELL_RATIO, FA2_DETERMINISTIC_BWD_RATIO, get_g
 from sim.types import OpKind
 from sim.workload.layers import MAIN_GRAD_BYTES, layer_ops
 from sim.workload.ops import AttentionOp, GemmOp
-from tests.conftest import make_workload
+from tests.conftest import make_workload, replace_settings
 
 E = 2
 """Bytes of a BF16 element."""
@@ -22,8 +22,8 @@ E = 2
 
 def _ops(**par):
     w = make_workload(hidden=1024, heads=16, seq=512, mbs=2, tp=2)
-    w = dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, **par))
-    return w, layer_ops(w.model, w.parallel, w.dtype, (0, 1))
+    w = replace_settings(w, **par)
+    return w, layer_ops(w.model, w.parallel, w.dtype, (0, 1), kernels=w.kernels)
 
 
 def _by_name(steps):
@@ -130,15 +130,15 @@ def test_megatron_flags_and_case_text_set_the_options():
     base = ("--num-layers 2 --hidden-size 512 --num-attention-heads 8 --seq-length 256 "
             "--max-position-embeddings 256 --micro-batch-size 1 --global-batch-size 8 --vocab-size 1024 --bf16")
     w = load_megatron_workload(base, num_gpus=1, gpu="A100-SXM4-80GB")[0]
-    assert (w.parallel.deterministic, w.parallel.gradient_accumulation_fusion) == (False, True)
+    assert (w.kernels.deterministic, w.kernels.gradient_accumulation_fusion) == (False, True)
     w = load_megatron_workload(base + " --deterministic-mode --no-gradient-accumulation-fusion",
                                num_gpus=1, gpu="A100-SXM4-80GB")[0]
-    assert (w.parallel.deterministic, w.parallel.gradient_accumulation_fusion) == (True, False)
+    assert (w.kernels.deterministic, w.kernels.gradient_accumulation_fusion) == (True, False)
     recs = {r.id: r for r in load_case_records("workloads/validation/megatron-ci.yaml")}
     for rec in recs.values():  # its framework text: "deterministic mode, --no-gradient-accumulation-fusion"
-        assert rec.workload.parallel.deterministic and not rec.workload.parallel.gradient_accumulation_fusion
+        assert rec.workload.kernels.deterministic and not rec.workload.kernels.gradient_accumulation_fusion
     for rec in load_case_records("workloads/validation/korthikanti2022.yaml"):
-        assert not rec.workload.parallel.deterministic and rec.workload.parallel.gradient_accumulation_fusion
+        assert not rec.workload.kernels.deterministic and rec.workload.kernels.gradient_accumulation_fusion
 
 
 def test_frameworks_dated_2021_predate_gradient_accumulation_fusion():
@@ -152,16 +152,16 @@ def test_frameworks_dated_2021_predate_gradient_accumulation_fusion():
     text = {c["id"]: c["framework"] for c in yaml.safe_load(Path(path).read_text())}
     dated = [r for r in load_case_records(path) if "2021" in text[r.id]]
     assert dated
-    assert all(not r.workload.parallel.gradient_accumulation_fusion for r in dated)
+    assert all(not r.workload.kernels.gradient_accumulation_fusion for r in dated)
     later = load_case_records("workloads/validation/korthikanti2022.yaml")  # "Megatron-LM (2022)"
-    assert later and all(r.workload.parallel.gradient_accumulation_fusion for r in later)
+    assert later and all(r.workload.kernels.gradient_accumulation_fusion for r in later)
     # the unfused run is slower than the same case with the fusion forced back on
     from sim.config import load_topology
     from sim.config.topology import default_topology_name
     from sim.runner import simulate
     w = next(r.workload for r in dated)
     topo = load_topology(default_topology_name(w.system.gpu.name))
-    fused = dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, gradient_accumulation_fusion=True))
+    fused = dataclasses.replace(w, kernels=dataclasses.replace(w.kernels, gradient_accumulation_fusion=True))
     assert simulate(w, topo).result.makespan_s > simulate(fused, topo).result.makespan_s
 
 
@@ -179,7 +179,7 @@ def test_deterministic_mode_runs_no_nvls():
     op = CommOp(CollectiveKind.ALL_REDUCE, CommClass.TP, (0, 1, 2, 3), 2.0**30)
     w, _ = _ops()
     free = AnalyticalCostModel(get_gpu("H100"), fabric, representative=False)
-    det_w = dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, deterministic=True))
+    det_w = dataclasses.replace(w, kernels=dataclasses.replace(w.kernels, deterministic=True))
     assert excluded_algorithms(w) == frozenset() and excluded_algorithms(det_w) == {CollectiveAlgorithm.NVLS}
     det = AnalyticalCostModel(get_gpu("H100"), fabric, representative=False, excluded=excluded_algorithms(det_w))
     assert free.comm_plan(op).algorithm == "nvls"

@@ -1,5 +1,5 @@
 """Eager (uncompiled) elementwise kernels of torchtitan's Llama layer (sim/workload/eager.py) and
-the ``parallel.fused_elementwise`` option that selects them."""
+the ``kernels.fused_elementwise`` option that selects them."""
 
 from __future__ import annotations
 
@@ -85,9 +85,9 @@ def test_eager_layer_adds_exactly_the_unfused_kernels():
     backward. GEMMs and attention are untouched."""
     w = _gated(make_workload(seq=512, hidden=1024, heads=16), kv_heads=4)
     T, h, f, q, kv = 512, 1024, 4096, 1024, 256
-    fused = layer_ops(w.model, w.parallel, w.dtype, (0,))
-    x = dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, fused_elementwise=False))
-    eag = layer_ops(x.model, x.parallel, x.dtype, (0,))
+    fused = layer_ops(w.model, w.parallel, w.dtype, (0,), kernels=w.kernels)
+    x = dataclasses.replace(w, kernels=dataclasses.replace(w.kernels, fused_elementwise=False))
+    eag = layer_ops(x.model, x.parallel, x.dtype, (0,), kernels=x.kernels)
     (nf, bf), (ne, be) = _mem(fused.layer_fwd), _mem(eag.layer_fwd)
     rope_and_repeat = T * (q + kv) * 20 + 2 * T * (q + kv) * 2
     assert be - bf == pytest.approx(2 * (36 - 4) * T * h + 2 * 24 * T + rope_and_repeat + (10 - 6) * T * f)
@@ -102,8 +102,8 @@ def test_eager_layer_adds_exactly_the_unfused_kernels():
 def test_op_level_recompute_reruns_the_eager_kernels():
     """torchtitan's op-level checkpointing recomputes every non-matmul op: eagerly, each of them."""
     w = _gated(make_workload(seq=512), kv_heads=16)
-    x = dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, fused_elementwise=False))
-    ops = layer_ops(x.model, x.parallel, x.dtype, (0,))
+    x = dataclasses.replace(w, kernels=dataclasses.replace(w.kernels, fused_elementwise=False))
+    ops = layer_ops(x.model, x.parallel, x.dtype, (0,), kernels=x.kernels)
     assert _mem(ops.op_recompute) == _mem(ops.layer_fwd)
 
 
@@ -112,10 +112,10 @@ def test_case_fields_choose_the_mode():
     are fused; an explicit value wins."""
     eager_row = load_workload(TITAN, case="torchtitan_h100_t1_llama31_8b_8gpu_FSDP")
     compiled = load_workload(TITAN, case="torchtitan_h100_t1_llama31_8b_8gpu_FSDP_torchcompile")
-    assert eager_row.parallel.fused_elementwise is False and compiled.parallel.fused_elementwise is True
+    assert eager_row.kernels.fused_elementwise is False and compiled.kernels.fused_elementwise is True
     forced = load_workload(TITAN, ["parallel.fused_elementwise=true"], case="torchtitan_h100_t1_llama31_8b_8gpu_FSDP")
-    assert forced.parallel.fused_elementwise is True
-    assert load_workload("tiny").parallel.fused_elementwise is True
+    assert forced.kernels.fused_elementwise is True
+    assert load_workload("tiny").kernels.fused_elementwise is True
 
 
 def test_torchtitan_float8_is_dynamically_scaled():

@@ -41,8 +41,8 @@ def test_narayanan_table_2_runs_with_2021_software():
     recs = [r for r in load_case_records(path) if "_t2_ptdp_" in r.id]
     assert recs and all("20" not in text[r.id] for r in recs)
     for r in recs:
-        p = r.workload.parallel
-        assert (p.flash_attention, p.overlap_grad_reduce, p.gradient_accumulation_fusion) == (False, False, False)
+        p, k = r.workload.parallel, r.workload.kernels
+        assert (k.flash_attention, p.overlap_grad_reduce, k.gradient_accumulation_fusion) == (False, False, False)
         assert any("as of its publication" in n or "carries no date" in n for n in r.notes)
 
 

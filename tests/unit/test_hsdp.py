@@ -146,7 +146,7 @@ def test_distributed_optimizer_instances_bytes_per_rank():
     assert len(buckets) == sum(1 for t in prog.tasks if t.name == "ncclAllReduce grads (replicas)")
     grads = P * GRAD_REDUCE_BYTES * ((S - 1) / S + 2 * (R - 1) / (R * S))
     assert _dp_bus_bytes(prog, 0, "grads") == pytest.approx(grads, rel=1e-12)
-    sb = state_bytes(w.model, w.parallel, 0)
+    sb = state_bytes(w.model, w.parallel, 0, kernels=w.kernels)
     assert _dp_bus_bytes(prog, 0, "params") == pytest.approx(sb.params * PARAM_GATHER_BYTES * (S - 1) / S)
     # both collectives of a bucket on Megatron's one communication stream
     assert {t.stream for t in prog.tasks if "grads" in t.name} == {Stream.DP_COMM}
@@ -192,9 +192,9 @@ def test_one_rank_per_stage_stands_for_all_under_hybrid_sharding(kw, dp_shard):
 @pytest.mark.parametrize("cp", [1, 2])
 def test_sharded_state_scales_as_one_over_dp_shard(zero, dist_opt, cp):
     w = make_workload(tp=2, pp=2, dp=8, cp=cp, gbs=16, layers=4, zero=zero, dist_opt=dist_opt, seq=1024)
-    full = state_bytes(w.model, w.parallel, 1)
+    full = state_bytes(w.model, w.parallel, 1, kernels=w.kernels)
     for n in (1, 2, 4, 8):
-        sb = state_bytes(w.model, w.parallel if n == 8 else _shard(w, n).parallel, 1)
+        sb = state_bytes(w.model, w.parallel if n == 8 else _shard(w, n).parallel, 1, kernels=w.kernels)
         assert sb.optimizer_bytes == pytest.approx(full.optimizer_bytes * 8 / n, rel=1e-12)
         assert sb.grads_bytes == pytest.approx(full.grads_bytes * (8 / n if zero >= 2 else 1), rel=1e-12)
         assert sb.weights_bytes == pytest.approx(full.weights_bytes * (8 / n if zero >= 3 else 1), rel=1e-12)
@@ -205,7 +205,8 @@ def test_sharded_state_scales_as_one_over_dp_shard(zero, dist_opt, cp):
 def test_expert_state_is_sharded_over_the_expert_group_of_one_replica():
     w = make_workload(tp=1, pp=1, dp=8, gbs=8, layers=2, dist_opt=True, experts=8, ep=4)
     hybrid = _shard(w, 4)  # 2 replicas; expert-data-parallel degree 8 / 4 = 2, 1 rank per replica
-    a, b = state_bytes(w.model, w.parallel, 0), state_bytes(hybrid.model, hybrid.parallel, 0)
+    a = state_bytes(w.model, w.parallel, 0, kernels=w.kernels)
+    b = state_bytes(hybrid.model, hybrid.parallel, 0, kernels=hybrid.kernels)
     dense = a.params - a.expert_params
     assert b.optimizer_bytes == pytest.approx(12.0 * (dense / 4 + a.expert_params / 1), rel=1e-12)
     prog = build_program(hybrid)

@@ -298,7 +298,7 @@ def test_parallel_flags_and_megatron_defaults():
     p = spec.parallel
     assert (p.tp, p.pp, p.dp, p.virtual_pipeline_stages, p.schedule) == (2, 2, 4, 2, ScheduleKind.INTERLEAVED)
     assert p.sequence_parallel and p.tp_comm_overlap and p.recompute is RecomputeKind.FULL
-    assert p.placement == "tp-cp-pp-dp" and p.grad_bucket_size_params == 1_000_000 and not p.flash_attention
+    assert p.placement == "tp-cp-pp-dp" and p.grad_bucket_size_params == 1_000_000 and not spec.kernels.flash_attention
     assert not p.overlap_grad_reduce and not p.distributed_optimizer  # Megatron-LM's defaults
     assert spec.model.tied_embeddings and not spec.model.gated_mlp  # tied, GeLU: Megatron-LM's defaults
     assert p.recompute_num_layers == 1  # the first of each chunk's two layers (--recompute-method block)

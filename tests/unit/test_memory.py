@@ -30,7 +30,7 @@ GPT3 = dict(layers=96, hidden=12288, heads=96, seq=2048, vocab=51200, tp=8, pp=8
 def test_gpt3_activations_per_layer_match_the_paper(sp, recompute, units_of_sbh):
     w = make_workload(**GPT3, sp=sp, recompute=recompute, flash=False)
     sbh = 2048 * 1 * 12288
-    assert layer_activation_bytes(w.model, w.parallel) / sbh == pytest.approx(units_of_sbh)
+    assert layer_activation_bytes(w.model, w.parallel, kernels=w.kernels) / sbh == pytest.approx(units_of_sbh)
 
 
 def test_gpt3_model_state_per_gpu_matches_the_paper():
@@ -38,15 +38,15 @@ def test_gpt3_model_state_per_gpu_matches_the_paper():
     w = make_workload(**GPT3)
     params = stage_params(w.model, w.parallel, 3)
     assert params == pytest.approx(2.73e9, rel=0.01)
-    sb = state_bytes(w.model, w.parallel, 3)
+    sb = state_bytes(w.model, w.parallel, 3, kernels=w.kernels)
     assert sb.total_bytes / params == pytest.approx(18.0)
     assert sb.total_bytes / GB == pytest.approx(49.2, rel=0.01)
 
 
 def test_flash_attention_stores_no_scores_so_selective_saves_nothing_more():
     w = make_workload(**GPT3, sp=True)
-    none = layer_activation_bytes(w.model, w.parallel, RecomputeKind.NONE)
-    sel = layer_activation_bytes(w.model, w.parallel, RecomputeKind.SELECTIVE)
+    none = layer_activation_bytes(w.model, w.parallel, RecomputeKind.NONE, kernels=w.kernels)
+    sel = layer_activation_bytes(w.model, w.parallel, RecomputeKind.SELECTIVE, kernels=w.kernels)
     assert none == sel == pytest.approx(2048 * 12288 * 34 / 8 + 4 * 12 * 2048)
 
 
@@ -85,7 +85,7 @@ def test_full_le_selective_le_none(kw):
 
 def _max_weights(**kw):
     w = make_workload(layers=8, **kw)
-    return max(state_bytes(w.model, w.parallel, s).weights_bytes for s in range(w.parallel.pp))
+    return max(state_bytes(w.model, w.parallel, s, kernels=w.kernels).weights_bytes for s in range(w.parallel.pp))
 
 
 def test_more_tp_or_pp_never_raises_weight_memory():
@@ -112,7 +112,7 @@ def test_zero_stages_shard_state_over_dp():
     sizes = []
     for zero in range(4):
         w = make_workload(dp=8, gbs=8, zero=zero)
-        sizes.append(state_bytes(w.model, w.parallel, 0))
+        sizes.append(state_bytes(w.model, w.parallel, 0, kernels=w.kernels))
     assert sizes[1].optimizer_bytes == pytest.approx(sizes[0].optimizer_bytes / 8)
     assert sizes[2].grads_bytes == pytest.approx(sizes[0].grads_bytes / 8)
     assert sizes[3].weights_bytes == pytest.approx(sizes[0].weights_bytes / 8)
@@ -205,8 +205,8 @@ def test_op_level_checkpointing_keeps_every_other_matmul_and_the_attention_outpu
     w = _llama8b(recompute=RecomputeKind.SELECTIVE_OP)
     sb, h, q, kv, f = 8192, 4096, 4096, 1024, 14336
     expected = 2 * sb * h + 2 * sb * (q + kv + f + h) + 2 * sb * q + 4 * 32 * 8192
-    assert layer_activation_bytes(w.model, w.parallel) == pytest.approx(expected)
-    by = {rc: layer_activation_bytes(w.model, w.parallel, rc) for rc in RecomputeKind}
+    assert layer_activation_bytes(w.model, w.parallel, kernels=w.kernels) == pytest.approx(expected)
+    by = {rc: layer_activation_bytes(w.model, w.parallel, rc, kernels=w.kernels) for rc in RecomputeKind}
     assert by[RecomputeKind.FULL] < by[RecomputeKind.SELECTIVE_OP] < by[RecomputeKind.SELECTIVE]
 
 
@@ -229,7 +229,7 @@ def test_torch_fp32_loss_holds_two_more_fp32_logit_copies_at_its_backward(tp):
 
     from sim.types import LossKind
     fused = _llama8b(tp=tp, sp=tp > 1, recompute=RecomputeKind.FULL)
-    torch = replace(fused, parallel=replace(fused.parallel, cross_entropy=LossKind.TORCH_FP32))
+    torch = replace(fused, kernels=replace(fused.kernels, cross_entropy=LossKind.TORCH_FP32))
     diff = stage_memory(torch, 0).activations_bytes - stage_memory(fused, 0).activations_bytes
     assert diff == pytest.approx((8.0 + 2.0) * 8192 * 128256 / tp)
     rep = make_report(simulate(torch, load_topology("dgx-h100")))
@@ -242,12 +242,12 @@ def test_torchtitan_cases_read_selective_as_its_op_policy_and_its_loss_in_fp32()
     rec = next(r for r in load_case_records("workloads/validation/torchtitan.yaml")
                if r.id == "torchtitan_h100_t1_llama31_8b_8gpu_FSDP")
     assert rec.workload.parallel.recompute is RecomputeKind.SELECTIVE_OP
-    assert rec.workload.parallel.cross_entropy is LossKind.TORCH_FP32
-    assert rec.workload.parallel.attention_kernel is AttentionKernel.FLASH2
+    assert rec.workload.kernels.cross_entropy is LossKind.TORCH_FP32
+    assert rec.workload.kernels.attention_kernel is AttentionKernel.FLASH2
     assert any("selective-op" in n for n in rec.notes)
     mega = load_workload("gpt3-175b")
-    assert mega.parallel.recompute is RecomputeKind.SELECTIVE and mega.parallel.cross_entropy is LossKind.FUSED
-    assert mega.parallel.attention_kernel is AttentionKernel.VENDOR
+    assert mega.parallel.recompute is RecomputeKind.SELECTIVE and mega.kernels.cross_entropy is LossKind.FUSED
+    assert mega.kernels.attention_kernel is AttentionKernel.VENDOR
 
 
 @pytest.mark.parametrize("case_id", ["torchtitan_h100_t1_llama31_8b_8gpu_FSDP_torchcompile",
@@ -283,12 +283,13 @@ def test_eager_torchtitan_layer_memory_is_what_the_h100_measured():
 
     def workload(b, s, rc):
         from sim.types import LossKind
+        from sim.workload.kernels import KernelsSpec
         from sim.workload.spec import ModelSpec, ParallelSpec, SystemSpec, WorkloadSpec
 
         model = ModelSpec("llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, s, gated_mlp=True)
-        par = ParallelSpec(micro_batch_size=b, global_batch_size=b, recompute=rc, fused_elementwise=False,
-                           flash_attention=True, cross_entropy=LossKind.TORCH_FP32)
-        return WorkloadSpec("eager", model, par, SystemSpec(get_gpu("H100"), 1, 8))
+        par = ParallelSpec(micro_batch_size=b, global_batch_size=b, recompute=rc)
+        kernels = KernelsSpec(fused_elementwise=False, flash_attention=True, cross_entropy=LossKind.TORCH_FP32)
+        return WorkloadSpec("eager", model, par, SystemSpec(get_gpu("H100"), 1, 8), kernels=kernels)
 
     w = workload(2, 8192, RecomputeKind.NONE)
     full, _ = eager_layer_bytes(w.model, w.parallel)

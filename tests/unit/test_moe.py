@@ -89,7 +89,7 @@ def test_expert_parallelism_divides_expert_weights_and_their_optimizer_state():
     dense_part = None
     for ep in (1, 2, 4):
         w = make_workload(experts=8, ep=ep, dp=4, gbs=8, dist_opt=True)
-        sb = state_bytes(w.model, w.parallel, 0)
+        sb = state_bytes(w.model, w.parallel, 0, kernels=w.kernels)
         experts = sum(w.model.expert_params(i) for i in range(w.model.num_layers))
         assert sb.expert_params == pytest.approx(experts / ep)
         if dense_part is None:
@@ -103,7 +103,8 @@ def test_moe_layer_stores_k_copies_of_each_tokens_expert_activations():
     dense = make_workload(experts=0, hidden=1024, seq=512)
     top1 = make_workload(experts=8, topk=1, hidden=1024, seq=512)
     top2 = make_workload(experts=8, topk=2, hidden=1024, seq=512)
-    a = [layer_activation_bytes(w.model, w.parallel, moe=w.model.is_moe) for w in (dense, top1, top2)]
+    a = [layer_activation_bytes(w.model, w.parallel, moe=w.model.is_moe, kernels=w.kernels)
+         for w in (dense, top1, top2)]
     assert a[0] < a[1] < a[2]
     # the k-th copy adds its expert input and the expert's MLP activations (and its weighted output)
     sb, h, f = 512, 1024, 4096
@@ -240,7 +241,8 @@ def test_experts_at_tp_reproduce_the_default_exactly():
     a, b = make_report(simulate(w, topo)), make_report(simulate(same, topo))
     assert a.iteration_time_s == b.iteration_time_s
     assert [s.peak_memory_bytes for s in a.stages] == [s.peak_memory_bytes for s in b.stages]
-    assert state_bytes(w.model, w.parallel, 0) == state_bytes(same.model, same.parallel, 0)
+    assert state_bytes(w.model, w.parallel, 0, kernels=w.kernels) == \
+        state_bytes(same.model, same.parallel, 0, kernels=same.kernels)
 
 
 @pytest.mark.parametrize("etp,ep", [(4, 1), (4, 4), (2, 4), (1, 4), (1, 8), (2, 8)])
@@ -249,7 +251,7 @@ def test_expert_state_is_divided_by_etp_times_ep(etp, ep):
     over the ``tp dp / (etp ep)`` expert-data-parallel ranks (Megatron-Core's
     ``expert_data_parallel_size``), the rest over DP."""
     w = _with_experts_at(make_workload(tp=4, dp=4, experts=8, gbs=8, sp=True, dist_opt=True), ep, etp)
-    sb = state_bytes(w.model, w.parallel, 0)
+    sb = state_bytes(w.model, w.parallel, 0, kernels=w.kernels)
     experts = sum(w.model.expert_params(i) for i in range(w.model.num_layers))
     dense = sb.params - sb.expert_params
     assert sb.expert_params == pytest.approx(experts / (etp * ep))
@@ -270,7 +272,7 @@ def test_each_token_expert_pair_is_computed_once_whatever_the_expert_tp():
         w = _with_experts_at(w0, 4, etp)
         lay = Layout.of(w.parallel)
         steps = layer_ops(w.model, w.parallel, w.dtype, lay.tp_group(0, 0), (), ep_group=lay.ep_group(0, 0, 0),
-                          etp_group=lay.etp_group(0, 0, 0)).moe.layer_fwd
+                          etp_group=lay.etp_group(0, 0, 0), kernels=w.kernels).moe.layer_fwd
         flops = sum(s.op.flops for s in steps if s.name.startswith("experts-") and isinstance(s.op, GemmOp))
         a2a = [s.op.size_bytes for s in steps if s.stream is Stream.EP_COMM]
         etp_groups = {s.op.group for s in steps if s.stream is Stream.TP_COMM and s.name.endswith("dispatch")}

@@ -20,7 +20,7 @@ from sim.types import MemoryAccess, OpKind
 from sim.workload import nongemm
 from sim.workload.layers import layer_ops
 from sim.workload.ops import MemoryOp
-from tests.conftest import make_workload
+from tests.conftest import make_workload, replace_settings
 
 E = 2
 """Bytes of a BF16 element."""
@@ -56,8 +56,8 @@ def test_measured_cross_entropy_is_slower_than_one_pass_per_tensor():
 
 def _ops(**par):
     w = make_workload(hidden=1024, heads=16, seq=512, mbs=2, tp=2)
-    w = dataclasses.replace(w, parallel=dataclasses.replace(w.parallel, **par))
-    return w, layer_ops(w.model, w.parallel, w.dtype, (0, 1))
+    w = replace_settings(w, **par)
+    return w, layer_ops(w.model, w.parallel, w.dtype, (0, 1), kernels=w.kernels)
 
 
 def _step(steps, name):
@@ -147,7 +147,7 @@ def test_fused_swiglu_backward_runs_at_the_measured_share():
     gpu = get_gpu("H100")
     w, _ = _ops()
     w = _gated(w)
-    ops = layer_ops(w.model, w.parallel, w.dtype, (0, 1))
+    ops = layer_ops(w.model, w.parallel, w.dtype, (0, 1), kernels=w.kernels)
     fwd, bwd = _step(ops.layer_fwd, "activation"), _step(ops.layer_bwd, "activation-bwd")
     n = w.parallel.micro_batch_size * w.model.seq_length * w.model.ffn_hidden_size // w.parallel.tp
     assert fwd.bytes == 3 * n * E and bwd.bytes == 5 * n * E
@@ -166,7 +166,7 @@ def test_gated_experts_activation_backward_runs_at_the_measured_share():
     gpu = get_gpu("H100")
     w = make_workload(hidden=1024, heads=16, seq=512, mbs=2, experts=8, topk=2, shared=1)
     w = _gated(w)
-    ops = layer_ops(w.model, w.parallel, w.dtype, (0,)).for_layer(True)
+    ops = layer_ops(w.model, w.parallel, w.dtype, (0,), kernels=w.kernels).for_layer(True)
     for fwd_name, bwd_name in (("experts-activation", "experts-activation-bwd"),
                                ("shared-activation", "shared-activation-bwd")):
         fwd, bwd = _step(ops.layer_fwd, fwd_name), _step(ops.layer_bwd, bwd_name)

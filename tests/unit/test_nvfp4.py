@@ -40,7 +40,7 @@ def test_nvfp4_quantization_bytes_per_gemm_are_the_closed_form(hidden, fused):
     both quantized copies, else a row-wise cast, a Hadamard pass over the 16-bit tensor and a
     column-wise cast; the weight gradient reads those copies and adds nothing."""
     w = _nvfp4(hidden=hidden, seq=512)  # 512 tokens: rows % 64 == 0; 1040 columns: not % 128
-    ops = layer_ops(w.model, w.parallel, w.dtype, (0,), scaling=w.scaling)
+    ops = layer_ops(w.model, w.parallel, w.dtype, (0,), scaling=w.scaling, kernels=w.kernels)
     per_elem, kernels = (2 * E + 2 * COPY, 2) if fused else (5 * E + 2 * COPY, 4)
     gpu = w.system.gpu
     steps = _gemms(ops.layer_fwd + ops.layer_bwd)
@@ -65,7 +65,7 @@ def test_fp8_casts_keep_their_model():
     scaling, the weight gradient's two 8-bit operands transposed, one kernel each."""
     w = dataclasses.replace(make_workload(gpu="H100-SXM5-80GB"), dtype=Dtype.FP8)
     for scaling, cast in ((ScalingRecipe.DELAYED, 3.0), (ScalingRecipe.CURRENT, 5.0)):
-        ops = layer_ops(w.model, w.parallel, w.dtype, (0,), scaling=scaling)
+        ops = layer_ops(w.model, w.parallel, w.dtype, (0,), scaling=scaling, kernels=w.kernels)
         for st in _gemms(ops.layer_fwd + ops.layer_bwd):
             op = st.op
             want = 2.0 * op.k * (op.m + op.n) if st.name.endswith("wgrad") else cast * op.m * op.k

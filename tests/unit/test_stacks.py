@@ -97,7 +97,7 @@ def test_the_dating_of_a_case_picks_the_stack_and_the_notes_name_it(tmp_path):
     fills names the stack, and the first note says why that stack."""
     case = _case("Megatron-LM", source={"publication": "Someone et al., 2021"})
     w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
-    assert not w.parallel.gradient_accumulation_fusion and not w.parallel.flash_attention
+    assert not w.kernels.gradient_accumulation_fusion and not w.kernels.flash_attention
     stack_note = next(n for n in notes if n.startswith("stack:"))
     assert stack_note.startswith("stack: null -> megatron-lm-2021 (framework 'Megatron-LM (as of 2021)' matches")
     filled = [n for n in notes if n.startswith("parallel.flash_attention")]
@@ -110,11 +110,11 @@ def test_the_dating_of_a_case_picks_the_stack_and_the_notes_name_it(tmp_path):
 
 def test_a_case_names_its_stack_and_the_framework_text_is_not_read_for_it(tmp_path):
     w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", _case("torchtitan", stack="megatron-core")))
-    p = w.parallel
-    assert (p.zero_stage, p.attention_kernel, p.fused_elementwise) == (0, AttentionKernel.VENDOR, True)
+    p, k = w.parallel, w.kernels
+    assert (p.zero_stage, k.attention_kernel, k.fused_elementwise) == (0, AttentionKernel.VENDOR, True)
     assert not any(n.startswith("stack:") for n in notes)  # named, not chosen
     titan, _ = load_workload_with_notes(_write(tmp_path / "t.yaml", _case("torchtitan")))
-    assert titan.parallel.zero_stage == 3 and titan.parallel.attention_kernel is AttentionKernel.FLASH2
+    assert titan.parallel.zero_stage == 3 and titan.kernels.attention_kernel is AttentionKernel.FLASH2
 
 
 def test_set_stack_overrides_the_case(tmp_path):
@@ -146,8 +146,8 @@ def test_stack_settings_drive_the_defaults(tmp_path):
     w_titan, _ = load_workload_with_notes(_write(tmp_path / "b.yaml", _case("x", stack="torchtitan")))
     differs = {k.key for k in SETTINGS if base.value(k.key) != titan.value(k.key)}
     assert {"sequence_parallel", "zero_stage", "attention_kernel", "cross_entropy", "fused_elementwise"} <= differs
-    got = {f.name for f in dataclasses.fields(w_base.parallel)
-           if getattr(w_base.parallel, f.name) != getattr(w_titan.parallel, f.name)}
+    got = {f.name for part in ("parallel", "kernels") for f in dataclasses.fields(getattr(w_base, part))
+           if getattr(getattr(w_base, part), f.name) != getattr(getattr(w_titan, part), f.name)}
     assert {"sequence_parallel", "zero_stage", "attention_kernel", "cross_entropy", "fused_elementwise"} <= got
 
 
@@ -232,8 +232,8 @@ def test_megatron_bridge_runs_as_its_performance_scripts_do(tmp_path):
     """Sequence parallelism and TP overlap under TP > 1, gradients reduced in bf16, each noted
     with the stack's name; NVFP4 keeps TP overlap off (its by_dtype entry)."""
     w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", _bridge_case("fp8")))
-    p = w.parallel
-    assert (p.sequence_parallel, p.tp_comm_overlap, p.grad_reduce_in_fp32) == (True, True, False)
+    p, k = w.parallel, w.kernels
+    assert (p.sequence_parallel, p.tp_comm_overlap, k.grad_reduce_in_fp32) == (True, True, False)
     assert any(n.startswith("parallel.tp_comm_overlap: null -> true (stack megatron-bridge:") for n in notes)
     assert any(n.startswith("parallel.grad_reduce_in_fp32: null -> false (stack megatron-bridge:") for n in notes)
     fp4, notes4 = load_workload_with_notes(_write(tmp_path / "n.yaml", _bridge_case("nvfp4")))
@@ -243,14 +243,14 @@ def test_megatron_bridge_runs_as_its_performance_scripts_do(tmp_path):
     given, _ = load_workload_with_notes(_write(tmp_path / "g.yaml", _bridge_case(
         "fp8", tp_comm_overlap=False, sequence_parallel=False, grad_reduce_in_fp32=True)))
     assert (given.parallel.sequence_parallel, given.parallel.tp_comm_overlap,
-            given.parallel.grad_reduce_in_fp32) == (False, False, True)  # the case's own settings win
+            given.kernels.grad_reduce_in_fp32) == (False, False, True)  # the case's own settings win
 
 
 def test_nemo_25_reduces_fp8_runs_gradients_in_bf16(tmp_path):
     case = _case("NeMo 25.04.rc2 (Megatron-Core)", system={"gpu": "H100-SXM5-80GB", "num_gpus": 8})
     fp8, _ = load_workload_with_notes(_write(tmp_path / "a.yaml", dict(case, dtype="fp8")))
     bf16, _ = load_workload_with_notes(_write(tmp_path / "b.yaml", dict(case, dtype="bf16")))
-    assert not fp8.parallel.grad_reduce_in_fp32 and bf16.parallel.grad_reduce_in_fp32
+    assert not fp8.kernels.grad_reduce_in_fp32 and bf16.kernels.grad_reduce_in_fp32
     assert fp8.parallel.sequence_parallel and bf16.parallel.sequence_parallel  # TP 2
 
 
@@ -258,7 +258,7 @@ def test_a_launch_flag_turns_fp32_gradient_reduction_off(tmp_path):
     case = _case("Megatron-Core", parallel={"tp": 2, "pp": 2, "dp": 2, "micro_batch_size": 1,
                                             "global_batch_size": 8, "details": "--grad-reduce-in-bf16"})
     w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
-    assert not w.parallel.grad_reduce_in_fp32
+    assert not w.kernels.grad_reduce_in_fp32
     assert "parallel.grad_reduce_in_fp32: null -> false (the case's flags list --grad-reduce-in-bf16)" in notes
 
 
@@ -283,9 +283,9 @@ def test_16_bit_gradient_reduction_halves_the_gradient_bytes():
     from tests.conftest import make_workload
 
     fp32 = make_workload(tp=1, pp=1, dp=4, gbs=8, layers=2)
-    bf16 = dataclasses.replace(fp32, parallel=dataclasses.replace(fp32.parallel, grad_reduce_in_fp32=False))
-    assert state_bytes(bf16.model, bf16.parallel, 0).grads_bytes == \
-        pytest.approx(state_bytes(fp32.model, fp32.parallel, 0).grads_bytes / 2)
+    bf16 = dataclasses.replace(fp32, kernels=dataclasses.replace(fp32.kernels, grad_reduce_in_fp32=False))
+    assert state_bytes(bf16.model, bf16.parallel, 0, kernels=bf16.kernels).grads_bytes == \
+        pytest.approx(state_bytes(fp32.model, fp32.parallel, 0, kernels=fp32.kernels).grads_bytes / 2)
 
     def grad_bytes(w):
         prog = build_program(w)

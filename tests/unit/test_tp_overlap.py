@@ -195,7 +195,7 @@ def test_async_tp_sums_the_received_chunks_after_each_reduce_scattered_gemm():
 
     def gemms(cfg):
         par = dataclasses.replace(w.parallel, tp_comm_overlap=True, tp_comm_overlap_cfg=cfg)
-        ops = layer_ops(w.model, par, w.dtype, tuple(range(t)))
+        ops = layer_ops(w.model, par, w.dtype, tuple(range(t)), kernels=w.kernels)
         return {st.name: st.op for st in ops.layer_fwd + ops.layer_bwd if isinstance(st.op, GemmOp)}
 
     te, sym = gemms(TE_DEFAULTS), gemms(ASYNC_TP)

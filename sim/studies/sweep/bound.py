@@ -74,9 +74,9 @@ class PassTimes:
 def layer_ops_key(w: WorkloadSpec) -> tuple:
     """What :func:`~sim.workload.layers.layer_ops` reads of a workload besides its groups."""
     p = w.parallel
-    return (p.tp, p.cp, p.ep, p.micro_batch_size, p.sequence_parallel, p.flash_attention, p.attention_kernel,
+    return (p.tp, p.cp, p.ep, p.micro_batch_size, p.sequence_parallel, w.kernels,
             p.tp_comm_overlap, w.dtype, w.scaling, p.cp_comm_type, p.hierarchical_context_parallel_sizes,
-            w.keeps_bf16_layers, p.fused_elementwise)
+            w.keeps_bf16_layers)
 
 
 class IterationBound:
@@ -132,7 +132,8 @@ class IterationBound:
         if ops is None:
             p = w.parallel
             ops = self._ops[key] = layer_ops(w.model, p, w.dtype, tuple(range(p.tp)), (), tuple(range(p.cp)), (),
-                                             tuple(range(p.ep)), (), w.scaling, bf16_layers=w.keeps_bf16_layers)
+                                             tuple(range(p.ep)), (), w.scaling, bf16_layers=w.keeps_bf16_layers,
+                                             kernels=w.kernels)
         return ops
 
     def pass_times(self, w: WorkloadSpec, is_moe: bool, bf16: bool = False,

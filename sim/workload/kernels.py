@@ -1,0 +1,111 @@
+"""The software stack a workload runs on: its kernel and framework switches.
+
+:class:`KernelsSpec` holds what a training framework's release chooses beside the parallel
+strategy: which attention and loss kernels run, whether elementwise ops are fused, how weight
+gradients are accumulated and in which precision, and the numerics mode. None of it is
+parallelism: a run with the same ranks and schedule can take any of them. The software stacks
+(:mod:`sim.config.stack`, ``workloads/stacks/*.yaml``) fill the switches a case leaves null;
+a workload file gives them under ``kernels:`` or, as the published validation cases do, under
+``parallel:`` (docs/workloads.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.types import AttentionKernel, LossKind
+
+__all__ = ["KERNEL_KEYS", "KernelsSpec"]
+
+
+@dataclass(frozen=True)
+class KernelsSpec:
+    """The kernel and framework switches of a run, with Megatron-LM's meanings.
+
+    The defaults are current Megatron-Core with Transformer Engine: fused (cuDNN) attention,
+    the fused vocab-parallel loss, fused elementwise kernels, gradient-accumulation fusion,
+    gradients reduced in fp32, the asynchronous TP input-gradient all-reduce, Transformer
+    Engine's bias-in-epilogue linears, and non-deterministic mode.
+    """
+
+    flash_attention: bool = True
+    """Fused flash attention (Megatron-LM ``--use-flash-attn``, 2023 on); False runs the
+    unfused core attention: score GEMM, softmax, dropout, value GEMM. Context parallelism
+    needs it (:class:`~sim.workload.spec.WorkloadSpec` checks)."""
+    attention_kernel: AttentionKernel = AttentionKernel.VENDOR
+    """The fused attention kernel: the vendor's (cuDNN through Transformer Engine) or
+    FlashAttention-2 through PyTorch's SDPA (torchtitan)."""
+    cross_entropy: LossKind = LossKind.FUSED
+    """How the loss is computed (Megatron's fused vocab-parallel kernel, or PyTorch's on fp32
+    logits as torchtitan runs it): it decides the loss's memory."""
+    fused_elementwise: bool = True
+    """Whether a layer's norms, activation and residual adds run as fused kernels (Megatron-LM's
+    and Transformer Engine's fused norm and SwiGLU kernels, or ``torch.compile``'s Triton
+    kernels), or one PyTorch eager kernel per tensor op (torchtitan without
+    ``--training.compile``, its default): :mod:`sim.workload.eager`."""
+    gradient_accumulation_fusion: bool = True
+    """Megatron-LM's gradient-accumulation fusion (on by default; ``--no-gradient-accumulation-fusion``
+    turns it off): each weight-gradient GEMM accumulates straight into the fp32 ``main_grad``
+    buffer (Transformer Engine's ``fuse_wgrad_accumulation``). Off, the GEMM writes a fresh
+    16-bit gradient and Megatron-Core's backward hook adds it into ``main_grad``
+    (``param.main_grad.add_(param.grad.data)``, ``megatron/core/distributed/
+    distributed_data_parallel.py``): one more bandwidth-bound pass per weight per micro-batch
+    (:func:`sim.workload.layers.layer_ops`)."""
+    grad_reduce_in_fp32: bool = True
+    """Whether weight gradients are accumulated (``main_grad``) and reduced across the
+    data-parallel ranks in fp32, Megatron-LM's default under 16-bit mixed precision
+    ("bfloat16 requires gradient accumulation and all-reduce to be performed in fp32",
+    ``megatron/training/arguments.py``), or in the weights' 16 bits: Megatron-Core's
+    ``DistributedDataParallelConfig.grad_reduce_in_fp32 = False`` (``--grad-reduce-in-bf16``)
+    makes the gradient buffer the parameters' dtype (``grad_dtype = torch.float if
+    grad_reduce_in_fp32 else param.dtype``, ``megatron/core/distributed/
+    distributed_data_parallel.py``), so the buffer, the accumulate pass and the reduction move
+    half the bytes (:attr:`grad_bytes`)."""
+    async_tp_grad_allreduce: bool = True
+    """Whether a column-parallel layer's input-gradient all-reduce (TP without sequence
+    parallelism) runs beside its weight-gradient GEMM: Megatron-LM's
+    ``ColumnParallelLinearWithAsyncAllreduce`` (autumn 2021; NVIDIA/apex PR #1183 ports it,
+    ``--no-async-tensor-model-parallel-allreduce`` turns it off) issues the all-reduce with
+    ``async_op=True`` between the dgrad and wgrad GEMMs. Off, ``ColumnParallelLinear`` runs
+    ``F.linear`` on ``copy_to_tensor_model_parallel_region(input_)``, whose backward
+    all-reduces the input gradient synchronously after the linear's backward has computed both
+    gradients (``megatron/mpu/mappings.py`` ``_CopyToModelParallelRegion``), so the next
+    compute op waits for the whole all-reduce."""
+    unfused_linear_bias: bool = False
+    """Megatron-LM's own tensor-parallel linear layers (``megatron/mpu/layers.py``, without
+    Transformer Engine, whose GEMMs fuse the bias into their epilogue): GPT's linear biases are
+    added and their gradients summed by PyTorch kernels of their own. The QKV projection's
+    forward adds its bias after the GEMM (``output = output + bias``) and its backward sums the
+    output gradient over the tokens (``grad_output.sum(dim=0)``); the first MLP projection's
+    bias goes through the fused bias-GeLU, whose backward returns the full-size gradient for
+    the bias (``GeLUFunction.backward``: ``return tmp, tmp``, ``megatron/model/fused_bias_gelu.py``)
+    that autograd then sums; the two row-parallel biases are expanded into the
+    bias-dropout-add (``attention_bias.expand_as(residual)``, ``megatron/model/transformer.py``),
+    whose backward sums the gradient over the tokens. Each sum reads the gradient once."""
+    deterministic: bool = False
+    """Megatron-LM ``--deterministic-mode``. ``validate_args`` then calls
+    ``torch.use_deterministic_algorithms(True)`` (``megatron/training/arguments.py``), under
+    which PyTorch fills every ``torch.empty`` allocation with NaN before use
+    (``torch.utils.deterministic.fill_uninitialized_memory``, default True: "detrimental to
+    performance", PyTorch docs): Transformer Engine allocates its GEMM, attention, norm and
+    activation outputs with ``at::empty`` (``allocateTorchTensor``), so each is written twice.
+    Transformer Engine also runs the attention deterministically
+    (``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0``, which deterministic mode requires): where that
+    rules out cuDNN's fused attention (below sm90, and on Blackwell before cuDNN 9.18.1) it runs
+    FlashAttention-2 with its deterministic backward, priced at the GPU's
+    ``deterministic_attention_efficiency`` and ``deterministic_attention_backward_efficiency``
+    (:mod:`sim.hardware`); Hopper's cuDNN deterministic backward is priced as the ordinary one.
+    It also keeps NCCL off NVLS (:mod:`sim.runner`)."""
+
+    @property
+    def grad_bytes(self) -> float:
+        """Bytes of one accumulated weight gradient: 4 (fp32), or 2 without
+        :attr:`grad_reduce_in_fp32`."""
+        return 4.0 if self.grad_reduce_in_fp32 else 2.0
+
+
+KERNEL_KEYS: tuple[str, ...] = ("flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise",
+                                "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
+                                "unfused_linear_bias", "deterministic")
+"""The fields of :class:`KernelsSpec`: the keys of a workload file's ``kernels:`` section, also
+read under ``parallel:``."""
