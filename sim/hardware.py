@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from sim.errors import InfeasibleError
 from sim.power import PowerSpec
-from sim.types import AttentionKernel, Dtype, MemoryAccess
+from sim.types import AttentionKernel, Dtype, GpuGeneration, MemoryAccess
 from sim.units import GB, GBPS, TB, TFLOPS, US, GiB
 from sim.workload.ops import AttentionOp
 
@@ -110,6 +110,9 @@ class GPUSpec:
         Achieved fraction of HBM bandwidth by streaming kernels.
     kernel_launch_s : float
         Gap a kernel adds on the GPU between back-to-back launches.
+    generation : GpuGeneration
+        The architecture generation (NVIDIA's product pages: A100 Ampere, H100 and H200 Hopper,
+        B200, GB200 and GB300 Blackwell).
     deterministic_attention_efficiency, deterministic_attention_backward_efficiency : EfficiencyCurve or None
         The attention's efficiency, forward and backward, when training must be deterministic
         and Transformer Engine then runs another kernel than the one measured above (None:
@@ -140,6 +143,7 @@ class GPUSpec:
     attention_backward_efficiency: EfficiencyCurve
     memory_efficiency: float
     kernel_launch_s: float
+    generation: GpuGeneration
     sources: str = ""
     flash2_attention_efficiency: EfficiencyCurve | None = None
     flash2_attention_backward_efficiency: EfficiencyCurve | None = None
@@ -560,6 +564,7 @@ def _h100_power(limit_w: float) -> PowerSpec:
 _GPUS = (
     GPUSpec(
         name="A100-SXM4-80GB",
+        generation=GpuGeneration.AMPERE,
         peak_flops_per_s=_A100_DTYPES,
         hbm_capacity_bytes=80 * GiB,
         hbm_bandwidth_bytes_per_s=2039 * GBPS,
@@ -582,6 +587,7 @@ _GPUS = (
     ),
     GPUSpec(
         name="H100-SXM5-80GB",
+        generation=GpuGeneration.HOPPER,
         peak_flops_per_s=_HOPPER_DTYPES,
         hbm_capacity_bytes=80 * GiB,
         hbm_bandwidth_bytes_per_s=3350 * GBPS,
@@ -597,6 +603,7 @@ _GPUS = (
     ),
     GPUSpec(
         name="H100-SXM5-96GB-HBM2e",
+        generation=GpuGeneration.HOPPER,
         peak_flops_per_s=_HOPPER_DTYPES,
         hbm_capacity_bytes=96 * GB,
         hbm_bandwidth_bytes_per_s=2400 * GBPS,
@@ -612,6 +619,7 @@ _GPUS = (
     ),
     GPUSpec(
         name="H200",
+        generation=GpuGeneration.HOPPER,
         peak_flops_per_s=_HOPPER_DTYPES,
         hbm_capacity_bytes=141 * GB,
         hbm_bandwidth_bytes_per_s=4800 * GBPS,
@@ -627,6 +635,7 @@ _GPUS = (
     ),
     GPUSpec(
         name="B200",
+        generation=GpuGeneration.BLACKWELL,
         peak_flops_per_s=_blackwell(2250, 9000, 1100, 80),
         hbm_capacity_bytes=180 * GB,
         hbm_bandwidth_bytes_per_s=8 * TB,
@@ -642,6 +651,7 @@ _GPUS = (
     ),
     GPUSpec(
         name="GB200",
+        generation=GpuGeneration.BLACKWELL,
         peak_flops_per_s=_blackwell(2500, 10000, 1250, 90),
         hbm_capacity_bytes=186 * GB,
         hbm_bandwidth_bytes_per_s=8 * TB,
@@ -656,6 +666,7 @@ _GPUS = (
     ),
     GPUSpec(
         name="GB300",
+        generation=GpuGeneration.BLACKWELL,
         peak_flops_per_s=_blackwell(2500, 15000, 1250, None),
         hbm_capacity_bytes=279 * GB,
         hbm_bandwidth_bytes_per_s=8 * TB,

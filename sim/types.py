@@ -111,6 +111,15 @@ class ScalingRecipe(str, Enum):
     """Per-block scales computed inside the cast (MXFP8, NVFP4)."""
 
 
+class GpuGeneration(str, Enum):
+    """A GPU's architecture generation (NVIDIA's names): the unit llmsim's validation residuals
+    are grouped by where they give a prediction its interval (:mod:`sim.studies.intervals`)."""
+
+    AMPERE = "Ampere"
+    HOPPER = "Hopper"
+    BLACKWELL = "Blackwell"
+
+
 class AttentionKernel(str, Enum):
     """Which fused attention kernel a framework runs (their speeds differ by ~2x on Hopper)."""
 

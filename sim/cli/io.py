@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from pathlib import Path
 
 from sim.errors import ConfigError
 from sim.output.json_output import json_to_stdout
@@ -85,6 +86,20 @@ def load_workload(args: argparse.Namespace):
         if note.startswith(UNKNOWN_NOTE):
             print(f"llmsim: warning: {note}", file=sys.stderr)
     return workload, notes
+
+
+def workload_stack_name(args: argparse.Namespace) -> str:
+    """The software stack of the workload :func:`load_workload` loads for ``args`` (its
+    ``stack``, else the one its framework text names; launch arguments name Megatron-LM)."""
+    from sim.config.workload import case_stack, workload_stack
+
+    if getattr(args, "megatron_args", None) is None:
+        return workload_stack(args.workload, args.set or (), args.case).name
+    from sim.config.fields import apply_overrides
+    from sim.config.megatron_args import FRAMEWORK, SOURCE
+    from sim.config.workload import WORKLOAD_SETTABLE
+
+    return case_stack(apply_overrides({"framework": FRAMEWORK}, args.set or (), WORKLOAD_SETTABLE), Path(SOURCE)).name
 
 
 def add_megatron_options(p: argparse.ArgumentParser) -> None:

@@ -88,7 +88,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         note = representative_note(run.result)
         if note:
             run.notes.append(note)
-    report = make_report(run)
+    report = _with_interval(make_report(run), args, workload.system.gpu.generation)
     print(format_report(report))
     if args.json:
         write_json(args.json, report.to_dict())
@@ -109,6 +109,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         print(export_chakra(run, args.chakra).summary())
     return 0
+
+
+def _with_interval(report, args: argparse.Namespace, generation):
+    """``report`` with its iteration time's interval, from the validation residuals of runs of
+    the workload's stack on its GPU generation (:mod:`sim.studies.intervals`)."""
+    import dataclasses
+
+    from sim.cli.io import workload_stack_name
+    from sim.studies.intervals import run_band
+
+    band = run_band(workload_stack_name(args), generation)
+    return dataclasses.replace(report, interval=band.time_interval(report.iteration_time_s))
 
 
 def _slow_gpus(items: Sequence[str] | None) -> dict[int, float]:

@@ -64,6 +64,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     space = load_space(args.space) if args.space else None
     result = sweep(workload, topo, space, top=args.top, fidelity=Fidelity(args.fidelity), executor=args.executor,
                    workers=args.workers, progress=True, notes=notes, exhaustive=args.exhaustive)
+    from sim.cli.io import workload_stack_name
+    from sim.studies.intervals import run_band
+
+    result.interval = run_band(workload_stack_name(args), workload.system.gpu.generation)
     print(format_sweep(result))
     if args.json:
         write_json(args.json, sweep_json(result))

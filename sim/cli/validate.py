@@ -54,8 +54,32 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if args.markdown:
         from sim.studies.validate import update_markdown
 
-        update_markdown(args.markdown, result, " ".join(["llmsim validate", *args.files, "--markdown", args.markdown]))
+        command = " ".join(["llmsim validate", *args.files, "--markdown", args.markdown])
+        update_markdown(args.markdown, result, command)
+        _write_intervals(args, result, command)
     return 0
+
+
+def _write_intervals(args: argparse.Namespace, result, command: str) -> None:
+    """``--markdown``: the interval coverage section beside the table (:mod:`sim.studies.intervals`)
+    and, over every shipped case, the shipped interval table ``llmsim run`` reads."""
+    from sim.studies.intervals import (
+        build_table,
+        coverage,
+        residuals,
+        shipped_path,
+        update_coverage_markdown,
+        write_table,
+    )
+
+    rows = residuals([r.to_dict() for r in result.rows])
+    if not rows:
+        return
+    update_coverage_markdown(args.markdown, coverage(rows), command)
+    if not args.files:
+        written_by = command + (f" --json {args.json}" if args.json else "")
+        write_table(shipped_path(), build_table(rows, command=written_by, validation=args.json or "(none written)"))
+        print(f"intervals: {len(rows)} rows -> {shipped_path()}", file=sys.stderr)
 
 
 def _shipped_cases() -> list[str]:

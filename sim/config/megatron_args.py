@@ -61,9 +61,11 @@ from sim.inputs import read_input_text
 from sim.workload.spec import WorkloadSpec, pipeline_split
 
 __all__ = ["MEGATRON_FLAGS", "IGNORED_FLAGS", "NOT_MODELLED_FLAGS", "UNKNOWN_NOTE", "MegatronArgs",  # flags re-exported
-           "parse_megatron_args", "read_megatron_args", "load_megatron_workload"]
+           "parse_megatron_args", "read_megatron_args", "load_megatron_workload", "FRAMEWORK"]
 
 SOURCE = "<--megatron-args>"
+FRAMEWORK = "Megatron-LM (launch arguments)"
+"""The ``framework`` text of a workload made from launch arguments: its stack is the one this names."""
 UNKNOWN_NOTE = "megatron-args: unknown, not used:"
 """How the note listing unknown flags starts (``llmsim run`` also prints it on stderr)."""
 _NOTE = "megatron-args:"
@@ -761,7 +763,7 @@ def _workload_mapping(args: MegatronArgs, hf: Mapping[str, Any] | None, hf_path:
     m.shard_degree(parallel, num_gpus // mp if num_gpus % mp == 0 else None)
     model.setdefault("name", name)
     raw: dict[str, object] = {"name": name, "model": model, "parallel": parallel, "kernels": m.kernels(),
-                              "system": system, "dtype": dtype, "framework": "Megatron-LM (launch arguments)"}
+                              "system": system, "dtype": dtype, "framework": FRAMEWORK}
     if scaling is not None:
         raw["scaling"] = scaling
     raw.update(m.bf16_layers(dtype, scaling))

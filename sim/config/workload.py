@@ -145,6 +145,31 @@ def load_workload_with_notes(path: str | None = None, overrides: Sequence[str] =
     ConfigError
         For any malformed input, naming the file (``<--set>`` for a bad override) and field.
     """
+    raw, file = _chosen_case(path, case)
+    try:
+        return build_workload(apply_overrides(raw, overrides, WORKLOAD_SETTABLE), file)
+    except ConfigError as e:
+        raise _named_by_override(e, overrides) from None
+
+
+def workload_stack(path: str | None = None, overrides: Sequence[str] = (), case: str | None = None) -> Stack:
+    """The software stack the workload :func:`load_workload_with_notes` loads runs on (its
+    ``stack``, else the one its framework text names: :func:`case_stack`)."""
+    raw, file = _chosen_case(path, case)
+    return case_stack(apply_overrides(raw, overrides, WORKLOAD_SETTABLE), file)
+
+
+def case_stack(raw: Mapping, file: Path) -> Stack:
+    """The software stack one case's mapping (read from ``file``) runs on: its ``stack``, else the
+    shipped stack its framework text, dated by its publication, names (:mod:`sim.config.stacks`)."""
+    framework = raw.get("framework")
+    framework = _dated_framework(framework if isinstance(framework, str) else "", raw.get("source"), Notes())
+    return _stack(Fields(raw, str(file), "", _TOP_KEYS), file, framework)[0]
+
+
+def _chosen_case(path: str | None, case: str | None) -> tuple[Mapping, Path]:
+    """The mapping of the one case of workload file ``path`` (the one whose ``id`` is ``case``),
+    and the file it is in."""
     file = resolve_preset(path or DEFAULT_WORKLOAD, "workloads")
     cases = _cases_in(file)
     if case is not None:
@@ -156,11 +181,7 @@ def load_workload_with_notes(path: str | None = None, overrides: Sequence[str] =
     if len(cases) != 1:
         raise ConfigError(str(file), "<top level>", "one case (pick one with --case ID)",
                           f"a list of {len(cases)} cases")
-    raw = Fields(cases[0], str(file), "", _TOP_KEYS).raw
-    try:
-        return build_workload(apply_overrides(raw, overrides, WORKLOAD_SETTABLE), file)
-    except ConfigError as e:
-        raise _named_by_override(e, overrides) from None
+    return Fields(cases[0], str(file), "", _TOP_KEYS).raw, file
 
 
 def _named_by_override(error: ConfigError, overrides: Sequence[str]) -> ConfigError:

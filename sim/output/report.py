@@ -16,10 +16,24 @@ from sim.types import CommClass, LinkKind, OpKind
 from sim.units import TFLOPS, GiB, byte_count, round_sig
 from sim.version import __version__
 
-__all__ = ["Report", "make_report", "format_report", "links_json", "LINKS_SHOWN"]
+__all__ = ["Report", "TimeInterval", "make_report", "format_report", "links_json", "LINKS_SHOWN"]
 
 LINKS_SHOWN = 5
 """How many of the busiest links the report lists."""
+
+
+@dataclass(frozen=True)
+class TimeInterval:
+    """The interval around a predicted iteration time, from the validation residuals of
+    comparable runs (:mod:`sim.studies.intervals`)."""
+
+    low_s: float
+    high_s: float
+    scope: str
+    """The rows it comes from: ``nemo-24 on Hopper``, ``Hopper`` or ``all``."""
+    rows: int
+    coverage: str = "80%"
+    """The interval's nominal coverage."""
 
 
 @dataclass(frozen=True)
@@ -69,9 +83,23 @@ class Report:
     sm_clock_hz: float | None = None
     """The SM clock the compute-bound kernels ran at under the GPU's power limit
     (:mod:`sim.power`; None: the GPU has no power model, every kernel at its measured rate)."""
+    interval: TimeInterval | None = None
+    """The iteration time's interval (``llmsim run`` sets it; None: not given)."""
 
     def to_dict(self) -> dict:
         """The JSON form: units in the key names, the same numbers as the table."""
+        out = self._fields()
+        if self.interval is not None:
+            at = list(out).index("iteration_time_s") + 1
+            items = list(out.items())
+            items[at:at] = [("iteration_time_s_low", self.interval.low_s),
+                            ("iteration_time_s_high", self.interval.high_s),
+                            ("iteration_time_interval", {"coverage": self.interval.coverage,
+                                                         "from": self.interval.scope, "rows": self.interval.rows})]
+            out = dict(items)
+        return out
+
+    def _fields(self) -> dict:
         return {
             "llmsim_version": __version__,
             "workload": self.workload,
@@ -224,6 +252,10 @@ def format_report(r: Report) -> str:
         "",
     ]
     lines.append(f"  iteration time        {r.iteration_time_s:.3f} s")
+    if r.interval is not None:
+        i = r.interval
+        lines.append(f"  {i.coverage} interval          {i.low_s:.3f} - {i.high_s:.3f} s   (validation residuals of "
+                     f"{i.scope}, {i.rows} rows: sim/studies/intervals.py)")
     if r.reference and "iteration_time_s" in r.reference:
         lines.append(f"  measured              {r.reference['iteration_time_s']:.3f} s   prediction "
                      f"{r.reference['error_pct']:+.1f}%   ({r.reference['source']})")

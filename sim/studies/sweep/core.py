@@ -68,6 +68,7 @@ from sim.config.space import AXES, Space, default_space
 from sim.errors import ConfigError, NotBuiltError
 from sim.output.report import make_report
 from sim.runner import simulate
+from sim.studies.intervals import Band
 from sim.studies.sweep.bound import IterationBound
 from sim.studies.sweep.branch_and_bound import bounded_search
 from sim.studies.sweep.memory_check import MemoryCheck, StageStates
@@ -528,10 +529,23 @@ class SweepResult:
     step_wall_s: dict = field(default_factory=dict)
     """Where the time went: ``check`` (enumeration, validity, memory), ``bound`` (the
     closed-form bounds and their order), ``simulate``, ``op_rerun``."""
+    interval: Band | None = None
+    """The band of the workload's stack on its GPU generation (:mod:`sim.studies.intervals`):
+    every configuration's iteration time gets the same multiplicative interval, and one whose
+    interval overlaps the best one's is tied with it (:meth:`tied_with_best`). None: not given."""
 
     @property
     def simulated(self) -> int:
         return len(self.rows)
+
+    def tied_with_best(self, row: SweepRow) -> bool | None:
+        """Whether ``row``'s interval overlaps the best top configuration's: its time ``t`` and
+        the best one's ``t0`` (``t >= t0``) with the band's factors ``low`` and ``high`` overlap
+        when ``t * low <= t0 * high``. The best one is tied with itself; None without a band."""
+        if self.interval is None or not self.top:
+            return None
+        best = self.top[0].best.iteration_time_s
+        return row.best.iteration_time_s * self.interval.low_factor <= best * self.interval.high_factor
 
     def pareto_rows(self) -> list[SweepRow]:
         """The simulated configurations on the Pareto front of tokens/s (as screened) against

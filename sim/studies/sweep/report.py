@@ -30,10 +30,14 @@ def _counts(r: SweepResult) -> dict:
             "simulated": r.simulated, "failed": r.failed, "cancelled": r.cancelled}
 
 
-def _row_dict(row: SweepRow, rerun: bool) -> dict:
+def _row_dict(row: SweepRow, rerun: bool, r: SweepResult) -> dict:
     best = row.best
     out = {"parallel": row.candidate.settings, "iteration_time_s": best.iteration_time_s,
            "granularity": best.granularity}
+    if r.interval is not None:
+        low, high = r.interval.interval(best.iteration_time_s)
+        out.update({"iteration_time_s_low": low, "iteration_time_s_high": high,
+                    "tied_with_best": r.tied_with_best(row)})
     if rerun:
         out["screen_iteration_time_s"] = row.screen.iteration_time_s
         if row.op is not None and not row.op.ok:
@@ -64,7 +68,8 @@ def sweep_json(r: SweepResult) -> dict:
         "invalid_reasons": dict(sorted(r.invalid_reasons.items())),
         "interrupted": r.interrupted,
         "stopped_while": r.stopped_while or None,
-        "top": [{"rank": i + 1, **_row_dict(row, rerun)} for i, row in enumerate(r.top)],
+        "interval": None if r.interval is None else _interval_json(r),
+        "top": [{"rank": i + 1, **_row_dict(row, rerun, r)} for i, row in enumerate(r.top)],
         "pareto_front": [{"parallel": row.candidate.settings, "tokens_per_s": row.screen.tokens_per_s,
                           "peak_memory_bytes": byte_count(row.candidate.peak_memory_bytes)}
                          for row in r.pareto_rows()],
@@ -72,6 +77,13 @@ def sweep_json(r: SweepResult) -> dict:
         "notes": list(r.notes),
         "wall_s": r.wall_s,
     }
+
+
+def _interval_json(r: SweepResult) -> dict:
+    """The band every configuration's interval comes from."""
+    band = r.interval
+    assert band is not None
+    return {"from": band.scope, "rows": band.rows, "low_factor": band.low_factor, "high_factor": band.high_factor}
 
 
 def write_sweep_csv(r: SweepResult, path: str) -> None:
@@ -132,7 +144,8 @@ def format_sweep(r: SweepResult) -> str:
         head = (f"  {'rank':>4} {'TP':>3} {'PP':>3} {'DP':>4} {'CP':>3}" + (f" {'EP':>3}" if ep else "")
                 + f" {'v':>3}  {'schedule':<16} {'mbs':>3}  {'recompute':<12} {'SP':<3} {'ZeRO':>4}"
                 + (f" {r.screen_granularity + ' s':>10}" if rerun else "")
-                + f" {'iteration s':>11} {'tokens/s':>11} {'MFU':>6} {'peak GiB':>8} {'exp comm s':>10}")
+                + f" {'iteration s':>11}" + (f" {'tied':>4}" if r.interval is not None else "")
+                + f" {'tokens/s':>11} {'MFU':>6} {'peak GiB':>8} {'exp comm s':>10}")
         lines += [head, "  " + "-" * (len(head) - 2)]
         for i, row in enumerate(r.top):
             s, b = row.candidate.settings, row.best
@@ -141,10 +154,16 @@ def format_sweep(r: SweepResult) -> str:
                 + f" {s['virtual_pipeline_stages']:>3}  {s['schedule']:<16} {s['micro_batch_size']:>3}  "
                 f"{s['recompute']:<12} {_yes(s['sequence_parallel']):<3} {s['zero_stage']:>4}"
                 + (f" {_secs(row.screen.iteration_time_s):>10}" if rerun else "")
-                + f" {_op_cell(row, rerun):>11}"
+                + f" {_op_cell(row, rerun):>11}" + (f" {_tie_cell(r, row, i):>4}" if r.interval is not None else "")
                 + f" {b.tokens_per_s:>11,.0f} {100 * b.mfu:>5.1f}% {row.candidate.peak_memory_bytes / GiB:>8.1f}"
                 f" {_secs(b.exposed_comm_total_s):>10}")
         lines.append(f"  ({len(r.pareto_rows())} configurations on the Pareto front of tokens/s against peak memory)")
+        if r.interval is not None:
+            b = r.interval
+            lines += ["  (tied: its 80% interval overlaps the best one's; every configuration has the same stack "
+                      "and GPU, so one band,",
+                      f"   x{b.low_factor:.3f} to x{b.high_factor:.3f} of its time, from the validation residuals of "
+                      f"{b.scope}, {b.rows} rows: sim/studies/intervals.py)"]
     if r.failures:
         shown = "; ".join(f"{_label(c.settings)}: {err}" for c, err in r.failures[:3])
         lines.append(f"  failed: {shown}" + (" ..." if len(r.failures) > 3 else ""))
@@ -174,6 +193,11 @@ def _op_cell(row: SweepRow, rerun: bool) -> str:
     if not rerun or (row.op is not None and row.op.ok):
         return _secs(row.best.iteration_time_s)
     return "-" if row.op is None else "failed"
+
+
+def _tie_cell(r: SweepResult, row: SweepRow, rank: int) -> str:
+    """``best`` for the first, else whether its interval overlaps the best one's."""
+    return "best" if rank == 0 else _yes(bool(r.tied_with_best(row)))
 
 
 def _label(s: dict) -> str:

@@ -1,0 +1,388 @@
+"""Error bars: the interval ``llmsim run`` gives an iteration time, from the validation residuals
+of comparable runs.
+
+A scored time or throughput row of ``llmsim validate`` (:mod:`sim.studies.validate`) says how
+far the simulated iteration time was off: its *time ratio* is the measured iteration time over
+the predicted one (a time row's measured over predicted value, a throughput row's predicted
+over measured), above 1 where the run was measured slower than predicted (a positive signed
+error, :attr:`sim.studies.validate.Row.signed_error_pct`). The per-layer and memory rows
+are left out: they do not measure the iteration.
+
+The rows are grouped by the software stack their case ran on (:func:`sim.config.workload.case_stack`)
+and the generation of its GPU (:class:`sim.types.GpuGeneration`). A prediction of ``t`` seconds
+gets ``[t * q10, t * q90]``, where ``q10`` and ``q90`` are the empirical 10th and 90th percentiles
+of the time ratios of the comparable rows: those of its stack on its GPU generation where there are
+at least :data:`MIN_ROWS` of them, else those of its GPU generation (at least :data:`MIN_ROWS`),
+else every row. A percentile interpolates linearly between order statistics (Hyndman and Fan
+1996, definition 7, numpy's default). The interval is nominally an 80% one: the share of held-out
+rows it covers is measured by :func:`coverage`, leaving one source (case file) out at a time.
+
+The table of groups is data shipped with the package (``workloads/intervals/residuals.yaml``),
+written by ``llmsim validate --markdown`` over every shipped case (:func:`write_table`) beside
+the coverage section of ``docs/validation.md`` (:func:`coverage_markdown`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from sim.config.presets import preset_folder, preset_root
+from sim.errors import ConfigError
+from sim.output.report import TimeInterval
+from sim.types import GpuGeneration
+
+__all__ = ["INTERVAL_METRICS", "LOW_QUANTILE", "HIGH_QUANTILE", "MIN_ROWS", "TABLE_KIND", "TABLE_FILE", "Residual",
+           "Band", "IntervalTable", "SourceCoverage", "Coverage", "time_ratio", "percentile", "band", "build_table",
+           "case_keys", "residuals", "coverage", "load_table", "shipped_table", "write_table", "table_to_dict",
+           "coverage_markdown", "update_coverage_markdown", "COVERAGE_BEGIN", "COVERAGE_END", "shipped_path",
+           "run_band"]
+
+INTERVAL_METRICS = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu")
+"""The rows that measure the iteration (:data:`sim.studies.validate.TIME_METRICS`)."""
+RATE_METRICS = ("tflops_per_gpu", "tokens_per_s_per_gpu")
+"""Of those, the throughputs: they fall as the iteration's time grows."""
+LOW_QUANTILE, HIGH_QUANTILE = 0.10, 0.90
+"""The interval's ends: the 10th and 90th percentiles, a nominal 80% interval."""
+MIN_ROWS = 8
+"""The fewest rows a group needs to give an interval of its own (else the next wider group)."""
+TABLE_KIND = "workloads/intervals"
+"""The preset folder of the shipped table."""
+TABLE_FILE = "residuals.yaml"
+"""The shipped table's file name in :data:`TABLE_KIND`."""
+ROUND = 6
+"""Decimals the table's figures are written with."""
+
+
+def time_ratio(metric: str, measured: float, predicted: float) -> float:
+    """The measured iteration time over the predicted one, from a row of ``metric``: a
+    duration's measured over predicted value, a throughput's predicted over measured.
+
+    >>> time_ratio("iteration_time_s", 1.2, 1.0), time_ratio("tflops_per_gpu", 100.0, 120.0)
+    (1.2, 1.2)
+    """
+    return predicted / measured if metric in RATE_METRICS else measured / predicted
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0 to 1) of ``values``, linear between order statistics (Hyndman and
+    Fan 1996, definition 7; numpy.percentile's default).
+
+    >>> percentile([1.0, 2.0, 3.0, 4.0, 5.0], 0.1)
+    1.4
+    """
+    if not values:
+        raise ValueError("no values")
+    xs = sorted(values)
+    h = (len(xs) - 1) * q
+    lo = math.floor(h)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (h - lo) * (xs[hi] - xs[lo])
+
+
+@dataclass(frozen=True)
+class Residual:
+    """One scored row of the validation, as the intervals read it."""
+
+    source: str
+    """The case file's name (``korthikanti2022``)."""
+    case: str
+    stack: str
+    generation: GpuGeneration
+    signed_error_pct: float
+    """+ when the prediction was faster than the measurement (:mod:`sim.studies.validate`)."""
+    time_ratio: float
+    """Measured over predicted iteration time (:func:`time_ratio`)."""
+
+
+@dataclass(frozen=True)
+class Band:
+    """The interval of one group of rows: a stack on a GPU generation, a generation (``stack``
+    None) or every row (both None)."""
+
+    stack: str | None
+    generation: GpuGeneration | None
+    rows: int
+    low_factor: float
+    """The 10th percentile of the group's time ratios: the interval's low end over the prediction."""
+    high_factor: float
+    signed_error_p10_pct: float
+    """The 10th and 90th percentiles of the group's signed errors, for reading."""
+    signed_error_p90_pct: float
+
+    @property
+    def scope(self) -> str:
+        """The group in words: ``megatron-core on Hopper``, ``Hopper``, ``all``."""
+        if self.generation is None:
+            return "all"
+        return self.generation.value if self.stack is None else f"{self.stack} on {self.generation.value}"
+
+    def interval(self, time_s: float) -> tuple[float, float]:
+        """The interval around a predicted ``time_s``."""
+        return time_s * self.low_factor, time_s * self.high_factor
+
+    def time_interval(self, time_s: float) -> TimeInterval:
+        """The interval around a predicted ``time_s``, as the report carries it."""
+        low, high = self.interval(time_s)
+        return TimeInterval(low, high, self.scope, self.rows, f"{HIGH_QUANTILE - LOW_QUANTILE:.0%}")
+
+    def contains(self, ratio: float) -> bool:
+        """Whether a row of time ratio ``ratio`` falls inside."""
+        return self.low_factor <= ratio <= self.high_factor
+
+
+def band(rows: Sequence[Residual], stack: str | None = None, generation: GpuGeneration | None = None) -> Band:
+    """The :class:`Band` of ``rows`` (all of one group)."""
+    ratios = [r.time_ratio for r in rows]
+    signed = [r.signed_error_pct for r in rows]
+    return Band(stack, generation, len(rows), round(percentile(ratios, LOW_QUANTILE), ROUND),
+                round(percentile(ratios, HIGH_QUANTILE), ROUND), round(percentile(signed, LOW_QUANTILE), ROUND),
+                round(percentile(signed, HIGH_QUANTILE), ROUND))
+
+
+@dataclass(frozen=True)
+class IntervalTable:
+    """Every group's band and where the table came from."""
+
+    groups: tuple[Band, ...]
+    """Each stack on each generation, each generation, and every row (the last)."""
+    min_rows: int = MIN_ROWS
+    command: str = ""
+    """The command that wrote it."""
+    validation: str = ""
+    """The ``llmsim validate --json`` file of its rows."""
+
+    def lookup(self, stack: str, generation: GpuGeneration) -> Band:
+        """The band for a run of ``stack`` on a GPU of ``generation``: its group's where that has
+        :attr:`min_rows` rows, else its generation's where that has, else every row's."""
+        by_key = {(b.stack, b.generation): b for b in self.groups}
+        for key in ((stack, generation), (None, generation)):
+            b = by_key.get(key)
+            if b is not None and b.rows >= self.min_rows:
+                return b
+        return by_key[(None, None)]
+
+
+def build_table(rows: Sequence[Residual], min_rows: int = MIN_ROWS, command: str = "",
+                validation: str = "") -> IntervalTable:
+    """The table of ``rows``' groups, in a fixed order (generation, then stack).
+
+    Raises
+    ------
+    ValueError
+        When ``rows`` is empty.
+    """
+    if not rows:
+        raise ValueError("no scored rows")
+    order = list(GpuGeneration)
+    groups: list[Band] = []
+    for gen in order:
+        mine = [r for r in rows if r.generation is gen]
+        if not mine:
+            continue
+        for stack in sorted({r.stack for r in mine}):
+            groups.append(band([r for r in mine if r.stack == stack], stack, gen))
+        groups.append(band(mine, None, gen))
+    groups.append(band(rows))
+    return IntervalTable(tuple(groups), min_rows, command, validation)
+
+
+def case_keys(files: Iterable[str]) -> dict[tuple[str, str], tuple[str, GpuGeneration]]:
+    """The stack and GPU generation of every case of the validation-case ``files`` (as a
+    validation row names its file: ``workloads/validation/nemo2407.yaml``), by (file, case id).
+    Only the cases' mappings are read, not built."""
+    from sim.config.fields import read_yaml
+    from sim.config.workload import case_stack
+    from sim.hardware import get_gpu
+
+    out: dict[tuple[str, str], tuple[str, GpuGeneration]] = {}
+    for file in dict.fromkeys(files):
+        path = Path(file) if Path(file).is_file() else preset_root() / file
+        cases = read_yaml(path)
+        for i, raw in enumerate(cases if isinstance(cases, list) else [cases]):
+            if not isinstance(raw, Mapping):
+                continue
+            given = raw.get("id")
+            case_id = given if isinstance(given, str) else f"{path.stem}[{i}]"
+            system = raw.get("system")
+            try:
+                gpu = get_gpu(str(system.get("gpu"))) if isinstance(system, Mapping) else None
+                stack = case_stack(raw, path).name
+            except (KeyError, ConfigError):  # a case that cannot be built is not scored either
+                continue
+            if gpu is not None:
+                out[(file, case_id)] = (stack, gpu.generation)
+    return out
+
+
+def residuals(cases: Sequence[Mapping]) -> list[Residual]:
+    """The scored iteration rows of ``cases`` (the ``cases`` of a ``llmsim validate --json``
+    file, or :meth:`sim.studies.validate.Row.to_dict` of each row), with their groups."""
+    scored = [c for c in cases if c.get("skipped") is None and c.get("metric") in INTERVAL_METRICS
+              and c.get("predicted") and c.get("measured")]
+    keys = case_keys(c["file"] for c in scored)
+    out = []
+    for c in scored:
+        key = keys.get((c["file"], c["id"]))
+        if key is None:
+            continue
+        out.append(Residual(Path(c["file"]).stem, c["id"], key[0], key[1], float(c["signed_error_pct"]),
+                            time_ratio(c["metric"], float(c["measured"]), float(c["predicted"]))))
+    return out
+
+
+@dataclass(frozen=True)
+class SourceCoverage:
+    """How many of one held-out source's rows fall inside the intervals built without it."""
+
+    source: str
+    rows: int
+    inside: int
+
+    @property
+    def fraction(self) -> float:
+        return self.inside / self.rows if self.rows else math.nan
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Leave-one-source-out coverage of the intervals (:func:`coverage`)."""
+
+    sources: tuple[SourceCoverage, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(s.rows for s in self.sources)
+
+    @property
+    def inside(self) -> int:
+        return sum(s.inside for s in self.sources)
+
+    @property
+    def fraction(self) -> float:
+        return self.inside / self.rows if self.rows else math.nan
+
+
+def coverage(rows: Sequence[Residual], min_rows: int = MIN_ROWS) -> Coverage:
+    """For each source: build the table from the other sources' rows, and count how many of the
+    source's rows fall inside the band their stack and GPU generation look up (nominal: 80%)."""
+    out = []
+    for source in dict.fromkeys(r.source for r in rows):
+        held = [r for r in rows if r.source == source]
+        others = [r for r in rows if r.source != source]
+        if not others:
+            continue
+        table = build_table(others, min_rows)
+        out.append(SourceCoverage(source, len(held),
+                                  sum(table.lookup(r.stack, r.generation).contains(r.time_ratio) for r in held)))
+    return Coverage(tuple(out))
+
+
+def table_to_dict(table: IntervalTable) -> dict:
+    """The table as its YAML file holds it."""
+    return {"written_by": table.command, "validation": table.validation,
+            "quantiles": [LOW_QUANTILE, HIGH_QUANTILE], "min_rows": table.min_rows,
+            "groups": [{"stack": b.stack, "generation": None if b.generation is None else b.generation.value,
+                        "rows": b.rows, "low_factor": b.low_factor, "high_factor": b.high_factor,
+                        "signed_error_p10_pct": b.signed_error_p10_pct,
+                        "signed_error_p90_pct": b.signed_error_p90_pct} for b in table.groups]}
+
+
+HEADER = """\
+# The intervals `llmsim run` gives an iteration time (sim/studies/intervals.py): for each group of
+# validation rows (a software stack on a GPU generation, a generation, all rows), how many rows it
+# has and the 10th and 90th percentiles of their measured-over-predicted iteration times
+# (low_factor, high_factor) and of their signed errors (+: predicted faster than measured).
+# A group gives an interval where it has min_rows rows. Written by the command below; do not edit.
+"""
+
+
+def write_table(path: str | Path, table: IntervalTable) -> None:
+    """Write ``table`` to ``path`` as YAML."""
+    text = HEADER + yaml.safe_dump(table_to_dict(table), sort_keys=False, default_flow_style=None, width=100)
+    Path(path).write_text(text, encoding="utf-8")
+
+
+def load_table(path: str | Path) -> IntervalTable:
+    """Read a table :func:`write_table` wrote.
+
+    Raises
+    ------
+    ConfigError
+        Naming the file and the field that is malformed.
+    """
+    from sim.config.fields import read_yaml
+
+    where = str(path)
+    raw = read_yaml(Path(path))
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("groups"), list):
+        raise ConfigError(where, "groups", "a list of interval groups", raw)
+    groups = []
+    for i, g in enumerate(raw["groups"]):
+        try:
+            gen = None if g["generation"] is None else GpuGeneration(g["generation"])
+            groups.append(Band(g["stack"], gen, int(g["rows"]), float(g["low_factor"]), float(g["high_factor"]),
+                               float(g["signed_error_p10_pct"]), float(g["signed_error_p90_pct"])))
+        except (KeyError, TypeError, ValueError):
+            raise ConfigError(where, f"groups[{i}]", "stack, generation, rows, low_factor, high_factor, "
+                              "signed_error_p10_pct, signed_error_p90_pct", g) from None
+    if not groups or (groups[-1].stack, groups[-1].generation) != (None, None):
+        raise ConfigError(where, "groups", "the group of all rows last (stack and generation null)", raw["groups"])
+    min_rows = raw.get("min_rows", MIN_ROWS)
+    return IntervalTable(tuple(groups), int(min_rows), str(raw.get("written_by", "")),
+                         str(raw.get("validation", "")))
+
+
+def shipped_path() -> Path:
+    """Where the shipped table is."""
+    return preset_folder(TABLE_KIND) / TABLE_FILE
+
+
+def shipped_table() -> IntervalTable:
+    """The table shipped with the package (``workloads/intervals/residuals.yaml``)."""
+    return load_table(shipped_path())
+
+
+def run_band(stack: str, generation: GpuGeneration, table: IntervalTable | None = None) -> Band:
+    """The band of a run of ``stack`` on a GPU of ``generation`` (:meth:`IntervalTable.lookup`),
+    from ``table`` or the shipped one."""
+    return (table or shipped_table()).lookup(stack, generation)
+
+
+COVERAGE_BEGIN = "<!-- BEGIN GENERATED: llmsim validate --markdown, interval coverage -->"
+COVERAGE_END = "<!-- END GENERATED: interval coverage -->"
+
+
+def coverage_markdown(cov: Coverage, command: str) -> str:
+    """The generated coverage part of ``docs/validation.md``: each source's rows inside the
+    intervals built without it, and all of them."""
+    out = [COVERAGE_BEGIN, "", f"Generated by `{command}` (sim/studies/intervals.py, `coverage`): each source "
+           f"held out in turn, its rows' intervals built from the other sources' rows; nominal "
+           f"{HIGH_QUANTILE - LOW_QUANTILE:.0%}.", "",
+           "| held-out source | rows | inside the interval | coverage |", "|---|---|---|---|"]
+    for s in cov.sources:
+        out.append(f"| {s.source} | {s.rows} | {s.inside} | {_share(s.fraction)} |")
+    out.append(f"| **all** | {cov.rows} | {cov.inside} | {_share(cov.fraction)} |")
+    out += ["", COVERAGE_END]
+    return "\n".join(out)
+
+
+def _share(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{x:.0%}"
+
+
+def update_coverage_markdown(path: str | Path, cov: Coverage, command: str) -> None:
+    """Replace the generated coverage part of ``path`` (between :data:`COVERAGE_BEGIN` and
+    :data:`COVERAGE_END`), keeping the rest; without those markers, append it as a section."""
+    p = Path(path)
+    body = coverage_markdown(cov, command)
+    text = p.read_text(encoding="utf-8") if p.exists() else ""
+    if COVERAGE_BEGIN in text and COVERAGE_END in text:
+        head, rest = text.split(COVERAGE_BEGIN, 1)
+        p.write_text(head + body + rest.split(COVERAGE_END, 1)[1], encoding="utf-8")
+        return
+    p.write_text((text.rstrip() + "\n\n" if text else "") + "## Interval coverage\n\n" + body + "\n", encoding="utf-8")
