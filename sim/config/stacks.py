@@ -4,9 +4,9 @@
 A case names its stack with ``stack: NAME-or-FILE``. Without it, the stack is the shipped one
 (``workloads/stacks/``) whose ``matches`` rules match the case's ``framework`` text (dated by its
 publication where the text has no year, :func:`framework_year`). When several match, a stack
-that extends another of them is the more specific release and wins ("NeMo 24.07 container
-(Megatron-Core backend)" matches ``megatron-core`` and ``nemo-24``, which extends it); of those
-left, the first by name, with a note naming the others. A text that matches none is taken as
+that extends another of them is the more specific release and wins ("NeMo 24.12
+(Megatron-Core)" matches ``megatron-core`` and ``nemo-24``, which extends it); of those left,
+the first by name, with a note naming the others. A text that matches none is taken as
 the stack whose ``fallback`` covers its date: the Megatron-LM release of its year, and
 ``megatron-core`` (current Megatron-Core) for software dated 2023 on or not dated.
 """
@@ -113,7 +113,7 @@ def choose_stack(framework: str, year: int | None = None) -> StackChoice:
         Its date; by default the latest year the text names (:func:`framework_year`).
 
     >>> choose_stack("NeMo 24.07 container (Megatron-Core backend)").stack.name
-    'nemo-24'
+    'nemo-24.01-24.07'
     >>> choose_stack("Megatron-LM (2022)").stack.name, choose_stack("MyTrainer").stack.name
     ('megatron-lm-2022', 'megatron-core')
     """

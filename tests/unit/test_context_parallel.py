@@ -340,17 +340,19 @@ def test_torch_cp_backward_holds_the_gathered_kv_and_fp32_gradients():
     assert extra == pytest.approx(2 * cp * n * 2 + 2 * n * 2 + 3 * n * 4 + 2 * 2 * n * 4, rel=1e-12)
 
 
-def test_nemo_2403_ring_steps_run_cudnn_fused_attention():
-    """NeMo 24.03's Transformer Engine (>= 1.2) keeps cuDNN's FusedAttention on Hopper under
-    context parallelism (``F16_arbitrary_seqlen`` in ``AttnFuncWithCP``): the long-sequence
-    cases' ring steps, forward and backward, are all priced as the vendor kernel, not FA2."""
+def test_nemo_2403_ring_steps_run_flash_attention_2():
+    """NeMo 24.03's launcher exports ``NVTE_FUSED_ATTN=0`` (NeMo-Framework-Launcher
+    ``launcher_scripts/conf/config.yaml`` @ 24.03.01), so Transformer Engine runs flash-attn's
+    kernels under context parallelism (``attn_forward_func_with_cp``), not cuDNN's: the
+    long-sequence cases' ring steps, forward and backward, are all priced as FlashAttention-2
+    (stack ``nemo-24.01-24.07``)."""
     from sim.config.workload import load_case_records
     from sim.types import AttentionKernel
     rec = next(r for r in load_case_records("workloads/validation/nemo-longseq.yaml")
                if r.id == "nemo_longseq_h100_llama2_7b_32k_cp2")
     w = rec.workload
-    assert w.parallel.cp == 2 and w.kernels.attention_kernel is AttentionKernel.VENDOR
+    assert w.parallel.cp == 2 and w.kernels.attention_kernel is AttentionKernel.FLASH2
     ops = layer_ops(w.model, w.parallel, w.dtype, (0,), (), (0, 1), kernels=w.kernels)
     for steps in (ops.layer_fwd, ops.layer_bwd):
         att = [st.op for st in steps if isinstance(st.op, AttentionOp)]
-        assert len(att) == 2 and all(a.kernel is AttentionKernel.VENDOR for a in att)
+        assert len(att) == 2 and all(a.kernel is AttentionKernel.FLASH2 for a in att)

@@ -44,7 +44,8 @@ def _write(path, data) -> str:
 def test_every_shipped_stack_is_complete_and_cites_each_setting_it_gives():
     stacks = shipped_stacks()
     assert {s.name for s in stacks} >= {"megatron-lm-2021", "megatron-lm-2022", "megatron-core", "nemo-24",
-                                        "nemo-25", "megatron-bridge", "torchtitan", "deepspeed-zero3"}
+                                        "nemo-24.01-24.07", "nemo-25", "megatron-bridge", "torchtitan",
+                                        "deepspeed-zero3"}
     for s in stacks:
         assert (preset_folder(STACKS) / f"{s.name}.yaml").is_file(), s.name  # a stack is named as its file
         assert set(s.settings) == {k.key for k in SETTINGS}, s.name
@@ -67,8 +68,10 @@ def test_every_date_has_exactly_one_fallback():
     ("Megatron-LM (2021, NGC PyTorch 20.12 container per examples/sc21/SRUN.sh)", "megatron-lm-2021"),
     ("Megatron-LM (2022)", "megatron-lm-2022"),
     ("Megatron-LM / Megatron-Core (Transformer Engine), deterministic mode", "megatron-core"),
-    ("NeMo 24.03.01 (Megatron-Core)", "nemo-24"),
-    ("NeMo 24.07 container (Megatron-Core backend)", "nemo-24"),
+    ("NeMo 24.03.01 (Megatron-Core)", "nemo-24.01-24.07"),
+    ("NeMo 24.07 container (Megatron-Core backend)", "nemo-24.01-24.07"),
+    ("NeMo 24.09 container", "nemo-24"),
+    ("NeMo 24.12 (NeMo 2 recipes)", "nemo-24"),
     ("NeMo 25.04.rc2 (Megatron-Core)", "nemo-25"),
     ("NeMo 25.11 container / Megatron-Bridge (Megatron-Core)", "megatron-bridge"),
     ("NeMo 26.04.01 container / Megatron-Bridge (Megatron-Core)", "megatron-bridge"),
@@ -252,6 +255,46 @@ def test_nemo_25_reduces_fp8_runs_gradients_in_bf16(tmp_path):
     bf16, _ = load_workload_with_notes(_write(tmp_path / "b.yaml", dict(case, dtype="bf16")))
     assert not fp8.kernels.grad_reduce_in_fp32 and bf16.kernels.grad_reduce_in_fp32
     assert fp8.parallel.sequence_parallel and bf16.parallel.sequence_parallel  # TP 2
+
+
+@pytest.mark.parametrize("case", ["nemo_longseq_h100_llama2_7b_128k_cp4", "nemo_longseq_h100_llama2_7b_16k_cp1"])
+def test_nemo_24_03_prices_attention_with_flash_attention_2_as_its_launcher_ran_it(case):
+    """NeMo-Framework-Launcher 24.01-24.07 exports NVTE_FUSED_ATTN=0, so Transformer Engine runs
+    the flash-attn kernels (FlashAttention-2) in place of cuDNN's, with context parallelism or
+    without: a NeMo 24.03.01 long-sequence case is priced with flash2, and the note names the
+    stack and the launcher's setting."""
+    w, notes = load_workload_with_notes(str(preset_folder("workloads/validation") / "nemo-longseq.yaml"), case=case)
+    assert w.kernels.attention_kernel is AttentionKernel.FLASH2 and w.kernels.flash_attention
+    filled = [n for n in notes if n.startswith("parallel.attention_kernel:")]
+    assert len(filled) == 1
+    assert filled[0].startswith("parallel.attention_kernel: null -> flash2 (stack nemo-24.01-24.07:")
+    assert "NVTE_FUSED_ATTN=0" in filled[0]
+    assert any(n.startswith("stack: null -> nemo-24.01-24.07 (framework 'NeMo 24.03.01 (Megatron-Core)'")
+               for n in notes)
+
+
+@pytest.mark.parametrize("file, case", [
+    ("nemo-longseq.yaml", "nemo_longseq_b200_llama3_8b_128k"),  # NeMo 25.04: NVTE_FUSED_ATTN=1
+    ("megatronbridge.yaml", None),
+])
+def test_later_nemo_releases_keep_cudnn_attention(file, case):
+    """NeMo 2's performance scripts export NVTE_FUSED_ATTN=1 and Megatron-Bridge leaves
+    Transformer Engine's choice alone: their cases keep the vendor (cuDNN) kernel, unnoted."""
+    path = preset_folder("workloads/validation") / file
+    case = case or yaml.safe_load(path.read_text())[0]["id"]
+    w, notes = load_workload_with_notes(str(path), case=case)
+    assert w.kernels.attention_kernel is AttentionKernel.VENDOR
+    assert not any(n.startswith("parallel.attention_kernel:") for n in notes)
+    assert not any("nemo-24.01-24.07" in n for n in notes)
+
+
+def test_a_case_s_own_attention_kernel_wins_over_the_nemo_24_launcher_stack(tmp_path):
+    case = _case("NeMo 24.03.01 (Megatron-Core)", system={"gpu": "H100-SXM5-80GB", "num_gpus": 8})
+    case["parallel"] = dict(case["parallel"], attention_kernel="vendor")
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+    assert w.kernels.attention_kernel is AttentionKernel.VENDOR
+    stacked, _ = load_workload_with_notes(_write(tmp_path / "d.yaml", _case("NeMo 24.03.01 (Megatron-Core)")))
+    assert stacked.kernels.attention_kernel is AttentionKernel.FLASH2
 
 
 def test_a_launch_flag_turns_fp32_gradient_reduction_off(tmp_path):
