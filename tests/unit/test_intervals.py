@@ -15,6 +15,7 @@ from sim.config.workload import workload_stack
 from sim.errors import ConfigError
 from sim.studies.intervals import (
     MIN_ROWS,
+    MIN_SOURCES,
     Band,
     Residual,
     build_table,
@@ -79,7 +80,9 @@ def test_runs_measured_slower_give_an_interval_above_the_prediction():
 
 
 def test_a_group_too_small_falls_back_to_its_generation_then_to_all():
-    rows = ([_res(2.0, "small", HOPPER)] * (MIN_ROWS - 1) + [_res(1.0, "big", HOPPER)] * MIN_ROWS
+    three = ("a", "b", "c")
+    rows = ([_res(2.0, "small", HOPPER, source=three[i % 3]) for i in range(MIN_ROWS - 1)]
+            + [_res(1.0, "big", HOPPER, source=three[i % 3]) for i in range(MIN_ROWS)]
             + [_res(0.5, "x", AMPERE)] * 2)
     table = build_table(rows)
     assert table.lookup("big", HOPPER).scope == "big on Hopper"
@@ -89,6 +92,20 @@ def test_a_group_too_small_falls_back_to_its_generation_then_to_all():
     everything = table.lookup("x", AMPERE)  # Ampere has 2 rows: every row's band
     assert (everything.scope, everything.rows) == ("all", len(rows))
     assert table.lookup("x", GpuGeneration.BLACKWELL) == everything
+
+
+def test_a_group_of_too_few_sources_falls_back_to_a_wider_one():
+    """Rows enough but all from one or two sources (case files) give no band of their own: a
+    user's cluster is one more source, and one source's spread says little about the next's."""
+    one_source = [_res(1.0 + 0.01 * i, "s", HOPPER, source="a") for i in range(2 * MIN_ROWS)]
+    others = [_res(1.5, "t", HOPPER, source=src) for src in ("b", "c") for _ in range(MIN_ROWS)]
+    table = build_table(one_source + others)
+    assert MIN_SOURCES == 3
+    assert (table.lookup("s", HOPPER).scope, table.lookup("s", HOPPER).sources) == ("Hopper", 3)
+    assert table.lookup("t", HOPPER).scope == "Hopper"  # two sources
+    assert build_table(one_source + others, min_sources=1).lookup("s", HOPPER).scope == "s on Hopper"
+    two = build_table(one_source + others[:MIN_ROWS])  # Hopper from two sources: every row's band
+    assert two.lookup("s", HOPPER).scope == "all"
 
 
 def test_shipped_table_is_what_the_committed_validation_json_gives():
@@ -115,15 +132,16 @@ def test_table_round_trips_and_a_bad_one_is_named(tmp_path):
 
 
 def test_run_json_carries_the_interval(tmp_path, capsys):
-    """llama3-8b-h100 runs on megatron-core on Hopper, a group whose rows were measured both
-    faster and slower than predicted: its interval holds the prediction. (Ampere's rows were
-    nearly all measured slower, so an A100 run's interval lies above its prediction.)"""
+    """llama3-8b-h100 runs on megatron-core on Hopper; that group's rows come from fewer than
+    three sources, so the band is Hopper's, whose rows were measured both faster and slower than
+    predicted: its interval holds the prediction. (Ampere's rows were nearly all measured
+    slower, so an A100 run's interval lies above its prediction.)"""
     out = tmp_path / "r.json"
     assert main(["run", "llama3-8b-h100", "--granularity", "chunk", "--json", str(out)]) == 0
     text = capsys.readouterr().out
     d = json.loads(out.read_text())
     band = shipped_table().lookup(workload_stack("llama3-8b-h100").name, HOPPER)
-    assert band.scope == "megatron-core on Hopper" and band.low_factor < 1 < band.high_factor
+    assert band.scope == "Hopper" and band.low_factor < 1 < band.high_factor
     assert d["iteration_time_s_low"] <= d["iteration_time_s"] <= d["iteration_time_s_high"]
     assert d["iteration_time_interval"] == {"coverage": "80%", "from": band.scope, "rows": band.rows}
     assert d["iteration_time_s_low"] == pytest.approx(d["iteration_time_s"] * band.low_factor)
