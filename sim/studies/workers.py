@@ -11,6 +11,11 @@ its current job and take the next one, and leaving the pool's ``with`` block wai
 queued job. So the workers ignore SIGINT (:func:`ignore_sigint`, their initializer) and the
 parent, which acts on it, stops them (:func:`abandon`): ``llmsim sweep``, ``llmsim validate``
 and ``llmsim whatif generations --reoptimize`` return at once.
+
+A parent that is killed outright (``kill -9``, the kernel's out-of-memory killer, a test runner
+stopped) runs none of that: its workers would go on with the job they hold, which can take
+minutes, with no one to read the result. Each worker therefore watches its parent
+(:func:`exit_with_parent`) and exits as soon as the parent is gone.
 """
 
 from __future__ import annotations
@@ -27,8 +32,8 @@ from sim.errors import ConfigError
 if TYPE_CHECKING:
     from sim.budget import Budget
 
-__all__ = ["InlineExecutor", "abandon", "check_workers", "cpu_count", "ignore_sigint", "in_worker", "local_pool",
-           "start_worker"]
+__all__ = ["InlineExecutor", "abandon", "check_workers", "cpu_count", "exit_with_parent", "ignore_sigint", "in_worker",
+           "local_pool", "start_worker"]
 
 MANAGER_JOIN_S = 30.0
 """How long :func:`abandon` waits for a process pool's manager thread once its workers are
@@ -72,13 +77,33 @@ def ignore_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+def exit_with_parent() -> None:
+    """In a worker process: a daemon thread that waits for the parent process to end (its
+    sentinel, :func:`multiprocessing.parent_process`) and then ends this process at once
+    (:func:`os._exit`: the job it holds has no one to report to). Nothing in a process that
+    has no parent of the multiprocessing kind."""
+    import multiprocessing
+    import threading
+
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        parent.join()
+        os._exit(1)
+
+    threading.Thread(target=watch, name="llmsim-parent-watch", daemon=True).start()
+
+
 def start_worker(budget: Budget | None) -> None:
-    """Worker initializer: ignore Ctrl-C (:func:`ignore_sigint`) and take the budget the
-    parent gives it (:func:`worker_budget`; :func:`sim.budget.adopt_budget`, None: the
-    default budget)."""
+    """Worker initializer: ignore Ctrl-C (:func:`ignore_sigint`), exit when the parent does
+    (:func:`exit_with_parent`), and take the budget the parent gives it (:func:`worker_budget`;
+    :func:`sim.budget.adopt_budget`, None: the default budget)."""
     from sim.budget import adopt_budget
 
     ignore_sigint()
+    exit_with_parent()
     adopt_budget(budget)
 
 

@@ -135,3 +135,51 @@ def test_a_config_error_reaches_the_parent_whole(tmp_path):
     with pytest.raises(ConfigError) as exc:
         validate([str(bad)], jobs=2)
     assert str(bad) in str(exc.value) and exc.value.field.startswith("line")
+
+
+PARENT = """
+import multiprocessing, sys, time
+from sim.studies.workers import in_worker, local_pool
+
+with local_pool(2) as pool:
+    jobs = [pool.submit(in_worker, time.sleep, 120) for _ in range(2)]
+    while len(multiprocessing.active_children()) < 2:
+        time.sleep(0.05)
+    time.sleep(1.0)  # the workers have taken their jobs
+    print(" ".join(str(p.pid) for p in multiprocessing.active_children()), flush=True)
+    time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_workers_exit_when_their_parent_is_killed():
+    """A parent killed outright (kill -9) runs no cleanup: its workers, each holding a job of
+    two minutes, end within seconds rather than finishing work no one will read."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(Path(sim.__file__).resolve().parent.parent))
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        pids = [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) >= 2 and all(_alive(p) for p in pids)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        deadline = time.monotonic() + 20
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(p) for p in pids)
+    finally:
+        parent.kill()
+        parent.wait()
+        parent.stdout.close()
