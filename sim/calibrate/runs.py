@@ -202,9 +202,10 @@ class RunsFit:
         return tuple(p / r.measured - 1 for p, r in zip(self.after, self.runs))
 
 
-def fit_runs(runs: Sequence[MeasuredRun], names: Sequence[str]) -> RunsFit:
+def fit_runs(runs: Sequence[MeasuredRun], names: Sequence[str], tolerance: float = 1e-7) -> RunsFit:
     """Fit the factors ``names`` (of :data:`~sim.costs.factors.FACTOR_NAMES`) to ``runs`` by
-    bounded least squares on the relative residuals (module docstring)."""
+    bounded least squares on the relative residuals (module docstring), to ``tolerance``
+    (:func:`~sim.calibrate.least_squares.least_squares`)."""
     params = [_parameter(n) for n in names]
     predicted: dict[tuple[float, ...], list[float]] = {}
 
@@ -213,7 +214,7 @@ def fit_runs(runs: Sequence[MeasuredRun], names: Sequence[str]) -> RunsFit:
         p = predicted[values] = [predict(r, factors) for r in runs]
         return [x / r.measured - 1 for x, r in zip(p, runs)]
 
-    fit = least_squares(residuals, params)
+    fit = least_squares(residuals, params, tolerance=tolerance)
     start = tuple(p.start for p in params)
     return RunsFit(tuple(names), CalibrationFactors.of(dict(zip(names, fit.values))), tuple(runs),
                    tuple(predicted[start]), tuple(predicted[fit.values]), fit.evaluations, fit.undetermined,

@@ -183,3 +183,29 @@ def test_factors_with_a_cost_model_of_the_callers_are_refused(tiny):
     with pytest.raises(ConfigError, match="factors"):
         simulate(w, topo, costs=FixedCostModel(), factors=CalibrationFactors(0.9))
     assert dataclasses.replace(CalibrationFactors(), comm_efficiency=2.0).capacities([1.0, 3.0]) == [2.0, 6.0]
+
+
+AZURE = ROOT / "tests" / "data" / "nccl_tests" / "azure-nd-a100-v4-all_reduce.txt"
+
+
+def test_runs_with_nccl_tests_fit_on_the_calibrated_topology_and_the_file_holds_both(tmp_path, capsys):
+    out = tmp_path / "both.yaml"
+    assert main(["calibrate", "--nccl-tests", str(AZURE), "--runs", str(RUNS), "-o", str(out)]) == 0
+    assert "on dgx-a100 as the nccl-tests logs calibrate it" in capsys.readouterr().out
+    cal = load_calibration(str(out))
+    assert cal.values and cal.factors and cal.topology == "dgx-a100"
+    assert main(["run", "tiny", "--calibration", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"calibration {out}: dgx-a100 with scale_up" in printed
+    assert f"calibration {out}: compute_efficiency" in printed
+
+
+def test_a_run_on_another_topology_than_the_logs_calibrate_is_refused(tmp_path, capsys):
+    path = tmp_path / "h100.yaml"
+    case = _case({"iteration_time_s": {"value": 0.01}})
+    case["system"].update({"gpu": "H100-SXM5-80GB", "topology": "dgx-h100"})
+    path.write_text(yaml.safe_dump(case))
+    assert main(["calibrate", "--nccl-tests", str(AZURE), "--runs", str(path), "-o", str(tmp_path / "c.yaml")]) == 2
+    err = _one_error_line(capsys)
+    assert str(path) in err and "system.topology" in err
+    assert not (tmp_path / "c.yaml").exists()
