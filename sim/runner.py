@@ -22,6 +22,7 @@ from sim.budget import training_estimate
 from sim.costs.analytical import AnalyticalCostModel
 from sim.costs.base import CostModel
 from sim.costs.compute import kernel_load
+from sim.costs.factors import CalibrationFactors
 from sim.engine import ENGINE_RULES, ReferencePaths, Simulation
 from sim.engine.block_check import WATCH_AT_EVENTS_PER_TASK, BlockInterference, block_interference, watch_blocks
 from sim.errors import ConfigError
@@ -114,7 +115,7 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
              costs: CostModel | None = None, notes: list[str] | None = None,
              slow_gpus: dict[int, float] | None = None, link_counters: int = 0,
              granularity: str = "op", exact: bool = False, clock_hz: float | None = None,
-             reference: ReferencePaths = ENGINE_RULES) -> Run:
+             reference: ReferencePaths = ENGINE_RULES, factors: CalibrationFactors | None = None) -> Run:
     """Simulate one training iteration of ``workload`` on ``topology``.
 
     Ranks run on the GPUs ``workload.parallel.placement`` gives (:func:`gpu_placement`). One
@@ -168,10 +169,17 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
     reference : ReferencePaths, optional
         Replace the engine's shortcuts by the plainer placements they must match
         (:class:`sim.engine.ReferencePaths`; for the tests that hold the two to each other).
+    factors : CalibrationFactors, optional
+        A calibration's factors (:mod:`sim.costs.factors`, ``llmsim calibrate --runs``): every
+        compute kernel's time and every link's bandwidth scaled by them. None (the default)
+        simulates the model as it is. Only without ``costs`` (they scale the analytical model).
     """
     if granularity not in GRANULARITIES:
         raise ConfigError("<simulate>", "granularity", f"one of {list(GRANULARITIES)}", granularity)
-    args = (workload, topology, full, costs, notes, slow_gpus, link_counters, clock_hz, reference)
+    if factors is not None and costs is not None:
+        raise ConfigError("<simulate>", "factors", "no calibration factors with a cost model of the caller's "
+                          "(they scale the analytical model's prices)", factors)
+    args = (workload, topology, full, costs, notes, slow_gpus, link_counters, clock_hz, reference, factors)
     if not exact or granularity == "op":
         return _simulate(*args, granularity, False)
     try:
@@ -191,7 +199,8 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
 
 def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs: CostModel | None,
               notes: list[str] | None, slow_gpus: dict[int, float] | None, link_counters: int,
-              given_clock_hz: float | None, reference: ReferencePaths, granularity: str, check: bool) -> Run:
+              given_clock_hz: float | None, reference: ReferencePaths, factors: CalibrationFactors | None,
+              granularity: str, check: bool) -> Run:
     """:func:`simulate` at one granularity; with ``check``, the run watches its blocks and
     raises :class:`~sim.engine.block_check.BlockInterference` when something meets one while
     it runs, and says what met one by its end in :attr:`Run.coarse_divergence`."""
@@ -222,10 +231,14 @@ def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs:
                              f"{gpu.power.max_clock_hz / 1e6:.0f}); GEMMs and attention run at it (sim/power.py)")
             costs = AnalyticalCostModel(gpu, fabric, representative=not full,
                                         simulated=None if full else frozenset(r.rank for r in program.ranks),
-                                        excluded=excluded_algorithms(workload), clock_hz=clock_hz)
+                                        excluded=excluded_algorithms(workload), clock_hz=clock_hz,
+                                        factors=factors)
         slowdown = _slowdown(workload, program, slow_gpus or {}, notes)
         watch = (watch_blocks, max(1, int(WATCH_AT_EVENTS_PER_TASK * len(program.tasks)))) if check else None
-        engine = Simulation(program, costs, fabric.capacity_bytes_per_s, slowdown, record_links=link_counters > 0,
+        capacity = fabric.capacity_bytes_per_s
+        if factors is not None:
+            capacity = factors.capacities(capacity)
+        engine = Simulation(program, costs, capacity, slowdown, record_links=link_counters > 0,
                             watch=watch, reference=reference)
         why = None
         try:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from sim.costs.factors import CalibrationFactors
 from sim.power import solve_clock_hz
 from sim.runner import compute_op_counts, loads_of, placed_unlike_an_order, simulate
 from sim.topology.spec import TopologySpec
@@ -98,9 +99,9 @@ def steady_points(workload: WorkloadSpec) -> tuple[int, int] | None:
 
 
 def steady_iteration(workload: WorkloadSpec, topology: TopologySpec, *, granularity: str = "op",
-                     exact: bool = False) -> SteadyIteration | None:
+                     exact: bool = False, factors: CalibrationFactors | None = None) -> SteadyIteration | None:
     """The iteration time of ``workload`` from shorter runs (module docstring), simulated
-    with :func:`sim.runner.simulate`'s ``granularity`` and ``exact``; None where the job is too
+    with :func:`sim.runner.simulate`'s ``granularity``, ``exact`` and ``factors``; None where the job is too
     short for them to save time or their times are not on one line (simulate the whole
     iteration then)."""
     points = steady_points(workload)
@@ -114,7 +115,7 @@ def steady_iteration(workload: WorkloadSpec, topology: TopologySpec, *, granular
     for k in range(4):
         m = m1 + k * period
         run = simulate(with_microbatches(workload, m), topology, granularity=granularity, exact=exact,
-                       clock_hz=clock_hz)
+                       clock_hz=clock_hz, factors=factors)
         times.append(run.result.makespan_s)
         runs.append(ShortRun(m, run.granularity, run.coarse_divergence, run.clock_hz))
         diverged = run.coarse_divergence is not None

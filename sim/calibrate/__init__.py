@@ -4,8 +4,11 @@
 (:mod:`sim.calibrate.nccl_tests`), derives the topology's scale-up collective latency and
 efficiency-by-size curves from its single-node all-reduce tables (:mod:`sim.calibrate.scale_up`)
 and writes them, each value with the log and the figures it was read from
-(:mod:`sim.calibrate.calibration`); ``llmsim run --calibration FILE`` applies the file on top of
-the topology (:func:`sim.calibrate.calibration.calibrated_topology`).
+(:mod:`sim.calibrate.calibration`). ``llmsim calibrate --runs FILE...`` fits the cost model's
+factors (:mod:`sim.costs.factors`) to the user's measured runs by bounded least squares
+(:mod:`sim.calibrate.runs`, :mod:`sim.calibrate.least_squares`). ``llmsim run --calibration
+FILE`` applies the file: its scale_up values on top of the topology, its factors to the cost
+model (:func:`sim.calibrate.calibration.apply_calibration`).
 """
 
 from sim.calibrate.calibration import Calibration, calibrated_topology, load_calibration

@@ -10,10 +10,16 @@ A calibration file is YAML::
       efficiency_by_size_bytes: {value: [[1048576, 0.4452], ...], source: "a100.log: ..."}
     logs: [...]                   # what was read, and which logs were not used and why
     check: [...]                  # the log's bus bandwidth and the calibrated topology's, size by size
+    factors:                      # llmsim calibrate --runs (sim.costs.factors)
+      compute_efficiency: {value: 0.87, source: "least squares over 3 runs (runs.yaml: ...): ..."}
+    runs: [...]                   # each measured run, its prediction before and after the fit
 
-Applying it loads the topology (the one named on the command line, else the file's) with the
-file's ``scale_up`` values in place of the topology's (:func:`calibrated_topology`): the
-topology's scale-up bandwidth must be the file's, since the curves are fractions of it.
+``scale_up`` (with ``topology`` and ``logs``, ``check``) comes from ``--nccl-tests``, ``factors``
+(with ``runs``) from ``--runs``; a file has one or both. Applying it loads the topology (the one
+named on the command line, else the file's) with the file's ``scale_up`` values in place of the
+topology's (:func:`calibrated_topology`): the topology's scale-up bandwidth must be the file's,
+since the curves are fractions of it; its ``factors`` go to :func:`sim.runner.simulate`
+(:func:`apply_calibration`).
 """
 
 from __future__ import annotations
@@ -29,15 +35,20 @@ from sim.calibrate.scale_up import CalibratedValue
 from sim.config import load_topology
 from sim.config.fields import read_yaml
 from sim.config.topology import MAX_LATENCY_US, MAX_MESSAGE_BYTES
+from sim.costs.factors import FACTOR_NAMES, CalibrationFactors
 from sim.errors import ConfigError, Described
 from sim.topology.spec import TopologySpec
 from sim.units import GBPS
 
-__all__ = ["FORMAT", "Calibration", "calibrated_topology", "load_calibration", "topology_option"]
+__all__ = ["FORMAT", "FACTOR_BOUNDS", "Calibration", "apply_calibration", "calibrated_topology", "load_calibration",
+           "topology_option"]
 
 FORMAT = 1
 """The calibration file format (``llmsim_calibration: 1``)."""
-_TOP_KEYS = ("llmsim_calibration", "topology", "scale_up", "logs", "check")
+_TOP_KEYS = ("llmsim_calibration", "topology", "scale_up", "logs", "check", "factors", "runs")
+FACTOR_BOUNDS = {"compute_efficiency": (0.01, 100.0), "comm_efficiency": (0.01, 100.0), "host_issue_us": (0.0, 1e4)}
+"""What a file's factor may be (wider than the fit's bounds, :mod:`sim.calibrate.runs`: a file
+may be written by hand)."""
 _CURVES = ("efficiency_by_size_bytes", "nvls_efficiency_by_size_bytes")
 _UP_KEYS = ("bandwidth_GBps", "collective_latency_us") + _CURVES
 
@@ -45,25 +56,42 @@ _UP_KEYS = ("bandwidth_GBps", "collective_latency_us") + _CURVES
 @dataclass(frozen=True)
 class Calibration:
     """A calibration: the topology it was made on, its scale-up bandwidth, the values it sets,
-    and what it read (``logs``) and how well the result reproduces it (``check``)."""
+    and what it read (``logs``) and how well the result reproduces it (``check``); the factors
+    fitted to measured runs, and those runs (``runs``). Without nccl-tests logs, ``topology``
+    and ``bandwidth_GBps`` are None and ``values`` empty."""
 
     path: str
-    topology: str
-    bandwidth_GBps: float
+    topology: str | None
+    bandwidth_GBps: float | None
     values: tuple[CalibratedValue, ...]
     logs: tuple[dict, ...] = ()
     check: tuple[dict, ...] = ()
+    factors: tuple[CalibratedValue, ...] = ()
+    runs: tuple[dict, ...] = ()
 
     def to_dict(self) -> dict:
-        return {"llmsim_calibration": FORMAT, "topology": self.topology,
-                "scale_up": {"bandwidth_GBps": self.bandwidth_GBps,
-                             **{v.key: {"value": v.value, "source": v.source} for v in self.values}},
-                "logs": list(self.logs), "check": list(self.check)}
+        out: dict = {"llmsim_calibration": FORMAT}
+        if self.values:
+            out.update({"topology": self.topology,
+                        "scale_up": {"bandwidth_GBps": self.bandwidth_GBps,
+                                     **{v.key: {"value": v.value, "source": v.source} for v in self.values}},
+                        "logs": list(self.logs), "check": list(self.check)})
+        if self.factors:
+            out["factors"] = {v.key: {"value": v.value, "source": v.source} for v in self.factors}
+            out["runs"] = list(self.runs)
+        return out
+
+    def calibration_factors(self) -> CalibrationFactors | None:
+        """The file's factors for :func:`sim.runner.simulate`; None when it has none."""
+        if not self.factors:
+            return None
+        return CalibrationFactors.of({v.key: float(v.value) for v in self.factors})  # type: ignore[arg-type]
 
     def write(self, path: str | Path) -> None:
         """Write the file (YAML, a header comment saying what it is and how it is applied)."""
         head = ("# llmsim calibration, written by `llmsim calibrate`; `llmsim run --calibration FILE` applies its\n"
-                "# scale_up values to the topology (each value says where it came from).\n")
+                "# scale_up values to the topology and its factors to the cost model (each value says where it came "
+                "from).\n")
         text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None, width=110,
                               allow_unicode=True)
         Path(path).write_text(head + text, encoding="utf-8")
@@ -86,12 +114,19 @@ def load_calibration(path: str) -> Calibration:
     for key in raw:
         if key not in _TOP_KEYS:
             raise ConfigError(path, str(key), f"one of {list(_TOP_KEYS)}", key)
+    factors = _factors(path, raw.get("factors")) if "factors" in raw else ()
+    runs = raw.get("runs", [])
+    if not isinstance(runs, list):
+        raise ConfigError(path, "runs", "a list of the measured runs the factors were fitted to", runs)
+    if "scale_up" not in raw and factors:
+        return Calibration(path, None, None, (), factors=factors, runs=tuple(runs))
     topology = raw.get("topology")
     if not isinstance(topology, str) or not topology:
         raise ConfigError(path, "topology", "the topology preset or file it was calibrated on", topology)
     up = raw.get("scale_up")
     if not isinstance(up, dict):
-        raise ConfigError(path, "scale_up", f"a mapping of {list(_UP_KEYS)}", up)
+        raise ConfigError(path, "scale_up", f"a mapping of {list(_UP_KEYS)} (or a file of factors: factors: "
+                          f"{{{', '.join(FACTOR_NAMES)}}})", up)
     for key in up:
         if key not in _UP_KEYS:
             raise ConfigError(path, f"scale_up.{key}", f"one of {list(_UP_KEYS)}", key)
@@ -115,7 +150,26 @@ def load_calibration(path: str) -> Calibration:
         values.append(CalibratedValue(key, value, entry["source"]))
     if not values:
         raise ConfigError(path, "scale_up", f"at least one of {list(_UP_KEYS[1:])}", sorted(up))
-    return Calibration(path, topology, float(bw), tuple(values))
+    return Calibration(path, topology, float(bw), tuple(values), factors=factors, runs=tuple(runs))
+
+
+def _factors(path: str, raw: object) -> tuple[CalibratedValue, ...]:
+    """A file's ``factors`` mapping, each ``{value, source}`` within :data:`FACTOR_BOUNDS`."""
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(path, "factors", f"a mapping of some of {list(FACTOR_NAMES)}", raw)
+    out = []
+    for key, entry in raw.items():
+        if key not in FACTOR_NAMES:
+            raise ConfigError(path, f"factors.{key}", f"one of {list(FACTOR_NAMES)}", key)
+        if not (isinstance(entry, dict) and set(entry) == {"value", "source"} and isinstance(entry["source"], str)):
+            raise ConfigError(path, f"factors.{key}", "{value: ..., source: 'where it came from'}", entry)
+        value = entry["value"]
+        lo, hi = FACTOR_BOUNDS[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi or (
+                key != "host_issue_us" and value == lo):
+            raise ConfigError(path, f"factors.{key}.value", f"a number from {lo:g} to {hi:g}", value)
+        out.append(CalibratedValue(key, float(value), entry["source"]))
+    return tuple(out)
 
 
 def _check_curve(path: str, field: str, pairs: object) -> None:
@@ -130,8 +184,10 @@ def _check_curve(path: str, field: str, pairs: object) -> None:
         last = pair[0]
 
 
-def calibrated_topology(path: str, topology: str | None, notes: list[str] | None = None) -> TopologySpec:
-    """The topology ``topology`` (None: the calibration's own) with calibration ``path`` applied.
+def calibrated_topology(path: str, topology: str | None, notes: list[str] | None = None,
+                        cal: Calibration | None = None) -> TopologySpec:
+    """The topology ``topology`` (None: the calibration's own) with calibration ``path`` applied
+    (``cal``: the file, when read already).
 
     Raises
     ------
@@ -139,8 +195,9 @@ def calibrated_topology(path: str, topology: str | None, notes: list[str] | None
         When the file is malformed, or the topology's scale-up bandwidth is not the one the
         calibration's efficiencies are fractions of.
     """
-    cal = load_calibration(path)
+    cal = cal or load_calibration(path)
     name = topology or cal.topology
+    assert name is not None and cal.bandwidth_GBps is not None, "a calibration with scale_up values"
     base = load_topology(name)
     have = base.scale_up.link.bandwidth_bytes_per_s / GBPS
     if abs(have - cal.bandwidth_GBps) > 1e-9 * cal.bandwidth_GBps:
@@ -157,10 +214,26 @@ def calibrated_topology(path: str, topology: str | None, notes: list[str] | None
 def topology_option(calibration: str | None, topology: str | None,
                     notes: list[str]) -> str | TopologySpec | None:
     """What a command's ``--topology`` stands for once ``--calibration`` is applied: ``topology``
-    itself without a calibration, the calibrated topology with one."""
+    itself without a calibration, the calibrated topology with one (the topology itself when
+    the file has no scale_up values)."""
+    return apply_calibration(calibration, topology, notes)[0]
+
+
+def apply_calibration(calibration: str | None, topology: str | None,
+                      notes: list[str]) -> tuple[str | TopologySpec | None, CalibrationFactors | None]:
+    """``--calibration FILE`` applied: what ``--topology`` stands for (:func:`topology_option`)
+    and the factors for :func:`sim.runner.simulate` (None without any), each noted."""
     if calibration is None:
-        return topology
-    return calibrated_topology(calibration, topology, notes)
+        return topology, None
+    cal = load_calibration(calibration)
+    topo: str | TopologySpec | None = topology
+    if cal.values:
+        topo = calibrated_topology(calibration, topology, notes, cal)
+    factors = cal.calibration_factors()
+    if factors is not None:
+        notes.append(f"calibration {calibration}: " + ", ".join(f"{v.key} {v.value:g}" for v in cal.factors)
+                     + " (fitted to measured runs by llmsim calibrate --runs; sim/costs/factors.py)")
+    return topo, factors
 
 
 def check_rows(rows: Sequence[dict]) -> tuple[dict, ...]:

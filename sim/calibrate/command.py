@@ -1,4 +1,5 @@
-"""``llmsim calibrate --nccl-tests LOG... [--topology T] -o FILE``: read, fit, check, write, report.
+"""``llmsim calibrate [--nccl-tests LOG...] [--topology T] [--runs FILE... [--fit LIST]] -o FILE``:
+read, fit, check, write, report.
 
 The first single-node ``all_reduce_perf`` log calibrates the topology's scale-up latency and
 curves (:func:`sim.calibrate.scale_up.fit_scale_up`); the other logs are parsed (bad input is
@@ -6,6 +7,12 @@ refused) and listed as not used, with the reason. The calibrated topology then p
 all-reduce at each size from 1 MiB up as ``llmsim collective`` does
 (:func:`sim.studies.collective.collective`, ``auto``), and the file's ``check`` list and the
 printed table give the log's bus bandwidth beside the topology's before and after.
+
+The runs of ``--runs`` fit the cost model's factors (:mod:`sim.calibrate.runs`), on the
+calibrated topology where the logs calibrated theirs; the file's ``factors`` give each with its
+source and its ``runs`` each run's prediction before and after. A factor on its bound is one
+line, exit 2; a run whose prediction stays over :data:`~sim.calibrate.runs.POOR_FIT` off is a
+warning line (exit 0).
 """
 
 from __future__ import annotations
@@ -15,7 +22,16 @@ from collections.abc import Sequence
 
 from sim.calibrate.calibration import Calibration, calibrated_topology, check_rows
 from sim.calibrate.nccl_tests import NcclTestsLog, read_nccl_tests
-from sim.calibrate.scale_up import CURVE_FROM_BYTES, fit_scale_up
+from sim.calibrate.runs import (
+    EFFICIENCY_BOUNDS,
+    HOST_ISSUE_BOUNDS_US,
+    POOR_FIT,
+    RunsFit,
+    default_factors,
+    fit_runs,
+    read_runs,
+)
+from sim.calibrate.scale_up import CURVE_FROM_BYTES, CalibratedValue, fit_scale_up
 from sim.config import default_topology_name, load_topology
 from sim.errors import ConfigError
 from sim.output.paths import check_output_path
@@ -59,9 +75,29 @@ def _describe(log: NcclTestsLog) -> str:
             f"{len(log.rows)} sizes {log.rows[0].size_bytes:,} .. {log.rows[-1].size_bytes:,} B")
 
 
-def calibrate(logs: Sequence[str], topology: str | None, output: str) -> int:
-    """Run ``llmsim calibrate --nccl-tests LOGS [--topology T] -o OUTPUT``; returns the exit status."""
+def calibrate(logs: Sequence[str] | None, topology: str | None, output: str, runs: Sequence[str] | None = None,
+              fit: Sequence[str] | None = None) -> int:
+    """Run ``llmsim calibrate [--nccl-tests LOGS] [--topology T] [--runs RUNS [--fit FIT]] -o OUTPUT``;
+    returns the exit status."""
     check_output_path(output, "--output")
+    if not logs and not runs:
+        raise ConfigError("<calibrate>", "--nccl-tests / --runs", "nccl-tests logs, measured runs or both", None)
+    cal = Calibration(output, None, None, ())
+    calibrated: tuple[str, TopologySpec] | None = None
+    if logs:
+        cal = _calibrate_logs(logs, topology, output)
+        assert cal.topology is not None
+        calibrated = (cal.topology, calibrated_topology(output, cal.topology, cal=cal))
+    status = 0
+    if runs:
+        cal, status = _calibrate_runs(cal, runs, fit, calibrated)
+    cal.write(output)
+    print(f"wrote {cal.path} (llmsim run --calibration {cal.path} applies it)")
+    return status
+
+
+def _calibrate_logs(logs: Sequence[str], topology: str | None, output: str) -> Calibration:
+    """The nccl-tests part: the calibration of the topology's scale-up, printed."""
     parsed = [read_nccl_tests(p) for p in logs]
     used: NcclTestsLog | None = None
     records = []
@@ -87,16 +123,14 @@ def calibrate(logs: Sequence[str], topology: str | None, output: str) -> int:
     base = load_topology(name)
     fit = fit_scale_up(used, base, name)
     cal = Calibration(output, name, base.scale_up.link.bandwidth_bytes_per_s / GBPS, fit.values, tuple(records))
-    cal.write(output)
-    calibrated = calibrated_topology(output, name)
+    calibrated = calibrated_topology(output, name, cal=cal)
     measured = _log_busbw(used)
     before = dict(price_log(used, base))
     rows = [{"size_bytes": s, "log_busbw_GBps": measured[s], "topology_busbw_GBps": before[s],
              "calibrated_busbw_GBps": bw, "error": bw / measured[s] - 1} for s, bw in price_log(used, calibrated)]
     cal = Calibration(output, name, cal.bandwidth_GBps, fit.values, tuple(records), check_rows(rows))
-    cal.write(output)
     _print(cal, used, parsed, base, fit.algorithm, rows)
-    return 0
+    return cal
 
 
 def _print(cal: Calibration, used: NcclTestsLog, parsed: list[NcclTestsLog], base: TopologySpec, algorithm: str,
@@ -120,4 +154,72 @@ def _print(cal: Calibration, used: NcclTestsLog, parsed: list[NcclTestsLog], bas
               f"{r['calibrated_busbw_GBps']:>11.1f} {r['error']:>+7.1%}")
     worst = max(abs(r["error"]) for r in rows)
     print(f"worst error from 1 MiB up: {worst:.1%}")
-    print(f"wrote {cal.path} (llmsim run --calibration {cal.path} applies it)")
+
+
+def _calibrate_runs(cal: Calibration, paths: Sequence[str], names: Sequence[str] | None,
+                    calibrated: tuple[str, TopologySpec] | None) -> tuple[Calibration, int]:
+    """The ``--runs`` part: the factors fitted, printed, and added to ``cal``; the exit status."""
+    runs = read_runs(paths, calibrated)
+    chosen = tuple(names) if names else default_factors(len(runs))
+    files = ", ".join(dict.fromkeys(r.file for r in runs))
+    print(f"llmsim calibrate: {len(runs)} measured run{'s' if len(runs) > 1 else ''} from {files}"
+          + (f", on {calibrated[0]} as the nccl-tests logs calibrate it" if calibrated else ""))
+    if not names and len(runs) == 1:
+        print("  one run determines one factor: fitting compute_efficiency (--fit compute,comm fits more, "
+              "from as many runs)")
+    elif len(chosen) > len(runs):
+        print(f"  warning: {len(chosen)} factors from {len(runs)} run{'s' if len(runs) > 1 else ''}: more unknowns "
+              "than equations, the fit is one of many that match")
+    res = fit_runs(runs, chosen)
+    if res.at_bound:
+        bounds = {n: (HOST_ISSUE_BOUNDS_US if n == "host_issue_us" else EFFICIENCY_BOUNDS) for n in res.at_bound}
+        raise ConfigError(files, "factors", "factors inside their bounds (the model and the runs disagree more "
+                          "than a calibration can say; check the runs' configurations)",
+                          "; ".join(f"{n} = {res.factors.value(n):.4g} at its bound ({bounds[n][0]:g} .. "
+                                    f"{bounds[n][1]:g})" for n in res.at_bound))
+    values = _factor_values(res, files)
+    rows = [{"file": r.file, "id": r.id, "metric": r.metric, "measured": r.measured,
+             "predicted_before": round(b, 6), "predicted_after": round(a, 6), "error_before": round(eb, 4),
+             "error_after": round(ea, 4)}
+            for r, b, a, eb, ea in zip(res.runs, res.before, res.after, res.errors_before, res.errors_after)]
+    _print_runs(res)
+    poor = [r for r, e in zip(res.runs, res.errors_after) if abs(e) > POOR_FIT]
+    if poor:
+        print(f"warning: a poor fit: {len(poor)} of {len(runs)} runs still over {POOR_FIT:.0%} off after the fit "
+              f"({', '.join(r.id for r in poor)}): factors this few do not explain them")
+    out = Calibration(cal.path, cal.topology, cal.bandwidth_GBps, cal.values, cal.logs, cal.check, values,
+                      tuple(rows))
+    return out, 0
+
+
+def _rms(errors: Sequence[float]) -> float:
+    return (sum(e * e for e in errors) / len(errors)) ** 0.5
+
+
+def _factor_values(res: RunsFit, files: str) -> tuple[CalibratedValue, ...]:
+    ids = ", ".join(r.id for r in res.runs)
+    out = []
+    for name in res.names:
+        value = round(res.factors.value(name), 4)
+        if name in res.undetermined:
+            how = "the runs do not depend on it: left at its default"
+        else:
+            how = (f"least squares on the relative errors of {len(res.runs)} measured run"
+                   f"{'s' if len(res.runs) > 1 else ''}")
+        out.append(CalibratedValue(name, value, f"{how} ({files}: {ids}); rms error {_rms(res.errors_before):.2%} "
+                                   f"before, {_rms(res.errors_after):.2%} after"))
+    return tuple(out)
+
+
+def _print_runs(res: RunsFit) -> None:
+    print(f"fitted by least squares on the relative errors ({res.evaluations} predictions of each run; efficiencies "
+          f"within {EFFICIENCY_BOUNDS[0]:g} .. {EFFICIENCY_BOUNDS[1]:g}):")
+    for name in res.names:
+        start = 0.0 if name == "host_issue_us" else 1.0
+        why = "  (the runs do not depend on it)" if name in res.undetermined else ""
+        print(f"  {name}: {start:g} -> {res.factors.value(name):.4g}{why}")
+    width = max(len("run"), *(len(r.id) for r in res.runs))
+    print(f"  {'run':<{width}}  {'metric':<20} {'measured':>10} {'before':>10} {'error':>7} {'after':>10} {'error':>7}")
+    for r, b, a, eb, ea in zip(res.runs, res.before, res.after, res.errors_before, res.errors_after):
+        print(f"  {r.id:<{width}}  {r.metric:<20} {r.measured:>10.4g} {b:>10.4g} {eb:>+7.1%} {a:>10.4g} {ea:>+7.1%}")
+    print(f"rms error {_rms(res.errors_before):.1%} before, {_rms(res.errors_after):.1%} after")

@@ -1,31 +1,43 @@
-"""``llmsim calibrate``: measured nccl-tests logs in, a calibration file out
+"""``llmsim calibrate``: measured nccl-tests logs and measured runs in, a calibration file out
 (:mod:`sim.calibrate`; ``llmsim run --calibration FILE`` applies it).
 
 ::
 
-    llmsim calibrate --nccl-tests LOG [LOG ...] [--topology T] -o FILE
+    llmsim calibrate [--nccl-tests LOG [LOG ...]] [--topology T] [--runs FILE [FILE ...] [--fit LIST]] -o FILE
 """
 
 from __future__ import annotations
 
 import argparse
 
+from sim.errors import ConfigError
+
 __all__ = ["register"]
 
 
 def register(sub) -> None:
     """Add ``calibrate`` to ``llmsim``'s subcommands."""
-    cal = sub.add_parser("calibrate", help="measured nccl-tests logs in, a calibration file out (run --calibration)",
+    cal = sub.add_parser("calibrate", help="measured nccl-tests logs and runs in, a calibration file out "
+                         "(run --calibration)",
                          description="Derive the topology's scale-up collective latency and efficiency curves from "
-                         "nccl-tests output and write them, each with its source (docs/calibrate.md).")
-    cal.add_argument("--nccl-tests", nargs="+", required=True, metavar="LOG", help="nccl-tests text output "
+                         "nccl-tests output, fit the cost model's factors to measured runs, and write them, each "
+                         "with its source (docs/calibrate.md).")
+    cal.add_argument("--nccl-tests", nargs="+", metavar="LOG", help="nccl-tests text output "
                      "(all_reduce_perf of one node calibrates; other logs are read and listed)")
-    cal.add_argument("--topology", help="topology YAML or preset (default: the usual one of the logs' GPU)")
+    cal.add_argument("--topology", help="topology YAML or preset the logs calibrate (default: the usual one of the "
+                     "logs' GPU)")
+    cal.add_argument("--runs", nargs="+", metavar="FILE", help="measured runs: workload files with targets "
+                     "(iteration_time_s, tflops_per_gpu or tokens_per_s_per_gpu), as the validation cases")
+    cal.add_argument("--fit", metavar="LIST", help="the factors to fit to --runs, of compute,comm,host (default: "
+                     "compute with one run, compute,comm with several)")
     cal.add_argument("-o", "--output", required=True, metavar="FILE", help="the calibration file to write (YAML)")
     cal.set_defaults(func=_cmd_calibrate)
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from sim.calibrate.command import calibrate
+    from sim.calibrate.runs import parse_fit
 
-    return calibrate(args.nccl_tests, args.topology, args.output)
+    if args.fit is not None and not args.runs:
+        raise ConfigError("<--fit>", "--fit", "--runs FILE ... (the runs the factors are fitted to)", args.fit)
+    return calibrate(args.nccl_tests, args.topology, args.output, args.runs, parse_fit(args.fit))

@@ -58,8 +58,9 @@ def register(sub) -> None:
     run.add_argument("--chakra", metavar="DIR", help="write Chakra execution traces for ASTRA-sim into DIR: "
                      "llmsim.<rank>.et for every rank and llmsim.comm_groups.json (needs pip install "
                      "'llmsim[chakra]'; docs/interop.md)")
-    run.add_argument("--calibration", metavar="FILE", help="apply a calibration file (llmsim calibrate) to the "
-                     "topology: --topology's, else the one the file was calibrated on (docs/calibrate.md)")
+    run.add_argument("--calibration", metavar="FILE", help="apply a calibration file (llmsim calibrate): its "
+                     "scale_up values to the topology (--topology's, else the one the file was calibrated on), its "
+                     "factors to the cost model (docs/calibrate.md)")
     add_megatron_options(run)
     run.set_defaults(func=_cmd_run)
     add_budget_option(run)
@@ -72,12 +73,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _check_trace_dir(args.trace, args.trace_dir)
     _check_chakra(args)
     workload, notes = load_workload(args)
-    from sim.calibrate.calibration import topology_option
+    from sim.calibrate.calibration import apply_calibration
 
-    placed = place(workload, topology_option(args.calibration, args.topology, notes), args, notes)
+    topology, factors = apply_calibration(args.calibration, args.topology, notes)
+    placed = place(workload, topology, args, notes)
     workload, topo = placed.workload, placed.topology
     run = simulate(workload, topo, full=args.full, notes=notes, slow_gpus=_slow_gpus(args.slow_gpu),
-                   link_counters=LINK_COUNTERS if args.trace or args.trace_dir else 0, granularity=args.granularity)
+                   link_counters=LINK_COUNTERS if args.trace or args.trace_dir else 0, granularity=args.granularity,
+                   factors=factors)
     # this process ends with the command: the run's objects (acyclic, freed by reference
     # counting) stay out of the collector's later passes over the report and the trace
     # (gpt3-175b with --trace: 4.5-4.8 s without, 3.9-4.1 s with)

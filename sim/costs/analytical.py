@@ -7,6 +7,7 @@ import dataclasses
 from sim.costs.base import CommPlan
 from sim.costs.comm import kernel_sms, plan_comm
 from sim.costs.compute import attention_time_s, gemm_time_s, memory_time_s
+from sim.costs.factors import CalibrationFactors
 from sim.hardware import GPUSpec
 from sim.topology.routing import Fabric
 from sim.workload.ops import AttentionOp, CommOp, GemmOp, Op
@@ -33,12 +34,16 @@ class AnalyticalCostModel:
         The SM clock this run's kernel mix holds under the GPU's power limit
         (:func:`sim.power.solve_clock_hz`); GEMMs and attention then run at it instead of the
         clocks their efficiencies were measured at. None: at those clocks.
+    factors : CalibrationFactors, optional
+        A calibration's scaling of every compute kernel's time
+        (:meth:`~sim.costs.factors.CalibrationFactors.compute_time_s`); None: the catalogue's times.
     """
 
     def __init__(self, gpu: GPUSpec, fabric: Fabric, representative: bool = True,
                  simulated: frozenset[int] | None = None, excluded: frozenset = frozenset(),
-                 clock_hz: float | None = None) -> None:
+                 clock_hz: float | None = None, factors: CalibrationFactors | None = None) -> None:
         self.gpu = gpu
+        self.factors = factors
         self.clock_hz = clock_hz
         self.excluded = excluded
         """Collective algorithms NCCL may not use in this run (``plan_comm``'s ``excluded``)."""
@@ -58,6 +63,8 @@ class AnalyticalCostModel:
                 t = attention_time_s(self.gpu, op, self.clock_hz)
             else:
                 t = memory_time_s(self.gpu, op)
+            if self.factors is not None:
+                t = self.factors.compute_time_s(t)
             self._compute[op] = t
         return t
 
