@@ -49,7 +49,8 @@ def register(sub) -> None:
     swp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one workload field")
     swp.add_argument("--case", metavar="ID", help="the case to use from a file of several")
     add_calibration_option(swp, "its scale_up values to the topology (--topology's, else the one the file was "
-                           "calibrated on), its factors to every configuration's simulation")
+                           "calibrated on), its factors to every configuration's simulation; the ties from its runs' "
+                           "residuals after the fit where it has two or more")
     swp.set_defaults(func=_cmd_sweep)
     add_budget_option(swp)
 
@@ -70,9 +71,14 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
                    workers=args.workers, progress=True, notes=notes, exhaustive=args.exhaustive,
                    factors=factors)
     from sim.cli.io import workload_stack_name
-    from sim.studies.intervals import run_band
+    from sim.studies.intervals import calibration_band, run_band
 
-    result.interval = run_band(workload_stack_name(args), workload.system.gpu.generation)
+    own = None
+    if args.calibration is not None:
+        from sim.calibrate.calibration import load_calibration
+
+        own = calibration_band(load_calibration(args.calibration).runs, args.calibration)
+    result.interval = own or run_band(workload_stack_name(args), workload.system.gpu.generation)
     print(format_sweep(result))
     if args.json:
         write_json(args.json, sweep_json(result))

@@ -70,3 +70,17 @@ def test_one_run_keeps_the_validation_interval_and_says_why(tmp_path, capsys):
     assert rep["iteration_time_s_low"] == pytest.approx(rep["iteration_time_s"] * band.low_factor, rel=1e-6)
     assert interval["note"] == f"calibration {cal} has 1 fitted run, its own interval needs 2"
     assert f"; calibration {cal} has 1 fitted run, its own interval needs 2" in printed
+
+
+def test_sweep_marks_ties_with_the_calibrations_band(tmp_path, capsys):
+    cal = _calibration(tmp_path, [_row("a", 1.2, 1.0), _row("b", 0.9, 1.0), _row("c", 1.05, 1.0)])
+    out = tmp_path / "s.json"
+    space = tmp_path / "space.yaml"
+    space.write_text(yaml.safe_dump({"tp": [2, 4], "pp": [1, 2]}))
+    assert main(["sweep", "tiny", "--space", str(space), "--workers", "1", "--top", "2", "--calibration", cal,
+                 "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    interval = json.loads(out.read_text())["interval"]
+    assert interval["low_factor"] == pytest.approx(percentile([1.2, 0.9, 1.05], 0.1), rel=1e-5)
+    assert interval["rows"] == 3 and cal in interval["from"]
+    assert "from the residuals after the fit of the 3 runs of calibration" in printed
