@@ -115,7 +115,8 @@ def test_ctrl_c_in_a_reoptimized_study_stops_it(tmp_path, capsys, monkeypatch):
     import sim.studies.whatif.systems
 
     searches = sim.studies.whatif.systems.sweep_reoptimizer
-    monkeypatch.setattr(sim.studies.whatif.systems, "sweep_reoptimizer", lambda workers=None: searches(workers=1))
+    monkeypatch.setattr(sim.studies.whatif.systems, "sweep_reoptimizer",
+                        lambda workers=None, factors=None: searches(workers=1, factors=factors))
     monkeypatch.setattr(sim.studies.sweep.core, "simulate_one", _interrupt)
     report = tmp_path / "report.json"
     status, out, err = _run(capsys, "whatif", "generations", "tiny", "--reoptimize", "--json", str(report))
@@ -155,7 +156,7 @@ def stall(*args, **kwargs):
 setattr(owner, names[-1], stall)
 import sim.studies.whatif.systems
 searches = sim.studies.whatif.systems.sweep_reoptimizer
-sim.studies.whatif.systems.sweep_reoptimizer = lambda workers=None: searches(workers=1)
+sim.studies.whatif.systems.sweep_reoptimizer = lambda workers=None, factors=None: searches(workers=1, factors=factors)
 from sim.cli import main
 sys.exit(main(argv))
 """

@@ -214,8 +214,7 @@ def _factor_values(res: RunsFit, files: str) -> tuple[CalibratedValue, ...]:
 def _print_runs(res: RunsFit) -> None:
     print(f"fitted by least squares on the relative errors ({res.evaluations} predictions of each run; efficiencies "
           f"within {EFFICIENCY_BOUNDS[0]:g} .. {EFFICIENCY_BOUNDS[1]:g}):")
-    for name in res.names:
-        start = 0.0 if name == "host_issue_us" else 1.0
+    for name, start in zip(res.names, res.starts):
         why = "  (the runs do not depend on it)" if name in res.undetermined else ""
         print(f"  {name}: {start:g} -> {res.factors.value(name):.4g}{why}")
     width = max(len("run"), *(len(r.id) for r in res.runs))

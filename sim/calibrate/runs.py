@@ -11,7 +11,11 @@ lie on one line (:func:`sim.steady.steady_iteration`), so each evaluation is sho
 The factors (:mod:`sim.costs.factors`) are fitted by bounded least squares on the relative
 residuals ``predicted / measured - 1`` (:func:`sim.calibrate.least_squares.least_squares`):
 ``compute_efficiency`` and ``comm_efficiency`` in log space within :data:`EFFICIENCY_BOUNDS`,
-``host_issue_us`` linearly within :data:`HOST_ISSUE_BOUNDS_US`. One run fits one factor
+``host_issue_us`` linearly within :data:`HOST_ISSUE_BOUNDS_US`, from the median compute-kernel
+time of the first run (:func:`host_issue_start_us`): a floor under every kernel moves the time
+only where it exceeds a kernel's duration, so from 0 the fit would see no gradient; at the
+median half the kernels sit on it. A floor fitted down to 0 is an answer (the runs are not
+host-bound), not a factor on its bound. One run fits one factor
 (``compute_efficiency``) unless the caller names others; several fit both efficiencies.
 """
 
@@ -30,12 +34,14 @@ from sim.runner import simulate
 from sim.steady import steady_iteration
 from sim.topology.network import apply_network
 from sim.topology.spec import TopologySpec
+from sim.types import Stream
 from sim.units import TFLOPS
 from sim.workload.flops import model_flops
 from sim.workload.spec import WorkloadSpec
 
 __all__ = ["EFFICIENCY_BOUNDS", "HOST_ISSUE_BOUNDS_US", "POOR_FIT", "TIME_TARGETS", "FIT_WORDS", "MeasuredRun",
-           "RunsFit", "fit_runs", "default_factors", "parse_fit", "predict", "predict_iteration_s", "read_runs",
+           "RunsFit", "fit_runs", "default_factors", "host_issue_start_us",
+           "parse_fit", "predict", "predict_iteration_s", "read_runs",
            "run_topology"]
 
 EFFICIENCY_BOUNDS = (0.3, 3.0)
@@ -172,15 +178,29 @@ def default_factors(runs: int) -> tuple[str, ...]:
     return ("compute_efficiency",) if runs == 1 else ("compute_efficiency", "comm_efficiency")
 
 
-def _parameter(name: str) -> Parameter:
+def host_issue_start_us(run: MeasuredRun) -> float:
+    """Where the fit starts the host issue floor: the median duration of the compute kernels of
+    ``run``'s iteration, op by op on its representative ranks, in microseconds (within
+    :data:`HOST_ISSUE_BOUNDS_US`)."""
+    result = simulate(run.workload, run.topology).result
+    times = sorted(s.end_s - s.start_s for s in result.spans if s.stream is Stream.COMPUTE)
+    if not times:
+        return HOST_ISSUE_BOUNDS_US[0]
+    mid = len(times) // 2
+    median_s = times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+    return min(max(median_s * 1e6, HOST_ISSUE_BOUNDS_US[0]), HOST_ISSUE_BOUNDS_US[1])
+
+
+def _parameter(name: str, host_start_us: float = 0.0) -> Parameter:
     if name == "host_issue_us":
-        return Parameter(name, 0.0, *HOST_ISSUE_BOUNDS_US, log=False, step=HOST_ISSUE_STEP_US)
+        return Parameter(name, host_start_us, *HOST_ISSUE_BOUNDS_US, log=False, step=HOST_ISSUE_STEP_US)
     return Parameter(name, 1.0, *EFFICIENCY_BOUNDS)
 
 
 @dataclass(frozen=True)
 class RunsFit:
-    """A fit of ``names`` to ``runs``: the factors, each run's prediction before and after."""
+    """A fit of ``names`` to ``runs``: the factors, each run's prediction before (the
+    uncalibrated model's) and after."""
 
     names: tuple[str, ...]
     factors: CalibrationFactors
@@ -190,8 +210,11 @@ class RunsFit:
     evaluations: int
     """Predictions of all the runs the fit made (each a simulation per run)."""
     undetermined: tuple[str, ...]
-    """Factors the runs do not depend on (left at 1.0, or 0 for the host floor)."""
+    """Factors the runs do not depend on (left at their start)."""
     at_bound: tuple[str, ...]
+    """Factors that ended on a bound (a host floor fitted down to 0 is not one: module docstring)."""
+    starts: tuple[float, ...] = ()
+    """Each factor's start, in file units (:data:`~sim.costs.factors.FACTOR_NAMES`)."""
 
     @property
     def errors_before(self) -> tuple[float, ...]:
@@ -206,7 +229,8 @@ def fit_runs(runs: Sequence[MeasuredRun], names: Sequence[str], tolerance: float
     """Fit the factors ``names`` (of :data:`~sim.costs.factors.FACTOR_NAMES`) to ``runs`` by
     bounded least squares on the relative residuals (module docstring), to ``tolerance``
     (:func:`~sim.calibrate.least_squares.least_squares`)."""
-    params = [_parameter(n) for n in names]
+    host_start = host_issue_start_us(runs[0]) if "host_issue_us" in names and runs else 0.0
+    params = [_parameter(n, host_start) for n in names]
     predicted: dict[tuple[float, ...], list[float]] = {}
 
     def residuals(values: tuple[float, ...]) -> list[float]:
@@ -216,6 +240,11 @@ def fit_runs(runs: Sequence[MeasuredRun], names: Sequence[str], tolerance: float
 
     fit = least_squares(residuals, params, tolerance=tolerance)
     start = tuple(p.start for p in params)
+    plain = tuple(0.0 if n == "host_issue_us" else 1.0 for n in names)  # the uncalibrated model: "before"
+    if plain not in predicted:
+        residuals(plain)
+    at_bound = tuple(n for n in fit.at_bound
+                     if not (n == "host_issue_us" and fit.values[names.index(n)] == HOST_ISSUE_BOUNDS_US[0]))
     return RunsFit(tuple(names), CalibrationFactors.of(dict(zip(names, fit.values))), tuple(runs),
-                   tuple(predicted[start]), tuple(predicted[fit.values]), fit.evaluations, fit.undetermined,
-                   fit.at_bound)
+                   tuple(predicted[plain]), tuple(predicted[fit.values]), fit.evaluations, fit.undetermined,
+                   at_bound, start)

@@ -3,6 +3,7 @@
 ::
 
     llmsim compare [WORKLOAD.yaml] --topology A --topology B [...] [--full] [--json PATH] [--plot PATH]
+                   [--calibration FILE]
 
 Each topology brings its GPU when its file fixes one (:mod:`sim.topology.choice`, through
 :func:`sim.cli.io.place`).
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from sim.cli.io import TOPOLOGY_GPU_HELP, add_budget_option, place
+from sim.cli.io import TOPOLOGY_GPU_HELP, add_budget_option, add_calibration_option, calibration, place
 from sim.output.json_output import write_json
 
 __all__ = ["register"]
@@ -31,6 +32,8 @@ def register(sub) -> None:
     cmp.add_argument("--json", metavar="PATH", help="write the rows as JSON")
     cmp.add_argument("--plot", metavar="PATH", help="draw the time per topology as stacked bars "
                      "(needs matplotlib: pip install 'llmsim[plot]')")
+    add_calibration_option(cmp, "its scale_up values to every --topology (each must have the scale-up bandwidth "
+                           "the file was calibrated on), its factors to every row")
     cmp.set_defaults(func=_cmd_compare)
     add_budget_option(cmp)
 
@@ -41,7 +44,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     workload, _notes = load_workload_with_notes(args.workload, args.set or (), args.case)
     notes: list[str] = []
-    rows = compare([place(workload, t, args, notes) for t in args.topology], full=args.full)
+    placed, factors = [], None
+    for t in args.topology:
+        topology, factors = calibration(args, t, notes)
+        placed.append(place(workload, topology, args, notes))
+    rows = compare(placed, full=args.full, factors=factors)
     print(format_compare(workload, rows, list(dict.fromkeys(notes))))
     if args.plot:
         from sim.output.plot import plot_compare

@@ -20,8 +20,8 @@ from sim.errors import ConfigError
 from sim.output.json_output import json_to_stdout
 from sim.output.paths import STDOUT
 
-__all__ = ["TOPOLOGY_GPU_HELP", "add_budget_option", "add_megatron_options", "load_workload", "note_json_stdout",
-           "place", "run_command"]
+__all__ = ["TOPOLOGY_GPU_HELP", "add_budget_option", "add_calibration_option", "add_megatron_options", "calibration",
+           "load_workload", "note_json_stdout", "place", "run_command"]
 
 TOPOLOGY_GPU_HELP = ("; one whose file fixes its GPU (gpu: B200 in topologies/dgx-b200.yaml) brings it, unless "
                      "--set system.gpu=NAME keeps the workload's GPU on its links (sim/topology/choice.py)")
@@ -54,6 +54,23 @@ def add_budget_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-memory-gib", type=float, metavar="GIB",
                    help="the memory one simulation may take: a job whose estimate (tasks, topology) exceeds it "
                    "stops before it is built, with the estimate (default: half of the memory this process may use)")
+
+
+def add_calibration_option(p: argparse.ArgumentParser, applies: str) -> None:
+    """``--calibration FILE`` (``llmsim calibrate``'s file) on a command; ``applies`` says where
+    the command applies it."""
+    p.add_argument("--calibration", metavar="FILE", help="apply a calibration file (llmsim calibrate): " + applies
+                   + " (docs/calibrate.md)")
+
+
+def calibration(args: argparse.Namespace, topology, notes: list[str]):
+    """``--calibration FILE`` applied to ``topology`` (a name, a file, a spec or None), each
+    thing it sets noted in ``notes``: what the topology option stands for and the factors for
+    :func:`sim.runner.simulate` (:func:`sim.calibrate.calibration.apply_calibration`); the
+    topology itself and None without the option."""
+    from sim.calibrate.calibration import apply_calibration
+
+    return apply_calibration(getattr(args, "calibration", None), topology, notes)
 
 
 def place(workload, topology, args: argparse.Namespace, notes: list[str]):

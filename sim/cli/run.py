@@ -16,7 +16,15 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from sim.cli.io import TOPOLOGY_GPU_HELP, add_budget_option, add_megatron_options, load_workload, place
+from sim.cli.io import (
+    TOPOLOGY_GPU_HELP,
+    add_budget_option,
+    add_calibration_option,
+    add_megatron_options,
+    calibration,
+    load_workload,
+    place,
+)
 from sim.errors import ConfigError
 from sim.output.json_output import write_json
 
@@ -58,9 +66,9 @@ def register(sub) -> None:
     run.add_argument("--chakra", metavar="DIR", help="write Chakra execution traces for ASTRA-sim into DIR: "
                      "llmsim.<rank>.et for every rank and llmsim.comm_groups.json (needs pip install "
                      "'llmsim[chakra]'; docs/interop.md)")
-    run.add_argument("--calibration", metavar="FILE", help="apply a calibration file (llmsim calibrate): its "
-                     "scale_up values to the topology (--topology's, else the one the file was calibrated on), its "
-                     "factors to the cost model (docs/calibrate.md)")
+    add_calibration_option(run, "its scale_up values to the topology (--topology's, else the one the file was "
+                           "calibrated on), its factors to the cost model; the interval from its runs' residuals "
+                           "after the fit where it has two or more")
     add_megatron_options(run)
     run.set_defaults(func=_cmd_run)
     add_budget_option(run)
@@ -73,9 +81,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _check_trace_dir(args.trace, args.trace_dir)
     _check_chakra(args)
     workload, notes = load_workload(args)
-    from sim.calibrate.calibration import apply_calibration
-
-    topology, factors = apply_calibration(args.calibration, args.topology, notes)
+    topology, factors = calibration(args, args.topology, notes)
     placed = place(workload, topology, args, notes)
     workload, topo = placed.workload, placed.topology
     run = simulate(workload, topo, full=args.full, notes=notes, slow_gpus=_slow_gpus(args.slow_gpu),
@@ -115,15 +121,28 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _with_interval(report, args: argparse.Namespace, generation):
-    """``report`` with its iteration time's interval, from the validation residuals of runs of
-    the workload's stack on its GPU generation (:mod:`sim.studies.intervals`)."""
+    """``report`` with its iteration time's interval: with a ``--calibration`` of fitted factors,
+    from its runs' residuals after the fit (:func:`sim.studies.intervals.calibration_band`);
+    else, or where it has fewer than two runs (the line says so), from the validation residuals
+    of runs of the workload's stack on its GPU generation (:mod:`sim.studies.intervals`)."""
     import dataclasses
 
     from sim.cli.io import workload_stack_name
-    from sim.studies.intervals import run_band
+    from sim.studies.intervals import MIN_CALIBRATION_RUNS, calibration_band, run_band
 
+    note = ""
+    if args.calibration is not None:
+        from sim.calibrate.calibration import load_calibration
+
+        cal = load_calibration(args.calibration)
+        if cal.factors:
+            own = calibration_band(cal.runs, args.calibration)
+            if own is not None:
+                return dataclasses.replace(report, interval=own.time_interval(report.iteration_time_s))
+            note = (f"calibration {args.calibration} has {len(cal.runs)} fitted run{'' if len(cal.runs) == 1 else 's'}"
+                    f", its own interval needs {MIN_CALIBRATION_RUNS}")
     band = run_band(workload_stack_name(args), generation)
-    return dataclasses.replace(report, interval=band.time_interval(report.iteration_time_s))
+    return dataclasses.replace(report, interval=band.time_interval(report.iteration_time_s, note))
 
 
 def _slow_gpus(items: Sequence[str] | None) -> dict[int, float]:

@@ -4,6 +4,7 @@
 
     llmsim sweep [WORKLOAD.yaml] [--topology T] [--space SPACE.yaml] [--top N] [--executor local|dask://HOST:PORT]
                  [--workers N] [--csv PATH] [--json PATH] [--plot PATH] [--fidelity fast|op] [--exhaustive]
+                 [--calibration FILE]
 
 Ctrl-C prints what had finished and exits with status 130.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from sim.cli.io import TOPOLOGY_GPU_HELP, add_budget_option, place
+from sim.cli.io import TOPOLOGY_GPU_HELP, add_budget_option, add_calibration_option, calibration, place
 from sim.output.json_output import write_json
 
 __all__ = ["register"]
@@ -47,6 +48,9 @@ def register(sub) -> None:
                      "(needs matplotlib: pip install 'llmsim[plot]')")
     swp.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one workload field")
     swp.add_argument("--case", metavar="ID", help="the case to use from a file of several")
+    add_calibration_option(swp, "its scale_up values to the topology (--topology's, else the one the file was "
+                           "calibrated on), its factors to every configuration's simulation; the ties from its runs' "
+                           "residuals after the fit where it has two or more")
     swp.set_defaults(func=_cmd_sweep)
     add_budget_option(swp)
 
@@ -59,15 +63,22 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     workload, _notes = load_workload_with_notes(args.workload, args.set or (), args.case)
     notes: list[str] = []
-    placed = place(workload, args.topology, args, notes)
+    topology, factors = calibration(args, args.topology, notes)
+    placed = place(workload, topology, args, notes)
     workload, topo = placed.workload, placed.topology
     space = load_space(args.space) if args.space else None
     result = sweep(workload, topo, space, top=args.top, fidelity=Fidelity(args.fidelity), executor=args.executor,
-                   workers=args.workers, progress=True, notes=notes, exhaustive=args.exhaustive)
+                   workers=args.workers, progress=True, notes=notes, exhaustive=args.exhaustive,
+                   factors=factors)
     from sim.cli.io import workload_stack_name
-    from sim.studies.intervals import run_band
+    from sim.studies.intervals import calibration_band, run_band
 
-    result.interval = run_band(workload_stack_name(args), workload.system.gpu.generation)
+    own = None
+    if args.calibration is not None:
+        from sim.calibrate.calibration import load_calibration
+
+        own = calibration_band(load_calibration(args.calibration).runs, args.calibration)
+    result.interval = own or run_band(workload_stack_name(args), workload.system.gpu.generation)
     print(format_sweep(result))
     if args.json:
         write_json(args.json, sweep_json(result))

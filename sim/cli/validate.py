@@ -2,7 +2,7 @@
 
 ::
 
-    llmsim validate [FILE...] [--json PATH] [--markdown PATH] [--jobs N] [-v]
+    llmsim validate [FILE...] [--json PATH] [--markdown PATH] [--jobs N] [-v] [--calibration FILE]
 
 The inference cases have their own command, ``validate-infer`` (:mod:`sim.cli.inference`).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from sim.cli.io import add_budget_option
+from sim.cli.io import add_budget_option, add_calibration_option
 from sim.output.json_output import write_json
 
 __all__ = ["register"]
@@ -32,6 +32,8 @@ def register(sub) -> None:
                      help="simulate cases in N processes (default: the CPU count; 1 runs in this process; "
                      "the rows are the same)")
     val.add_argument("-v", "--verbose", action="store_true", help="print each row to stderr as it is scored")
+    add_calibration_option(val, "its factors to every case, its scale_up values to the cases on the topology it "
+                           "calibrated, to score it on held-out runs (not with --markdown)")
     val.set_defaults(func=_cmd_validate)
     add_budget_option(val)
 
@@ -47,10 +49,17 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                 tqdm.write(format_row(r), file=sys.stderr)  # above the progress bar
 
     files = args.files or _shipped_cases()
-    result = validate(files, progress, jobs=args.jobs, bar=True)
+    notes: list[str] = []
+    calibration = _case_calibration(args, notes)
+    result = validate(files, progress, jobs=args.jobs, bar=True, calibration=calibration)
     print(format_validation(result))
+    for note in notes:
+        print(f"  note: {note}")
     if args.json:
-        write_json(args.json, result.to_dict())
+        out = result.to_dict()
+        if args.calibration:
+            out["calibration"] = args.calibration
+        write_json(args.json, out)
     if args.markdown:
         from sim.studies.validate import update_markdown
 
@@ -58,6 +67,32 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         update_markdown(args.markdown, result, command)
         _write_intervals(args, result, command)
     return 0
+
+
+def _case_calibration(args: argparse.Namespace, notes: list[str]):
+    """``--calibration FILE`` as :class:`sim.studies.validate.CaseCalibration` (None without it),
+    what it sets noted; refused beside ``--markdown``, whose tables and shipped intervals are
+    the uncalibrated model's."""
+    if args.calibration is None:
+        return None
+    from sim.errors import ConfigError
+
+    if args.markdown:
+        raise ConfigError("<--calibration>", "--calibration", "no --markdown beside it (docs/validation.md and the "
+                          "shipped intervals score the uncalibrated model; use --json)", args.calibration)
+    from sim.calibrate.calibration import calibrated_topology, load_calibration
+    from sim.studies.validate import CaseCalibration
+
+    cal = load_calibration(args.calibration)
+    topology = calibrated_topology(args.calibration, None, notes, cal) if cal.values else None
+    if topology is not None:
+        notes.append(f"calibration {args.calibration}: its scale_up values apply to the cases on {cal.topology}; "
+                     "the others keep their topology's")
+    factors = cal.calibration_factors()
+    if factors is not None:
+        notes.append(f"calibration {args.calibration}: " + ", ".join(f"{v.key} {v.value:g}" for v in cal.factors)
+                     + " on every case (fitted to measured runs by llmsim calibrate --runs; sim/costs/factors.py)")
+    return CaseCalibration(cal.topology, topology, factors)
 
 
 def _write_intervals(args: argparse.Namespace, result, command: str) -> None:

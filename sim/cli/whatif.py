@@ -3,7 +3,7 @@
 ::
 
     llmsim whatif generations [WORKLOAD.yaml] --from A100 --to B200 [--dtype fp8] [--order F,...] [--reoptimize]
-                 [--from-topology T] [--to-topology T] [--plot PATH] [--json PATH]
+                 [--from-topology T] [--to-topology T] [--plot PATH] [--json PATH] [--calibration FILE]
     llmsim whatif nodes [WORKLOAD.yaml] [--nodes 12,7,5,3,2,1] [--scale logic,memory,network] [--table PATH]
                  [--plot PATH] [--json PATH]
     llmsim whatif power [WORKLOAD.yaml] [--limits 400,500,600,700] [--json PATH]
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 
-from sim.cli.io import add_budget_option, place
+from sim.cli.io import add_budget_option, add_calibration_option, calibration, place
 from sim.errors import ConfigError
 from sim.output.json_output import write_json
 from sim.types import SIMULATED_DTYPES, dtype_names
@@ -54,6 +54,9 @@ def register(sub) -> None:
                      "compute,format,hbm-bandwidth,hbm-capacity,nvlink,network)")
     gen.add_argument("--reoptimize", action="store_true", help="search pipeline depth, interleaving, micro-batch "
                      "and recomputation again for every state (llmsim sweep's search), so each runs its best layout")
+    add_calibration_option(gen, "its scale_up values to the first system's topology (--from-topology's, else the one "
+                           "the file was calibrated on; the second keeps its own), its factors to every state (the "
+                           "measured software's efficiency, carried to the new system)")
     nod = wsub.add_parser("nodes", help="hypothetical GPUs per technology node and where the time goes",
                           description="Scale the base GPU and its links by each technology node's factors "
                           "(topologies/technology-nodes.yaml: logic, HBM, network), simulate the workload on each "
@@ -115,11 +118,12 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
         return 0
     if args.study == "generations":
         notes: list[str] = []
-        src, from_topo = _generation_end(args.from_gpu, "--from", "A100", args.from_topology, notes)
+        from_arg, factors = calibration(args, args.from_topology, notes)
+        src, from_topo = _generation_end(args.from_gpu, "--from", "A100", from_arg, notes)
         dst, to_topo = _generation_end(args.to_gpu, "--to", "B200", args.to_topology, notes)
         workload, _notes = load_workload_with_notes(args.workload, overrides + [f"system.gpu={src.name}"], args.case)
         g = generations(workload, dst, from_topo, to_topo, parse_order(args.order), parse_dtype(args.dtype),
-                        sweep_reoptimizer() if args.reoptimize else None)
+                        sweep_reoptimizer(factors=factors) if args.reoptimize else None, factors)
         print(format_generations(g))
         for note in notes:
             print(f"  note: {note}")
@@ -156,17 +160,19 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
     return 0
 
 
-def _generation_end(gpu: str | None, gpu_flag: str, gpu_default: str, topology: str | None, notes: list[str]):
-    """One end of ``whatif generations``: its GPU and topology under :mod:`sim.topology.choice`'s
-    rule (a topology option that fixes a GPU brings it unless the GPU option is given too)."""
+def _generation_end(gpu: str | None, gpu_flag: str, gpu_default: str, topology, notes: list[str]):
+    """One end of ``whatif generations``: its GPU and topology (``topology``: a name, a file, a
+    calibrated spec or None) under :mod:`sim.topology.choice`'s rule (a topology option that fixes
+    a GPU brings it unless the GPU option is given too)."""
     from sim.config import default_topology_name, load_topology
     from sim.hardware import get_gpu
     from sim.topology.choice import choose_gpu
+    from sim.topology.spec import TopologySpec
 
     gpu_spec = _gpu_arg(gpu or gpu_default, gpu_flag)
     if topology is None:
         return gpu_spec, load_topology(default_topology_name(gpu_spec.name))
-    topo = load_topology(topology)
+    topo = topology if isinstance(topology, TopologySpec) else load_topology(topology)
     chosen, note = choose_gpu(gpu_spec.name, topo, topology_given=True, gpu_named=gpu is not None,
                               gpu_option=f"{gpu_flag} NAME", whose=f"{gpu_flag}'s")
     if note:

@@ -44,6 +44,15 @@ class CalibrationFactors:
         rate, and no shorter than the host's issue floor."""
         return max(catalogue_s / self.compute_efficiency, self.host_issue_s)
 
+    @property
+    def least_time_scale(self) -> float:
+        """The least any task's time is multiplied by: a compute kernel's by at least
+        ``1 / compute_efficiency`` (the floor only lengthens it), a flow's by at most
+        ``1 / comm_efficiency`` on its bandwidth part and not at all on its latency, so a
+        lower bound on the uncalibrated iteration times this is one on the calibrated
+        (a makespan is a sum of task times along a path, each scaled by at least this)."""
+        return min(1.0, 1.0 / self.compute_efficiency, 1.0 / self.comm_efficiency)
+
     def capacities(self, capacity_bytes_per_s: Sequence[float]) -> list[float]:
         """The fabric's link capacities at ``comm_efficiency`` times their bandwidth."""
         return [c * self.comm_efficiency for c in capacity_bytes_per_s]

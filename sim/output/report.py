@@ -25,15 +25,19 @@ LINKS_SHOWN = 5
 @dataclass(frozen=True)
 class TimeInterval:
     """The interval around a predicted iteration time, from the validation residuals of
-    comparable runs (:mod:`sim.studies.intervals`)."""
+    comparable runs, or a calibration's residuals after its fit (:mod:`sim.studies.intervals`)."""
 
     low_s: float
     high_s: float
     scope: str
-    """The rows it comes from: ``nemo-24 on Hopper``, ``Hopper`` or ``all``."""
+    """The rows it comes from: ``nemo-24 on Hopper``, ``Hopper`` or ``all``; a calibration file's runs."""
     rows: int
     coverage: str = "80%"
     """The interval's nominal coverage."""
+    residuals: str = "validation residuals"
+    """What kind of residuals its rows are."""
+    note: str = ""
+    """Why it is not the interval asked for (a calibration with too few runs), or empty."""
 
 
 @dataclass(frozen=True)
@@ -95,9 +99,17 @@ class Report:
             items[at:at] = [("iteration_time_s_low", self.interval.low_s),
                             ("iteration_time_s_high", self.interval.high_s),
                             ("iteration_time_interval", {"coverage": self.interval.coverage,
-                                                         "from": self.interval.scope, "rows": self.interval.rows})]
+                                                         "from": self.interval.scope, "rows": self.interval.rows,
+                                                         **self._interval_extra()})]
             out = dict(items)
         return out
+
+    def _interval_extra(self) -> dict:
+        """The interval's residuals and note, where they are not the validation residuals'."""
+        i = self.interval
+        assert i is not None
+        out = {} if i.residuals == TimeInterval.residuals else {"residuals": i.residuals}
+        return out | ({"note": i.note} if i.note else {})
 
     def _fields(self) -> dict:
         return {
@@ -254,8 +266,8 @@ def format_report(r: Report) -> str:
     lines.append(f"  iteration time        {r.iteration_time_s:.3f} s")
     if r.interval is not None:
         i = r.interval
-        lines.append(f"  {i.coverage} interval          {i.low_s:.3f} - {i.high_s:.3f} s   (validation residuals of "
-                     f"{i.scope}, {i.rows} rows: sim/studies/intervals.py)")
+        lines.append(f"  {i.coverage} interval          {i.low_s:.3f} - {i.high_s:.3f} s   ({i.residuals} of "
+                     f"{i.scope}, {i.rows} rows{'; ' + i.note if i.note else ''}: sim/studies/intervals.py)")
     if r.reference and "iteration_time_s" in r.reference:
         lines.append(f"  measured              {r.reference['iteration_time_s']:.3f} s   prediction "
                      f"{r.reference['error_pct']:+.1f}%   ({r.reference['source']})")

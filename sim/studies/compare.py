@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sim.costs.factors import CalibrationFactors
 from sim.output.report import Report, links_json, make_report
 from sim.runner import simulate
 from sim.topology.choice import Placed
@@ -34,10 +35,11 @@ class CompareRow:
                 "busiest_links": links_json(r.busiest_links), "speedup_vs_first": self.speedup}
 
 
-def compare(systems: list[Placed], full: bool = False) -> list[CompareRow]:
+def compare(systems: list[Placed], full: bool = False, factors: CalibrationFactors | None = None) -> list[CompareRow]:
     """Simulate each workload on its topology (in order; :func:`sim.topology.choice.place_workload`
-    places one workload on each topology)."""
-    reports = [make_report(simulate(p.workload, p.topology, full=full)) for p in systems]
+    places one workload on each topology), with a calibration's ``factors`` (:mod:`sim.costs.factors`)
+    on every one when given."""
+    reports = [make_report(simulate(p.workload, p.topology, full=full, factors=factors)) for p in systems]
     first = reports[0].iteration_time_s
     return [CompareRow(p.topology.name, p.workload.system.gpu.name, r, first / r.iteration_time_s)
             for p, r in zip(systems, reports)]

@@ -45,7 +45,7 @@ __all__ = ["INTERVAL_METRICS", "LOW_QUANTILE", "HIGH_QUANTILE", "MIN_ROWS", "MIN
            "TABLE_FILE", "Residual", "Band", "IntervalTable", "SourceCoverage", "Coverage", "time_ratio",
            "percentile", "band", "build_table", "case_keys", "residuals", "coverage", "load_table", "shipped_table",
            "write_table", "table_to_dict", "coverage_markdown", "update_coverage_markdown", "COVERAGE_BEGIN",
-           "COVERAGE_END", "shipped_path", "run_band"]
+           "COVERAGE_END", "shipped_path", "run_band", "MIN_CALIBRATION_RUNS", "calibration_band"]
 
 INTERVAL_METRICS = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu")
 """The rows that measure the iteration (:data:`sim.studies.validate.TIME_METRICS`)."""
@@ -123,10 +123,16 @@ class Band:
     signed_error_p90_pct: float
     sources: int = 1
     """The sources (case files) its rows come from."""
+    label: str | None = None
+    """The rows in words where they are not a group of the table (a calibration's runs)."""
+    residuals: str = "validation residuals"
+    """What kind of residuals its rows are."""
 
     @property
     def scope(self) -> str:
-        """The group in words: ``megatron-core on Hopper``, ``Hopper``, ``all``."""
+        """The group in words: ``megatron-core on Hopper``, ``Hopper``, ``all``; :attr:`label` when set."""
+        if self.label is not None:
+            return self.label
         if self.generation is None:
             return "all"
         return self.generation.value if self.stack is None else f"{self.stack} on {self.generation.value}"
@@ -135,10 +141,12 @@ class Band:
         """The interval around a predicted ``time_s``."""
         return time_s * self.low_factor, time_s * self.high_factor
 
-    def time_interval(self, time_s: float) -> TimeInterval:
-        """The interval around a predicted ``time_s``, as the report carries it."""
+    def time_interval(self, time_s: float, note: str = "") -> TimeInterval:
+        """The interval around a predicted ``time_s``, as the report carries it (``note``: why
+        it is not the one asked for, or empty)."""
         low, high = self.interval(time_s)
-        return TimeInterval(low, high, self.scope, self.rows, f"{HIGH_QUANTILE - LOW_QUANTILE:.0%}")
+        return TimeInterval(low, high, self.scope, self.rows, f"{HIGH_QUANTILE - LOW_QUANTILE:.0%}", self.residuals,
+                            note)
 
     def contains(self, ratio: float) -> bool:
         """Whether a row of time ratio ``ratio`` falls inside."""
@@ -366,6 +374,38 @@ def run_band(stack: str, generation: GpuGeneration, table: IntervalTable | None 
     """The band of a run of ``stack`` on a GPU of ``generation`` (:meth:`IntervalTable.lookup`),
     from ``table`` or the shipped one."""
     return (table or shipped_table()).lookup(stack, generation)
+
+
+MIN_CALIBRATION_RUNS = 2
+"""The fewest fitted runs a calibration's own interval is read from (one run's residual after
+a fit is a single number, not a spread)."""
+
+
+def calibration_band(runs: Sequence[Mapping], name: str) -> Band | None:
+    """The band of a calibration's own residuals: the 10th and 90th percentiles of its runs'
+    measured-over-predicted iteration times after the fit (:func:`time_ratio` of each row of the
+    file's ``runs``, :mod:`sim.calibrate.calibration`), labelled with the file ``name``; None
+    with fewer than :data:`MIN_CALIBRATION_RUNS` runs of a time or throughput.
+
+    A calibration's residuals measure how well its factors fit the runs they were fitted to
+    (in-sample), so the band is as wide as the fit's misfit on the user's own jobs, the issue's
+    "with a calibration file, the interval comes from the calibration's own residuals"."""
+    scored = [r for r in runs if isinstance(r, Mapping) and r.get("metric") in INTERVAL_METRICS
+              and _positive(r.get("measured")) and _positive(r.get("predicted_after"))]
+    if len(scored) < MIN_CALIBRATION_RUNS:
+        return None
+    ratios = [time_ratio(r["metric"], float(r["measured"]), float(r["predicted_after"])) for r in scored]
+    # + where the prediction is faster than the measurement (Row.signed_error_pct)
+    signed = [100 * (float(r["predicted_after"]) / float(r["measured"]) - 1) * (1 if r["metric"] in RATE_METRICS
+                                                                                 else -1) for r in scored]
+    return Band(None, None, len(scored), round(percentile(ratios, LOW_QUANTILE), ROUND),
+                round(percentile(ratios, HIGH_QUANTILE), ROUND), round(percentile(signed, LOW_QUANTILE), ROUND),
+                round(percentile(signed, HIGH_QUANTILE), ROUND), len({r.get("file") for r in scored}),
+                label=f"the {len(scored)} runs of calibration {name}", residuals="residuals after the fit")
+
+
+def _positive(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < math.inf
 
 
 COVERAGE_BEGIN = "<!-- BEGIN GENERATED: llmsim validate --markdown, interval coverage -->"

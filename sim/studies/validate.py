@@ -39,6 +39,7 @@ from pathlib import Path
 
 from sim.config import CaseRecord, default_topology_name, load_case_records, load_topology
 from sim.config.fit import fits_in_memory
+from sim.costs.factors import CalibrationFactors
 from sim.errors import SimError
 from sim.memory import stage_memory
 from sim.runner import Run, simulate
@@ -49,7 +50,8 @@ from sim.types import Stream
 from sim.units import MS, TFLOPS, GiB
 from sim.workload.flops import model_flops
 
-__all__ = ["Row", "Validation", "SourceSummary", "CaseResult", "validate", "case_rows", "format_validation",
+__all__ = ["CaseCalibration", "Row", "Validation", "SourceSummary", "CaseResult", "validate", "case_rows",
+           "format_validation",
            "COARSE"]
 
 COARSE = "chunk"
@@ -278,6 +280,25 @@ def _topology(name: str, network: NetworkSpec | None = None) -> TopologySpec:
 
 
 @dataclass(frozen=True)
+class CaseCalibration:
+    """A calibration applied to every case (``llmsim validate --calibration``): the topology it
+    calibrated (its name and the calibrated spec; None for a file of factors only), which stands
+    in for that topology in the cases that run on it, and the factors every case is simulated
+    with (None: none)."""
+
+    topology_name: str | None = None
+    topology: TopologySpec | None = None
+    factors: CalibrationFactors | None = None
+
+    def topology_for(self, name: str, network: NetworkSpec | None) -> TopologySpec | None:
+        """The calibrated topology for a case on topology ``name`` with its published ``network``;
+        None when the calibration is of another topology (or of none)."""
+        if self.topology is None or name != self.topology_name:
+            return None
+        return self.topology if network is None else apply_network(self.topology, network).topology
+
+
+@dataclass(frozen=True)
 class _Timed:
     """What a case's time rows read from its simulation."""
 
@@ -291,31 +312,38 @@ class _Timed:
     """The whole iteration's run; None when the time came from shorter runs."""
 
 
-def _run(rec: CaseRecord, metrics: list[str], granularity: str | None) -> _Timed:
+def _run(rec: CaseRecord, metrics: list[str], granularity: str | None,
+         calibration: CaseCalibration | None = None) -> _Timed:
     """Simulate ``rec``: at ``granularity`` when given, else at :data:`COARSE` granularity
     where that is exact for ``metrics`` and op by op otherwise, from shorter runs of its
-    steady state where their times lie on one line (the module docstring)."""
+    steady state where their times lie on one line (the module docstring); with ``calibration``
+    applied."""
     w = rec.workload
-    topo = _topology(w.system.topology or default_topology_name(w.system.gpu.name), w.system.network)
+    name = w.system.topology or default_topology_name(w.system.gpu.name)
+    cal = calibration or CaseCalibration()
+    topo = cal.topology_for(name, w.system.network) or _topology(name, w.system.network)
+    factors = cal.factors
     if granularity is not None:
-        run = simulate(w, topo, granularity=granularity)
+        run = simulate(w, topo, granularity=granularity, factors=factors)
         return _Timed(run.result.makespan_s, run.granularity, None, False, run)
     if any(m in LAYER_METRICS for m in metrics):
-        run = simulate(w, topo)
+        run = simulate(w, topo, factors=factors)
         return _Timed(run.result.makespan_s, run.granularity, None, False, run)
-    steady = steady_iteration(w, topo, granularity=COARSE, exact=True)
+    steady = steady_iteration(w, topo, granularity=COARSE, exact=True, factors=factors)
     if steady is not None:
         coarse = [r for r in steady.runs if r.granularity == COARSE]
         why = next((r.coarse_divergence for r in steady.runs if r.coarse_divergence), None)
         return _Timed(steady.iteration_time_s, COARSE if len(coarse) == len(steady.runs) else "op", why, True,
                       None)
-    run = simulate(w, topo, granularity=COARSE, exact=True)
+    run = simulate(w, topo, granularity=COARSE, exact=True, factors=factors)
     return _Timed(run.result.makespan_s, run.granularity, run.coarse_divergence, False, run)
 
 
-def case_rows(rec: CaseRecord, granularity: str | None = None) -> CaseResult:
+def case_rows(rec: CaseRecord, granularity: str | None = None, calibration: CaseCalibration | None = None
+              ) -> CaseResult:
     """Score one case: its rows, simulated at ``granularity`` ("op", "layer" or "chunk") or,
-    by default, at the coarsest that gives the op-level figures (the module docstring)."""
+    by default, at the coarsest that gives the op-level figures (the module docstring), with
+    ``calibration`` applied when given."""
     metrics = [m for m in TIME_METRICS if m in rec.targets][:1]
     metrics += [m for m in ("peak_memory_gib",) + LAYER_METRICS if m in rec.targets]
     if not metrics:
@@ -340,7 +368,7 @@ def case_rows(rec: CaseRecord, granularity: str | None = None) -> CaseResult:
     if not time_metrics:
         return CaseResult(rows, None)
     try:
-        timed = _run(rec, time_metrics, granularity)
+        timed = _run(rec, time_metrics, granularity, calibration)
     except SimError as exc:
         return CaseResult(rows + [row(m, skipped=str(exc)) for m in time_metrics], None)
     # the report's iteration time and throughput (sim.output.report.make_report), without its
@@ -401,7 +429,8 @@ _WINDOW_PER_JOB = 2
 """Cases in flight per worker: one running, one queued, so a worker never waits for the next."""
 
 
-def _score(records: list[CaseRecord], pool, jobs: int, progress, bar: bool) -> list[CaseResult]:
+def _score(records: list[CaseRecord], pool, jobs: int, progress, bar: bool,
+           calibration: CaseCalibration | None = None) -> list[CaseResult]:
     """Every case of ``records`` scored (:func:`case_rows`), in their order: those that cannot
     be built here (their ConfigError stays in this process), the others by the pool's workers,
     the longest first (:func:`_work`), at most :data:`_WINDOW_PER_JOB` per worker in flight."""
@@ -434,7 +463,7 @@ def _score(records: list[CaseRecord], pool, jobs: int, progress, bar: bool) -> l
                 i = next(queue, None)
                 if i is None:
                     break
-                pending[pool.submit(in_worker, case_rows, records[i])] = i
+                pending[pool.submit(in_worker, case_rows, records[i], None, calibration)] = i
             if not pending:
                 break
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -445,7 +474,8 @@ def _score(records: list[CaseRecord], pool, jobs: int, progress, bar: bool) -> l
     return results  # type: ignore[return-value]  # every entry is scored by now
 
 
-def validate(paths: list[str], progress=None, jobs: int | None = None, bar: bool = False) -> Validation:
+def validate(paths: list[str], progress=None, jobs: int | None = None, bar: bool = False,
+             calibration: CaseCalibration | None = None) -> Validation:
     """Simulate every case in ``paths`` and score it.
 
     Parameters
@@ -459,6 +489,8 @@ def validate(paths: list[str], progress=None, jobs: int | None = None, bar: bool
         keep the files' order, so the result does not depend on ``jobs``.
     bar : bool
         Show a progress bar, one step per case (tqdm, on stderr, when it is a terminal).
+    calibration : CaseCalibration, optional
+        A calibration applied to every case (``llmsim validate --calibration``).
 
     Raises
     ------
@@ -476,7 +508,7 @@ def validate(paths: list[str], progress=None, jobs: int | None = None, bar: bool
     with local_pool(jobs) as pool:  # its workers start as they are given work (the files to read first)
         try:
             records = _read(paths, pool)
-            results = _score(records, pool, jobs, progress, bar)
+            results = _score(records, pool, jobs, progress, bar, calibration)
         except KeyboardInterrupt:  # stop the workers at once (sim/studies/workers.py)
             abandon(pool)
             raise

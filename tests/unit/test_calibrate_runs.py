@@ -209,3 +209,25 @@ def test_a_run_on_another_topology_than_the_logs_calibrate_is_refused(tmp_path, 
     err = _one_error_line(capsys)
     assert str(path) in err and "system.topology" in err
     assert not (tmp_path / "c.yaml").exists()
+
+
+def test_a_host_bound_run_fits_a_positive_host_issue_floor(tiny):
+    """From 0 the floor has no gradient (no kernel is shorter than 0); the fit starts it at the
+    first run's median kernel time, where it is active, and recovers a floor that made the
+    (synthetic) measurement host-bound."""
+    from sim.calibrate.runs import host_issue_start_us
+
+    w, topo = tiny
+    probe = MeasuredRun("synthetic", "host-bound", w, topo, "iteration_time_s", 1.0, None)
+    start = host_issue_start_us(probe)
+    assert start > 0
+    floor_us = 2 * start
+    measured = predict(probe, CalibrationFactors(host_issue_s=floor_us * 1e-6))
+    assert measured > predict(probe) * 1.02  # the floor makes it host-bound
+    run = dataclasses.replace(probe, measured=measured)
+    fit = fit_runs([run], ["host_issue_us"])
+    assert fit.undetermined == () and fit.at_bound == ()
+    assert fit.starts == (pytest.approx(start),)
+    assert fit.factors.host_issue_s * 1e6 == pytest.approx(floor_us, rel=0.05)
+    assert fit.before[0] == pytest.approx(predict(probe))  # before: the uncalibrated model
+    assert abs(fit.errors_after[0]) < 0.005

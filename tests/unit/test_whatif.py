@@ -61,7 +61,7 @@ def test_a_factor_that_changes_nothing_reuses_the_last_simulation(monkeypatch):
 
     calls = []
     real = whatif._simulate
-    monkeypatch.setattr(whatif, "_simulate", lambda w, t: calls.append((w, t)) or real(w, t))
+    monkeypatch.setattr(whatif, "_simulate", lambda w, t, factors=None: calls.append((w, t)) or real(w, t, factors))
     w = load_workload("tiny", MULTI_NODE)
     args = (get_gpu("H100-SXM5-80GB"), load_topology("dgx-a100"), load_topology("dgx-h100"))
     g = generations(w, *args)  # bf16 -> bf16; A100 80 GB -> H100 80 GB

@@ -65,6 +65,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from sim.config.space import AXES, Space, default_space
+from sim.costs.factors import CalibrationFactors
 from sim.errors import ConfigError, NotBuiltError
 from sim.output.report import make_report
 from sim.runner import simulate
@@ -307,16 +308,19 @@ class SimOutcome:
         return sum(self.exposed_comm_s.values())
 
 
-def simulate_one(workload: WorkloadSpec, topology: TopologySpec, granularity: str | None) -> SimOutcome:
+def simulate_one(workload: WorkloadSpec, topology: TopologySpec, granularity: str | None,
+                 factors: CalibrationFactors | None = None) -> SimOutcome:
     """Simulate one configuration (in a worker) and keep the numbers the sweep reports.
 
     ``granularity`` is passed to :func:`~sim.runner.simulate` when given; None runs its default
-    (op by op). Any exception is returned as the outcome's ``error``: one failing configuration
-    is a result of the sweep, not its end.
+    (op by op); ``factors`` are a calibration's (:mod:`sim.costs.factors`). Any exception is
+    returned as the outcome's ``error``: one failing configuration is a result of the sweep, not
+    its end.
     """
     t0 = time.perf_counter()
     try:
-        run = simulate(workload, topology, **({} if granularity is None else {"granularity": granularity}))
+        run = simulate(workload, topology, factors=factors,
+                       **({} if granularity is None else {"granularity": granularity}))
         rep = make_report(run)
     except Exception as exc:  # noqa: BLE001 -- reported per configuration, with its type
         return SimOutcome(granularity or "op", wall_s=time.perf_counter() - t0,
@@ -325,21 +329,25 @@ def simulate_one(workload: WorkloadSpec, topology: TopologySpec, granularity: st
                       dict(rep.exposed_comm_s), time.perf_counter() - t0)
 
 
-def screen_one(workload: WorkloadSpec, topology: TopologySpec, granularity: str | None, gate_s: float) -> SimOutcome:
+def screen_one(workload: WorkloadSpec, topology: TopologySpec, granularity: str | None, gate_s: float,
+               factors: CalibrationFactors | None = None) -> SimOutcome:
     """A bounded sweep's job (in a worker): the configuration's timeline bound
     (:func:`~sim.studies.sweep.timeline_bound.timeline_bound`, kept per worker process) and, unless it
     exceeds ``gate_s`` (an N-th best time of the search), its simulation (:func:`simulate_one`).
-    With ``gate_s`` infinite the bound is not computed."""
+    With ``gate_s`` infinite the bound is not computed. With calibration ``factors`` the bound is
+    the uncalibrated one times :meth:`~sim.costs.factors.CalibrationFactors.least_time_scale`."""
     if math.isinf(gate_s):
-        return simulate_one(workload, topology, granularity)
+        return simulate_one(workload, topology, granularity, factors)
     t0 = time.perf_counter()
     try:
         bound = timeline_bound(topology, workload.model, workload.system.gpu).lower_bound_s(workload)
+        if factors is not None:
+            bound *= factors.least_time_scale
     except Exception:  # noqa: BLE001 -- a bound that cannot be had leaves the configuration in the race
-        return simulate_one(workload, topology, granularity)
+        return simulate_one(workload, topology, granularity, factors)
     if bound > gate_s:
         return SimOutcome(granularity or "op", wall_s=time.perf_counter() - t0, lower_bound_s=bound, bounded=True)
-    return replace(simulate_one(workload, topology, granularity), lower_bound_s=bound)
+    return replace(simulate_one(workload, topology, granularity, factors), lower_bound_s=bound)
 
 
 def _dask_client():
@@ -415,8 +423,8 @@ def _check_executor(executor: str, workers: int | None) -> None:
 
 def run_simulations(jobs: Sequence[Candidate], topology: TopologySpec, granularity: str | None,
                     executor: Executor, slots: int,
-                    on_done: Callable[[Candidate, SimOutcome], None] | None = None
-                    ) -> tuple[dict[tuple, SimOutcome], bool]:
+                    on_done: Callable[[Candidate, SimOutcome], None] | None = None,
+                    factors: CalibrationFactors | None = None) -> tuple[dict[tuple, SimOutcome], bool]:
     """Simulate ``jobs`` on ``executor``, at most ``2 x slots`` in flight.
 
     Returns
@@ -435,7 +443,7 @@ def run_simulations(jobs: Sequence[Candidate], topology: TopologySpec, granulari
                 job = next(todo, None)
                 if job is None:
                     break
-                pending[executor.submit(in_worker, simulate_one, job.workload, topology, granularity)] = job
+                pending[executor.submit(in_worker, simulate_one, job.workload, topology, granularity, factors)] = job
             if not pending:
                 return out, False
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -591,29 +599,32 @@ def feasible_candidates(w: WorkloadSpec, space: Space, tp_limit: int, result: Sw
 
 
 def _simulate_all(jobs: list[Candidate], topology: TopologySpec, granularity: str | None, executor: Executor,
-                  slots: int, desc: str, progress: bool) -> tuple[dict[tuple, SimOutcome], bool]:
+                  slots: int, desc: str, progress: bool, factors: CalibrationFactors | None
+                  ) -> tuple[dict[tuple, SimOutcome], bool]:
     bar = _bar(len(jobs), desc, progress)
     try:
-        return run_simulations(jobs, topology, granularity, executor, slots, lambda job, o: bar.update(1))
+        return run_simulations(jobs, topology, granularity, executor, slots, lambda job, o: bar.update(1), factors)
     finally:
         bar.close()
 
 
 def _search(jobs: list[Candidate], bound: IterationBound, top: int, topology: TopologySpec,
-            granularity: str | None, executor: Executor, progress: bool, result: SweepResult
-            ) -> tuple[dict[tuple, SimOutcome], bool]:
+            granularity: str | None, executor: Executor, progress: bool, result: SweepResult,
+            factors: CalibrationFactors | None) -> tuple[dict[tuple, SimOutcome], bool]:
     """Step 4 with the branch and bound (:mod:`sim.studies.sweep.branch_and_bound`): the outcome of each
     configuration simulated (or left out by its timeline bound) by key, and whether Ctrl-C
     stopped it; ``result.pruned_bound`` counts those left out."""
     t0 = time.perf_counter()
-    bound_s = {c.key: bound.lower_bound_s(c.workload) for c in jobs}
+    scale = 1.0 if factors is None else factors.least_time_scale
+    bound_s = {c.key: bound.lower_bound_s(c.workload) * scale for c in jobs}
     order = sorted(jobs, key=lambda c: (bound_s[c.key], c.key))
     result.step_wall_s["bound"] = time.perf_counter() - t0
     bar = _bar(len(jobs), "simulating", progress)
     try:
         found = bounded_search(
             order, bound_s, top,
-            submit=lambda c, gate: executor.submit(in_worker, screen_one, c.workload, topology, granularity, gate),
+            submit=lambda c, gate: executor.submit(in_worker, screen_one, c.workload, topology, granularity, gate,
+                                                   factors),
             times_of=lambda o: o.iteration_time_s if o.ok else None,
             on_done=lambda c, o: bar.update(1),
             failed=lambda exc: SimOutcome(granularity or "op", error=f"{type(exc).__name__}: {exc}"),
@@ -627,7 +638,8 @@ def _search(jobs: list[Candidate], bound: IterationBound, top: int, topology: To
 
 def sweep(workload: WorkloadSpec, topology: TopologySpec, space: Space | None = None, *, top: int = 10,
           fidelity: Fidelity = Fidelity.FAST, executor: str = "local", workers: int | None = None,
-          progress: bool = False, notes: Sequence[str] = (), exhaustive: bool = False) -> SweepResult:
+          progress: bool = False, notes: Sequence[str] = (), exhaustive: bool = False,
+          factors: CalibrationFactors | None = None) -> SweepResult:
     """Search ``space`` (default: :func:`~sim.config.space.default_space`) for the fastest
     parallel strategies of ``workload`` on ``topology``.
 
@@ -645,6 +657,10 @@ def sweep(workload: WorkloadSpec, topology: TopologySpec, space: Space | None = 
         (:mod:`sim.studies.sweep.bound`, :mod:`sim.studies.sweep.timeline_bound`) shows cannot be among the ``top``
         fastest; the ``top`` found, their times and their order are the same either way, but
         ``rows`` (the CSV, the Pareto front) then hold only what was simulated.
+    factors : CalibrationFactors, optional
+        A calibration's factors (:mod:`sim.costs.factors`), applied to every simulation; the
+        lower bounds are scaled by their :attr:`~sim.costs.factors.CalibrationFactors.least_time_scale`
+        so that they stay bounds.
 
     Returns
     -------
@@ -671,10 +687,11 @@ def sweep(workload: WorkloadSpec, topology: TopologySpec, space: Space | None = 
     with open_executor(executor, workers) as (ex, slots):
         t1 = time.perf_counter()
         if exhaustive:
-            outcomes, result.interrupted = _simulate_all(jobs, topology, screen, ex, slots, "simulating", progress)
+            outcomes, result.interrupted = _simulate_all(jobs, topology, screen, ex, slots, "simulating", progress,
+                                                         factors)
         else:
             bound = IterationBound(workload.model, workload.system.gpu, states)
-            outcomes, result.interrupted = _search(jobs, bound, top, topology, screen, ex, progress, result)
+            outcomes, result.interrupted = _search(jobs, bound, top, topology, screen, ex, progress, result, factors)
         steps["simulate"] = time.perf_counter() - t1 - steps.get("bound", 0.0)
         result.cancelled = len(jobs) - len(outcomes) - result.pruned_bound
         result.stopped_while = "simulating" if result.interrupted else ""
@@ -692,7 +709,7 @@ def sweep(workload: WorkloadSpec, topology: TopologySpec, space: Space | None = 
         if screen is not None and best and not result.interrupted:
             t1 = time.perf_counter()
             again, result.interrupted = _simulate_all([r.candidate for r in best], topology, "op", ex, slots,
-                                                      "op-level re-run", progress)
+                                                      "op-level re-run", progress, factors)
             best = [replace(r, op=again.get(r.candidate.key)) for r in best]
             result.stopped_while = "op-level re-run" if result.interrupted else ""
             steps["op_rerun"] = time.perf_counter() - t1

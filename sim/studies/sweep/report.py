@@ -162,7 +162,7 @@ def format_sweep(r: SweepResult) -> str:
             b = r.interval
             lines += ["  (tied: its 80% interval overlaps the best one's; every configuration has the same stack "
                       "and GPU, so one band,",
-                      f"   x{b.low_factor:.3f} to x{b.high_factor:.3f} of its time, from the validation residuals of "
+                      f"   x{b.low_factor:.3f} to x{b.high_factor:.3f} of its time, from the {b.residuals} of "
                       f"{b.scope}, {b.rows} rows: sim/studies/intervals.py)"]
     if r.failures:
         shown = "; ".join(f"{_label(c.settings)}: {err}" for c, err in r.failures[:3])

@@ -37,6 +37,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from sim.costs.factors import CalibrationFactors
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
 from sim.topology.spec import LinkSpec, TopologySpec
@@ -127,10 +128,10 @@ def _with_system(w: WorkloadSpec, gpu: GPUSpec, topo: TopologySpec, dtype: Dtype
     return dataclasses.replace(w, system=system, dtype=dtype, parallel=parallel)
 
 
-def _simulate(w: WorkloadSpec, topo: TopologySpec):
+def _simulate(w: WorkloadSpec, topo: TopologySpec, factors: CalibrationFactors | None = None):
     from sim.runner import simulate
 
-    return simulate(w, topo)
+    return simulate(w, topo, factors=factors)
 
 
 def _figures(run) -> tuple[dict, bool]:
@@ -144,7 +145,7 @@ def _figures(run) -> tuple[dict, bool]:
 
 def generations(workload: WorkloadSpec, to_gpu: GPUSpec, from_topology: TopologySpec, to_topology: TopologySpec,
                 order: Sequence[str] = FACTORS, to_dtype: Dtype | None = None,
-                reoptimize: Reoptimizer | None = None) -> Generations:
+                reoptimize: Reoptimizer | None = None, factors: CalibrationFactors | None = None) -> Generations:
     """Move ``workload`` (on its own GPU and ``from_topology``) to ``to_gpu`` on ``to_topology``
     one factor at a time, in ``order`` (a permutation of :data:`FACTORS`).
 
@@ -157,6 +158,10 @@ def generations(workload: WorkloadSpec, to_gpu: GPUSpec, from_topology: Topology
         (what a user would do on that system): a factor then carries what it gains with the
         layout re-chosen for it, and the capacity factor what the larger memory lets the
         search choose. None keeps the workload's layout throughout.
+    factors : CalibrationFactors, optional
+        A calibration's factors (:mod:`sim.costs.factors`), applied to every state: they
+        describe the measured job's software against the catalogue's rates, which the study
+        carries to the new system (the speed-ups are those of the calibrated model).
 
     Raises
     ------
@@ -174,7 +179,7 @@ def generations(workload: WorkloadSpec, to_gpu: GPUSpec, from_topology: Topology
         parallel = reoptimize(_with_system(workload, gpu, topo, dtype, parallel), topo)
         from_name += f" ({_describe(parallel)})"
     state = (_with_system(workload, gpu, topo, dtype, parallel), topo)
-    run = _simulate(*state)
+    run = _simulate(*state, factors)
     figures = _figures(run)
     base_time, base_break = run.result.makespan_s, figures[0]
     prev, steps = base_time, []
@@ -212,7 +217,7 @@ def generations(workload: WorkloadSpec, to_gpu: GPUSpec, from_topology: Topology
             detail += f"; best layout {_describe(parallel)}"
         now = (_with_system(workload, gpu, topo, dtype, parallel), topo)
         if now != state:  # a factor that leaves the workload and system as they were (a format the
-            state, run = now, _simulate(*now)  # workload already has) is not simulated again
+            state, run = now, _simulate(*now, factors)  # workload already has) is not simulated again
             figures = _figures(run)
         t = run.result.makespan_s
         steps.append(Step(factor, t, prev / t, detail, *figures))
@@ -400,7 +405,7 @@ decides (pipeline depth and interleaving, micro-batch, recomputation); TP, CP an
 stay the workload's, so the search stays a few dozen configurations."""
 
 
-def sweep_reoptimizer(workers: int | None = None) -> Reoptimizer:
+def sweep_reoptimizer(workers: int | None = None, factors: CalibrationFactors | None = None) -> Reoptimizer:
     """A re-optimizer that runs ``llmsim sweep``'s search over :data:`REOPTIMIZE_SPACE` (fast
     fidelity, the best re-run op by op) and returns the fastest configuration's settings.
 
@@ -413,7 +418,7 @@ def sweep_reoptimizer(workers: int | None = None) -> Reoptimizer:
 
     def best(w: WorkloadSpec, topo: TopologySpec) -> ParallelSpec:
         result = sweep(w, topo, space_from_mapping(REOPTIMIZE_SPACE, "<whatif --reoptimize>"), top=1,
-                       workers=workers)
+                       workers=workers, factors=factors)
         if result.interrupted:
             raise KeyboardInterrupt
         if not result.top:
