@@ -29,7 +29,7 @@ Two runs of one command differ in one figure only, the wall time the engine took
 ``simulated R ranks, T tasks[ at G granularity], E engine events in 0.09 s`` and the JSON's
 ``"simulated_wall_s": 0.0996...``. :data:`REPORT_WALL` and :data:`JSON_WALL` replace that
 number, and only it, by ``<wall>`` before hashing. The trace records no wall time
-(``sim/output/trace.py``) and ``llmsim memory`` simulates nothing, so neither is masked. The
+(``sim/output/trace/``) and ``llmsim memory`` simulates nothing, so neither is masked. The
 ``llmsim_version`` line and field are not masked: a refactor keeps the version.
 
 Granularity

@@ -10,7 +10,7 @@ import pickle
 import numpy as np
 import pytest
 
-import sim.output.trace as trace
+import sim.output.trace.document as trace_document
 from sim.config import load_topology, load_workload_with_notes
 from sim.output.analysis import breakdown
 from sim.results import (
@@ -104,11 +104,11 @@ def test_fields_of_some_spans_equal_theirs_made_or_kept(runs):
 
 
 def test_trace_and_breakdown_read_the_table_as_the_list(runs, monkeypatch):
-    monkeypatch.setattr(trace, "_events_plain", lambda r: pytest.fail("the bulk path fell back"))
+    monkeypatch.setattr(trace_document, "events_plain", lambda r: pytest.fail("the bulk path fell back"))
     for run in runs:
         res = dataclasses.replace(run.result, spans=_fresh(run.result.spans))
         as_list = dataclasses.replace(run.result, spans=list(run.result.spans))
-        assert ",".join(trace._events(res)) == ",".join(trace._events(as_list))
+        assert ",".join(trace_document.events(res)) == ",".join(trace_document.events(as_list))
         assert breakdown(res) == breakdown(as_list)
         assert res.spans._spans is None
 

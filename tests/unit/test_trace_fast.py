@@ -1,8 +1,8 @@
 """The trace writer's bulk path gives the span-at-a-time path's text to the byte.
 
-``sim.output.trace._events`` rounds every span's times at once and writes them as whole nanoseconds,
+``sim.output.trace.document.events`` rounds every span's times at once and writes them as whole nanoseconds,
 joins cached pieces of text, and formats the args of comm spans together;
-``sim.output.trace._events_plain`` formats one span at a time, as the writer always did. Both are run
+``sim.output.trace.events.events_plain`` formats one span at a time, as the writer always did. Both are run
 on whole simulations and on hand-made spans that hit each corner (ties sorted by name, times
 half a nanosecond off, every kind of args value, repeated keys, arrows with one end); the
 gzip writer that compresses on a second thread is compared with compressing the whole text, and
@@ -25,6 +25,8 @@ import pytest
 import sim.output.trace as trace
 from sim.config import load_topology, load_workload_with_notes
 from sim.output.gzip_parts import deflate_part
+from sim.output.trace import document, pipeline, times
+from sim.output.trace import events as trace_events
 from sim.results import CounterSample, RankInfo, SimResult, Span
 from sim.runner import simulate
 from sim.types import CommClass, OpKind, Stream
@@ -33,12 +35,12 @@ from sim.types import CommClass, OpKind, Stream
 def _fast(result: SimResult, monkeypatch) -> str:
     """The bulk path's text; fails if it handed the spans to the plain path."""
     with monkeypatch.context() as m:
-        m.setattr(trace, "_events_plain", lambda r: pytest.fail("the bulk path fell back"))
-        return ",".join(trace._events(result))
+        m.setattr(document, "events_plain", lambda r: pytest.fail("the bulk path fell back"))
+        return ",".join(document.events(result))
 
 
 def _plain(result: SimResult) -> str:
-    return ",".join(trace._events_plain(result))
+    return ",".join(trace_events.events_plain(result))
 
 
 @pytest.mark.parametrize("sets", [[], ["parallel.pp=4", "parallel.dp=1", "parallel.sequence_parallel=true"]])
@@ -117,7 +119,7 @@ def test_transfer_start_field_writes_the_arg_it_replaced():
         appended = [field[0]._replace(args=items + (("transfer_start_s", start),), transfer_start_s=None)]
         want = _plain(SimResult(ranks, appended, [], 2e-6, 1, 1))
         assert _plain(SimResult(ranks, field, [], 2e-6, 1, 1)) == want
-        assert ",".join(trace._events(SimResult(ranks, field, [], 2e-6, 1, 1))) == want
+        assert ",".join(document.events(SimResult(ranks, field, [], 2e-6, 1, 1))) == want
 
 
 def test_bulk_equals_plain_on_corners(monkeypatch):
@@ -142,51 +144,51 @@ def test_round_ns_is_pythons_round():
     us = np.concatenate([rng.random(20000) * 1e6,
                          (np.floor(rng.random(20000) * 1e9) + 0.5) / 1000,  # exact halves
                          [0.0, 0.0005, 0.0015, 2.675, 1e11 - 0.0005]])
-    assert (trace._ns(us) / 1000).tolist() == [round(x, 3) for x in us.tolist()]
+    assert (times.ns(us) / 1000).tolist() == [round(x, 3) for x in us.tolist()]
 
 
 def test_times_the_bulk_path_does_not_take_go_to_the_plain_path():
     r = _corners()
     r.spans.append(Span(0, Stream.COMPUTE, "late", OpKind.GEMM, 2e5, 2e5 + 1e-3))  # past 1e11 µs
-    assert ",".join(trace._events(r)) == _plain(r)
+    assert ",".join(document.events(r)) == _plain(r)
     r.spans[-1] = Span(0, Stream.COMPUTE, "signed zero", OpKind.GEMM, -0.0, -0.0)  # written "-0.0"
-    assert ",".join(trace._events(r)) == _plain(r)
+    assert ",".join(document.events(r)) == _plain(r)
     assert '"ts":-0.0' in _plain(r)
     r.spans.append(Span(0, Stream.COMPUTE, "nan", OpKind.GEMM, 0.0, float("nan")))
     with pytest.raises(ValueError, match="not finite"):
-        list(trace._events(r))
+        list(document.events(r))
 
 
 def test_span_on_unknown_rank_raises_in_bulk():
     r = _corners()
     r.spans.append(Span(5, Stream.COMPUTE, "lost", OpKind.GEMM, 0.0, 1e-6))
     with pytest.raises(ValueError, match="rank 5"):
-        list(trace._events(r))
+        list(document.events(r))
 
 
 def test_gzip_of_the_parts_is_one_member_of_the_text():
     r = _corners()
-    text = trace._trace_text(r, "t", {"k": 1})
-    parts = list(trace._trace_parts(r, "t", {"k": 1}))
+    text = document.trace_text(r, "t", {"k": 1})
+    parts = list(document.trace_parts(r, "t", {"k": 1}))
     assert "".join(parts) == text and len(parts) > 2
-    data = trace._gzip_bytes(iter(parts))
+    data = pipeline.gzip_bytes(iter(parts))
     assert gzip.decompress(data) == text.encode("utf-8")
     assert zlib.decompress(data, 31) == text.encode("utf-8")  # one member: nothing after it
-    assert trace._gzip_bytes(iter(parts)) == data  # the same parts, the same bytes
+    assert pipeline.gzip_bytes(iter(parts)) == data  # the same parts, the same bytes
     # cut elsewhere: the same text (the bytes follow the cuts)
-    assert gzip.decompress(trace._gzip_bytes(iter([text[:7], "", text[7:]]))) == text.encode("utf-8")
+    assert gzip.decompress(pipeline.gzip_bytes(iter([text[:7], "", text[7:]]))) == text.encode("utf-8")
 
 
 def test_parts_deflated_elsewhere_give_the_bytes_of_deflating_them_here():
     """What the forked writer's child sends (its pieces deflated apart, then their CRC-32 and
     length) makes the file deflating the same pieces in this process makes."""
     pieces = ["{head", ',"a":"é"' * 1000, ',"b":2' * 3000, "]}"]
-    here = trace._gzip_bytes(iter(pieces))
+    here = pipeline.gzip_bytes(iter(pieces))
     sent = [p.encode("utf-8") for p in pieces[1:3]]
     crc = zlib.crc32(sent[1], zlib.crc32(sent[0]))
-    elsewhere = [pieces[0], *(trace._Deflated(deflate_part(b)) for b in sent),
-                 trace._TextSum(crc, sum(map(len, sent))), pieces[3]]
-    assert trace._gzip_bytes(iter(elsewhere)) == here
+    elsewhere = [pieces[0], *(pipeline.Deflated(deflate_part(b)) for b in sent),
+                 pipeline.TextSum(crc, sum(map(len, sent))), pieces[3]]
+    assert pipeline.gzip_bytes(iter(elsewhere)) == here
     assert gzip.decompress(here) == "".join(pieces).encode("utf-8")
 
 
@@ -206,10 +208,10 @@ needs_fork = pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork on t
 
 def _serial_bytes(result: SimResult, gz: bool) -> bytes:
     """What the writer writes with no child: the text, or its parts as one gzip member."""
-    text = trace._trace_text(result, "t", {"k": 1}).encode("utf-8")
+    text = document.trace_text(result, "t", {"k": 1}).encode("utf-8")
     if not gz:
         return text
-    data = trace._gzip_bytes(trace._trace_parts(result, "t", {"k": 1}))
+    data = pipeline.gzip_bytes(document.trace_parts(result, "t", {"k": 1}))
     assert gzip.decompress(data) == text
     return data
 
@@ -222,13 +224,13 @@ def _idle_two_cpus(m) -> None:
 
 def _written(result: SimResult, path, monkeypatch, share: float) -> bytes:
     with monkeypatch.context() as m:
-        m.setattr(trace, "_FORK_MIN_SPANS", 0)
+        m.setattr(pipeline, "FORK_MIN_SPANS", 0)
         _idle_two_cpus(m)
         # earlier tests may leave idle threads behind (tqdm's monitor, Dask's offload thread),
         # which would rightly keep a real run from forking; the child here only formats
         m.setattr(threading, "active_count", lambda: 1)
-        m.setattr(trace, "_PARENT_SHARE", share)
-        m.setattr(trace, "_trace_parts", lambda *a: pytest.fail("the forked writer did not fork"))
+        m.setattr(pipeline, "PARENT_SHARE", share)
+        m.setattr(pipeline, "trace_parts", lambda *a: pytest.fail("the forked writer did not fork"))
         trace.write_chrome_trace(result, path, title="t", metadata={"k": 1})
     return path.read_bytes()
 
@@ -285,12 +287,12 @@ def test_a_trace_given_up_early_ends_its_child(monkeypatch):
             forked.append(pid)
         return pid
 
-    monkeypatch.setattr(trace, "_FORK_MIN_SPANS", 0)
+    monkeypatch.setattr(pipeline, "FORK_MIN_SPANS", 0)
     _idle_two_cpus(monkeypatch)
     monkeypatch.setattr(threading, "active_count", lambda: 1)  # as in _written
-    monkeypatch.setattr(trace, "_PARENT_SHARE", 0.0)
+    monkeypatch.setattr(pipeline, "PARENT_SHARE", 0.0)
     monkeypatch.setattr(os, "fork", recorded)
-    parts = trace._forked_parts(_corners(), "t", None)
+    parts = pipeline.forked_parts(_corners(), "t", None)
     next(parts), next(parts)  # the header and the metadata: the child has started
     parts.close()
     assert len(forked) == 1
@@ -303,7 +305,7 @@ def test_forked_writer_does_not_fork_beside_a_thread(tmp_path, monkeypatch):
     other = threading.Thread(target=release.wait)
     other.start()
     try:
-        monkeypatch.setattr(trace, "_FORK_MIN_SPANS", 0)
+        monkeypatch.setattr(pipeline, "FORK_MIN_SPANS", 0)
         _idle_two_cpus(monkeypatch)
         monkeypatch.setattr(os, "fork", lambda: pytest.fail("forked beside a running thread"))
         trace.write_chrome_trace(_corners(), tmp_path / "t.json.gz", title="t", metadata={"k": 1})
@@ -318,14 +320,14 @@ def test_forks_only_with_a_cpu_free(cpus, load, forks, monkeypatch):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: cpus, raising=False)
     monkeypatch.setattr(os, "getloadavg", lambda: (load, load, load))
     monkeypatch.setattr(threading, "active_count", lambda: 1)  # as in _written
-    assert trace._may_fork(trace._FORK_MIN_SPANS) is (forks and hasattr(os, "fork"))
-    assert not trace._may_fork(trace._FORK_MIN_SPANS - 1)
+    assert pipeline.may_fork(pipeline.FORK_MIN_SPANS) is (forks and hasattr(os, "fork"))
+    assert not pipeline.may_fork(pipeline.FORK_MIN_SPANS - 1)
 
 
 def test_gzip_of_bytes_and_of_nothing():
     text = "é" * 10
-    assert gzip.decompress(trace._gzip_bytes(iter([text[:3], text[3:].encode("utf-8")]))) == text.encode("utf-8")
-    assert gzip.decompress(trace._gzip_bytes(iter([]))) == b""
+    assert gzip.decompress(pipeline.gzip_bytes(iter([text[:3], text[3:].encode("utf-8")]))) == text.encode("utf-8")
+    assert gzip.decompress(pipeline.gzip_bytes(iter([]))) == b""
 
 
 def _counter_corners() -> SimResult:
@@ -349,8 +351,8 @@ def _counter_corners() -> SimResult:
 def test_counters_by_columns_are_the_plain_texts():
     r = _counter_corners()
     ranks = {i.rank: i for i in r.ranks}
-    want = list(trace._counter_events(r, ranks, trace._Json()))
-    assert trace.counter_batch(r, ranks, trace._Json()) == want
+    want = list(trace_events.counter_events(r, ranks, trace_events.Json()))
+    assert trace.counter_batch(r, ranks, trace_events.Json()) == want
     text = ",".join(want)
     assert '"ts":2.675,' in text and '"allocated_GiB":3.0}' in text
     assert '"name":"link gpu3->nvs0","pid":3,"tid":0,"ts":0.0,"args":{"utilization":1.0}}' in text
@@ -365,11 +367,12 @@ def test_counters_the_columns_do_not_take_are_refused_as_plain(bad, error):
     r = _counter_corners()
     r.counters.insert(40, bad)
     with pytest.raises(ValueError, match=error):
-        trace.counter_batch(r, {i.rank: i for i in r.ranks}, trace._Json())
+        trace.counter_batch(r, {i.rank: i for i in r.ranks}, trace_events.Json())
 
 
 def test_counters_at_times_the_columns_do_not_take_are_written_as_plain():
     r = _counter_corners()
     r.counters += [CounterSample(3, -1e-6, "memory", 1.0), CounterSample(0, -0.0, "link a", 0.5)]
     ranks = {i.rank: i for i in r.ranks}
-    assert trace.counter_batch(r, ranks, trace._Json()) == list(trace._counter_events(r, ranks, trace._Json()))
+    assert trace.counter_batch(r, ranks, trace_events.Json()) == \
+        list(trace_events.counter_events(r, ranks, trace_events.Json()))
