@@ -61,7 +61,6 @@ class Containers(NamedTuple):
     compute_of: dict
 
 
-
 class Placement(Pricing):
     """The engine's placement of tasks ahead of the clock (a mixin of
     :class:`~sim.engine.simulation.Simulation`, whose constructor and ``run()`` set up the state;
