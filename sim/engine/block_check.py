@@ -2,7 +2,7 @@
 
 A block (:class:`~sim.program.Block`) is timed alone, from its ops' prices: its collectives at
 their solo times, its compute slowed only by its own collectives' kernels
-(``Simulation._time_block``). The op-level run times the same ops the same way unless
+(``_time_block`` of :mod:`sim.engine.pricing`). The op-level run times the same ops the same way unless
 something outside the pass meets them there (``docs/design.md``, "Layer granularity"):
 
 - **links**: a transfer of another stream on one of the links a block's collectives use
