@@ -19,7 +19,14 @@ op-level figures, as ``llmsim validate`` does) and keeps each run's breakdown: c
   predicted``, fitted as ``sum((f_k - 1) x share_k)`` over the compute terms (GEMM and the
   non-GEMM rest; GEMM, attention and the rest), refitted with each source left out, and the
   residual mean of each PP group after the fit. A factor that removes the PP = 1 / PP > 1
-  difference with no pipeline term in the model says the difference is in the compute mix.
+  difference with no pipeline term in the model says the difference is in the compute mix;
+* the terms a non-pipelined iteration pays more of, each as a share of the predicted iteration
+  by PP group (the optimizer step; the loss and embedding kernels; the exposed DP reduction)
+  and the factor on it that would close the PP = 1 / PP > 1 difference alone;
+* the difference by hidden size, and least-squares fits of the signed error on a PP = 1
+  indicator beside the non-GEMM share and ``1 / iteration``: a PP term that vanishes beside them
+  says the PP split is the model-size mix (small hidden sizes: more non-GEMM time, shorter
+  iterations), not something pipelining changes.
 
 ``--recipe-tp`` first sets ``sequence_parallel`` and ``tp_comm_overlap`` true for every
 TP > 1 case of ``nemo2407`` and ``megatronbridge``, whose files leave them null, as NeMo's and
@@ -103,8 +110,11 @@ def case_row(rec) -> dict | None:
     terms = {"gemm": gemm, "attention": attn, "other": c["total"] - gemm - attn, "tp": e["tp"], "pp": e["pp"],
              "dp_cp": e["dp"] + e["cp"] + e["ep"]}
     terms["bubble"] = t - c["total"] - sum(e.values())
+    detail = {"optimizer": c.get("optimizer", 0.0), "loss": c.get("loss", 0.0) + c.get("embedding", 0.0),
+              "dp": e["dp"]}
     return {"id": rec.id, "source": Path(rec.file).stem, "pp": w.parallel.pp, "tp": w.parallel.tp,
-            "rate": metric != "iteration_time_s", "measured_s": measured, "predicted_s": t, "terms": terms}
+            "hidden": w.model.hidden_size, "rate": metric != "iteration_time_s", "measured_s": measured,
+            "predicted_s": t, "terms": terms, "detail": detail}
 
 
 def signed_pct(r: dict) -> float:
@@ -149,6 +159,41 @@ def print_tables(rows: list[dict]) -> None:
             res = Y - A @ coef
             print(f"  without {drop:16s} factors {' '.join(f'{1 + c:.2f}' for c in coef)}   residual "
                   f"PP=1 {res[~pp & keep].mean() * 100:+.1f}%  PP>1 {res[pp & keep].mean() * 100:+.1f}%")
+    if all("detail" in r and "hidden" in r for r in fam):
+        print_hypotheses(fam)
+
+
+def print_hypotheses(fam: list[dict]) -> None:
+    """The PP-specific terms (optimizer, loss and embedding, exposed DP) and the model-size mix,
+    over the Megatron-family rows (each with ``detail`` and ``hidden``)."""
+    pp = np.array([r["pp"] > 1 for r in fam])
+    y = np.array([signed_pct(r) for r in fam])
+    gap = y[~pp].mean() - y[pp].mean()
+    print(f"\nPP-specific terms (Megatron-family rows; signed error PP=1 {y[~pp].mean():+.1f}%, "
+          f"PP>1 {y[pp].mean():+.1f}%, difference {gap:.1f} points)")
+    for k in ("optimizer", "loss", "dp"):
+        share = np.array([r["detail"][k] / r["predicted_s"] * 100 for r in fam])
+        d = share[~pp].mean() - share[pp].mean()
+        need = f"x{1 + gap / d:.1f}" if d > 0 else "none (not larger at PP=1)"
+        print(f"  {k:10s} share of the iteration: PP=1 mean {share[~pp].mean():.2f}% median "
+              f"{np.median(share[~pp]):.2f}%, PP>1 mean {share[pp].mean():.2f}%; factor closing the gap alone: {need}")
+    hidden = np.array([r["hidden"] for r in fam])
+    print("\nsigned error by hidden size")
+    for lo, hi in ((0, 4096), (4097, 8192), (8193, 10**9)):
+        m = (hidden >= lo) & (hidden <= hi)
+        print(f"  hidden {lo:>5}-{hi if hi < 10**9 else 'up':<6} PP=1 n={(m & ~pp).sum():3d} {_mean(y[m & ~pp]):+6.1f}%"
+              f"   PP>1 n={(m & pp).sum():3d} {_mean(y[m & pp]):+6.1f}%")
+    nongemm = np.array([(r["terms"]["attention"] + r["terms"]["other"]) / r["predicted_s"] * 100 for r in fam])
+    inv_t = np.array([1 / r["predicted_s"] for r in fam])
+    cols = {"PP=1": (~pp).astype(float), "non-GEMM %": nongemm, "1/iteration s": inv_t}
+    print("\nleast squares, signed error % = a + sum(b x term)")
+    for names in (("PP=1",), ("non-GEMM %",), ("1/iteration s",), ("PP=1", "non-GEMM %"), ("PP=1", "1/iteration s"),
+                  ("PP=1", "non-GEMM %", "1/iteration s")):
+        A = np.c_[np.ones(len(fam)), np.column_stack([cols[n] for n in names])]
+        coef = np.linalg.lstsq(A, y, rcond=None)[0]
+        rms = float(np.sqrt(np.mean((y - A @ coef) ** 2)))
+        terms = "  ".join(f"{n} {c:+.2f}" for n, c in zip(names, coef[1:]))
+        print(f"  {' + '.join(names):36s} a {coef[0]:+6.2f}  {terms}   rms residual {rms:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,9 +226,9 @@ def main(argv: list[str] | None = None) -> int:
                     rows.append(row)
                     print(f"{row['id'][:60]:60s} PP {row['pp']:3d}  {signed_pct(row):+6.1f}%", file=sys.stderr,
                           flush=True)
-    print_tables(rows)
     if args.json:
         Path(args.json).write_text(json.dumps({"recipe_tp": args.recipe_tp, "rows": rows}, indent=1, sort_keys=True))
+    print_tables(rows)
     return 0
 
 
