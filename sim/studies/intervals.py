@@ -10,17 +10,22 @@ are left out: they do not measure the iteration.
 
 The rows are grouped by the software stack their case ran on (:func:`sim.config.workload.case_stack`)
 and the generation of its GPU (:class:`sim.types.GpuGeneration`). A prediction of ``t`` seconds
-gets ``[t * q10, t * q90]``, where ``q10`` and ``q90`` are the empirical 10th and 90th percentiles
-of the time ratios of the comparable rows: those of its stack on its GPU generation where there are
-at least :data:`MIN_ROWS` of them from at least :data:`MIN_SOURCES` sources, else those of its GPU
-generation (the same two bounds), else every row. A group must span sources because a user's
+gets ``[t * q10, t * q90]``, where ``q10`` and ``q90`` are the split-conformal 10% and 90%
+bounds (:func:`prediction_bound`) of the time ratios of the comparable rows: those of its stack
+on its GPU generation where there are at least :data:`MIN_ROWS` of them from at least
+:data:`MIN_SOURCES` sources, else those of its GPU generation (the same two bounds), else every
+row. A group must span sources because a user's
 cluster, recipe and framework release are one more source: within one source the errors share
 that source's bias, and an interval read from one source's spread covers the next source's
-rows far less often than it says (held out by source, the dev set's bands of single-source
-groups covered 51% of the rows, those spanning three sources or more 75%). A percentile
-interpolates linearly between order statistics (Hyndman and Fan 1996, definition 7, numpy's
-default). The interval is nominally an 80% one: the share of held-out
-rows it covers is measured by :func:`coverage`, leaving one source (case file) out at a time.
+rows far less often than it says. The bounds are order statistics of the group's ratios chosen
+so that a new run exchangeable with the group's rows falls between them with probability at
+least 80% (split-conformal prediction: Vovk, Gammerman and Shafer 2005; Lei et al. 2018,
+"Distribution-Free Predictive Inference for Regression", JASA 113:1094, Sec. 2.2): the
+``floor((n + 1) * 0.1)``-th and ``ceil((n + 1) * 0.9)``-th smallest of ``n`` ratios, a little
+wider than the sample's own 10th and 90th percentiles (:func:`percentile`), which estimate where
+the group's ratios lie, not where the next one will. The interval is nominally an 80% one: the
+share of held-out rows it covers is measured by :func:`coverage`, leaving one source (case
+file) out at a time.
 
 The table of groups is data shipped with the package (``workloads/intervals/residuals.yaml``),
 written by ``llmsim validate --markdown`` over every shipped case (:func:`write_table`) beside
@@ -41,11 +46,11 @@ from sim.errors import ConfigError
 from sim.output.report import TimeInterval
 from sim.types import GpuGeneration
 
-__all__ = ["INTERVAL_METRICS", "LOW_QUANTILE", "HIGH_QUANTILE", "MIN_ROWS", "MIN_SOURCES", "TABLE_KIND",
-           "TABLE_FILE", "Residual", "Band", "IntervalTable", "SourceCoverage", "Coverage", "time_ratio",
-           "percentile", "band", "build_table", "case_keys", "residuals", "coverage", "load_table", "shipped_table",
-           "write_table", "table_to_dict", "coverage_markdown", "update_coverage_markdown", "COVERAGE_BEGIN",
-           "COVERAGE_END", "shipped_path", "run_band", "MIN_CALIBRATION_RUNS", "calibration_band"]
+__all__ = ["INTERVAL_METRICS", "LOW_QUANTILE", "HIGH_QUANTILE", "MIN_ROWS", "MIN_SOURCES", "TABLE_KIND", "TABLE_FILE",
+           "Residual", "Band", "IntervalTable", "SourceCoverage", "Coverage", "time_ratio", "percentile",
+           "prediction_bound", "band", "build_table", "case_keys", "residuals", "coverage", "load_table",
+           "shipped_table", "write_table", "table_to_dict", "coverage_markdown", "update_coverage_markdown",
+           "COVERAGE_BEGIN", "COVERAGE_END", "shipped_path", "run_band", "MIN_CALIBRATION_RUNS", "calibration_band"]
 
 INTERVAL_METRICS = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu")
 """The rows that measure the iteration (:data:`sim.studies.validate.TIME_METRICS`)."""
@@ -92,6 +97,29 @@ def percentile(values: Sequence[float], q: float) -> float:
     return xs[lo] + (h - lo) * (xs[hi] - xs[lo])
 
 
+def prediction_bound(values: Sequence[float], q: float) -> float:
+    """The split-conformal ``q`` bound of ``values`` (module docstring): for ``q`` below one half
+    the ``floor((n + 1) q)``-th smallest of the ``n`` values, else the ``ceil((n + 1) q)``-th;
+    held at the smallest or largest where ``n`` is too small for that rank (below 9 values for
+    0.1 and 0.9, where the bound covers less than it says).
+
+    A new value exchangeable with ``values`` falls at or above the low bound of ``q`` with
+    probability at least ``1 - q`` and at or below the high bound with probability at least
+    ``q`` (Lei et al. 2018, Sec. 2.2; Vovk et al. 2005).
+
+    >>> prediction_bound([float(i) for i in range(1, 20)], 0.1), prediction_bound([float(i) for i in range(1, 20)], 0.9)
+    (2.0, 18.0)
+    >>> prediction_bound([3.0, 1.0, 2.0], 0.9)
+    3.0
+    """
+    if not values:
+        raise ValueError("no values")
+    xs = sorted(values)
+    n = len(xs)
+    rank = math.floor((n + 1) * q) if q < 0.5 else math.ceil((n + 1) * q)
+    return xs[min(max(rank, 1), n) - 1]
+
+
 @dataclass(frozen=True)
 class Residual:
     """One scored row of the validation, as the intervals read it."""
@@ -116,10 +144,11 @@ class Band:
     generation: GpuGeneration | None
     rows: int
     low_factor: float
-    """The 10th percentile of the group's time ratios: the interval's low end over the prediction."""
+    """The 10% bound of the group's time ratios (:func:`prediction_bound`): the interval's low
+    end over the prediction."""
     high_factor: float
     signed_error_p10_pct: float
-    """The 10th and 90th percentiles of the group's signed errors, for reading."""
+    """The 10% and 90% bounds of the group's signed errors, for reading."""
     signed_error_p90_pct: float
     sources: int = 1
     """The sources (case files) its rows come from."""
@@ -157,9 +186,10 @@ def band(rows: Sequence[Residual], stack: str | None = None, generation: GpuGene
     """The :class:`Band` of ``rows`` (all of one group)."""
     ratios = [r.time_ratio for r in rows]
     signed = [r.signed_error_pct for r in rows]
-    return Band(stack, generation, len(rows), round(percentile(ratios, LOW_QUANTILE), ROUND),
-                round(percentile(ratios, HIGH_QUANTILE), ROUND), round(percentile(signed, LOW_QUANTILE), ROUND),
-                round(percentile(signed, HIGH_QUANTILE), ROUND), len({r.source for r in rows}))
+    return Band(stack, generation, len(rows), round(prediction_bound(ratios, LOW_QUANTILE), ROUND),
+                round(prediction_bound(ratios, HIGH_QUANTILE), ROUND),
+                round(prediction_bound(signed, LOW_QUANTILE), ROUND),
+                round(prediction_bound(signed, HIGH_QUANTILE), ROUND), len({r.source for r in rows}))
 
 
 @dataclass(frozen=True)
@@ -316,7 +346,7 @@ def table_to_dict(table: IntervalTable) -> dict:
 HEADER = """\
 # The intervals `llmsim run` gives an iteration time (sim/studies/intervals.py): for each group of
 # validation rows (a software stack on a GPU generation, a generation, all rows), how many rows it
-# has and the 10th and 90th percentiles of their measured-over-predicted iteration times
+# has and the split-conformal 10% and 90% bounds of their measured-over-predicted iteration times
 # (low_factor, high_factor) and of their signed errors (+: predicted faster than measured).
 # A group gives an interval where it has min_rows rows from min_sources sources (case files).
 # Written by the command below; do not edit.
@@ -382,8 +412,8 @@ a fit is a single number, not a spread)."""
 
 
 def calibration_band(runs: Sequence[Mapping], name: str) -> Band | None:
-    """The band of a calibration's own residuals: the 10th and 90th percentiles of its runs'
-    measured-over-predicted iteration times after the fit (:func:`time_ratio` of each row of the
+    """The band of a calibration's own residuals: the 10% and 90% bounds (:func:`prediction_bound`)
+    of its runs' measured-over-predicted iteration times after the fit (:func:`time_ratio` of each row of the
     file's ``runs``, :mod:`sim.calibrate.calibration`), labelled with the file ``name``; None
     with fewer than :data:`MIN_CALIBRATION_RUNS` runs of a time or throughput.
 
@@ -398,9 +428,10 @@ def calibration_band(runs: Sequence[Mapping], name: str) -> Band | None:
     # + where the prediction is faster than the measurement (Row.signed_error_pct)
     signed = [100 * (float(r["predicted_after"]) / float(r["measured"]) - 1) * (1 if r["metric"] in RATE_METRICS
                                                                                  else -1) for r in scored]
-    return Band(None, None, len(scored), round(percentile(ratios, LOW_QUANTILE), ROUND),
-                round(percentile(ratios, HIGH_QUANTILE), ROUND), round(percentile(signed, LOW_QUANTILE), ROUND),
-                round(percentile(signed, HIGH_QUANTILE), ROUND), len({r.get("file") for r in scored}),
+    return Band(None, None, len(scored), round(prediction_bound(ratios, LOW_QUANTILE), ROUND),
+                round(prediction_bound(ratios, HIGH_QUANTILE), ROUND),
+                round(prediction_bound(signed, LOW_QUANTILE), ROUND),
+                round(prediction_bound(signed, HIGH_QUANTILE), ROUND), len({r.get("file") for r in scored}),
                 label=f"the {len(scored)} runs of calibration {name}", residuals="residuals after the fit")
 
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from sim.cli import main
-from sim.studies.intervals import calibration_band, percentile, run_band
+from sim.studies.intervals import calibration_band, prediction_bound, run_band
 from sim.types import GpuGeneration
 
 
@@ -19,13 +19,13 @@ def _row(run_id: str, measured: float, after: float, metric: str = "iteration_ti
             "predicted_after": after, "error_before": 0.0, "error_after": round(after / measured - 1, 4)}
 
 
-def test_the_band_is_the_percentiles_of_the_runs_time_ratios_after_the_fit():
+def test_the_band_is_the_bounds_of_the_runs_time_ratios_after_the_fit():
     rows = [_row("a", 1.1, 1.0), _row("b", 0.95, 1.0), _row("c", 100.0, 110.0, "tflops_per_gpu")]
     band = calibration_band(rows, "cal.yaml")
     assert band is not None and band.rows == 3
     ratios = [1.1, 0.95, 1.1]  # the throughput row: predicted over measured
-    assert band.low_factor == pytest.approx(percentile(ratios, 0.1))
-    assert band.high_factor == pytest.approx(percentile(ratios, 0.9))
+    assert band.low_factor == pytest.approx(prediction_bound(ratios, 0.1))
+    assert band.high_factor == pytest.approx(prediction_bound(ratios, 0.9))
     assert band.low_factor < 1 < band.high_factor
     assert "cal.yaml" in band.scope and band.residuals == "residuals after the fit"
 
@@ -51,8 +51,8 @@ def test_run_takes_its_interval_from_the_calibrations_runs(tmp_path, capsys):
     rep = json.loads(out.read_text())
     t = rep["iteration_time_s"]
     ratios = [1.2, 0.9, 1.05]
-    assert rep["iteration_time_s_low"] == pytest.approx(t * percentile(ratios, 0.1), rel=1e-5)
-    assert rep["iteration_time_s_high"] == pytest.approx(t * percentile(ratios, 0.9), rel=1e-5)
+    assert rep["iteration_time_s_low"] == pytest.approx(t * prediction_bound(ratios, 0.1), rel=1e-5)
+    assert rep["iteration_time_s_high"] == pytest.approx(t * prediction_bound(ratios, 0.9), rel=1e-5)
     assert rep["iteration_time_interval"]["residuals"] == "residuals after the fit"
     assert rep["iteration_time_interval"]["rows"] == 3 and cal in rep["iteration_time_interval"]["from"]
     assert f"(residuals after the fit of the 3 runs of calibration {cal}, 3 rows" in printed
@@ -81,6 +81,6 @@ def test_sweep_marks_ties_with_the_calibrations_band(tmp_path, capsys):
                  "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     interval = json.loads(out.read_text())["interval"]
-    assert interval["low_factor"] == pytest.approx(percentile([1.2, 0.9, 1.05], 0.1), rel=1e-5)
+    assert interval["low_factor"] == pytest.approx(prediction_bound([1.2, 0.9, 1.05], 0.1), rel=1e-5)
     assert interval["rows"] == 3 and cal in interval["from"]
     assert "from the residuals after the fit of the 3 runs of calibration" in printed

@@ -23,6 +23,7 @@ from sim.studies.intervals import (
     coverage_markdown,
     load_table,
     percentile,
+    prediction_bound,
     residuals,
     shipped_table,
     table_to_dict,
@@ -55,11 +56,37 @@ def test_percentile_is_numpys_linear_one():
 
 
 def test_band_of_a_small_table():
-    rows = [_res(r) for r in (0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8)]
+    rows = [_res(0.9 + 0.05 * i) for i in range(19)]  # 0.90, 0.95, ..., 1.80
     b = build_table(rows).lookup("s", HOPPER)
-    # 10 values, 0.1 quantile at position 0.9: 0.9 + 0.9 * 0.1; 0.9 quantile at 8.1: 1.7 + 0.1 * 0.1
-    assert (b.rows, b.low_factor, b.high_factor) == (10, pytest.approx(0.99), pytest.approx(1.71))
-    assert b.interval(2.0) == (pytest.approx(1.98), pytest.approx(3.42))
+    # 19 values: the floor(20 * 0.1) = 2nd smallest and the ceil(20 * 0.9) = 18th
+    assert (b.rows, b.low_factor, b.high_factor) == (19, pytest.approx(0.95), pytest.approx(1.75))
+    assert b.interval(2.0) == (pytest.approx(1.9), pytest.approx(3.5))
+
+
+def test_prediction_bound_ranks_and_small_samples():
+    values = [float(v) for v in (7, 3, 9, 1, 5, 8, 2, 6, 4, 10, 11)]  # 11 values, 1..11
+    assert (prediction_bound(values, 0.1), prediction_bound(values, 0.9)) == (1.0, 11.0)  # ranks 1 and 11
+    more = [float(v) for v in range(1, 30)]  # 29 values: ranks floor(3.0) = 3 and ceil(27.0) = 27
+    assert (prediction_bound(more, 0.1), prediction_bound(more, 0.9)) == (3.0, 27.0)
+    assert prediction_bound([4.0, 2.0], 0.1) == 2.0 and prediction_bound([4.0, 2.0], 0.9) == 4.0  # held at the ends
+    with pytest.raises(ValueError):
+        prediction_bound([], 0.1)
+
+
+def test_the_bounds_cover_a_new_run_as_often_as_they_say():
+    """Drawn from one distribution, a new value falls between the bounds of the 20 before it
+    at least 80% of the time (split-conformal: (19 - 2) / 21 = 81%); between the sample's 10th
+    and 90th percentiles (numpy's linear definition) less often (about 73%)."""
+    rng = np.random.default_rng(7)
+    trials = 20000
+    draws = rng.lognormal(0.1, 0.15, size=(trials, 21))
+    inside_bounds = inside_percentiles = 0
+    for row in draws:
+        past, new = list(row[:20]), row[20]
+        inside_bounds += prediction_bound(past, 0.1) <= new <= prediction_bound(past, 0.9)
+        inside_percentiles += percentile(past, 0.1) <= new <= percentile(past, 0.9)
+    assert inside_bounds / trials >= 0.80
+    assert inside_percentiles / trials < 0.76
 
 
 def test_runs_measured_slower_give_an_interval_above_the_prediction():
@@ -208,17 +235,17 @@ def test_coverage_leaves_one_source_out():
     c = [_res(2.0 + 0.01 * i, source="c") for i in range(10)]
     cov = coverage(a + b + c)
     by = {s.source: s for s in cov.sources}
-    # without a: b and c's 20 rows, q10 at position 1.9 (1.019), q90 at 17.1 (2.071): a's rows
-    # 1.02..1.09 inside (8 of 10); b likewise
-    assert (by["a"].rows, by["a"].inside) == (10, 8) and by["b"].inside == 8
-    # without c: a and b, q90 at position 17.1 of 1.00, 1.00, 1.01, ... (1.081): none of c inside
+    # without a: b and c's 20 rows, bounds the 2nd (1.01) and 19th (2.08) smallest: a's rows
+    # 1.01..1.09 inside (9 of 10); b likewise
+    assert (by["a"].rows, by["a"].inside) == (10, 9) and by["b"].inside == 9
+    # without c: a and b, the 19th smallest of 1.00, 1.00, 1.01, 1.01, ... (1.09): none of c inside
     assert (by["c"].rows, by["c"].inside) == (10, 0)
     assert cov.rows == 30 and cov.inside == by["a"].inside + by["b"].inside + by["c"].inside
     assert cov.fraction == pytest.approx(cov.inside / 30)
     # the held-out source never shapes its own interval: a source alone is not scored
     assert coverage(a).sources == ()
     md = coverage_markdown(cov, "llmsim validate")
-    assert "| a | 10 | 8 | 80% |" in md and f"| **all** | 30 | {cov.inside} | {cov.fraction:.0%} |" in md
+    assert "| a | 10 | 9 | 90% |" in md and f"| **all** | 30 | {cov.inside} | {cov.fraction:.0%} |" in md
 
 
 def test_coverage_section_is_replaced_in_place(tmp_path):
