@@ -109,13 +109,19 @@ def virtual_stages_default(f: Fields, stack: Stack, notes: Notes) -> int:
 
 
 def batch_sizes(f: Fields, dp: int, pp: int, stack: Stack, notes: Notes) -> tuple[int, int]:
-    """The micro- and global batch sizes: the case's, else as the stack's ``micro_batch_size``
-    rule says (:class:`~sim.config.stack.MicroBatchRule`): the rank's local batch (global / dp)
-    in ``pp`` pipeline micro-batches for torchtitan, else one sample; the global batch, when
-    null, one micro-batch a data-parallel rank."""
+    """The micro- and global batch sizes: the case's, else as the stack says.
+
+    A null global batch is the stack's ``global_batch_size`` (its recipe's, in sequences), made
+    a multiple of ``micro_batch_size x dp`` (rounded up: the framework asks for one); where the
+    stack has none, one micro-batch a data-parallel rank (Megatron-LM's default). A null
+    micro-batch follows the stack's ``micro_batch_size`` rule
+    (:class:`~sim.config.stack.MicroBatchRule`): the rank's local batch (global / dp) in ``pp``
+    pipeline micro-batches for torchtitan, else one sample."""
     mbs, gbs = f.integer("micro_batch_size"), f.integer("global_batch_size")
+    recipe = stack.value("global_batch_size") if gbs is None else None
     if mbs is None:
-        local = gbs // dp if gbs and gbs % dp == 0 else None
+        given = gbs if gbs is not None else recipe
+        local = given // dp if given and given % dp == 0 else None
         why = stack.why("micro_batch_size")
         if stack.value("micro_batch_size") is MicroBatchRule.LOCAL_BATCH and local and (pp == 1 or local % pp == 0):
             shown = "no gradient accumulation" if pp == 1 else f"in {pp} pipeline micro-batches"
@@ -124,8 +130,14 @@ def batch_sizes(f: Fields, dp: int, pp: int, stack: Stack, notes: Notes) -> tupl
         else:
             mbs = notes.fill("parallel.micro_batch_size", 1, why)
     if gbs is None:
-        gbs = notes.fill("parallel.global_batch_size", mbs * dp, "Megatron-LM default: "
-                         "micro_batch_size x dp, one micro-batch")
+        step = mbs * dp
+        if recipe is None:
+            gbs = notes.fill("parallel.global_batch_size", step, "Megatron-LM default: "
+                             "micro_batch_size x dp, one micro-batch")
+        else:
+            gbs = -(-recipe // step) * step
+            shown = "" if gbs == recipe else f", rounded up to a multiple of micro_batch_size x dp = {step}"
+            gbs = notes.fill("parallel.global_batch_size", gbs, stack.why("global_batch_size") + shown)
     return mbs, gbs
 
 

@@ -176,6 +176,8 @@ SETTINGS: tuple[SettingKind, ...] = (
     SettingKind("virtual_pipeline_stages", _positive, "model chunks per pipeline rank under an interleaved "
                 "schedule"),
     SettingKind("micro_batch_size", _enum(MicroBatchRule), "how the micro-batch is sized"),
+    SettingKind("global_batch_size", _positive_or_null, "the recipe's global batch in sequences (null: one "
+                "micro-batch a data-parallel rank)"),
     SettingKind("cp_comm_type", _enum(CpCommType), "how context parallelism exchanges the sequence"),
     SettingKind("fp8_scaling", _enum(ScalingRecipe, (ScalingRecipe.DELAYED, ScalingRecipe.CURRENT)),
                 "the FP8 scaling recipe"),
@@ -266,6 +268,8 @@ class Stack:
     def value(self, key: CountSetting) -> int: ...
     @overload
     def value(self, key: Literal["seq_length"]) -> int | None: ...
+    @overload
+    def value(self, key: Literal["global_batch_size"]) -> int | None: ...
     @overload
     def value(self, key: RecomputeSetting) -> RecomputeKind: ...
     @overload

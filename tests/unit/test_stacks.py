@@ -366,7 +366,8 @@ def test_the_types_stack_value_declares_are_those_its_settings_are_read_as():
             union = typing.get_origin(ret) in (typing.Union, types.UnionType)
             declared[keys[0]] = typing.get_args(ret) if union else (typing.get_origin(ret) or ret,)
     assert set(declared) == {k.key for k in SETTINGS}
-    assert declared["seq_length"] == (int, type(None)) and declared["memory_savers"] == (frozenset,)
+    assert declared["seq_length"] == declared["global_batch_size"] == (int, type(None))
+    assert declared["memory_savers"] == (frozenset,)
     assert {declared[k] for k in ("dp_shard", "zero_impl", "tp_comm_overlap_impl", "attention_kernel",
                                   "cross_entropy", "micro_batch_size", "cp_comm_type", "fp8_scaling")} == {
         (DpShard,), (ZeroImpl,), (TpOverlapImpl,), (AttentionKernel,), (LossKind,), (MicroBatchRule,),
@@ -376,3 +377,26 @@ def test_the_types_stack_value_declares_are_those_its_settings_are_read_as():
             value = stack.value(key)  # type: ignore[call-overload]  # every key, the overload per key checked here
             assert isinstance(value, kinds), (stack.name, key, value)
         assert all(isinstance(v, MemorySaverKind) for v in stack.value("memory_savers"))
+
+
+def test_a_null_global_batch_is_the_recipes(tmp_path):
+    """NeMo's recipes give the global batch (the launcher's Llama recipes 2048 sequences, NeMo 2's
+    512), made a multiple of micro-batch x dp; Megatron-LM's command line leaves it at one
+    micro-batch a data-parallel rank, as a stack without one does."""
+    def filled(framework: str, **parallel) -> tuple[int, list[str]]:
+        par = {"tp": 2, "pp": 2, "dp": 2, "micro_batch_size": None, "global_batch_size": None, **parallel}
+        case = _case(framework, parallel=par)
+        case["system"]["num_gpus"] = par["tp"] * par["pp"] * par["dp"]
+        w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+        return w.parallel.global_batch_size, [n for n in notes if n.startswith("parallel.global_batch_size")]
+
+    gbs, notes = filled("NeMo 24.03.01 (Megatron-Core)")
+    assert gbs == 2048 and "stack nemo-24.01-24.07" in notes[0]
+    gbs, notes = filled("NeMo 25.04 (Megatron-Core)")
+    assert gbs == 512 and "stack nemo-25" in notes[0]
+    gbs, notes = filled("NeMo 24.03.01 (Megatron-Core)", tp=1, pp=1, dp=3, micro_batch_size=2, sequence_parallel=False)
+    assert gbs == 2052 and "rounded up to a multiple of micro_batch_size x dp = 6" in notes[0]  # 342 x 6
+    gbs, notes = filled("Megatron-Core r0.8.0", micro_batch_size=2)
+    assert gbs == 4 and "one micro-batch" in notes[0]
+    gbs, _ = filled("NeMo 24.03.01 (Megatron-Core)", global_batch_size=16)  # a given batch stands
+    assert gbs == 16
