@@ -20,7 +20,7 @@ from sim.calibrate.kernel_table import KernelTable
 from sim.calibrate.kernels import KernelFit, fit_kernels, read_kernels
 from sim.calibrate.nccl_tests import NcclTestsLog
 from sim.config import load_topology
-from sim.errors import ConfigError
+from sim.errors import ConfigError, Described
 from sim.hardware import GPUSpec, get_gpu, gpu_names
 from sim.types import Dtype
 
@@ -74,9 +74,10 @@ def kernel_gpu(gpu: str | None, topology: str | None, log: NcclTestsLog | None,
     elif table.device is not None and device_gpu(table.device) is not None:
         name, how = device_gpu(table.device), f"the table's device, {table.device}"
     if name is None or how is None:
+        said = (f"a table measured on {table.device!r}, not a catalogue GPU" if table.device
+                else "a table that names no device (no '# device: NAME' line)")
         raise ConfigError(table.path, "--gpu", f"the GPU the kernels were measured on: --gpu NAME, one of "
-                          f"{gpu_names()} (neither --topology nor nccl-tests logs nor the table name one)",
-                          table.device)
+                          f"{gpu_names()} (neither --topology nor nccl-tests logs name one)", Described(said))
     word = device_word(table.device) if table.device else None
     if word is not None and device_word(name) != word:
         raise ConfigError(table.path, "device", f"kernels measured on {name} ({how}): the efficiencies are fractions "
