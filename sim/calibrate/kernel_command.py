@@ -29,6 +29,8 @@ __all__ = ["GPU_WORDS", "calibrate_kernels", "device_gpu", "kernel_gpu"]
 GPU_WORDS = (("GB300", "GB300"), ("GB200", "GB200"), ("B200", "B200"), ("H200", "H200"), ("H100", "H100"),
              ("A100", "A100"))
 """Words of device names (``NVIDIA H100 80GB HBM3``) and the catalogue GPU each names."""
+POINTS_PER_LINE = 8
+"""Curve points per printed line."""
 _NOT_SXM = re.compile(r"\b(PCIe|NVL)\b", re.I)
 """Device-name words of parts the catalogue does not have (H100 PCIe, H100 NVL: other peaks)."""
 
@@ -124,8 +126,11 @@ def _print(fit: KernelFit, how: str) -> None:
     print(f"GPU {gpu.name} ({how}): efficiency = FLOPs / ((time - {gpu.kernel_launch_s * 1e6:g} us launch gap) x dense "
           f"peak ({peaks} TFLOP/s)), the median per power-of-two bin of FLOPs:")
     for v in fit.values:
-        points = "  ".join(f"2^{round(math.log2(x))} {e:.3f}" for x, e in v.value)  # type: ignore[union-attr,misc]
-        print(f"  {v.key}: {points}")
+        points = [f"2^{round(math.log2(x))} {e:.3f}" for x, e in v.value]  # type: ignore[union-attr,misc]
+        count = sum(1 for r in fit.check if r["curve"] == v.key)
+        print(f"  {v.key} ({len(points)} points from {count} kernel{'s' if count > 1 else ''}):")
+        for i in range(0, len(points), POINTS_PER_LINE):
+            print("    " + "  ".join(points[i:i + POINTS_PER_LINE]))
     for why in fit.dropped:
         print(f"  not used: {why}")
     print(f"each measured kernel priced on {gpu.name} as llmsim prices it (sim/costs/compute.py), its error against "

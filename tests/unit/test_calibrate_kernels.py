@@ -18,7 +18,6 @@ import yaml
 
 import sim
 from sim.calibrate.calibration import load_calibration
-from sim.calibrate.kernel_table import parse_kernel_csv
 from sim.calibrate.kernels import fit_kernels, read_kernels
 from sim.cli import main
 from sim.costs.compute import attention_time_s, gemm_time_s
@@ -29,6 +28,7 @@ from sim.workload.ops import AttentionOp, GemmOp
 
 ROOT = Path(sim.__file__).resolve().parent.parent
 TRACE = ROOT / "tests" / "data" / "profiler" / "h100-gemms.pt.trace.json"
+H100_TABLE = ROOT / "tests" / "data" / "kernels" / "h100-sxm5-80gb-2026-11-26.csv"
 H100 = get_gpu("H100")
 HEADER = "kind,m,n,k,batch,heads,kv_heads,seq,head_dim,causal,backend,dtype,time_us,fwd_us,bwd_us"
 CHOSEN = {"gemm_bf16": 0.55, "gemm_fp8": 0.4, "attention_fwd": 0.45, "attention_bwd": 0.35,
@@ -85,7 +85,7 @@ def test_a_table_at_known_efficiencies_gives_them_back_as_the_curves(tmp_path, c
     assert all(len(v.value) >= 2 for v in cal.kernels.values)  # several bins each  # type: ignore[arg-type]
     assert all(abs(r["error_after"]) < 1e-3 for r in cal.kernels.check)
     assert any(abs(r["error_before"]) > 0.1 for r in cal.kernels.check)  # the catalogue is not at these efficiencies
-    assert "the table's device, NVIDIA H100 80GB HBM3" in printed and "gemm_bf16: 2^" in printed
+    assert "the table's device, NVIDIA H100 80GB HBM3" in printed and "gemm_bf16 (5 points from 8 kernels)" in printed
 
 
 def test_the_calibrated_curves_price_each_kernel_at_the_measured_efficiency(tmp_path):
@@ -135,18 +135,20 @@ def test_a_workload_on_another_gpu_keeps_its_curves_with_a_note(tmp_path, capsys
 
 
 def test_the_committed_h100_measurement_gives_back_the_catalogue_curves():
-    """benchmarks/device/results/h100-sxm5-80gb-2026-11-26.json is what sim/hardware.py's H100
-    curves were derived from (sim/derive/gemm_curves.py): written as a kernel table, it
-    calibrates to the same points."""
+    """tests/data/kernels/h100-sxm5-80gb-2026-11-26.csv is
+    benchmarks/device/results/h100-sxm5-80gb-2026-11-26.json, what sim/hardware.py's H100 curves
+    were derived from (sim/derive/gemm_curves.py), as a kernel table: it holds that
+    measurement's kernels and times and calibrates to the catalogue's points."""
     d = json.loads((ROOT / "benchmarks/device/results/h100-sxm5-80gb-2026-11-26.json").read_text())
-    lines = [f"# device: {d['device']}", HEADER]
-    lines += [f"gemm,{r['m']},{r['n']},{r['k']},{r['batch']},,,,,,,{r['dtype']},{r['median_s'] * 1e6!r},,"
-              for r in d["gemms"] if "median_s" in r]
-    lines += [f"attention,,,,{r['batch']},{r['heads']},{r['kv_heads']},{r['seq']},{r['head_dim']},{r['causal']},"
-              f"{'flash2' if r['backend'] == 'flash' else r['backend']},bf16,,{r['fwd_s'] * 1e6!r},{r['bwd_s'] * 1e6!r}"
-              for r in d["attention"] if "fwd_s" in r]
-    fit = fit_kernels(parse_kernel_csv("\n".join(lines), "h100.csv"), H100)
-    curves = dict(fit.curves())
+    table = read_kernels(str(H100_TABLE))
+    assert table.device == d["device"]
+    want = sorted((r["m"], r["n"], r["k"], r["batch"], r["dtype"], r["median_s"])
+                  for r in d["gemms"] if "median_s" in r)
+    got = sorted((g.m, g.n, g.k, g.batch, g.dtype.value, g.time_s) for g in table.gemms)
+    assert [w[:5] for w in want] == [g[:5] for g in got]
+    assert all(g[5] == pytest.approx(w[5], abs=1e-12) for w, g in zip(want, got))
+    assert len(table.attention) == len([r for r in d["attention"] if "fwd_s" in r])
+    curves = dict(fit_kernels(table, H100).curves())
     assert set(curves) == set(CHOSEN)
     assert curves["gemm_bf16"].points == H100.gemm_curve(Dtype.BF16).points
     assert curves["gemm_fp8"].points == H100.gemm_curve(Dtype.FP8).points
