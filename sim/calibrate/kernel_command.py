@@ -74,7 +74,8 @@ def kernel_gpu(gpu: str | None, topology: str | None, log: NcclTestsLog | None,
         name = next(g for d in log.devices if (g := device_gpu(d)) is not None)
         how = f"the GPU of {log.name}"
     elif table.device is not None and device_gpu(table.device) is not None:
-        name, how = device_gpu(table.device), f"the table's device, {table.device}"
+        name = device_gpu(table.device)
+        how = f"the {'table' if table.form == 'table' else 'trace'}'s device, {table.device}"
     if name is None or how is None:
         said = (f"a table measured on {table.device!r}, not a catalogue GPU" if table.device
                 else "a table that names no device (no '# device: NAME' line)")
@@ -112,7 +113,7 @@ def _count(table: KernelTable) -> str:
 
 
 def _pct(x: float) -> str:
-    return f"{x:+.1%}"
+    return f"{round(x, 3) + 0.0:+.1%}"  # + 0.0: no -0.0%
 
 
 def _print(fit: KernelFit, how: str) -> None:
@@ -128,7 +129,8 @@ def _print(fit: KernelFit, how: str) -> None:
     for v in fit.values:
         points = [f"2^{round(math.log2(x))} {e:.3f}" for x, e in v.value]  # type: ignore[union-attr,misc]
         count = sum(1 for r in fit.check if r["curve"] == v.key)
-        print(f"  {v.key} ({len(points)} points from {count} kernel{'s' if count > 1 else ''}):")
+        print(f"  {v.key} ({len(points)} point{'s' if len(points) > 1 else ''} from {count} "
+              f"kernel{'s' if count > 1 else ''}):")
         for i in range(0, len(points), POINTS_PER_LINE):
             print("    " + "  ".join(points[i:i + POINTS_PER_LINE]))
     for why in fit.dropped:

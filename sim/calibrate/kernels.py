@@ -156,7 +156,7 @@ def fit_kernels(table: KernelTable, gpu: GPUSpec) -> KernelFit:
                        "peak (launch- or memory-bound kernels)" for x, e in bins if not e > 0)
         if not points:
             continue
-        what = "GEMMs" if key.startswith("gemm_") else "kernels"
+        what = ("GEMM" if key.startswith("gemm_") else "kernel") + ("s" if counts[key] > 1 else "")
         source = (f"{where}: {counts[key]} {what}, the median of FLOPs / ((time - {gpu.kernel_launch_s * 1e6:g} us "
                   f"launch gap) x {gpu.name}'s dense peak) per power-of-two bin of FLOPs "
                   "(sim/calibrate/kernels.py)")
@@ -202,5 +202,5 @@ def _row(curve: str, kernel: str, flops: float, times: Sequence[float], before_s
     measured = statistics.median(times)
     return {"curve": curve, "kernel": kernel, "flops": flops, "samples": len(times),
             "measured_us": round(measured * 1e6, 3), "catalogue_us": round(before_s * 1e6, 3),
-            "calibrated_us": round(after_s * 1e6, 3), "error_before": round(before_s / measured - 1, 4),
-            "error_after": round(after_s / measured - 1, 4)}
+            "calibrated_us": round(after_s * 1e6, 3), "error_before": round(before_s / measured - 1, 4) + 0.0,
+            "error_after": round(after_s / measured - 1, 4) + 0.0}  # + 0.0: no -0.0

@@ -164,7 +164,7 @@ def test_the_hand_built_profiler_trace_reads_to_its_gemms():
     table = read_kernels(str(TRACE))
     assert table.form == "trace" and table.device == "NVIDIA H100 80GB HBM3"
     got = {(g.m, g.n, g.k, g.batch, g.dtype) for g in table.gemms}
-    assert got == {(8192, 8192, 4096, 1, Dtype.BF16), (2048, 2048, 128, 32, Dtype.BF16),
+    assert got == {(8192, 8192, 4096, 1, Dtype.BF16), (2048, 2048, 4096, 8, Dtype.BF16),
                    (8192, 8192, 4096, 1, Dtype.FP8)}
     events = json.loads(TRACE.read_text())["traceEvents"]
     addmm = sum(e["dur"] for e in events if e.get("cat") == "kernel" and e["args"].get("External id") == 4)
@@ -172,7 +172,7 @@ def test_the_hand_built_profiler_trace_reads_to_its_gemms():
     assert len(table.skipped) == 1 and "aten::mm" in table.skipped[0] and "float" in table.skipped[0]
     fit = dict(fit_kernels(table, H100).curves())
     bf16 = fit["gemm_bf16"]
-    assert bf16(2.0 * 32 * 2048 * 2048 * 128) == pytest.approx(0.45) and bf16(2.0 * 8192 * 8192 * 4096) == 0.6
+    assert bf16(2.0 * 8 * 2048 * 2048 * 4096) == pytest.approx(0.45) and bf16(2.0 * 8192 * 8192 * 4096) == 0.6
     assert fit["gemm_fp8"].points == ((2.0**39, 0.5),)
 
 
@@ -306,3 +306,25 @@ def test_a_malformed_kernels_section_is_refused_by_every_command(edit, field, tm
     assert main(["run", "tiny", "--set", "system.gpu=H100", "--calibration", str(cal)]) == 2
     line = _one_error_line(capsys)
     assert str(cal) in line and f"{field}:" in line, line
+
+
+def test_runs_beside_kernels_are_fitted_with_the_measured_curves(tmp_path, capsys):
+    """--runs with --kernels: every prediction of the fit ("before" too) is the model with the
+    measured curves, and the file has both sections."""
+    a100 = get_gpu("A100")
+    rows = [f"gemm,{m},4096,4096,1,bf16,{_time_us(2.0 * m * 4096 * 4096, 0.7, a100.peak(Dtype.BF16))!r}"
+            for m in (1024, 2048, 4096, 8192)]
+    table = tmp_path / "a100.csv"
+    table.write_text("kind,m,n,k,batch,dtype,time_us\n" + "\n".join(rows) + "\n")
+    runs = str(ROOT / "tests" / "data" / "runs" / "tiny-measured.yaml")
+    both, plain = tmp_path / "both.yaml", tmp_path / "plain.yaml"
+    assert main(["calibrate", "--kernels", str(table), "--gpu", "A100", "--runs", runs, "-o", str(both)]) == 0
+    assert "with A100-SXM4-80GB's measured kernel curves" in capsys.readouterr().out
+    assert main(["calibrate", "--runs", runs, "-o", str(plain)]) == 0
+    with_curves, without = load_calibration(str(both)), load_calibration(str(plain))
+    assert with_curves.kernels is not None and with_curves.factors and with_curves.runs
+    for a, b in zip(with_curves.runs, without.runs):
+        assert a["id"] == b["id"] and a["predicted_before"] != b["predicted_before"]
+        assert a["predicted_after"] == pytest.approx(a["measured"], rel=1e-3)
+    factors = with_curves.calibration_factors()
+    assert factors is not None and factors.kernels is not None and factors.compute_efficiency != 1.0
