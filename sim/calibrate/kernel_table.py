@@ -37,8 +37,8 @@ from sim.errors import ConfigError
 from sim.inputs import read_input_text
 from sim.types import SIMULATED_DTYPES, AttentionKernel, Dtype
 
-__all__ = ["ATTENTION_COLUMNS", "BACKENDS", "GEMM_COLUMNS", "KINDS", "OPTIONAL_COLUMNS", "MeasuredAttention",
-           "MeasuredGemm", "KernelTable", "parse_kernel_csv", "read_kernel_csv"]
+__all__ = ["ATTENTION_COLUMNS", "BACKENDS", "GEMM_COLUMNS", "KINDS", "MAX_DIMENSION", "OPTIONAL_COLUMNS",
+           "MeasuredAttention", "MeasuredGemm", "KernelTable", "parse_kernel_csv", "read_kernel_csv"]
 
 GEMM_COLUMNS = ("m", "n", "k", "batch", "dtype", "time_us")
 """The columns a ``gemm`` row needs."""
@@ -53,6 +53,8 @@ BACKENDS = {"cudnn": AttentionKernel.VENDOR, "flash2": AttentionKernel.FLASH2}
 """The ``backend`` column's words and the attention kernel each names (:class:`~sim.types.AttentionKernel`)."""
 ATTENTION_DTYPES = (Dtype.BF16, Dtype.FP16)
 """The formats an attention row may name: the attention curves are fractions of the 16-bit peak."""
+MAX_DIMENSION = 2**40
+"""The largest size of a kernel's dimension read (no GPU kernel has one near it)."""
 _TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
 
 
@@ -161,7 +163,10 @@ def parse_kernel_csv(text: str, path: str = "<text>") -> KernelTable:
     if not numbered:
         raise ConfigError(path, "<file>", "a kernel table: a header row (kind, m, n, k, batch, dtype, time_us, ...) "
                           "and a row per measured kernel", text[:200] if text.strip() else "an empty file")
-    rows = list(csv.reader([line for _, line in numbered]))
+    try:
+        rows = list(csv.reader([line for _, line in numbered]))
+    except csv.Error as exc:
+        raise ConfigError(path, "<file>", "a kernel table in CSV", str(exc)) from None
     header = [c.strip() for c in rows[0]]
     head_line = numbered[0][0]
     known = set(OPTIONAL_COLUMNS) | {"kind"} | {c for cols in KINDS.values() for c in cols}
@@ -205,13 +210,13 @@ def _cell(path: str, no: int, col: str, text: str, expected: str) -> str:
 
 
 def _int(path: str, no: int, col: str, text: str) -> int:
-    expected = "a positive integer"
+    expected = f"a positive integer up to {MAX_DIMENSION:,}"
     _cell(path, no, col, text, expected)
     try:
         value = int(text)
     except ValueError:
         raise ConfigError(path, f"line {no}: {col}", expected, text) from None
-    if value < 1:
+    if not 1 <= value <= MAX_DIMENSION:
         raise ConfigError(path, f"line {no}: {col}", expected, text)
     return value
 

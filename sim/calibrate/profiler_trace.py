@@ -31,7 +31,7 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from sim.calibrate.kernel_table import KernelTable, MeasuredGemm
+from sim.calibrate.kernel_table import MAX_DIMENSION, KernelTable, MeasuredGemm
 from sim.errors import ConfigError, Described
 from sim.inputs import read_input_bytes
 from sim.types import Dtype
@@ -109,7 +109,8 @@ def parse_profiler_trace(data: bytes, path: str = "<trace>") -> KernelTable:
             if isinstance(eid, int) and isinstance(corr, int):
                 runtime[corr] = eid
     for ev in unlinked:
-        eid = runtime.get(ev["args"].get("correlation"))  # type: ignore[arg-type]
+        corr = ev["args"].get("correlation")
+        eid = runtime.get(corr) if isinstance(corr, int) else None
         if eid is not None:
             kernel_us[eid] += float(ev["dur"])
     gemms: list[MeasuredGemm] = []
@@ -134,8 +135,9 @@ def parse_profiler_trace(data: bytes, path: str = "<trace>") -> KernelTable:
             skipped[f"{ev['name']}: kernels of zero duration"] += 1
             continue
         m, n, k, batch = shape
+        ts = _number(ev.get("ts"))
         gemms.append(MeasuredGemm(m, n, k, batch, dtype, time_us * 1e-6,
-                                  f"{ev['name']} External id {eid} at ts {ev.get('ts')}"))
+                                  f"{ev['name']} External id {eid}" + (f" at ts {ts:.3f}" if ts is not None else "")))
     if not gemms:
         raise ConfigError(path, "traceEvents", "GEMM operators (" + ", ".join(GEMM_OPS[:4]) + ", ...) recorded with "
                           "their input shapes (torch.profiler.profile(record_shapes=True)) and the GPU kernels they "
@@ -158,7 +160,7 @@ def gemm_shape(name: str, dims: object) -> tuple[int, int, int, int] | None:
     make a GEMM (inner sizes differ, a dimension is missing or not positive)."""
     if not isinstance(dims, Sequence) or not all(isinstance(d, Sequence) for d in dims):
         return None
-    if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for d in dims for x in d):
+    if not all(isinstance(x, int) and not isinstance(x, bool) and 0 < x <= MAX_DIMENSION for d in dims for x in d):
         return None
     i = _first_matrix(name)
     if len(dims) < i + 2:

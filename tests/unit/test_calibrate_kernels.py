@@ -328,3 +328,33 @@ def test_runs_beside_kernels_are_fitted_with_the_measured_curves(tmp_path, capsy
         assert a["predicted_after"] == pytest.approx(a["measured"], rel=1e-3)
     factors = with_curves.calibration_factors()
     assert factors is not None and factors.kernels is not None and factors.compute_efficiency != 1.0
+
+
+@pytest.mark.parametrize("text, what", [
+    ("kind,m,n,k,batch,dtype,time_us\ngemm,4096,4096," + "9" * 5000 + ",1,bf16,100\n", "line 2: k"),
+    ("kind,m,n,k,batch,dtype,time_us\ngemm,4096,4096," + "9" * 60 + ",1,bf16,100\n", "line 2: k"),
+    ("kind,m,n,k,batch,dtype,time_us\ngemm,4096,4096," + "9" * 400 + ",1,bf16,100\n", "line 2: k"),
+    ("kind,m,n,k,batch,dtype,time_us\ngemm,4096,4096,4096,1,bf16,nan\n", "line 2: time_us"),
+    ("kind,m,n,k,batch,dtype,time_us\ngemm,4096,4096,4096,1,bf16,\"" + "x" * 200_000 + "\"\n", "CSV"),
+    ("kind,m,n,k,batch,dtype,time_us\ngemm,4096,4096,4096,1,bf16,1\x00\n", "line 2: time_us"),
+])
+def test_hostile_cells_are_one_line_too(text, what, tmp_path, capsys):
+    path = tmp_path / "hostile.csv"
+    path.write_text(text)
+    assert main(["calibrate", "--kernels", str(path), "--gpu", "H100", "-o", str(tmp_path / "cal.yaml")]) == 2
+    line = _one_error_line(capsys)
+    assert what in line and len(line) < 2000, line[:300]
+
+
+def test_a_trace_with_hostile_fields_reads_what_it_can(tmp_path):
+    raw = json.loads(TRACE.read_text())
+    for e in raw["traceEvents"]:
+        if e.get("cat") == "kernel" and e["args"].get("correlation") == 103:
+            e["args"]["correlation"] = [103]  # unhashable: that kernel cannot be linked
+        if e.get("name") == "aten::_scaled_mm":
+            e["args"]["Input Dims"] = [[10**50, 4096], [4096, 8192]]
+    path = tmp_path / "hostile.json"
+    path.write_text(json.dumps(raw))
+    table = read_kernels(str(path))
+    assert [(g.m, g.n, g.k, g.batch) for g in table.gemms] == [(8192, 8192, 4096, 1)]
+    assert any("aten::_scaled_mm" in why for why in table.skipped)
