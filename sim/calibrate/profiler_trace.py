@@ -45,8 +45,9 @@ GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_sca
 TORCH_DTYPES = {"c10::BFloat16": Dtype.BF16, "c10::Half": Dtype.FP16, "c10::Float8_e4m3fn": Dtype.FP8,
                 "c10::Float8_e5m2": Dtype.FP8, "c10::Float8_e4m3fnuz": Dtype.FP8, "c10::Float8_e5m2fnuz": Dtype.FP8}
 """``Input type`` words (the C++ scalar type names the profiler records) and the format each is."""
-MAX_TRACE_BYTES = 1024 * 2**20
-"""The largest trace read (1 GiB of JSON, after gunzip: a few profiled steps of a large model)."""
+MAX_TRACE_BYTES = 256 * 2**20
+"""The largest trace read (256 MiB of JSON, after gunzip: a profiled step or two of a large
+model; ``torch.profiler.schedule(wait=1, warmup=1, active=1)`` records one)."""
 
 
 def is_trace(data: bytes) -> bool:
@@ -75,13 +76,16 @@ def parse_profiler_trace(data: bytes, path: str = "<trace>") -> KernelTable:
         except (OSError, EOFError) as exc:
             raise ConfigError(path, "<file>", "a gzipped PyTorch profiler trace", str(exc)) from None
         if len(data) > MAX_TRACE_BYTES:
-            raise ConfigError(path, "<file>", f"a trace of at most {MAX_TRACE_BYTES // 2**20} MiB once unzipped",
-                              Described("more"))
+            raise ConfigError(path, "<file>", f"a trace of at most {MAX_TRACE_BYTES // 2**20} MiB once unzipped "
+                              "(profile fewer steps: torch.profiler.schedule(active=1))", Described("more"))
     try:
         raw = json.loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
         raise ConfigError(path, "<file>", "a PyTorch profiler trace (Chrome trace JSON, torch.profiler's "
                           "export_chrome_trace)", Described(f"not JSON: {exc}")) from None
+    except RecursionError:
+        raise ConfigError(path, "<file>", "a PyTorch profiler trace (Chrome trace JSON, a list of flat events)",
+                          Described("JSON nested too deep to read")) from None
     events = raw.get("traceEvents") if isinstance(raw, Mapping) else raw
     if not isinstance(events, list):
         raise ConfigError(path, "traceEvents", "a list of trace events (torch.profiler's export_chrome_trace)",

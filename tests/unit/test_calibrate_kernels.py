@@ -358,3 +358,10 @@ def test_a_trace_with_hostile_fields_reads_what_it_can(tmp_path):
     table = read_kernels(str(path))
     assert [(g.m, g.n, g.k, g.batch) for g in table.gemms] == [(8192, 8192, 4096, 1)]
     assert any("aten::_scaled_mm" in why for why in table.skipped)
+
+
+def test_a_trace_nested_a_hundred_thousand_deep_is_one_line(tmp_path, capsys):
+    path = tmp_path / "deep.json"
+    path.write_text('{"traceEvents": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert main(["calibrate", "--kernels", str(path), "--gpu", "H100", "-o", str(tmp_path / "cal.yaml")]) == 2
+    assert "nested too deep" in _one_error_line(capsys)
