@@ -180,8 +180,11 @@ def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = Fal
         (:class:`sim.engine.ReferencePaths`; for the tests that hold the two to each other).
     factors : CalibrationFactors, optional
         A calibration's factors (:mod:`sim.costs.factors`, ``llmsim calibrate --runs``): every
-        compute kernel's time and every link's bandwidth scaled by them. None (the default)
-        simulates the model as it is. Only without ``costs`` (they scale the analytical model).
+        compute kernel's time and every link's bandwidth scaled by them, and their measured
+        kernel curves (``llmsim calibrate --kernels``) in place of the workload's GPU's where it
+        is the GPU they were measured on (:meth:`~sim.costs.factors.KernelCurves.on`, noted
+        either way). None (the default) simulates the model as it is. Only without ``costs``
+        (they scale the analytical model).
     """
     if granularity not in GRANULARITIES:
         raise ConfigError("<simulate>", "granularity", f"one of {list(GRANULARITIES)}", granularity)
@@ -214,6 +217,10 @@ def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs:
     raises :class:`~sim.engine.block_check.BlockInterference` when something meets one while
     it runs, and says what met one by its end in :attr:`Run.coarse_divergence`."""
     notes = list(notes or [])
+    if factors is not None and factors.kernels is not None:
+        gpu = factors.kernels.on(workload.system.gpu, notes)
+        if gpu is not workload.system.gpu:
+            workload = dataclasses.replace(workload, system=dataclasses.replace(workload.system, gpu=gpu))
     t0 = time.perf_counter()
     with _gc_paused():
         placement = gpu_placement(workload.parallel)

@@ -13,13 +13,19 @@ A calibration file is YAML::
     factors:                      # llmsim calibrate --runs (sim.costs.factors)
       compute_efficiency: {value: 0.87, source: "least squares over 3 runs (runs.yaml: ...): ..."}
     runs: [...]                   # each measured run, its prediction before and after the fit
+    kernels:                      # llmsim calibrate --kernels (sim.calibrate.kernel_section)
+      gpu: H100-SXM5-80GB
+      curves: {gemm_bf16: {value: [[1073741824.0, 0.288], ...], source: "kernels.csv: ..."}, ...}
+      check: [...]                # each measured kernel's time, the catalogue's and the calibrated GPU's
 
 ``scale_up`` (with ``topology`` and ``logs``, ``check``) comes from ``--nccl-tests``, ``factors``
-(with ``runs``) from ``--runs``; a file has one or both. Applying it loads the topology (the one
-named on the command line, else the file's) with the file's ``scale_up`` values in place of the
-topology's (:func:`calibrated_topology`): the topology's scale-up bandwidth must be the file's,
-since the curves are fractions of it; its ``factors`` go to :func:`sim.runner.simulate`
-(:func:`apply_calibration`).
+(with ``runs``) from ``--runs``, ``kernels`` from ``--kernels``; a file has one or more. Applying
+it loads the topology (the one named on the command line, else the file's) with the file's
+``scale_up`` values in place of the topology's (:func:`calibrated_topology`): the topology's
+scale-up bandwidth must be the file's, since the curves are fractions of it; its ``factors``
+and ``kernels`` curves go to :func:`sim.runner.simulate` (:func:`apply_calibration`), which
+puts the curves in place of the workload's GPU's where that is the GPU they were measured on
+(:meth:`sim.costs.factors.KernelCurves.on`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from pathlib import Path
 
 import yaml
 
+from sim.calibrate.kernel_section import KernelSection, parse_kernel_section
 from sim.calibrate.scale_up import CalibratedValue
 from sim.config import load_topology
 from sim.config.fields import read_yaml
@@ -45,7 +52,7 @@ __all__ = ["FORMAT", "FACTOR_BOUNDS", "Calibration", "apply_calibration", "calib
 
 FORMAT = 1
 """The calibration file format (``llmsim_calibration: 1``)."""
-_TOP_KEYS = ("llmsim_calibration", "topology", "scale_up", "logs", "check", "factors", "runs")
+_TOP_KEYS = ("llmsim_calibration", "topology", "scale_up", "logs", "check", "factors", "runs", "kernels")
 FACTOR_BOUNDS = {"compute_efficiency": (0.01, 100.0), "comm_efficiency": (0.01, 100.0), "host_issue_us": (0.0, 1e4)}
 """What a file's factor may be (wider than the fit's bounds, :mod:`sim.calibrate.runs`: a file
 may be written by hand)."""
@@ -57,8 +64,9 @@ _UP_KEYS = ("bandwidth_GBps", "collective_latency_us") + _CURVES
 class Calibration:
     """A calibration: the topology it was made on, its scale-up bandwidth, the values it sets,
     and what it read (``logs``) and how well the result reproduces it (``check``); the factors
-    fitted to measured runs, and those runs (``runs``). Without nccl-tests logs, ``topology``
-    and ``bandwidth_GBps`` are None and ``values`` empty."""
+    fitted to measured runs, and those runs (``runs``); the GPU's curves measured from its
+    kernels (``kernels``). Without nccl-tests logs, ``topology`` and ``bandwidth_GBps`` are None
+    and ``values`` empty."""
 
     path: str
     topology: str | None
@@ -68,6 +76,7 @@ class Calibration:
     check: tuple[dict, ...] = ()
     factors: tuple[CalibratedValue, ...] = ()
     runs: tuple[dict, ...] = ()
+    kernels: KernelSection | None = None
 
     def to_dict(self) -> dict:
         out: dict = {"llmsim_calibration": FORMAT}
@@ -79,19 +88,22 @@ class Calibration:
         if self.factors:
             out["factors"] = {v.key: {"value": v.value, "source": v.source} for v in self.factors}
             out["runs"] = list(self.runs)
+        if self.kernels is not None:
+            out["kernels"] = self.kernels.to_dict()
         return out
 
     def calibration_factors(self) -> CalibrationFactors | None:
-        """The file's factors for :func:`sim.runner.simulate`; None when it has none."""
-        if not self.factors:
+        """The file's factors and kernel curves for :func:`sim.runner.simulate`; None when it has neither."""
+        if not self.factors and self.kernels is None:
             return None
-        return CalibrationFactors.of({v.key: float(v.value) for v in self.factors})  # type: ignore[arg-type]
+        kernels = self.kernels.curves(self.path) if self.kernels is not None else None
+        return CalibrationFactors.of({v.key: float(v.value) for v in self.factors}, kernels)  # type: ignore[arg-type]
 
     def write(self, path: str | Path) -> None:
         """Write the file (YAML, a header comment saying what it is and how it is applied)."""
         head = ("# llmsim calibration, written by `llmsim calibrate`; `llmsim run --calibration FILE` applies its\n"
-                "# scale_up values to the topology and its factors to the cost model (each value says where it came "
-                "from).\n")
+                "# scale_up values to the topology, its factors to the cost model and its kernel curves to the GPU\n"
+                "# they were measured on (each value says where it came from).\n")
         text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None, width=110,
                               allow_unicode=True)
         Path(path).write_text(head + text, encoding="utf-8")
@@ -118,15 +130,16 @@ def load_calibration(path: str) -> Calibration:
     runs = raw.get("runs", [])
     if not isinstance(runs, list):
         raise ConfigError(path, "runs", "a list of the measured runs the factors were fitted to", runs)
-    if "scale_up" not in raw and factors:
-        return Calibration(path, None, None, (), factors=factors, runs=tuple(runs))
+    kernels = parse_kernel_section(path, raw["kernels"]) if "kernels" in raw else None
+    if "scale_up" not in raw and (factors or kernels is not None):
+        return Calibration(path, None, None, (), factors=factors, runs=tuple(runs), kernels=kernels)
     topology = raw.get("topology")
     if not isinstance(topology, str) or not topology:
         raise ConfigError(path, "topology", "the topology preset or file it was calibrated on", topology)
     up = raw.get("scale_up")
     if not isinstance(up, dict):
         raise ConfigError(path, "scale_up", f"a mapping of {list(_UP_KEYS)} (or a file of factors: factors: "
-                          f"{{{', '.join(FACTOR_NAMES)}}})", up)
+                          f"{{{', '.join(FACTOR_NAMES)}}}, or of kernel curves: kernels: {{gpu, curves, ...}})", up)
     for key in up:
         if key not in _UP_KEYS:
             raise ConfigError(path, f"scale_up.{key}", f"one of {list(_UP_KEYS)}", key)
@@ -150,7 +163,7 @@ def load_calibration(path: str) -> Calibration:
         values.append(CalibratedValue(key, value, entry["source"]))
     if not values:
         raise ConfigError(path, "scale_up", f"at least one of {list(_UP_KEYS[1:])}", sorted(up))
-    return Calibration(path, topology, float(bw), tuple(values), factors=factors, runs=tuple(runs))
+    return Calibration(path, topology, float(bw), tuple(values), factors=factors, runs=tuple(runs), kernels=kernels)
 
 
 def _factors(path: str, raw: object) -> tuple[CalibratedValue, ...]:
@@ -230,7 +243,7 @@ def apply_calibration(calibration: str | None, topology: str | None,
     if cal.values:
         topo = calibrated_topology(calibration, topology, notes, cal)
     factors = cal.calibration_factors()
-    if factors is not None:
+    if cal.factors:
         notes.append(f"calibration {calibration}: " + ", ".join(f"{v.key} {v.value:g}" for v in cal.factors)
                      + " (fitted to measured runs by llmsim calibrate --runs; sim/costs/factors.py)")
     return topo, factors

@@ -1,5 +1,5 @@
-"""``llmsim calibrate [--nccl-tests LOG...] [--topology T] [--runs FILE... [--fit LIST]] -o FILE``:
-read, fit, check, write, report.
+"""``llmsim calibrate [--nccl-tests LOG...] [--topology T] [--kernels FILE [--gpu NAME]] [--runs FILE...
+[--fit LIST]] -o FILE``: read, fit, check, write, report.
 
 The first single-node ``all_reduce_perf`` log calibrates the topology's scale-up latency and
 curves (:func:`sim.calibrate.scale_up.fit_scale_up`); the other logs are parsed (bad input is
@@ -8,19 +8,25 @@ all-reduce at each size from 1 MiB up as ``llmsim collective`` does
 (:func:`sim.studies.collective.collective`, ``auto``), and the file's ``check`` list and the
 printed table give the log's bus bandwidth beside the topology's before and after.
 
+The kernels of ``--kernels`` (a kernel table or a profiler trace) become the efficiency
+curves of the GPU they were measured on (:mod:`sim.calibrate.kernel_command`,
+:mod:`sim.calibrate.kernels`), written with the check of every measured kernel.
+
 The runs of ``--runs`` fit the cost model's factors (:mod:`sim.calibrate.runs`), on the
-calibrated topology where the logs calibrated theirs; the file's ``factors`` give each with its
-source and its ``runs`` each run's prediction before and after. A factor on its bound is one
+calibrated topology where the logs calibrated theirs and with the measured kernel curves; the
+file's ``factors`` give each with its source and its ``runs`` each run's prediction before and
+after. A factor on its bound is one
 line, exit 2; a run whose prediction stays over :data:`~sim.calibrate.runs.POOR_FIT` off is a
 warning line (exit 0).
 """
 
 from __future__ import annotations
 
-import re
+import dataclasses
 from collections.abc import Sequence
 
 from sim.calibrate.calibration import Calibration, calibrated_topology, check_rows
+from sim.calibrate.kernel_command import calibrate_kernels, device_word
 from sim.calibrate.nccl_tests import NcclTestsLog, read_nccl_tests
 from sim.calibrate.runs import (
     EFFICIENCY_BOUNDS,
@@ -33,6 +39,7 @@ from sim.calibrate.runs import (
 )
 from sim.calibrate.scale_up import CURVE_FROM_BYTES, CalibratedValue, fit_scale_up
 from sim.config import default_topology_name, load_topology
+from sim.costs.factors import KernelCurves
 from sim.errors import ConfigError
 from sim.output.paths import check_output_path
 from sim.studies.collective import collective
@@ -42,16 +49,14 @@ from sim.units import GBPS
 
 __all__ = ["calibrate", "log_topology", "price_log"]
 
-_GPU_WORDS = (("GB200", "GB200"), ("B200", "B200"), ("H200", "H200"), ("H100", "H100"), ("A100", "A100"))
-"""Words of nccl-tests' device names (``NVIDIA H100 80GB HBM3``) and the GPU each names."""
 
 
 def log_topology(log: NcclTestsLog) -> str:
     """The topology preset of the log's GPU (:func:`sim.config.default_topology_name`)."""
     for device in log.devices:
-        for word, gpu in _GPU_WORDS:
-            if re.search(rf"\b{word}\b", device.replace("-", " ")):
-                return default_topology_name(gpu)
+        word = device_word(device)
+        if word is not None:
+            return default_topology_name(word)
     raise ConfigError("<--topology>", "--topology", f"a topology (the GPUs of {log.name}, {list(log.devices)}, "
                       "have no default one)", None)
 
@@ -76,28 +81,35 @@ def _describe(log: NcclTestsLog) -> str:
 
 
 def calibrate(logs: Sequence[str] | None, topology: str | None, output: str, runs: Sequence[str] | None = None,
-              fit: Sequence[str] | None = None) -> int:
-    """Run ``llmsim calibrate [--nccl-tests LOGS] [--topology T] [--runs RUNS [--fit FIT]] -o OUTPUT``;
-    returns the exit status."""
+              fit: Sequence[str] | None = None, kernels: str | None = None, gpu: str | None = None) -> int:
+    """Run ``llmsim calibrate [--nccl-tests LOGS] [--topology T] [--kernels KERNELS [--gpu GPU]]
+    [--runs RUNS [--fit FIT]] -o OUTPUT``; returns the exit status."""
     check_output_path(output, "--output")
-    if not logs and not runs:
-        raise ConfigError("<calibrate>", "--nccl-tests / --runs", "nccl-tests logs, measured runs or both", None)
+    if not logs and not runs and not kernels:
+        raise ConfigError("<calibrate>", "--nccl-tests / --kernels / --runs", "nccl-tests logs, a kernel table, "
+                          "measured runs, or several of them", None)
     cal = Calibration(output, None, None, ())
     calibrated: tuple[str, TopologySpec] | None = None
+    used: NcclTestsLog | None = None
     if logs:
-        cal = _calibrate_logs(logs, topology, output)
+        cal, used = _calibrate_logs(logs, topology, output)
         assert cal.topology is not None
         calibrated = (cal.topology, calibrated_topology(output, cal.topology, cal=cal))
+    curves: KernelCurves | None = None
+    if kernels:
+        section = calibrate_kernels(kernels, gpu, topology, used)
+        cal = dataclasses.replace(cal, kernels=section)
+        curves = section.curves(output)
     status = 0
     if runs:
-        cal, status = _calibrate_runs(cal, runs, fit, calibrated)
+        cal, status = _calibrate_runs(cal, runs, fit, calibrated, curves)
     cal.write(output)
     print(f"wrote {cal.path} (llmsim run --calibration {cal.path} applies it)")
     return status
 
 
-def _calibrate_logs(logs: Sequence[str], topology: str | None, output: str) -> Calibration:
-    """The nccl-tests part: the calibration of the topology's scale-up, printed."""
+def _calibrate_logs(logs: Sequence[str], topology: str | None, output: str) -> tuple[Calibration, NcclTestsLog]:
+    """The nccl-tests part: the calibration of the topology's scale-up, printed, and the log it is from."""
     parsed = [read_nccl_tests(p) for p in logs]
     used: NcclTestsLog | None = None
     records = []
@@ -130,7 +142,7 @@ def _calibrate_logs(logs: Sequence[str], topology: str | None, output: str) -> C
              "calibrated_busbw_GBps": bw, "error": bw / measured[s] - 1} for s, bw in price_log(used, calibrated)]
     cal = Calibration(output, name, cal.bandwidth_GBps, fit.values, tuple(records), check_rows(rows))
     _print(cal, used, parsed, base, fit.algorithm, rows)
-    return cal
+    return cal, used
 
 
 def _print(cal: Calibration, used: NcclTestsLog, parsed: list[NcclTestsLog], base: TopologySpec, algorithm: str,
@@ -157,20 +169,22 @@ def _print(cal: Calibration, used: NcclTestsLog, parsed: list[NcclTestsLog], bas
 
 
 def _calibrate_runs(cal: Calibration, paths: Sequence[str], names: Sequence[str] | None,
-                    calibrated: tuple[str, TopologySpec] | None) -> tuple[Calibration, int]:
+                    calibrated: tuple[str, TopologySpec] | None,
+                    kernels: KernelCurves | None = None) -> tuple[Calibration, int]:
     """The ``--runs`` part: the factors fitted, printed, and added to ``cal``; the exit status."""
     runs = read_runs(paths, calibrated)
     chosen = tuple(names) if names else default_factors(len(runs))
     files = ", ".join(dict.fromkeys(r.file for r in runs))
     print(f"llmsim calibrate: {len(runs)} measured run{'s' if len(runs) > 1 else ''} from {files}"
-          + (f", on {calibrated[0]} as the nccl-tests logs calibrate it" if calibrated else ""))
+          + (f", on {calibrated[0]} as the nccl-tests logs calibrate it" if calibrated else "")
+          + (f", with {kernels.gpu}'s measured kernel curves (on the runs on it)" if kernels else ""))
     if not names and len(runs) == 1:
         print("  one run determines one factor: fitting compute_efficiency (--fit compute,comm fits more, "
               "from as many runs)")
     elif len(chosen) > len(runs):
         print(f"  warning: {len(chosen)} factors from {len(runs)} run{'s' if len(runs) > 1 else ''}: more unknowns "
               "than equations, the fit is one of many that match")
-    res = fit_runs(runs, chosen)
+    res = fit_runs(runs, chosen, kernels=kernels)
     if res.at_bound:
         bounds = {n: (HOST_ISSUE_BOUNDS_US if n == "host_issue_us" else EFFICIENCY_BOUNDS) for n in res.at_bound}
         raise ConfigError(files, "factors", "factors inside their bounds (the model and the runs disagree more "
@@ -187,9 +201,7 @@ def _calibrate_runs(cal: Calibration, paths: Sequence[str], names: Sequence[str]
     if poor:
         print(f"warning: a poor fit: {len(poor)} of {len(runs)} runs still over {POOR_FIT:.0%} off after the fit "
               f"({', '.join(r.id for r in poor)}): factors this few do not explain them")
-    out = Calibration(cal.path, cal.topology, cal.bandwidth_GBps, cal.values, cal.logs, cal.check, values,
-                      tuple(rows))
-    return out, 0
+    return dataclasses.replace(cal, factors=values, runs=tuple(rows)), 0
 
 
 def _rms(errors: Sequence[float]) -> float:

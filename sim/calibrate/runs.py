@@ -28,7 +28,7 @@ from sim.calibrate.least_squares import Parameter, least_squares
 from sim.config import CaseRecord, default_topology_name, load_case_records, load_topology
 from sim.config.fields import read_yaml
 from sim.config.presets import resolve_preset
-from sim.costs.factors import FACTOR_NAMES, CalibrationFactors
+from sim.costs.factors import FACTOR_NAMES, CalibrationFactors, KernelCurves
 from sim.errors import ConfigError
 from sim.runner import simulate
 from sim.steady import steady_iteration
@@ -225,16 +225,18 @@ class RunsFit:
         return tuple(p / r.measured - 1 for p, r in zip(self.after, self.runs))
 
 
-def fit_runs(runs: Sequence[MeasuredRun], names: Sequence[str], tolerance: float = 1e-7) -> RunsFit:
+def fit_runs(runs: Sequence[MeasuredRun], names: Sequence[str], tolerance: float = 1e-7,
+             kernels: KernelCurves | None = None) -> RunsFit:
     """Fit the factors ``names`` (of :data:`~sim.costs.factors.FACTOR_NAMES`) to ``runs`` by
     bounded least squares on the relative residuals (module docstring), to ``tolerance``
-    (:func:`~sim.calibrate.least_squares.least_squares`)."""
+    (:func:`~sim.calibrate.least_squares.least_squares`), every prediction (those "before"
+    too) with the measured ``kernels`` curves (``llmsim calibrate --kernels``) applied."""
     host_start = host_issue_start_us(runs[0]) if "host_issue_us" in names and runs else 0.0
     params = [_parameter(n, host_start) for n in names]
     predicted: dict[tuple[float, ...], list[float]] = {}
 
     def residuals(values: tuple[float, ...]) -> list[float]:
-        factors = CalibrationFactors.of(dict(zip(names, values)))
+        factors = CalibrationFactors.of(dict(zip(names, values)), kernels)
         p = predicted[values] = [predict(r, factors) for r in runs]
         return [x / r.measured - 1 for x, r in zip(p, runs)]
 
@@ -245,6 +247,6 @@ def fit_runs(runs: Sequence[MeasuredRun], names: Sequence[str], tolerance: float
         residuals(plain)
     at_bound = tuple(n for n in fit.at_bound
                      if not (n == "host_issue_us" and fit.values[names.index(n)] == HOST_ISSUE_BOUNDS_US[0]))
-    return RunsFit(tuple(names), CalibrationFactors.of(dict(zip(names, fit.values))), tuple(runs),
+    return RunsFit(tuple(names), CalibrationFactors.of(dict(zip(names, fit.values)), kernels), tuple(runs),
                    tuple(predicted[plain]), tuple(predicted[fit.values]), fit.evaluations, fit.undetermined,
                    at_bound, start)

@@ -1,9 +1,10 @@
-"""``llmsim calibrate``: measured nccl-tests logs and measured runs in, a calibration file out
+"""``llmsim calibrate``: measured nccl-tests logs, kernel times and runs in, a calibration file out
 (:mod:`sim.calibrate`; ``llmsim run --calibration FILE`` applies it).
 
 ::
 
-    llmsim calibrate [--nccl-tests LOG [LOG ...]] [--topology T] [--runs FILE [FILE ...] [--fit LIST]] -o FILE
+    llmsim calibrate [--nccl-tests LOG [LOG ...]] [--topology T] [--kernels FILE [--gpu NAME]]
+                     [--runs FILE [FILE ...] [--fit LIST]] -o FILE
 """
 
 from __future__ import annotations
@@ -17,15 +18,21 @@ __all__ = ["register"]
 
 def register(sub) -> None:
     """Add ``calibrate`` to ``llmsim``'s subcommands."""
-    cal = sub.add_parser("calibrate", help="measured nccl-tests logs and runs in, a calibration file out "
-                         "(run --calibration)",
+    cal = sub.add_parser("calibrate", help="measured nccl-tests logs, kernel times and runs in, a calibration file "
+                         "out (run --calibration)",
                          description="Derive the topology's scale-up collective latency and efficiency curves from "
-                         "nccl-tests output, fit the cost model's factors to measured runs, and write them, each "
-                         "with its source (docs/calibrate.md).")
+                         "nccl-tests output and the GPU's GEMM and attention efficiency curves from measured kernel "
+                         "times, fit the cost model's factors to measured runs, and write them, each with its source "
+                         "(docs/calibrate.md).")
     cal.add_argument("--nccl-tests", nargs="+", metavar="LOG", help="nccl-tests text output "
                      "(all_reduce_perf of one node calibrates; other logs are read and listed)")
     cal.add_argument("--topology", help="topology YAML or preset the logs calibrate (default: the usual one of the "
                      "logs' GPU)")
+    cal.add_argument("--kernels", metavar="FILE", help="measured kernel times: a CSV table (kind, m, n, k, batch, "
+                     "dtype, time_us; attention rows ...; benchmarks/device/measure_kernels.py writes one) or a "
+                     "PyTorch profiler trace recorded with record_shapes=True (its GEMMs)")
+    cal.add_argument("--gpu", metavar="NAME", help="the GPU --kernels was measured on (default: --topology's GPU, else "
+                     "the nccl-tests logs', else the table's device)")
     cal.add_argument("--runs", nargs="+", metavar="FILE", help="measured runs: workload files with targets "
                      "(iteration_time_s, tflops_per_gpu or tokens_per_s_per_gpu), as the validation cases")
     cal.add_argument("--fit", metavar="LIST", help="the factors to fit to --runs, of compute,comm,host (default: "
@@ -40,4 +47,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     if args.fit is not None and not args.runs:
         raise ConfigError("<--fit>", "--fit", "--runs FILE ... (the runs the factors are fitted to)", args.fit)
-    return calibrate(args.nccl_tests, args.topology, args.output, args.runs, parse_fit(args.fit))
+    if args.gpu is not None and not args.kernels:
+        raise ConfigError("<--gpu>", "--gpu", "--kernels FILE (the kernel times measured on that GPU)", args.gpu)
+    return calibrate(args.nccl_tests, args.topology, args.output, args.runs, parse_fit(args.fit), args.kernels,
+                     args.gpu)

@@ -89,7 +89,7 @@ def _case_calibration(args: argparse.Namespace, notes: list[str]):
         notes.append(f"calibration {args.calibration}: its scale_up values apply to the cases on {cal.topology}; "
                      "the others keep their topology's")
     factors = cal.calibration_factors()
-    if factors is not None:
+    if cal.factors:
         notes.append(f"calibration {args.calibration}: " + ", ".join(f"{v.key} {v.value:g}" for v in cal.factors)
                      + " on every case (fitted to measured runs by llmsim calibrate --runs; sim/costs/factors.py)")
     return CaseCalibration(cal.topology, topology, factors)

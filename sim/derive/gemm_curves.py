@@ -19,6 +19,8 @@ from pathlib import Path
 
 from sim.workload.ops import AttentionOp
 
+__all__ = ["LAUNCH_S", "PEAK", "achieved_efficiency", "attention_flops", "binned", "derive_curves"]
+
 LAUNCH_S = 2e-6
 """The launch gap taken off every measured kernel time."""
 PEAK = {"bf16": 989e12, "fp8": 1979e12}
@@ -28,6 +30,13 @@ PEAK = {"bf16": 989e12, "fp8": 1979e12}
 def attention_flops(r: dict, backward: bool) -> float:
     """FLOPs of a measured attention kernel (a row of the ``attention`` list) as llmsim counts them."""
     return AttentionOp(r["batch"], r["heads"], r["kv_heads"], r["seq"], r["head_dim"], r["causal"], backward).flops
+
+
+def achieved_efficiency(flops: float, time_s: float, peak_flops_per_s: float, launch_s: float = LAUNCH_S) -> float:
+    """The fraction of ``peak_flops_per_s`` a kernel of ``flops`` reached in ``time_s``, the
+    launch gap ``launch_s`` taken off: ``flops / ((time_s - launch_s) x peak)``, the inverse of
+    the compute term of :func:`sim.costs.compute.gemm_time_s`."""
+    return flops / ((time_s - launch_s) * peak_flops_per_s)
 
 
 def binned(pairs: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -49,13 +58,13 @@ def derive_curves(path: str | Path) -> dict[str, list[tuple[float, float]]]:
     out = {}
     for dt, peak in PEAK.items():
         out[f"gemm_{dt}"] = binned(
-            (f, f / ((r["median_s"] - LAUNCH_S) * peak))
+            (f, achieved_efficiency(f, r["median_s"], peak))
             for r in d["gemms"] if r["dtype"] == dt and "median_s" in r
             for f in [2.0 * r["batch"] * r["m"] * r["n"] * r["k"]])
     for backend, prefix in (("cudnn", "attention"), ("flash", "attention_flash2")):
         for key, bwd in ((f"{prefix}_fwd", False), (f"{prefix}_bwd", True)):
             out[key] = binned(
-                (f, f / ((r["bwd_s" if bwd else "fwd_s"] - LAUNCH_S) * PEAK["bf16"]))
+                (f, achieved_efficiency(f, r["bwd_s" if bwd else "fwd_s"], PEAK["bf16"]))
                 for r in d["attention"] if r["backend"] == backend and "fwd_s" in r
                 for f in [attention_flops(r, bwd)])
     return out
