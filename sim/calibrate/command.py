@@ -194,8 +194,10 @@ def _calibrate_runs(cal: Calibration, paths: Sequence[str], names: Sequence[str]
     values = _factor_values(res, files)
     rows = [{"file": r.file, "id": r.id, "metric": r.metric, "measured": r.measured,
              "predicted_before": round(b, 6), "predicted_after": round(a, 6), "error_before": round(eb, 4),
-             "error_after": round(ea, 4)}
-            for r, b, a, eb, ea in zip(res.runs, res.before, res.after, res.errors_before, res.errors_after)]
+             "error_after": round(ea, 4),
+             "predicted_left_out": None if lo is None else round(r.measured * (1 + lo), 6)}
+            for r, b, a, eb, ea, lo in zip(res.runs, res.before, res.after, res.errors_before, res.errors_after,
+                                           res.left_out or (None,) * len(res.runs))]
     _print_runs(res)
     poor = [r for r, e in zip(res.runs, res.errors_after) if abs(e) > POOR_FIT]
     if poor:

@@ -10,6 +10,13 @@ space, so that a step halves or doubles it alike; an additive one (a time floor)
 
 A parameter whose column of the first Jacobian is zero (the residuals do not depend on it at
 the start) is left at its start and reported as undetermined.
+
+Each residual's *leverage* at the solution, ``h_ii`` of the hat matrix ``J (J^T J)^-1 J^T``
+over the fitted parameters' columns of the Jacobian, says how much that residual pulled the
+fit toward itself; ``r_i / (1 - h_ii)`` is the residual the fit would leave at point ``i``
+fitted without it (the PRESS residual: Allen 1974, "The Relationship Between Variable Selection
+and Data Augmentation and a Method for Prediction", Technometrics 16:125; exact for a linear
+model, to first order here).
 """
 
 from __future__ import annotations
@@ -20,12 +27,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Parameter", "LeastSquaresFit", "least_squares"]
+__all__ = ["Parameter", "LeastSquaresFit", "least_squares", "leverages"]
 
 STEP_LOG = 1e-3
 """Forward-difference step of a log-space parameter (0.1% of its value)."""
 ZERO_COLUMN = 1e-9
 """A Jacobian column whose largest entry is below this is zero (the residuals are relative)."""
+LEVERAGE_ONE = 1e-6
+"""A leverage within this of 1 is 1: the point alone determines a parameter."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,15 @@ class LeastSquaresFit:
     """Parameters that ended on one of their bounds."""
     undetermined: tuple[str, ...]
     """Parameters the residuals do not depend on (left at their start)."""
+    leverages: tuple[float, ...] = ()
+    """Each residual's leverage at the solution (module docstring); 0 where no parameter was fitted."""
+
+    @property
+    def left_out_residuals(self) -> tuple[float | None, ...]:
+        """Each residual as the fit without its point would leave it, ``r_i / (1 - h_ii)``
+        (module docstring); None where the point alone determines a parameter (``h_ii`` = 1)."""
+        return tuple(None if h > 1.0 - LEVERAGE_ONE else r / (1.0 - h)
+                     for r, h in zip(self.residuals, self.leverages or (0.0,) * len(self.residuals)))
 
 
 def least_squares(residuals: Callable[[tuple[float, ...]], Sequence[float]], params: Sequence[Parameter], *,
@@ -126,4 +144,18 @@ def least_squares(residuals: Callable[[tuple[float, ...]], Sequence[float]], par
     at_bound = tuple(p.name for j, p in enumerate(params)
                      if free[j] and (abs(z[j] - lo[j]) <= 1e-9 or abs(z[j] - hi[j]) <= 1e-9))
     return LeastSquaresFit(tuple(p.from_z(float(v)) for p, v in zip(params, z)), tuple(float(x) for x in start_r),
-                           tuple(float(x) for x in r), evaluations, at_bound, undetermined)
+                           tuple(float(x) for x in r), evaluations, at_bound, undetermined,
+                           leverages(jac[:, free]))
+
+
+def leverages(jac: np.ndarray) -> tuple[float, ...]:
+    """The diagonal of the hat matrix ``J (J^T J)^+ J^T`` of the Jacobian ``jac`` (rows:
+    residuals, columns: fitted parameters; none: every leverage 0).
+
+    >>> [round(h, 6) for h in leverages(np.ones((4, 1)))]  # one scale over four points: 1/4 each
+    [0.25, 0.25, 0.25, 0.25]
+    """
+    if jac.size == 0:
+        return (0.0,) * jac.shape[0]
+    hat = jac @ np.linalg.pinv(jac.T @ jac) @ jac.T
+    return tuple(float(min(max(h, 0.0), 1.0)) for h in np.diag(hat))

@@ -215,6 +215,10 @@ class RunsFit:
     """Factors that ended on a bound (a host floor fitted down to 0 is not one: module docstring)."""
     starts: tuple[float, ...] = ()
     """Each factor's start, in file units (:data:`~sim.costs.factors.FACTOR_NAMES`)."""
+    left_out: tuple[float | None, ...] = ()
+    """Each run's relative error (``predicted / measured - 1``) as the fit without it would
+    leave it (:attr:`~sim.calibrate.least_squares.LeastSquaresFit.left_out_residuals`); None
+    where the run alone determines a factor."""
 
     @property
     def errors_before(self) -> tuple[float, ...]:
@@ -249,4 +253,4 @@ def fit_runs(runs: Sequence[MeasuredRun], names: Sequence[str], tolerance: float
                      if not (n == "host_issue_us" and fit.values[names.index(n)] == HOST_ISSUE_BOUNDS_US[0]))
     return RunsFit(tuple(names), CalibrationFactors.of(dict(zip(names, fit.values)), kernels), tuple(runs),
                    tuple(predicted[plain]), tuple(predicted[fit.values]), fit.evaluations, fit.undetermined,
-                   at_bound, start)
+                   at_bound, start, fit.left_out_residuals)

@@ -67,8 +67,8 @@ def register(sub) -> None:
                      "llmsim.<rank>.et for every rank and llmsim.comm_groups.json (needs pip install "
                      "'llmsim[chakra]'; docs/interop.md)")
     add_calibration_option(run, "its scale_up values to the topology (--topology's, else the one the file was "
-                           "calibrated on), its factors to the cost model; the interval from its runs' residuals "
-                           "after the fit where it has two or more")
+                           "calibrated on), its factors to the cost model; the interval from its runs' left-out "
+                           "residuals where it has five or more")
     add_megatron_options(run)
     run.set_defaults(func=_cmd_run)
     add_budget_option(run)
@@ -122,8 +122,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _with_interval(report, args: argparse.Namespace, generation):
     """``report`` with its iteration time's interval: with a ``--calibration`` of fitted factors,
-    from its runs' residuals after the fit (:func:`sim.studies.intervals.calibration_band`);
-    else, or where it has fewer than two runs (the line says so), from the validation residuals
+    from its runs' left-out residuals (:func:`sim.studies.intervals.calibration_band`);
+    else, or where it has fewer than :data:`~sim.studies.intervals.MIN_CALIBRATION_RUNS` runs with
+    them (the line says so), from the validation residuals
     of runs of the workload's stack on its GPU generation (:mod:`sim.studies.intervals`)."""
     import dataclasses
 
@@ -139,8 +140,9 @@ def _with_interval(report, args: argparse.Namespace, generation):
             own = calibration_band(cal.runs, args.calibration)
             if own is not None:
                 return dataclasses.replace(report, interval=own.time_interval(report.iteration_time_s))
-            note = (f"calibration {args.calibration} has {len(cal.runs)} fitted run{'' if len(cal.runs) == 1 else 's'}"
-                    f", its own interval needs {MIN_CALIBRATION_RUNS}")
+            have = sum(1 for r in cal.runs if isinstance(r, dict) and r.get("predicted_left_out") is not None)
+            note = (f"calibration {args.calibration} has {have} fitted run{'' if have == 1 else 's'} with a left-out "
+                    f"residual, its own interval needs {MIN_CALIBRATION_RUNS}")
     band = run_band(workload_stack_name(args), generation)
     return dataclasses.replace(report, interval=band.time_interval(report.iteration_time_s, note))
 

@@ -50,7 +50,7 @@ def register(sub) -> None:
     swp.add_argument("--case", metavar="ID", help="the case to use from a file of several")
     add_calibration_option(swp, "its scale_up values to the topology (--topology's, else the one the file was "
                            "calibrated on), its factors to every configuration's simulation; the ties from its runs' "
-                           "residuals after the fit where it has two or more")
+                           "left-out residuals where it has five or more")
     swp.set_defaults(func=_cmd_sweep)
     add_budget_option(swp)
 

@@ -117,7 +117,9 @@ def test_one_run_fits_compute_efficiency_alone_and_says_so(tmp_path, capsys):
     assert main(["calibrate", "--runs", str(path), "-o", str(tmp_path / "cal.yaml")]) == 0
     printed = capsys.readouterr().out
     assert "one run determines one factor" in printed and "comm_efficiency" not in printed
-    assert [f.key for f in load_calibration(str(tmp_path / "cal.yaml")).factors] == ["compute_efficiency"]
+    cal = load_calibration(str(tmp_path / "cal.yaml"))
+    assert [f.key for f in cal.factors] == ["compute_efficiency"]
+    assert cal.runs[0]["predicted_left_out"] is None  # the run alone sets the factor: nothing is left out
 
 
 def test_a_poor_fit_is_a_warning_not_an_error(tmp_path, capsys):
@@ -127,7 +129,12 @@ def test_a_poor_fit_is_a_warning_not_an_error(tmp_path, capsys):
     path.write_text(yaml.safe_dump(cases))
     assert main(["calibrate", "--runs", str(path), "--fit", "compute", "-o", str(tmp_path / "cal.yaml")]) == 0
     assert "warning: a poor fit" in capsys.readouterr().out
-    assert (tmp_path / "cal.yaml").exists()
+    runs = load_calibration(str(tmp_path / "cal.yaml")).runs
+    # each run as the factor fitted to the other run predicts it: further off than after the fit of both,
+    # and on the same side (a run the fit pulled toward itself)
+    for r in runs:
+        left_out, after = r["predicted_left_out"] / r["measured"] - 1, r["error_after"]
+        assert abs(left_out) > abs(after) and left_out * after > 0
 
 
 def _one_error_line(capsys) -> str:
