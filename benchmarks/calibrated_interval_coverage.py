@@ -91,10 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     out = [coverage(by_source, k, args.draws, args.seed) for k in SIZES]
     print(f"{len(rows)} rows of {len(by_source)} sources ({args.validation}); nominal "
           f"{HIGH_QUANTILE - LOW_QUANTILE:.0%}")
-    print(f"{'runs':>4}  {'unseen rows':>11}  {'after fit':>9}  {'left out':>8}  {'width after':>11}  {'width left out':>14}")
+    print(f"{'runs':>4}  {'unseen rows':>11}  {'after fit':>9}  {'left out':>8}  {'width after':>11}  "
+          f"{'width left out':>14}")
     for o in out:
         print(f"{o['calibration_runs']:>4}  {o['unseen_rows']:>11}  {o['after_fit_coverage']:>9.0%}  "
-              f"{o['left_out_coverage']:>8.0%}  x{o['after_fit_median_width']:>10.3f}  x{o['left_out_median_width']:>13.3f}")
+              f"{o['left_out_coverage']:>8.0%}  x{o['after_fit_median_width']:>10.3f}  "
+              f"x{o['left_out_median_width']:>13.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0
