@@ -8,8 +8,13 @@ A calibration file is YAML::
       bandwidth_GBps: 300         # what the efficiencies are fractions of (checked, not set)
       collective_latency_us: {value: 30.45, source: "a100.log: ..."}
       efficiency_by_size_bytes: {value: [[1048576, 0.4452], ...], source: "a100.log: ..."}
-    logs: [...]                   # what was read, and which logs were not used and why
-    check: [...]                  # the log's bus bandwidth and the calibrated topology's, size by size
+    scale_out:
+      nics_per_node: 8            # the NICs the efficiencies are fractions of (checked, not set)
+      nic_bandwidth_Gbps: 400
+      latency_us: {value: 27.54, source: "2node.log: ..."}
+      efficiency_by_size_bytes: {value: [[1048576, 0.0357], ...], source: "2node.log: ..."}
+    logs: [...]                   # what was read: which log calibrated what, which are checks, which not used and why
+    check: [...]                  # each log's bus bandwidth and the topology's before and after, size by size
     factors:                      # llmsim calibrate --runs (sim.costs.factors)
       compute_efficiency: {value: 0.87, source: "least squares over 3 runs (runs.yaml: ...): ..."}
     runs: [...]                   # each measured run, its prediction before and after the fit
@@ -18,11 +23,12 @@ A calibration file is YAML::
       curves: {gemm_bf16: {value: [[1073741824.0, 0.288], ...], source: "kernels.csv: ..."}, ...}
       check: [...]                # each measured kernel's time, the catalogue's and the calibrated GPU's
 
-``scale_up`` (with ``topology`` and ``logs``, ``check``) comes from ``--nccl-tests``, ``factors``
-(with ``runs``) from ``--runs``, ``kernels`` from ``--kernels``; a file has one or more. Applying
-it loads the topology (the one named on the command line, else the file's) with the file's
-``scale_up`` values in place of the topology's (:func:`calibrated_topology`): the topology's
-scale-up bandwidth must be the file's, since the curves are fractions of it; its ``factors``
+``scale_up`` and ``scale_out`` (with ``topology`` and ``logs``, ``check``) come from
+``--nccl-tests``, ``factors`` (with ``runs``) from ``--runs``, ``kernels`` from ``--kernels``; a
+file has one or more. Applying it loads the topology (the one named on the command line, else
+the file's) with the file's ``scale_up`` and ``scale_out`` values in place of the topology's
+(:func:`calibrated_topology`): the topology's scale-up bandwidth, and its NICs per node and
+their bandwidth, must be the file's, since the curves are fractions of them; its ``factors``
 and ``kernels`` curves go to :func:`sim.runner.simulate` (:func:`apply_calibration`), which
 puts the curves in place of the workload's GPU's where that is the GPU they were measured on
 (:meth:`sim.costs.factors.KernelCurves.on`).
@@ -41,23 +47,25 @@ from sim.calibrate.kernel_section import KernelSection, parse_kernel_section
 from sim.calibrate.scale_up import CalibratedValue
 from sim.config import load_topology
 from sim.config.fields import read_yaml
-from sim.config.topology import MAX_LATENCY_US, MAX_MESSAGE_BYTES
+from sim.config.topology import MAX_BANDWIDTH, MAX_LATENCY_US, MAX_MESSAGE_BYTES
 from sim.costs.factors import FACTOR_NAMES, CalibrationFactors
 from sim.errors import ConfigError, Described
-from sim.topology.spec import TopologySpec
-from sim.units import GBPS
+from sim.topology.spec import FabricKind, TopologySpec
+from sim.units import GBIT_PER_S, GBPS
 
 __all__ = ["FORMAT", "FACTOR_BOUNDS", "Calibration", "apply_calibration", "calibrated_topology", "load_calibration",
            "topology_option"]
 
 FORMAT = 1
 """The calibration file format (``llmsim_calibration: 1``)."""
-_TOP_KEYS = ("llmsim_calibration", "topology", "scale_up", "logs", "check", "factors", "runs", "kernels")
+_TOP_KEYS = ("llmsim_calibration", "topology", "scale_up", "scale_out", "logs", "check", "factors", "runs",
+             "kernels")
 FACTOR_BOUNDS = {"compute_efficiency": (0.01, 100.0), "comm_efficiency": (0.01, 100.0), "host_issue_us": (0.0, 1e4)}
 """What a file's factor may be (wider than the fit's bounds, :mod:`sim.calibrate.runs`: a file
 may be written by hand)."""
 _CURVES = ("efficiency_by_size_bytes", "nvls_efficiency_by_size_bytes")
 _UP_KEYS = ("bandwidth_GBps", "collective_latency_us") + _CURVES
+_OUT_KEYS = ("nics_per_node", "nic_bandwidth_Gbps", "latency_us", "efficiency_by_size_bytes")
 
 
 @dataclass(frozen=True)
@@ -65,8 +73,9 @@ class Calibration:
     """A calibration: the topology it was made on, its scale-up bandwidth, the values it sets,
     and what it read (``logs``) and how well the result reproduces it (``check``); the factors
     fitted to measured runs, and those runs (``runs``); the GPU's curves measured from its
-    kernels (``kernels``). Without nccl-tests logs, ``topology`` and ``bandwidth_GBps`` are None
-    and ``values`` empty."""
+    kernels (``kernels``). ``values`` are the ``scale_up`` values (of ``bandwidth_GBps``),
+    ``scale_out`` the ``scale_out`` values (of ``nics_per_node`` NICs of ``nic_bandwidth_Gbps``);
+    without nccl-tests logs, ``topology`` is None and both are empty."""
 
     path: str
     topology: str | None
@@ -77,14 +86,26 @@ class Calibration:
     factors: tuple[CalibratedValue, ...] = ()
     runs: tuple[dict, ...] = ()
     kernels: KernelSection | None = None
+    scale_out: tuple[CalibratedValue, ...] = ()
+    nics_per_node: int | None = None
+    nic_bandwidth_Gbps: float | None = None
+
+    @property
+    def sets_topology(self) -> bool:
+        """Whether the file sets topology values (``scale_up`` or ``scale_out``)."""
+        return bool(self.values or self.scale_out)
 
     def to_dict(self) -> dict:
         out: dict = {"llmsim_calibration": FORMAT}
-        if self.values:
-            out.update({"topology": self.topology,
-                        "scale_up": {"bandwidth_GBps": self.bandwidth_GBps,
-                                     **{v.key: {"value": v.value, "source": v.source} for v in self.values}},
-                        "logs": list(self.logs), "check": list(self.check)})
+        if self.sets_topology:
+            out["topology"] = self.topology
+            if self.values:
+                out["scale_up"] = {"bandwidth_GBps": self.bandwidth_GBps,
+                                   **{v.key: {"value": v.value, "source": v.source} for v in self.values}}
+            if self.scale_out:
+                out["scale_out"] = {"nics_per_node": self.nics_per_node, "nic_bandwidth_Gbps": self.nic_bandwidth_Gbps,
+                                    **{v.key: {"value": v.value, "source": v.source} for v in self.scale_out}}
+            out.update({"logs": list(self.logs), "check": list(self.check)})
         if self.factors:
             out["factors"] = {v.key: {"value": v.value, "source": v.source} for v in self.factors}
             out["runs"] = list(self.runs)
@@ -102,17 +123,20 @@ class Calibration:
     def write(self, path: str | Path) -> None:
         """Write the file (YAML, a header comment saying what it is and how it is applied)."""
         head = ("# llmsim calibration, written by `llmsim calibrate`; `llmsim run --calibration FILE` applies its\n"
-                "# scale_up values to the topology, its factors to the cost model and its kernel curves to the GPU\n"
-                "# they were measured on (each value says where it came from).\n")
+                "# scale_up and scale_out values to the topology, its factors to the cost model and its kernel curves\n"
+                "# to the GPU they were measured on (each value says where it came from).\n")
         text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None, width=110,
                               allow_unicode=True)
         Path(path).write_text(head + text, encoding="utf-8")
 
     def overrides(self) -> list[str]:
-        """The values as ``scale_up.KEY=VALUE`` topology overrides (:func:`sim.config.load_topology`)."""
-        out = [f"scale_up.{v.key}={json.dumps(v.value)}" for v in self.values]
-        if any(v.key == "efficiency_by_size_bytes" for v in self.values):
-            out.append("scale_up.efficiency=null")  # the curve replaces a constant efficiency
+        """The values as ``scale_up.KEY=VALUE`` and ``scale_out.KEY=VALUE`` topology overrides
+        (:func:`sim.config.load_topology`)."""
+        out = []
+        for section, values in (("scale_up", self.values), ("scale_out", self.scale_out)):
+            out += [f"{section}.{v.key}={json.dumps(v.value)}" for v in values]
+            if any(v.key == "efficiency_by_size_bytes" for v in values):
+                out.append(f"{section}.efficiency=null")  # the curve replaces a constant efficiency
         return out
 
 
@@ -130,12 +154,25 @@ def load_calibration(path: str) -> Calibration:
     runs = raw.get("runs", [])
     if not isinstance(runs, list):
         raise ConfigError(path, "runs", "a list of the measured runs the factors were fitted to", runs)
+    logs, check = raw.get("logs", []), raw.get("check", [])
+    for key, listed in (("logs", logs), ("check", check)):
+        if not (isinstance(listed, list) and all(isinstance(x, dict) for x in listed)):
+            raise ConfigError(path, key, "a list of mappings (what llmsim calibrate read, and how well the result "
+                              "reproduces it)", listed)
     kernels = parse_kernel_section(path, raw["kernels"]) if "kernels" in raw else None
-    if "scale_up" not in raw and (factors or kernels is not None):
+    if "scale_up" not in raw and "scale_out" not in raw and (factors or kernels is not None):
         return Calibration(path, None, None, (), factors=factors, runs=tuple(runs), kernels=kernels)
     topology = raw.get("topology")
     if not isinstance(topology, str) or not topology:
         raise ConfigError(path, "topology", "the topology preset or file it was calibrated on", topology)
+    out, nics, nic_bw = _scale_out(path, raw["scale_out"]) if "scale_out" in raw else ((), None, None)
+
+    def made(bw: float | None, values: tuple[CalibratedValue, ...]) -> Calibration:
+        return Calibration(path, topology, bw, values, tuple(logs), tuple(check), factors=factors, runs=tuple(runs),
+                           kernels=kernels, scale_out=out, nics_per_node=nics, nic_bandwidth_Gbps=nic_bw)
+
+    if out and "scale_up" not in raw:
+        return made(None, ())
     up = raw.get("scale_up")
     if not isinstance(up, dict):
         raise ConfigError(path, "scale_up", f"a mapping of {list(_UP_KEYS)} (or a file of factors: factors: "
@@ -163,7 +200,41 @@ def load_calibration(path: str) -> Calibration:
         values.append(CalibratedValue(key, value, entry["source"]))
     if not values:
         raise ConfigError(path, "scale_up", f"at least one of {list(_UP_KEYS[1:])}", sorted(up))
-    return Calibration(path, topology, float(bw), tuple(values), factors=factors, runs=tuple(runs), kernels=kernels)
+    return made(float(bw), tuple(values))
+
+
+def _scale_out(path: str, out: object) -> tuple[tuple[CalibratedValue, ...], int | None, float | None]:
+    """A file's ``scale_out`` section: its values, and the NICs per node and their bandwidth (Gb/s)."""
+    if not isinstance(out, dict):
+        raise ConfigError(path, "scale_out", f"a mapping of {list(_OUT_KEYS)}", out)
+    for key in out:
+        if key not in _OUT_KEYS:
+            raise ConfigError(path, f"scale_out.{key}", f"one of {list(_OUT_KEYS)}", key)
+    nics = out.get("nics_per_node")
+    if isinstance(nics, bool) or not isinstance(nics, int) or nics < 1:
+        raise ConfigError(path, "scale_out.nics_per_node", "a positive number of NICs per node", nics)
+    bw = out.get("nic_bandwidth_Gbps")
+    if isinstance(bw, bool) or not isinstance(bw, (int, float)) or not 0 < bw <= MAX_BANDWIDTH:
+        raise ConfigError(path, "scale_out.nic_bandwidth_Gbps", f"a positive bandwidth (Gb/s) of at most "
+                          f"{MAX_BANDWIDTH:g}", bw)
+    values = []
+    for key in _OUT_KEYS[2:]:
+        if key not in out:
+            continue
+        entry = out[key]
+        field = f"scale_out.{key}"
+        if not (isinstance(entry, dict) and set(entry) == {"value", "source"} and isinstance(entry["source"], str)):
+            raise ConfigError(path, field, "{value: ..., source: 'where it came from'}", entry)
+        value = entry["value"]
+        if key == "latency_us":
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LATENCY_US:
+                raise ConfigError(path, f"{field}.value", f"a latency from 0 to {MAX_LATENCY_US:g} us", value)
+        else:
+            _check_curve(path, f"{field}.value", value)
+        values.append(CalibratedValue(key, value, entry["source"]))
+    if not values:
+        raise ConfigError(path, "scale_out", f"at least one of {list(_OUT_KEYS[2:])}", sorted(out))
+    return tuple(values), nics, float(bw)
 
 
 def _factors(path: str, raw: object) -> tuple[CalibratedValue, ...]:
@@ -210,16 +281,30 @@ def calibrated_topology(path: str, topology: str | None, notes: list[str] | None
     """
     cal = cal or load_calibration(path)
     name = topology or cal.topology
-    assert name is not None and cal.bandwidth_GBps is not None, "a calibration with scale_up values"
+    assert name is not None and cal.sets_topology, "a calibration with scale_up or scale_out values"
     base = load_topology(name)
-    have = base.scale_up.link.bandwidth_bytes_per_s / GBPS
-    if abs(have - cal.bandwidth_GBps) > 1e-9 * cal.bandwidth_GBps:
-        raise ConfigError(path, "scale_up.bandwidth_GBps", f"the topology's: {name} has {have:g} GB/s per GPU per "
-                          "direction, and the calibration's efficiencies are fractions of its own (calibrate on "
-                          f"{name}: llmsim calibrate --topology {name})", cal.bandwidth_GBps)
+    if cal.values:
+        assert cal.bandwidth_GBps is not None
+        have = base.scale_up.link.bandwidth_bytes_per_s / GBPS
+        if abs(have - cal.bandwidth_GBps) > 1e-9 * cal.bandwidth_GBps:
+            raise ConfigError(path, "scale_up.bandwidth_GBps", f"the topology's: {name} has {have:g} GB/s per GPU per "
+                              "direction, and the calibration's efficiencies are fractions of its own (calibrate on "
+                              f"{name}: llmsim calibrate --topology {name})", cal.bandwidth_GBps)
+    if cal.scale_out:
+        assert cal.nic_bandwidth_Gbps is not None
+        nic = base.scale_out.nic.bandwidth_bytes_per_s / GBIT_PER_S
+        if base.scale_out.kind is FabricKind.NONE or base.scale_out.nics_per_node != cal.nics_per_node or abs(
+                nic - cal.nic_bandwidth_Gbps) > 1e-9 * cal.nic_bandwidth_Gbps:
+            raise ConfigError(path, "scale_out", f"the topology's NICs: {name} has {base.scale_out.nics_per_node} x "
+                              f"{nic:g} Gb/s per node ({base.scale_out.kind.value}), and the calibration's "
+                              "efficiencies are fractions of its own (calibrate on "
+                              f"{name}: llmsim calibrate --topology {name})",
+                              f"{cal.nics_per_node} x {cal.nic_bandwidth_Gbps:g} Gb/s")
     topo = load_topology(name, cal.overrides())
     if notes is not None:
-        notes.append(f"calibration {path}: {name} with scale_up {', '.join(v.key for v in cal.values)} from "
+        parts = [f"{section} {', '.join(v.key for v in values)}"
+                 for section, values in (("scale_up", cal.values), ("scale_out", cal.scale_out)) if values]
+        notes.append(f"calibration {path}: {name} with {' and '.join(parts)} from "
                      "llmsim calibrate (each value's source is in the file)")
     return topo
 
@@ -228,7 +313,7 @@ def topology_option(calibration: str | None, topology: str | None,
                     notes: list[str]) -> str | TopologySpec | None:
     """What a command's ``--topology`` stands for once ``--calibration`` is applied: ``topology``
     itself without a calibration, the calibrated topology with one (the topology itself when
-    the file has no scale_up values)."""
+    the file has no scale_up or scale_out values)."""
     return apply_calibration(calibration, topology, notes)[0]
 
 
@@ -240,7 +325,7 @@ def apply_calibration(calibration: str | None, topology: str | None,
         return topology, None
     cal = load_calibration(calibration)
     topo: str | TopologySpec | None = topology
-    if cal.values:
+    if cal.sets_topology:
         topo = calibrated_topology(calibration, topology, notes, cal)
     factors = cal.calibration_factors()
     if cal.factors:

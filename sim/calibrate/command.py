@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from sim.calibrate.calibration import Calibration, calibrated_topology, check_rows
 from sim.calibrate.kernel_command import calibrate_kernels, device_word
 from sim.calibrate.nccl_tests import NcclTestsLog, read_nccl_tests
+from sim.calibrate.pricing import PRICED, log_busbw_GBps, placement, price_busbw_GBps
 from sim.calibrate.runs import (
     EFFICIENCY_BOUNDS,
     HOST_ISSUE_BOUNDS_US,
@@ -37,14 +38,13 @@ from sim.calibrate.runs import (
     fit_runs,
     read_runs,
 )
+from sim.calibrate.scale_out import fit_scale_out
 from sim.calibrate.scale_up import CURVE_FROM_BYTES, CalibratedValue, fit_scale_up
 from sim.config import default_topology_name, load_topology
 from sim.costs.factors import KernelCurves
 from sim.errors import ConfigError
 from sim.output.paths import check_output_path
-from sim.studies.collective import collective
 from sim.topology.spec import TopologySpec
-from sim.types import CollectiveKind
 from sim.units import GBPS
 
 __all__ = ["calibrate", "log_topology", "price_log"]
@@ -61,16 +61,13 @@ def log_topology(log: NcclTestsLog) -> str:
                       "have no default one)", None)
 
 
-def price_log(log: NcclTestsLog, topology: TopologySpec) -> list[tuple[int, float]]:
-    """(size, bus bandwidth in GB/s) of the log's all-reduce on ``topology`` at each size from 1 MiB up."""
-    return [(r.size_bytes, collective(topology, CollectiveKind.ALL_REDUCE, r.size_bytes, log.ranks).busbw_bytes_per_s
-             / 1e9) for r in log.rows if r.size_bytes >= CURVE_FROM_BYTES]
-
-
-def _log_busbw(log: NcclTestsLog) -> dict[int, float]:
-    """The log's bus bandwidth (GB/s) at each size, from the faster time (nccl-tests' formula)."""
-    factor = 2.0 * (log.ranks - 1) / log.ranks
-    return {r.size_bytes: r.size_bytes / (r.best_time_us * 1e-6) * factor / 1e9 for r in log.rows}
+def price_log(log: NcclTestsLog, topology: TopologySpec, name: str | None = None) -> list[tuple[int, float]]:
+    """(size, bus bandwidth in GB/s) of the log's collective on ``topology`` at each size from 1 MiB
+    up, at the log's placement (:mod:`sim.calibrate.pricing`; ``name``: what the user called the topology)."""
+    where = placement(log, topology, name or topology.name)
+    kind = PRICED[log.collective]
+    return [(r.size_bytes, price_busbw_GBps(kind, r.size_bytes, where, topology)) for r in log.rows
+            if r.size_bytes >= CURVE_FROM_BYTES]
 
 
 def _describe(log: NcclTestsLog) -> str:
@@ -108,64 +105,130 @@ def calibrate(logs: Sequence[str] | None, topology: str | None, output: str, run
     return status
 
 
-def _calibrate_logs(logs: Sequence[str], topology: str | None, output: str) -> tuple[Calibration, NcclTestsLog]:
-    """The nccl-tests part: the calibration of the topology's scale-up, printed, and the log it is from."""
-    parsed = [read_nccl_tests(p) for p in logs]
-    used: NcclTestsLog | None = None
-    records = []
+def _roles(parsed: list[NcclTestsLog]) -> tuple[list[str | None], list[str | None]]:
+    """What each log does: ``scale_up`` (the first all-reduce of one node), ``scale_out`` (the
+    first all-reduce across nodes), ``check`` (any other log of a collective the simulator
+    prices), or None with the reason it is not used."""
+    roles: list[str | None] = []
+    whys: list[str | None] = []
+    taken: dict[str, str] = {}
     for log in parsed:
-        why = None
-        if log.collective != "all_reduce":
-            why = f"{log.collective}_perf: only all_reduce_perf calibrates the scale-up curves"
-        elif log.nodes > 1:
-            why = f"{log.nodes} nodes: only a one-node all_reduce_perf calibrates the scale-up curves"
-        elif used is not None:
-            why = f"one all_reduce_perf log calibrates the scale-up curves: {used.name} does"
+        role = why = None
+        if log.collective == "all_reduce":
+            role = "scale_up" if log.nodes == 1 else "scale_out"
+            if role in taken:
+                role = "check"
+        elif log.collective in PRICED:
+            role = "check"
         else:
-            used = log
+            why = f"{log.collective}_perf: the simulator does not price it (it prices {', '.join(PRICED)})"
+        if role in ("scale_up", "scale_out"):
+            taken[role] = log.name
+        roles.append(role)
+        whys.append(why)
+    return roles, whys
+
+
+ROLE_WORDS = {"scale_up": "calibrates the scale-up curves", "scale_out": "calibrates the scale-out curve",
+              "check": "a check: priced on the topology, not fitted"}
+
+
+def _calibrate_logs(logs: Sequence[str], topology: str | None, output: str) -> tuple[Calibration, NcclTestsLog]:
+    """The nccl-tests part: the first one-node all-reduce calibrates the scale-up, the first
+    all-reduce across nodes the scale-out (on the scale-up so calibrated), every other log of a
+    priced collective is checked; printed, and the log the calibration is from."""
+    parsed = [read_nccl_tests(p) for p in logs]
+    roles, whys = _roles(parsed)
+    up_log = next((g for g, r in zip(parsed, roles) if r == "scale_up"), None)
+    out_log = next((g for g, r in zip(parsed, roles) if r == "scale_out"), None)
+    records = []
+    for log, role, why in zip(parsed, roles, whys):
         records.append({"file": log.path, "collective": log.collective, "ranks": log.ranks, "nodes": log.nodes,
                         "devices": list(log.devices), "nccl_version": log.nccl_version, "rows": len(log.rows),
-                        "used": why is None, **({"not_used_because": why} if why else {})})
+                        "used": role is not None, **({"role": role} if role else {}),
+                        **({"not_used_because": why} if why else {})})
+    used = up_log or out_log
     if used is None:
         first = parsed[0]
-        raise ConfigError(first.path, "collective", "an all_reduce_perf log of one node (calibrating from other "
-                          "collectives and from logs across nodes is not built yet)",
+        raise ConfigError(first.path, "collective", "an all_reduce_perf log (of one node: the scale-up curves; "
+                          "across nodes: the scale-out curve); other collectives are checks of it",
                           f"{first.collective}_perf over {first.ranks} ranks on {first.nodes} nodes")
     name = topology or log_topology(used)
     base = load_topology(name)
-    fit = fit_scale_up(used, base, name)
-    cal = Calibration(output, name, base.scale_up.link.bandwidth_bytes_per_s / GBPS, fit.values, tuple(records))
+    up_values: tuple[CalibratedValue, ...] = ()
+    algorithm = None
+    if up_log is not None:
+        fit = fit_scale_up(up_log, base, name)
+        up_values, algorithm = fit.values, fit.algorithm
+    cal = Calibration(output, name, base.scale_up.link.bandwidth_bytes_per_s / GBPS if up_values else None,
+                      up_values, tuple(records))
+    if out_log is not None:
+        out = fit_scale_out(out_log, name, cal.overrides())
+        cal = dataclasses.replace(cal, scale_out=out.values, nics_per_node=out.nics_per_node,
+                                  nic_bandwidth_Gbps=out.nic_bandwidth_Gbps)
     calibrated = calibrated_topology(output, name, cal=cal)
-    measured = _log_busbw(used)
-    before = dict(price_log(used, base))
-    rows = [{"size_bytes": s, "log_busbw_GBps": measured[s], "topology_busbw_GBps": before[s],
-             "calibrated_busbw_GBps": bw, "error": bw / measured[s] - 1} for s, bw in price_log(used, calibrated)]
-    cal = Calibration(output, name, cal.bandwidth_GBps, fit.values, tuple(records), check_rows(rows))
-    _print(cal, used, parsed, base, fit.algorithm, rows)
+    rows = []
+    for log, role in zip(parsed, roles):
+        if role is None:
+            continue
+        measured = log_busbw_GBps(log)
+        before = dict(price_log(log, base, name))
+        rows += [{"log": log.name, "collective": log.collective, "role": role, "size_bytes": s,
+                  "log_busbw_GBps": measured[s], "topology_busbw_GBps": before[s], "calibrated_busbw_GBps": bw,
+                  "error_before": before[s] / measured[s] - 1, "error": bw / measured[s] - 1}
+                 for s, bw in price_log(log, calibrated, name)]
+    cal = dataclasses.replace(cal, check=check_rows(rows))
+    _print(cal, parsed, roles, base, up_log, out_log, algorithm, rows)
     return cal, used
 
 
-def _print(cal: Calibration, used: NcclTestsLog, parsed: list[NcclTestsLog], base: TopologySpec, algorithm: str,
+def _print(cal: Calibration, parsed: list[NcclTestsLog], roles: list[str | None], base: TopologySpec,
+           up_log: NcclTestsLog | None, out_log: NcclTestsLog | None, algorithm: str | None,
            rows: list[dict]) -> None:
     for log in parsed:
         print(f"llmsim calibrate: {log.name}: {_describe(log)}")
     for rec in cal.logs:
         if not rec["used"]:
             print(f"  not used: {rec['file']}: {rec['not_used_because']}")
-    print(f"topology {cal.topology} ({cal.bandwidth_GBps:g} GB/s per GPU per direction), calibrated as {algorithm} "
-          f"from {used.name}:")
-    lat = next(v for v in cal.values if v.key == "collective_latency_us")
-    print(f"  scale_up.collective_latency_us: {base.scale_up.collective_latency_s * 1e6:g} -> {lat.value:g}")
-    for v in cal.values:
-        if v.key != "collective_latency_us":
-            print(f"  scale_up.{v.key}: {len(v.value)} points, {v.value[0][0]:,} .. {v.value[-1][0]:,} B")  # type: ignore[index,arg-type]
-    print(f"all-reduce bus bandwidth over {used.ranks} GPUs (GB/s; llmsim collective, auto):")
-    print(f"  {'size (B)':>14} {'log':>8} {cal.topology:>12} {'calibrated':>11} {'error':>7}")
-    for r in rows:
-        print(f"  {r['size_bytes']:>14,} {r['log_busbw_GBps']:>8.1f} {r['topology_busbw_GBps']:>12.1f} "
-              f"{r['calibrated_busbw_GBps']:>11.1f} {r['error']:>+7.1%}")
-    worst = max(abs(r["error"]) for r in rows)
-    print(f"worst error from 1 MiB up: {worst:.1%}")
+    if up_log is not None:
+        print(f"topology {cal.topology} ({cal.bandwidth_GBps:g} GB/s per GPU per direction), calibrated as "
+              f"{algorithm} from {up_log.name}:")
+        lat = next(v for v in cal.values if v.key == "collective_latency_us")
+        print(f"  scale_up.collective_latency_us: {base.scale_up.collective_latency_s * 1e6:g} -> {lat.value:g}")
+        for v in cal.values:
+            if v.key != "collective_latency_us":
+                print(f"  scale_up.{v.key}: {len(v.value)} points, {v.value[0][0]:,} .. {v.value[-1][0]:,} B")  # type: ignore[index,arg-type]
+    if out_log is not None:
+        out = base.scale_out
+        print(f"topology {cal.topology} ({cal.nics_per_node} x {cal.nic_bandwidth_Gbps:g} Gb/s NICs per node), "
+              f"scale-out calibrated from {out_log.name}" + (" on the scale-up so calibrated" if up_log else "")
+              + ":")
+        for v in cal.scale_out:
+            if v.key == "latency_us":
+                print(f"  scale_out.latency_us: {out.nic.latency_s * 1e6:g} -> {v.value:g}")
+            else:
+                pts = v.value
+                assert isinstance(pts, list)
+                print(f"  scale_out.{v.key}: {len(pts)} points, {pts[0][0]:,} .. {pts[-1][0]:,} B, efficiency "
+                      f"{min(p[1] for p in pts):.4g} .. {max(p[1] for p in pts):.4g}")
+    for log, role in zip(parsed, roles):
+        if role is None:
+            continue
+        mine = [r for r in rows if r["log"] == log.name]
+        nodes = f" on {log.nodes} nodes" if log.nodes > 1 else ""
+        print(f"{PRICED[log.collective].value} bus bandwidth over {log.ranks} GPUs{nodes}"
+              + (f", {log.name} ({ROLE_WORDS[role]})" if len(parsed) > 1 else "")
+              + " (GB/s; llmsim collective, auto):")
+        if not mine:
+            print(f"  no size from {CURVE_FROM_BYTES:,} B up")
+            continue
+        print(f"  {'size (B)':>14} {'log':>8} {cal.topology:>12} {'calibrated':>11} {'error':>7}")
+        for r in mine:
+            print(f"  {r['size_bytes']:>14,} {r['log_busbw_GBps']:>8.1f} {r['topology_busbw_GBps']:>12.1f} "
+                  f"{r['calibrated_busbw_GBps']:>11.1f} {r['error']:>+7.1%}")
+        worst = max(abs(r["error"]) for r in mine)
+        print(f"worst error from 1 MiB up: {worst:.1%}" + (f" ({cal.topology} before: "
+              f"{max(abs(r['error_before']) for r in mine):.1%})" if role != "check" or len(parsed) > 1 else ""))
 
 
 def _calibrate_runs(cal: Calibration, paths: Sequence[str], names: Sequence[str] | None,

@@ -92,6 +92,8 @@ class NcclTestsLog:
     threads: int | None
     gpus_per_thread: int | None
     rows: tuple[NcclTestsRow, ...]
+    rank_hosts: tuple[str, ...] = ()
+    """The host of each rank, in rank order (where :mod:`sim.calibrate.pricing` places them)."""
 
     @property
     def name(self) -> str:
@@ -147,7 +149,8 @@ def parse_nccl_tests(text: str, path: str = "<text>") -> NcclTestsLog:
     _check_rows(rows, test, n, path)
     hosts = tuple(sorted({h for h, _ in ranks.values()}))
     devices = tuple(sorted({d for _, d in ranks.values()}))
-    return NcclTestsLog(path, test, n, len(hosts), hosts, devices, version, threads, gpus, rows)
+    rank_hosts = tuple(ranks[i][0] for i in sorted(ranks))
+    return NcclTestsLog(path, test, n, len(hosts), hosts, devices, version, threads, gpus, rows, rank_hosts)
 
 
 def _columns(lines: list[str], path: str) -> list[str]:

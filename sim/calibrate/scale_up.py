@@ -35,7 +35,8 @@ from sim.costs.comm import NVLS_LATENCY_S
 from sim.errors import ConfigError
 from sim.topology.spec import TopologySpec
 
-__all__ = ["CURVE_FROM_BYTES", "LATENCY_UP_TO_BYTES", "CalibratedValue", "ScaleUpFit", "fit_scale_up"]
+__all__ = ["CURVE_FROM_BYTES", "LATENCY_UP_TO_BYTES", "ROUND_EFFICIENCY", "CalibratedValue", "ScaleUpFit",
+           "fit_scale_up", "size_words"]
 
 CURVE_FROM_BYTES = 2**20
 """The smallest size the calibrated curves have a point at (1 MiB: below it an all-reduce inside
@@ -65,7 +66,7 @@ class ScaleUpFit:
     values: tuple[CalibratedValue, ...]
 
 
-def _size(s: float) -> str:
+def size_words(s: float) -> str:
     for unit, k in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if s >= k and s % k == 0:
             return f"{s / k:g} {unit}"
@@ -90,8 +91,8 @@ def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) 
     points = [(r.size_bytes, r.best_time_us * 1e-6) for r in log.rows]
     curve_points = [(s, t) for s, t in points if s >= CURVE_FROM_BYTES]
     if not curve_points:
-        raise ConfigError(log.path, "size", f"rows from {_size(CURVE_FROM_BYTES)} up (the efficiency curve's sizes)",
-                          f"sizes up to {points[-1][0]} B")
+        raise ConfigError(log.path, "size", f"rows from {size_words(CURVE_FROM_BYTES)} up (the efficiency curve's "
+                          "sizes)", f"sizes up to {points[-1][0]} B")
     ring_fixed = 2 * (n - 1) * hop
 
     def ring_bytes(s: float) -> float:
@@ -107,18 +108,18 @@ def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) 
     first_size, first_t = points[0]
     if first_size <= LATENCY_UP_TO_BYTES:
         latency0 = first_t - fixed
-        lat_source = (f"{log.name}: all_reduce_perf over {n} GPUs at {_size(first_size)} took {first_t * 1e6:g} us "
-                      f"(the faster of out-of-place and in-place), less {fixed_words}")
+        lat_source = (f"{log.name}: all_reduce_perf over {n} GPUs at {size_words(first_size)} took "
+                      f"{first_t * 1e6:g} us (the faster of out-of-place and in-place), less {fixed_words}")
     else:
         latency0 = up.collective_latency_s
-        lat_source = (f"{topology_name}'s own: {log.name} starts at {_size(first_size)}, past the "
-                      f"{_size(LATENCY_UP_TO_BYTES)} up to which an all-reduce is latency-bound")
+        lat_source = (f"{topology_name}'s own: {log.name} starts at {size_words(first_size)}, past the "
+                      f"{size_words(LATENCY_UP_TO_BYTES)} up to which an all-reduce is latency-bound")
     room = min(t - fixed - link_bytes(s) / bw for s, t in curve_points)
     latency = max(0.0, min(latency0, room))
     latency = math.floor(latency * 1e8) / 1e8  # 0.01 us, rounded down: no curve point above 1 for it
     if latency < latency0 - 1e-8:
-        lat_source += (f"; lowered to {latency * 1e6:.2f} us so that no size from {_size(CURVE_FROM_BYTES)} up needs "
-                       f"more than the link's {bw / 1e9:g} GB/s")
+        lat_source += (f"; lowered to {latency * 1e6:.2f} us so that no size from {size_words(CURVE_FROM_BYTES)} up "
+                       f"needs more than the link's {bw / 1e9:g} GB/s")
     curve = []
     for s, t in curve_points:
         rest = t - latency - fixed
@@ -127,7 +128,7 @@ def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) 
     bytes_words = "(1 + 1/n) S" if nvls else "2(n-1)/n S"
     curve_source = (f"{log.name}: all_reduce_perf over {n} GPUs of one node"
                     + (f" (NCCL {log.nccl_version})" if log.nccl_version else "")
-                    + f", {algorithm}: at each size S from {_size(CURVE_FROM_BYTES)} up, {bytes_words} / "
+                    + f", {algorithm}: at each size S from {size_words(CURVE_FROM_BYTES)} up, {bytes_words} / "
                     f"({bw / 1e9:g} GB/s x (t - latency - {fixed_words})), t the faster of out-of-place and in-place")
     values = [CalibratedValue("collective_latency_us", round(latency * 1e6, 2), lat_source)]
     if nvls:
@@ -139,7 +140,7 @@ def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) 
             ring.append([s, round(min(up.link.efficiency(s), needed), ROUND_EFFICIENCY)])
         values.append(CalibratedValue(
             "efficiency_by_size_bytes", ring,
-            f"at each size of {log.name} from {_size(CURVE_FROM_BYTES)} up, the lesser of {topology_name}'s ring "
+            f"at each size of {log.name} from {size_words(CURVE_FROM_BYTES)} up, the lesser of {topology_name}'s ring "
             f"efficiency and the one at which a ring all-reduce (2(n-1)/n S over {bw / 1e9:g} GB/s after the "
             f"latency and 2(n-1) hops) takes the measured time: no algorithm is faster than the log"))
     else:

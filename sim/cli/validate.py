@@ -84,7 +84,7 @@ def _case_calibration(args: argparse.Namespace, notes: list[str]):
     from sim.studies.validate import CaseCalibration
 
     cal = load_calibration(args.calibration)
-    topology = calibrated_topology(args.calibration, None, notes, cal) if cal.values else None
+    topology = calibrated_topology(args.calibration, None, notes, cal) if cal.sets_topology else None
     if topology is not None:
         notes.append(f"calibration {args.calibration}: its scale_up values apply to the cases on {cal.topology}; "
                      "the others keep their topology's")

@@ -182,10 +182,13 @@ def test_bad_logs_are_one_line_naming_the_file_exit_2(name, tmp_path, capsys):
     assert not (tmp_path / "cal.yaml").exists()
 
 
-def test_a_log_across_nodes_alone_does_not_calibrate_the_scale_up(tmp_path, capsys):
-    multi = next(p for p in LOGS if not one_node_all_reduce(p))
-    assert main(["calibrate", "--nccl-tests", str(multi), "-o", str(tmp_path / "cal.yaml")]) == 2
-    assert "one node" in _one_error_line(capsys)
+def test_a_log_of_another_collective_alone_calibrates_nothing(tmp_path, capsys):
+    one = next(p for p in LOGS if one_node_all_reduce(p))
+    other = tmp_path / "broadcast.txt"
+    other.write_text(one.read_text().replace("all_reduce_perf", "broadcast_perf"))
+    assert main(["calibrate", "--nccl-tests", str(other), "-o", str(tmp_path / "cal.yaml")]) == 2
+    err = _one_error_line(capsys)
+    assert str(other) in err and "an all_reduce_perf log" in err
 
 
 def test_a_calibration_for_other_links_is_refused(tmp_path, capsys):

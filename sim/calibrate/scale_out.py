@@ -1,0 +1,180 @@
+"""A topology's scale-out latency and efficiency-by-size curve from one measured all-reduce across nodes.
+
+Inside one node the all-reduce has a closed form (:mod:`sim.calibrate.scale_up`); across
+nodes the simulator prices it through its planner and flow network (:mod:`sim.costs.comm`:
+NCCL's tree and channel rings, the faster of them, each flow at the efficiency of its
+bottleneck link, the NIC's for the flows between nodes), so the model is inverted numerically
+on the log's own placement (:mod:`sim.calibrate.pricing`: its ranks, nodes and GPUs per node),
+on the topology as the scale-up calibration leaves it when a one-node log calibrated that too:
+
+* ``scale_out.latency_us`` (the latency of each NIC link, which every step between nodes
+  pays): the latency at which the topology prices the all-reduce at the log's smallest size
+  at the measured time, when that size is at most
+  :data:`~sim.calibrate.scale_up.LATENCY_UP_TO_BYTES` (latency-bound); found by bisection
+  (the time rises with it); 0 where the topology's fixed latencies alone already take longer;
+  the topology's own when the log starts at larger sizes. It is lowered where a size from
+  :data:`~sim.calibrate.scale_up.CURVE_FROM_BYTES` up would otherwise be slower than the log
+  even at a scale-out efficiency of 1, and rounded down to 0.01 us.
+* ``scale_out.efficiency_by_size_bytes``: a point at every size of the log from
+  :data:`~sim.calibrate.scale_up.CURVE_FROM_BYTES` up, the scale-out efficiency at which the
+  topology prices the all-reduce at the measured time, found by bisection on (0, 1] (the time
+  falls as it rises: every candidate algorithm's flows shrink with it, and the planner keeps
+  the fastest). Where the NICs are not the bottleneck (NVLink hops are), a range of
+  efficiencies takes the same time and the log only bounds it from below: the point is the
+  one of that range nearest the topology's own (within :data:`FLAT` of the time), so that
+  groups whose traffic is all on the NICs (one GPU per node) are not priced at a bound the log
+  never tested.
+
+A log faster than the topology allows at efficiency 1 and no scale-out latency is refused,
+naming the file and the size: its NICs (count and bandwidth) are not the topology's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sim.calibrate.nccl_tests import NcclTestsLog
+from sim.calibrate.pricing import placement, price_time_s
+from sim.calibrate.scale_up import CURVE_FROM_BYTES, LATENCY_UP_TO_BYTES, ROUND_EFFICIENCY, CalibratedValue, size_words
+from sim.config import load_topology
+from sim.errors import ConfigError
+from sim.topology.spec import FAT_TREE_KINDS, TopologySpec
+from sim.types import CollectiveKind
+from sim.units import GBIT_PER_S
+
+__all__ = ["BISECTIONS", "FLAT", "MIN_EFFICIENCY", "ScaleOutFit", "fit_scale_out"]
+
+MIN_EFFICIENCY = 10.0**-ROUND_EFFICIENCY
+"""The smallest efficiency a point may have (the precision it is written with)."""
+FLAT = 1e-3
+"""How much faster than the log a point's time may be where a range of efficiencies takes the
+log's time (0.1%): the point is then the efficiency nearest the topology's own within it."""
+BISECTIONS = 24
+"""Bisection steps for each efficiency (to 2^-24 of the bracket, well under the 0.01% it is
+written with) and for the latency."""
+
+
+@dataclass(frozen=True)
+class ScaleOutFit:
+    """The scale-out fields calibrated from one log, and the NICs they are fractions of."""
+
+    values: tuple[CalibratedValue, ...]
+    nics_per_node: int
+    nic_bandwidth_Gbps: float
+
+
+def _bisect(f: Callable[[float], bool], lo: float, hi: float) -> float:
+    """The boundary in ``[lo, hi]`` where ``f`` turns from False (at ``lo``) to True (at ``hi``)."""
+    for _ in range(BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        if f(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def fit_scale_out(log: NcclTestsLog, name: str, overrides: Sequence[str] = ()) -> ScaleOutFit:
+    """Calibrate topology ``name``'s (with ``overrides``, the scale-up calibration) scale-out
+    latency and efficiency curve from ``log``, an all-reduce over several nodes.
+
+    Raises
+    ------
+    ConfigError
+        Naming the log when the topology cannot hold its ranks (:func:`~sim.calibrate.pricing.placement`),
+        its fabric is not a fat tree, it has no size from
+        :data:`~sim.calibrate.scale_up.CURVE_FROM_BYTES` up, or it is faster at some size than
+        the topology's NICs allow.
+    """
+    base = load_topology(name, overrides)
+    where = placement(log, base, name)
+    out = base.scale_out
+    if out.kind not in FAT_TREE_KINDS:
+        raise ConfigError(log.path, "nodes", f"a topology whose scale-out is a fat tree to calibrate (the NIC "
+                          f"links' latency and efficiency), not {name}'s", out.kind.value)
+    kind = CollectiveKind.ALL_REDUCE
+    points = [(r.size_bytes, r.best_time_us * 1e-6) for r in log.rows]
+    curve_points = [(s, t) for s, t in points if s >= CURVE_FROM_BYTES]
+    if not curve_points:
+        raise ConfigError(log.path, "size", f"rows from {size_words(CURVE_FROM_BYTES)} up (the efficiency curve's "
+                          "sizes)", f"sizes up to {points[-1][0]} B")
+    own_eff = f"{out.nic.efficiency(log.rows[0].size_bytes):.8f}"
+    memo: dict[tuple[str, str], TopologySpec] = {}
+
+    def topology(latency_us: float, eff: str) -> TopologySpec:
+        key = (f"{latency_us:.6f}", eff)
+        if key not in memo:
+            memo[key] = load_topology(name, [*overrides, f"scale_out.latency_us={key[0]}",
+                                             "scale_out.efficiency_by_size_bytes=null", f"scale_out.efficiency={eff}"])
+        return memo[key]
+
+    def time_s(size: int, latency_us: float, eff: str) -> float:
+        return price_time_s(kind, size, where, topology(latency_us, eff))
+
+    n, nodes = log.ranks, log.nodes
+    nics = f"{out.nics_per_node} x {out.nic.bandwidth_bytes_per_s / GBIT_PER_S:g} Gb/s NICs per node"
+    first_size, first_t = points[0]
+    own_us = out.nic.latency_s * 1e6
+    if first_size <= LATENCY_UP_TO_BYTES:
+        if time_s(first_size, 0.0, own_eff) >= first_t:
+            latency0 = 0.0
+            lat_source = (f"{log.name}: all_reduce_perf over {n} GPUs on {nodes} nodes at {size_words(first_size)} "
+                          f"took {first_t * 1e6:g} us, no longer than {name}'s fixed latencies alone: none added")
+        else:
+            hi = max(own_us, first_t * 1e6)
+            latency0 = _bisect(lambda us: time_s(first_size, us, own_eff) >= first_t, 0.0, hi)
+            lat_source = (f"{log.name}: all_reduce_perf over {n} GPUs on {nodes} nodes at {size_words(first_size)} "
+                          f"took {first_t * 1e6:g} us (the faster of out-of-place and in-place): the NIC link latency "
+                          f"at which {name} prices that all-reduce (llmsim collective, auto) at that time")
+    else:
+        latency0 = own_us
+        lat_source = (f"{name}'s own: {log.name} starts at {size_words(first_size)}, past the "
+                      f"{size_words(LATENCY_UP_TO_BYTES)} up to which an all-reduce is latency-bound")
+    latency0 = math.floor(latency0 * 100 + 1e-9) / 100
+
+    def fits(latency_us: float) -> bool:
+        return all(time_s(s, latency_us, "1.0") <= t for s, t in curve_points)
+
+    latency = latency0
+    if not fits(latency0):
+        if not fits(0.0):
+            s, t = next((s, t) for s, t in curve_points if time_s(s, 0.0, "1.0") > t)
+            fastest = time_s(s, 0.0, "1.0")
+            factor = 2.0 * (n - 1) / n / 1e9
+            raise ConfigError(log.path, f"size {s}", f"a time the topology allows: at a scale-out efficiency of 1 "
+                              f"and no scale-out latency, {name} ({nics}) takes {fastest * 1e6:.1f} us for this "
+                              f"all-reduce over {n} GPUs on {nodes} nodes (bus bandwidth {s / fastest * factor:.1f} "
+                              "GB/s); a faster log means other NICs: give --topology a topology with its "
+                              "scale_out.nics_per_node and nic_bandwidth_Gbps",
+                              f"{t * 1e6:g} us, bus bandwidth {s / t * factor:.1f} GB/s")
+        latency = math.floor(_bisect(lambda us: not fits(us), 0.0, latency0) * 100) / 100
+        while latency > 0 and not fits(latency):
+            latency = max(0.0, round(latency - 0.01, 2))
+        lat_source += (f"; lowered to {latency:.2f} us so that no size from {size_words(CURVE_FROM_BYTES)} up needs "
+                       f"more than the NICs' {nics}")
+    def efficiency(size: int, t: float) -> float:
+        """The efficiency at which the all-reduce of ``size`` takes ``t``: of a range that does
+        (where the NICs are not the bottleneck), the one nearest the topology's own."""
+        def at(e: float) -> float:
+            return time_s(size, latency, f"{e:.8f}")
+
+        low = MIN_EFFICIENCY if at(MIN_EFFICIENCY) <= t else _bisect(lambda e: at(e) <= t, MIN_EFFICIENCY, 1.0)
+        own = out.nic.efficiency(size)
+        if own <= low:
+            return low
+        if at(own) >= t * (1 - FLAT):
+            return own
+        return _bisect(lambda e: at(e) < t * (1 - FLAT), low, own)
+
+    curve = [[s, min(1.0, max(round(efficiency(s, t), ROUND_EFFICIENCY), MIN_EFFICIENCY))] for s, t in curve_points]
+    curve_source = (f"{log.name}: all_reduce_perf over {n} GPUs on {nodes} nodes"
+                    + (f" (NCCL {log.nccl_version})" if log.nccl_version else "")
+                    + f": at each size from {size_words(CURVE_FROM_BYTES)} up, the scale-out efficiency (of {nics}) at "
+                    f"which {name} prices the all-reduce (llmsim collective, auto) at the measured time t, the faster "
+                    f"of out-of-place and in-place, found by bisection; where a range of efficiencies takes t (the "
+                    f"NICs not the bottleneck), the one nearest {name}'s own")
+    values = (CalibratedValue("latency_us", round(latency, 2), lat_source),
+              CalibratedValue("efficiency_by_size_bytes", curve, curve_source))
+    return ScaleOutFit(values, out.nics_per_node, out.nic.bandwidth_bytes_per_s / GBIT_PER_S)
