@@ -152,3 +152,13 @@ def test_the_2_node_ring_log_is_refused_its_nvlink_legs_are_faster_than_the_pres
     assert all(price_busbw_GBps(kind, s, where, fastest_both) > measured[s] for s in measured)
     assert main(["calibrate", "--nccl-tests", str(path), "-o", str(tmp_path / "c.yaml")]) == 2
     assert f"{path.name}: size {2**25}" in _one_error_line(capsys)
+
+
+def test_docs_calibrate_md_lists_every_committed_log_with_its_source():
+    text = (ROOT / "docs" / "calibrate.md").read_text()
+    table = [line for line in text.splitlines() if line.startswith("| `") and "_perf" not in line]
+    for path in sorted(DATA.glob("*.txt")):
+        row = next((line for line in table if line.startswith(f"| `{path.name}` |")), None)
+        assert row is not None, path.name
+        if path.name in REAL:
+            assert "NVIDIA/nccl-tests#309" in row and "nccl-tests/issues/309" in path.read_text().splitlines()[0]
