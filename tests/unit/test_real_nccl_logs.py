@@ -30,10 +30,11 @@ MiB = 2**20
 REAL = {
     "h100-xe9680-2node-all_reduce.txt": ("all_reduce", 16, 2, "NVIDIA H100 80GB HBM3", "2.26.2", 32),
     "h100-hgx-vm-4node-all_reduce.txt": ("all_reduce", 32, 4, "NVIDIA H100 80GB HBM3", "2.26.2", 32),
+    "h100-ib400-4node-all_reduce.txt": ("all_reduce", 32, 4, "NVIDIA H100 80GB HBM3", None, 14),
     "h100-ib400-8node-all_reduce.txt": ("all_reduce", 64, 8, "NVIDIA H100 80GB HBM3", None, 14),
     "h100-ib400-2node-ring-all_reduce.txt": ("all_reduce", 16, 2, "NVIDIA H100 80GB HBM3", None, 14),
 }
-CALIBRATED = ["h100-hgx-vm-4node-all_reduce.txt", "h100-ib400-8node-all_reduce.txt"]
+CALIBRATED = ["h100-hgx-vm-4node-all_reduce.txt", "h100-ib400-4node-all_reduce.txt", "h100-ib400-8node-all_reduce.txt"]
 """The all-reduce logs the topology reproduces within 5% from 1 MiB up once calibrated."""
 
 
