@@ -56,6 +56,23 @@ BISECTIONS = 24
 written with) and for the latency."""
 
 
+def _why_faster(nvlink_bound: bool, scale_up_calibrated: Sequence[str]) -> str:
+    """What a multi-node log faster than the topology allows says: with a perfect NVLink the
+    topology would allow it (``nvlink_bound``), so the NVLink legs inside each node ran faster
+    than the topology's scale-up curve (calibrate that first from a one-node log of the same
+    nodes, unless one already did); else even a perfect NVLink and NICs at their line rate are
+    too slow: other NICs, or an algorithm the planner does not price (NCCL's NVLS-tree, NVLink
+    SHARP inside each node and a tree across nodes, reaches a bus bandwidth above the NICs' line
+    rate on two nodes)."""
+    if nvlink_bound and not scale_up_calibrated:
+        return ("its NVLink legs are faster than the topology's scale-up curve allows (with a perfect NVLink it would "
+                "fit): give a one-node all_reduce_perf log of the same nodes first, --nccl-tests ONE-NODE.log "
+                "THIS.log, so the scale-up is calibrated before the NICs")
+    return ("a faster log means other NICs (give --topology a topology with its scale_out.nics_per_node and "
+            "nic_bandwidth_Gbps) or an algorithm llmsim does not price: NCCL's NVLS-tree (NVLink SHARP in each node, "
+            "a tree across nodes) beats a ring over the NICs' line rate")
+
+
 @dataclass(frozen=True)
 class ScaleOutFit:
     """The scale-out fields calibrated from one log, and the NICs they are fractions of."""
@@ -103,15 +120,17 @@ def fit_scale_out(log: NcclTestsLog, name: str, overrides: Sequence[str] = ()) -
     own_eff = f"{out.nic.efficiency(log.rows[0].size_bytes):.8f}"
     memo: dict[tuple[str, str], TopologySpec] = {}
 
-    def topology(latency_us: float, eff: str) -> TopologySpec:
-        key = (f"{latency_us:.6f}", eff)
+    def topology(latency_us: float, eff: str, perfect_nvlink: bool = False) -> TopologySpec:
+        key = (f"{latency_us:.6f}", eff + ("/perfect nvlink" if perfect_nvlink else ""))
         if key not in memo:
-            memo[key] = load_topology(name, [*overrides, f"scale_out.latency_us={key[0]}",
+            nvlink = ["scale_up.efficiency_by_size_bytes=null", "scale_up.efficiency=1.0",
+                      "scale_up.collective_latency_us=0"] if perfect_nvlink else []
+            memo[key] = load_topology(name, [*overrides, *nvlink, f"scale_out.latency_us={key[0]}",
                                              "scale_out.efficiency_by_size_bytes=null", f"scale_out.efficiency={eff}"])
         return memo[key]
 
-    def time_s(size: int, latency_us: float, eff: str) -> float:
-        return price_time_s(kind, size, where, topology(latency_us, eff))
+    def time_s(size: int, latency_us: float, eff: str, perfect_nvlink: bool = False) -> float:
+        return price_time_s(kind, size, where, topology(latency_us, eff, perfect_nvlink))
 
     n, nodes = log.ranks, log.nodes
     nics = f"{out.nics_per_node} x {out.nic.bandwidth_bytes_per_s / GBIT_PER_S:g} Gb/s NICs per node"
@@ -140,14 +159,15 @@ def fit_scale_out(log: NcclTestsLog, name: str, overrides: Sequence[str] = ()) -
     latency = latency0
     if not fits(latency0):
         if not fits(0.0):
-            s, t = next((s, t) for s, t in curve_points if time_s(s, 0.0, "1.0") > t)
+            failing = [(s, t) for s, t in curve_points if time_s(s, 0.0, "1.0") > t]
+            beyond = [(s, t) for s, t in failing if time_s(s, 0.0, "1.0", perfect_nvlink=True) > t]
+            s, t = (beyond or failing)[0]  # the first size not even a perfect NVLink allows, else the first
             fastest = time_s(s, 0.0, "1.0")
             factor = 2.0 * (n - 1) / n / 1e9
             raise ConfigError(log.path, f"size {s}", f"a time the topology allows: at a scale-out efficiency of 1 "
                               f"and no scale-out latency, {name} ({nics}) takes {fastest * 1e6:.1f} us for this "
                               f"all-reduce over {n} GPUs on {nodes} nodes (bus bandwidth {s / fastest * factor:.1f} "
-                              "GB/s); a faster log means other NICs: give --topology a topology with its "
-                              "scale_out.nics_per_node and nic_bandwidth_Gbps",
+                              f"GB/s); {_why_faster(not beyond, overrides)}",
                               f"{t * 1e6:g} us, bus bandwidth {s / t * factor:.1f} GB/s")
         latency = math.floor(_bisect(lambda us: not fits(us), 0.0, latency0) * 100) / 100
         while latency > 0 and not fits(latency):
