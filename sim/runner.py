@@ -13,6 +13,7 @@ import gc
 import math
 import re
 import time
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -65,6 +66,16 @@ class Run:
     """For :func:`simulate` with ``exact``: why the run at the coarse granularity asked for was
     set aside for this op-level one (:func:`sim.engine.block_check.block_interference`); None
     when it was used, or not asked for."""
+    link_capacity_bytes_per_s: list[float] | None = None
+    """The capacity of each of the fabric's links the engine ran with, where it is not
+    :attr:`Fabric.capacity_bytes_per_s` (a calibration's ``comm_efficiency``,
+    :meth:`sim.costs.factors.CalibrationFactors.capacities`); None: the fabric's."""
+
+    @property
+    def capacities(self) -> list[float]:
+        """The capacity each link ran at (:attr:`link_capacity_bytes_per_s`, else the fabric's)."""
+        return self.link_capacity_bytes_per_s if self.link_capacity_bytes_per_s is not None \
+            else self.fabric.capacity_bytes_per_s
 
 
 @contextmanager
@@ -270,7 +281,7 @@ def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs:
         divergence = block_interference(engine) if check else None
         del engine
         if link_counters:
-            result.counters.extend(busiest_link_counters(fabric, result, link_counters))
+            result.counters.extend(busiest_link_counters(fabric, result, link_counters, capacity))
     wall = time.perf_counter() - t0
     result.metadata["simulated_wall_s"] = wall
     if clock_hz is not None:
@@ -283,7 +294,8 @@ def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs:
         notes.append("granularity: chunk (each model chunk's pass of a micro-batch one block, timed alone, "
                      "layer blocks where buckets or FSDP traffic are issued between layers; --granularity op "
                      "simulates every op)")
-    return Run(workload, topology, fabric, program, result, wall, notes, granularity, clock_hz, loads, divergence)
+    return Run(workload, topology, fabric, program, result, wall, notes, granularity, clock_hz, loads, divergence,
+               None if factors is None else capacity)
 
 
 def power_loads(gpu: GPUSpec, program: Program) -> list[KernelLoad]:
@@ -345,8 +357,10 @@ def _slowdown(workload: WorkloadSpec, program: Program, slow_gpus: dict[int, flo
     return out
 
 
-def busiest_link_counters(fabric: Fabric, result, n: int) -> list:
-    """Utilization counters of the ``n`` busiest links with a simulated GPU at one end."""
+def busiest_link_counters(fabric: Fabric, result, n: int, capacity: Sequence[float] | None = None) -> list:
+    """Utilization counters of the ``n`` busiest links with a simulated GPU at one end: each
+    link's carried rate over ``capacity`` (the capacities the engine ran with; None: the
+    fabric's)."""
     simulated = {r.rank for r in result.ranks}
     busy = result.metadata["link_busy_bytes"]
     picked = []
@@ -361,7 +375,7 @@ def busiest_link_counters(fabric: Fabric, result, n: int) -> list:
     rates = link_rates.series(link for link, _ in picked) if link_rates is not None else {}
     out = []
     for link, owner in picked:
-        cap = fabric.capacity_bytes_per_s[link]
+        cap = (fabric.capacity_bytes_per_s if capacity is None else capacity)[link]
         name = f"link {fabric.link_names[link]}"
         out.append(CounterSample(owner, 0.0, name, 0.0))
         for t, rate in rates.get(link, ()):
