@@ -13,7 +13,6 @@ import gc
 import math
 import re
 import time
-from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -66,16 +65,6 @@ class Run:
     """For :func:`simulate` with ``exact``: why the run at the coarse granularity asked for was
     set aside for this op-level one (:func:`sim.engine.block_check.block_interference`); None
     when it was used, or not asked for."""
-    link_capacity_bytes_per_s: list[float] | None = None
-    """The capacity of each of the fabric's links the engine ran with, where it is not
-    :attr:`Fabric.capacity_bytes_per_s` (a calibration's ``comm_efficiency``,
-    :meth:`sim.costs.factors.CalibrationFactors.capacities`); None: the fabric's."""
-
-    @property
-    def capacities(self) -> list[float]:
-        """The capacity each link ran at (:attr:`link_capacity_bytes_per_s`, else the fabric's)."""
-        return self.link_capacity_bytes_per_s if self.link_capacity_bytes_per_s is not None \
-            else self.fabric.capacity_bytes_per_s
 
 
 @contextmanager
@@ -242,6 +231,10 @@ def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs:
                          "the others only when they are placed alike")
         check_budget(training_estimate(workload, topology, full, granularity))  # before anything is built
         fabric = cached_fabric(topology, workload.system.num_gpus, placement)
+        if factors is not None and factors.comm_efficiency != 1.0:
+            # every link at comm_efficiency times its bandwidth, for the engine and for what
+            # plans on the fabric (the algorithm and protocol NCCL's tuner would pick) alike
+            fabric = fabric.with_capacities(factors.capacities(fabric.capacity_bytes_per_s))
         program = build_program(workload, representative=not full, node_of=fabric.node_of,
                                 local_gpu_of=fabric.local_gpu, granularity=granularity)
         clock_hz, loads = None, []
@@ -263,8 +256,6 @@ def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs:
         slowdown = _slowdown(workload, program, slow_gpus or {}, notes)
         watch = (watch_blocks, max(1, int(WATCH_AT_EVENTS_PER_TASK * len(program.tasks)))) if check else None
         capacity = fabric.capacity_bytes_per_s
-        if factors is not None:
-            capacity = factors.capacities(capacity)
         engine = Simulation(program, costs, capacity, slowdown, record_links=link_counters > 0,
                             watch=watch, reference=reference)
         why = None
@@ -281,7 +272,7 @@ def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs:
         divergence = block_interference(engine) if check else None
         del engine
         if link_counters:
-            result.counters.extend(busiest_link_counters(fabric, result, link_counters, capacity))
+            result.counters.extend(busiest_link_counters(fabric, result, link_counters))
     wall = time.perf_counter() - t0
     result.metadata["simulated_wall_s"] = wall
     if clock_hz is not None:
@@ -294,8 +285,7 @@ def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs:
         notes.append("granularity: chunk (each model chunk's pass of a micro-batch one block, timed alone, "
                      "layer blocks where buckets or FSDP traffic are issued between layers; --granularity op "
                      "simulates every op)")
-    return Run(workload, topology, fabric, program, result, wall, notes, granularity, clock_hz, loads, divergence,
-               None if factors is None else capacity)
+    return Run(workload, topology, fabric, program, result, wall, notes, granularity, clock_hz, loads, divergence)
 
 
 def power_loads(gpu: GPUSpec, program: Program) -> list[KernelLoad]:
@@ -357,10 +347,9 @@ def _slowdown(workload: WorkloadSpec, program: Program, slow_gpus: dict[int, flo
     return out
 
 
-def busiest_link_counters(fabric: Fabric, result, n: int, capacity: Sequence[float] | None = None) -> list:
+def busiest_link_counters(fabric: Fabric, result, n: int) -> list:
     """Utilization counters of the ``n`` busiest links with a simulated GPU at one end: each
-    link's carried rate over ``capacity`` (the capacities the engine ran with; None: the
-    fabric's)."""
+    link's carried rate over its capacity in ``fabric`` (the engine's)."""
     simulated = {r.rank for r in result.ranks}
     busy = result.metadata["link_busy_bytes"]
     picked = []
@@ -375,7 +364,7 @@ def busiest_link_counters(fabric: Fabric, result, n: int, capacity: Sequence[flo
     rates = link_rates.series(link for link, _ in picked) if link_rates is not None else {}
     out = []
     for link, owner in picked:
-        cap = (fabric.capacity_bytes_per_s if capacity is None else capacity)[link]
+        cap = fabric.capacity_bytes_per_s[link]
         name = f"link {fabric.link_names[link]}"
         out.append(CounterSample(owner, 0.0, name, 0.0))
         for t, rate in rates.get(link, ()):

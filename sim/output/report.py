@@ -188,8 +188,7 @@ def make_report(run: Run) -> Report:
             sum(r.idle_s for r in rs) / len(rs), peak_mem.get(s, 0.0), cap))
     busy = res.metadata.get("link_busy_bytes", [])
     fab = run.fabric
-    capacity = run.capacities  # as the engine ran them (a calibration's comm_efficiency scales them)
-    used = [(b / (capacity[i] * T), i) for i, b in enumerate(busy) if b > 0 and T > 0]
+    used = [(b / (fab.capacity_bytes_per_s[i] * T), i) for i, b in enumerate(busy) if b > 0 and T > 0]
     links = tuple({"link": fab.link_names[i], "kind": LinkKind(fab.link_kinds[i]).value, "busy_bytes": busy[i],
                    "utilization": u}
                   for u, i in sorted(used, key=lambda x: (-round_sig(x[0]), x[1]))[:LINKS_SHOWN])

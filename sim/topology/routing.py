@@ -13,6 +13,7 @@ task program, the layout and the engine never see GPU indices. Link names keep t
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -199,6 +200,20 @@ class Fabric:
                 cols[0][i], cols[1][i], cols[2][i], cols[3][i] = f"{u}->{v}", d["link"], d["latency_s"], d["efficiency"]
             self._columns = cols
         return self._columns
+
+    def with_capacities(self, capacity_bytes_per_s: Sequence[float]) -> Fabric:
+        """This fabric with link ``i`` at ``capacity_bytes_per_s[i]`` (a calibration's
+        ``comm_efficiency`` applied, :meth:`sim.costs.factors.CalibrationFactors.capacities`):
+        the same links, placement and latencies, its routes' bottlenecks read from the new
+        capacities, so that what plans on it (the algorithm NCCL's tuner would pick, the
+        protocol) sees the bandwidth the engine runs at."""
+        if len(capacity_bytes_per_s) != len(self.capacity_bytes_per_s):
+            raise ValueError(f"{len(self.capacity_bytes_per_s)} link capacities, got {len(capacity_bytes_per_s)}")
+        fab = copy.copy(self)
+        fab.capacity_bytes_per_s = list(capacity_bytes_per_s)
+        fab._routes = {}
+        fab._bounds = None
+        return fab
 
     def _place(self, placement: Sequence[int] | None) -> None:
         self._routes: dict[tuple[int, int], Route] = {}
