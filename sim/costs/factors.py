@@ -7,7 +7,9 @@ applies them; :func:`sim.runner.simulate` takes them as ``factors`` (None: the m
   bandwidth-bound elementwise kernels): each kernel's time is divided by it. 1.0 is the
   catalogue's rate (:mod:`sim.costs.compute`).
 * ``comm_efficiency`` multiplies the bandwidth of every link of the fabric, so the rate of every
-  flow of every collective and transfer; the fixed latencies stay. 1.0 is the topology as given.
+  flow of every collective and transfer; the fixed latencies stay. :func:`sim.runner.simulate`
+  scales the fabric itself (:meth:`sim.topology.routing.Fabric.with_capacities`), so that the
+  algorithm and protocol the planner picks see it too. 1.0 is the topology as given.
 * ``host_issue_s`` is a floor under every compute kernel's time: the host issues one kernel at a
   time, and a kernel shorter than the time it takes to issue the next leaves the GPU waiting
   (the launch-bound regime of small kernels, docs/design.md). 0 sets no floor.
