@@ -183,24 +183,7 @@ def load_calibration(path: str) -> Calibration:
     bw = up.get("bandwidth_GBps")
     if isinstance(bw, bool) or not isinstance(bw, (int, float)) or not 0 < bw < float("inf"):
         raise ConfigError(path, "scale_up.bandwidth_GBps", "a positive bandwidth (GB/s)", bw)
-    values = []
-    for key in _UP_KEYS[1:]:
-        if key not in up:
-            continue
-        entry = up[key]
-        field = f"scale_up.{key}"
-        if not (isinstance(entry, dict) and set(entry) == {"value", "source"} and isinstance(entry["source"], str)):
-            raise ConfigError(path, field, "{value: ..., source: 'where it came from'}", entry)
-        value = entry["value"]
-        if key == "collective_latency_us":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LATENCY_US:
-                raise ConfigError(path, f"{field}.value", f"a latency from 0 to {MAX_LATENCY_US:g} us", value)
-        else:
-            _check_curve(path, f"{field}.value", value)
-        values.append(CalibratedValue(key, value, entry["source"]))
-    if not values:
-        raise ConfigError(path, "scale_up", f"at least one of {list(_UP_KEYS[1:])}", sorted(up))
-    return made(float(bw), tuple(values))
+    return made(float(bw), _calibrated_values(path, "scale_up", up, _UP_KEYS[1:], "collective_latency_us"))
 
 
 def _scale_out(path: str, out: object) -> tuple[tuple[CalibratedValue, ...], int | None, float | None]:
@@ -217,24 +200,31 @@ def _scale_out(path: str, out: object) -> tuple[tuple[CalibratedValue, ...], int
     if isinstance(bw, bool) or not isinstance(bw, (int, float)) or not 0 < bw <= MAX_BANDWIDTH:
         raise ConfigError(path, "scale_out.nic_bandwidth_Gbps", f"a positive bandwidth (Gb/s) of at most "
                           f"{MAX_BANDWIDTH:g}", bw)
+    return _calibrated_values(path, "scale_out", out, _OUT_KEYS[2:], "latency_us"), nics, float(bw)
+
+
+def _calibrated_values(path: str, section: str, raw: dict, keys: tuple[str, ...],
+                       latency_key: str) -> tuple[CalibratedValue, ...]:
+    """The ``{value, source}`` entries of ``section`` among ``keys``: ``latency_key`` a latency
+    (us), the others efficiency curves; at least one."""
     values = []
-    for key in _OUT_KEYS[2:]:
-        if key not in out:
+    for key in keys:
+        if key not in raw:
             continue
-        entry = out[key]
-        field = f"scale_out.{key}"
+        entry = raw[key]
+        field = f"{section}.{key}"
         if not (isinstance(entry, dict) and set(entry) == {"value", "source"} and isinstance(entry["source"], str)):
             raise ConfigError(path, field, "{value: ..., source: 'where it came from'}", entry)
         value = entry["value"]
-        if key == "latency_us":
+        if key == latency_key:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_LATENCY_US:
                 raise ConfigError(path, f"{field}.value", f"a latency from 0 to {MAX_LATENCY_US:g} us", value)
         else:
             _check_curve(path, f"{field}.value", value)
         values.append(CalibratedValue(key, value, entry["source"]))
     if not values:
-        raise ConfigError(path, "scale_out", f"at least one of {list(_OUT_KEYS[2:])}", sorted(out))
-    return tuple(values), nics, float(bw)
+        raise ConfigError(path, section, f"at least one of {list(keys)}", sorted(raw))
+    return tuple(values)
 
 
 def _factors(path: str, raw: object) -> tuple[CalibratedValue, ...]:
