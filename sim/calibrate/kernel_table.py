@@ -37,8 +37,9 @@ from sim.errors import ConfigError
 from sim.inputs import read_input_text
 from sim.types import SIMULATED_DTYPES, AttentionKernel, Dtype
 
-__all__ = ["ATTENTION_COLUMNS", "BACKENDS", "GEMM_COLUMNS", "KINDS", "MAX_DIMENSION", "OPTIONAL_COLUMNS",
-           "MeasuredAttention", "MeasuredGemm", "KernelTable", "parse_kernel_csv", "read_kernel_csv"]
+__all__ = ["ATTENTION_COLUMNS", "ATTENTION_DTYPES", "BACKENDS", "GEMM_COLUMNS", "KINDS", "MAX_DIMENSION",
+           "OPTIONAL_COLUMNS", "MeasuredAttention", "MeasuredGemm", "KernelTable", "parse_kernel_csv",
+           "read_kernel_csv"]
 
 GEMM_COLUMNS = ("m", "n", "k", "batch", "dtype", "time_us")
 """The columns a ``gemm`` row needs."""
