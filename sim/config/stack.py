@@ -22,6 +22,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Generic, Literal, TypeVar, overload
 
+from sim.attention_releases import parse_release
 from sim.config.fields import Fields, is_int, read_yaml
 from sim.errors import ConfigError
 from sim.types import (
@@ -134,6 +135,16 @@ def _positive_or_null(value: object, path: str, field: str) -> int | None:
     return None if value is None else _positive(value, path, field)
 
 
+def _release_or_null(value: object, path: str, field: str) -> tuple[int, int] | None:
+    if value is None:
+        return None
+    release = parse_release(value) if isinstance(value, str) else None
+    if release is None:
+        why = " (quoted: unquoted, 9.10 reads as the number 9.1)" if isinstance(value, float) else ""
+        raise ConfigError(path, field, f"a cuDNN release as a string such as '9.13', or null{why}", value)
+    return release
+
+
 def _enum(kind: type[E], allowed: tuple[E, ...] | None = None) -> Callable[[object, str, str], E]:
     def read(value: object, path: str, field: str) -> E:
         return parse_enum(kind, value, path, field, allowed)
@@ -182,6 +193,8 @@ SETTINGS: tuple[SettingKind, ...] = (
     SettingKind("fp8_scaling", _enum(ScalingRecipe, (ScalingRecipe.DELAYED, ScalingRecipe.CURRENT)),
                 "the FP8 scaling recipe"),
     SettingKind("seq_length", _positive_or_null, "the training sequence length (null: none, the case must give it)"),
+    SettingKind("cudnn_release", _release_or_null, "the cuDNN release the stack ships, which prices cuDNN attention "
+                "on Blackwell (null: the catalogue's curves; sim/attention_releases.py)"),
 )
 """The keys of a stack file's ``settings``, in the order docs/workloads.md lists them."""
 
@@ -290,6 +303,8 @@ class Stack:
     def value(self, key: Literal["cp_comm_type"]) -> CpCommType: ...
     @overload
     def value(self, key: Literal["fp8_scaling"]) -> ScalingRecipe: ...
+    @overload
+    def value(self, key: Literal["cudnn_release"]) -> tuple[int, int] | None: ...
     def value(self, key: str) -> object:
         """The value of setting ``key``, of the type its :data:`SETTINGS` reader returns
         (the overloads; tests/unit/test_stacks.py holds the two to each other)."""

@@ -16,6 +16,7 @@ other; ``"dp-tp-pp"``: TP strided across nodes), or a list of ``num_gpus`` GPU i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from sim.attention_releases import with_cudnn_release
 from sim.config.defaults import (
     async_tp_allreduce_default,
     attention_kernel_default,
@@ -56,7 +58,16 @@ from sim.config.stacks import STACKS, choose_stack, framework_year, load_stack
 from sim.errors import ConfigError, Described, excerpt
 from sim.hardware import GPUSpec, get_gpu, gpu_names, power_limited
 from sim.topology.network import NetworkFabric, NetworkSpec
-from sim.types import NOT_SIMULATED_DTYPES, SIMULATED_DTYPES, CpCommType, Dtype, ScalingRecipe, ScheduleKind, parse_enum
+from sim.types import (
+    NOT_SIMULATED_DTYPES,
+    SIMULATED_DTYPES,
+    AttentionKernel,
+    CpCommType,
+    Dtype,
+    ScalingRecipe,
+    ScheduleKind,
+    parse_enum,
+)
 from sim.units import GBIT_PER_S, GiB
 from sim.workload.kernels import KERNEL_KEYS, KernelsSpec
 from sim.workload.spec import (
@@ -294,6 +305,7 @@ def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     if num_gpus is None:
         num_gpus = notes.fill("system.num_gpus", parallel.num_gpus, "tp x pp x dp x cp")
     system = _build_system(system_f, gpu, num_gpus, file.parent, notes)
+    system = _cudnn_release(system, kernels, stack, notes)
     source = raw.get("source")
     source = source.get("publication") if isinstance(source, Mapping) else source
     source = source if isinstance(source, str) else case_id or file.name
@@ -697,6 +709,19 @@ def _build_system(f: Fields, gpu: GPUSpec, num_gpus: int, base: Path, notes: Not
     network = _network(f, per_node)
     with located(f.path):
         return SystemSpec(gpu=gpu, num_gpus=num_gpus, gpus_per_node=per_node, topology=topology, network=network)
+
+
+def _cudnn_release(system: SystemSpec, kernels: KernelsSpec, stack: Stack, notes: Notes) -> SystemSpec:
+    """``system`` with its GPU's cuDNN attention curves of the stack's ``cudnn_release``
+    (:func:`sim.attention_releases.with_cudnn_release`), where its attention is cuDNN's fused
+    kernel; noted."""
+    if not (kernels.flash_attention and kernels.attention_kernel is AttentionKernel.VENDOR):
+        return system
+    gpu, note = with_cudnn_release(system.gpu, stack.value("cudnn_release"))
+    if note is None:
+        return system
+    notes.append(f"{note} ({stack.why('cudnn_release')})")
+    return dataclasses.replace(system, gpu=gpu)
 
 
 def _network(system: Fields, gpus_per_node: int) -> NetworkSpec | None:

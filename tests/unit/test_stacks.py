@@ -44,8 +44,8 @@ def _write(path, data) -> str:
 def test_every_shipped_stack_is_complete_and_cites_each_setting_it_gives():
     stacks = shipped_stacks()
     assert {s.name for s in stacks} >= {"megatron-lm-2021", "megatron-lm-2022", "megatron-core", "nemo-24",
-                                        "nemo-24.01-24.07", "nemo-25", "megatron-bridge", "torchtitan",
-                                        "deepspeed-zero3"}
+                                        "nemo-24.01-24.07", "nemo-25", "megatron-bridge", "megatron-bridge-25",
+                                        "torchtitan", "deepspeed-zero3"}
     for s in stacks:
         assert (preset_folder(STACKS) / f"{s.name}.yaml").is_file(), s.name  # a stack is named as its file
         assert set(s.settings) == {k.key for k in SETTINGS}, s.name
@@ -73,7 +73,8 @@ def test_every_date_has_exactly_one_fallback():
     ("NeMo 24.09 container", "nemo-24"),
     ("NeMo 24.12 (NeMo 2 recipes)", "nemo-24"),
     ("NeMo 25.04.rc2 (Megatron-Core)", "nemo-25"),
-    ("NeMo 25.11 container / Megatron-Bridge (Megatron-Core)", "megatron-bridge"),
+    ("NeMo 25.11 container / Megatron-Bridge (Megatron-Core)", "megatron-bridge-25"),
+    ("NeMo 25.09", "megatron-bridge-25"),
     ("NeMo 26.04.01 container / Megatron-Bridge (Megatron-Core)", "megatron-bridge"),
     ("Megatron-DeepSpeed (DeepSpeed 0.3.16)", "deepspeed-zero3"),
     ("Megatron-LM (launch arguments)", "megatron-core"),
@@ -227,7 +228,7 @@ def test_a_bad_stack_file_named_by_a_case_is_one_line_naming_the_stack_file(tmp_
 
 def _bridge_case(dtype: str, gpu: str = "B200", **parallel) -> dict:
     par = {"tp": 2, "pp": 1, "dp": 4, "micro_batch_size": 1, "global_batch_size": 8, **parallel}
-    return _case("NeMo 25.11 container / Megatron-Bridge (Megatron-Core)", dtype=dtype,
+    return _case("NeMo 26.04.01 container / Megatron-Bridge (Megatron-Core)", dtype=dtype,
                  system={"gpu": gpu, "num_gpus": 8}, parallel=par)
 
 
@@ -364,9 +365,11 @@ def test_the_types_stack_value_declares_are_those_its_settings_are_read_as():
         keys, ret = typing.get_args(hints["key"]), hints["return"]
         if len(keys) == 1:
             union = typing.get_origin(ret) in (typing.Union, types.UnionType)
-            declared[keys[0]] = typing.get_args(ret) if union else (typing.get_origin(ret) or ret,)
+            declared[keys[0]] = tuple(typing.get_origin(a) or a for a in typing.get_args(ret)) if union \
+                else (typing.get_origin(ret) or ret,)
     assert set(declared) == {k.key for k in SETTINGS}
     assert declared["seq_length"] == declared["global_batch_size"] == (int, type(None))
+    assert declared["cudnn_release"] == (tuple, type(None))
     assert declared["memory_savers"] == (frozenset,)
     assert {declared[k] for k in ("dp_shard", "zero_impl", "tp_comm_overlap_impl", "attention_kernel",
                                   "cross_entropy", "micro_batch_size", "cp_comm_type", "fp8_scaling")} == {

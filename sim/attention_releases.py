@@ -1,0 +1,141 @@
+"""cuDNN's fused attention on Blackwell, by cuDNN release.
+
+The catalogue prices cuDNN attention on Blackwell with curves from cuDNN 9.19
+(:mod:`sim.hardware`, ``_CUDNN_919``). A software stack that ships an earlier cuDNN runs slower
+kernels there: the same benchmark of NVIDIA's, run through PyTorch's cuDNN SDPA backend with
+the NGC PyTorch containers of 2025, times B200's backward at 0.81-0.89 of what the 9.19 curves
+give at 8k-128k tokens (forward 0.93-1.05), and cuDNN 9.18.1 is the release whose SDPA
+improvements the benchmark's results were updated for (NVIDIA/cudnn-frontend release v1.18.0:
+"Updated the benchmark results for the sdpa improvements added in cuDNN 9.18.1"). So a stack's
+``cudnn_release`` (:mod:`sim.config.stack`) picks the attention curves of a Blackwell GPU:
+
+* from :data:`CATALOGUE_FROM` (9.18) on, or null: the catalogue's;
+* before it: the latest release measured (:data:`MEASURED`) that is not later than the stack's,
+  or, for a release older than every measurement, the earliest one (noted).
+
+Each measurement is NVIDIA's cuDNN-frontend SDPA training benchmark
+(``benchmark/sdpa_benchmark_training/benchmark_bf16_sdpa.py``): batch 1, 128 query and 8
+key/value heads, head dimension 128, causal, BF16, at 2k-128k tokens, backend ``pyt_cudnn``
+(``F.scaled_dot_product_attention`` on PyTorch's cuDNN backend, the kernels Transformer Engine's
+fused attention calls), timed with CUDA events: the way this project's own H100 curve was
+measured (PyTorch's cuDNN SDPA, device-timed), so the fractions are used as they are. A point
+is the kernel's FLOPs as :class:`~sim.workload.ops.AttentionOp` counts them over ``(time -
+launch gap) x the GPU's dense BF16 peak``. GB200 (B200's die at a higher power limit) takes
+B200's fractions, as B200 takes GB200's in the catalogue. Hopper and Ampere keep their curves:
+no per-release measurement of them was found.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from sim.hardware import EfficiencyCurve, GPUSpec, get_gpu
+from sim.types import Dtype
+from sim.workload.ops import AttentionOp
+
+__all__ = ["CATALOGUE_FROM", "MEASURED", "MEASURED_SEQS", "PRICED_AS", "ReleaseMeasurement", "format_release",
+           "parse_release", "with_cudnn_release"]
+
+MEASURED_SEQS = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
+"""The sequence lengths of every measurement (batch 1, 128/8 heads, head dimension 128, causal)."""
+CATALOGUE_FROM = (9, 18)
+"""The first release the catalogue's Blackwell curves (cuDNN 9.19) price: the benchmark's
+results were updated for 9.18.1's SDPA improvements (cudnn-frontend v1.18.0 release notes)."""
+PRICED_AS = {"B200": "B200", "GB200": "B200", "GB300": "GB300"}
+"""The GPUs priced by release, and the GPU whose measurements price each."""
+
+
+@dataclass(frozen=True)
+class ReleaseMeasurement:
+    """One cuDNN release's attention measured on one GPU: forward and backward milliseconds at
+    :data:`MEASURED_SEQS`, and where they were published."""
+
+    gpu: str
+    release: tuple[int, int]
+    label: str
+    forward_ms: tuple[float, ...]
+    backward_ms: tuple[float, ...]
+    source: str
+
+    def curves(self) -> tuple[EfficiencyCurve, EfficiencyCurve]:
+        """The forward and backward efficiency curves: fractions of the dense BF16 peak of the
+        GPU measured."""
+        gpu = get_gpu(self.gpu)
+        peak = gpu.peak(Dtype.BF16)
+        out = []
+        for backward, times in ((False, self.forward_ms), (True, self.backward_ms)):
+            points = []
+            for seq, ms in zip(MEASURED_SEQS, times):
+                flops = AttentionOp(1, 128, 8, seq, 128, True, backward).flops
+                points.append((flops, flops / ((ms * 1e-3 - gpu.kernel_launch_s) * peak)))
+            out.append(EfficiencyCurve(tuple(points)))
+        return out[0], out[1]
+
+
+_FRONTEND = "NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/artifacts/"
+MEASURED = (
+    ReleaseMeasurement(
+        "B200", (9, 10), "9.10.2",
+        (0.283, 0.629, 1.837, 6.517, 24.611, 97.192, 423.196),
+        (0.935, 1.978, 5.849, 20.498, 78.227, 332.507, 1375.057),
+        _FRONTEND + "sdpa_bf16_benchmark_results_NVIDIA_B200.csv @cb560b9, backend pyt_cudnn; cuDNN 9.10.2 in the "
+        "NGC PyTorch 25.06 container (sample_b200_bf16_run.txt: torch 2.8.0a0 nv25.06, "
+        "torch.backends.cudnn.version() = 91002)"),
+    ReleaseMeasurement(
+        "B200", (9, 13), "9.13.0",
+        (0.287, 0.642, 1.877, 6.602, 24.795, 101.812, 415.333),
+        (0.925, 1.960, 5.833, 20.460, 79.338, 327.889, 1343.117),
+        _FRONTEND + "sdpa_bf16_benchmark_results_NVIDIA_B200.csv @bb37575, backend pyt_cudnn; cuDNN 9.13.0 in the "
+        "NGC PyTorch 25.09 container (sample_b200_bf16_run.txt @bb37575: torch 2.9.0a0 nv25.09, "
+        "torch.backends.cudnn.version() = 91300)"),
+    ReleaseMeasurement(
+        "GB300", (9, 13), "9.13.0",
+        (0.232, 0.480, 1.470, 5.167, 19.592, 79.491, 327.134),
+        (0.705, 1.540, 4.865, 17.345, 66.679, 270.296, 1099.493),
+        _FRONTEND + "sdpa_bf16_benchmark_results_NVIDIA_GB300.csv @bb37575, backend pyt_cudnn; cuDNN 9.13.0 in the "
+        "NGC PyTorch 25.09 container (sample_gb300_bf16_run.txt @0b1577c: torch 2.9.0a0 nv25.09, "
+        "torch.backends.cudnn.version() = 91300)"),
+)
+"""The per-release measurements, oldest first per GPU."""
+
+
+def parse_release(text: str) -> tuple[int, int] | None:
+    """``(major, minor)`` of a cuDNN release written ``9.13`` (or ``9.13.0``); None when it is not one.
+
+    >>> parse_release("9.13"), parse_release("9.10.2"), parse_release("nine")
+    ((9, 13), (9, 10), None)
+    """
+    parts = text.split(".")
+    if not 2 <= len(parts) <= 3 or not all(p.isdigit() and len(p) <= 3 for p in parts):
+        return None
+    return int(parts[0]), int(parts[1])
+
+
+def format_release(release: tuple[int, int]) -> str:
+    return f"{release[0]}.{release[1]}"
+
+
+def with_cudnn_release(gpu: GPUSpec, release: tuple[int, int] | None) -> tuple[GPUSpec, str | None]:
+    """``gpu`` with the cuDNN attention curves of ``release`` (the module docstring), and a note
+    saying which measurement prices it; ``gpu`` itself and None where the catalogue's apply.
+
+    >>> from sim.hardware import get_gpu
+    >>> b200, note = with_cudnn_release(get_gpu("B200"), (9, 13))
+    >>> note
+    'attention: cuDNN 9.13 on B200 -> cuDNN 9.13.0 as measured on B200 (sim/attention_releases.py)'
+    >>> with_cudnn_release(get_gpu("H100"), (9, 13))[1] is None, with_cudnn_release(b200, (9, 19))[1] is None
+    (True, True)
+    """
+    measured_on = PRICED_AS.get(gpu.name)
+    if release is None or measured_on is None or release >= CATALOGUE_FROM:
+        return gpu, None
+    own = [m for m in MEASURED if m.gpu == measured_on]
+    earlier = [m for m in own if m.release <= release]
+    m = earlier[-1] if earlier else own[0]
+    fwd, bwd = m.curves()
+    older = "" if earlier else ", no earlier release measured"
+    on = "" if m.gpu == gpu.name else f" (its fractions of peak on {gpu.name})"
+    note = (f"attention: cuDNN {format_release(release)} on {gpu.name} -> cuDNN {m.label} as measured on "
+            f"{m.gpu}{on}{older} (sim/attention_releases.py)")
+    return dataclasses.replace(gpu, attention_efficiency=fwd, attention_backward_efficiency=bwd), note
