@@ -113,11 +113,12 @@ def placed_unlike_an_order(workload: WorkloadSpec) -> bool:
 
 
 def excluded_algorithms(workload: WorkloadSpec) -> frozenset:
-    """The collective algorithms the run's NCCL may not use: NVLS under deterministic mode
+    """The collective algorithms the run's NCCL may not use: NVLS and NVLS-tree under deterministic mode
     (Megatron-LM's ``validate_args``, ``megatron/training/arguments.py``, requires
     ``NCCL_ALGO`` to be one of Tree, Ring, CollnetDirect, CollnetChain or ``^NVLS``: whichever
     is set, NCCL runs no NVLS)."""
-    return frozenset({CollectiveAlgorithm.NVLS}) if workload.kernels.deterministic else frozenset()
+    return frozenset({CollectiveAlgorithm.NVLS, CollectiveAlgorithm.NVLS_TREE}) if workload.kernels.deterministic \
+        else frozenset()
 
 
 def simulate(workload: WorkloadSpec, topology: TopologySpec, *, full: bool = False,

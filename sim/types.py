@@ -283,6 +283,9 @@ class CollectiveAlgorithm(str, Enum):
     """NCCL's double binary tree across nodes, a chain inside each (all-reduce)."""
     NVLS = "nvls"
     """NVLink SHARP: the NVSwitch reduces and multicasts (all-reduce inside one domain)."""
+    NVLS_TREE = "nvls-tree"
+    """NVLink SHARP inside each domain, a double binary tree between them (all-reduce across
+    NVLS domains)."""
     PAT = "pat"
     """NCCL's Parallel Aggregated Trees (all-gather, reduce-scatter with one rank per node)."""
     HIERARCHICAL = "hierarchical"

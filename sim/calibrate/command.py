@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from sim.calibrate.calibration import Calibration, calibrated_topology, check_rows
 from sim.calibrate.kernel_command import calibrate_kernels, device_word
 from sim.calibrate.nccl_tests import NcclTestsLog, read_nccl_tests
-from sim.calibrate.pricing import PRICED, log_busbw_GBps, placement, price_busbw_GBps
+from sim.calibrate.pricing import PRICED, excluded_algorithms, log_busbw_GBps, placement, price_busbw_GBps
 from sim.calibrate.runs import (
     EFFICIENCY_BOUNDS,
     HOST_ISSUE_BOUNDS_US,
@@ -66,14 +66,16 @@ def price_log(log: NcclTestsLog, topology: TopologySpec, name: str | None = None
     up, at the log's placement (:mod:`sim.calibrate.pricing`; ``name``: what the user called the topology)."""
     where = placement(log, topology, name or topology.name)
     kind = PRICED[log.collective]
-    return [(r.size_bytes, price_busbw_GBps(kind, r.size_bytes, where, topology)) for r in log.rows
+    excluded = excluded_algorithms(log.nccl_algo, log.path)
+    return [(r.size_bytes, price_busbw_GBps(kind, r.size_bytes, where, topology, excluded)) for r in log.rows
             if r.size_bytes >= CURVE_FROM_BYTES]
 
 
 def _describe(log: NcclTestsLog) -> str:
     nodes = f"{log.nodes} node" + ("s" if log.nodes > 1 else "")
     version = f"NCCL {log.nccl_version}" if log.nccl_version else "NCCL version not in the log"
-    return (f"{log.collective}_perf, {log.ranks} ranks on {nodes} ({', '.join(log.devices)}), {version}, "
+    algo = f", NCCL_ALGO={log.nccl_algo}" if log.nccl_algo else ""
+    return (f"{log.collective}_perf, {log.ranks} ranks on {nodes} ({', '.join(log.devices)}), {version}{algo}, "
             f"{len(log.rows)} sizes {log.rows[0].size_bytes:,} .. {log.rows[-1].size_bytes:,} B")
 
 

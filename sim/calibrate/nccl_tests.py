@@ -16,7 +16,11 @@ first ``time algbw busbw`` are out-of-place, the second in-place. The ranks and 
 from the ``Rank N ... on HOST device ...`` lines (the nodes are the distinct hosts); the NCCL
 version from an ``NCCL version X.Y.Z`` line (``NCCL_DEBUG=INFO``/``VERSION``) or nccl-tests'
 ``nccl-library=NNNNN``; the collective from ``# Collective test starting: NAME``, else the
-command line (``.../all_reduce_perf -b 8 ...``), else the file's name.
+command line (``.../all_reduce_perf -b 8 ...``), else the file's name; the algorithms NCCL was
+limited to from ``NCCL_ALGO`` where the pasted launch line sets it (``-x NCCL_ALGO=Ring``,
+``NCCL_ALGO=Tree ./build/...``) or NCCL's ``NCCL_ALGO set by environment to Ring`` INFO line:
+its value as NCCL reads it, a comma-separated list of algorithms, or one of algorithms to leave
+out after ``^`` (NCCL ``docs``, "NCCL_ALGO").
 
 Each row is checked against its collective: ``size = count x type size x f`` with ``f`` the
 ranks for all-gather, reduce-scatter and all-to-all (nccl-tests counts their elements per rank)
@@ -49,6 +53,7 @@ _THREADS = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
 _LIBRARY = re.compile(r"nccl-library=(\d+)")
 _TEST = re.compile(r"Collective test starting:\s*(\w+?)(?:_perf)?\s*$")
+_ALGO = re.compile(r"NCCL_ALGO(?:=|\s+set by environment to\s+)(\^?[A-Za-z][A-Za-z,]*)")
 _COMMAND = re.compile(r"\b(" + "|".join(COLLECTIVES) + r")_perf")
 _HEADER = ("size", "count", "type", "time", "algbw", "busbw")
 
@@ -94,6 +99,8 @@ class NcclTestsLog:
     rows: tuple[NcclTestsRow, ...]
     rank_hosts: tuple[str, ...] = ()
     """The host of each rank, in rank order (where :mod:`sim.calibrate.pricing` places them)."""
+    nccl_algo: str | None = None
+    """``NCCL_ALGO`` as the log sets it (None: not set in the log; NCCL chose)."""
 
     @property
     def name(self) -> str:
@@ -120,7 +127,7 @@ def parse_nccl_tests(text: str, path: str = "<text>") -> NcclTestsLog:
     columns = _columns(lines, path)
     ranks: dict[int, tuple[str, str]] = {}
     threads = gpus = None
-    version = None
+    version = algo = None
     test = None
     for line in lines:
         body = line.lstrip("# \t")
@@ -137,6 +144,8 @@ def parse_nccl_tests(text: str, path: str = "<text>") -> NcclTestsLog:
             version = f"{code // 10000}.{code // 100 % 100}.{code % 100}"
         if test is None and (m := _TEST.search(body)):
             test = m.group(1)
+        if algo is None and (m := _ALGO.search(line)):
+            algo = m.group(1)
     if test is None:
         test = _named_test(lines, path)
     if test not in COLLECTIVES:
@@ -150,7 +159,7 @@ def parse_nccl_tests(text: str, path: str = "<text>") -> NcclTestsLog:
     hosts = tuple(sorted({h for h, _ in ranks.values()}))
     devices = tuple(sorted({d for _, d in ranks.values()}))
     rank_hosts = tuple(ranks[i][0] for i in sorted(ranks))
-    return NcclTestsLog(path, test, n, len(hosts), hosts, devices, version, threads, gpus, rows, rank_hosts)
+    return NcclTestsLog(path, test, n, len(hosts), hosts, devices, version, threads, gpus, rows, rank_hosts, algo)
 
 
 def _columns(lines: list[str], path: str) -> list[str]:

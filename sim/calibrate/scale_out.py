@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sim.calibrate.nccl_tests import NcclTestsLog
-from sim.calibrate.pricing import placement, price_time_s
+from sim.calibrate.pricing import excluded_algorithms, placement, price_time_s
 from sim.calibrate.scale_up import CURVE_FROM_BYTES, LATENCY_UP_TO_BYTES, ROUND_EFFICIENCY, CalibratedValue, size_words
 from sim.config import load_topology
 from sim.errors import ConfigError
@@ -61,16 +61,17 @@ def _why_faster(nvlink_bound: bool, scale_up_calibrated: Sequence[str]) -> str:
     topology would allow it (``nvlink_bound``), so the NVLink legs inside each node ran faster
     than the topology's scale-up curve (calibrate that first from a one-node log of the same
     nodes, unless one already did); else even a perfect NVLink and NICs at their line rate are
-    too slow: other NICs, or an algorithm the planner does not price (NCCL's NVLS-tree, NVLink
-    SHARP inside each node and a tree across nodes, reaches a bus bandwidth above the NICs' line
-    rate on two nodes)."""
+    too slow: other NICs, or an algorithm the topology does not run (NVLS-tree, NVLink SHARP
+    inside each node and a tree across nodes, reaches a bus bandwidth above the NICs' line rate
+    on two nodes, where the topology gives NVLS; CollNet, the switches' SHARP, is not priced)."""
     if nvlink_bound and not scale_up_calibrated:
         return ("its NVLink legs are faster than the topology's scale-up curve allows (with a perfect NVLink it would "
                 "fit): give a one-node all_reduce_perf log of the same nodes first, --nccl-tests ONE-NODE.log "
                 "THIS.log, so the scale-up is calibrated before the NICs")
     return ("a faster log means other NICs (give --topology a topology with its scale_out.nics_per_node and "
-            "nic_bandwidth_Gbps) or an algorithm llmsim does not price: NCCL's NVLS-tree (NVLink SHARP in each node, "
-            "a tree across nodes) beats a ring over the NICs' line rate")
+            "nic_bandwidth_Gbps) or an algorithm the topology does not run: NCCL's NVLS-tree (NVLink SHARP in each "
+            "node, a tree across nodes) beats a ring over the NICs' line rate where the topology gives NVLS "
+            "(scale_up.nvls_efficiency_by_size_bytes), and CollNet (switch SHARP) is not priced")
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ def fit_scale_out(log: NcclTestsLog, name: str, overrides: Sequence[str] = ()) -
         raise ConfigError(log.path, "nodes", f"a topology whose scale-out is a fat tree to calibrate (the NIC "
                           f"links' latency and efficiency), not {name}'s", out.kind.value)
     kind = CollectiveKind.ALL_REDUCE
+    excluded = excluded_algorithms(log.nccl_algo, log.path)  # the algorithms NCCL_ALGO left NCCL
     points = [(r.size_bytes, r.best_time_us * 1e-6) for r in log.rows]
     curve_points = [(s, t) for s, t in points if s >= CURVE_FROM_BYTES]
     if not curve_points:
@@ -130,7 +132,7 @@ def fit_scale_out(log: NcclTestsLog, name: str, overrides: Sequence[str] = ()) -
         return memo[key]
 
     def time_s(size: int, latency_us: float, eff: str, perfect_nvlink: bool = False) -> float:
-        return price_time_s(kind, size, where, topology(latency_us, eff, perfect_nvlink))
+        return price_time_s(kind, size, where, topology(latency_us, eff, perfect_nvlink), excluded)
 
     n, nodes = log.ranks, log.nodes
     nics = f"{out.nics_per_node} x {out.nic.bandwidth_bytes_per_s / GBIT_PER_S:g} Gb/s NICs per node"

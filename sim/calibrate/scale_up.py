@@ -9,9 +9,10 @@ for the presets' published tables:
 
 with ``B`` the topology's NVLink bandwidth per direction, ``h`` its hop latency (GPU to switch
 to GPU) and ``L_nvls`` NCCL's NVLS latency (:data:`sim.costs.comm.NVLS_LATENCY_S`). The log
-does not say which algorithm NCCL ran; the topology's own is taken: NVLS where the topology
-gives NVLS an efficiency curve (NCCL's default for an all-reduce inside an NVLink-SHARP node,
-nccl-tests issue #212), the ring otherwise.
+does not say which algorithm NCCL ran unless it sets ``NCCL_ALGO``; the topology's own is taken:
+NVLS where the topology gives NVLS an efficiency curve (NCCL's default for an all-reduce inside
+an NVLink-SHARP node, nccl-tests issue #212) and the log's ``NCCL_ALGO`` does not rule it out
+(``NCCL_ALGO=Ring``), the ring otherwise.
 
 * ``L`` (``scale_up.collective_latency_us``) is the smallest size's time less that algorithm's
   fixed latency, when the smallest size is at most :data:`LATENCY_UP_TO_BYTES` (latency-bound);
@@ -31,9 +32,11 @@ import math
 from dataclasses import dataclass
 
 from sim.calibrate.nccl_tests import NcclTestsLog
+from sim.calibrate.pricing import excluded_algorithms
 from sim.costs.comm import NVLS_LATENCY_S
 from sim.errors import ConfigError
 from sim.topology.spec import TopologySpec
+from sim.types import CollectiveAlgorithm
 
 __all__ = ["CURVE_FROM_BYTES", "LATENCY_UP_TO_BYTES", "ROUND_EFFICIENCY", "CalibratedValue", "ScaleUpFit",
            "fit_scale_up", "size_words"]
@@ -101,7 +104,8 @@ def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) 
     def nvls_bytes(s: float) -> float:
         return (1 + 1 / n) * s
 
-    nvls = up.nvls_efficiency is not None
+    from_log = excluded_algorithms(log.nccl_algo, log.path)  # NCCL_ALGO=Ring in the log: no NVLS
+    nvls = up.nvls_efficiency is not None and CollectiveAlgorithm.NVLS not in from_log
     algorithm, fixed, link_bytes = ("nvls", NVLS_LATENCY_S, nvls_bytes) if nvls else ("ring", ring_fixed, ring_bytes)
     fixed_words = (f"NCCL's NVLS latency {NVLS_LATENCY_S * 1e6:g} us" if nvls
                    else f"2(n-1) = {2 * (n - 1)} hops of {hop * 1e6:g} us")

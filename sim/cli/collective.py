@@ -3,7 +3,7 @@
 ::
 
     llmsim collective --topology T --op all-reduce --bytes 1GiB --ranks 8
-                      [--algo auto|ring|multi-ring|tree|nvls|pat|hierarchical] [--json PATH]
+                      [--algo auto|ring|multi-ring|tree|nvls|nvls-tree|pat|hierarchical] [--json PATH]
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ def register(sub) -> None:
     col.add_argument("--algo", default="auto",
                      help="auto (the fastest of NCCL's candidates, as NCCL's tuner picks), ring (one ring), "
                      "multi-ring (a ring per channel across nodes), tree (double binary tree, all-reduce), "
-                     "nvls (NVLink SHARP, all-reduce in one NVSwitch domain), pat (all-gather/reduce-scatter, "
+                     "nvls (NVLink SHARP, all-reduce in one NVSwitch domain), nvls-tree (NVLink SHARP in each "
+                     "domain, a tree across them, all-reduce), pat (all-gather/reduce-scatter, "
                      "one GPU per node), hierarchical (intra-node, inter-node, intra-node phases)")
     col.add_argument("--json", metavar="PATH", help="write the figures as JSON")
     col.set_defaults(func=_cmd_collective)

@@ -11,7 +11,7 @@
     llmsim validate [FILE...] [--json PATH]
     llmsim presets [--json PATH]
     llmsim collective --topology T --op all-reduce --bytes 1GiB --ranks 8
-                 [--algo auto|ring|multi-ring|tree|nvls|pat|hierarchical] [--json PATH]
+                 [--algo auto|ring|multi-ring|tree|nvls|nvls-tree|pat|hierarchical] [--json PATH]
     llmsim compare [WORKLOAD.yaml] --topology A --topology B [...] [--json PATH] [--plot PATH]
     llmsim sweep [WORKLOAD.yaml] [--topology T] [--space SPACE.yaml] [--top N] [--executor local|dask://HOST:PORT]
                  [--workers N] [--csv PATH] [--json PATH] [--plot PATH] [--fidelity fast|op] [--exhaustive]

@@ -29,6 +29,16 @@ Algorithms, as NCCL runs them on one node or across nodes:
   each way (hence NVLS's bus bandwidth rising with ``n``: 370, 420, 440, 460, 480 GB/s for
   4-8 H100s in NVIDIA/nccl #1455, reproduced with one efficiency curve). Latency: NCCL's NVLS
   latency on NVLink, 25 us (``src/graph/tuning.cc``, ``hwLat[NVLINK][NVLS][SIMPLE]``).
+* **NVLS-tree** (NCCL >= 2.18, all-reduce across NVLS domains each holding the same number
+  ``k >= 2`` of the group): NVLS inside each domain (each GPU's switch port carries
+  ``(1 + 1/k) S`` each way, as NVLS's) while each GPU's ``S / k`` shard crosses the domains on
+  its own NIC in two binary trees over them (rail-matched: local GPU ``j`` with the other
+  domains' ``j``; the second tree over the domains in reverse order), each carrying half the
+  shard up and down: ``S / k`` each way on a NIC between two domains, ``2 S / k`` with more
+  (NCCL's ``bwInter / 2`` for ``nNodes > 2``). All at once, pipelined. Latency NCCL's:
+  ``hwLat[NVLINK][NVLS_TREE] + 2 log2(D) hwLat[NET][NVLS_TREE]``, 25 us and 14 us
+  (``src/graph/tuning.cc``, v2.26.2; ``log2i``, rounded down). NCCL's engineers: "You should
+  see NVLS being used with single-node runs, NVLSTree with multi-node" (NVIDIA/nccl-tests #309).
 * **tree** (NCCL's double binary tree, all-reduce across domains): per channel (as many as the
   channel rings), a chain through the domain's GPUs and two binary trees over the domains (the
   second over the domains in reverse order, so a domain interior to one is a leaf of the
@@ -56,7 +66,8 @@ spends issuing it, e.g. a tensor-list collective's per-rank copies).
 With ``algorithm="auto"`` the planner prices the candidates NCCL's tuner weighs for the op
 and the group (ring or channel rings; tree for an all-reduce across domains, whether or not
 they hold equal numbers of the group's ranks, as NCCL's tuner turns neither off for unequal
-nodes; NVLS for an all-reduce inside an NVLS domain; PAT for all-gather and reduce-scatter with
+nodes; NVLS for an all-reduce inside an NVLS domain, NVLS-tree for one across NVLS domains;
+PAT for all-gather and reduce-scatter with
 one rank in every domain) with the same alpha-beta estimate for each (latency plus the
 busiest link's bytes over its bandwidth) and keeps the fastest, as ``ncclTopoTuneModel`` does.
 """
@@ -75,13 +86,18 @@ from sim.topology.routing import Fabric
 from sim.types import CollectiveAlgorithm, CollectiveKind, CommKernel, NcclProtocol
 from sim.workload.ops import CommOp
 
-__all__ = ["plan_comm", "nccl_ctas", "kernel_sms", "channel_count", "NVLS_LATENCY_S", "TREE_BANDWIDTH_FACTOR",
+__all__ = ["plan_comm", "nccl_ctas", "kernel_sms", "channel_count", "NVLS_LATENCY_S", "NVLS_TREE_NET_LATENCY_S",
+           "TREE_BANDWIDTH_FACTOR",
            "PAT_BANDWIDTH_FACTOR",
            "CTAS_IN_DOMAIN", "CTAS_NVLS", "CTAS_PER_NODE_GPU", "CTAS_ACROSS_DOMAINS"]
 
 NVLS_LATENCY_S = 25e-6
 """NCCL's latency of an NVLS collective on NVLink (NVIDIA/nccl ``src/graph/tuning.cc``,
 ``hwLat[NCCL_HW_NVLINK][NCCL_ALGO_NVLS][NCCL_PROTO_SIMPLE] = 25`` us)."""
+NVLS_TREE_NET_LATENCY_S = 14e-6
+"""NCCL's latency of an NVLS-tree step between nodes (``tuning.cc`` v2.26.2,
+``hwLat[NCCL_HW_NET][NCCL_ALGO_NVLS_TREE][NCCL_PROTO_SIMPLE] = 14`` us; its NVLink part is
+``hwLat[NCCL_HW_NVLINK][NCCL_ALGO_NVLS_TREE][NCCL_PROTO_SIMPLE] = 25`` us, as NVLS's)."""
 TREE_BANDWIDTH_FACTOR = 0.92
 """NCCL's tree all-reduce bandwidth correction (``tuning.cc``, ``busBw*.92``)."""
 PAT_BANDWIDTH_FACTOR = 0.75
@@ -121,7 +137,7 @@ def nccl_ctas(fabric: Fabric, op: CommOp, algorithm: str) -> int:
     >>> nccl_ctas(fab, tp, "ring"), nccl_ctas(fab, dp, "ring"), nccl_ctas(fab, dp, "p2p")
     (24, 2, 0)
     """
-    if algorithm == "nvls":
+    if algorithm in ("nvls", "nvls-tree"):
         return CTAS_NVLS
     if algorithm not in ("ring", "multi-ring", "tree", "pat", "hierarchical"):
         return 0
@@ -388,6 +404,61 @@ def _nvls_possible(fabric: Fabric, group: tuple[int, ...]) -> bool:
     return all(len(fabric.route(group[0], r).links) == 2 for r in group[1:])
 
 
+def _nvls_tree_possible(fabric: Fabric, group: tuple[int, ...]) -> bool:
+    """Several domains, each an NVLS domain holding the same number (at least 2) of the group."""
+    if fabric.nvls_efficiency is None:
+        return False
+    doms = _domains(fabric, group)
+    return len(doms) > 1 and len(doms[0]) > 1 and all(len(d) == len(doms[0]) for d in doms) \
+        and all(_nvls_possible(fabric, tuple(d)) for d in doms)
+
+
+def nvls_tree_latency_s(domains: int, hop_inter_s: float) -> float:
+    """NCCL's latency of an NVLS-tree all-reduce over ``domains`` nodes whose LL hop between
+    nodes takes ``hop_inter_s`` on the topology (the module docstring): NVLS's 25 us and two
+    steps a tree level between nodes, each NCCL's 14 us scaled by the topology's hop over
+    NCCL's 2.7 us LL ring hop (as :mod:`sim.costs.nccl_protocol` scales the ring's), so a
+    topology with slower hops keeps them slower.
+
+    >>> round(nvls_tree_latency_s(2, 2.7e-6) * 1e6, 1), round(nvls_tree_latency_s(5, 2.7e-6) * 1e6, 1)
+    (53.0, 81.0)
+    """
+    step = hop_inter_s * NVLS_TREE_NET_LATENCY_S / nccl_protocol.RING_NET_HOP_S[NcclProtocol.LL]
+    return NVLS_LATENCY_S + 2 * int(math.log2(domains)) * step
+
+
+def _nvls_tree_phase(fabric: Fabric, groups: list[tuple[int, ...]], size_bytes: float,
+                     loads: Counter | None) -> Phase:
+    """NVLS-tree all-reduce (the module docstring): NVLS's port flows in every domain and, per
+    local GPU, two binary trees over the domains through its NIC, all at once."""
+    curve = fabric.nvls_efficiency
+    efficiency = _efficiency_at(size_bytes)
+    flows = []
+    latency = 0.0
+    for g in groups:
+        doms = _domains(fabric, g)
+        k, nd = len(doms[0]), len(doms)
+        per_port = (1 + 1 / k) * size_bytes / curve(size_bytes)
+        for dom in doms:
+            for r in dom:
+                other = dom[1] if r == dom[0] else dom[0]
+                flows.append((r, other, per_port, (fabric.route(r, other).links[0],)))
+                flows.append((other, r, per_port, (fabric.route(other, r).links[-1],)))
+        share = size_bytes / (2 * k)
+        hop_inter = 0.0
+        for j in range(k):
+            heads = [dom[j] for dom in doms]
+            for order in (list(range(nd)), list(range(nd))[::-1]):
+                for i in range(1, nd):
+                    a, b = heads[order[i]], heads[order[(i - 1) // 2]]
+                    for src, dst in ((a, b), (b, a)):
+                        route = fabric.route(src, dst)
+                        hop_inter = max(hop_inter, route.latency_s)
+                        flows.append((src, dst, share / efficiency(route), route.links))
+        latency = max(latency, nvls_tree_latency_s(nd, hop_inter))
+    return _phase(latency, flows, loads)
+
+
 def _tree_phase(fabric: Fabric, groups: list[tuple[int, ...]], size_bytes: float, loads: Counter | None) -> Phase:
     """NCCL's tree all-reduce: ``m`` channels (:func:`channel_count`: one per GPU of the
     domain with the fewest, each entering the domains on its own rail), each a chain through
@@ -451,6 +522,8 @@ def _candidates(fabric: Fabric, op: CommOp) -> list[CollectiveAlgorithm]:
     if op.collective is CollectiveKind.ALL_REDUCE:
         if len(doms) > 1:
             out.append(A.TREE)
+            if _nvls_tree_possible(fabric, op.group):
+                out.append(A.NVLS_TREE)
         elif _nvls_possible(fabric, op.group):
             out.append(A.NVLS)
     elif len(doms) > 2 and one_each:
@@ -469,6 +542,8 @@ def _build(fabric: Fabric, op: CommOp, algo: CollectiveAlgorithm, groups: list[t
         return CommPlan((_nvls_phase(fabric, groups, s, loads),), "nvls")
     if algo is A.TREE:
         return CommPlan((_tree_phase(fabric, groups, s, loads),), "tree")
+    if algo is A.NVLS_TREE:
+        return CommPlan((_nvls_tree_phase(fabric, groups, s, loads),), "nvls-tree")
     if algo is A.PAT:
         return CommPlan((_pat_phase(fabric, kind, groups, s, loads),), "pat")
     # hierarchical: split each replica group the same way
@@ -501,6 +576,10 @@ def _check_forced(fabric: Fabric, op: CommOp, algo: CollectiveAlgorithm) -> None
                "(scale_up.nvls_efficiency_by_size_bytes)")
     elif algo is A.TREE and not (op.collective is CollectiveKind.ALL_REDUCE and len(doms) > 1):
         why = "an all-reduce over several scale-up domains"
+    elif algo is A.NVLS_TREE and not (op.collective is CollectiveKind.ALL_REDUCE
+                                      and _nvls_tree_possible(fabric, op.group)):
+        why = ("an all-reduce over several NVSwitch domains whose topology gives NVLS, each holding the same "
+               "number (> 1) of the group")
     elif algo is A.PAT and op.collective not in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER):
         why = "an all-gather or reduce-scatter"
     elif algo is A.MULTI_RING and not (len(doms) > 1 and max(len(d) for d in doms) > 1):
@@ -669,6 +748,12 @@ def _latency_settled(fabric: Fabric, plan: CommPlan, fam: Replicas) -> bool:
     if bounds is None or not all(ph.flows for ph in plan.phases):
         return False
     most, within = bounds
+    if plan.algorithm == "nvls-tree":  # per domain count, its hops at most the most of all
+        shapes = fam.domain_shapes(fabric)
+        if shapes is None:
+            return False
+        worst = max(nvls_tree_latency_s(d, most) for _, d in shapes) + _collective_latency_s(fabric)
+        return worst <= plan.phases[0].latency_s
     if plan.algorithm == "tree":
         shapes = fam.domain_shapes(fabric)
         if shapes is None:

@@ -114,14 +114,16 @@ def representative_phases(plan: CommPlan, keep: frozenset[int]) -> tuple[Phase, 
 
 
 def collective(topology: TopologySpec, op: CollectiveKind, size_bytes: float, ranks: int,
-               algorithm: CollectiveAlgorithm | str = CollectiveAlgorithm.AUTO) -> CollectiveResult:
+               algorithm: CollectiveAlgorithm | str = CollectiveAlgorithm.AUTO,
+               excluded: frozenset[CollectiveAlgorithm] = frozenset()) -> CollectiveResult:
     """Price ``op`` of ``size_bytes`` over GPUs ``0 .. ranks - 1`` of ``topology``.
 
     ``size_bytes`` follows nccl-tests: the all-reduce buffer, the all-gather output, the
     reduce-scatter input, the all-to-all send buffer. ``algorithm`` is ``auto`` (the fastest
     of NCCL's candidates, :func:`sim.costs.comm.plan_comm`) or one forced, as ``NCCL_ALGO``
-    forces it. A send/receive goes from rank 0 to rank ``ranks - 1``; a ring exchange from
-    every rank to the next at once.
+    forces it; ``excluded``: algorithms ``auto`` may not pick (as ``NCCL_ALGO`` leaves them out).
+    A send/receive goes from rank 0 to rank ``ranks - 1``; a ring exchange from every rank to
+    the next at once.
     """
     algorithm = parse_enum(CollectiveAlgorithm, algorithm, "<--algo>", "--algo")
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
@@ -133,7 +135,7 @@ def collective(topology: TopologySpec, op: CollectiveKind, size_bytes: float, ra
     group = (0, ranks - 1) if op is CollectiveKind.SEND_RECV else tuple(range(ranks))
     try:
         plan = plan_comm(fabric, CommOp(op, CommClass.DP, group, float(size_bytes)), representative=False,
-                         algorithm=algorithm)
+                         algorithm=algorithm, excluded=excluded)
     except ValueError as exc:
         raise ConfigError("<--algo>", "--algo", f"an algorithm that can run this {op.value} over {ranks} GPUs of "
                           f"{topology.name}; {exc}", algorithm.value) from None

@@ -116,15 +116,16 @@ def test_a_log_synthesized_at_a_chosen_scale_out_calibrates_back_to_it(tmp_path)
 
 
 def test_where_the_nics_are_not_the_bottleneck_the_point_nearest_the_topologys_own_is_kept(tmp_path):
-    """At 60% the tree is NVLink-bound at most sizes: the log's time is taken at any efficiency
-    from about 0.55 up to where the channel rings overtake the tree, so the log bounds it only;
-    each point reproduces the log and lies between the chosen 0.6 and dgx-h100's own 0.95."""
+    """At 60% the tree and NVLS-tree are NVLink-bound at most sizes (NVLS-tree's NICs carry an
+    eighth of the buffer each way): the log's time is taken at a range of efficiencies, so the
+    log bounds it only; each point reproduces the log and lies at most at dgx-h100's own 0.95,
+    at it where the range reaches it."""
     path = tmp_path / "synthetic-all_reduce.txt"
     path.write_text(synthetic_log(latency_us=4.0, efficiency=0.6))
     out = _calibrate(tmp_path, path)
     curve = {v.key: v.value for v in load_calibration(str(out)).scale_out}["efficiency_by_size_bytes"]
-    assert all(0.598 <= eff <= 0.95 for _, eff in curve), curve
-    assert any(eff > 0.7 for _, eff in curve)  # not 0.6 where the log cannot tell
+    assert all(0.3 <= eff <= 0.95 for _, eff in curve), curve
+    assert sum(eff == 0.95 for _, eff in curve) >= 3  # not 0.6 where the log cannot tell
     topo, chosen = calibrated_topology(str(out), None), load_topology("dgx-h100", ["scale_out.latency_us=4.0",
                                                                                  "scale_out.efficiency=0.6"])
     for size, _ in curve:

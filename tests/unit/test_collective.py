@@ -12,7 +12,7 @@ from sim.cli import main
 from sim.config import load_topology
 from sim.studies.collective import bus_factor, collective
 from sim.topology.build import ring_topology_spec
-from sim.types import CollectiveKind
+from sim.types import CollectiveAlgorithm, CollectiveKind
 
 TOPOLOGIES = Path(sim.__file__).resolve().parent.parent / "topologies"
 
@@ -31,9 +31,10 @@ def test_ring_all_reduce_bus_bandwidth_is_the_link_rate_less_latency(p):
 def test_channel_rings_across_nodes_beat_one_ring_and_the_three_phase_plan():
     """Two DGX H100: 8 channel rings, each crossing between the nodes on its own rail, run at
     NVLink's rate (NCCL's ring busbw across nodes); one ring is held to one NIC; the
-    hierarchical plan pays its phases one after another."""
+    hierarchical plan pays its phases one after another. (NVLS-tree, faster still, left out.)"""
     topo = load_topology("dgx-h100")
-    auto = collective(topo, CollectiveKind.ALL_REDUCE, 2**30, 16)
+    auto = collective(topo, CollectiveKind.ALL_REDUCE, 2**30, 16,
+                      excluded=frozenset({CollectiveAlgorithm.NVLS_TREE}))
     ring = collective(topo, CollectiveKind.ALL_REDUCE, 2**30, 16, algorithm="ring")
     hier = collective(topo, CollectiveKind.ALL_REDUCE, 2**30, 16, algorithm="hierarchical")
     assert (auto.algorithm, ring.algorithm, hier.algorithm) == ("multi-ring", "ring", "hierarchical")
@@ -200,15 +201,15 @@ def test_a_large_group_is_timed_over_one_ranks_flows(monkeypatch):
 
     monkeypatch.setattr(sim.studies.collective, "solo_time_s", counted)
     r = collective(load_topology("dgx-h100"), CollectiveKind.ALL_REDUCE, 2**30, 1024)
-    assert r.algorithm == "tree" and len(sizes) == 1
+    assert r.algorithm == "nvls-tree" and len(sizes) == 1
     assert sizes[0] <= 64  # rank 0's flows (the plan has 32,736)
 
 
 @pytest.mark.parametrize("n", [8, 64, 256])
 def test_the_default_all_reduce_is_the_same_as_over_every_flow(n):
-    topo = load_topology("dgx-h100")
-    assert collective(topo, CollectiveKind.ALL_REDUCE, 2**30, n).time_s == _every_flow_s(
-        topo, CollectiveKind.ALL_REDUCE, 2**30, n)
+    topo = load_topology("dgx-h100")  # to the last bit but one: one rank's flows add up in another order
+    assert collective(topo, CollectiveKind.ALL_REDUCE, 2**30, n).time_s == pytest.approx(_every_flow_s(
+        topo, CollectiveKind.ALL_REDUCE, 2**30, n), rel=1e-12)
 
 
 @pytest.mark.parametrize("preset", ["dgx-a100", "dgx-b200", "dgx-h100"])

@@ -180,7 +180,13 @@ def test_deterministic_mode_runs_no_nvls():
     w, _ = _ops()
     free = AnalyticalCostModel(get_gpu("H100"), fabric, representative=False)
     det_w = dataclasses.replace(w, kernels=dataclasses.replace(w.kernels, deterministic=True))
-    assert excluded_algorithms(w) == frozenset() and excluded_algorithms(det_w) == {CollectiveAlgorithm.NVLS}
+    assert excluded_algorithms(w) == frozenset()
+    assert excluded_algorithms(det_w) == {CollectiveAlgorithm.NVLS, CollectiveAlgorithm.NVLS_TREE}
     det = AnalyticalCostModel(get_gpu("H100"), fabric, representative=False, excluded=excluded_algorithms(det_w))
     assert free.comm_plan(op).algorithm == "nvls"
     assert det.comm_plan(op).algorithm != "nvls"
+    across = Fabric(build_topology(load_topology("dgx-h100"), 16))  # and across nodes, no NVLS-tree
+    dp = CommOp(CollectiveKind.ALL_REDUCE, CommClass.DP, tuple(range(16)), 2.0**30)
+    assert AnalyticalCostModel(get_gpu("H100"), across, representative=False).comm_plan(dp).algorithm == "nvls-tree"
+    det_across = AnalyticalCostModel(get_gpu("H100"), across, representative=False, excluded=excluded_algorithms(det_w))
+    assert det_across.comm_plan(dp).algorithm not in ("nvls", "nvls-tree")
