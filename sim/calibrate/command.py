@@ -107,25 +107,33 @@ def calibrate(logs: Sequence[str] | None, topology: str | None, output: str, run
     return status
 
 
+CALIBRATING = ("all_reduce", "all_gather", "reduce_scatter")
+"""The tests whose logs calibrate, in the order preferred: an all-reduce where one is given,
+else an all-gather or a reduce-scatter (ring collectives the planner prices as NCCL runs them);
+all-to-all and sendrecv logs are checks only."""
+
+
 def _roles(parsed: list[NcclTestsLog]) -> tuple[list[str | None], list[str | None]]:
-    """What each log does: ``scale_up`` (the first all-reduce of one node), ``scale_out`` (the
-    first all-reduce across nodes), ``check`` (any other log of a collective the simulator
-    prices), or None with the reason it is not used."""
+    """What each log does: ``scale_up`` (the first one-node log of the most preferred
+    :data:`CALIBRATING` test given), ``scale_out`` (the same across nodes), ``check`` (any other
+    log of a collective the simulator prices), or None with the reason it is not used."""
+    taken: dict[str, int] = {}
+    for test in CALIBRATING:
+        for i, log in enumerate(parsed):
+            kind = "scale_up" if log.nodes == 1 else "scale_out"
+            if log.collective == test and kind not in taken:
+                taken[kind] = i
     roles: list[str | None] = []
     whys: list[str | None] = []
-    taken: dict[str, str] = {}
-    for log in parsed:
-        role = why = None
-        if log.collective == "all_reduce":
-            role = "scale_up" if log.nodes == 1 else "scale_out"
-            if role in taken:
-                role = "check"
+    for i, log in enumerate(parsed):
+        role: str | None = None
+        why: str | None = None
+        if i in taken.values():
+            role = next(r for r, j in taken.items() if j == i)
         elif log.collective in PRICED:
             role = "check"
         else:
             why = f"{log.collective}_perf: the simulator does not price it (it prices {', '.join(PRICED)})"
-        if role in ("scale_up", "scale_out"):
-            taken[role] = log.name
         roles.append(role)
         whys.append(why)
     return roles, whys
@@ -136,9 +144,10 @@ ROLE_WORDS = {"scale_up": "calibrates the scale-up curves", "scale_out": "calibr
 
 
 def _calibrate_logs(logs: Sequence[str], topology: str | None, output: str) -> tuple[Calibration, NcclTestsLog]:
-    """The nccl-tests part: the first one-node all-reduce calibrates the scale-up, the first
-    all-reduce across nodes the scale-out (on the scale-up so calibrated), every other log of a
-    priced collective is checked; printed, and the log the calibration is from."""
+    """The nccl-tests part: the first one-node all-reduce (else all-gather or reduce-scatter)
+    calibrates the scale-up, the first across nodes the scale-out (on the scale-up so
+    calibrated), every other log of a priced collective is checked; printed, and the log the
+    calibration is from."""
     parsed = [read_nccl_tests(p) for p in logs]
     roles, whys = _roles(parsed)
     up_log = next((g for g, r in zip(parsed, roles) if r == "scale_up"), None)
@@ -152,8 +161,9 @@ def _calibrate_logs(logs: Sequence[str], topology: str | None, output: str) -> t
     used = up_log or out_log
     if used is None:
         first = parsed[0]
-        raise ConfigError(first.path, "collective", "an all_reduce_perf log (of one node: the scale-up curves; "
-                          "across nodes: the scale-out curve); other collectives are checks of it",
+        raise ConfigError(first.path, "collective", "an all_reduce_perf log (else all_gather_perf or "
+                          "reduce_scatter_perf; of one node: the scale-up curves; across nodes: the scale-out curve); "
+                          "other collectives are checks of it",
                           f"{first.collective}_perf over {first.ranks} ranks on {first.nodes} nodes")
     name = topology or log_topology(used)
     base = load_topology(name)

@@ -1,4 +1,6 @@
-"""A topology's scale-out latency and efficiency-by-size curve from one measured all-reduce across nodes.
+"""A topology's scale-out latency and efficiency-by-size curve from one measured all-reduce across
+nodes (or, with no all-reduce log, one all-gather or reduce-scatter across nodes: the same
+inversion, of that collective as the planner runs it).
 
 Inside one node the all-reduce has a closed form (:mod:`sim.calibrate.scale_up`); across
 nodes the simulator prices it through its planner and flow network (:mod:`sim.costs.comm`:
@@ -36,12 +38,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sim.calibrate.nccl_tests import NcclTestsLog
-from sim.calibrate.pricing import excluded_algorithms, placement, price_time_s
+from sim.calibrate.pricing import PRICED, excluded_algorithms, placement, price_time_s
 from sim.calibrate.scale_up import CURVE_FROM_BYTES, LATENCY_UP_TO_BYTES, ROUND_EFFICIENCY, CalibratedValue, size_words
 from sim.config import load_topology
 from sim.errors import ConfigError
+from sim.studies.collective import bus_factor
 from sim.topology.spec import FAT_TREE_KINDS, TopologySpec
-from sim.types import CollectiveKind
 from sim.units import GBIT_PER_S
 
 __all__ = ["BISECTIONS", "FLAT", "MIN_EFFICIENCY", "ScaleOutFit", "fit_scale_out"]
@@ -112,7 +114,8 @@ def fit_scale_out(log: NcclTestsLog, name: str, overrides: Sequence[str] = ()) -
     if out.kind not in FAT_TREE_KINDS:
         raise ConfigError(log.path, "nodes", f"a topology whose scale-out is a fat tree to calibrate (the NIC "
                           f"links' latency and efficiency), not {name}'s", out.kind.value)
-    kind = CollectiveKind.ALL_REDUCE
+    kind = PRICED[log.collective]  # an all-reduce, or with none an all-gather or reduce-scatter
+    test = f"{log.collective}_perf"
     excluded = excluded_algorithms(log.nccl_algo, log.path)  # the algorithms NCCL_ALGO left NCCL
     points = [(r.size_bytes, r.best_time_us * 1e-6) for r in log.rows]
     curve_points = [(s, t) for s, t in points if s >= CURVE_FROM_BYTES]
@@ -141,18 +144,18 @@ def fit_scale_out(log: NcclTestsLog, name: str, overrides: Sequence[str] = ()) -
     if first_size <= LATENCY_UP_TO_BYTES:
         if time_s(first_size, 0.0, own_eff) >= first_t:
             latency0 = 0.0
-            lat_source = (f"{log.name}: all_reduce_perf over {n} GPUs on {nodes} nodes at {size_words(first_size)} "
+            lat_source = (f"{log.name}: {test} over {n} GPUs on {nodes} nodes at {size_words(first_size)} "
                           f"took {first_t * 1e6:g} us, no longer than {name}'s fixed latencies alone: none added")
         else:
             hi = max(own_us, first_t * 1e6)
             latency0 = _bisect(lambda us: time_s(first_size, us, own_eff) >= first_t, 0.0, hi)
-            lat_source = (f"{log.name}: all_reduce_perf over {n} GPUs on {nodes} nodes at {size_words(first_size)} "
+            lat_source = (f"{log.name}: {test} over {n} GPUs on {nodes} nodes at {size_words(first_size)} "
                           f"took {first_t * 1e6:g} us (the faster of out-of-place and in-place): the NIC link latency "
-                          f"at which {name} prices that all-reduce (llmsim collective, auto) at that time")
+                          f"at which {name} prices that {kind.value} (llmsim collective, auto) at that time")
     else:
         latency0 = own_us
         lat_source = (f"{name}'s own: {log.name} starts at {size_words(first_size)}, past the "
-                      f"{size_words(LATENCY_UP_TO_BYTES)} up to which an all-reduce is latency-bound")
+                      f"{size_words(LATENCY_UP_TO_BYTES)} up to which a collective is latency-bound")
     latency0 = math.floor(latency0 * 100 + 1e-9) / 100
 
     def fits(latency_us: float) -> bool:
@@ -165,10 +168,10 @@ def fit_scale_out(log: NcclTestsLog, name: str, overrides: Sequence[str] = ()) -
             beyond = [(s, t) for s, t in failing if time_s(s, 0.0, "1.0", perfect_nvlink=True) > t]
             s, t = (beyond or failing)[0]  # the first size not even a perfect NVLink allows, else the first
             fastest = time_s(s, 0.0, "1.0")
-            factor = 2.0 * (n - 1) / n / 1e9
+            factor = bus_factor(kind, n) / 1e9
             raise ConfigError(log.path, f"size {s}", f"a time the topology allows: at a scale-out efficiency of 1 "
                               f"and no scale-out latency, {name} ({nics}) takes {fastest * 1e6:.1f} us for this "
-                              f"all-reduce over {n} GPUs on {nodes} nodes (bus bandwidth {s / fastest * factor:.1f} "
+                              f"{kind.value} over {n} GPUs on {nodes} nodes (bus bandwidth {s / fastest * factor:.1f} "
                               f"GB/s); {_why_faster(not beyond, overrides)}",
                               f"{t * 1e6:g} us, bus bandwidth {s / t * factor:.1f} GB/s")
         latency = math.floor(_bisect(lambda us: not fits(us), 0.0, latency0) * 100) / 100
@@ -177,7 +180,7 @@ def fit_scale_out(log: NcclTestsLog, name: str, overrides: Sequence[str] = ()) -
         lat_source += (f"; lowered to {latency:.2f} us so that no size from {size_words(CURVE_FROM_BYTES)} up needs "
                        f"more than the NICs' {nics}")
     def efficiency(size: int, t: float) -> float:
-        """The efficiency at which the all-reduce of ``size`` takes ``t``: of a range that does
+        """The efficiency at which the collective of ``size`` takes ``t``: of a range that does
         (where the NICs are not the bottleneck), the one nearest the topology's own."""
         def at(e: float) -> float:
             return time_s(size, latency, f"{e:.8f}")
@@ -191,12 +194,12 @@ def fit_scale_out(log: NcclTestsLog, name: str, overrides: Sequence[str] = ()) -
         return _bisect(lambda e: at(e) < t * (1 - FLAT), low, own)
 
     curve = [[s, min(1.0, max(round(efficiency(s, t), ROUND_EFFICIENCY), MIN_EFFICIENCY))] for s, t in curve_points]
-    curve_source = (f"{log.name}: all_reduce_perf over {n} GPUs on {nodes} nodes"
+    curve_source = (f"{log.name}: {test} over {n} GPUs on {nodes} nodes"
                     + (f" (NCCL {log.nccl_version})" if log.nccl_version else "")
                     + f": at each size from {size_words(CURVE_FROM_BYTES)} up, the scale-out efficiency (of {nics}) at "
-                    f"which {name} prices the all-reduce (llmsim collective, auto) at the measured time t, the faster "
-                    f"of out-of-place and in-place, found by bisection; where a range of efficiencies takes t (the "
-                    f"NICs not the bottleneck), the one nearest {name}'s own")
+                    f"which {name} prices the {kind.value} (llmsim collective, auto) at the measured time t, the "
+                    f"faster of out-of-place and in-place, found by bisection; where a range of efficiencies takes t "
+                    f"(the NICs not the bottleneck), the one nearest {name}'s own")
     values = (CalibratedValue("latency_us", round(latency, 2), lat_source),
               CalibratedValue("efficiency_by_size_bytes", curve, curve_source))
     return ScaleOutFit(values, out.nics_per_node, out.nic.bandwidth_bytes_per_s / GBIT_PER_S)

@@ -1,4 +1,5 @@
-"""A topology's scale-up collective latency and efficiency curves from one measured all-reduce.
+"""A topology's scale-up collective latency and efficiency curves from one measured all-reduce
+(or, with no all-reduce log, one all-gather or reduce-scatter).
 
 The model the simulator prices a one-node all-reduce with (:mod:`sim.costs.comm`) is inverted
 at every size of an nccl-tests ``all_reduce_perf`` table, as :mod:`sim.derive.nccl_curves` does
@@ -24,6 +25,11 @@ an NVLink-SHARP node, nccl-tests issue #212) and the log's ``NCCL_ALGO`` does no
   efficiency at which the ring would take the measured time: no algorithm the simulator may pick
   for this all-reduce is faster than the log (``auto`` takes the fastest,
   :func:`sim.costs.comm.plan_comm`).
+
+An ``all_gather_perf`` or ``reduce_scatter_perf`` log of one node is inverted the same way with
+the ring, the algorithm the planner runs them with inside a node:
+``t = L + (n-1) h + (n-1)/n S / (B eff(S))`` (``S`` nccl-tests' size, the gathered output or the
+scattered input); it sets the ring's curve, and an NVLS curve stays the topology's.
 """
 
 from __future__ import annotations
@@ -77,7 +83,8 @@ def size_words(s: float) -> str:
 
 
 def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) -> ScaleUpFit:
-    """Calibrate ``topology``'s scale-up latency and curves from ``log`` (one node's all-reduce).
+    """Calibrate ``topology``'s scale-up latency and curves from ``log`` (one node's all-reduce,
+    all-gather or reduce-scatter).
 
     Raises
     ------
@@ -96,28 +103,31 @@ def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) 
     if not curve_points:
         raise ConfigError(log.path, "size", f"rows from {size_words(CURVE_FROM_BYTES)} up (the efficiency curve's "
                           "sizes)", f"sizes up to {points[-1][0]} B")
-    ring_fixed = 2 * (n - 1) * hop
+    reduce = log.collective == "all_reduce"
+    passes = 2 if reduce else 1  # an all-reduce is a reduce-scatter and an all-gather
+    ring_fixed = passes * (n - 1) * hop
 
     def ring_bytes(s: float) -> float:
-        return 2.0 * (n - 1) / n * s
+        return passes * (n - 1) / n * s
 
     def nvls_bytes(s: float) -> float:
         return (1 + 1 / n) * s
 
     from_log = excluded_algorithms(log.nccl_algo, log.path)  # NCCL_ALGO=Ring in the log: no NVLS
-    nvls = up.nvls_efficiency is not None and CollectiveAlgorithm.NVLS not in from_log
+    nvls = reduce and up.nvls_efficiency is not None and CollectiveAlgorithm.NVLS not in from_log
     algorithm, fixed, link_bytes = ("nvls", NVLS_LATENCY_S, nvls_bytes) if nvls else ("ring", ring_fixed, ring_bytes)
     fixed_words = (f"NCCL's NVLS latency {NVLS_LATENCY_S * 1e6:g} us" if nvls
-                   else f"2(n-1) = {2 * (n - 1)} hops of {hop * 1e6:g} us")
+                   else f"{'2' if reduce else ''}(n-1) = {passes * (n - 1)} hops of {hop * 1e6:g} us")
+    test = f"{log.collective}_perf"
     first_size, first_t = points[0]
     if first_size <= LATENCY_UP_TO_BYTES:
         latency0 = first_t - fixed
-        lat_source = (f"{log.name}: all_reduce_perf over {n} GPUs at {size_words(first_size)} took "
+        lat_source = (f"{log.name}: {test} over {n} GPUs at {size_words(first_size)} took "
                       f"{first_t * 1e6:g} us (the faster of out-of-place and in-place), less {fixed_words}")
     else:
         latency0 = up.collective_latency_s
         lat_source = (f"{topology_name}'s own: {log.name} starts at {size_words(first_size)}, past the "
-                      f"{size_words(LATENCY_UP_TO_BYTES)} up to which an all-reduce is latency-bound")
+                      f"{size_words(LATENCY_UP_TO_BYTES)} up to which a collective is latency-bound")
     room = min(t - fixed - link_bytes(s) / bw for s, t in curve_points)
     latency = max(0.0, min(latency0, room))
     latency = math.floor(latency * 1e8) / 1e8  # 0.01 us, rounded down: no curve point above 1 for it
@@ -129,8 +139,8 @@ def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) 
         rest = t - latency - fixed
         eff = 1.0 if rest <= 0 else min(1.0, link_bytes(s) / (bw * rest))
         curve.append([s, max(round(eff, ROUND_EFFICIENCY), 10.0**-ROUND_EFFICIENCY)])
-    bytes_words = "(1 + 1/n) S" if nvls else "2(n-1)/n S"
-    curve_source = (f"{log.name}: all_reduce_perf over {n} GPUs of one node"
+    bytes_words = "(1 + 1/n) S" if nvls else f"{'2' if reduce else ''}(n-1)/n S"
+    curve_source = (f"{log.name}: {test} over {n} GPUs of one node"
                     + (f" (NCCL {log.nccl_version})" if log.nccl_version else "")
                     + f", {algorithm}: at each size S from {size_words(CURVE_FROM_BYTES)} up, {bytes_words} / "
                     f"({bw / 1e9:g} GB/s x (t - latency - {fixed_words})), t the faster of out-of-place and in-place")

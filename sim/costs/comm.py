@@ -300,7 +300,9 @@ def _ring_protocol(fabric: Fabric, op: CommOp) -> tuple[float, float]:
     one domain, whose curves were derived at LL's hops (``benchmarks/nccl/derive_curves.py``),
     are not changed. The protocol is chosen from ``op``'s own group, as every rank of an NCCL
     communicator chooses the same; NCCL's base latency beyond LL's is added (LL's is in the
-    topology's fixed collective latency)."""
+    topology's fixed collective latency). Simple's bandwidth time, which the choice weighs, is
+    the rings' on the busier of the links they load, a NIC or a GPU's NVLink port, so that the
+    protocol chosen is the fastest in the flow network too (a faster link never slows a plan)."""
     doms = _domains(fabric, op.group)
     sizes = [len(d) for d in doms]
     m, nd, p = channel_count(sizes), len(doms), len(op.group)
@@ -315,7 +317,13 @@ def _ring_protocol(fabric: Fabric, op: CommOp) -> tuple[float, float]:
     intra_s = fabric.route(doms[n][order[0]], doms[n][order[1]]).latency_s
     leave = _ring_order(sizes[0], 0, 1 % m)[-1]
     out = fabric.route(doms[0][leave], doms[1][_ring_order(sizes[1], 1 % m, 2 % m)[0]])
-    simple_s = factor * op.size_bytes / m / (out.bottleneck_bytes_per_s * out.efficiency(op.size_bytes))
+    # Simple's bandwidth time, at the busier of the rings' two kinds of links as the flow network
+    # loads them: each NIC carries one ring's crossing (1/m of the bytes), each GPU's NVLink port
+    # its share of the m rings' hops inside the domain, (k - 1) / k of the bytes
+    intra = fabric.route(doms[n][order[0]], doms[n][order[1]])
+    size = op.size_bytes
+    simple_s = factor * size * max(1.0 / m / (out.bottleneck_bytes_per_s * out.efficiency(size)),
+                                   (sizes[n] - 1) / sizes[n] / (intra.bottleneck_bytes_per_s * intra.efficiency(size)))
     proto = nccl_protocol.ring_protocol(steps, inter_steps, intra_s, out.latency_s, simple_s)
     latency = nccl_protocol.ring_protocol_latency_s(proto, steps, inter_steps, intra_s, out.latency_s)
     extra = latency - nccl_protocol.RING_BASE_LATENCY_S[NcclProtocol.LL] - steps * max(intra_s, out.latency_s)

@@ -269,3 +269,46 @@ def test_an_unpriced_collective_is_listed_as_not_used_with_the_reason(tmp_path, 
     rec = next(r for r in cal.logs if r["file"] == str(path))
     assert rec["used"] is False and "does not price" in rec["not_used_because"]
     assert f"not used: {path}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["all_gather", "reduce_scatter"])
+def test_with_no_all_reduce_log_an_all_gather_or_reduce_scatter_log_calibrates(name, tmp_path, capsys):
+    """The issue's other ring collectives calibrate where no all-reduce log is given: across 4
+    nodes the NIC latency and efficiency they were made at come back (the NICs bind from 4 MiB
+    up at 30%), one node's ring curve and latency likewise (the synthetic one-node log is the
+    preset's own, so it comes back unchanged), and each log is reproduced."""
+    four = tmp_path / f"four-{name}.txt"
+    four.write_text(synthetic_log(latency_us=6.0, efficiency=0.3, hosts=4, collective_name=name))
+    cal = load_calibration(str(_calibrate(tmp_path, four)))
+    values = {v.key: v.value for v in cal.scale_out}
+    assert values["latency_us"] == pytest.approx(6.0, abs=0.02)
+    for size, eff in values["efficiency_by_size_bytes"]:
+        if size >= 4 * 2**20:
+            assert eff == pytest.approx(0.3, abs=0.002), size
+    assert {Path(rec["file"]).name: rec.get("role") for rec in cal.logs} == {four.name: "scale_out"}
+    assert all(abs(r["error"]) < 0.002 for r in cal.check), cal.check
+    assert f"{name}_perf over 32 GPUs on 4 nodes" in values_source(cal, "latency_us")
+    one = tmp_path / f"one-{name}.txt"
+    one.write_text(synthetic_log(1.35, 0.95, per_host=8, hosts=1, collective_name=name).replace("host0", "h"))
+    up = load_calibration(str(_calibrate(tmp_path, one)))
+    keys = {v.key: v for v in up.values}
+    assert set(keys) == {"collective_latency_us", "efficiency_by_size_bytes"}  # the ring's; NVLS stays the preset's
+    own = load_topology("dgx-h100")
+    assert keys["collective_latency_us"].value == pytest.approx(own.scale_up.collective_latency_s * 1e6, abs=0.02)
+    for size, eff in keys["efficiency_by_size_bytes"].value:
+        assert eff == pytest.approx(own.scale_up.link.efficiency(size), abs=0.002), size
+    assert all(abs(r["error"]) < 0.002 for r in up.check)
+    assert "calibrated as ring" in capsys.readouterr().out
+
+
+def test_an_all_reduce_log_calibrates_before_an_all_gather_log(tmp_path):
+    ag = tmp_path / "two-all_gather.txt"
+    ag.write_text(synthetic_log(20.0, 0.04, collective_name="all_gather"))
+    ar = tmp_path / "two-all_reduce.txt"
+    ar.write_text(synthetic_log(20.0, 0.04))
+    cal = load_calibration(str(_calibrate(tmp_path, ag, ar)))  # the all-gather given first
+    assert {Path(rec["file"]).name: rec.get("role") for rec in cal.logs} == {ag.name: "check", ar.name: "scale_out"}
+
+
+def values_source(cal, key: str) -> str:
+    return next(v.source for v in cal.scale_out if v.key == key)

@@ -139,7 +139,7 @@ def test_the_2_node_ring_log_is_refused_its_nvlink_legs_are_faster_than_the_pres
     """Not reproduced, and why: run with NCCL_ALGO=Ring (its launch line says so; priced as rings,
     not as the NVLS-tree or tree NCCL would pick) and NCCL_MIN_CTAS=24 (24 channels), this log is
     under the NICs' 400 GB/s at every size, yet faster than dgx-h100's rings allow with their
-    NICs at efficiency 1 at 1 MiB, 2 MiB and from 16 to 512 MiB: the rings' NVLink legs, at the preset's
+    NICs at efficiency 1 from 16 to 512 MiB: the rings' NVLink legs, at the preset's
     NVLink efficiency curve (a one-node ring all-reduce's, latency and NCCL's default channels
     folded in), are what bind there. With the NVLink curve at 1 as well, the model is faster
     than the log at every size: a one-node log of the same nodes would calibrate the scale-up
@@ -155,11 +155,11 @@ def test_the_2_node_ring_log_is_refused_its_nvlink_legs_are_faster_than_the_pres
     where = placement(log, fastest_nics, "dgx-h100")
     kind = PRICED["all_reduce"]
     slower = [s for s in measured if price_busbw_GBps(kind, s, where, fastest_nics, rings) < measured[s]]
-    assert slower[0] == MiB and {2**e for e in range(25, 30)} <= set(slower), slower
+    assert slower == [2**e for e in range(24, 30)], slower
     assert all(price_busbw_GBps(kind, s, where, fastest_both, rings) > measured[s] for s in measured)
     assert main(["calibrate", "--nccl-tests", str(path), "-o", str(tmp_path / "c.yaml")]) == 2
     line = _one_error_line(capsys)
-    assert f"{path.name}: size {MiB}" in line and "NCCL_ALGO" not in line
+    assert f"{path.name}: size {2**24}" in line and "NCCL_ALGO" not in line
     # the NVLink legs bind, not the NICs: the line asks for the one-node log first
     assert "give a one-node all_reduce_perf log of the same nodes first" in line and "other NICs" not in line
 
