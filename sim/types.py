@@ -184,6 +184,33 @@ class ZeroImpl(str, Enum):
     collectives (a view and a copy per rank)."""
 
 
+class StepPass(str, Enum):
+    """A bandwidth-bound pass an iteration makes over the gradients or the optimizer's master
+    weights beside the Adam kernel itself (``kernels.step_passes``; each stack lists its
+    release's, :mod:`sim.workload.step_passes` prices them)."""
+
+    ZERO_GRAD_BUFFER = "zero-grad-buffer"
+    """The contiguous gradient buffer is zeroed before the first micro-batch: one write of it
+    (Megatron-LM's ``zero_grad_buffer``, ``buffer_.zero()`` / ``grad_data.zero_()``)."""
+    GRAD_NAN_CHECK = "grad-nan-check"
+    """The norm of each gradient bucket before its data-parallel reduction: one read of the
+    buffer (Megatron-Core DDP's ``check_for_nan_in_grad``)."""
+    GRAD_DIVIDE = "grad-divide"
+    """The buffer divided by the data-parallel size before its all-reduce, at any size: one
+    read and one write (Megatron-LM 2021-2022 ``allreduce_gradients``:
+    ``buffer_.data /= get_data_parallel_world_size()``)."""
+    GRAD_DIVIDE_DP = "grad-divide-dp"
+    """The same division where the data-parallel group (with context parallelism) has more
+    than one rank (Megatron-Core DDP's ``gradient_scaling_factor`` without
+    ``average_in_collective``; a factor of 1 is skipped)."""
+    CLIP_GRAD_NORM = "clip-grad-norm"
+    """The gradient norm for clipping: one read of the optimizer shard's gradients."""
+    MASTER_COPY = "master-copy"
+    """The fp32 master weights copied into the model's 16-bit weights after the step
+    (Megatron's ``_copy_main_params_to_model_params``): one read of the fp32 shard (the
+    16-bit write is in the Adam step's bytes)."""
+
+
 class MemoryAccess(str, Enum):
     """How a bandwidth-bound kernel walks memory, which sets the share of HBM bandwidth it
     reaches (PyTorch's elementwise kernels: ``aten/src/ATen/native/cuda/Loops.cuh``)."""

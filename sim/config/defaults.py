@@ -19,8 +19,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sim.config.fields import Fields, Notes
-from sim.config.stack import DpShard, FlagSetting, MemorySaverKind, MicroBatchRule, Stack, TpOverlapImpl
-from sim.types import AttentionKernel, LossKind, RecomputeKind, ScheduleKind, TpOverlapMethod, ZeroImpl, parse_enum
+from sim.config.stack import (
+    DpShard,
+    FlagSetting,
+    MemorySaverKind,
+    MicroBatchRule,
+    Stack,
+    TpOverlapImpl,
+    read_step_passes,
+)
+from sim.types import (
+    AttentionKernel,
+    LossKind,
+    RecomputeKind,
+    ScheduleKind,
+    StepPass,
+    TpOverlapMethod,
+    ZeroImpl,
+    parse_enum,
+)
+from sim.workload.kernels import MEGATRON_CORE_STEP_PASSES
 from sim.workload.spec import ParallelSpec
 from sim.workload.tp_overlap import ASYNC_TP, TE_DEFAULTS, UB_GEMMS, TpOverlapConfig, userbuffers
 
@@ -349,6 +367,20 @@ def async_tp_allreduce_default(f: Fields, framework: str, stack: Stack, notes: N
     value (on from autumn 2021, ``ColumnParallelLinearWithAsyncAllreduce``)."""
     return _on_unless_listed(f, framework, stack, notes, "async_tp_grad_allreduce",
                              "--no-async-tensor-model-parallel-allreduce")
+
+
+def step_passes_default(f: Fields, stack: Stack, notes: Notes) -> frozenset[StepPass]:
+    """The training step's passes beside the Adam kernel
+    (:attr:`~sim.workload.kernels.KernelsSpec.step_passes`): the case's list, else the stack's,
+    noted where it is not Megatron-Core's."""
+    value = f.raw.get("step_passes")
+    if value is not None:
+        return read_step_passes(value, f.path, f.field("step_passes"))
+    passes = stack.value("step_passes")
+    if passes != MEGATRON_CORE_STEP_PASSES:
+        shown = ", ".join(p.value for p in StepPass if p in passes) or "none"
+        notes.fill(f.field("step_passes"), f"[{shown}]", stack.why("step_passes"))
+    return passes
 
 
 def unfused_bias_default(f: Fields, stack: Stack, notes: Notes) -> bool:

@@ -58,6 +58,8 @@ from sim.config.megatron_flags import (
 from sim.config.presets import preset_names, resolve_preset
 from sim.errors import ConfigError
 from sim.inputs import read_input_text
+from sim.types import StepPass
+from sim.workload.kernels import MEGATRON_CORE_STEP_PASSES
 from sim.workload.spec import WorkloadSpec, pipeline_split
 
 __all__ = ["MEGATRON_FLAGS", "IGNORED_FLAGS", "NOT_MODELLED_FLAGS", "UNKNOWN_NOTE", "MegatronArgs",  # flags re-exported
@@ -480,13 +482,24 @@ class _Mapper:
 
     def kernels(self) -> dict[str, Any]:
         """The workload's ``kernels`` mapping: the attention backend, gradient-accumulation
-        fusion, deterministic mode and Megatron-Core's own linear layers' bias kernels."""
+        fusion, deterministic mode, the step's passes beside Adam and Megatron-Core's own linear
+        layers' bias kernels."""
         get = self.get
         k: dict[str, Any] = {}
         if get("kernels.gradient_accumulation_fusion") is not None:
             k["gradient_accumulation_fusion"] = get("kernels.gradient_accumulation_fusion")
         if get("kernels.deterministic") is not None:
             k["deterministic"] = get("kernels.deterministic")
+        passes = set(MEGATRON_CORE_STEP_PASSES)
+        if get("no_grad_nan_check"):
+            passes.discard(StepPass.GRAD_NAN_CHECK)
+        if get("average_in_collective"):
+            passes.discard(StepPass.GRAD_DIVIDE_DP)
+        if passes != MEGATRON_CORE_STEP_PASSES:
+            k["step_passes"] = [p.value for p in StepPass if p in passes]
+            self.note(f"step passes beside Adam: {', '.join(k['step_passes'])} (--no-check-for-nan-in-loss-and-grad "
+                      "drops the NaN check's norm, --ddp-average-in-collective the division; "
+                      "sim/workload/step_passes.py)")
         if get("transformer_impl") == "local" and not get("disable_bias_linear"):
             k["unfused_linear_bias"] = True
             self.note("--transformer-impl local -> kernels.unfused_linear_bias true: Megatron-Core's own "

@@ -244,6 +244,10 @@ MEGATRON_FLAGS: dict[str, _Flag] = {
     "--no-gradient-accumulation-fusion": _Flag("kernels.gradient_accumulation_fusion", _switch(False)),
     "--no-overlap-p2p-communication": _Flag("parallel.overlap_p2p_comm", _switch(False)),
     "--deterministic-mode": _Flag("kernels.deterministic", _switch()),
+    # the training step's passes beside Adam (KernelsSpec.step_passes): no NaN-check norm of each
+    # gradient bucket; NCCL averages, so no division of the buffer by the data-parallel size
+    "--no-check-for-nan-in-loss-and-grad": _Flag("no_grad_nan_check", _switch()),
+    "--ddp-average-in-collective": _Flag("average_in_collective", _switch()),
     # Megatron-Core's own linear layers (``--transformer-impl local``) add and reduce their
     # biases in separate kernels, as Megatron-LM's did before Transformer Engine
     # (KernelsSpec.unfused_linear_bias); --disable-bias-linear leaves no bias to add
@@ -373,7 +377,7 @@ IGNORED_FLAGS = frozenset({
     "--memory-snapshot-path", "--no-one-logger", "--one-logger-project", "--one-logger-run-name",
     "--one-logger-async", "--app-tag-run-name", "--app-tag-run-version", "--config-logger-dir",
     "--enable-ft-package", "--calc-ft-timeouts", "--run-workload-inspector-server", "--moe-per-layer-logging",
-    "--no-check-for-nan-in-loss-and-grad", "--check-for-spiky-loss", "--check-for-large-grads",
+    "--check-for-spiky-loss", "--check-for-large-grads",
     "--check-weight-hash-across-dp-replicas-interval", "--rerun-mode", "--error-injection-rate",
     "--error-injection-type", "--result-rejected-tracker-filename", "--iterations-to-skip",
     # process start-up and restarts
@@ -388,7 +392,7 @@ files, logging, checkpoints, start-up): recognised and listed, not used."""
 NOT_MODELLED_FLAGS = frozenset({
     "--overlap-p2p-communication-warmup-flush",
     "--microbatch-group-size-per-virtual-pipeline-stage", "--defer-embedding-wgrad-compute",
-    "--wgrad-deferral-limit", "--ddp-num-buckets", "--ddp-average-in-collective",
+    "--wgrad-deferral-limit", "--ddp-num-buckets",
     "--ddp-pad-buckets-for-high-nccl-busbw", "--ddp-reduce-scatter-with-fp32-accumulation", "--no-align-grad-reduce",
     "--no-align-param-gather", "--overlap-param-gather-with-optimizer-step",
     "--distribute-saved-activations",

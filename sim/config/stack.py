@@ -33,13 +33,14 @@ from sim.types import (
     LossKind,
     RecomputeKind,
     ScalingRecipe,
+    StepPass,
     ZeroImpl,
     parse_enum,
 )
 
 __all__ = ["CountSetting", "DpShard", "FlagSetting", "MatchRule", "MemorySaverKind", "MicroBatchRule",
            "RecomputeSetting", "SETTINGS", "Setting", "SettingKind", "Stack", "TpOverlapImpl", "YearRange",
-           "read_stack_file"]
+           "read_stack_file", "read_step_passes"]
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Enum)
@@ -151,6 +152,15 @@ def _enum(kind: type[E], allowed: tuple[E, ...] | None = None) -> Callable[[obje
     return read
 
 
+def read_step_passes(value: object, path: str, field: str) -> frozenset[StepPass]:
+    """A list of :class:`~sim.types.StepPass` names (``[]``: none) as a set; anything else is
+    a ConfigError naming ``path`` and ``field``."""
+    names = [k.value for k in StepPass]
+    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise ConfigError(path, field, f"a list of step passes among {names} ([] for none)", value)
+    return frozenset(parse_enum(StepPass, v, path, field) for v in value)
+
+
 def _savers(value: object, path: str, field: str) -> frozenset[MemorySaverKind]:
     names = [k.value for k in MemorySaverKind]
     if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
@@ -193,6 +203,8 @@ SETTINGS: tuple[SettingKind, ...] = (
     SettingKind("fp8_scaling", _enum(ScalingRecipe, (ScalingRecipe.DELAYED, ScalingRecipe.CURRENT)),
                 "the FP8 scaling recipe"),
     SettingKind("seq_length", _positive_or_null, "the training sequence length (null: none, the case must give it)"),
+    SettingKind("step_passes", read_step_passes, "the passes over the gradients and master weights the training "
+                "step makes beside the Adam kernel (sim/workload/step_passes.py)"),
     SettingKind("cudnn_release", _release_or_null, "the cuDNN release the stack ships, which prices cuDNN attention "
                 "on Blackwell (null: the catalogue's curves; sim/attention_releases.py)"),
 )
@@ -303,6 +315,8 @@ class Stack:
     def value(self, key: Literal["cp_comm_type"]) -> CpCommType: ...
     @overload
     def value(self, key: Literal["fp8_scaling"]) -> ScalingRecipe: ...
+    @overload
+    def value(self, key: Literal["step_passes"]) -> frozenset[StepPass]: ...
     @overload
     def value(self, key: Literal["cudnn_release"]) -> tuple[int, int] | None: ...
     def value(self, key: str) -> object:

@@ -13,9 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.types import AttentionKernel, LossKind
+from sim.types import AttentionKernel, LossKind, StepPass
 
-__all__ = ["KERNEL_KEYS", "KernelsSpec"]
+__all__ = ["KERNEL_KEYS", "MEGATRON_CORE_STEP_PASSES", "KernelsSpec"]
+
+MEGATRON_CORE_STEP_PASSES = frozenset({StepPass.ZERO_GRAD_BUFFER, StepPass.GRAD_NAN_CHECK, StepPass.GRAD_DIVIDE_DP,
+                                       StepPass.CLIP_GRAD_NORM, StepPass.MASTER_COPY})
+"""Megatron-LM's training step with Megatron-Core's DDP and optimizer, at its defaults
+(:mod:`sim.workload.step_passes`)."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,10 @@ class KernelsSpec:
     (:mod:`sim.hardware`); Hopper's cuDNN deterministic backward is priced as the ordinary one.
     It also keeps NCCL off NVLS (:mod:`sim.runner`)."""
 
+    step_passes: frozenset[StepPass] = MEGATRON_CORE_STEP_PASSES
+    """The passes over the gradients and the master weights the release's training step makes
+    beside the Adam kernel (:mod:`sim.workload.step_passes`): Megatron-Core's by default."""
+
     @property
     def grad_bytes(self) -> float:
         """Bytes of one accumulated weight gradient: 4 (fp32), or 2 without
@@ -106,6 +115,6 @@ class KernelsSpec:
 
 KERNEL_KEYS: tuple[str, ...] = ("flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise",
                                 "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
-                                "unfused_linear_bias", "deterministic")
+                                "unfused_linear_bias", "deterministic", "step_passes")
 """The fields of :class:`KernelsSpec`: the keys of a workload file's ``kernels:`` section, also
 read under ``parallel:``."""

@@ -35,11 +35,12 @@ from sim.workload.dataparallel import GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES, Dat
 from sim.workload.flops import model_flops
 from sim.workload.layers import LayerOps, layer_ops
 from sim.workload.layout import Layout
-from sim.workload.ops import CommOp, MemoryOp, Op
+from sim.workload.ops import CommOp, Op
 from sim.workload.schedules import Pass, pipeline_order
 from sim.workload.spec import WorkloadSpec
+from sim.workload.step_passes import optimizer_op
 
-__all__ = ["Task", "Program", "build_program", "OPTIMIZER_BYTES_PER_PARAM", "GRAD_REDUCE_BYTES", "GRANULARITIES"]
+__all__ = ["Task", "Program", "build_program", "GRAD_REDUCE_BYTES", "GRANULARITIES"]
 
 GRANULARITIES = ("op", "layer", "chunk")
 """``op``: a task per op; ``layer``: a layer pass per block; ``chunk``: a model chunk's pass
@@ -47,10 +48,6 @@ over its layers per block where nothing is issued between its layers (see the mo
 docstring)."""
 
 # Task and Program live in sim.program (shared with the engine); re-exported here.
-
-OPTIMIZER_BYTES_PER_PARAM = 30.0
-"""HBM traffic of one mixed-precision Adam step per parameter: read fp32 master weight,
-gradient, two moments (16 B), write master and moments (12 B) and the bf16 weight (2 B)."""
 
 
 class _Builder:
@@ -544,10 +541,10 @@ class _RankProgram(DataParallelMixin):
                                 (("phase", "grad-sync"),), [self.last_c])
             self.dp_tasks.append(t.id)
         sb = state_bytes(m, p, self.stage, kernels=w.kernels)
-        params_local = sb.optimizer_bytes / 12.0
         self.extra.extend(self.dp_tasks)
-        opt = self.compute("optimizer", MemoryOp(OpKind.OPTIMIZER, params_local * OPTIMIZER_BYTES_PER_PARAM),
-                           (("phase", "optimizer"),))
+        # Adam and the release's passes over the gradient buffer and master weights (zeroing,
+        # NaN check, division, clipping norm, master-weight copy: sim.workload.step_passes)
+        opt = self.compute("optimizer", optimizer_op(w, sb), (("phase", "optimizer"),))
         if p.zero >= 3 and p.zero_impl is ZeroImpl.DEEPSPEED_0_3 and p.dp * p.cp > 1:
             self.ds_persistent_gather(w.virtual_stage_layers(), opt.id)
         if p.shards_optimizer and p.dp * p.cp > 1 and p.zero < 3 and not p.overlap_param_gather:

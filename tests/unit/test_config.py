@@ -72,7 +72,7 @@ def test_default_workload_is_gpt3_175b_on_64_a100s():
     assert spec.model.num_layers == 96 and spec.model.hidden_size == 12288
     # the case says Megatron-LM (2022), whose stack predates FlashAttention in Megatron-LM
     assert sorted(n.split(":")[0] for n in notes) == ["parallel.flash_attention", "parallel.overlap_grad_reduce",
-                                                      "parallel.overlap_p2p_comm",
+                                                      "parallel.overlap_p2p_comm", "parallel.step_passes",
                                                       "parallel.unfused_linear_bias", "stack"]
     assert notes[0].startswith("stack: null -> megatron-lm-2022 (framework 'Megatron-LM (2022)'")
     assert not spec.kernels.flash_attention

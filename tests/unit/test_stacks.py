@@ -370,7 +370,7 @@ def test_the_types_stack_value_declares_are_those_its_settings_are_read_as():
     assert set(declared) == {k.key for k in SETTINGS}
     assert declared["seq_length"] == declared["global_batch_size"] == (int, type(None))
     assert declared["cudnn_release"] == (tuple, type(None))
-    assert declared["memory_savers"] == (frozenset,)
+    assert declared["memory_savers"] == declared["step_passes"] == (frozenset,)
     assert {declared[k] for k in ("dp_shard", "zero_impl", "tp_comm_overlap_impl", "attention_kernel",
                                   "cross_entropy", "micro_batch_size", "cp_comm_type", "fp8_scaling")} == {
         (DpShard,), (ZeroImpl,), (TpOverlapImpl,), (AttentionKernel,), (LossKind,), (MicroBatchRule,),

@@ -44,13 +44,13 @@ from dataclasses import dataclass
 from sim.costs.analytical import AnalyticalCostModel
 from sim.hardware import GPUSpec
 from sim.studies.sweep.memory_check import StageStates
-from sim.types import OpKind, RecomputeKind, ScheduleKind
+from sim.types import RecomputeKind, ScheduleKind
 from sim.workload.layers import LayerOps, layer_ops
-from sim.workload.ops import MemoryOp
 from sim.workload.schedules import Pass, pipeline_order
 from sim.workload.spec import ModelSpec, WorkloadSpec
+from sim.workload.step_passes import optimizer_op
 from sim.workload.steps import Step
-from sim.workload.taskgraph import OPTIMIZER_BYTES_PER_PARAM, backward_steps
+from sim.workload.taskgraph import backward_steps
 
 __all__ = ["ROUNDING", "PassTimes", "IterationBound"]
 
@@ -161,8 +161,7 @@ class IterationBound:
 
     def optimizer_s(self, w: WorkloadSpec, stage: int) -> float:
         """The optimizer step of a GPU of ``stage`` (``_RankProgram.finish``)."""
-        params_local = self.states(w, stage).optimizer_bytes / 12.0
-        return self.costs.compute_time_s(MemoryOp(OpKind.OPTIMIZER, params_local * OPTIMIZER_BYTES_PER_PARAM))
+        return self.costs.compute_time_s(optimizer_op(w, self.states(w, stage)))
 
     def _tail(self, w: WorkloadSpec, stage: int) -> tuple | None:
         """The passes ``stage`` runs after its last backward pass, as ``(pass, chunk)``, or

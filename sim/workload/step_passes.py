@@ -1,0 +1,95 @@
+"""The optimizer step's HBM traffic: the Adam kernel, and the bandwidth-bound passes an
+iteration makes over its gradients and master weights beside it (``kernels.step_passes``,
+:class:`~sim.types.StepPass`).
+
+The optimizer task (:func:`optimizer_op`, built by :mod:`sim.workload.taskgraph` and priced in
+closed form by :mod:`sim.studies.sweep.bound`) moves :data:`OPTIMIZER_BYTES_PER_PARAM` per
+parameter of the optimizer's shard for Adam. A training step does more over the same memory,
+and how much is a property of the framework release, which each stack lists
+(``workloads/stacks/``):
+
+* Megatron-LM 2021-2022 (``megatron/model/distributed.py``, ``megatron/optimizer/optimizer.py``):
+  ``zero_grad_buffer`` zeroes the contiguous gradient buffer at the start of each iteration
+  (``buffer_.zero()``); ``allreduce_gradients`` divides it by the data-parallel size before the
+  all-reduce (``buffer_.data /= mpu.get_data_parallel_world_size()``), also at a size of 1;
+  the step computes the gradient norm for clipping (``clip_grad_norm_fp32``, ``--clip-grad``
+  1.0 by default) and copies the fp32 master weights into the 16-bit model weights
+  (``_copy_main_params_to_model_params``).
+* Megatron-Core's DDP (``megatron/core/distributed/param_and_grad_buffer.py``): the buffer is
+  zeroed, each bucket's norm is taken before its reduction (``check_for_nan_in_grad``, on in
+  Megatron-LM unless ``--no-check-for-nan-in-loss-and-grad``), and the bucket is multiplied by
+  ``gradient_scaling_factor``, ``1 / (dp x cp)`` unless ``average_in_collective`` (skipped at 1).
+* NeMo 2 and Megatron-Bridge recipes set ``check_for_nan_in_grad=True`` and
+  ``average_in_collective=True`` (no division pass).
+
+Each pass reads or writes the local gradient buffer (:attr:`~sim.memory.StateBytes.grads_bytes`,
+every local parameter's gradient unless ZeRO-2 or 3 shards it) or the optimizer shard
+(:attr:`~sim.memory.StateBytes.optimizer_bytes` / 12 parameters), at the memory op's HBM rate.
+They are priced on the optimizer task: the buffer's zeroing, norm and division run on the
+compute stream of the same iteration, which is where the time goes whichever side of the
+backward they sit on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sim.memory import StateBytes
+from sim.types import OpKind, StepPass
+from sim.workload.ops import MemoryOp
+from sim.workload.spec import WorkloadSpec
+
+__all__ = ["MASTER_WEIGHT_BYTES", "OPTIMIZER_BYTES_PER_PARAM", "optimizer_op", "step_pass_bytes"]
+
+OPTIMIZER_BYTES_PER_PARAM = 30.0
+"""HBM traffic of one mixed-precision Adam step per parameter: read fp32 master weight,
+gradient, two moments (16 B), write master and moments (12 B) and the bf16 weight (2 B)."""
+MASTER_WEIGHT_BYTES = 4.0
+"""Bytes of one fp32 master weight, which :attr:`StepPass.MASTER_COPY` reads."""
+
+
+def step_pass_bytes(passes: Iterable[StepPass], grads_bytes: float, shard_params: float, grad_bytes: float,
+                    dp_cp: int) -> float:
+    """HBM bytes the iteration's ``passes`` move beside the Adam kernel.
+
+    Parameters
+    ----------
+    passes
+        The release's passes (:attr:`~sim.workload.kernels.KernelsSpec.step_passes`).
+    grads_bytes
+        The rank's gradient buffer in bytes.
+    shard_params
+        Parameters in the rank's optimizer shard.
+    grad_bytes
+        Bytes of one gradient element (4 in fp32).
+    dp_cp
+        The data-parallel group's size with context parallelism.
+
+    Examples
+    --------
+    >>> step_pass_bytes([StepPass.ZERO_GRAD_BUFFER, StepPass.GRAD_DIVIDE], 400.0, 50.0, 4.0, 1)
+    1200.0
+    >>> step_pass_bytes([StepPass.GRAD_DIVIDE_DP], 400.0, 50.0, 4.0, 1)
+    0.0
+    >>> step_pass_bytes([StepPass.CLIP_GRAD_NORM, StepPass.MASTER_COPY], 400.0, 50.0, 4.0, 8)
+    400.0
+    """
+    per_pass = {
+        StepPass.ZERO_GRAD_BUFFER: grads_bytes,
+        StepPass.GRAD_NAN_CHECK: grads_bytes,
+        StepPass.GRAD_DIVIDE: 2.0 * grads_bytes,
+        StepPass.GRAD_DIVIDE_DP: 2.0 * grads_bytes if dp_cp > 1 else 0.0,
+        StepPass.CLIP_GRAD_NORM: shard_params * grad_bytes,
+        StepPass.MASTER_COPY: shard_params * MASTER_WEIGHT_BYTES,
+    }
+    chosen = set(passes)
+    return sum(per_pass[p] for p in StepPass if p in chosen)  # in a fixed order: the same float every run
+
+
+def optimizer_op(w: WorkloadSpec, sb: StateBytes) -> MemoryOp:
+    """The optimizer task's op for a rank holding ``sb``: the Adam kernel over its optimizer
+    shard and the release's passes (the task graph's and the sweep bound's one source)."""
+    shard = sb.optimizer_bytes / 12.0
+    passes = step_pass_bytes(w.kernels.step_passes, sb.grads_bytes, shard, w.kernels.grad_bytes,
+                             w.parallel.dp * w.parallel.cp)
+    return MemoryOp(OpKind.OPTIMIZER, shard * OPTIMIZER_BYTES_PER_PARAM + passes)
