@@ -107,10 +107,11 @@ def calibrate(logs: Sequence[str] | None, topology: str | None, output: str, run
     return status
 
 
-CALIBRATING = ("all_reduce", "all_gather", "reduce_scatter")
+CALIBRATING = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv")
 """The tests whose logs calibrate, in the order preferred: an all-reduce where one is given,
-else an all-gather or a reduce-scatter (ring collectives the planner prices as NCCL runs them);
-all-to-all and sendrecv logs are checks only."""
+else an all-gather or a reduce-scatter (ring collectives the planner prices as NCCL runs them),
+else an all-to-all or a sendrecv (direct sends through the switch, and across nodes through the
+NICs); every other log of a priced collective is a check."""
 
 
 def _roles(parsed: list[NcclTestsLog]) -> tuple[list[str | None], list[str | None]]:
@@ -144,8 +145,8 @@ ROLE_WORDS = {"scale_up": "calibrates the scale-up curves", "scale_out": "calibr
 
 
 def _calibrate_logs(logs: Sequence[str], topology: str | None, output: str) -> tuple[Calibration, NcclTestsLog]:
-    """The nccl-tests part: the first one-node all-reduce (else all-gather or reduce-scatter)
-    calibrates the scale-up, the first across nodes the scale-out (on the scale-up so
+    """The nccl-tests part: the first one-node all-reduce (else all-gather, reduce-scatter,
+    all-to-all or sendrecv) calibrates the scale-up, the first across nodes the scale-out (on the scale-up so
     calibrated), every other log of a priced collective is checked; printed, and the log the
     calibration is from."""
     parsed = [read_nccl_tests(p) for p in logs]
@@ -161,9 +162,9 @@ def _calibrate_logs(logs: Sequence[str], topology: str | None, output: str) -> t
     used = up_log or out_log
     if used is None:
         first = parsed[0]
-        raise ConfigError(first.path, "collective", "an all_reduce_perf log (else all_gather_perf or "
-                          "reduce_scatter_perf; of one node: the scale-up curves; across nodes: the scale-out curve); "
-                          "other collectives are checks of it",
+        raise ConfigError(first.path, "collective", "an all_reduce_perf log (else all_gather_perf, "
+                          "reduce_scatter_perf, alltoall_perf or sendrecv_perf; of one node: the scale-up curves; "
+                          "across nodes: the scale-out curve); other collectives are checks of it",
                           f"{first.collective}_perf over {first.ranks} ranks on {first.nodes} nodes")
     name = topology or log_topology(used)
     base = load_topology(name)

@@ -1,5 +1,5 @@
 """A topology's scale-up collective latency and efficiency curves from one measured all-reduce
-(or, with no all-reduce log, one all-gather or reduce-scatter).
+(or, with no all-reduce log, one all-gather or reduce-scatter, else one all-to-all or sendrecv).
 
 The model the simulator prices a one-node all-reduce with (:mod:`sim.costs.comm`) is inverted
 at every size of an nccl-tests ``all_reduce_perf`` table, as :mod:`sim.derive.nccl_curves` does
@@ -29,7 +29,19 @@ an NVLink-SHARP node, nccl-tests issue #212) and the log's ``NCCL_ALGO`` does no
 An ``all_gather_perf`` or ``reduce_scatter_perf`` log of one node is inverted the same way with
 the ring, the algorithm the planner runs them with inside a node:
 ``t = L + (n-1) h + (n-1)/n S / (B eff(S))`` (``S`` nccl-tests' size, the gathered output or the
-scattered input); it sets the ring's curve, and an NVLS curve stays the topology's.
+scattered input); it sets the ring's curve, and an NVLS curve stays the topology's. With none of
+those, an ``alltoall_perf`` or ``sendrecv_perf`` log of one node is inverted as the planner sends
+them (:data:`DIRECT`), straight through the switch, one hop:
+
+* all-to-all: ``t = L + h + (n-1)/n S / (B eff(S))`` (``S`` each rank's send buffer, of which
+  ``S/n`` goes to each peer);
+* sendrecv: ``t = h + S / (B eff(S))`` (each rank sends ``S`` to the next at once, a ring
+  exchange, which pays its route's latency and no collective latency: ``L`` stays the
+  topology's).
+
+They set the link's curve (``efficiency_by_size_bytes``), which every collective inside the node
+is priced at, so a curve from them prices an all-reduce at what an all-to-all or a pipeline
+send reached; a log of the all-reduce, where there is one, is the better input.
 """
 
 from __future__ import annotations
@@ -44,7 +56,7 @@ from sim.errors import ConfigError
 from sim.topology.spec import TopologySpec
 from sim.types import CollectiveAlgorithm
 
-__all__ = ["CURVE_FROM_BYTES", "LATENCY_UP_TO_BYTES", "ROUND_EFFICIENCY", "CalibratedValue", "ScaleUpFit",
+__all__ = ["CURVE_FROM_BYTES", "DIRECT", "LATENCY_UP_TO_BYTES", "ROUND_EFFICIENCY", "CalibratedValue", "ScaleUpFit",
            "fit_scale_up", "size_words"]
 
 CURVE_FROM_BYTES = 2**20
@@ -55,6 +67,10 @@ LATENCY_UP_TO_BYTES = 2**16
 the A100 and H100 logs are flat to within a few microseconds up to it)."""
 ROUND_EFFICIENCY = 4
 """Decimals an efficiency is written with (0.01% of the link rate)."""
+DIRECT = {"alltoall": "all-to-all", "sendrecv": "ring exchange"}
+"""The tests the planner prices as direct sends through the switch (:mod:`sim.costs.comm`), not as
+a ring, and what it calls each: one route's hop for the latency, every GPU's port carrying its
+share of the size."""
 
 
 @dataclass(frozen=True)
@@ -106,21 +122,33 @@ def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) 
     reduce = log.collective == "all_reduce"
     passes = 2 if reduce else 1  # an all-reduce is a reduce-scatter and an all-gather
     ring_fixed = passes * (n - 1) * hop
+    # the share of the size each GPU's port carries, and the hops the plan's latency pays:
+    # a ring's n-1 steps; all-to-all and sendrecv one route through the switch each
+    share = {"alltoall": (n - 1) / n, "sendrecv": 1.0}.get(log.collective, passes * (n - 1) / n)
+    direct = log.collective in DIRECT
+    if direct:
+        ring_fixed = hop
 
     def ring_bytes(s: float) -> float:
-        return passes * (n - 1) / n * s
+        return share * s
 
     def nvls_bytes(s: float) -> float:
         return (1 + 1 / n) * s
 
     from_log = excluded_algorithms(log.nccl_algo, log.path)  # NCCL_ALGO=Ring in the log: no NVLS
     nvls = reduce and up.nvls_efficiency is not None and CollectiveAlgorithm.NVLS not in from_log
-    algorithm, fixed, link_bytes = ("nvls", NVLS_LATENCY_S, nvls_bytes) if nvls else ("ring", ring_fixed, ring_bytes)
+    plain = DIRECT.get(log.collective, "ring")
+    algorithm, fixed, link_bytes = ("nvls", NVLS_LATENCY_S, nvls_bytes) if nvls else (plain, ring_fixed, ring_bytes)
     fixed_words = (f"NCCL's NVLS latency {NVLS_LATENCY_S * 1e6:g} us" if nvls
+                   else f"one hop of {hop * 1e6:g} us (GPU to switch to GPU)" if direct
                    else f"{'2' if reduce else ''}(n-1) = {passes * (n - 1)} hops of {hop * 1e6:g} us")
     test = f"{log.collective}_perf"
     first_size, first_t = points[0]
-    if first_size <= LATENCY_UP_TO_BYTES:
+    if log.collective == "sendrecv":
+        latency0 = up.collective_latency_s
+        lat_source = (f"{topology_name}'s own: the simulator prices sendrecv as a ring exchange, each GPU's "
+                      "send paying its route's latency and no collective latency, so the log does not give it")
+    elif first_size <= LATENCY_UP_TO_BYTES:
         latency0 = first_t - fixed
         lat_source = (f"{log.name}: {test} over {n} GPUs at {size_words(first_size)} took "
                       f"{first_t * 1e6:g} us (the faster of out-of-place and in-place), less {fixed_words}")
@@ -128,22 +156,26 @@ def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) 
         latency0 = up.collective_latency_s
         lat_source = (f"{topology_name}'s own: {log.name} starts at {size_words(first_size)}, past the "
                       f"{size_words(LATENCY_UP_TO_BYTES)} up to which a collective is latency-bound")
+    no_latency = log.collective == "sendrecv"  # its price has no collective latency: keep the topology's
     room = min(t - fixed - link_bytes(s) / bw for s, t in curve_points)
-    latency = max(0.0, min(latency0, room))
+    latency = latency0 if no_latency else max(0.0, min(latency0, room))
     latency = math.floor(latency * 1e8) / 1e8  # 0.01 us, rounded down: no curve point above 1 for it
     if latency < latency0 - 1e-8:
         lat_source += (f"; lowered to {latency * 1e6:.2f} us so that no size from {size_words(CURVE_FROM_BYTES)} up "
                        f"needs more than the link's {bw / 1e9:g} GB/s")
     curve = []
     for s, t in curve_points:
-        rest = t - latency - fixed
+        rest = t - (0.0 if no_latency else latency) - fixed
         eff = 1.0 if rest <= 0 else min(1.0, link_bytes(s) / (bw * rest))
         curve.append([s, max(round(eff, ROUND_EFFICIENCY), 10.0**-ROUND_EFFICIENCY)])
-    bytes_words = "(1 + 1/n) S" if nvls else f"{'2' if reduce else ''}(n-1)/n S"
+    bytes_words = ("(1 + 1/n) S" if nvls else "S" if log.collective == "sendrecv"
+                   else f"{'2' if reduce else ''}(n-1)/n S")
+    latency_words = "" if no_latency else "latency - "
     curve_source = (f"{log.name}: {test} over {n} GPUs of one node"
                     + (f" (NCCL {log.nccl_version})" if log.nccl_version else "")
                     + f", {algorithm}: at each size S from {size_words(CURVE_FROM_BYTES)} up, {bytes_words} / "
-                    f"({bw / 1e9:g} GB/s x (t - latency - {fixed_words})), t the faster of out-of-place and in-place")
+                    f"({bw / 1e9:g} GB/s x (t - {latency_words}{fixed_words})), t the faster of out-of-place and "
+                    "in-place")
     values = [CalibratedValue("collective_latency_us", round(latency * 1e6, 2), lat_source)]
     if nvls:
         values.append(CalibratedValue("nvls_efficiency_by_size_bytes", curve, curve_source))

@@ -20,12 +20,14 @@ def register(sub) -> None:
     """Add ``calibrate`` to ``llmsim``'s subcommands."""
     cal = sub.add_parser("calibrate", help="measured nccl-tests logs, kernel times and runs in, a calibration file "
                          "out (run --calibration)",
-                         description="Derive the topology's scale-up collective latency and efficiency curves from "
+                         description="Derive the topology's collective latency and efficiency curves from "
                          "nccl-tests output and the GPU's GEMM and attention efficiency curves from measured kernel "
                          "times, fit the cost model's factors to measured runs, and write them, each with its source "
                          "(docs/calibrate.md).")
     cal.add_argument("--nccl-tests", nargs="+", metavar="LOG", help="nccl-tests text output "
-                     "(all_reduce_perf of one node calibrates; other logs are read and listed)")
+                     "(the first all_reduce_perf log of one node calibrates the scale-up, across nodes the "
+                     "scale-out; with none, an all_gather, reduce_scatter, alltoall or sendrecv log in that order; "
+                     "the others are checks)")
     cal.add_argument("--topology", help="topology YAML or preset the logs calibrate (default: the usual one of the "
                      "logs' GPU)")
     cal.add_argument("--kernels", metavar="FILE", help="measured kernel times: a CSV table (kind, m, n, k, batch, "

@@ -188,7 +188,7 @@ def test_a_log_of_another_collective_alone_calibrates_nothing(tmp_path, capsys):
     other.write_text(one.read_text().replace("all_reduce_perf", "broadcast_perf"))
     assert main(["calibrate", "--nccl-tests", str(other), "-o", str(tmp_path / "cal.yaml")]) == 2
     err = _one_error_line(capsys)
-    assert str(other) in err and "an all_reduce_perf log (else all_gather_perf or reduce_scatter_perf" in err
+    assert str(other) in err and "an all_reduce_perf log (else all_gather_perf, reduce_scatter_perf, alltoall" in err
 
 
 def test_a_calibration_for_other_links_is_refused(tmp_path, capsys):

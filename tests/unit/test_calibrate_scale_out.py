@@ -83,8 +83,9 @@ def synthetic_log(latency_us: float, efficiency: float, per_host: int = 8, hosts
     topo = load_topology(topology, [f"scale_out.latency_us={latency_us}", f"scale_out.efficiency={efficiency}"])
     n = per_host * hosts
     kind = {"all_reduce": CollectiveKind.ALL_REDUCE, "all_gather": CollectiveKind.ALL_GATHER,
-            "reduce_scatter": CollectiveKind.REDUCE_SCATTER}[collective_name]
-    per_rank = collective_name != "all_reduce"
+            "reduce_scatter": CollectiveKind.REDUCE_SCATTER, "alltoall": CollectiveKind.ALL_TO_ALL,
+            "sendrecv": CollectiveKind.RING_EXCHANGE}[collective_name]
+    per_rank = collective_name not in ("all_reduce", "sendrecv")  # nccl-tests' count: per peer or per rank
     lines = [f"# Collective test starting: {collective_name}_perf",
              "# synthesized by tests/unit/test_calibrate_scale_out.py from llmsim's own model (not measured)"]
     lines += [f"#  Rank {i:2d} Group  0 Pid  {i} on host{i // per_host} device {i % per_host} [0x00] "
@@ -271,12 +272,13 @@ def test_an_unpriced_collective_is_listed_as_not_used_with_the_reason(tmp_path, 
     assert f"not used: {path}" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("name", ["all_gather", "reduce_scatter"])
-def test_with_no_all_reduce_log_an_all_gather_or_reduce_scatter_log_calibrates(name, tmp_path, capsys):
-    """The issue's other ring collectives calibrate where no all-reduce log is given: across 4
-    nodes the NIC latency and efficiency they were made at come back (the NICs bind from 4 MiB
-    up at 30%), one node's ring curve and latency likewise (the synthetic one-node log is the
-    preset's own, so it comes back unchanged), and each log is reproduced."""
+@pytest.mark.parametrize("name, plan", [("all_gather", "ring"), ("reduce_scatter", "ring"),
+                                        ("alltoall", "all-to-all"), ("sendrecv", "ring exchange")])
+def test_with_no_all_reduce_log_another_collectives_log_calibrates(name, plan, tmp_path, capsys):
+    """The issue's other collectives calibrate where no all-reduce log is given: across 4 nodes
+    the NIC latency and efficiency they were made at come back (the NICs bind from 4 MiB up at
+    30%), one node's link curve and latency likewise (the synthetic one-node log is the preset's
+    own, so it comes back unchanged), and each log is reproduced."""
     four = tmp_path / f"four-{name}.txt"
     four.write_text(synthetic_log(latency_us=6.0, efficiency=0.3, hosts=4, collective_name=name))
     cal = load_calibration(str(_calibrate(tmp_path, four)))
@@ -298,7 +300,37 @@ def test_with_no_all_reduce_log_an_all_gather_or_reduce_scatter_log_calibrates(n
     for size, eff in keys["efficiency_by_size_bytes"].value:
         assert eff == pytest.approx(own.scale_up.link.efficiency(size), abs=0.002), size
     assert all(abs(r["error"]) < 0.002 for r in up.check)
-    assert "calibrated as ring" in capsys.readouterr().out
+    assert f"calibrated as {plan} from {one.name}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["alltoall", "sendrecv"])
+def test_one_nodes_all_to_all_or_sendrecv_log_gives_back_the_curve_it_was_made_at(name, tmp_path):
+    """A one-node log made on a scale-up of 8 us latency and a link curve from 0.2 at 1 MiB to
+    0.6 at 1 GiB (times from llmsim collective, not measured) gives that curve back point for
+    point; the all-to-all gives the latency back too, while sendrecv, which the simulator prices
+    as a ring exchange paying its route's hop and no collective latency, leaves the preset's."""
+    made = ["scale_up.efficiency_by_size_bytes=[[1048576, 0.2], [1073741824, 0.6]]",
+            "scale_up.collective_latency_us=8"]
+    topo = load_topology("dgx-h100", made)
+    kind = {"alltoall": CollectiveKind.ALL_TO_ALL, "sendrecv": CollectiveKind.RING_EXCHANGE}[name]
+    lines = [f"# Collective test starting: {name}_perf", "# synthesized from llmsim's model (not measured)"]
+    lines += [f"#  Rank {i:2d} Group  0 Pid  {i} on h device {i} [0x00] NVIDIA H100 80GB HBM3" for i in range(8)]
+    lines.append("#       size         count      type   redop    root     time   algbw   busbw #wrong     time"
+                 "   algbw   busbw #wrong")
+    for e in range(5, 31):
+        t_us = collective(topo, kind, 2**e, 8).time_s * 1e6
+        count = 2**e // 4 // (8 if name == "alltoall" else 1)
+        lines.append(f"  {2**e:>10} {count:>10}  float  sum  -1  {t_us:.4f}  0.00  0.00  0  {t_us:.4f}  0.00  0.00  0")
+    path = tmp_path / f"{name}.txt"
+    path.write_text("\n".join(lines) + "\n")
+    cal = load_calibration(str(_calibrate(tmp_path, path)))
+    keys = {v.key: v.value for v in cal.values}
+    for size, eff in keys["efficiency_by_size_bytes"]:
+        assert eff == pytest.approx(topo.scale_up.link.efficiency(size), abs=0.0002), size
+    preset = load_topology("dgx-h100").scale_up.collective_latency_s * 1e6
+    assert keys["collective_latency_us"] == pytest.approx(8.0 if name == "alltoall" else preset, abs=0.02)
+    assert all(abs(r["error"]) < 0.001 for r in cal.check)
+    assert max(abs(r["error_before"]) for r in cal.check) > 0.2  # the preset was far from the log
 
 
 def test_an_all_reduce_log_calibrates_before_an_all_gather_log(tmp_path):
