@@ -39,7 +39,7 @@ from sim.calibrate.runs import (
     read_runs,
 )
 from sim.calibrate.scale_out import fit_scale_out
-from sim.calibrate.scale_up import CURVE_FROM_BYTES, CalibratedValue, fit_scale_up
+from sim.calibrate.scale_up import CURVE_FROM_BYTES, OWN_CURVES, CalibratedValue, fit_own_curve, fit_scale_up
 from sim.config import default_topology_name, load_topology
 from sim.costs.factors import KernelCurves
 from sim.errors import ConfigError
@@ -116,14 +116,21 @@ NICs); every other log of a priced collective is a check."""
 
 def _roles(parsed: list[NcclTestsLog]) -> tuple[list[str | None], list[str | None]]:
     """What each log does: ``scale_up`` (the first one-node log of the most preferred
-    :data:`CALIBRATING` test given), ``scale_out`` (the same across nodes), ``check`` (any other
-    log of a collective the simulator prices), or None with the reason it is not used."""
+    :data:`CALIBRATING` test given), ``scale_out`` (the same across nodes), ``alltoall_curve`` and
+    ``sendrecv_curve`` (the first one-node log of that test beside a scale-up log of another:
+    its own curve, :func:`~sim.calibrate.scale_up.fit_own_curve`), ``check`` (any other log of a
+    collective the simulator prices), or None with the reason it is not used."""
     taken: dict[str, int] = {}
     for test in CALIBRATING:
         for i, log in enumerate(parsed):
             kind = "scale_up" if log.nodes == 1 else "scale_out"
             if log.collective == test and kind not in taken:
                 taken[kind] = i
+    for i, log in enumerate(parsed):  # beside the scale-up log: an all-to-all's or a sendrecv's own curve
+        own = f"{log.collective}_curve"
+        if log.nodes == 1 and log.collective in OWN_CURVES and own not in taken and "scale_up" in taken \
+                and i != taken["scale_up"] and parsed[taken["scale_up"]].collective != log.collective:
+            taken[own] = i
     roles: list[str | None] = []
     whys: list[str | None] = []
     for i, log in enumerate(parsed):
@@ -141,6 +148,8 @@ def _roles(parsed: list[NcclTestsLog]) -> tuple[list[str | None], list[str | Non
 
 
 ROLE_WORDS = {"scale_up": "calibrates the scale-up curves", "scale_out": "calibrates the scale-out curve",
+              "alltoall_curve": "calibrates the all-to-all's own curve",
+              "sendrecv_curve": "calibrates point-to-point sends' own curve",
               "check": "a check: priced on the topology, not fitted"}
 
 
@@ -173,6 +182,10 @@ def _calibrate_logs(logs: Sequence[str], topology: str | None, output: str) -> t
     if up_log is not None:
         fit = fit_scale_up(up_log, base, name)
         up_values, algorithm = fit.values, fit.algorithm
+    if up_values:
+        up_only = Calibration(output, name, base.scale_up.link.bandwidth_bytes_per_s / GBPS, up_values, ())
+        on = calibrated_topology(output, name, cal=up_only)
+        up_values += tuple(fit_own_curve(g, on, name) for g, r in zip(parsed, roles) if r and r.endswith("_curve"))
     cal = Calibration(output, name, base.scale_up.link.bandwidth_bytes_per_s / GBPS if up_values else None,
                       up_values, tuple(records))
     if out_log is not None:

@@ -41,7 +41,9 @@ them (:data:`DIRECT`), straight through the switch, one hop:
 
 They set the link's curve (``efficiency_by_size_bytes``), which every collective inside the node
 is priced at, so a curve from them prices an all-reduce at what an all-to-all or a pipeline
-send reached; a log of the all-reduce, where there is one, is the better input.
+send reached; a log of the all-reduce, where there is one, is the better input. Given beside
+one, they keep curves of their own instead (:data:`OWN_CURVES`, :func:`fit_own_curve`), which
+price only all-to-alls, or only point-to-point sends, inside one NVSwitch domain.
 """
 
 from __future__ import annotations
@@ -56,8 +58,8 @@ from sim.errors import ConfigError
 from sim.topology.spec import TopologySpec
 from sim.types import CollectiveAlgorithm
 
-__all__ = ["CURVE_FROM_BYTES", "DIRECT", "LATENCY_UP_TO_BYTES", "ROUND_EFFICIENCY", "CalibratedValue", "ScaleUpFit",
-           "fit_scale_up", "size_words"]
+__all__ = ["CURVE_FROM_BYTES", "DIRECT", "LATENCY_UP_TO_BYTES", "OWN_CURVES", "ROUND_EFFICIENCY", "CalibratedValue",
+           "ScaleUpFit", "fit_own_curve", "fit_scale_up", "size_words"]
 
 CURVE_FROM_BYTES = 2**20
 """The smallest size the calibrated curves have a point at (1 MiB: below it an all-reduce inside
@@ -67,6 +69,10 @@ LATENCY_UP_TO_BYTES = 2**16
 the A100 and H100 logs are flat to within a few microseconds up to it)."""
 ROUND_EFFICIENCY = 4
 """Decimals an efficiency is written with (0.01% of the link rate)."""
+OWN_CURVES = {"alltoall": "alltoall_efficiency_by_size_bytes", "sendrecv": "p2p_efficiency_by_size_bytes"}
+"""The curve of its own a one-node log of these tests sets beside the link curves another log
+calibrated (:func:`fit_own_curve`): the all-to-all's, and point-to-point sends' (sendrecv,
+pipeline transfers), each inside one NVSwitch domain."""
 DIRECT = {"alltoall": "all-to-all", "sendrecv": "ring exchange"}
 """The tests the planner prices as direct sends through the switch (:mod:`sim.costs.comm`), not as
 a ring, and what it calls each: one route's hop for the latency, every GPU's port carrying its
@@ -98,9 +104,32 @@ def size_words(s: float) -> str:
     return f"{s:g} B"
 
 
+def _one_node_points(log: NcclTestsLog, topology: TopologySpec,
+                     topology_name: str) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """``(size, seconds)`` at every size of ``log``, and from :data:`CURVE_FROM_BYTES` up: the
+    faster of out-of-place and in-place.
+
+    Raises
+    ------
+    ConfigError
+        Naming the log when it has no size from :data:`CURVE_FROM_BYTES` up, or more ranks
+        than the topology's scale-up domain.
+    """
+    up = topology.scale_up
+    if log.ranks > up.domain_size or log.ranks < 2:
+        raise ConfigError(log.path, "ranks", f"2 to the {up.domain_size} GPUs of a {topology_name} scale-up domain",
+                          log.ranks)
+    points = [(r.size_bytes, r.best_time_us * 1e-6) for r in log.rows]
+    curve_points = [(s, t) for s, t in points if s >= CURVE_FROM_BYTES]
+    if not curve_points:
+        raise ConfigError(log.path, "size", f"rows from {size_words(CURVE_FROM_BYTES)} up (the efficiency curve's "
+                          "sizes)", f"sizes up to {points[-1][0]} B")
+    return points, curve_points
+
+
 def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) -> ScaleUpFit:
     """Calibrate ``topology``'s scale-up latency and curves from ``log`` (one node's all-reduce,
-    all-gather or reduce-scatter).
+    all-gather, reduce-scatter, all-to-all or sendrecv).
 
     Raises
     ------
@@ -110,15 +139,9 @@ def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) 
     """
     n = log.ranks
     up = topology.scale_up
-    if n > up.domain_size or n < 2:
-        raise ConfigError(log.path, "ranks", f"2 to the {up.domain_size} GPUs of a {topology_name} scale-up domain", n)
+    points, curve_points = _one_node_points(log, topology, topology_name)
     bw = up.link.bandwidth_bytes_per_s
     hop = 2 * up.link.latency_s  # GPU -> switch -> GPU, as benchmarks/nccl/derive_curves.py
-    points = [(r.size_bytes, r.best_time_us * 1e-6) for r in log.rows]
-    curve_points = [(s, t) for s, t in points if s >= CURVE_FROM_BYTES]
-    if not curve_points:
-        raise ConfigError(log.path, "size", f"rows from {size_words(CURVE_FROM_BYTES)} up (the efficiency curve's "
-                          "sizes)", f"sizes up to {points[-1][0]} B")
     reduce = log.collective == "all_reduce"
     passes = 2 if reduce else 1  # an all-reduce is a reduce-scatter and an all-gather
     ring_fixed = passes * (n - 1) * hop
@@ -192,3 +215,38 @@ def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) 
     else:
         values.append(CalibratedValue("efficiency_by_size_bytes", curve, curve_source))
     return ScaleUpFit(algorithm, tuple(values))
+
+
+def fit_own_curve(log: NcclTestsLog, topology: TopologySpec, topology_name: str) -> CalibratedValue:
+    """The all-to-all's or point-to-point sends' own curve (:data:`OWN_CURVES`) from ``log`` (one
+    node's ``alltoall_perf`` or ``sendrecv_perf``), inverted on ``topology`` as the other log
+    calibrated it: ``t = L + h + (n-1)/n S / (B eff(S))`` for the all-to-all, ``t = h + S / (B
+    eff(S))`` for sendrecv, with ``L`` and ``h`` the topology's (module docstring).
+
+    Raises
+    ------
+    ConfigError
+        Naming the log when it has no size from :data:`CURVE_FROM_BYTES` up, or more ranks
+        than the topology's scale-up domain.
+    """
+    n = log.ranks
+    up = topology.scale_up
+    _, curve_points = _one_node_points(log, topology, topology_name)
+    bw = up.link.bandwidth_bytes_per_s
+    hop = 2 * up.link.latency_s
+    alltoall = log.collective == "alltoall"
+    fixed = hop + (up.collective_latency_s if alltoall else 0.0)
+    share = (n - 1) / n if alltoall else 1.0
+    curve = []
+    for s, t in curve_points:
+        rest = t - fixed
+        eff = 1.0 if rest <= 0 else min(1.0, share * s / (bw * rest))
+        curve.append([s, max(round(eff, ROUND_EFFICIENCY), 10.0**-ROUND_EFFICIENCY)])
+    latency_words = (f"{topology_name}'s collective latency {up.collective_latency_s * 1e6:g} us and one hop of "
+                     f"{hop * 1e6:g} us" if alltoall else f"one hop of {hop * 1e6:g} us")
+    return CalibratedValue(OWN_CURVES[log.collective], curve, (
+        f"{log.name}: {log.collective}_perf over {n} GPUs of one node"
+        + (f" (NCCL {log.nccl_version})" if log.nccl_version else "")
+        + f", {DIRECT[log.collective]}: at each size S from {size_words(CURVE_FROM_BYTES)} up, "
+        f"{'(n-1)/n S' if alltoall else 'S'} / ({bw / 1e9:g} GB/s x (t - {latency_words})), t the faster of "
+        "out-of-place and in-place"))

@@ -82,6 +82,7 @@ import numpy as np
 
 from sim.costs import nccl_protocol
 from sim.costs.base import CommPlan, Flow, Phase
+from sim.hardware import EfficiencyCurve
 from sim.topology.routing import Fabric
 from sim.types import CollectiveAlgorithm, CollectiveKind, CommKernel, NcclProtocol
 from sim.workload.ops import CommOp
@@ -607,11 +608,12 @@ def _plan(fabric: Fabric, op: CommOp, algorithm: CollectiveAlgorithm, groups: li
         for g in groups:
             if len(g) == 1:
                 continue
+            own = _own_curve(fabric, fabric.p2p_efficiency, g)
             for i, src in enumerate(g):
                 dst = g[(i + 1) % len(g)]
                 route = fabric.route(src, dst)
                 latency = max(latency, route.latency_s)
-                flows.append((src, dst, op.size_bytes / route.efficiency(op.size_bytes), route.links))
+                flows.append((src, dst, op.size_bytes / (own or route.efficiency)(op.size_bytes), route.links))
         return CommPlan((_phase(latency, flows, loads),) if flows else (), "ring-exchange")
     if op.collective is CollectiveKind.SEND_RECV:
         flows = []
@@ -619,7 +621,8 @@ def _plan(fabric: Fabric, op: CommOp, algorithm: CollectiveAlgorithm, groups: li
         for src, dst in groups:
             route = fabric.route(src, dst)
             latency = max(latency, route.latency_s)
-            flows.append((src, dst, op.size_bytes / route.efficiency(op.size_bytes), route.links))
+            own = _own_curve(fabric, fabric.p2p_efficiency, (src, dst))
+            flows.append((src, dst, op.size_bytes / (own or route.efficiency)(op.size_bytes), route.links))
         return CommPlan((_phase(latency, flows, loads),), "p2p")
     fixed = _collective_latency_s(fabric)
     if op.collective is CollectiveKind.ALL_TO_ALL:
@@ -627,6 +630,7 @@ def _plan(fabric: Fabric, op: CommOp, algorithm: CollectiveAlgorithm, groups: li
         latency = 0.0
         for g in groups:
             share = op.size_bytes / len(g)
+            own = _own_curve(fabric, fabric.alltoall_efficiency, g)
             for src in g:
                 for dst in g:
                     if src == dst:
@@ -634,9 +638,16 @@ def _plan(fabric: Fabric, op: CommOp, algorithm: CollectiveAlgorithm, groups: li
                     route = fabric.route(src, dst)
                     latency = max(latency, route.latency_s)
                     # efficiency at the collective's size, as nccl-tests' alltoall reports it
-                    flows.append((src, dst, share / route.efficiency(op.size_bytes), route.links))
+                    flows.append((src, dst, share / (own or route.efficiency)(op.size_bytes), route.links))
         return CommPlan((_phase(fixed + op.issue_s + latency, flows, loads),) if flows else (), "direct")
     return _with_latency(_build(fabric, op, algorithm, groups, loads), fixed + op.issue_s)
+
+
+def _own_curve(fabric: Fabric, curve: EfficiencyCurve | None, group: tuple[int, ...]) -> EfficiencyCurve | None:
+    """``curve``, a collective's own efficiency curve inside one NVSwitch domain
+    (``scale_up.alltoall_efficiency_by_size_bytes``, ``p2p_efficiency_by_size_bytes``), where the
+    topology has one and ``group`` lies in one domain; else None (each route's link curve)."""
+    return curve if curve is not None and fabric.same_domain(group) else None
 
 
 class Replicas:

@@ -142,6 +142,10 @@ class Fabric:
         """The topology's fixed latency of one collective (``scale_up.collective_latency_us``)."""
         self.nvls_efficiency: EfficiencyCurve | None = graph.graph.get("nvls_efficiency")
         """NVLink SHARP's efficiency curve, or None where the switches have none."""
+        self.alltoall_efficiency: EfficiencyCurve | None = graph.graph.get("alltoall_efficiency")
+        """An all-to-all's own curve inside one NVSwitch domain, or None (the links')."""
+        self.p2p_efficiency: EfficiencyCurve | None = graph.graph.get("p2p_efficiency")
+        """Point-to-point sends' own curve inside one NVSwitch domain, or None (the links')."""
         self._fat_tree = FatTreeRouter.of(graph, self.num_gpus)
         """Routes a fat tree from its structure (:mod:`sim.topology.fattree_routes`); None:
         Dijkstra."""
@@ -177,6 +181,7 @@ class Fabric:
         up = spec.scale_up
         fab.collective_latency_s = float(up.collective_latency_s)
         fab.nvls_efficiency = up.nvls_efficiency
+        fab.alltoall_efficiency, fab.p2p_efficiency = up.alltoall_efficiency, up.p2p_efficiency
         fab._fat_tree = FatTreeRouter.from_index(index)
         fab._domain, fab._star = fab._fat_tree.gpu_domain, [True] * index.num_domains
         fab._bounds = None

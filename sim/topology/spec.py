@@ -85,6 +85,14 @@ class ScaleUpSpec:
     nvls_efficiency: EfficiencyCurve | None = None
     """NVLink SHARP's achieved fraction of the link bandwidth by message size, for switches that
     have it (NVSwitch 3 and later); None: no NVLS."""
+    alltoall_efficiency: EfficiencyCurve | None = None
+    """An all-to-all's achieved fraction of the link bandwidth by message size inside one
+    NVSwitch domain, where it has a curve of its own (``llmsim calibrate`` from an
+    ``alltoall_perf`` log beside an all-reduce one); None: the link's curve."""
+    p2p_efficiency: EfficiencyCurve | None = None
+    """Point-to-point sends' (pipeline transfers, a ring exchange) fraction inside one NVSwitch
+    domain, where they have a curve of their own (from a ``sendrecv_perf`` log); None: the
+    link's curve."""
 
 
 @dataclass(frozen=True)

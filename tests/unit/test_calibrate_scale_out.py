@@ -303,6 +303,22 @@ def test_with_no_all_reduce_log_another_collectives_log_calibrates(name, plan, t
     assert f"calibrated as {plan} from {one.name}" in capsys.readouterr().out
 
 
+def _one_node_log(name: str, topo, path: Path) -> Path:
+    """A one-node log of ``name`` priced by ``llmsim collective`` on ``topo`` (not measured)."""
+    kind = {"all_reduce": CollectiveKind.ALL_REDUCE, "alltoall": CollectiveKind.ALL_TO_ALL,
+            "sendrecv": CollectiveKind.RING_EXCHANGE}[name]
+    lines = [f"# Collective test starting: {name}_perf", "# synthesized from llmsim's model (not measured)"]
+    lines += [f"#  Rank {i:2d} Group  0 Pid  {i} on h device {i} [0x00] NVIDIA H100 80GB HBM3" for i in range(8)]
+    lines.append("#       size         count      type   redop    root     time   algbw   busbw #wrong     time"
+                 "   algbw   busbw #wrong")
+    for e in range(5, 31):
+        t_us = collective(topo, kind, 2**e, 8).time_s * 1e6
+        count = 2**e // 4 // (8 if name == "alltoall" else 1)
+        lines.append(f"  {2**e:>10} {count:>10}  float  sum  -1  {t_us:.4f}  0.00  0.00  0  {t_us:.4f}  0.00  0.00  0")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 @pytest.mark.parametrize("name", ["alltoall", "sendrecv"])
 def test_one_nodes_all_to_all_or_sendrecv_log_gives_back_the_curve_it_was_made_at(name, tmp_path):
     """A one-node log made on a scale-up of 8 us latency and a link curve from 0.2 at 1 MiB to
@@ -312,18 +328,7 @@ def test_one_nodes_all_to_all_or_sendrecv_log_gives_back_the_curve_it_was_made_a
     made = ["scale_up.efficiency_by_size_bytes=[[1048576, 0.2], [1073741824, 0.6]]",
             "scale_up.collective_latency_us=8"]
     topo = load_topology("dgx-h100", made)
-    kind = {"alltoall": CollectiveKind.ALL_TO_ALL, "sendrecv": CollectiveKind.RING_EXCHANGE}[name]
-    lines = [f"# Collective test starting: {name}_perf", "# synthesized from llmsim's model (not measured)"]
-    lines += [f"#  Rank {i:2d} Group  0 Pid  {i} on h device {i} [0x00] NVIDIA H100 80GB HBM3" for i in range(8)]
-    lines.append("#       size         count      type   redop    root     time   algbw   busbw #wrong     time"
-                 "   algbw   busbw #wrong")
-    for e in range(5, 31):
-        t_us = collective(topo, kind, 2**e, 8).time_s * 1e6
-        count = 2**e // 4 // (8 if name == "alltoall" else 1)
-        lines.append(f"  {2**e:>10} {count:>10}  float  sum  -1  {t_us:.4f}  0.00  0.00  0  {t_us:.4f}  0.00  0.00  0")
-    path = tmp_path / f"{name}.txt"
-    path.write_text("\n".join(lines) + "\n")
-    cal = load_calibration(str(_calibrate(tmp_path, path)))
+    cal = load_calibration(str(_calibrate(tmp_path, _one_node_log(name, topo, tmp_path / f"{name}.txt"))))
     keys = {v.key: v.value for v in cal.values}
     for size, eff in keys["efficiency_by_size_bytes"]:
         assert eff == pytest.approx(topo.scale_up.link.efficiency(size), abs=0.0002), size
@@ -344,3 +349,47 @@ def test_an_all_reduce_log_calibrates_before_an_all_gather_log(tmp_path):
 
 def values_source(cal, key: str) -> str:
     return next(v.source for v in cal.scale_out if v.key == key)
+
+
+def test_beside_an_all_reduce_log_all_to_all_and_sendrecv_logs_keep_curves_of_their_own(tmp_path, capsys):
+    """One node's all-reduce calibrates the links; an all-to-all and a sendrecv log of the same
+    node, made where those run at other rates than the all-reduce's links (0.2..0.6 and 0.3..0.9
+    curves), each get a curve of their own, and all three logs are reproduced, where before the
+    two were checks 40-60% off. The link curves stay the all-reduce's."""
+    preset = load_topology("dgx-h100")
+    ar = _one_node_log("all_reduce", preset, tmp_path / "ar.txt")
+    a2a = _one_node_log("alltoall", load_topology("dgx-h100", [
+        "scale_up.efficiency_by_size_bytes=[[1048576, 0.2], [1073741824, 0.6]]"]), tmp_path / "a2a.txt")
+    sr = _one_node_log("sendrecv", load_topology("dgx-h100", [
+        "scale_up.efficiency_by_size_bytes=[[1048576, 0.3], [1073741824, 0.9]]"]), tmp_path / "sr.txt")
+    cal = load_calibration(str(_calibrate(tmp_path, a2a, ar, sr)))
+    roles = {Path(rec["file"]).name: rec.get("role") for rec in cal.logs}
+    assert roles == {"ar.txt": "scale_up", "a2a.txt": "alltoall_curve", "sr.txt": "sendrecv_curve"}
+    keys = {v.key: v for v in cal.values}
+    assert {"alltoall_efficiency_by_size_bytes", "p2p_efficiency_by_size_bytes"} <= set(keys)
+    assert "alltoall_perf over 8 GPUs of one node" in keys["alltoall_efficiency_by_size_bytes"].source
+    for size, eff in keys["efficiency_by_size_bytes"].value:
+        assert eff == pytest.approx(preset.scale_up.link.efficiency(size), abs=0.002), size
+    for log in ("ar.txt", "a2a.txt", "sr.txt"):
+        rows = [r for r in cal.check if r["log"] == log]
+        assert rows and all(abs(r["error"]) < 0.002 for r in rows), log
+    assert min(max(abs(r["error_before"]) for r in cal.check if r["log"] == log) for log in ("a2a.txt", "sr.txt")) > 0.3
+    printed = capsys.readouterr().out
+    assert "calibrates the all-to-all's own curve" in printed
+    assert "calibrates point-to-point sends' own curve" in printed
+
+
+def test_an_own_curve_prices_its_collective_inside_a_domain_only():
+    """``scale_up.alltoall_efficiency_by_size_bytes`` and ``p2p_efficiency_by_size_bytes`` price the
+    all-to-all and the point-to-point sends of a group inside one NVSwitch domain; the all-reduce,
+    and the same collectives across nodes, keep the links' curves."""
+    own = ["scale_up.alltoall_efficiency_by_size_bytes=[[1048576, 0.1], [1073741824, 0.1]]",
+           "scale_up.p2p_efficiency_by_size_bytes=[[1048576, 0.1], [1073741824, 0.1]]"]
+    base, slow = load_topology("dgx-h100"), load_topology("dgx-h100", own)
+    size = 2**28
+    for kind in (CollectiveKind.ALL_TO_ALL, CollectiveKind.RING_EXCHANGE):
+        assert collective(slow, kind, size, 8).time_s > 3 * collective(base, kind, size, 8).time_s, kind
+        assert collective(slow, kind, size, 16).time_s == pytest.approx(collective(base, kind, size, 16).time_s,
+                                                                         rel=1e-12), kind
+    assert collective(slow, CollectiveKind.ALL_REDUCE, size, 8).time_s == \
+        collective(base, CollectiveKind.ALL_REDUCE, size, 8).time_s
