@@ -184,6 +184,20 @@ class ZeroImpl(str, Enum):
     collectives (a view and a copy per rank)."""
 
 
+class AdamImpl(str, Enum):
+    """How the optimizer's Adam step runs (``kernels.adam_impl``; :mod:`sim.workload.step_passes`
+    prices each)."""
+
+    FUSED = "fused"
+    """One multi-tensor kernel reading the fp32 weight, gradient and two moments and writing the
+    weight, the moments and the 16-bit model weight (Apex's and Transformer Engine's FusedAdam,
+    which Megatron-LM, NeMo and DeepSpeed run)."""
+    FOREACH = "foreach"
+    """PyTorch's ``torch.optim.AdamW(foreach=True)`` (``_multi_tensor_adamw``): eight foreach
+    passes over fp32 tensors, each reading and writing its operands (torchtitan's default,
+    ``--optimizer.fused`` off)."""
+
+
 class StepPass(str, Enum):
     """A bandwidth-bound pass an iteration makes over the gradients or the optimizer's master
     weights beside the Adam kernel itself (``kernels.step_passes``; each stack lists its

@@ -29,6 +29,7 @@ from sim.config.stack import (
     read_step_passes,
 )
 from sim.types import (
+    AdamImpl,
     AttentionKernel,
     LossKind,
     RecomputeKind,
@@ -367,6 +368,16 @@ def async_tp_allreduce_default(f: Fields, framework: str, stack: Stack, notes: N
     value (on from autumn 2021, ``ColumnParallelLinearWithAsyncAllreduce``)."""
     return _on_unless_listed(f, framework, stack, notes, "async_tp_grad_allreduce",
                              "--no-async-tensor-model-parallel-allreduce")
+
+
+def adam_impl_default(f: Fields, stack: Stack, notes: Notes) -> AdamImpl:
+    """How the Adam step runs (:attr:`~sim.workload.kernels.KernelsSpec.adam_impl`): the case's
+    value, else the stack's, noted where it is not the fused kernel."""
+    value = f.raw.get("adam_impl")
+    if value is not None:
+        return parse_enum(AdamImpl, value, f.path, f.field("adam_impl"))
+    impl = stack.value("adam_impl")
+    return impl if impl is AdamImpl.FUSED else notes.fill(f.field("adam_impl"), impl, stack.why("adam_impl"))
 
 
 def step_passes_default(f: Fields, stack: Stack, notes: Notes) -> frozenset[StepPass]:

@@ -27,6 +27,7 @@ from sim.config.fields import Fields, is_int, read_yaml
 from sim.errors import ConfigError
 from sim.types import (
     SIMULATED_DTYPES,
+    AdamImpl,
     AttentionKernel,
     CpCommType,
     Dtype,
@@ -203,6 +204,8 @@ SETTINGS: tuple[SettingKind, ...] = (
     SettingKind("fp8_scaling", _enum(ScalingRecipe, (ScalingRecipe.DELAYED, ScalingRecipe.CURRENT)),
                 "the FP8 scaling recipe"),
     SettingKind("seq_length", _positive_or_null, "the training sequence length (null: none, the case must give it)"),
+    SettingKind("adam_impl", _enum(AdamImpl), "how the Adam step runs: one fused kernel or PyTorch's foreach "
+                "passes (sim/workload/step_passes.py)"),
     SettingKind("step_passes", read_step_passes, "the passes over the gradients and master weights the training "
                 "step makes beside the Adam kernel (sim/workload/step_passes.py)"),
     SettingKind("cudnn_release", _release_or_null, "the cuDNN release the stack ships, which prices cuDNN attention "
@@ -315,6 +318,8 @@ class Stack:
     def value(self, key: Literal["cp_comm_type"]) -> CpCommType: ...
     @overload
     def value(self, key: Literal["fp8_scaling"]) -> ScalingRecipe: ...
+    @overload
+    def value(self, key: Literal["adam_impl"]) -> AdamImpl: ...
     @overload
     def value(self, key: Literal["step_passes"]) -> frozenset[StepPass]: ...
     @overload

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from sim.attention_releases import with_cudnn_release
 from sim.config.defaults import (
+    adam_impl_default,
     async_tp_allreduce_default,
     attention_kernel_default,
     batch_sizes,
@@ -100,7 +101,7 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details",
                   "zero_impl",
                   "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "grad_reduce_in_fp32", "deterministic",
-                  "async_tp_grad_allreduce", "unfused_linear_bias", "step_passes",
+                  "async_tp_grad_allreduce", "unfused_linear_bias", "adam_impl", "step_passes",
                   "cp_comm_type", "hierarchical_context_parallel_sizes")
 """The keys of a case's ``parallel`` section: the parallel strategy, and the kernel switches
 (:data:`~sim.workload.kernels.KERNEL_KEYS`) in the spelling of the published cases."""
@@ -588,12 +589,14 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     deterministic = deterministic_default(f, framework, notes)
     async_ar = async_tp_allreduce_default(f, framework, stack, notes)
     bias_kernels = unfused_bias_default(f, stack, notes)
+    adam = adam_impl_default(f, stack, notes)
     step_passes = step_passes_default(f, stack, notes)
     zero_impl = zero_impl_default(f, zero, stack, notes)
     kernels = KernelsSpec(
         flash_attention=flash, attention_kernel=kernel, cross_entropy=loss, fused_elementwise=fused,
         gradient_accumulation_fusion=grad_fusion, grad_reduce_in_fp32=grad_fp32, deterministic=deterministic,
-        async_tp_grad_allreduce=async_ar, unfused_linear_bias=bias_kernels, step_passes=step_passes)
+        async_tp_grad_allreduce=async_ar, unfused_linear_bias=bias_kernels, adam_impl=adam,
+        step_passes=step_passes)
     with located(f.path):
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,

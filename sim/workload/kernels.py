@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.types import AttentionKernel, LossKind, StepPass
+from sim.types import AdamImpl, AttentionKernel, LossKind, StepPass
 
 __all__ = ["KERNEL_KEYS", "MEGATRON_CORE_STEP_PASSES", "KernelsSpec"]
 
@@ -102,6 +102,9 @@ class KernelsSpec:
     (:mod:`sim.hardware`); Hopper's cuDNN deterministic backward is priced as the ordinary one.
     It also keeps NCCL off NVLS (:mod:`sim.runner`)."""
 
+    adam_impl: AdamImpl = AdamImpl.FUSED
+    """How the Adam step runs: one fused kernel (Megatron-LM, NeMo, DeepSpeed) or PyTorch's
+    foreach passes (torchtitan) (:mod:`sim.workload.step_passes`)."""
     step_passes: frozenset[StepPass] = MEGATRON_CORE_STEP_PASSES
     """The passes over the gradients and the master weights the release's training step makes
     beside the Adam kernel (:mod:`sim.workload.step_passes`): Megatron-Core's by default."""
@@ -115,6 +118,6 @@ class KernelsSpec:
 
 KERNEL_KEYS: tuple[str, ...] = ("flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise",
                                 "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
-                                "unfused_linear_bias", "deterministic", "step_passes")
+                                "unfused_linear_bias", "deterministic", "adam_impl", "step_passes")
 """The fields of :class:`KernelsSpec`: the keys of a workload file's ``kernels:`` section, also
 read under ``parallel:``."""

@@ -3,10 +3,10 @@ iteration makes over its gradients and master weights beside it (``kernels.step_
 :class:`~sim.types.StepPass`).
 
 The optimizer task (:func:`optimizer_op`, built by :mod:`sim.workload.taskgraph` and priced in
-closed form by :mod:`sim.studies.sweep.bound`) moves :data:`OPTIMIZER_BYTES_PER_PARAM` per
-parameter of the optimizer's shard for Adam. A training step does more over the same memory,
-and how much is a property of the framework release, which each stack lists
-(``workloads/stacks/``):
+closed form by :mod:`sim.studies.sweep.bound`) moves :data:`ADAM_BYTES_PER_PARAM` per parameter
+of the optimizer's shard for Adam: one fused kernel's, or PyTorch's foreach passes'. A training
+step does more over the same memory, and how much is a property of the framework release, which
+each stack lists (``workloads/stacks/``):
 
 * Megatron-LM 2021-2022 (``megatron/model/distributed.py``, ``megatron/optimizer/optimizer.py``):
   ``zero_grad_buffer`` zeroes the contiguous gradient buffer at the start of each iteration
@@ -35,15 +35,25 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from sim.memory import StateBytes
-from sim.types import OpKind, StepPass
+from sim.types import AdamImpl, OpKind, StepPass
 from sim.workload.ops import MemoryOp
 from sim.workload.spec import WorkloadSpec
 
-__all__ = ["MASTER_WEIGHT_BYTES", "OPTIMIZER_BYTES_PER_PARAM", "optimizer_op", "step_pass_bytes"]
+__all__ = ["ADAM_BYTES_PER_PARAM", "FOREACH_ADAMW_BYTES_PER_PARAM", "MASTER_WEIGHT_BYTES", "OPTIMIZER_BYTES_PER_PARAM",
+           "optimizer_op", "step_pass_bytes"]
 
 OPTIMIZER_BYTES_PER_PARAM = 30.0
-"""HBM traffic of one mixed-precision Adam step per parameter: read fp32 master weight,
+"""HBM traffic of one fused mixed-precision Adam step per parameter: read fp32 master weight,
 gradient, two moments (16 B), write master and moments (12 B) and the bf16 weight (2 B)."""
+FOREACH_ADAMW_BYTES_PER_PARAM = 84.0
+"""HBM traffic of PyTorch's foreach AdamW per fp32 parameter (``torch/optim/adamw.py``,
+``_multi_tensor_adamw``), each pass reading and writing its operands at 4 B: the weight decay
+``_foreach_mul_(params)`` (8), ``_foreach_lerp_(exp_avgs, grads)`` (12),
+``_foreach_mul_(exp_avg_sqs)`` (8), ``_foreach_addcmul_(exp_avg_sqs, grads, grads)`` (16),
+``_foreach_sqrt(exp_avg_sqs)`` (8), ``_foreach_div_`` and ``_foreach_add_`` of that (8 each),
+``_foreach_addcdiv_(params, exp_avgs, denom)`` (16)."""
+ADAM_BYTES_PER_PARAM = {AdamImpl.FUSED: OPTIMIZER_BYTES_PER_PARAM, AdamImpl.FOREACH: FOREACH_ADAMW_BYTES_PER_PARAM}
+"""The Adam step's bytes per parameter of the optimizer shard, by implementation."""
 MASTER_WEIGHT_BYTES = 4.0
 """Bytes of one fp32 master weight, which :attr:`StepPass.MASTER_COPY` reads."""
 
@@ -87,9 +97,10 @@ def step_pass_bytes(passes: Iterable[StepPass], grads_bytes: float, shard_params
 
 
 def optimizer_op(w: WorkloadSpec, sb: StateBytes) -> MemoryOp:
-    """The optimizer task's op for a rank holding ``sb``: the Adam kernel over its optimizer
-    shard and the release's passes (the task graph's and the sweep bound's one source)."""
+    """The optimizer task's op for a rank holding ``sb``: the Adam step over its optimizer shard,
+    as the release runs it (:attr:`~sim.workload.kernels.KernelsSpec.adam_impl`), and the
+    release's passes (the task graph's and the sweep bound's one source)."""
     shard = sb.optimizer_bytes / 12.0
     passes = step_pass_bytes(w.kernels.step_passes, sb.grads_bytes, shard, w.kernels.grad_bytes,
                              w.parallel.dp * w.parallel.cp)
-    return MemoryOp(OpKind.OPTIMIZER, shard * OPTIMIZER_BYTES_PER_PARAM + passes)
+    return MemoryOp(OpKind.OPTIMIZER, shard * ADAM_BYTES_PER_PARAM[w.kernels.adam_impl] + passes)

@@ -152,3 +152,36 @@ def test_megatron_launch_flags_drop_the_passes_they_turn_off(flags, dropped):
     w, notes = load_megatron_workload(small + flags, gpu="A100-SXM4-80GB")
     assert w.kernels.step_passes == MEGATRON_CORE_STEP_PASSES - dropped
     assert any(n.startswith("megatron-args: step passes beside Adam:") for n in notes) == bool(dropped)
+
+
+def test_foreach_adamw_moves_its_eight_passes_bytes():
+    """PyTorch's foreach AdamW (torchtitan) reads and writes its operands in eight passes, 84 B
+    per fp32 parameter, where the fused kernel moves 30 B; the release's passes come on top."""
+    from sim.types import AdamImpl
+    from sim.workload.step_passes import FOREACH_ADAMW_BYTES_PER_PARAM
+
+    w = replace_settings(make_workload(layers=2, dp=2, gbs=8), step_passes=frozenset())
+    _, shard = _state(w)
+    fused = _optimizer(w)[0]
+    foreach = _optimizer(replace_settings(w, adam_impl=AdamImpl.FOREACH))[0]
+    assert fused == pytest.approx(OPTIMIZER_BYTES_PER_PARAM * shard, rel=1e-12)
+    assert foreach == pytest.approx(FOREACH_ADAMW_BYTES_PER_PARAM * shard, rel=1e-12)
+    assert FOREACH_ADAMW_BYTES_PER_PARAM == 8 + 12 + 8 + 16 + 8 + 8 + 8 + 16
+
+
+def test_each_stack_names_its_adam_and_a_case_may_give_its_own(tmp_path, capsys):
+    from sim.types import AdamImpl
+
+    assert load_stack("torchtitan").value("adam_impl") is AdamImpl.FOREACH
+    for name in ("megatron-core", "megatron-lm-2022", "nemo-24", "nemo-25", "megatron-bridge", "deepspeed-zero3"):
+        assert load_stack(name).value("adam_impl") is AdamImpl.FUSED, name
+    w, notes = _load(tmp_path, _case("torchtitan"))
+    assert w.kernels.adam_impl is AdamImpl.FOREACH
+    assert any(n.startswith("parallel.adam_impl: null -> foreach (stack torchtitan:") for n in notes)
+    own, _ = _load(tmp_path, _case("torchtitan", adam_impl="fused"))
+    assert own.kernels.adam_impl is AdamImpl.FUSED
+    case = tmp_path / "bad.yaml"
+    case.write_text(yaml.safe_dump(_case("megatron-core", adam_impl="apex")))
+    assert main(["run", str(case)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"llmsim: error: {case}: kernels.adam_impl: expected ")
