@@ -195,6 +195,23 @@ class GPUSpec:
         return self.memory_efficiency
 
     @property
+    def gemm_epilogue_overlapped(self) -> bool:
+        """Whether a GEMM's epilogue (reading and writing ``C``) runs beside its main loop, so
+        that extra epilogue traffic (:attr:`~sim.workload.ops.GemmOp.epilogue_bytes`) adds no
+        time.
+
+        From Hopper on, cuBLAS's and CUTLASS's GEMMs are warp-specialized persistent kernels:
+        in the ping-pong design "the two consumer warp groups are assigned a different output
+        tile ... This allows for epilogue of one consumer warp group to be overlapped with the
+        math operations of the other consumer warp group" (CUTLASS ``media/docs/cpp/
+        efficient_gemm.md``, "Hopper Warp Specialization"); Blackwell's kernels double-buffer
+        the accumulator in tensor memory for the same end. Ampere's kernels (CUTLASS 2.x
+        multistage, ``ampere_*gemm*_stages_*`` in cuBLAS) run one output tile per thread block
+        and its epilogue after the main loop, and a large tile holds its SM alone, so the
+        epilogue's traffic is time the tensor cores wait: on the A100 it is priced."""
+        return self.generation is not GpuGeneration.AMPERE
+
+    @property
     def fastest_clock_hz(self) -> float | None:
         """The clock no kernel mix runs faster than (the maximum), for lower bounds; None
         without a power model (every kernel at its measured rate)."""

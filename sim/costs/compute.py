@@ -26,10 +26,14 @@ def _memory_s(gpu: GPUSpec, nbytes: float) -> float:
 
 def _gemm_parts(gpu: GPUSpec, op: GemmOp) -> tuple[float, float, float]:
     """(compute-bound, bandwidth-bound, added) seconds: the time is ``max`` of the first two
-    plus the third."""
+    plus the third, which holds the work beside the GEMM (``op.extra_bytes``) and, where the
+    GPU runs a GEMM's epilogue after its main loop, the epilogue's own extra traffic
+    (``op.epilogue_bytes``, :attr:`~sim.hardware.GPUSpec.gemm_epilogue_overlapped`)."""
     f = op.flops
     compute = f / (gpu.peak(op.dtype) * gpu.gemm_curve(op.dtype)(f))
     cast = _memory_s(gpu, op.extra_bytes) + op.extra_kernels * gpu.kernel_launch_s if op.extra_bytes else 0.0
+    if op.epilogue_bytes and not gpu.gemm_epilogue_overlapped:
+        cast += _memory_s(gpu, op.epilogue_bytes)
     return compute, _memory_s(gpu, op.bytes), gpu.kernel_launch_s + cast
 
 

@@ -294,14 +294,20 @@ class LayerBuilder:
     def wgrad_gemm(self, inp: int, out: int) -> GemmOp:
         """Weight-gradient GEMM ``[inp, T] @ [T, out]``; in FP8 both operands are transposed
         first (Hopper's FP8 tensor cores take only the TN layout), in NVFP4 it reads the
-        column-wise copies the casts above made. Without gradient-accumulation fusion it
-        writes a fresh 16-bit gradient (NaN-filled first in deterministic mode) that a separate
-        kernel adds into the fp32 ``main_grad``: read 2 + 4 bytes, write 4, per weight."""
+        column-wise copies the casts above made. With gradient-accumulation fusion the GEMM
+        accumulates into the ``main_grad`` itself: its epilogue reads and writes the gradient
+        dtype instead of writing a 16-bit output (:attr:`~sim.workload.ops.GemmOp.epilogue_bytes`).
+        Without it, it writes a fresh 16-bit gradient (NaN-filled first in deterministic mode)
+        that a separate kernel adds into the fp32 ``main_grad``: read 2 + 4 bytes, write 4, per
+        weight."""
         extra, kernels = 0.0, 0
         if not self.kspec.gradient_accumulation_fusion:
             extra, kernels = self.out_fill(inp, out)
             extra, kernels = extra + inp * out * (self.e + 2 * self.kspec.grad_bytes), kernels + 1
-        return self.gemm(inp, out, self.T, gemm_casts(self.dtype, self.scaling, self.T, inp, out).wgrad, extra, kernels)
+        op = self.gemm(inp, out, self.T, gemm_casts(self.dtype, self.scaling, self.T, inp, out).wgrad, extra, kernels)
+        if self.kspec.gradient_accumulation_fusion:
+            op = replace(op, epilogue_bytes=inp * out * (2 * self.kspec.grad_bytes - self.e))
+        return op
 
     def bias_grad(self, name: str, tokens: int, width: int) -> list[Step]:
         """The sum over the tokens of a linear layer's output gradient, its bias gradient,
@@ -480,11 +486,14 @@ class LayerBuilder:
                     # passes and their measured bandwidth in sim.workload.nongemm
                     c("cross-entropy", loss_fwd),
                     *([Step(Stream.TP_COMM, "ncclAllReduce loss", small_ar)] if self.tp_on else []))
-        # the output layer's weight gradient (Megatron-Core's own linear layer, torch.matmul) is
-        # added into main_grad by the same hook when not accumulated in the GEMM
+        # the output layer's weight gradient (Megatron's ColumnParallelLinear): accumulated into
+        # main_grad by the GEMM under gradient-accumulation fusion, as wgrad_gemm's, else added
+        # into it by the same hook
         head_w = hg(V // t, h, T)
         if not self.kspec.gradient_accumulation_fusion:
             head_w = replace(head_w, extra_bytes=(V // t) * h * (e + 2 * self.kspec.grad_bytes), extra_kernels=1)
+        else:
+            head_w = replace(head_w, epilogue_bytes=(V // t) * h * (2 * self.kspec.grad_bytes - e))
         head_bwd = (c("cross-entropy-bwd", loss_bwd),
                     c("lm-head-dgrad", hg(T, h, V // t)), *self.reduce("head-grad", wait=1),
                     c("lm-head-wgrad", head_w), *self.norm_backward("final-norm-bwd"))

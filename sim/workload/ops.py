@@ -66,6 +66,12 @@ class GemmOp:
     its addition into the fp32 ``main_grad`` (:func:`sim.workload.layers.layer_ops`)."""
     extra_kernels: int = 0
     """Kernel launches of that work."""
+    epilogue_bytes: float = 0.0
+    """HBM traffic of this GEMM's own epilogue beyond writing a 16-bit ``C``: where a weight
+    gradient accumulates into the fp32 ``main_grad`` (gradient-accumulation fusion: cuBLAS with
+    ``beta = 1`` and an fp32 ``C``, Apex's ``wgrad_gemm_accum_fp32`` or Transformer Engine's
+    ``accumulate=True``) it reads 4 bytes and writes 4 per element of ``C`` instead of writing 2.
+    Whether that adds time is the GPU's (:attr:`sim.hardware.GPUSpec.gemm_epilogue_overlapped`)."""
 
     @property
     def flops(self) -> float:

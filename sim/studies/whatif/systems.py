@@ -11,7 +11,9 @@ The factors (:data:`FACTORS`), each a set of fields of the GPU or the topology:
 
 ``compute``
     Tensor-core peak per number format and the measured kernel efficiencies (GEMM, attention),
-    the kernel launch gap, and the SM count (of which NCCL's kernels hold their channels').
+    the kernel launch gap, the SM count (of which NCCL's kernels hold their channels') and the
+    architecture generation (whose GEMM kernels decide whether an epilogue overlaps the main
+    loop: :attr:`~sim.hardware.GPUSpec.gemm_epilogue_overlapped`).
 ``format``
     The number format the workload trains in (BF16 -> FP8 -> NVFP4), at the current GPU's peak
     for it (so it must come after ``compute`` when the source GPU lacks the format).
@@ -53,7 +55,7 @@ then memory, then the networks; seed-paper.md, Sec. 10 item 4)."""
 
 _COMPUTE_FIELDS = ("peak_flops_per_s", "gemm_efficiency", "attention_efficiency", "attention_backward_efficiency",
                    "flash2_attention_efficiency", "flash2_attention_backward_efficiency", "kernel_launch_s",
-                   "sm_count", "power")
+                   "sm_count", "power", "generation")
 
 Reoptimizer = Callable[[WorkloadSpec, TopologySpec], ParallelSpec]
 """Given a workload (on its current hybrid GPU) and topology, the best parallel settings."""
