@@ -1,5 +1,6 @@
-"""Real nccl-tests logs from public threads (issue #33): each parses, and each all-reduce log that
-calibrates is reproduced within 5% at every size from 1 MiB up by the calibrated topology.
+"""Real nccl-tests logs from public threads and repositories (issue #33): each parses, and each log
+that calibrates (all-reduce, and on their own the all-gather, reduce-scatter, all-to-all and
+sendrecv logs) is reproduced within 5% at every size from 1 MiB up by the calibrated topology.
 
 The logs are in tests/data/nccl_tests/, each with its ``# source:`` address and a ``# system:``
 line saying what the thread says the machine is; their numbers are copied as published. A log
@@ -34,10 +35,26 @@ REAL = {
     "h100-ib400-4node-all_reduce.txt": ("all_reduce", 32, 4, "NVIDIA H100 80GB HBM3", None, 14),
     "h100-ib400-8node-all_reduce.txt": ("all_reduce", 64, 8, "NVIDIA H100 80GB HBM3", None, 14),
     "h100-ib400-2node-ring-all_reduce.txt": ("all_reduce", 16, 2, "NVIDIA H100 80GB HBM3", None, 14),
+    # one node of xxrjun/nccl-tests-cluster's example-cluster01, five tests in turn, 32 MiB .. 16 GiB
+    "h100-cluster01-1node-all_reduce.txt": ("all_reduce", 8, 1, "NVIDIA H100 80GB HBM3", "2.29.2", 10),
+    "h100-cluster01-1node-all_gather.txt": ("all_gather", 8, 1, "NVIDIA H100 80GB HBM3", "2.29.2", 10),
+    "h100-cluster01-1node-reduce_scatter.txt": ("reduce_scatter", 8, 1, "NVIDIA H100 80GB HBM3", "2.29.2", 10),
+    "h100-cluster01-1node-alltoall.txt": ("alltoall", 8, 1, "NVIDIA H100 80GB HBM3", "2.29.2", 10),
+    "h100-cluster01-1node-sendrecv.txt": ("sendrecv", 8, 1, "NVIDIA H100 80GB HBM3", "2.29.2", 10),
+    # ten nodes of the same cluster, the same tests
+    "h100-cluster01-10node-all_gather.txt": ("all_gather", 80, 10, "NVIDIA H100 80GB HBM3", "2.29.2", 10),
+    "h100-cluster01-10node-reduce_scatter.txt": ("reduce_scatter", 80, 10, "NVIDIA H100 80GB HBM3", "2.29.2", 10),
+    "h100-cluster01-10node-alltoall.txt": ("alltoall", 80, 10, "NVIDIA H100 80GB HBM3", "2.29.2", 10),
 }
 CALIBRATED = ["h100-xe9680-2node-all_reduce.txt", "h100-hgx-vm-4node-all_reduce.txt",
-              "h100-ib400-4node-all_reduce.txt", "h100-ib400-8node-all_reduce.txt"]
-"""The all-reduce logs the topology reproduces within 5% from 1 MiB up once calibrated."""
+              "h100-ib400-4node-all_reduce.txt", "h100-ib400-8node-all_reduce.txt",
+              "h100-cluster01-1node-all_reduce.txt", "h100-cluster01-1node-all_gather.txt",
+              "h100-cluster01-1node-reduce_scatter.txt", "h100-cluster01-1node-alltoall.txt",
+              "h100-cluster01-1node-sendrecv.txt", "h100-cluster01-10node-all_gather.txt",
+              "h100-cluster01-10node-reduce_scatter.txt", "h100-cluster01-10node-alltoall.txt"]
+"""The logs the topology reproduces within 5% from 1 MiB up once calibrated, each alone (a one-node
+log calibrates the scale-up, a log across nodes the scale-out; an all-gather, reduce-scatter,
+all-to-all or sendrecv log calibrates in an all-reduce's place when given without one)."""
 
 
 def _calibrate(tmp_path: Path, *logs: Path, topology: str | None = None) -> Path:
@@ -171,4 +188,12 @@ def test_docs_calibrate_md_lists_every_committed_log_with_its_source():
         row = next((line for line in table if line.startswith(f"| `{path.name}` |")), None)
         assert row is not None, path.name
         if path.name in REAL:
-            assert "NVIDIA/nccl-tests#309" in row and "nccl-tests/issues/309" in path.read_text().splitlines()[0]
+            assert _cited(path.read_text().splitlines()[0]) in row, (path.name, row)
+
+
+def _cited(source: str) -> str:
+    """How docs/calibrate.md's table names a ``# source:`` address: ``owner/repo#N`` for an issue or
+    pull request thread, ``owner/repo`` for a file in a repository."""
+    m = re.match(r"# source: https://github\.com/([^/\s]+/[^/\s]+)(?:/(?:issues|pull)/(\d+))?", source)
+    assert m, source
+    return f"{m.group(1)}#{m.group(2)}" if m.group(2) else m.group(1)
