@@ -13,9 +13,13 @@ spaced in the file's order; ``all``: every row) each calibrate ``compute_efficie
 calibrated model predicts the group's other rows: the calibration row itself is never scored
 (held out). It prints, per source and overall, the
 mean absolute percentage error of those held-out predictions before the calibration (the
-catalogue's model) and after, and how many fits ended on a bound of the factor (0.3 .. 3; their
-factor is used as it is). Every row is simulated as ``llmsim validate`` simulates it (chunk
-granularity and steady state where exact), so "before" is validate's error on the same rows.
+catalogue's model), after it with the fitted factor as it is (``llmsim calibrate --no-prior``),
+and after it with the factor ``llmsim calibrate`` writes, moved toward the catalogue by the
+calibration prior (:mod:`sim.calibrate.prior`: the one-run weight, here estimated from every
+*other* source's uncalibrated residuals, so the held-out source plays no part in it), and how
+many fits ended on a bound of the factor (0.3 .. 3; their factor is used as it is). Every row
+is simulated as ``llmsim validate`` simulates it (chunk granularity and steady state where
+exact), so "before" is validate's error on the same rows.
 
 Rows that cannot be simulated (validate's skipped cases) are left out, and so are groups of
 one row (nothing to predict). Not part of the test suite (minutes); the figures go in
@@ -26,15 +30,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from concurrent.futures import Future
 from pathlib import Path
 
+from sim.calibrate.prior import estimate_prior
 from sim.calibrate.runs import TIME_TARGETS, MeasuredRun, fit_runs, predict, run_topology
 from sim.config import load_case_records
 from sim.costs.factors import CalibrationFactors
 from sim.errors import SimError
+from sim.studies.intervals import time_ratio
 
 ROOT = Path(__file__).resolve().parent.parent
 FIT_TOLERANCE = 1e-4
@@ -66,6 +73,31 @@ def _predict(run: MeasuredRun, factors: CalibrationFactors | None) -> float | No
 def _fit(run: MeasuredRun) -> tuple[float, bool]:
     fit = fit_runs([run], ["compute_efficiency"], tolerance=FIT_TOLERANCE)
     return fit.factors.compute_efficiency, bool(fit.at_bound)
+
+
+def _file(group: str) -> str:
+    """The source (case file) of a group key (``nemo2407 H100-SXM5-80GB`` or ``nemo2407``)."""
+    return group.split(" ", 1)[0]
+
+
+def _loso_weights(sources: dict[str, list[MeasuredRun]], scored: dict[str, list[int]],
+                  base: dict[tuple[str, int], float | None]) -> dict[str, float]:
+    """For each source (case file), the one-run weight of the calibration prior
+    (:mod:`sim.calibrate.prior`) estimated from every *other* source's uncalibrated log time
+    ratios, grouped by source and GPU as ``llmsim validate`` groups them: the held-out source
+    plays no part in how far its own calibrations move."""
+    ratios: dict[str, list[float]] = {}
+    for s, rows in scored.items():
+        for i in rows:
+            run, p = sources[s][i], base[(s, i)]
+            assert p is not None
+            ratios.setdefault(s if " " in s else f"{s} {run.workload.system.gpu.name}", []).append(
+                math.log(time_ratio(run.metric, run.measured, p)))
+    out = {}
+    for file in {_file(s) for s in sources}:
+        others = {g: v for g, v in ratios.items() if _file(g) != file}
+        out[file] = estimate_prior(others).weight(1)
+    return out
 
 
 def _picks(n: int, k: int | None) -> list[int]:
@@ -106,42 +138,53 @@ def main(argv: list[str] | None = None) -> int:
         cal_rows = {s: [scored[s][j] for j in _picks(len(scored[s]), k)] for s in sources if len(scored[s]) > 1}
         fit_f = {(s, i): pool.submit(in_worker, _fit, sources[s][i]) for s, rows in cal_rows.items() for i in rows}
         fits = {key: f.result() for key, f in fit_f.items()}
+        weights = _loso_weights(sources, scored, base)
         pred_f = {(s, i, j): pool.submit(in_worker, _predict, sources[s][j], CalibrationFactors(fits[(s, i)][0]))
                   for s, rows in cal_rows.items() for i in rows for j in scored[s] if j != i}
+        prior_f = {(s, i, j): pool.submit(in_worker, _predict, sources[s][j],
+                                          CalibrationFactors(fits[(s, i)][0] ** weights[_file(s)]))
+                   for s, rows in cal_rows.items() for i in rows for j in scored[s] if j != i}
         preds = {key: f.result() for key, f in pred_f.items()}
+        prior_preds = {key: f.result() for key, f in prior_f.items()}
     report = []
     all_before: list[float] = []
     all_after: list[float] = []
+    all_prior: list[float] = []
     for s, rows in cal_rows.items():
-        before, after = [], []
+        before, after, with_prior = [], [], []
         for (src, _i, j), p in preds.items():
-            if src != s or p is None:
+            q = prior_preds[(src, _i, j)]
+            if src != s or p is None or q is None:
                 continue
             run = sources[s][j]
             before.append(base[(s, j)] / run.measured - 1)
             after.append(p / run.measured - 1)
+            with_prior.append(q / run.measured - 1)
         factors = [fits[(s, i)][0] for i in rows]
         report.append({"source": s, "rows": len(scored[s]), "calibration_rows": len(rows),
                        "held_out_predictions": len(after), "mape_before_pct": _mape(before),
-                       "mape_after_pct": _mape(after), "factor_min": min(factors), "factor_max": max(factors),
+                       "mape_after_pct": _mape(after), "mape_after_prior_pct": _mape(with_prior),
+                       "prior_weight": weights[_file(s)], "factor_min": min(factors), "factor_max": max(factors),
                        "fits_at_a_bound": sum(fits[(s, i)][1] for i in rows)})
         all_before += before
         all_after += after
+        all_prior += with_prior
     wall = time.perf_counter() - t0
     out = {"per_group": args.per_group, "group": args.group, "groups": report, "mape_before_pct": _mape(all_before),
-           "mape_after_pct": _mape(all_after), "held_out_predictions": len(all_after), "wall_s": wall, "jobs": jobs}
+           "mape_after_pct": _mape(all_after), "mape_after_prior_pct": _mape(all_prior),
+           "held_out_predictions": len(all_after), "wall_s": wall, "jobs": jobs}
     group = "source and GPU" if args.group == "gpu" else "source"
     print(f"calibrate compute_efficiency on one row, predict the other rows of its {group} ({args.per_group} "
           f"calibration rows per {group}; MAPE over the held-out predictions):")
     width = max(len("overall"), *(len(r["source"]) for r in report))
-    print(f"  {'group':<{width}} {'rows':>4} {'calib':>5} {'preds':>5} {'before':>7} {'after':>7} {'factor':>13} "
-          f"{'at bound':>8}")
+    print(f"  {'group':<{width}} {'rows':>4} {'calib':>5} {'preds':>5} {'before':>7} {'after':>7} {'prior':>7} "
+          f"{'weight':>6} {'factor':>13} {'at bound':>8}")
     for r in report:
         print(f"  {r['source']:<{width}} {r['rows']:>4} {r['calibration_rows']:>5} {r['held_out_predictions']:>5} "
-              f"{r['mape_before_pct']:>6.1f}% {r['mape_after_pct']:>6.1f}% "
-              f"{r['factor_min']:>6.3f}..{r['factor_max']:<5.3f} {r['fits_at_a_bound']:>8}")
+              f"{r['mape_before_pct']:>6.1f}% {r['mape_after_pct']:>6.1f}% {r['mape_after_prior_pct']:>6.1f}% "
+              f"{r['prior_weight']:>6.3f} {r['factor_min']:>6.3f}..{r['factor_max']:<5.3f} {r['fits_at_a_bound']:>8}")
     print(f"  {'overall':<{width}} {'':>4} {'':>5} {len(all_after):>5} {out['mape_before_pct']:>6.1f}% "
-          f"{out['mape_after_pct']:>6.1f}%")
+          f"{out['mape_after_pct']:>6.1f}% {out['mape_after_prior_pct']:>6.1f}%")
     print(f"wall {wall:.0f} s with {jobs} worker{'s' if jobs > 1 else ''}")
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1) + "\n")

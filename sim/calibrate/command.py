@@ -15,7 +15,11 @@ curves of the GPU they were measured on (:mod:`sim.calibrate.kernel_command`,
 The runs of ``--runs`` fit the cost model's factors (:mod:`sim.calibrate.runs`), on the
 calibrated topology where the logs calibrated theirs and with the measured kernel curves; the
 file's ``factors`` give each with its source and its ``runs`` each run's prediction before and
-after. A factor on its bound is one
+after the fit. The factors written are the fitted ones moved toward the catalogue by the
+validation residuals' prior (:mod:`sim.calibrate.prior`, the shipped
+``workloads/intervals/residuals.yaml``): ``n`` runs keep ``n tau^2 / (n tau^2 + sigma^2)`` of the
+fitted change, what the residuals say carries over to a cluster's other runs; ``--no-prior``
+writes the fitted factors. A factor on its bound is one
 line, exit 2; a run whose prediction stays over :data:`~sim.calibrate.runs.POOR_FIT` off is a
 warning line (exit 0).
 """
@@ -29,6 +33,7 @@ from sim.calibrate.calibration import Calibration, calibrated_topology, check_ro
 from sim.calibrate.kernel_command import calibrate_kernels, device_word
 from sim.calibrate.nccl_tests import NcclTestsLog, read_nccl_tests
 from sim.calibrate.pricing import PRICED, excluded_algorithms, log_busbw_GBps, placement, price_busbw_GBps
+from sim.calibrate.prior import shrunk
 from sim.calibrate.runs import (
     EFFICIENCY_BOUNDS,
     HOST_ISSUE_BOUNDS_US,
@@ -36,18 +41,19 @@ from sim.calibrate.runs import (
     RunsFit,
     default_factors,
     fit_runs,
+    predict,
     read_runs,
 )
 from sim.calibrate.scale_out import fit_scale_out
 from sim.calibrate.scale_up import CURVE_FROM_BYTES, OWN_CURVES, CalibratedValue, fit_own_curve, fit_scale_up
 from sim.config import default_topology_name, load_topology
-from sim.costs.factors import KernelCurves
+from sim.costs.factors import CalibrationFactors, KernelCurves
 from sim.errors import ConfigError
 from sim.output.paths import check_output_path
 from sim.topology.spec import TopologySpec
 from sim.units import GBPS
 
-__all__ = ["calibrate", "log_topology", "price_log"]
+__all__ = ["calibrate", "log_topology", "price_log", "prior_weight"]
 
 
 
@@ -80,9 +86,10 @@ def _describe(log: NcclTestsLog) -> str:
 
 
 def calibrate(logs: Sequence[str] | None, topology: str | None, output: str, runs: Sequence[str] | None = None,
-              fit: Sequence[str] | None = None, kernels: str | None = None, gpu: str | None = None) -> int:
+              fit: Sequence[str] | None = None, kernels: str | None = None, gpu: str | None = None,
+              prior: bool = True) -> int:
     """Run ``llmsim calibrate [--nccl-tests LOGS] [--topology T] [--kernels KERNELS [--gpu GPU]]
-    [--runs RUNS [--fit FIT]] -o OUTPUT``; returns the exit status."""
+    [--runs RUNS [--fit FIT] [--no-prior]] -o OUTPUT``; returns the exit status."""
     check_output_path(output, "--output")
     if not logs and not runs and not kernels:
         raise ConfigError("<calibrate>", "--nccl-tests / --kernels / --runs", "nccl-tests logs, a kernel table, "
@@ -101,7 +108,7 @@ def calibrate(logs: Sequence[str] | None, topology: str | None, output: str, run
         curves = section.curves(output)
     status = 0
     if runs:
-        cal, status = _calibrate_runs(cal, runs, fit, calibrated, curves)
+        cal, status = _calibrate_runs(cal, runs, fit, calibrated, curves, prior)
     cal.write(output)
     print(f"wrote {cal.path} (llmsim run --calibration {cal.path} applies it)")
     return status
@@ -259,7 +266,7 @@ def _print(cal: Calibration, parsed: list[NcclTestsLog], roles: list[str | None]
 
 def _calibrate_runs(cal: Calibration, paths: Sequence[str], names: Sequence[str] | None,
                     calibrated: tuple[str, TopologySpec] | None,
-                    kernels: KernelCurves | None = None) -> tuple[Calibration, int]:
+                    kernels: KernelCurves | None = None, prior: bool = True) -> tuple[Calibration, int]:
     """The ``--runs`` part: the factors fitted, printed, and added to ``cal``; the exit status."""
     runs = read_runs(paths, calibrated)
     chosen = tuple(names) if names else default_factors(len(runs))
@@ -280,14 +287,21 @@ def _calibrate_runs(cal: Calibration, paths: Sequence[str], names: Sequence[str]
                           "than a calibration can say; check the runs' configurations)",
                           "; ".join(f"{n} = {res.factors.value(n):.4g} at its bound ({bounds[n][0]:g} .. "
                                     f"{bounds[n][1]:g})" for n in res.at_bound))
-    values = _factor_values(res, files)
+    weight, prior_words = prior_weight(len(runs), prior)
+    applied = shrunk(res.factors, weight)
+    values = _factor_values(res, files, applied, prior_words)
+    # each run as the written factors predict it; its left-out prediction moved by as much
+    written = list(res.after) if weight == 1.0 else [predict(r, applied) for r in res.runs]
     rows = [{"file": r.file, "id": r.id, "metric": r.metric, "measured": r.measured,
              "predicted_before": round(b, 6), "predicted_after": round(a, 6), "error_before": round(eb, 4),
-             "error_after": round(ea, 4),
-             "predicted_left_out": None if lo is None else round(r.measured * (1 + lo), 6)}
-            for r, b, a, eb, ea, lo in zip(res.runs, res.before, res.after, res.errors_before, res.errors_after,
-                                           res.left_out or (None,) * len(res.runs))]
-    _print_runs(res)
+             "error_after": round(ea, 4), "predicted_written": round(w, 6),
+             "predicted_left_out": None if lo is None else round(r.measured * (1 + lo) * w / a, 6)}
+            for r, b, a, w, eb, ea, lo in zip(res.runs, res.before, res.after, written, res.errors_before,
+                                              res.errors_after, res.left_out or (None,) * len(res.runs))]
+    _print_runs(res, applied, prior_words)
+    if weight != 1.0:
+        print(f"rms error {_rms([w / r.measured - 1 for w, r in zip(written, res.runs)]):.1%} with the factors as "
+              "written (llmsim run --calibration predicts with these)")
     poor = [r for r, e in zip(res.runs, res.errors_after) if abs(e) > POOR_FIT]
     if poor:
         print(f"warning: a poor fit: {len(poor)} of {len(runs)} runs still over {POOR_FIT:.0%} off after the fit "
@@ -299,27 +313,52 @@ def _rms(errors: Sequence[float]) -> float:
     return (sum(e * e for e in errors) / len(errors)) ** 0.5
 
 
-def _factor_values(res: RunsFit, files: str) -> tuple[CalibratedValue, ...]:
+def prior_weight(runs: int, use: bool = True) -> tuple[float, str]:
+    """How much of the fitted change ``runs`` measured runs carry to other runs (the shipped
+    table's :class:`~sim.calibrate.prior.CalibrationPrior`; 1 with ``use`` off or no prior), and
+    the words that say so."""
+    from sim.studies.intervals import shipped_table
+
+    if not use:
+        return 1.0, "no prior (--no-prior): the fitted factors as they are"
+    p = shipped_table().prior
+    if p is None:
+        return 1.0, "the shipped residuals table has no calibration prior: the fitted factors as they are"
+    w = p.weight(runs)
+    return w, (f"the validation residuals' prior keeps {w:.0%} of the fitted change for {runs} run"
+               f"{'s' if runs > 1 else ''} (spread of a cluster's mean {p.between_sd:.1%}, of one run about it "
+               f"{p.within_sd:.1%}, over {p.groups} groups of validation rows, a source on one GPU each: "
+               "workloads/intervals/residuals.yaml)")
+
+
+def _factor_values(res: RunsFit, files: str, applied: CalibrationFactors | None = None,
+                   prior_words: str = "") -> tuple[CalibratedValue, ...]:
     ids = ", ".join(r.id for r in res.runs)
+    applied = applied or res.factors
     out = []
     for name in res.names:
-        value = round(res.factors.value(name), 4)
+        value = round(applied.value(name), 4)
         if name in res.undetermined:
             how = "the runs do not depend on it: left at its default"
         else:
             how = (f"least squares on the relative errors of {len(res.runs)} measured run"
                    f"{'s' if len(res.runs) > 1 else ''}")
+            if applied is not res.factors:
+                how += f" gives {res.factors.value(name):.4g}; {prior_words}"
         out.append(CalibratedValue(name, value, f"{how} ({files}: {ids}); rms error {_rms(res.errors_before):.2%} "
                                    f"before, {_rms(res.errors_after):.2%} after"))
     return tuple(out)
 
 
-def _print_runs(res: RunsFit) -> None:
+def _print_runs(res: RunsFit, applied: CalibrationFactors | None = None, prior_words: str = "") -> None:
     print(f"fitted by least squares on the relative errors ({res.evaluations} predictions of each run; efficiencies "
           f"within {EFFICIENCY_BOUNDS[0]:g} .. {EFFICIENCY_BOUNDS[1]:g}):")
     for name, start in zip(res.names, res.starts):
         why = "  (the runs do not depend on it)" if name in res.undetermined else ""
-        print(f"  {name}: {start:g} -> {res.factors.value(name):.4g}{why}")
+        written = "" if applied is None or why else f", written {applied.value(name):.4g}"
+        print(f"  {name}: {start:g} -> {res.factors.value(name):.4g}{written}{why}")
+    if prior_words:
+        print(f"  written: {prior_words}")
     width = max(len("run"), *(len(r.id) for r in res.runs))
     print(f"  {'run':<{width}}  {'metric':<20} {'measured':>10} {'before':>10} {'error':>7} {'after':>10} {'error':>7}")
     for r, b, a, eb, ea in zip(res.runs, res.before, res.after, res.errors_before, res.errors_after):

@@ -4,7 +4,7 @@
 ::
 
     llmsim calibrate [--nccl-tests LOG [LOG ...]] [--topology T] [--kernels FILE [--gpu NAME]]
-                     [--runs FILE [FILE ...] [--fit LIST]] -o FILE
+                     [--runs FILE [FILE ...] [--fit LIST] [--no-prior]] -o FILE
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ def register(sub) -> None:
                      "(iteration_time_s, tflops_per_gpu or tokens_per_s_per_gpu), as the validation cases")
     cal.add_argument("--fit", metavar="LIST", help="the factors to fit to --runs, of compute,comm,host (default: "
                      "compute with one run, compute,comm with several)")
+    cal.add_argument("--no-prior", dest="prior", action="store_false", help="keep the factors fitted to --runs as "
+                     "they are (default: moved toward the catalogue as far as the validation residuals say one "
+                     "cluster's runs share their errors; docs/calibrate.md)")
     cal.add_argument("-o", "--output", required=True, metavar="FILE", help="the calibration file to write (YAML)")
     cal.set_defaults(func=_cmd_calibrate)
 
@@ -49,7 +52,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
     if args.fit is not None and not args.runs:
         raise ConfigError("<--fit>", "--fit", "--runs FILE ... (the runs the factors are fitted to)", args.fit)
+    if not args.prior and not args.runs:
+        raise ConfigError("<--no-prior>", "--no-prior", "--runs FILE ... (the runs the factors are fitted to)", False)
     if args.gpu is not None and not args.kernels:
         raise ConfigError("<--gpu>", "--gpu", "--kernels FILE (the kernel times measured on that GPU)", args.gpu)
     return calibrate(args.nccl_tests, args.topology, args.output, args.runs, parse_fit(args.fit), args.kernels,
-                     args.gpu)
+                     args.gpu, args.prior)

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import yaml
 
+from sim.calibrate.prior import CalibrationPrior, estimate_prior
 from sim.config.presets import preset_folder, preset_root
 from sim.errors import ConfigError
 from sim.output.report import TimeInterval
@@ -50,7 +51,8 @@ __all__ = ["INTERVAL_METRICS", "LOW_QUANTILE", "HIGH_QUANTILE", "MIN_ROWS", "MIN
            "Residual", "Band", "IntervalTable", "SourceCoverage", "Coverage", "time_ratio", "percentile",
            "prediction_bound", "band", "build_table", "case_keys", "residuals", "coverage", "load_table",
            "shipped_table", "write_table", "table_to_dict", "coverage_markdown", "update_coverage_markdown",
-           "COVERAGE_BEGIN", "COVERAGE_END", "shipped_path", "run_band", "MIN_CALIBRATION_RUNS", "calibration_band"]
+           "COVERAGE_BEGIN", "COVERAGE_END", "shipped_path", "run_band", "MIN_CALIBRATION_RUNS", "calibration_band",
+           "calibration_prior"]
 
 INTERVAL_METRICS = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu")
 """The rows that measure the iteration (:data:`sim.studies.validate.TIME_METRICS`)."""
@@ -133,6 +135,9 @@ class Residual:
     """+ when the prediction was faster than the measurement (:mod:`sim.studies.validate`)."""
     time_ratio: float
     """Measured over predicted iteration time (:func:`time_ratio`)."""
+    gpu: str = ""
+    """The case's GPU (its catalogue name): with :attr:`source`, the cluster the calibration
+    prior groups rows by (:func:`build_table`)."""
 
 
 @dataclass(frozen=True)
@@ -204,6 +209,9 @@ class IntervalTable:
     """The command that wrote it."""
     validation: str = ""
     """The ``llmsim validate --json`` file of its rows."""
+    prior: CalibrationPrior | None = None
+    """How far measured runs should move a calibration (:mod:`sim.calibrate.prior`), from the
+    same rows grouped by source and GPU; None where too few groups give one."""
 
     def lookup(self, stack: str, generation: GpuGeneration) -> Band:
         """The band for a run of ``stack`` on a GPU of ``generation``: its group's where that has
@@ -238,18 +246,32 @@ def build_table(rows: Sequence[Residual], min_rows: int = MIN_ROWS, command: str
             groups.append(band([r for r in mine if r.stack == stack], stack, gen))
         groups.append(band(mine, None, gen))
     groups.append(band(rows))
-    return IntervalTable(tuple(groups), min_rows, min_sources, command, validation)
+    return IntervalTable(tuple(groups), min_rows, min_sources, command, validation, calibration_prior(rows))
 
 
-def case_keys(files: Iterable[str]) -> dict[tuple[str, str], tuple[str, GpuGeneration]]:
-    """The stack and GPU generation of every case of the validation-case ``files`` (as a
+def calibration_prior(rows: Sequence[Residual]) -> CalibrationPrior | None:
+    """The calibration prior (:func:`sim.calibrate.prior.estimate_prior`) of ``rows``' log time
+    ratios grouped by source and GPU, the nearest the validation cases come to one cluster and
+    software; None with fewer than two groups of two rows."""
+    by_cluster: dict[tuple[str, str], list[float]] = {}
+    for r in rows:
+        by_cluster.setdefault((r.source, r.gpu), []).append(math.log(r.time_ratio))
+    try:
+        p = estimate_prior(by_cluster)
+    except ValueError:
+        return None
+    return CalibrationPrior(round(p.between_sd, ROUND), round(p.within_sd, ROUND), p.groups, p.rows)
+
+
+def case_keys(files: Iterable[str]) -> dict[tuple[str, str], tuple[str, GpuGeneration, str]]:
+    """The stack, GPU generation and GPU of every case of the validation-case ``files`` (as a
     validation row names its file: ``workloads/validation/nemo2407.yaml``), by (file, case id).
     Only the cases' mappings are read, not built."""
     from sim.config.fields import read_yaml
     from sim.config.workload import case_stack
     from sim.hardware import get_gpu
 
-    out: dict[tuple[str, str], tuple[str, GpuGeneration]] = {}
+    out: dict[tuple[str, str], tuple[str, GpuGeneration, str]] = {}
     for file in dict.fromkeys(files):
         path = Path(file) if Path(file).is_file() else preset_root() / file
         cases = read_yaml(path)
@@ -265,7 +287,7 @@ def case_keys(files: Iterable[str]) -> dict[tuple[str, str], tuple[str, GpuGener
             except (KeyError, ConfigError):  # a case that cannot be built is not scored either
                 continue
             if gpu is not None:
-                out[(file, case_id)] = (stack, gpu.generation)
+                out[(file, case_id)] = (stack, gpu.generation, gpu.name)
     return out
 
 
@@ -281,7 +303,7 @@ def residuals(cases: Sequence[Mapping]) -> list[Residual]:
         if key is None:
             continue
         out.append(Residual(Path(c["file"]).stem, c["id"], key[0], key[1], float(c["signed_error_pct"]),
-                            time_ratio(c["metric"], float(c["measured"]), float(c["predicted"]))))
+                            time_ratio(c["metric"], float(c["measured"]), float(c["predicted"])), key[2]))
     return out
 
 
@@ -340,7 +362,8 @@ def table_to_dict(table: IntervalTable) -> dict:
             "groups": [{"stack": b.stack, "generation": None if b.generation is None else b.generation.value,
                         "rows": b.rows, "sources": b.sources, "low_factor": b.low_factor, "high_factor": b.high_factor,
                         "signed_error_p10_pct": b.signed_error_p10_pct,
-                        "signed_error_p90_pct": b.signed_error_p90_pct} for b in table.groups]}
+                        "signed_error_p90_pct": b.signed_error_p90_pct} for b in table.groups],
+            **({"calibration_prior": table.prior.to_dict()} if table.prior is not None else {})}
 
 
 HEADER = """\
@@ -349,6 +372,8 @@ HEADER = """\
 # has and the split-conformal 10% and 90% bounds of their measured-over-predicted iteration times
 # (low_factor, high_factor) and of their signed errors (+: predicted faster than measured).
 # A group gives an interval where it has min_rows rows from min_sources sources (case files).
+# calibration_prior: the spreads of the log time ratios between and within groups of a source on a
+# GPU, how far `llmsim calibrate --runs` moves the factors it writes (sim/calibrate/prior.py).
 # Written by the command below; do not edit.
 """
 
@@ -387,7 +412,23 @@ def load_table(path: str | Path) -> IntervalTable:
         raise ConfigError(where, "groups", "the group of all rows last (stack and generation null)", raw["groups"])
     min_rows, min_sources = raw.get("min_rows", MIN_ROWS), raw.get("min_sources", MIN_SOURCES)
     return IntervalTable(tuple(groups), int(min_rows), int(min_sources), str(raw.get("written_by", "")),
-                         str(raw.get("validation", "")))
+                         str(raw.get("validation", "")), _prior(where, raw.get("calibration_prior")))
+
+
+def _prior(where: str, raw: object) -> CalibrationPrior | None:
+    """A table's ``calibration_prior`` (absent: None)."""
+    if raw is None:
+        return None
+    keys = ("between_clusters_sd", "within_cluster_sd", "groups", "rows")
+    try:
+        assert isinstance(raw, Mapping)
+        sds = [float(raw[k]) for k in keys[:2]]
+        counts = [int(raw[k]) for k in keys[2:]]
+        assert all(math.isfinite(x) and x >= 0 for x in sds) and sds[1] > 0 and all(n >= 2 for n in counts)
+    except (AssertionError, KeyError, TypeError, ValueError):
+        raise ConfigError(where, "calibration_prior", f"a mapping of {', '.join(keys)} (spreads >= 0, the "
+                          "within-cluster one > 0; counts >= 2)", raw) from None
+    return CalibrationPrior(sds[0], sds[1], counts[0], counts[1])
 
 
 def shipped_path() -> Path:
