@@ -8,7 +8,7 @@ A calibration file is YAML::
       bandwidth_GBps: 300         # what the efficiencies are fractions of (checked, not set)
       collective_latency_us: {value: 30.45, source: "a100.log: ..."}
       efficiency_by_size_bytes: {value: [[1048576, 0.4452], ...], source: "a100.log: ..."}
-      alltoall_efficiency_by_size_bytes: {...}   # nvls_..., alltoall_..., p2p_...: where logs give them
+      alltoall_efficiency_by_size_bytes: {...}   # nvls_, alltoall_, p2p_, all_gather_, reduce_scatter_...
     scale_out:
       nics_per_node: 8            # the NICs the efficiencies are fractions of (checked, not set)
       nic_bandwidth_Gbps: 400
@@ -65,7 +65,8 @@ FACTOR_BOUNDS = {"compute_efficiency": (0.01, 100.0), "comm_efficiency": (0.01, 
 """What a file's factor may be (wider than the fit's bounds, :mod:`sim.calibrate.runs`: a file
 may be written by hand)."""
 _CURVES = ("efficiency_by_size_bytes", "nvls_efficiency_by_size_bytes", "alltoall_efficiency_by_size_bytes",
-           "p2p_efficiency_by_size_bytes")
+           "p2p_efficiency_by_size_bytes", "all_gather_efficiency_by_size_bytes",
+           "reduce_scatter_efficiency_by_size_bytes")
 _UP_KEYS = ("bandwidth_GBps", "collective_latency_us") + _CURVES
 _OUT_KEYS = ("nics_per_node", "nic_bandwidth_Gbps", "latency_us", "efficiency_by_size_bytes")
 

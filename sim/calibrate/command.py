@@ -123,9 +123,10 @@ NICs); every other log of a priced collective is a check."""
 
 def _roles(parsed: list[NcclTestsLog]) -> tuple[list[str | None], list[str | None]]:
     """What each log does: ``scale_up`` (the first one-node log of the most preferred
-    :data:`CALIBRATING` test given), ``scale_out`` (the same across nodes), ``alltoall_curve`` and
-    ``sendrecv_curve`` (the first one-node log of that test beside a scale-up log of another:
-    its own curve, :func:`~sim.calibrate.scale_up.fit_own_curve`), ``check`` (any other log of a
+    :data:`CALIBRATING` test given), ``scale_out`` (the same across nodes), ``alltoall_curve``,
+    ``sendrecv_curve``, ``all_gather_curve`` and ``reduce_scatter_curve`` (the first one-node log
+    of that test beside a scale-up log of another: its own curve,
+    :func:`~sim.calibrate.scale_up.fit_own_curve`), ``check`` (any other log of a
     collective the simulator prices), or None with the reason it is not used."""
     taken: dict[str, int] = {}
     for test in CALIBRATING:
@@ -133,7 +134,7 @@ def _roles(parsed: list[NcclTestsLog]) -> tuple[list[str | None], list[str | Non
             kind = "scale_up" if log.nodes == 1 else "scale_out"
             if log.collective == test and kind not in taken:
                 taken[kind] = i
-    for i, log in enumerate(parsed):  # beside the scale-up log: an all-to-all's or a sendrecv's own curve
+    for i, log in enumerate(parsed):  # beside the scale-up log: a collective's own curve (OWN_CURVES)
         own = f"{log.collective}_curve"
         if log.nodes == 1 and log.collective in OWN_CURVES and own not in taken and "scale_up" in taken \
                 and i != taken["scale_up"] and parsed[taken["scale_up"]].collective != log.collective:
@@ -157,6 +158,8 @@ def _roles(parsed: list[NcclTestsLog]) -> tuple[list[str | None], list[str | Non
 ROLE_WORDS = {"scale_up": "calibrates the scale-up curves", "scale_out": "calibrates the scale-out curve",
               "alltoall_curve": "calibrates the all-to-all's own curve",
               "sendrecv_curve": "calibrates point-to-point sends' own curve",
+              "all_gather_curve": "calibrates the all-gather's own curve",
+              "reduce_scatter_curve": "calibrates the reduce-scatter's own curve",
               "check": "a check: priced on the topology, not fitted"}
 
 

@@ -69,10 +69,13 @@ LATENCY_UP_TO_BYTES = 2**16
 the A100 and H100 logs are flat to within a few microseconds up to it)."""
 ROUND_EFFICIENCY = 4
 """Decimals an efficiency is written with (0.01% of the link rate)."""
-OWN_CURVES = {"alltoall": "alltoall_efficiency_by_size_bytes", "sendrecv": "p2p_efficiency_by_size_bytes"}
+OWN_CURVES = {"alltoall": "alltoall_efficiency_by_size_bytes", "sendrecv": "p2p_efficiency_by_size_bytes",
+              "all_gather": "all_gather_efficiency_by_size_bytes",
+              "reduce_scatter": "reduce_scatter_efficiency_by_size_bytes"}
 """The curve of its own a one-node log of these tests sets beside the link curves another log
-calibrated (:func:`fit_own_curve`): the all-to-all's, and point-to-point sends' (sendrecv,
-pipeline transfers), each inside one NVSwitch domain."""
+calibrated (:func:`fit_own_curve`): the all-to-all's, point-to-point sends' (sendrecv, pipeline
+transfers), the ring all-gather's and the ring reduce-scatter's, each inside one NVSwitch
+domain."""
 DIRECT = {"alltoall": "all-to-all", "sendrecv": "ring exchange"}
 """The tests the planner prices as direct sends through the switch (:mod:`sim.costs.comm`), not as
 a ring, and what it calls each: one route's hop for the latency, every GPU's port carrying its
@@ -218,10 +221,11 @@ def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) 
 
 
 def fit_own_curve(log: NcclTestsLog, topology: TopologySpec, topology_name: str) -> CalibratedValue:
-    """The all-to-all's or point-to-point sends' own curve (:data:`OWN_CURVES`) from ``log`` (one
-    node's ``alltoall_perf`` or ``sendrecv_perf``), inverted on ``topology`` as the other log
-    calibrated it: ``t = L + h + (n-1)/n S / (B eff(S))`` for the all-to-all, ``t = h + S / (B
-    eff(S))`` for sendrecv, with ``L`` and ``h`` the topology's (module docstring).
+    """A collective's own curve (:data:`OWN_CURVES`) from ``log`` (one node's ``alltoall_perf``,
+    ``sendrecv_perf``, ``all_gather_perf`` or ``reduce_scatter_perf``), inverted on ``topology``
+    as the other log calibrated it: ``t = L + h + (n-1)/n S / (B eff(S))`` for the all-to-all,
+    ``t = h + S / (B eff(S))`` for sendrecv, ``t = L + (n-1) h + (n-1)/n S / (B eff(S))`` for the
+    ring all-gather and reduce-scatter, with ``L`` and ``h`` the topology's (module docstring).
 
     Raises
     ------
@@ -235,18 +239,26 @@ def fit_own_curve(log: NcclTestsLog, topology: TopologySpec, topology_name: str)
     bw = up.link.bandwidth_bytes_per_s
     hop = 2 * up.link.latency_s
     alltoall = log.collective == "alltoall"
-    fixed = hop + (up.collective_latency_s if alltoall else 0.0)
-    share = (n - 1) / n if alltoall else 1.0
+    ring = log.collective in ("all_gather", "reduce_scatter")
+    fixed = (n - 1) * hop + up.collective_latency_s if ring else hop + (up.collective_latency_s if alltoall else 0.0)
+    share = (n - 1) / n if alltoall or ring else 1.0
     curve = []
     for s, t in curve_points:
         rest = t - fixed
         eff = 1.0 if rest <= 0 else min(1.0, share * s / (bw * rest))
         curve.append([s, max(round(eff, ROUND_EFFICIENCY), 10.0**-ROUND_EFFICIENCY)])
-    latency_words = (f"{topology_name}'s collective latency {up.collective_latency_s * 1e6:g} us and one hop of "
-                     f"{hop * 1e6:g} us" if alltoall else f"one hop of {hop * 1e6:g} us")
+    if ring:
+        latency_words = (f"{topology_name}'s collective latency {up.collective_latency_s * 1e6:g} us and {n - 1} hops "
+                         f"of {hop * 1e6:g} us")
+    elif alltoall:
+        latency_words = (f"{topology_name}'s collective latency {up.collective_latency_s * 1e6:g} us and one hop of "
+                         f"{hop * 1e6:g} us")
+    else:
+        latency_words = f"one hop of {hop * 1e6:g} us"
+    how = "a ring" if ring else DIRECT[log.collective]
     return CalibratedValue(OWN_CURVES[log.collective], curve, (
         f"{log.name}: {log.collective}_perf over {n} GPUs of one node"
         + (f" (NCCL {log.nccl_version})" if log.nccl_version else "")
-        + f", {DIRECT[log.collective]}: at each size S from {size_words(CURVE_FROM_BYTES)} up, "
-        f"{'(n-1)/n S' if alltoall else 'S'} / ({bw / 1e9:g} GB/s x (t - {latency_words})), t the faster of "
+        + f", {how}: at each size S from {size_words(CURVE_FROM_BYTES)} up, "
+        f"{'(n-1)/n S' if alltoall or ring else 'S'} / ({bw / 1e9:g} GB/s x (t - {latency_words})), t the faster of "
         "out-of-place and in-place"))

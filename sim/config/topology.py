@@ -38,8 +38,8 @@ _TOPO_KEYS = ("name", "description", "gpu", "gpus_per_node", "num_gpus", "scale_
               "sources", "graphml", "faults")
 _EFF_KEYS = ("efficiency", "efficiency_by_size_bytes")
 _UP_KEYS = ("kind", "domain_size", "bandwidth_GBps", "latency_us", "collective_latency_us",
-            "nvls_efficiency_by_size_bytes", "alltoall_efficiency_by_size_bytes", "p2p_efficiency_by_size_bytes") \
-    + _EFF_KEYS
+            "nvls_efficiency_by_size_bytes", "alltoall_efficiency_by_size_bytes", "p2p_efficiency_by_size_bytes",
+            "all_gather_efficiency_by_size_bytes", "reduce_scatter_efficiency_by_size_bytes") + _EFF_KEYS
 _TREE_KEYS = ("nodes_per_leaf", "switch_latency_us", "oversubscription", "planes")
 _TORUS_KEYS = ("dims", "link_bandwidth_Gbps", "link_latency_us")
 _DRAGONFLY_KEYS = ("groups", "routers_per_group", "nodes_per_router", "global_links_per_router",
@@ -115,7 +115,10 @@ def load_topology(path_or_name: str, overrides: Sequence[str] = ()) -> TopologyS
                                  collective_latency_s=_collective_latency_s(up),
                                  nvls_efficiency=_optional_curve(up, "nvls_efficiency_by_size_bytes"),
                                  alltoall_efficiency=_optional_curve(up, "alltoall_efficiency_by_size_bytes"),
-                                 p2p_efficiency=_optional_curve(up, "p2p_efficiency_by_size_bytes")),
+                                 p2p_efficiency=_optional_curve(up, "p2p_efficiency_by_size_bytes"),
+                                 all_gather_efficiency=_optional_curve(up, "all_gather_efficiency_by_size_bytes"),
+                                 reduce_scatter_efficiency=_optional_curve(
+                                     up, "reduce_scatter_efficiency_by_size_bytes")),
             scale_out=_scale_out(out), gpu=gpu, num_gpus=f.integer("num_gpus", positive=True),
             description=f.text("description") or "", faults=_faults(f), source=path)
 

@@ -193,8 +193,9 @@ def _ring_steps(kind: CollectiveKind, p: int) -> tuple[int, float]:
 
 
 def _ring_phase(fabric: Fabric, kind: CollectiveKind, rings: list[tuple[int, ...]], size_bytes: float,
-                loads: Counter | None) -> Phase:
-    """One ring collective on every ring in ``rings`` at once (they are siblings)."""
+                loads: Counter | None, own: EfficiencyCurve | None = None) -> Phase:
+    """One ring collective on every ring in ``rings`` at once (they are siblings), each flow at
+    its route's efficiency, or at the collective's ``own`` curve (:func:`_own_ring_curve`)."""
     p = len(rings[0])
     if p == 1 or size_bytes <= 0:
         return Phase(0.0)
@@ -203,12 +204,13 @@ def _ring_phase(fabric: Fabric, kind: CollectiveKind, rings: list[tuple[int, ...
     flows = []
     worst_latency = 0.0
     efficiency = _efficiency_at(size_bytes)
+    fixed = own(size_bytes) if own is not None else None
     for ring in rings:
         for i, src in enumerate(ring):
             dst = ring[(i + 1) % p]
             route = fabric.route(src, dst)
             worst_latency = max(worst_latency, route.latency_s)
-            eff_bytes = bus / efficiency(route)
+            eff_bytes = bus / (fixed if fixed is not None else efficiency(route))
             flows.append((src, dst, eff_bytes, route.links))
     return _phase(steps * worst_latency, flows, loads)
 
@@ -544,7 +546,7 @@ def _build(fabric: Fabric, op: CommOp, algo: CollectiveAlgorithm, groups: list[t
            loads: Counter | None) -> CommPlan:
     A, kind, s = CollectiveAlgorithm, op.collective, op.size_bytes
     if algo is A.RING:
-        return CommPlan((_ring_phase(fabric, kind, groups, s, loads),), "ring")
+        return CommPlan((_ring_phase(fabric, kind, groups, s, loads, _own_ring_curve(fabric, kind, groups)),), "ring")
     if algo is A.MULTI_RING:
         return CommPlan((_multi_ring_phase(fabric, kind, groups, s, loads, _ring_protocol(fabric, op)),), "multi-ring")
     if algo is A.NVLS:
@@ -643,9 +645,22 @@ def _plan(fabric: Fabric, op: CommOp, algorithm: CollectiveAlgorithm, groups: li
     return _with_latency(_build(fabric, op, algorithm, groups, loads), fixed + op.issue_s)
 
 
+def _own_ring_curve(fabric: Fabric, kind: CollectiveKind, groups: list[tuple[int, ...]]) -> EfficiencyCurve | None:
+    """An all-gather's or reduce-scatter's own curve (``scale_up.all_gather_efficiency_by_size_bytes``,
+    ``reduce_scatter_efficiency_by_size_bytes``) for rings that each lie in one NVSwitch domain;
+    else None (each route's link curve). An all-reduce's rings keep the links' curve, which an
+    all-reduce log calibrates."""
+    curve = fabric.all_gather_efficiency if kind is CollectiveKind.ALL_GATHER else \
+        fabric.reduce_scatter_efficiency if kind is CollectiveKind.REDUCE_SCATTER else None
+    if curve is None or not all(fabric.same_domain(g) for g in groups):
+        return None
+    return curve
+
+
 def _own_curve(fabric: Fabric, curve: EfficiencyCurve | None, group: tuple[int, ...]) -> EfficiencyCurve | None:
     """``curve``, a collective's own efficiency curve inside one NVSwitch domain
-    (``scale_up.alltoall_efficiency_by_size_bytes``, ``p2p_efficiency_by_size_bytes``), where the
+    (``scale_up.alltoall_efficiency_by_size_bytes``, ``p2p_efficiency_by_size_bytes``; the ring
+    collectives': :func:`_own_ring_curve`), where the
     topology has one and ``group`` lies in one domain; else None (each route's link curve)."""
     return curve if curve is not None and fabric.same_domain(group) else None
 

@@ -89,7 +89,9 @@ def build_topology(spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
     g = nx.DiGraph(name=spec.name, collective_latency_s=spec.scale_up.collective_latency_s,
                    nvls_efficiency=spec.scale_up.nvls_efficiency if spec.scale_up.kind is ScaleUpKind.NVSWITCH
                    else None, alltoall_efficiency=spec.scale_up.alltoall_efficiency,
-                   p2p_efficiency=spec.scale_up.p2p_efficiency)
+                   p2p_efficiency=spec.scale_up.p2p_efficiency,
+                   all_gather_efficiency=spec.scale_up.all_gather_efficiency,
+                   reduce_scatter_efficiency=spec.scale_up.reduce_scatter_efficiency)
     for r in range(num_gpus):
         g.add_node(f"gpu{r}", kind=NodeKind.GPU, rank=r, node=r // gpn, local_gpu=r % gpn)
 

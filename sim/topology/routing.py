@@ -146,6 +146,10 @@ class Fabric:
         """An all-to-all's own curve inside one NVSwitch domain, or None (the links')."""
         self.p2p_efficiency: EfficiencyCurve | None = graph.graph.get("p2p_efficiency")
         """Point-to-point sends' own curve inside one NVSwitch domain, or None (the links')."""
+        self.all_gather_efficiency: EfficiencyCurve | None = graph.graph.get("all_gather_efficiency")
+        """A ring all-gather's own curve inside one NVSwitch domain, or None (the links')."""
+        self.reduce_scatter_efficiency: EfficiencyCurve | None = graph.graph.get("reduce_scatter_efficiency")
+        """A ring reduce-scatter's own curve inside one NVSwitch domain, or None (the links')."""
         self._fat_tree = FatTreeRouter.of(graph, self.num_gpus)
         """Routes a fat tree from its structure (:mod:`sim.topology.fattree_routes`); None:
         Dijkstra."""
@@ -182,6 +186,8 @@ class Fabric:
         fab.collective_latency_s = float(up.collective_latency_s)
         fab.nvls_efficiency = up.nvls_efficiency
         fab.alltoall_efficiency, fab.p2p_efficiency = up.alltoall_efficiency, up.p2p_efficiency
+        fab.all_gather_efficiency, fab.reduce_scatter_efficiency = up.all_gather_efficiency, \
+            up.reduce_scatter_efficiency
         fab._fat_tree = FatTreeRouter.from_index(index)
         fab._domain, fab._star = fab._fat_tree.gpu_domain, [True] * index.num_domains
         fab._bounds = None

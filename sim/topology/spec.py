@@ -93,6 +93,11 @@ class ScaleUpSpec:
     """Point-to-point sends' (pipeline transfers, a ring exchange) fraction inside one NVSwitch
     domain, where they have a curve of their own (from a ``sendrecv_perf`` log); None: the
     link's curve."""
+    all_gather_efficiency: EfficiencyCurve | None = None
+    """A ring all-gather's fraction inside one NVSwitch domain, where it has a curve of its own
+    (from an ``all_gather_perf`` log beside an all-reduce one); None: the link's curve."""
+    reduce_scatter_efficiency: EfficiencyCurve | None = None
+    """A ring reduce-scatter's, likewise (from a ``reduce_scatter_perf`` log)."""
 
 
 @dataclass(frozen=True)

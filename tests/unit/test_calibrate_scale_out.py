@@ -24,6 +24,7 @@ from sim.calibrate.nccl_tests import parse_nccl_tests
 from sim.calibrate.pricing import placement
 from sim.cli import main
 from sim.config import load_topology
+from sim.hardware import EfficiencyCurve
 from sim.studies.collective import collective
 from sim.types import CollectiveKind
 
@@ -306,14 +307,15 @@ def test_with_no_all_reduce_log_another_collectives_log_calibrates(name, plan, t
 def _one_node_log(name: str, topo, path: Path) -> Path:
     """A one-node log of ``name`` priced by ``llmsim collective`` on ``topo`` (not measured)."""
     kind = {"all_reduce": CollectiveKind.ALL_REDUCE, "alltoall": CollectiveKind.ALL_TO_ALL,
-            "sendrecv": CollectiveKind.RING_EXCHANGE}[name]
+            "sendrecv": CollectiveKind.RING_EXCHANGE, "all_gather": CollectiveKind.ALL_GATHER,
+            "reduce_scatter": CollectiveKind.REDUCE_SCATTER}[name]
     lines = [f"# Collective test starting: {name}_perf", "# synthesized from llmsim's model (not measured)"]
     lines += [f"#  Rank {i:2d} Group  0 Pid  {i} on h device {i} [0x00] NVIDIA H100 80GB HBM3" for i in range(8)]
     lines.append("#       size         count      type   redop    root     time   algbw   busbw #wrong     time"
                  "   algbw   busbw #wrong")
     for e in range(5, 31):
         t_us = collective(topo, kind, 2**e, 8).time_s * 1e6
-        count = 2**e // 4 // (8 if name == "alltoall" else 1)
+        count = 2**e // 4 // (8 if name in ("alltoall", "all_gather", "reduce_scatter") else 1)
         lines.append(f"  {2**e:>10} {count:>10}  float  sum  -1  {t_us:.4f}  0.00  0.00  0  {t_us:.4f}  0.00  0.00  0")
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -393,3 +395,53 @@ def test_an_own_curve_prices_its_collective_inside_a_domain_only():
                                                                          rel=1e-12), kind
     assert collective(slow, CollectiveKind.ALL_REDUCE, size, 8).time_s == \
         collective(base, CollectiveKind.ALL_REDUCE, size, 8).time_s
+
+
+def test_beside_an_all_reduce_log_all_gather_and_reduce_scatter_logs_keep_ring_curves_of_their_own(tmp_path,
+                                                                                                   capsys):
+    """One node's all-reduce calibrates the links; an all-gather and a reduce-scatter log of the
+    same node, made where their rings run at other rates (0.2..0.6 and 0.3..0.9 curves), each get
+    a ring curve of their own and are reproduced, where before they were checks priced on the
+    all-reduce's links. The link curves stay the all-reduce's."""
+    preset = load_topology("dgx-h100")
+    ar = _one_node_log("all_reduce", preset, tmp_path / "ar.txt")
+    ag = _one_node_log("all_gather", load_topology("dgx-h100", [
+        "scale_up.efficiency_by_size_bytes=[[1048576, 0.2], [1073741824, 0.6]]"]), tmp_path / "ag.txt")
+    rs = _one_node_log("reduce_scatter", load_topology("dgx-h100", [
+        "scale_up.efficiency_by_size_bytes=[[1048576, 0.3], [1073741824, 0.9]]"]), tmp_path / "rs.txt")
+    cal = load_calibration(str(_calibrate(tmp_path, ag, ar, rs)))
+    roles = {Path(rec["file"]).name: rec.get("role") for rec in cal.logs}
+    assert roles == {"ar.txt": "scale_up", "ag.txt": "all_gather_curve", "rs.txt": "reduce_scatter_curve"}
+    keys = {v.key: v for v in cal.values}
+    assert "all_gather_perf over 8 GPUs of one node" in keys["all_gather_efficiency_by_size_bytes"].source
+    assert "reduce_scatter_perf over 8 GPUs of one node" in keys["reduce_scatter_efficiency_by_size_bytes"].source
+    for key, lo, hi in (("all_gather_efficiency_by_size_bytes", 0.2, 0.6),
+                        ("reduce_scatter_efficiency_by_size_bytes", 0.3, 0.9)):
+        made = EfficiencyCurve(((1048576.0, lo), (1073741824.0, hi)))
+        # the curve it was made at, at the largest size, where the collective latency (the
+        # all-reduce log's, a few microseconds from the one the log was made at) weighs least
+        size, eff = keys[key].value[-1]
+        assert size == 2**30 and eff == pytest.approx(made(size), abs=0.003), key
+    for size, eff in keys["efficiency_by_size_bytes"].value:
+        assert eff == pytest.approx(preset.scale_up.link.efficiency(size), abs=0.002), size
+    for log in ("ar.txt", "ag.txt", "rs.txt"):
+        rows = [r for r in cal.check if r["log"] == log]
+        assert rows and all(abs(r["error"]) < 0.002 for r in rows), log
+    assert min(max(abs(r["error_before"]) for r in cal.check if r["log"] == log) for log in ("ag.txt", "rs.txt")) > 0.3
+    printed = capsys.readouterr().out
+    assert "calibrates the all-gather's own curve" in printed and "calibrates the reduce-scatter's own curve" in printed
+
+
+def test_a_ring_curve_of_its_own_prices_its_collective_inside_a_domain_only():
+    """``scale_up.all_gather_efficiency_by_size_bytes`` and ``reduce_scatter_efficiency_by_size_bytes``
+    price the all-gather and reduce-scatter rings of a group inside one NVSwitch domain; the
+    all-reduce, the other ring collective, and both across nodes keep the links' curves."""
+    curve = "[[1048576, 0.1], [1073741824, 0.1]]"
+    base = load_topology("dgx-h100")
+    size = 2**28
+    for kind, key in ((CollectiveKind.ALL_GATHER, "all_gather"), (CollectiveKind.REDUCE_SCATTER, "reduce_scatter")):
+        slow = load_topology("dgx-h100", [f"scale_up.{key}_efficiency_by_size_bytes={curve}"])
+        other = CollectiveKind.REDUCE_SCATTER if kind is CollectiveKind.ALL_GATHER else CollectiveKind.ALL_GATHER
+        assert collective(slow, kind, size, 8).time_s > 3 * collective(base, kind, size, 8).time_s, kind
+        for k, n in ((kind, 16), (other, 8), (CollectiveKind.ALL_REDUCE, 8)):
+            assert collective(slow, k, size, n).time_s == collective(base, k, size, n).time_s, (kind, k, n)

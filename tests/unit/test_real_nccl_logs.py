@@ -197,3 +197,20 @@ def _cited(source: str) -> str:
     m = re.match(r"# source: https://github\.com/([^/\s]+/[^/\s]+)(?:/(?:issues|pull)/(\d+))?", source)
     assert m, source
     return f"{m.group(1)}#{m.group(2)}" if m.group(2) else m.group(1)
+
+
+def test_one_node_s_five_logs_together_are_each_reproduced_within_5_percent(tmp_path):
+    """The cluster01 node's five logs given at once: its all-reduce calibrates the links and the
+    other four keep curves of their own, so each is reproduced within 5% from 1 MiB up; priced on
+    the all-reduce's links, the all-gather and reduce-scatter were 14% and 21% off at 32 MiB."""
+    names = [f"h100-cluster01-1node-{c}.txt" for c in ("all_reduce", "all_gather", "reduce_scatter", "alltoall",
+                                                      "sendrecv")]
+    cal = load_calibration(str(_calibrate(tmp_path, *(DATA / n for n in names))))
+    roles = {Path(rec["file"]).name: rec.get("role") for rec in cal.logs}
+    assert roles == dict(zip(names, ("scale_up", "all_gather_curve", "reduce_scatter_curve", "alltoall_curve",
+                                     "sendrecv_curve")))
+    for name in names:
+        rows = [r for r in cal.check if r["log"] == name]
+        assert rows and max(abs(r["error"]) for r in rows) < 0.05, name
+    ring_before = [max(abs(r["error_before"]) for r in cal.check if r["log"] == n) for n in names[1:3]]
+    assert min(ring_before) > 0.10
