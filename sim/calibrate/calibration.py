@@ -68,7 +68,8 @@ _CURVES = ("efficiency_by_size_bytes", "nvls_efficiency_by_size_bytes", "alltoal
            "p2p_efficiency_by_size_bytes", "all_gather_efficiency_by_size_bytes",
            "reduce_scatter_efficiency_by_size_bytes")
 _UP_KEYS = ("bandwidth_GBps", "collective_latency_us") + _CURVES
-_OUT_KEYS = ("nics_per_node", "nic_bandwidth_Gbps", "latency_us", "efficiency_by_size_bytes")
+_OUT_KEYS = ("nics_per_node", "nic_bandwidth_Gbps", "latency_us", "efficiency_by_size_bytes",
+             "alltoall_efficiency_by_size_bytes")
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ from sim.calibrate.runs import (
     predict,
     read_runs,
 )
-from sim.calibrate.scale_out import fit_scale_out
+from sim.calibrate.scale_out import fit_alltoall_curve, fit_scale_out
 from sim.calibrate.scale_up import CURVE_FROM_BYTES, OWN_CURVES, CalibratedValue, fit_own_curve, fit_scale_up
 from sim.config import default_topology_name, load_topology
 from sim.costs.factors import CalibrationFactors, KernelCurves
@@ -114,6 +114,11 @@ def calibrate(logs: Sequence[str] | None, topology: str | None, output: str, run
     return status
 
 
+UP_CURVES = frozenset(f"{c}_curve" for c in OWN_CURVES)
+"""The roles of one-node logs that keep a curve of their own (:func:`_roles`)."""
+OUT_CURVE = "alltoall_scale_out_curve"
+"""The role of the all-to-all log across nodes that keeps a curve of its own between nodes."""
+
 CALIBRATING = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv")
 """The tests whose logs calibrate, in the order preferred: an all-reduce where one is given,
 else an all-gather or a reduce-scatter (ring collectives the planner prices as NCCL runs them),
@@ -126,7 +131,9 @@ def _roles(parsed: list[NcclTestsLog]) -> tuple[list[str | None], list[str | Non
     :data:`CALIBRATING` test given), ``scale_out`` (the same across nodes), ``alltoall_curve``,
     ``sendrecv_curve``, ``all_gather_curve`` and ``reduce_scatter_curve`` (the first one-node log
     of that test beside a scale-up log of another: its own curve,
-    :func:`~sim.calibrate.scale_up.fit_own_curve`), ``check`` (any other log of a
+    :func:`~sim.calibrate.scale_up.fit_own_curve`), ``alltoall_scale_out_curve`` (the first
+    all-to-all log across nodes beside a scale-out log of another test: its own curve between
+    nodes, :func:`~sim.calibrate.scale_out.fit_alltoall_curve`), ``check`` (any other log of a
     collective the simulator prices), or None with the reason it is not used."""
     taken: dict[str, int] = {}
     for test in CALIBRATING:
@@ -139,6 +146,10 @@ def _roles(parsed: list[NcclTestsLog]) -> tuple[list[str | None], list[str | Non
         if log.nodes == 1 and log.collective in OWN_CURVES and own not in taken and "scale_up" in taken \
                 and i != taken["scale_up"] and parsed[taken["scale_up"]].collective != log.collective:
             taken[own] = i
+    for i, log in enumerate(parsed):  # beside the scale-out log: the all-to-all's own curve between nodes
+        if log.nodes > 1 and log.collective == "alltoall" and OUT_CURVE not in taken and "scale_out" in taken \
+                and parsed[taken["scale_out"]].collective != "alltoall":
+            taken[OUT_CURVE] = i
     roles: list[str | None] = []
     whys: list[str | None] = []
     for i, log in enumerate(parsed):
@@ -160,6 +171,7 @@ ROLE_WORDS = {"scale_up": "calibrates the scale-up curves", "scale_out": "calibr
               "sendrecv_curve": "calibrates point-to-point sends' own curve",
               "all_gather_curve": "calibrates the all-gather's own curve",
               "reduce_scatter_curve": "calibrates the reduce-scatter's own curve",
+              "alltoall_scale_out_curve": "calibrates the all-to-all's own curve between nodes",
               "check": "a check: priced on the topology, not fitted"}
 
 
@@ -195,13 +207,16 @@ def _calibrate_logs(logs: Sequence[str], topology: str | None, output: str) -> t
     if up_values:
         up_only = Calibration(output, name, base.scale_up.link.bandwidth_bytes_per_s / GBPS, up_values, ())
         on = calibrated_topology(output, name, cal=up_only)
-        up_values += tuple(fit_own_curve(g, on, name) for g, r in zip(parsed, roles) if r and r.endswith("_curve"))
+        up_values += tuple(fit_own_curve(g, on, name) for g, r in zip(parsed, roles) if r in UP_CURVES)
     cal = Calibration(output, name, base.scale_up.link.bandwidth_bytes_per_s / GBPS if up_values else None,
                       up_values, tuple(records))
     if out_log is not None:
         out = fit_scale_out(out_log, name, cal.overrides())
         cal = dataclasses.replace(cal, scale_out=out.values, nics_per_node=out.nics_per_node,
                                   nic_bandwidth_Gbps=out.nic_bandwidth_Gbps)
+        a2a = next((g for g, r in zip(parsed, roles) if r == OUT_CURVE), None)
+        if a2a is not None:
+            cal = dataclasses.replace(cal, scale_out=cal.scale_out + (fit_alltoall_curve(a2a, name, cal.overrides()),))
     calibrated = calibrated_topology(output, name, cal=cal)
     rows = []
     for log, role in zip(parsed, roles):

@@ -46,7 +46,7 @@ from sim.studies.collective import bus_factor
 from sim.topology.spec import FAT_TREE_KINDS, TopologySpec
 from sim.units import GBIT_PER_S
 
-__all__ = ["BISECTIONS", "FLAT", "MIN_EFFICIENCY", "ScaleOutFit", "fit_scale_out"]
+__all__ = ["BISECTIONS", "FLAT", "MIN_EFFICIENCY", "ScaleOutFit", "fit_alltoall_curve", "fit_scale_out"]
 
 MIN_EFFICIENCY = 10.0**-ROUND_EFFICIENCY
 """The smallest efficiency a point may have (the precision it is written with)."""
@@ -203,3 +203,51 @@ def fit_scale_out(log: NcclTestsLog, name: str, overrides: Sequence[str] = ()) -
     values = (CalibratedValue("latency_us", round(latency, 2), lat_source),
               CalibratedValue("efficiency_by_size_bytes", curve, curve_source))
     return ScaleOutFit(values, out.nics_per_node, out.nic.bandwidth_bytes_per_s / GBIT_PER_S)
+
+
+def fit_alltoall_curve(log: NcclTestsLog, name: str, overrides: Sequence[str]) -> CalibratedValue:
+    """The all-to-all's own scale-out curve (``scale_out.alltoall_efficiency_by_size_bytes``) from
+    ``log``, an ``alltoall_perf`` across nodes given beside another collective's log that
+    calibrated the NICs (``overrides``: the calibration so far, its NIC latency among them): at
+    each size from :data:`~sim.calibrate.scale_up.CURVE_FROM_BYTES` up, the efficiency at which
+    the topology prices the all-to-all, its sends between nodes at that efficiency of the NICs and
+    those inside a node on NVLink as before, at the measured time; found by bisection on (0, 1]
+    (the time falls as it rises). A size slower than the topology allows even at efficiency 1 is
+    kept at 1 and shows in the check.
+
+    Raises
+    ------
+    ConfigError
+        Naming the log when the topology cannot hold its ranks, or it has no size from
+        :data:`~sim.calibrate.scale_up.CURVE_FROM_BYTES` up.
+    """
+    base = load_topology(name, overrides)
+    where = placement(log, base, name)
+    kind = PRICED[log.collective]
+    excluded = excluded_algorithms(log.nccl_algo, log.path)
+    curve_points = [(r.size_bytes, r.best_time_us * 1e-6) for r in log.rows if r.size_bytes >= CURVE_FROM_BYTES]
+    if not curve_points:
+        raise ConfigError(log.path, "size", f"rows from {size_words(CURVE_FROM_BYTES)} up (the efficiency curve's "
+                          "sizes)", f"sizes up to {log.rows[-1].size_bytes} B")
+
+    def at(size: int, e: float) -> float:
+        curve = f"[[{CURVE_FROM_BYTES}, {e:.8f}], [{2**50}, {e:.8f}]]"
+        topo = load_topology(name, [*overrides, f"scale_out.alltoall_efficiency_by_size_bytes={curve}"])
+        return price_time_s(kind, size, where, topo, excluded)
+
+    def efficiency(size: int, t: float) -> float:
+        if at(size, 1.0) >= t:
+            return 1.0
+        if at(size, MIN_EFFICIENCY) <= t:
+            return MIN_EFFICIENCY
+        return _bisect(lambda x: at(size, x) <= t, MIN_EFFICIENCY, 1.0)
+
+    curve = [[s, min(1.0, max(round(efficiency(s, t), ROUND_EFFICIENCY), MIN_EFFICIENCY))] for s, t in curve_points]
+    out = base.scale_out
+    nics = f"{out.nics_per_node} x {out.nic.bandwidth_bytes_per_s / GBIT_PER_S:g} Gb/s NICs per node"
+    return CalibratedValue("alltoall_efficiency_by_size_bytes", curve, (
+        f"{log.name}: alltoall_perf over {log.ranks} GPUs on {log.nodes} nodes"
+        + (f" (NCCL {log.nccl_version})" if log.nccl_version else "")
+        + f": at each size from {size_words(CURVE_FROM_BYTES)} up, the efficiency (of {nics}) of its sends "
+        f"between nodes at which {name}, as calibrated, prices the all-to-all (llmsim collective) at the measured "
+        "time t, the faster of out-of-place and in-place, found by bisection"))

@@ -630,6 +630,7 @@ def _plan(fabric: Fabric, op: CommOp, algorithm: CollectiveAlgorithm, groups: li
     if op.collective is CollectiveKind.ALL_TO_ALL:
         flows = []
         latency = 0.0
+        between = fabric.scale_out_alltoall_efficiency  # its own curve for the sends between domains
         for g in groups:
             share = op.size_bytes / len(g)
             own = _own_curve(fabric, fabric.alltoall_efficiency, g)
@@ -639,8 +640,10 @@ def _plan(fabric: Fabric, op: CommOp, algorithm: CollectiveAlgorithm, groups: li
                         continue
                     route = fabric.route(src, dst)
                     latency = max(latency, route.latency_s)
+                    curve = own or (between if between is not None and not fabric.same_domain((src, dst))
+                                    else route.efficiency)
                     # efficiency at the collective's size, as nccl-tests' alltoall reports it
-                    flows.append((src, dst, share / (own or route.efficiency)(op.size_bytes), route.links))
+                    flows.append((src, dst, share / curve(op.size_bytes), route.links))
         return CommPlan((_phase(fixed + op.issue_s + latency, flows, loads),) if flows else (), "direct")
     return _with_latency(_build(fabric, op, algorithm, groups, loads), fixed + op.issue_s)
 

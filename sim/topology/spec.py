@@ -182,6 +182,10 @@ class ScaleOutSpec:
     """The torus (kind ``torus`` only)."""
     dragonfly: DragonflySpec | None = None
     """The dragonfly (kind ``dragonfly`` only)."""
+    alltoall_efficiency: EfficiencyCurve | None = None
+    """An all-to-all's fraction of the NIC bandwidth by message size for its sends between nodes,
+    where it has a curve of its own (``llmsim calibrate`` from an ``alltoall_perf`` log across
+    nodes beside another collective's that calibrates the NICs); None: the NICs' curve."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.planes, int) and self.planes >= 1):

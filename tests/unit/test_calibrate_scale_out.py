@@ -77,11 +77,13 @@ def test_the_two_node_log_is_reproduced_within_5_percent_from_1_MiB_and_was_not_
 
 
 def synthetic_log(latency_us: float, efficiency: float, per_host: int = 8, hosts: int = 2,
-                  collective_name: str = "all_reduce", topology: str = "dgx-h100") -> str:
+                  collective_name: str = "all_reduce", topology: str = "dgx-h100", more: tuple[str, ...] = ()) -> str:
     """An all_reduce_perf (or all_gather_perf ...) log whose times are the model's, not measured: the
-    topology with ``scale_out.latency_us`` and a constant ``scale_out.efficiency`` set, priced by
-    ``llmsim collective`` over ``hosts`` nodes of ``per_host`` GPUs at 8 B .. 1 GiB."""
-    topo = load_topology(topology, [f"scale_out.latency_us={latency_us}", f"scale_out.efficiency={efficiency}"])
+    topology with ``scale_out.latency_us`` and a constant ``scale_out.efficiency`` set (and the
+    overrides ``more``), priced by ``llmsim collective`` over ``hosts`` nodes of ``per_host`` GPUs
+    at 8 B .. 1 GiB."""
+    topo = load_topology(topology, [f"scale_out.latency_us={latency_us}", f"scale_out.efficiency={efficiency}",
+                                    *more])
     n = per_host * hosts
     kind = {"all_reduce": CollectiveKind.ALL_REDUCE, "all_gather": CollectiveKind.ALL_GATHER,
             "reduce_scatter": CollectiveKind.REDUCE_SCATTER, "alltoall": CollectiveKind.ALL_TO_ALL,
@@ -445,3 +447,38 @@ def test_a_ring_curve_of_its_own_prices_its_collective_inside_a_domain_only():
         assert collective(slow, kind, size, 8).time_s > 3 * collective(base, kind, size, 8).time_s, kind
         for k, n in ((kind, 16), (other, 8), (CollectiveKind.ALL_REDUCE, 8)):
             assert collective(slow, k, size, n).time_s == collective(base, k, size, n).time_s, (kind, k, n)
+
+
+def test_beside_a_scale_out_log_an_all_to_all_log_across_nodes_keeps_a_curve_of_its_own(tmp_path, capsys):
+    """Two nodes' all-reduce calibrates the NICs (made at 6 us and 0.30); an all-to-all log of
+    the same nodes, made where its sends between nodes run at 0.15 of the NICs, gets a curve of
+    its own between nodes (``scale_out.alltoall_efficiency_by_size_bytes``) and is reproduced,
+    where on the NICs' curve it was a check about twice as fast as its log."""
+    ar = tmp_path / "two-all_reduce.txt"
+    ar.write_text(synthetic_log(6.0, 0.30))
+    a2a = tmp_path / "two-alltoall.txt"
+    a2a.write_text(synthetic_log(6.0, 0.30, collective_name="alltoall", more=(
+        "scale_out.alltoall_efficiency_by_size_bytes=[[1048576, 0.15], [1073741824, 0.15]]",)))
+    cal = load_calibration(str(_calibrate(tmp_path, a2a, ar)))
+    roles = {Path(rec["file"]).name: rec.get("role") for rec in cal.logs}
+    assert roles == {ar.name: "scale_out", a2a.name: "alltoall_scale_out_curve"}
+    own = next(v for v in cal.scale_out if v.key == "alltoall_efficiency_by_size_bytes")
+    assert "alltoall_perf over 16 GPUs on 2 nodes" in own.source
+    assert all(eff == pytest.approx(0.15, abs=0.002) for _, eff in own.value)  # the curve it was made at
+    for log in (ar.name, a2a.name):
+        rows = [r for r in cal.check if r["log"] == log]
+        assert rows and all(abs(r["error"]) < 0.002 for r in rows), log
+    assert "calibrates the all-to-all's own curve between nodes" in capsys.readouterr().out
+
+
+def test_an_all_to_all_curve_between_nodes_prices_only_its_sends_between_nodes():
+    """``scale_out.alltoall_efficiency_by_size_bytes`` prices an all-to-all's sends between nodes;
+    the same all-to-all inside one node, and every other collective across nodes, are unchanged."""
+    slow = load_topology("dgx-h100", ["scale_out.alltoall_efficiency_by_size_bytes=[[1048576, 0.05], "
+                                      "[1073741824, 0.05]]"])
+    base = load_topology("dgx-h100")
+    size = 2**28
+    assert collective(slow, CollectiveKind.ALL_TO_ALL, size, 16).time_s > \
+        3 * collective(base, CollectiveKind.ALL_TO_ALL, size, 16).time_s
+    for kind, n in ((CollectiveKind.ALL_TO_ALL, 8), (CollectiveKind.ALL_REDUCE, 16), (CollectiveKind.ALL_GATHER, 16)):
+        assert collective(slow, kind, size, n).time_s == collective(base, kind, size, n).time_s, (kind, n)
