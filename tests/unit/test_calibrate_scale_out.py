@@ -355,29 +355,45 @@ def values_source(cal, key: str) -> str:
     return next(v.source for v in cal.scale_out if v.key == key)
 
 
+_SHORT = {"alltoall": "a2a", "sendrecv": "sr", "all_gather": "ag", "reduce_scatter": "rs"}
+
+
+def _beside_an_all_reduce(tmp_path: Path, first: str, second: str):
+    """dgx-h100 and the calibration of one node's all-reduce made on it, given between a log of
+    ``first`` made at a 0.2..0.6 link curve and one of ``second`` at 0.3..0.9 (files
+    ``ar.txt`` and the tests' short names, ``a2a.txt``, ``sr.txt``, ``ag.txt``, ``rs.txt``)."""
+    preset = load_topology("dgx-h100")
+    ar = _one_node_log("all_reduce", preset, tmp_path / "ar.txt")
+    made = [_one_node_log(name, load_topology("dgx-h100", [
+        f"scale_up.efficiency_by_size_bytes=[[1048576, {lo}], [1073741824, {hi}]]"]), tmp_path / f"{_SHORT[name]}.txt")
+        for name, (lo, hi) in ((first, (0.2, 0.6)), (second, (0.3, 0.9)))]
+    return preset, load_calibration(str(_calibrate(tmp_path, made[0], ar, made[1])))
+
+
+def _links_kept_and_each_log_reproduced(preset, cal, *own: str) -> None:
+    """The link curve is the preset's (the all-reduce was made on it), every log is reproduced
+    within 0.2%, and the ``own`` logs were more than 30% off on the preset."""
+    keys = {v.key: v for v in cal.values}
+    for size, eff in keys["efficiency_by_size_bytes"].value:
+        assert eff == pytest.approx(preset.scale_up.link.efficiency(size), abs=0.002), size
+    for log in ("ar.txt", *own):
+        rows = [r for r in cal.check if r["log"] == log]
+        assert rows and all(abs(r["error"]) < 0.002 for r in rows), log
+    assert min(max(abs(r["error_before"]) for r in cal.check if r["log"] == log) for log in own) > 0.3
+
+
 def test_beside_an_all_reduce_log_all_to_all_and_sendrecv_logs_keep_curves_of_their_own(tmp_path, capsys):
     """One node's all-reduce calibrates the links; an all-to-all and a sendrecv log of the same
     node, made where those run at other rates than the all-reduce's links (0.2..0.6 and 0.3..0.9
     curves), each get a curve of their own, and all three logs are reproduced, where before the
     two were checks 40-60% off. The link curves stay the all-reduce's."""
-    preset = load_topology("dgx-h100")
-    ar = _one_node_log("all_reduce", preset, tmp_path / "ar.txt")
-    a2a = _one_node_log("alltoall", load_topology("dgx-h100", [
-        "scale_up.efficiency_by_size_bytes=[[1048576, 0.2], [1073741824, 0.6]]"]), tmp_path / "a2a.txt")
-    sr = _one_node_log("sendrecv", load_topology("dgx-h100", [
-        "scale_up.efficiency_by_size_bytes=[[1048576, 0.3], [1073741824, 0.9]]"]), tmp_path / "sr.txt")
-    cal = load_calibration(str(_calibrate(tmp_path, a2a, ar, sr)))
+    preset, cal = _beside_an_all_reduce(tmp_path, "alltoall", "sendrecv")
     roles = {Path(rec["file"]).name: rec.get("role") for rec in cal.logs}
     assert roles == {"ar.txt": "scale_up", "a2a.txt": "alltoall_curve", "sr.txt": "sendrecv_curve"}
     keys = {v.key: v for v in cal.values}
     assert {"alltoall_efficiency_by_size_bytes", "p2p_efficiency_by_size_bytes"} <= set(keys)
     assert "alltoall_perf over 8 GPUs of one node" in keys["alltoall_efficiency_by_size_bytes"].source
-    for size, eff in keys["efficiency_by_size_bytes"].value:
-        assert eff == pytest.approx(preset.scale_up.link.efficiency(size), abs=0.002), size
-    for log in ("ar.txt", "a2a.txt", "sr.txt"):
-        rows = [r for r in cal.check if r["log"] == log]
-        assert rows and all(abs(r["error"]) < 0.002 for r in rows), log
-    assert min(max(abs(r["error_before"]) for r in cal.check if r["log"] == log) for log in ("a2a.txt", "sr.txt")) > 0.3
+    _links_kept_and_each_log_reproduced(preset, cal, "a2a.txt", "sr.txt")
     printed = capsys.readouterr().out
     assert "calibrates the all-to-all's own curve" in printed
     assert "calibrates point-to-point sends' own curve" in printed
@@ -405,13 +421,7 @@ def test_beside_an_all_reduce_log_all_gather_and_reduce_scatter_logs_keep_ring_c
     same node, made where their rings run at other rates (0.2..0.6 and 0.3..0.9 curves), each get
     a ring curve of their own and are reproduced, where before they were checks priced on the
     all-reduce's links. The link curves stay the all-reduce's."""
-    preset = load_topology("dgx-h100")
-    ar = _one_node_log("all_reduce", preset, tmp_path / "ar.txt")
-    ag = _one_node_log("all_gather", load_topology("dgx-h100", [
-        "scale_up.efficiency_by_size_bytes=[[1048576, 0.2], [1073741824, 0.6]]"]), tmp_path / "ag.txt")
-    rs = _one_node_log("reduce_scatter", load_topology("dgx-h100", [
-        "scale_up.efficiency_by_size_bytes=[[1048576, 0.3], [1073741824, 0.9]]"]), tmp_path / "rs.txt")
-    cal = load_calibration(str(_calibrate(tmp_path, ag, ar, rs)))
+    preset, cal = _beside_an_all_reduce(tmp_path, "all_gather", "reduce_scatter")
     roles = {Path(rec["file"]).name: rec.get("role") for rec in cal.logs}
     assert roles == {"ar.txt": "scale_up", "ag.txt": "all_gather_curve", "rs.txt": "reduce_scatter_curve"}
     keys = {v.key: v for v in cal.values}
@@ -424,12 +434,7 @@ def test_beside_an_all_reduce_log_all_gather_and_reduce_scatter_logs_keep_ring_c
         # all-reduce log's, a few microseconds from the one the log was made at) weighs least
         size, eff = keys[key].value[-1]
         assert size == 2**30 and eff == pytest.approx(made(size), abs=0.003), key
-    for size, eff in keys["efficiency_by_size_bytes"].value:
-        assert eff == pytest.approx(preset.scale_up.link.efficiency(size), abs=0.002), size
-    for log in ("ar.txt", "ag.txt", "rs.txt"):
-        rows = [r for r in cal.check if r["log"] == log]
-        assert rows and all(abs(r["error"]) < 0.002 for r in rows), log
-    assert min(max(abs(r["error_before"]) for r in cal.check if r["log"] == log) for log in ("ag.txt", "rs.txt")) > 0.3
+    _links_kept_and_each_log_reproduced(preset, cal, "ag.txt", "rs.txt")
     printed = capsys.readouterr().out
     assert "calibrates the all-gather's own curve" in printed and "calibrates the reduce-scatter's own curve" in printed
 
