@@ -46,7 +46,8 @@ from sim.studies.collective import bus_factor
 from sim.topology.spec import FAT_TREE_KINDS, TopologySpec
 from sim.units import GBIT_PER_S
 
-__all__ = ["BISECTIONS", "FLAT", "MIN_EFFICIENCY", "ScaleOutFit", "fit_alltoall_curve", "fit_scale_out"]
+__all__ = ["ALLTOALL_BISECTIONS", "BISECTIONS", "FLAT", "MIN_EFFICIENCY", "ScaleOutFit", "fit_alltoall_curve",
+           "fit_scale_out"]
 
 MIN_EFFICIENCY = 10.0**-ROUND_EFFICIENCY
 """The smallest efficiency a point may have (the precision it is written with)."""
@@ -56,6 +57,9 @@ log's time (0.1%): the point is then the efficiency nearest the topology's own w
 BISECTIONS = 24
 """Bisection steps for each efficiency (to 2^-24 of the bracket, well under the 0.01% it is
 written with) and for the latency."""
+ALLTOALL_BISECTIONS = 16
+"""Bisection steps for each point of an all-to-all's own curve between nodes (to 2^-16 of (0, 1],
+under the half of 0.01% it is rounded to: each step prices every pair of the log's ranks)."""
 
 
 def _why_faster(nvlink_bound: bool, scale_up_calibrated: Sequence[str]) -> str:
@@ -85,9 +89,10 @@ class ScaleOutFit:
     nic_bandwidth_Gbps: float
 
 
-def _bisect(f: Callable[[float], bool], lo: float, hi: float) -> float:
-    """The boundary in ``[lo, hi]`` where ``f`` turns from False (at ``lo``) to True (at ``hi``)."""
-    for _ in range(BISECTIONS):
+def _bisect(f: Callable[[float], bool], lo: float, hi: float, steps: int = BISECTIONS) -> float:
+    """The boundary in ``[lo, hi]`` where ``f`` turns from False (at ``lo``) to True (at ``hi``),
+    to ``2^-steps`` of the bracket."""
+    for _ in range(steps):
         mid = 0.5 * (lo + hi)
         if f(mid):
             hi = mid
@@ -240,7 +245,7 @@ def fit_alltoall_curve(log: NcclTestsLog, name: str, overrides: Sequence[str]) -
             return 1.0
         if at(size, MIN_EFFICIENCY) <= t:
             return MIN_EFFICIENCY
-        return _bisect(lambda x: at(size, x) <= t, MIN_EFFICIENCY, 1.0)
+        return _bisect(lambda x: at(size, x) <= t, MIN_EFFICIENCY, 1.0, ALLTOALL_BISECTIONS)
 
     curve = [[s, min(1.0, max(round(efficiency(s, t), ROUND_EFFICIENCY), MIN_EFFICIENCY))] for s, t in curve_points]
     out = base.scale_out

@@ -51,10 +51,13 @@ CALIBRATED = ["h100-xe9680-2node-all_reduce.txt", "h100-hgx-vm-4node-all_reduce.
               "h100-cluster01-1node-all_reduce.txt", "h100-cluster01-1node-all_gather.txt",
               "h100-cluster01-1node-reduce_scatter.txt", "h100-cluster01-1node-alltoall.txt",
               "h100-cluster01-1node-sendrecv.txt", "h100-cluster01-10node-all_gather.txt",
-              "h100-cluster01-10node-reduce_scatter.txt", "h100-cluster01-10node-alltoall.txt"]
+              "h100-cluster01-10node-reduce_scatter.txt"]
 """The logs the topology reproduces within 5% from 1 MiB up once calibrated, each alone (a one-node
 log calibrates the scale-up, a log across nodes the scale-out; an all-gather, reduce-scatter,
-all-to-all or sendrecv log calibrates in an all-reduce's place when given without one)."""
+all-to-all or sendrecv log calibrates in an all-reduce's place when given without one). The
+ten-node all-to-all does too (50.8% before, 0.1% after, docs/calibrate.md), not re-run here: the
+scale-out's bisections over its 80 ranks' 6,320 sends take 40 s; its curve of its own beside the
+ten-node all-gather is (:func:`test_ten_nodes_all_to_all_beside_their_all_gather_keeps_a_curve_of_its_own`)."""
 
 
 def _calibrate(tmp_path: Path, *logs: Path, topology: str | None = None) -> Path:
