@@ -39,7 +39,14 @@ from dataclasses import dataclass
 
 from sim.calibrate.nccl_tests import NcclTestsLog
 from sim.calibrate.pricing import PRICED, excluded_algorithms, placement, price_time_s
-from sim.calibrate.scale_up import CURVE_FROM_BYTES, LATENCY_UP_TO_BYTES, ROUND_EFFICIENCY, CalibratedValue, size_words
+from sim.calibrate.scale_up import (
+    CURVE_FROM_BYTES,
+    LATENCY_UP_TO_BYTES,
+    ROUND_EFFICIENCY,
+    CalibratedValue,
+    log_points,
+    size_words,
+)
 from sim.config import load_topology
 from sim.errors import ConfigError
 from sim.studies.collective import bus_factor
@@ -122,11 +129,7 @@ def fit_scale_out(log: NcclTestsLog, name: str, overrides: Sequence[str] = ()) -
     kind = PRICED[log.collective]  # an all-reduce, or with none an all-gather or reduce-scatter
     test = f"{log.collective}_perf"
     excluded = excluded_algorithms(log.nccl_algo, log.path)  # the algorithms NCCL_ALGO left NCCL
-    points = [(r.size_bytes, r.best_time_us * 1e-6) for r in log.rows]
-    curve_points = [(s, t) for s, t in points if s >= CURVE_FROM_BYTES]
-    if not curve_points:
-        raise ConfigError(log.path, "size", f"rows from {size_words(CURVE_FROM_BYTES)} up (the efficiency curve's "
-                          "sizes)", f"sizes up to {points[-1][0]} B")
+    points, curve_points = log_points(log)
     own_eff = f"{out.nic.efficiency(log.rows[0].size_bytes):.8f}"
     memo: dict[tuple[str, str], TopologySpec] = {}
 
@@ -230,10 +233,7 @@ def fit_alltoall_curve(log: NcclTestsLog, name: str, overrides: Sequence[str]) -
     where = placement(log, base, name)
     kind = PRICED[log.collective]
     excluded = excluded_algorithms(log.nccl_algo, log.path)
-    curve_points = [(r.size_bytes, r.best_time_us * 1e-6) for r in log.rows if r.size_bytes >= CURVE_FROM_BYTES]
-    if not curve_points:
-        raise ConfigError(log.path, "size", f"rows from {size_words(CURVE_FROM_BYTES)} up (the efficiency curve's "
-                          "sizes)", f"sizes up to {log.rows[-1].size_bytes} B")
+    _, curve_points = log_points(log)
 
     def at(size: int, e: float) -> float:
         curve = f"[[{CURVE_FROM_BYTES}, {e:.8f}], [{2**50}, {e:.8f}]]"

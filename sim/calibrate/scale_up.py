@@ -59,7 +59,7 @@ from sim.topology.spec import TopologySpec
 from sim.types import CollectiveAlgorithm
 
 __all__ = ["CURVE_FROM_BYTES", "DIRECT", "LATENCY_UP_TO_BYTES", "OWN_CURVES", "ROUND_EFFICIENCY", "CalibratedValue",
-           "ScaleUpFit", "fit_own_curve", "fit_scale_up", "size_words"]
+           "ScaleUpFit", "fit_own_curve", "fit_scale_up", "log_points", "size_words"]
 
 CURVE_FROM_BYTES = 2**20
 """The smallest size the calibrated curves have a point at (1 MiB: below it an all-reduce inside
@@ -122,12 +122,53 @@ def _one_node_points(log: NcclTestsLog, topology: TopologySpec,
     if log.ranks > up.domain_size or log.ranks < 2:
         raise ConfigError(log.path, "ranks", f"2 to the {up.domain_size} GPUs of a {topology_name} scale-up domain",
                           log.ranks)
+    return log_points(log)
+
+
+def log_points(log: NcclTestsLog) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+    """``(size, seconds)`` at every size of ``log``, and from :data:`CURVE_FROM_BYTES` up (the
+    sizes a calibrated curve has points at): the faster of out-of-place and in-place.
+
+    Raises
+    ------
+    ConfigError
+        Naming the log when it has no size from :data:`CURVE_FROM_BYTES` up.
+    """
     points = [(r.size_bytes, r.best_time_us * 1e-6) for r in log.rows]
     curve_points = [(s, t) for s, t in points if s >= CURVE_FROM_BYTES]
     if not curve_points:
         raise ConfigError(log.path, "size", f"rows from {size_words(CURVE_FROM_BYTES)} up (the efficiency curve's "
                           "sizes)", f"sizes up to {points[-1][0]} B")
     return points, curve_points
+
+
+def _one_node_model(collective: str, n: int) -> tuple[int, float]:
+    """(hops the plan's latency pays, share of the size ``S`` each GPU's port carries) of the
+    planner's price of one node's ``collective`` over ``n`` GPUs (module docstring): a ring's
+    ``n - 1`` steps and ``(n-1)/n S`` (twice both for an all-reduce, a reduce-scatter and an
+    all-gather); an all-to-all's and a sendrecv's one route through the switch, ``(n-1)/n S`` and
+    ``S``.
+
+    >>> _one_node_model("all_reduce", 8), _one_node_model("all_gather", 8), _one_node_model("sendrecv", 8)
+    ((14, 1.75), (7, 0.875), (1, 1.0))
+    """
+    if collective in DIRECT:
+        return 1, (n - 1) / n if collective == "alltoall" else 1.0
+    passes = 2 if collective == "all_reduce" else 1
+    return passes * (n - 1), passes * (n - 1) / n
+
+
+def _inverted(curve_points: list[tuple[int, float]], factor: float, bandwidth: float,
+              fixed_s: float) -> list[list[float]]:
+    """At each ``(S, t)``, the efficiency at which ``factor S`` over ``bandwidth`` takes what is
+    left of ``t`` after ``fixed_s`` (1 where nothing is left), rounded to
+    :data:`ROUND_EFFICIENCY` decimals and at least their last digit."""
+    curve = []
+    for s, t in curve_points:
+        rest = t - fixed_s
+        eff = 1.0 if rest <= 0 else min(1.0, factor * s / (bandwidth * rest))
+        curve.append([s, max(round(eff, ROUND_EFFICIENCY), 10.0**-ROUND_EFFICIENCY)])
+    return curve
 
 
 def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) -> ScaleUpFit:
@@ -146,28 +187,17 @@ def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) 
     bw = up.link.bandwidth_bytes_per_s
     hop = 2 * up.link.latency_s  # GPU -> switch -> GPU, as benchmarks/nccl/derive_curves.py
     reduce = log.collective == "all_reduce"
-    passes = 2 if reduce else 1  # an all-reduce is a reduce-scatter and an all-gather
-    ring_fixed = passes * (n - 1) * hop
-    # the share of the size each GPU's port carries, and the hops the plan's latency pays:
-    # a ring's n-1 steps; all-to-all and sendrecv one route through the switch each
-    share = {"alltoall": (n - 1) / n, "sendrecv": 1.0}.get(log.collective, passes * (n - 1) / n)
+    hops, share = _one_node_model(log.collective, n)
+    ring_fixed = hops * hop
     direct = log.collective in DIRECT
-    if direct:
-        ring_fixed = hop
-
-    def ring_bytes(s: float) -> float:
-        return share * s
-
-    def nvls_bytes(s: float) -> float:
-        return (1 + 1 / n) * s
 
     from_log = excluded_algorithms(log.nccl_algo, log.path)  # NCCL_ALGO=Ring in the log: no NVLS
     nvls = reduce and up.nvls_efficiency is not None and CollectiveAlgorithm.NVLS not in from_log
     plain = DIRECT.get(log.collective, "ring")
-    algorithm, fixed, link_bytes = ("nvls", NVLS_LATENCY_S, nvls_bytes) if nvls else (plain, ring_fixed, ring_bytes)
+    algorithm, fixed, factor = ("nvls", NVLS_LATENCY_S, 1 + 1 / n) if nvls else (plain, ring_fixed, share)
     fixed_words = (f"NCCL's NVLS latency {NVLS_LATENCY_S * 1e6:g} us" if nvls
                    else f"one hop of {hop * 1e6:g} us (GPU to switch to GPU)" if direct
-                   else f"{'2' if reduce else ''}(n-1) = {passes * (n - 1)} hops of {hop * 1e6:g} us")
+                   else f"{'2' if reduce else ''}(n-1) = {hops} hops of {hop * 1e6:g} us")
     test = f"{log.collective}_perf"
     first_size, first_t = points[0]
     if log.collective == "sendrecv":
@@ -183,17 +213,13 @@ def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) 
         lat_source = (f"{topology_name}'s own: {log.name} starts at {size_words(first_size)}, past the "
                       f"{size_words(LATENCY_UP_TO_BYTES)} up to which a collective is latency-bound")
     no_latency = log.collective == "sendrecv"  # its price has no collective latency: keep the topology's
-    room = min(t - fixed - link_bytes(s) / bw for s, t in curve_points)
+    room = min(t - fixed - factor * s / bw for s, t in curve_points)
     latency = latency0 if no_latency else max(0.0, min(latency0, room))
     latency = math.floor(latency * 1e8) / 1e8  # 0.01 us, rounded down: no curve point above 1 for it
     if latency < latency0 - 1e-8:
         lat_source += (f"; lowered to {latency * 1e6:.2f} us so that no size from {size_words(CURVE_FROM_BYTES)} up "
                        f"needs more than the link's {bw / 1e9:g} GB/s")
-    curve = []
-    for s, t in curve_points:
-        rest = t - (0.0 if no_latency else latency) - fixed
-        eff = 1.0 if rest <= 0 else min(1.0, link_bytes(s) / (bw * rest))
-        curve.append([s, max(round(eff, ROUND_EFFICIENCY), 10.0**-ROUND_EFFICIENCY)])
+    curve = _inverted(curve_points, factor, bw, (0.0 if no_latency else latency) + fixed)
     bytes_words = ("(1 + 1/n) S" if nvls else "S" if log.collective == "sendrecv"
                    else f"{'2' if reduce else ''}(n-1)/n S")
     latency_words = "" if no_latency else "latency - "
@@ -208,7 +234,7 @@ def fit_scale_up(log: NcclTestsLog, topology: TopologySpec, topology_name: str) 
         ring = []
         for s, t in curve_points:
             rest = t - latency - ring_fixed
-            needed = ring_bytes(s) / (bw * rest) if rest > 0 else math.inf
+            needed = share * s / (bw * rest) if rest > 0 else math.inf
             ring.append([s, round(min(up.link.efficiency(s), needed), ROUND_EFFICIENCY)])
         values.append(CalibratedValue(
             "efficiency_by_size_bytes", ring,
@@ -240,13 +266,10 @@ def fit_own_curve(log: NcclTestsLog, topology: TopologySpec, topology_name: str)
     hop = 2 * up.link.latency_s
     alltoall = log.collective == "alltoall"
     ring = log.collective in ("all_gather", "reduce_scatter")
-    fixed = (n - 1) * hop + up.collective_latency_s if ring else hop + (up.collective_latency_s if alltoall else 0.0)
-    share = (n - 1) / n if alltoall or ring else 1.0
-    curve = []
-    for s, t in curve_points:
-        rest = t - fixed
-        eff = 1.0 if rest <= 0 else min(1.0, share * s / (bw * rest))
-        curve.append([s, max(round(eff, ROUND_EFFICIENCY), 10.0**-ROUND_EFFICIENCY)])
+    hops, share = _one_node_model(log.collective, n)
+    # sendrecv is priced as a ring exchange: its route's latency, no collective latency
+    fixed = hops * hop + (0.0 if log.collective == "sendrecv" else up.collective_latency_s)
+    curve = _inverted(curve_points, share, bw, fixed)
     if ring:
         latency_words = (f"{topology_name}'s collective latency {up.collective_latency_s * 1e6:g} us and {n - 1} hops "
                          f"of {hop * 1e6:g} us")

@@ -655,9 +655,7 @@ def _own_ring_curve(fabric: Fabric, kind: CollectiveKind, groups: list[tuple[int
     all-reduce log calibrates."""
     curve = fabric.all_gather_efficiency if kind is CollectiveKind.ALL_GATHER else \
         fabric.reduce_scatter_efficiency if kind is CollectiveKind.REDUCE_SCATTER else None
-    if curve is None or not all(fabric.same_domain(g) for g in groups):
-        return None
-    return curve
+    return curve if all(_own_curve(fabric, curve, g) for g in groups) else None
 
 
 def _own_curve(fabric: Fabric, curve: EfficiencyCurve | None, group: tuple[int, ...]) -> EfficiencyCurve | None:
