@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.types import LossKind, RecomputeKind, ScheduleKind
+from sim.types import LossKind, NormKind, RecomputeKind, ScheduleKind
 from sim.units import byte_count
 from sim.workload.context_parallel import cp_transient_bytes
 from sim.workload.kernels import KernelsSpec
@@ -234,9 +234,10 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
 
 def _eager_torchtitan(model: ModelSpec, kernels: KernelsSpec, moe: bool) -> bool:
     """Whether the layer is torchtitan's Llama layer run eagerly (no ``torch.compile``: each
-    norm, rotary and SwiGLU op its own kernel and its own saved tensors)."""
+    norm, rotary and SwiGLU op its own kernel and its own saved tensors): eager, gated, RMSNorm
+    or a norm not stated."""
     return (not kernels.fused_elementwise and model.gated_mlp and kernels.flash_attention and not moe
-            and not model.is_mla)
+            and not model.is_mla and model.norm is not NormKind.LAYERNORM)
 
 
 def eager_layer_bytes(model: ModelSpec, parallel: ParallelSpec) -> tuple[float, float]:

@@ -131,6 +131,18 @@ class AttentionKernel(str, Enum):
     backend priority puts FlashAttention first, cuDNN after)."""
 
 
+class NormKind(str, Enum):
+    """A model's normalization (``model.normalization``), which decides its eager kernels
+    (:mod:`sim.workload.eager`)."""
+
+    LAYERNORM = "layernorm"
+    """LayerNorm (GPT, MPT; Megatron-LM's default ``--normalization LayerNorm``): eagerly, ATen's
+    native ``layer_norm``, one kernel forward."""
+    RMSNORM = "rmsnorm"
+    """RMSNorm (Llama): eagerly, the tensor code Llama implementations write (torchtitan's
+    ``RMSNorm._norm``), one kernel per op."""
+
+
 class LossKind(str, Enum):
     """How the cross entropy over the vocabulary is computed, which decides its memory."""
 

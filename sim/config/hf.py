@@ -20,7 +20,10 @@ expert width ``moe_intermediate_size`` (Mixtral: ``intermediate_size``),
 ``intermediate_size``). Multi-head latent attention, where present (DeepSeek-V2/V3):
 ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``.
 
-Keys this module does not use (``rope_theta``, ``rms_norm_eps``, ...) are ignored.
+The normalization and position embedding, which decide eager PyTorch's kernels
+(:mod:`sim.workload.eager`): a Llama-style config with ``rms_norm_eps`` is RMSNorm
+(``LlamaRMSNorm``) and one with ``rope_theta`` rotary; a GPT-2 config is LayerNorm with learned
+positions (``GPT2Model``'s ``ln_1``/``ln_2`` and ``wpe``). Other keys are ignored.
 """
 
 from __future__ import annotations
@@ -84,7 +87,8 @@ def read_hf_config(path: Path) -> dict[str, object]:
         Keys ``name``, ``num_layers``, ``hidden_size``, ``num_attention_heads``,
         ``num_kv_heads``, ``ffn_hidden_size``, ``vocab_size``, ``gated_mlp``,
         ``tied_embeddings``, ``activation`` and, where the file has them, ``seq_length``
-        (from ``max_position_embeddings`` / ``n_positions``) and ``head_dim``.
+        (from ``max_position_embeddings`` / ``n_positions``), ``head_dim``, ``normalization``
+        and ``position_embedding``.
 
     Raises
     ------
@@ -99,7 +103,21 @@ def read_hf_config(path: Path) -> dict[str, object]:
         fields = _llama_fields(cfg, path)
     name = cfg.get("_name_or_path")
     fields["name"] = name if isinstance(name, str) and name else path.stem
+    fields.update(_norm_and_positions(cfg))
     return fields
+
+
+def _norm_and_positions(cfg: dict[str, object]) -> dict[str, object]:
+    """``normalization`` and ``position_embedding`` where the config says them (module
+    docstring)."""
+    if "n_embd" in cfg or cfg.get("model_type") == "gpt2":
+        return {"normalization": "layernorm", "position_embedding": "learned_absolute"}
+    out: dict[str, object] = {}
+    if "rms_norm_eps" in cfg:
+        out["normalization"] = "rmsnorm"
+    if "rope_theta" in cfg:
+        out["position_embedding"] = "rope"
+    return out
 
 
 def _load_json(path: Path) -> dict[str, object]:

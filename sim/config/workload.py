@@ -66,6 +66,7 @@ from sim.types import (
     AttentionKernel,
     CpCommType,
     Dtype,
+    NormKind,
     ScalingRecipe,
     ScheduleKind,
     parse_enum,
@@ -452,10 +453,40 @@ def build_model(raw: object, path: str, base: Path, stack: Stack | None, notes: 
             tied_embeddings=notes.fill("model.tied_embeddings", False, "assumed untied: output "
                                        "layer counted apart") if tied is None else tied,
             head_dim=f.integer("head_dim") or 0,
+            norm=_norm(f),
+            rotary=_rotary(f),
             **_moe_fields(f),
             **{k: f.integer(k) or 0 for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                                                "qk_rope_head_dim", "v_head_dim")},
         )
+
+
+_NORMS = {"layernorm": NormKind.LAYERNORM, "low_precision_layernorm": NormKind.LAYERNORM,
+          "rmsnorm": NormKind.RMSNORM}
+"""``model.normalization`` values (any case): llm-foundry's ``low_precision_layernorm`` is
+LayerNorm run in 16 bits (``llmfoundry/models/layers/norm.py``)."""
+_POSITIONS = ("rope", "mrope", "learned_absolute", "relative", "alibi", "none")
+"""``model.position_embedding`` values (any case); the first two are rotary."""
+
+
+def _norm(f: Fields) -> NormKind | None:
+    """The model's normalization (None: not stated)."""
+    text = f.text("normalization")
+    if text is None:
+        return None
+    if text.lower() not in _NORMS:
+        raise f.error("normalization", f"one of {', '.join(_NORMS)}, or null", text)
+    return _NORMS[text.lower()]
+
+
+def _rotary(f: Fields) -> bool | None:
+    """Whether the model's position embedding is rotary (None: not stated)."""
+    text = f.text("position_embedding")
+    if text is None:
+        return None
+    if text.lower() not in _POSITIONS:
+        raise f.error("position_embedding", f"one of {', '.join(_POSITIONS)}, or null", text)
+    return text.lower() in ("rope", "mrope")
 
 
 def _moe_fields(f: Fields) -> dict:

@@ -27,7 +27,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from sim.types import CollectiveKind, CommClass, CommKernel, Dtype, MemoryAccess, OpKind, ScalingRecipe, Stream
+from sim.types import (
+    CollectiveKind,
+    CommClass,
+    CommKernel,
+    Dtype,
+    MemoryAccess,
+    NormKind,
+    OpKind,
+    ScalingRecipe,
+    Stream,
+)
 from sim.workload import eager as eager_kernels
 from sim.workload import nongemm
 from sim.workload.context_parallel import cp_attention
@@ -257,17 +267,28 @@ class LayerBuilder:
         """Eager PyTorch's kernels (:mod:`sim.workload.eager`) as steps."""
         return [self.compute(name, self.mem(kind, nbytes, access)) for name, nbytes, access in ks]
 
+    @property
+    def eager_rmsnorm(self) -> bool:
+        """Whether the norms run as eager RMSNorm tensor code (:mod:`sim.workload.eager`): eager
+        PyTorch and a model not stated to use LayerNorm. Eager LayerNorm is ATen's native
+        ``layer_norm`` (``aten/src/ATen/native/cuda/layer_norm_kernel.cu``: one
+        ``vectorized_layer_norm_kernel`` forward; its backward the input-gradient and
+        gamma/beta-gradient kernels), priced as the fused norm."""
+        return self.eager and self.model.norm is not NormKind.LAYERNORM
+
     def norm_forward(self, name: str, tokens: int | None = None) -> list[Step]:
-        """A norm's forward: one fused kernel, or torchtitan's eager RMSNorm."""
+        """A norm's forward: one fused kernel (or eager LayerNorm's one), or torchtitan's eager
+        RMSNorm."""
         tokens = self.Tn if tokens is None else tokens
-        if self.eager:
+        if self.eager_rmsnorm:
             return self.kernels(OpKind.NORM, eager_kernels.rmsnorm_forward(name, tokens, self.h))
         return [self.compute(name, self.norm_op)]
 
     def norm_backward(self, name: str, tokens: int | None = None) -> list[Step]:
-        """A norm's backward: one fused kernel, or torchtitan's eager RMSNorm's."""
+        """A norm's backward: one fused kernel (or eager LayerNorm's), or torchtitan's eager
+        RMSNorm's."""
         tokens = self.Tn if tokens is None else tokens
-        if self.eager:
+        if self.eager_rmsnorm:
             return self.kernels(OpKind.NORM, eager_kernels.rmsnorm_backward(name, tokens, self.h))
         return [self.compute(name, self.norm_bwd_op)]
 
@@ -389,15 +410,17 @@ class LayerBuilder:
                                                                     T * f // t * e * self.fill * br))])
 
     def rope(self) -> tuple[list[Step], list[Step]]:
-        """Eager only: the rotary embedding of q and k and the K/V heads repeated for SDPA
-        (the compiled rotary kernel is not priced, as for every framework)."""
+        """Eager only: the rotary embedding of q and k (unless the model is stated to have
+        another position embedding) and the K/V heads repeated for SDPA (the compiled rotary
+        kernel is not priced, as for every framework)."""
         if not self.eager or self.model.is_mla:
             return [], []
         T, q_w, kv_w = self.T, self.q // self.t, self.kv_heads * self.model.head_dim
-        return (self.kernels(OpKind.ELEMENTWISE, eager_kernels.rope_forward(T, q_w, kv_w) +
-                             eager_kernels.repeat_kv_forward(T, q_w, kv_w)),
-                self.kernels(OpKind.ELEMENTWISE, eager_kernels.repeat_kv_backward(T, q_w, kv_w) +
-                             eager_kernels.rope_backward(T, q_w, kv_w)))
+        rotary = self.model.rotary is not False
+        rope_fwd = eager_kernels.rope_forward(T, q_w, kv_w) if rotary else []
+        rope_bwd = eager_kernels.rope_backward(T, q_w, kv_w) if rotary else []
+        return (self.kernels(OpKind.ELEMENTWISE, rope_fwd + eager_kernels.repeat_kv_forward(T, q_w, kv_w)),
+                self.kernels(OpKind.ELEMENTWISE, eager_kernels.repeat_kv_backward(T, q_w, kv_w) + rope_bwd))
 
     def forward(self, attn_fwd: list[Step], proj_in: list[Step]) -> list[Step]:
         """A dense layer's forward. The TP collectives carry the Transformer Engine GEMM they

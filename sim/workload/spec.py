@@ -20,6 +20,7 @@ from sim.types import (
     SIMULATED_DTYPES,
     CpCommType,
     Dtype,
+    NormKind,
     RecomputeKind,
     ScalingRecipe,
     ScheduleKind,
@@ -140,6 +141,10 @@ class ModelSpec:
     ``qk_rope_head_dim`` rotary key; query/key heads are ``qk_nope_head_dim + qk_rope_head_dim``
     wide, value heads ``v_head_dim``. The attention kernel's ``head_dim`` is then the mean of
     the two, which gives its FLOPs exactly.
+
+    ``norm`` and ``rotary`` (``model.normalization``, ``model.position_embedding``; None: not
+    stated) decide only the kernels of eager PyTorch (:mod:`sim.workload.eager`): fused kernels
+    cost the same for every normalization, and no fused rotary kernel is priced.
     """
 
     name: str
@@ -164,6 +169,8 @@ class ModelSpec:
     qk_nope_head_dim: int = 0
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
+    norm: NormKind | None = None
+    rotary: bool | None = None
 
     def __post_init__(self) -> None:
         for f in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",

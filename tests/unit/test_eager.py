@@ -125,3 +125,63 @@ def test_torchtitan_float8_is_dynamically_scaled():
     w = load_workload(TITAN, case="torchtitan_h100_t1_llama31_8b_8gpu_FSDP_torchcompile_Float8")
     assert w.scaling is ScalingRecipe.CURRENT
     assert load_workload("tiny", ["dtype=fp8", "system.gpu=H100-SXM5-80GB"]).scaling is ScalingRecipe.DELAYED
+
+
+def _eager(w, **model_changes):
+    model = dataclasses.replace(w.model, **model_changes)
+    return dataclasses.replace(w, model=model, kernels=dataclasses.replace(w.kernels, fused_elementwise=False))
+
+
+def test_eager_layernorm_is_atens_one_kernel_and_only_rotary_models_pay_rope():
+    """Eager LayerNorm is ATen's native layer_norm, one kernel priced as the fused norm; only an
+    RMSNorm (or unstated) model runs torchtitan's eight-kernel tensor code. The rotary kernels
+    belong to rotary models: a model stated with learned or ALiBi positions has none, and the
+    K/V repeat of GQA stays."""
+    from sim.types import NormKind
+    w = _gated(make_workload(seq=512, hidden=1024, heads=16), kv_heads=4)
+    T, q, kv = 512, 1024, 256
+    fused = layer_ops(w.model, w.parallel, w.dtype, (0,), kernels=w.kernels)
+    rms = _eager(w, norm=NormKind.RMSNORM, rotary=True)
+    ln = _eager(w, norm=NormKind.LAYERNORM, rotary=True)
+    unstated = _eager(w)
+    built = {name: layer_ops(x.model, x.parallel, x.dtype, (0,), kernels=x.kernels)
+             for name, x in (("rms", rms), ("ln", ln), ("unstated", unstated))}
+    norms = lambda steps: [st for st in steps if "norm" in st.name]  # noqa: E731
+    for phase in ("layer_fwd", "layer_bwd"):
+        f_n, r_n, l_n = (norms(getattr(x, phase)) for x in (fused, built["rms"], built["ln"]))
+        assert _mem(l_n) == _mem(f_n) and len(r_n) > len(l_n)
+        assert _mem(getattr(built["unstated"], phase)) == _mem(getattr(built["rms"], phase))
+    no_rope = _eager(w, norm=NormKind.RMSNORM, rotary=False)
+    plain = layer_ops(no_rope.model, no_rope.parallel, no_rope.dtype, (0,), kernels=no_rope.kernels)
+    (n_r, b_r), (n_p, b_p) = _mem(built["rms"].layer_fwd), _mem(plain.layer_fwd)
+    assert (n_r - n_p, b_r - b_p) == (6, pytest.approx(T * (q + kv) * 20))
+    assert any(st.name == "repeat-kv-k" for st in plain.layer_fwd)
+
+
+@pytest.mark.parametrize("field, value, expected", [
+    ("normalization", "LayerNorm", "layernorm"), ("normalization", "low_precision_layernorm", "layernorm"),
+    ("normalization", "RMSNorm", "rmsnorm"), ("position_embedding", "alibi", False),
+    ("position_embedding", "rope", True), ("position_embedding", "learned_absolute", False),
+])
+def test_the_model_states_its_norm_and_position_embedding(tmp_path, field, value, expected):
+    import yaml
+    doc = yaml.safe_load(Path("workloads/tiny.yaml").read_text())
+    doc["model"][field] = value
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    model = load_workload(str(path)).model
+    got = model.norm.value if field == "normalization" else model.rotary
+    assert got == expected
+
+
+def test_an_unknown_normalization_is_one_line_naming_the_field(tmp_path, capsys):
+    import yaml
+
+    from sim.cli import main
+    doc = yaml.safe_load(Path("workloads/tiny.yaml").read_text())
+    doc["model"]["normalization"] = "batchnorm"
+    path = tmp_path / "w.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["run", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(path) in err[0] and "model.normalization" in err[0] and "batchnorm" in err[0]

@@ -143,7 +143,7 @@ def test_mixtral_preset_runs():
 
 def _deepseek_fields(**over):
     fields = read_hf_config(HF / "deepseek-v3.json")
-    for k in ("name", "activation", "seq_length"):
+    for k in ("name", "activation", "seq_length", "normalization", "position_embedding"):
         fields.pop(k)
     fields.update(over)
     return fields

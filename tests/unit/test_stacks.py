@@ -8,17 +8,18 @@ from __future__ import annotations
 import dataclasses
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import yaml
 
 from sim.cli import main
-from sim.config import load_workload_with_notes
+from sim.config import load_workload, load_workload_with_notes
 from sim.config.presets import preset_folder
 from sim.config.stack import SETTINGS
 from sim.config.stacks import STACKS, choose_stack, load_stack, shipped_stacks
 from sim.errors import ConfigError
-from sim.types import AttentionKernel, ZeroImpl
+from sim.types import AdamImpl, AttentionKernel, NormKind, StepPass, ZeroImpl
 
 
 def _case(framework: str | None = "Megatron-Core", **top) -> dict:
@@ -78,6 +79,8 @@ def test_every_date_has_exactly_one_fallback():
     ("NeMo 26.04.01 container / Megatron-Bridge (Megatron-Core)", "megatron-bridge"),
     ("Megatron-DeepSpeed (DeepSpeed 0.3.16)", "deepspeed-zero3"),
     ("Megatron-LM (launch arguments)", "megatron-core"),
+    ("MosaicML llm-foundry v0.4.0 (Composer, PyTorch FSDP)", "llm-foundry"),
+    ("Composer 0.17 + FSDP", "llm-foundry"),
 ])
 def test_a_framework_text_picks_the_most_specific_stack_it_matches(framework, name):
     choice = choose_stack(framework)
@@ -403,3 +406,26 @@ def test_a_null_global_batch_is_the_recipes(tmp_path):
     assert gbs == 4 and "one micro-batch" in notes[0]
     gbs, _ = filled("NeMo 24.03.01 (Megatron-Core)", global_batch_size=16)  # a given batch stands
     assert gbs == 16
+
+
+def test_llm_foundry_runs_fsdp_with_eager_modules(tmp_path):
+    """A case of llm-foundry's trains as its configurations do: FSDP full sharding (ZeRO-3) with
+    16-bit gradient reduction (mixed precision PURE), eager kernels with ATen's one-kernel
+    LayerNorm, FlashAttention-2, PyTorch's foreach-pass Adam and a clipped gradient norm; under
+    the fallback (current Megatron-Core) the same case would run fused kernels and cuDNN."""
+    import yaml
+    doc = yaml.safe_load(Path("workloads/tiny.yaml").read_text())
+    doc["model"].update(normalization="layernorm", position_embedding="alibi")
+    doc["parallel"] = {k: v for k, v in doc["parallel"].items() if k not in ("zero_stage", "distributed_optimizer")}
+    doc["framework"] = "MosaicML llm-foundry (Composer)"
+    doc["system"]["gpu"] = "H100-SXM5-80GB"
+    path = tmp_path / "foundry.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    w = load_workload(str(path))
+    k = w.kernels
+    assert w.parallel.zero_stage == 3 and not k.grad_reduce_in_fp32 and not k.fused_elementwise
+    assert k.attention_kernel is AttentionKernel.FLASH2 and k.adam_impl is AdamImpl.FOREACH
+    assert k.step_passes == frozenset({StepPass.CLIP_GRAD_NORM})
+    assert w.model.norm is NormKind.LAYERNORM and w.model.rotary is False
+    megatron = load_workload(str(path), ["stack=megatron-core", "parallel.zero_stage=3"])
+    assert megatron.kernels.fused_elementwise and megatron.kernels.attention_kernel is AttentionKernel.VENDOR
