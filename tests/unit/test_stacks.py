@@ -19,7 +19,7 @@ from sim.config.presets import preset_folder
 from sim.config.stack import SETTINGS
 from sim.config.stacks import STACKS, choose_stack, load_stack, shipped_stacks
 from sim.errors import ConfigError
-from sim.types import AdamImpl, AttentionKernel, NormKind, StepPass, ZeroImpl
+from sim.types import AdamImpl, AttentionKernel, LossKind, NormKind, StepPass, ZeroImpl
 
 
 def _case(framework: str | None = "Megatron-Core", **top) -> dict:
@@ -81,6 +81,8 @@ def test_every_date_has_exactly_one_fallback():
     ("Megatron-LM (launch arguments)", "megatron-core"),
     ("MosaicML llm-foundry v0.4.0 (Composer, PyTorch FSDP)", "llm-foundry"),
     ("Composer 0.17 + FSDP", "llm-foundry"),
+    ("Hugging Face Transformers Trainer, Accelerate FSDP", "pytorch-fsdp"),
+    ("PyTorch FSDP (2024)", "pytorch-fsdp"),
 ])
 def test_a_framework_text_picks_the_most_specific_stack_it_matches(framework, name):
     choice = choose_stack(framework)
@@ -429,3 +431,25 @@ def test_llm_foundry_runs_fsdp_with_eager_modules(tmp_path):
     assert w.model.norm is NormKind.LAYERNORM and w.model.rotary is False
     megatron = load_workload(str(path), ["stack=megatron-core", "parallel.zero_stage=3"])
     assert megatron.kernels.fused_elementwise and megatron.kernels.attention_kernel is AttentionKernel.VENDOR
+
+
+def test_a_hugging_face_fsdp_case_runs_eager_with_16_bit_reduction_and_llm_foundry_is_more_specific(tmp_path):
+    """Transformers/Accelerate FSDP: full sharding, bf16 gradient reduction, eager kernels,
+    FlashAttention-2 through SDPA, fp32 logits into PyTorch's cross entropy, foreach Adam. A text
+    naming llm-foundry and PyTorch FSDP matches both, and llm-foundry, which extends
+    pytorch-fsdp, wins."""
+    doc = yaml.safe_load(Path("workloads/llama3-8b-h100.yaml").read_text())
+    doc["parallel"] = {k: v for k, v in doc["parallel"].items()
+                       if k not in ("zero_stage", "distributed_optimizer", "micro_batch_size")}
+    doc["framework"] = "Hugging Face Transformers Trainer with Accelerate FSDP (2024)"
+    path = tmp_path / "hf.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    w, notes = load_workload_with_notes(str(path))
+    k = w.kernels
+    assert w.parallel.zero_stage == 3 and not k.grad_reduce_in_fp32 and not k.fused_elementwise
+    assert k.attention_kernel is AttentionKernel.FLASH2 and k.cross_entropy is LossKind.TORCH_FP32
+    assert k.adam_impl is AdamImpl.FOREACH and w.model.norm is NormKind.RMSNORM
+    assert w.parallel.micro_batch_size == w.parallel.global_batch_size // w.parallel.dp
+    assert any("stack: null -> pytorch-fsdp" in n for n in notes)
+    choice = choose_stack("MosaicML llm-foundry (Composer, PyTorch FSDP)")
+    assert choice.stack.name == "llm-foundry" and "pytorch-fsdp" in choice.why
