@@ -14,6 +14,7 @@ A calibration file is YAML::
       nic_bandwidth_Gbps: 400
       latency_us: {value: 27.54, source: "2node.log: ..."}
       efficiency_by_size_bytes: {value: [[1048576, 0.0357], ...], source: "2node.log: ..."}
+      alltoall_efficiency_by_size_bytes: {...}   # alltoall_, all_gather_, reduce_scatter_ (between nodes)
     logs: [...]                   # what was read: which log calibrated what, which are checks, which not used and why
     check: [...]                  # each log's bus bandwidth and the topology's before and after, size by size
     factors:                      # llmsim calibrate --runs (sim.costs.factors)
@@ -69,7 +70,8 @@ _CURVES = ("efficiency_by_size_bytes", "nvls_efficiency_by_size_bytes", "alltoal
            "reduce_scatter_efficiency_by_size_bytes")
 _UP_KEYS = ("bandwidth_GBps", "collective_latency_us") + _CURVES
 _OUT_KEYS = ("nics_per_node", "nic_bandwidth_Gbps", "latency_us", "efficiency_by_size_bytes",
-             "alltoall_efficiency_by_size_bytes")
+             "alltoall_efficiency_by_size_bytes", "all_gather_efficiency_by_size_bytes",
+             "reduce_scatter_efficiency_by_size_bytes")
 
 
 @dataclass(frozen=True)

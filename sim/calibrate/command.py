@@ -44,7 +44,7 @@ from sim.calibrate.runs import (
     predict,
     read_runs,
 )
-from sim.calibrate.scale_out import fit_alltoall_curve, fit_scale_out
+from sim.calibrate.scale_out import BETWEEN_CURVES, fit_between_curve, fit_scale_out
 from sim.calibrate.scale_up import CURVE_FROM_BYTES, OWN_CURVES, CalibratedValue, fit_own_curve, fit_scale_up
 from sim.config import default_topology_name, load_topology
 from sim.costs.factors import CalibrationFactors, KernelCurves
@@ -116,8 +116,9 @@ def calibrate(logs: Sequence[str] | None, topology: str | None, output: str, run
 
 UP_CURVES = frozenset(f"{c}_curve" for c in OWN_CURVES)
 """The roles of one-node logs that keep a curve of their own (:func:`_roles`)."""
-OUT_CURVE = "alltoall_scale_out_curve"
-"""The role of the all-to-all log across nodes that keeps a curve of its own between nodes."""
+OUT_CURVES = {f"{c}_scale_out_curve": c for c in BETWEEN_CURVES}
+"""The roles of logs across nodes that keep a curve of their own between nodes, and their
+collective (:data:`~sim.calibrate.scale_out.BETWEEN_CURVES`)."""
 
 CALIBRATING = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv")
 """The tests whose logs calibrate, in the order preferred: an all-reduce where one is given,
@@ -131,9 +132,10 @@ def _roles(parsed: list[NcclTestsLog]) -> tuple[list[str | None], list[str | Non
     :data:`CALIBRATING` test given), ``scale_out`` (the same across nodes), ``alltoall_curve``,
     ``sendrecv_curve``, ``all_gather_curve`` and ``reduce_scatter_curve`` (the first one-node log
     of that test beside a scale-up log of another: its own curve,
-    :func:`~sim.calibrate.scale_up.fit_own_curve`), ``alltoall_scale_out_curve`` (the first
-    all-to-all log across nodes beside a scale-out log of another test: its own curve between
-    nodes, :func:`~sim.calibrate.scale_out.fit_alltoall_curve`), ``check`` (any other log of a
+    :func:`~sim.calibrate.scale_up.fit_own_curve`), ``alltoall_scale_out_curve``,
+    ``all_gather_scale_out_curve`` and ``reduce_scatter_scale_out_curve`` (the first log across
+    nodes of that test beside a scale-out log of another: its own curve between nodes,
+    :func:`~sim.calibrate.scale_out.fit_between_curve`), ``check`` (any other log of a
     collective the simulator prices), or None with the reason it is not used."""
     taken: dict[str, int] = {}
     for test in CALIBRATING:
@@ -146,10 +148,11 @@ def _roles(parsed: list[NcclTestsLog]) -> tuple[list[str | None], list[str | Non
         if log.nodes == 1 and log.collective in OWN_CURVES and own not in taken and "scale_up" in taken \
                 and i != taken["scale_up"] and parsed[taken["scale_up"]].collective != log.collective:
             taken[own] = i
-    for i, log in enumerate(parsed):  # beside the scale-out log: the all-to-all's own curve between nodes
-        if log.nodes > 1 and log.collective == "alltoall" and OUT_CURVE not in taken and "scale_out" in taken \
-                and parsed[taken["scale_out"]].collective != "alltoall":
-            taken[OUT_CURVE] = i
+    for i, log in enumerate(parsed):  # beside the scale-out log: a collective's own curve between nodes
+        own = f"{log.collective}_scale_out_curve"
+        if log.nodes > 1 and own in OUT_CURVES and own not in taken and "scale_out" in taken \
+                and parsed[taken["scale_out"]].collective != log.collective:
+            taken[own] = i
     roles: list[str | None] = []
     whys: list[str | None] = []
     for i, log in enumerate(parsed):
@@ -172,6 +175,8 @@ ROLE_WORDS = {"scale_up": "calibrates the scale-up curves", "scale_out": "calibr
               "all_gather_curve": "calibrates the all-gather's own curve",
               "reduce_scatter_curve": "calibrates the reduce-scatter's own curve",
               "alltoall_scale_out_curve": "calibrates the all-to-all's own curve between nodes",
+              "all_gather_scale_out_curve": "calibrates the all-gather's own curve between nodes",
+              "reduce_scatter_scale_out_curve": "calibrates the reduce-scatter's own curve between nodes",
               "check": "a check: priced on the topology, not fitted"}
 
 
@@ -214,9 +219,9 @@ def _calibrate_logs(logs: Sequence[str], topology: str | None, output: str) -> t
         out = fit_scale_out(out_log, name, cal.overrides())
         cal = dataclasses.replace(cal, scale_out=out.values, nics_per_node=out.nics_per_node,
                                   nic_bandwidth_Gbps=out.nic_bandwidth_Gbps)
-        a2a = next((g for g, r in zip(parsed, roles) if r == OUT_CURVE), None)
-        if a2a is not None:
-            cal = dataclasses.replace(cal, scale_out=cal.scale_out + (fit_alltoall_curve(a2a, name, cal.overrides()),))
+        on_nics = cal.overrides()
+        own = tuple(fit_between_curve(g, name, on_nics) for g, r in zip(parsed, roles) if r in OUT_CURVES)
+        cal = dataclasses.replace(cal, scale_out=cal.scale_out + own)
     calibrated = calibrated_topology(output, name, cal=cal)
     rows = []
     for log, role in zip(parsed, roles):

@@ -53,8 +53,8 @@ from sim.studies.collective import bus_factor
 from sim.topology.spec import FAT_TREE_KINDS, TopologySpec
 from sim.units import GBIT_PER_S
 
-__all__ = ["ALLTOALL_BISECTIONS", "BISECTIONS", "FLAT", "MIN_EFFICIENCY", "ScaleOutFit", "fit_alltoall_curve",
-           "fit_scale_out"]
+__all__ = ["BETWEEN_BISECTIONS", "BETWEEN_CURVES", "BISECTIONS", "FLAT", "MIN_EFFICIENCY", "ScaleOutFit",
+           "fit_between_curve", "fit_scale_out"]
 
 MIN_EFFICIENCY = 10.0**-ROUND_EFFICIENCY
 """The smallest efficiency a point may have (the precision it is written with)."""
@@ -64,9 +64,10 @@ log's time (0.1%): the point is then the efficiency nearest the topology's own w
 BISECTIONS = 24
 """Bisection steps for each efficiency (to 2^-24 of the bracket, well under the 0.01% it is
 written with) and for the latency."""
-ALLTOALL_BISECTIONS = 16
-"""Bisection steps for each point of an all-to-all's own curve between nodes (to 2^-16 of (0, 1],
-under the half of 0.01% it is rounded to: each step prices every pair of the log's ranks)."""
+BETWEEN_BISECTIONS = 16
+"""Bisection steps for each point of a collective's own curve between nodes (to 2^-16 of (0, 1],
+under the half of 0.01% it is rounded to: each step of an all-to-all's prices every pair of the
+log's ranks)."""
 
 
 def _why_faster(nvlink_bound: bool, scale_up_calibrated: Sequence[str]) -> str:
@@ -213,15 +214,23 @@ def fit_scale_out(log: NcclTestsLog, name: str, overrides: Sequence[str] = ()) -
     return ScaleOutFit(values, out.nics_per_node, out.nic.bandwidth_bytes_per_s / GBIT_PER_S)
 
 
-def fit_alltoall_curve(log: NcclTestsLog, name: str, overrides: Sequence[str]) -> CalibratedValue:
-    """The all-to-all's own scale-out curve (``scale_out.alltoall_efficiency_by_size_bytes``) from
-    ``log``, an ``alltoall_perf`` across nodes given beside another collective's log that
-    calibrated the NICs (``overrides``: the calibration so far, its NIC latency among them): at
-    each size from :data:`~sim.calibrate.scale_up.CURVE_FROM_BYTES` up, the efficiency at which
-    the topology prices the all-to-all, its sends between nodes at that efficiency of the NICs and
-    those inside a node on NVLink as before, at the measured time; found by bisection on (0, 1]
-    (the time falls as it rises). A size slower than the topology allows even at efficiency 1 is
-    kept at 1 and shows in the check.
+BETWEEN_CURVES = {"alltoall": "alltoall_efficiency_by_size_bytes",
+                  "all_gather": "all_gather_efficiency_by_size_bytes",
+                  "reduce_scatter": "reduce_scatter_efficiency_by_size_bytes"}
+"""The collectives that keep a curve of their own between nodes, and its ``scale_out`` key."""
+
+
+def fit_between_curve(log: NcclTestsLog, name: str, overrides: Sequence[str]) -> CalibratedValue:
+    """A collective's own scale-out curve (``scale_out.alltoall_efficiency_by_size_bytes``, or
+    ``all_gather_``, ``reduce_scatter_``: :data:`BETWEEN_CURVES`) from ``log``, an
+    ``alltoall_perf``, ``all_gather_perf`` or ``reduce_scatter_perf`` across nodes given beside
+    another collective's log that calibrated the NICs (``overrides``: the calibration so far, its
+    NIC latency among them): at each size from :data:`~sim.calibrate.scale_up.CURVE_FROM_BYTES`
+    up, the efficiency at which the topology prices the collective, its sends (an all-to-all's)
+    or ring hops (an all-gather's, a reduce-scatter's) between nodes at that efficiency of the
+    NICs and those inside a node on NVLink as before, at the measured time; found by bisection
+    on (0, 1] (the time falls as it rises). A size slower than the topology allows even at
+    efficiency 1 is kept at 1 and shows in the check.
 
     Raises
     ------
@@ -232,12 +241,13 @@ def fit_alltoall_curve(log: NcclTestsLog, name: str, overrides: Sequence[str]) -
     base = load_topology(name, overrides)
     where = placement(log, base, name)
     kind = PRICED[log.collective]
+    key = BETWEEN_CURVES[log.collective]
     excluded = excluded_algorithms(log.nccl_algo, log.path)
     _, curve_points = log_points(log)
 
     def at(size: int, e: float) -> float:
         curve = f"[[{CURVE_FROM_BYTES}, {e:.8f}], [{2**50}, {e:.8f}]]"
-        topo = load_topology(name, [*overrides, f"scale_out.alltoall_efficiency_by_size_bytes={curve}"])
+        topo = load_topology(name, [*overrides, f"scale_out.{key}={curve}"])
         return price_time_s(kind, size, where, topo, excluded)
 
     def efficiency(size: int, t: float) -> float:
@@ -245,14 +255,15 @@ def fit_alltoall_curve(log: NcclTestsLog, name: str, overrides: Sequence[str]) -
             return 1.0
         if at(size, MIN_EFFICIENCY) <= t:
             return MIN_EFFICIENCY
-        return _bisect(lambda x: at(size, x) <= t, MIN_EFFICIENCY, 1.0, ALLTOALL_BISECTIONS)
+        return _bisect(lambda x: at(size, x) <= t, MIN_EFFICIENCY, 1.0, BETWEEN_BISECTIONS)
 
     curve = [[s, min(1.0, max(round(efficiency(s, t), ROUND_EFFICIENCY), MIN_EFFICIENCY))] for s, t in curve_points]
     out = base.scale_out
     nics = f"{out.nics_per_node} x {out.nic.bandwidth_bytes_per_s / GBIT_PER_S:g} Gb/s NICs per node"
-    return CalibratedValue("alltoall_efficiency_by_size_bytes", curve, (
-        f"{log.name}: alltoall_perf over {log.ranks} GPUs on {log.nodes} nodes"
+    what = "sends" if log.collective == "alltoall" else "ring hops"
+    return CalibratedValue(key, curve, (
+        f"{log.name}: {log.collective}_perf over {log.ranks} GPUs on {log.nodes} nodes"
         + (f" (NCCL {log.nccl_version})" if log.nccl_version else "")
-        + f": at each size from {size_words(CURVE_FROM_BYTES)} up, the efficiency (of {nics}) of its sends "
-        f"between nodes at which {name}, as calibrated, prices the all-to-all (llmsim collective) at the measured "
-        "time t, the faster of out-of-place and in-place, found by bisection"))
+        + f": at each size from {size_words(CURVE_FROM_BYTES)} up, the efficiency (of {nics}) of its {what} "
+        f"between nodes at which {name}, as calibrated, prices the {log.collective.replace('_', '-')} (llmsim "
+        "collective) at the measured time t, the faster of out-of-place and in-place, found by bisection"))

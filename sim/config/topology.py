@@ -44,7 +44,8 @@ _TREE_KEYS = ("nodes_per_leaf", "switch_latency_us", "oversubscription", "planes
 _TORUS_KEYS = ("dims", "link_bandwidth_Gbps", "link_latency_us")
 _DRAGONFLY_KEYS = ("groups", "routers_per_group", "nodes_per_router", "global_links_per_router",
                    "local_bandwidth_Gbps", "local_latency_us", "global_bandwidth_Gbps", "global_latency_us")
-_OUT_KEYS = (("kind", "nics_per_node", "nic_bandwidth_Gbps", "latency_us", "pcie", "alltoall_efficiency_by_size_bytes")
+_OUT_KEYS = (("kind", "nics_per_node", "nic_bandwidth_Gbps", "latency_us", "pcie", "alltoall_efficiency_by_size_bytes",
+              "all_gather_efficiency_by_size_bytes", "reduce_scatter_efficiency_by_size_bytes")
              + _TREE_KEYS + _TORUS_KEYS + _DRAGONFLY_KEYS + _EFF_KEYS)
 _PCIE_KEYS = ("bandwidth_GBps", "latency_us") + _EFF_KEYS
 _TOPO_SETTABLE = ({"scale_up": _UP_KEYS, "scale_out": _OUT_KEYS}, _TOPO_KEYS[:5])
@@ -200,7 +201,9 @@ def _scale_out(out: Fields) -> ScaleOutSpec:
         planes=out.integer("planes", positive=True) or 1,
         torus=_torus(out, nic) if kind is FabricKind.TORUS else None,
         dragonfly=_dragonfly(out, nic) if kind is FabricKind.DRAGONFLY else None,
-        alltoall_efficiency=_optional_curve(out, "alltoall_efficiency_by_size_bytes"))
+        alltoall_efficiency=_optional_curve(out, "alltoall_efficiency_by_size_bytes"),
+        all_gather_efficiency=_optional_curve(out, "all_gather_efficiency_by_size_bytes"),
+        reduce_scatter_efficiency=_optional_curve(out, "reduce_scatter_efficiency_by_size_bytes"))
 
 
 def _only_for_kind(out: Fields, kind: FabricKind) -> None:

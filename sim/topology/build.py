@@ -92,7 +92,9 @@ def build_topology(spec: TopologySpec, num_gpus: int) -> nx.DiGraph:
                    p2p_efficiency=spec.scale_up.p2p_efficiency,
                    all_gather_efficiency=spec.scale_up.all_gather_efficiency,
                    reduce_scatter_efficiency=spec.scale_up.reduce_scatter_efficiency,
-                   scale_out_alltoall_efficiency=spec.scale_out.alltoall_efficiency)
+                   scale_out_alltoall_efficiency=spec.scale_out.alltoall_efficiency,
+                   scale_out_all_gather_efficiency=spec.scale_out.all_gather_efficiency,
+                   scale_out_reduce_scatter_efficiency=spec.scale_out.reduce_scatter_efficiency)
     for r in range(num_gpus):
         g.add_node(f"gpu{r}", kind=NodeKind.GPU, rank=r, node=r // gpn, local_gpu=r % gpn)
 

@@ -152,6 +152,12 @@ class Fabric:
         """A ring reduce-scatter's own curve inside one NVSwitch domain, or None (the links')."""
         self.scale_out_alltoall_efficiency: EfficiencyCurve | None = graph.graph.get("scale_out_alltoall_efficiency")
         """An all-to-all's own curve for its sends between domains, or None (each route's)."""
+        self.scale_out_all_gather_efficiency: EfficiencyCurve | None = \
+            graph.graph.get("scale_out_all_gather_efficiency")
+        """A ring all-gather's own curve for its hops between domains, or None (each route's)."""
+        self.scale_out_reduce_scatter_efficiency: EfficiencyCurve | None = \
+            graph.graph.get("scale_out_reduce_scatter_efficiency")
+        """A ring reduce-scatter's own curve for its hops between domains, or None (each route's)."""
         self._fat_tree = FatTreeRouter.of(graph, self.num_gpus)
         """Routes a fat tree from its structure (:mod:`sim.topology.fattree_routes`); None:
         Dijkstra."""
@@ -191,6 +197,8 @@ class Fabric:
         fab.all_gather_efficiency, fab.reduce_scatter_efficiency = up.all_gather_efficiency, \
             up.reduce_scatter_efficiency
         fab.scale_out_alltoall_efficiency = spec.scale_out.alltoall_efficiency
+        fab.scale_out_all_gather_efficiency = spec.scale_out.all_gather_efficiency
+        fab.scale_out_reduce_scatter_efficiency = spec.scale_out.reduce_scatter_efficiency
         fab._fat_tree = FatTreeRouter.from_index(index)
         fab._domain, fab._star = fab._fat_tree.gpu_domain, [True] * index.num_domains
         fab._bounds = None

@@ -186,6 +186,12 @@ class ScaleOutSpec:
     """An all-to-all's fraction of the NIC bandwidth by message size for its sends between nodes,
     where it has a curve of its own (``llmsim calibrate`` from an ``alltoall_perf`` log across
     nodes beside another collective's that calibrates the NICs); None: the NICs' curve."""
+    all_gather_efficiency: EfficiencyCurve | None = None
+    """A ring all-gather's fraction of the NIC bandwidth by message size for its hops between
+    nodes, where it has a curve of its own (``llmsim calibrate`` from an ``all_gather_perf`` log
+    across nodes beside another collective's that calibrates the NICs); None: the NICs' curve."""
+    reduce_scatter_efficiency: EfficiencyCurve | None = None
+    """The same for a ring reduce-scatter (a ``reduce_scatter_perf`` log across nodes)."""
 
     def __post_init__(self) -> None:
         if not (isinstance(self.planes, int) and self.planes >= 1):
