@@ -83,6 +83,8 @@ def test_every_date_has_exactly_one_fallback():
     ("Composer 0.17 + FSDP", "llm-foundry"),
     ("Hugging Face Transformers Trainer, Accelerate FSDP", "pytorch-fsdp"),
     ("PyTorch FSDP (2024)", "pytorch-fsdp"),
+    ("torchtitan (Hugging Face tokenizer, PyTorch FSDP)", "torchtitan"),
+    ("Hugging Face Transformers Trainer, FSDP (2023)", "pytorch-fsdp-2023"),
 ])
 def test_a_framework_text_picks_the_most_specific_stack_it_matches(framework, name):
     choice = choose_stack(framework)
@@ -453,3 +455,14 @@ def test_a_hugging_face_fsdp_case_runs_eager_with_16_bit_reduction_and_llm_found
     assert any("stack: null -> pytorch-fsdp" in n for n in notes)
     choice = choose_stack("MosaicML llm-foundry (Composer, PyTorch FSDP)")
     assert choice.stack.name == "llm-foundry" and "pytorch-fsdp" in choice.why
+
+
+def test_hugging_face_software_of_2023_runs_unfused_attention():
+    """Before Transformers v4.36 (December 2023) attention was the model's eager tensor code: a
+    text dated 2023 takes pytorch-fsdp-2023 (unfused attention), one dated 2024 or undated
+    pytorch-fsdp (SDPA's FlashAttention-2); llm-foundry, which ran fused attention, stays itself."""
+    old, new = choose_stack("Hugging Face Accelerate FSDP (2023)"), choose_stack("Hugging Face Accelerate FSDP")
+    assert (old.stack.name, new.stack.name) == ("pytorch-fsdp-2023", "pytorch-fsdp")
+    assert old.stack.value("flash_attention") is False and new.stack.value("flash_attention") is True
+    assert old.stack.value("adam_impl") is new.stack.value("adam_impl")  # the rest is pytorch-fsdp's
+    assert choose_stack("MosaicML llm-foundry (Composer, PyTorch FSDP)", 2023).stack.name == "llm-foundry"
