@@ -183,19 +183,14 @@ def _efficiency_at(size_bytes: float):
     return of
 
 
-def _between_efficiency(fabric: Fabric, kind: CollectiveKind, size_bytes: float):
-    """Each ring hop's efficiency at ``size_bytes``: its route's (:func:`_efficiency_at`), or,
-    for a hop between scale-up domains of an all-gather or reduce-scatter that has a curve of its
-    own there (``scale_out.all_gather_efficiency_by_size_bytes``,
-    ``reduce_scatter_efficiency_by_size_bytes``, which ``llmsim calibrate`` fits to a log across
-    nodes), that curve's; a function of ``(src, dst, route)``."""
-    of = _efficiency_at(size_bytes)
+def _between_efficiency(fabric: Fabric, kind: CollectiveKind, size_bytes: float) -> float | None:
+    """The efficiency at ``size_bytes`` of an all-gather's or reduce-scatter's ring hops between
+    scale-up domains where the collective has a curve of its own there
+    (``scale_out.all_gather_efficiency_by_size_bytes``, ``reduce_scatter_efficiency_by_size_bytes``,
+    which ``llmsim calibrate`` fits to a log across nodes); None: each hop at its route's."""
     curve = fabric.scale_out_all_gather_efficiency if kind is CollectiveKind.ALL_GATHER else \
         fabric.scale_out_reduce_scatter_efficiency if kind is CollectiveKind.REDUCE_SCATTER else None
-    if curve is None:
-        return lambda src, dst, route: of(route)
-    between = curve(size_bytes)
-    return lambda src, dst, route: of(route) if fabric.same_domain((src, dst)) else between
+    return None if curve is None else curve(size_bytes)
 
 
 def _ring_steps(kind: CollectiveKind, p: int) -> tuple[int, float]:
@@ -218,14 +213,17 @@ def _ring_phase(fabric: Fabric, kind: CollectiveKind, rings: list[tuple[int, ...
     bus = factor * size_bytes
     flows = []
     worst_latency = 0.0
-    efficiency = _between_efficiency(fabric, kind, size_bytes)
+    efficiency = _efficiency_at(size_bytes)
+    between = _between_efficiency(fabric, kind, size_bytes)
     fixed = own(size_bytes) if own is not None else None
     for ring in rings:
         for i, src in enumerate(ring):
             dst = ring[(i + 1) % p]
             route = fabric.route(src, dst)
             worst_latency = max(worst_latency, route.latency_s)
-            eff_bytes = bus / (fixed if fixed is not None else efficiency(src, dst, route))
+            e = fixed if fixed is not None else \
+                efficiency(route) if between is None or fabric.same_domain((src, dst)) else between
+            eff_bytes = bus / e
             flows.append((src, dst, eff_bytes, route.links))
     return _phase(steps * worst_latency, flows, loads)
 
@@ -291,7 +289,8 @@ def _multi_ring_phase(fabric: Fabric, kind: CollectiveKind, groups: list[tuple[i
     extra_s, bytes_factor = protocol
     flows = []
     worst_latency = 0.0
-    efficiency = _between_efficiency(fabric, kind, size_bytes)
+    efficiency = _efficiency_at(size_bytes)
+    between = _between_efficiency(fabric, kind, size_bytes)
     for g in groups:
         rings = _channel_rings(fabric, g)
         share = factor * size_bytes / len(rings) * bytes_factor
@@ -300,7 +299,8 @@ def _multi_ring_phase(fabric: Fabric, kind: CollectiveKind, groups: list[tuple[i
                 dst = ring[(i + 1) % p]
                 route = fabric.route(src, dst)
                 worst_latency = max(worst_latency, route.latency_s)
-                flows.append((src, dst, share / efficiency(src, dst, route), route.links))
+                e = efficiency(route) if between is None or fabric.same_domain((src, dst)) else between
+                flows.append((src, dst, share / e, route.links))
     return _phase(max(steps * worst_latency + extra_s, 0.0), flows, loads)
 
 
