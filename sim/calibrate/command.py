@@ -116,9 +116,9 @@ def calibrate(logs: Sequence[str] | None, topology: str | None, output: str, run
 
 UP_CURVES = frozenset(f"{c}_curve" for c in OWN_CURVES)
 """The roles of one-node logs that keep a curve of their own (:func:`_roles`)."""
-OUT_CURVES = {f"{c}_scale_out_curve": c for c in BETWEEN_CURVES}
-"""The roles of logs across nodes that keep a curve of their own between nodes, and their
-collective (:data:`~sim.calibrate.scale_out.BETWEEN_CURVES`)."""
+OUT_CURVES = frozenset(f"{c}_scale_out_curve" for c in BETWEEN_CURVES)
+"""The roles of logs across nodes that keep a curve of their own between nodes
+(:data:`~sim.calibrate.scale_out.BETWEEN_CURVES`)."""
 
 CALIBRATING = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv")
 """The tests whose logs calibrate, in the order preferred: an all-reduce where one is given,

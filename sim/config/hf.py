@@ -97,20 +97,18 @@ def read_hf_config(path: Path) -> dict[str, object]:
         not an object, a missing dimension, or a dimension that is not an integer.
     """
     cfg = _load_json(path)
-    if "n_embd" in cfg or cfg.get("model_type") == "gpt2":
-        fields = _gpt2_fields(cfg, path)
-    else:
-        fields = _llama_fields(cfg, path)
+    gpt2 = "n_embd" in cfg or cfg.get("model_type") == "gpt2"
+    fields = _gpt2_fields(cfg, path) if gpt2 else _llama_fields(cfg, path)
     name = cfg.get("_name_or_path")
     fields["name"] = name if isinstance(name, str) and name else path.stem
-    fields.update(_norm_and_positions(cfg))
+    fields.update(_norm_and_positions(cfg, gpt2))
     return fields
 
 
-def _norm_and_positions(cfg: dict[str, object]) -> dict[str, object]:
+def _norm_and_positions(cfg: dict[str, object], gpt2: bool) -> dict[str, object]:
     """``normalization`` and ``position_embedding`` where the config says them (module
     docstring)."""
-    if "n_embd" in cfg or cfg.get("model_type") == "gpt2":
+    if gpt2:
         return {"normalization": "layernorm", "position_embedding": "learned_absolute"}
     out: dict[str, object] = {}
     if "rms_norm_eps" in cfg:

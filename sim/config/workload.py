@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -469,24 +469,24 @@ _POSITIONS = ("rope", "mrope", "learned_absolute", "relative", "alibi", "none")
 """``model.position_embedding`` values (any case); the first two are rotary."""
 
 
+def _named(f: Fields, key: str, names: Collection[str]) -> str | None:
+    """``key``'s text in lower case, one of ``names`` (None: not stated)."""
+    text = f.text(key)
+    if text is not None and text.lower() not in names:
+        raise f.error(key, f"one of {', '.join(names)}, or null", text)
+    return None if text is None else text.lower()
+
+
 def _norm(f: Fields) -> NormKind | None:
     """The model's normalization (None: not stated)."""
-    text = f.text("normalization")
-    if text is None:
-        return None
-    if text.lower() not in _NORMS:
-        raise f.error("normalization", f"one of {', '.join(_NORMS)}, or null", text)
-    return _NORMS[text.lower()]
+    name = _named(f, "normalization", _NORMS)
+    return None if name is None else _NORMS[name]
 
 
 def _rotary(f: Fields) -> bool | None:
     """Whether the model's position embedding is rotary (None: not stated)."""
-    text = f.text("position_embedding")
-    if text is None:
-        return None
-    if text.lower() not in _POSITIONS:
-        raise f.error("position_embedding", f"one of {', '.join(_POSITIONS)}, or null", text)
-    return text.lower() in ("rope", "mrope")
+    name = _named(f, "position_embedding", _POSITIONS)
+    return None if name is None else name in ("rope", "mrope")
 
 
 def _moe_fields(f: Fields) -> dict:

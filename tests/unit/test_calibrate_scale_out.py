@@ -446,18 +446,20 @@ def test_beside_an_all_reduce_log_all_gather_and_reduce_scatter_logs_keep_ring_c
     assert "calibrates the all-gather's own curve" in printed and "calibrates the reduce-scatter's own curve" in printed
 
 
-def test_a_ring_curve_of_its_own_prices_its_collective_inside_a_domain_only():
+@pytest.mark.parametrize("section, efficiency, inside, other_n", [("scale_up", 0.1, 8, 16), ("scale_out", 0.05, 16, 8)])
+def test_a_ring_curve_of_its_own_prices_only_its_collective_where_it_applies(section, efficiency, inside, other_n):
     """``scale_up.all_gather_efficiency_by_size_bytes`` and ``reduce_scatter_efficiency_by_size_bytes``
-    price the all-gather and reduce-scatter rings of a group inside one NVSwitch domain; the
-    all-reduce, the other ring collective, and both across nodes keep the links' curves."""
-    curve = "[[1048576, 0.1], [1073741824, 0.1]]"
+    price the all-gather and reduce-scatter rings of a group inside one NVSwitch domain;
+    ``scale_out.``'s the same collective's ring hops between nodes. The same collective on the
+    other side, the other ring collective and the all-reduce keep the links' curves."""
+    curve = f"[[1048576, {efficiency}], [1073741824, {efficiency}]]"
     base = load_topology("dgx-h100")
     size = 2**28
     for kind, key in ((CollectiveKind.ALL_GATHER, "all_gather"), (CollectiveKind.REDUCE_SCATTER, "reduce_scatter")):
-        slow = load_topology("dgx-h100", [f"scale_up.{key}_efficiency_by_size_bytes={curve}"])
+        slow = load_topology("dgx-h100", [f"{section}.{key}_efficiency_by_size_bytes={curve}"])
         other = CollectiveKind.REDUCE_SCATTER if kind is CollectiveKind.ALL_GATHER else CollectiveKind.ALL_GATHER
-        assert collective(slow, kind, size, 8).time_s > 3 * collective(base, kind, size, 8).time_s, kind
-        for k, n in ((kind, 16), (other, 8), (CollectiveKind.ALL_REDUCE, 8)):
+        assert collective(slow, kind, size, inside).time_s > 3 * collective(base, kind, size, inside).time_s, kind
+        for k, n in ((kind, other_n), (other, inside), (CollectiveKind.ALL_REDUCE, inside)):
             assert collective(slow, k, size, n).time_s == collective(base, k, size, n).time_s, (kind, k, n)
 
 
@@ -501,18 +503,3 @@ def test_an_all_to_all_curve_between_nodes_prices_only_its_sends_between_nodes()
         3 * collective(base, CollectiveKind.ALL_TO_ALL, size, 16).time_s
     for kind, n in ((CollectiveKind.ALL_TO_ALL, 8), (CollectiveKind.ALL_REDUCE, 16), (CollectiveKind.ALL_GATHER, 16)):
         assert collective(slow, kind, size, n).time_s == collective(base, kind, size, n).time_s, (kind, n)
-
-
-def test_a_ring_curve_between_nodes_prices_only_its_collective_s_hops_between_nodes():
-    """``scale_out.all_gather_efficiency_by_size_bytes`` and ``reduce_scatter_efficiency_by_size_bytes``
-    price that collective's ring hops between nodes; the same collective inside one node, the
-    other ring collective and the all-reduce across nodes are unchanged."""
-    curve = "[[1048576, 0.05], [1073741824, 0.05]]"
-    base = load_topology("dgx-h100")
-    size = 2**28
-    for kind, key in ((CollectiveKind.ALL_GATHER, "all_gather"), (CollectiveKind.REDUCE_SCATTER, "reduce_scatter")):
-        slow = load_topology("dgx-h100", [f"scale_out.{key}_efficiency_by_size_bytes={curve}"])
-        other = CollectiveKind.REDUCE_SCATTER if kind is CollectiveKind.ALL_GATHER else CollectiveKind.ALL_GATHER
-        assert collective(slow, kind, size, 16).time_s > 3 * collective(base, kind, size, 16).time_s, kind
-        for k, n in ((kind, 8), (other, 16), (CollectiveKind.ALL_REDUCE, 16)):
-            assert collective(slow, k, size, n).time_s == collective(base, k, size, n).time_s, (kind, k, n)
