@@ -36,7 +36,9 @@ GRAD_BYTES = 4.0
 ``arguments.py``, 'bfloat16 requires gradient accumulation and all-reduce to be performed in
 fp32'); 2 bytes without ``grad_reduce_in_fp32`` (:attr:`~sim.workload.kernels.KernelsSpec.grad_bytes`)."""
 OPTIMIZER_BYTES = 12.0
-"""fp32 master weights and Adam's two moments (ZeRO, arXiv 1910.02054, Sec. 3.1: K = 12)."""
+"""fp32 master weights and Adam's two moments (ZeRO, arXiv 1910.02054, Sec. 3.1: K = 12); 10
+when the master weights are kept as 16-bit remainders
+(:attr:`~sim.workload.kernels.KernelsSpec.optimizer_bytes`)."""
 CUBLAS_WORKSPACE_BYTES = 8 * 4 * 2**20
 """cuBLAS workspace PyTorch allocates per stream by default (``CUBLAS_WORKSPACE_CONFIG``
 ``:4096:8``, eight 4 MiB chunks; PyTorch docs, "Reproducibility")."""
@@ -124,9 +126,9 @@ def stage_params(model: ModelSpec, parallel: ParallelSpec, stage: int) -> float:
 
 def state_bytes(model: ModelSpec, parallel: ParallelSpec, stage: int, *, kernels: KernelsSpec) -> StateBytes:
     """Weights, gradients and optimizer state of one GPU of stage ``stage`` (gradients of
-    ``kernels.grad_bytes`` each).
+    ``kernels.grad_bytes`` each, optimizer state of ``kernels.optimizer_bytes``).
 
-    ZeRO-1 (Megatron's distributed optimizer) shards the 12 bytes of optimizer state over the
+    ZeRO-1 (Megatron's distributed optimizer) shards the optimizer state over the
     data-parallel ranks, ZeRO-2 the gradients as well, ZeRO-3 (FSDP) the weights too. Routed
     experts are sharded over their own expert-data-parallel group, ``tp x cp x dp / (etp x
     ep)`` ranks (``ep`` times smaller than the ``dp-cp`` group when ``etp = tp``).
@@ -146,7 +148,8 @@ def state_bytes(model: ModelSpec, parallel: ParallelSpec, stage: int, *, kernels
     def sharded(per_param: float, level: int) -> float:
         return (p - ex) * per_param / (dp if z >= level else 1) + ex * per_param / (edp if z >= level else 1)
 
-    return StateBytes(sharded(WEIGHT_BYTES, 3), sharded(kernels.grad_bytes, 2), sharded(OPTIMIZER_BYTES, 1), p, ex)
+    return StateBytes(sharded(WEIGHT_BYTES, 3), sharded(kernels.grad_bytes, 2), sharded(kernels.optimizer_bytes, 1),
+                      p, ex)
 
 
 def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: RecomputeKind | None = None,

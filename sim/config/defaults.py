@@ -39,7 +39,7 @@ from sim.types import (
     ZeroImpl,
     parse_enum,
 )
-from sim.workload.kernels import MEGATRON_CORE_STEP_PASSES
+from sim.workload.kernels import MEGATRON_CORE_STEP_PASSES, KernelsSpec
 from sim.workload.spec import ParallelSpec
 from sim.workload.tp_overlap import ASYNC_TP, TE_DEFAULTS, UB_GEMMS, TpOverlapConfig, userbuffers
 
@@ -401,6 +401,13 @@ def unfused_bias_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     return _from_stack(f, "unfused_linear_bias", stack, notes, quiet=False)
 
 
+def remainders_default(f: Fields, stack: Stack, notes: Notes) -> bool:
+    """Master weights kept as 16-bit remainders
+    (:attr:`~sim.workload.kernels.KernelsSpec.master_param_remainders`): the case's value, else
+    the stack's (on for NeMo 1's distributed Adam on BF16 models), noted when on."""
+    return _from_stack(f, "master_param_remainders", stack, notes, quiet=False)
+
+
 def deterministic_default(f: Fields, framework: str, notes: Notes) -> bool:
     """Megatron-LM's deterministic mode: the case's ``deterministic``, else on when its
     settings or framework name ``--deterministic-mode`` (or "deterministic mode"), else off."""
@@ -444,7 +451,7 @@ class MemorySaver:
     (:attr:`~sim.workload.spec.ParallelSpec.recompute_num_layers`)."""
 
 
-MEMORY_SAVERS_ORDER = ("distributed_optimizer", "sequence_parallel", "recompute")
+MEMORY_SAVERS_ORDER = ("distributed_optimizer", "sequence_parallel", "grad_reduce_in_fp32", "recompute")
 """The settings :func:`memory_savers` offers, cheapest first in iteration time:
 
 1. ``distributed_optimizer`` (Megatron's ZeRO-1): the gradient all-reduce becomes a
@@ -457,18 +464,22 @@ MEMORY_SAVERS_ORDER = ("distributed_optimizer", "sequence_parallel", "recompute"
    an all-gather of the same bytes, and the norms and dropouts run on ``s / t`` tokens
    (Korthikanti et al. 2022, arXiv 2205.05198, Sec. 4.2.2); it saves ``10 sbh (1 - 1/t)`` a
    layer. Measured here: +0.1% (NeMo's Llama 3 70B, TP 4) and +0.8% (GPT-3 175B, TP 4).
-3. ``recompute``: selective first (the attention core again in the backward, 2-4% in that
+3. ``grad_reduce_in_fp32`` off (gradients accumulated and reduced in 16 bits, where the stack
+   offers it): the gradient buffer, its accumulation and its reduction move half the bytes;
+   it saves ``2`` bytes a parameter (``2 / dp`` under ZeRO-2 and 3) and costs no time.
+4. ``recompute``: selective first (the attention core again in the backward, 2-4% in that
    paper's Table 4; torchtitan's op-level policy recomputes every other matmul), then full
    (each layer's forward again, about a third more compute: +34% here on both runs above).
    Full recomputation costs in proportion to the layers it recomputes, so where the framework
    recomputes a set number of layers per model chunk (Megatron's block method) the fewest
    that fit are recomputed (``recompute_num_layers``), the rest keep their activations.
 
-So the first two cost (almost) nothing, recomputation does, and full recomputation of every
+So the first three cost (almost) nothing, recomputation does, and full recomputation of every
 layer most."""
 
 
-def memory_savers(parallel: ParallelSpec, nulls: frozenset[str], stack: Stack) -> list[MemorySaver]:
+def memory_savers(parallel: ParallelSpec, nulls: frozenset[str], stack: Stack,
+                  kernels: KernelsSpec | None = None) -> list[MemorySaver]:
     """The memory savers the stack offers (its ``memory_savers``) for the settings the case left
     null, in the order of :data:`MEMORY_SAVERS_ORDER`, each not in force already.
 
@@ -480,6 +491,9 @@ def memory_savers(parallel: ParallelSpec, nulls: frozenset[str], stack: Stack) -
         The ``parallel`` keys the case left null (or out).
     stack : Stack
         The case's software stack.
+    kernels : KernelsSpec, optional
+        The kernel switches as the defaults filled them (16-bit gradients are offered only
+        when they are given and gradients are reduced in fp32).
 
     Notes
     -----
@@ -501,6 +515,9 @@ def memory_savers(parallel: ParallelSpec, nulls: frozenset[str], stack: Stack) -
     if ("sequence_parallel" in nulls and p.tp > 1 and not p.sequence_parallel
             and MemorySaverKind.SEQUENCE_PARALLEL in offers):
         out.append(MemorySaver("sequence_parallel", True))
+    if ("grad_reduce_in_fp32" in nulls and kernels is not None and kernels.grad_reduce_in_fp32
+            and MemorySaverKind.GRAD_REDUCE_IN_BF16 in offers):
+        out.append(MemorySaver("grad_reduce_in_fp32", False))
     if "recompute" in nulls:
         if p.recompute is RecomputeKind.NONE and MemorySaverKind.SELECTIVE_RECOMPUTE in offers:
             out.append(MemorySaver("recompute", stack.value("selective_recompute")))

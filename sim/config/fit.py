@@ -25,6 +25,7 @@ from sim.errors import ConfigError
 from sim.memory import stage_memory
 from sim.types import RecomputeKind
 from sim.units import GiB
+from sim.workload.kernels import KERNEL_KEYS
 from sim.workload.spec import WorkloadSpec
 
 __all__ = ["Fitted", "peak_memory_bytes", "fits_in_memory", "fewest_recomputed_layers", "fit_null_settings"]
@@ -53,6 +54,11 @@ class Fitted:
 
 def _shown(value: object) -> str:
     return str(value).lower() if isinstance(value, bool) else str(getattr(value, "value", value))
+
+
+def _setting(w: WorkloadSpec, key: str) -> object:
+    """The value of a saver's setting in ``w``: a kernel switch or a parallel field."""
+    return getattr(w.kernels if key in KERNEL_KEYS else w.parallel, key)
 
 
 def _gib(x: float) -> str:
@@ -126,20 +132,23 @@ def fit_null_settings(w: WorkloadSpec, nulls: frozenset[str], stack: Stack) -> F
     """
     if fits_in_memory(w):
         return Fitted(w, (), ())
-    savers = memory_savers(w.parallel, nulls, stack)
+    savers = memory_savers(w.parallel, nulls, stack, w.kernels)
     if not savers:
         return Fitted(w, (), ())
     capacity = w.system.gpu.hbm_capacity_bytes
     base_peak = peak_memory_bytes(w)
     steps: list[_Step] = []
     changes: dict[str, Any] = {}  # ParallelSpec fields by name (MemorySaver.key); the spec checks each value
+    kernel_changes: dict[str, Any] = {}  # KernelsSpec fields (a saver of a kernel switch)
     found = None
     for saver in savers:
-        changes[saver.key] = saver.value
+        into = kernel_changes if saver.key in KERNEL_KEYS else changes
+        into[saver.key] = saver.value
         try:
-            candidate = replace(w, parallel=replace(w.parallel, **changes))
+            candidate = replace(w, parallel=replace(w.parallel, **changes),
+                                kernels=replace(w.kernels, **kernel_changes))
         except ConfigError:  # a combination the spec refuses: not a saver here
-            del changes[saver.key]
+            del into[saver.key]
             continue
         shown = _shown(saver.value)
         if saver.fewest_layers:
@@ -174,11 +183,11 @@ def fit_null_settings(w: WorkloadSpec, nulls: frozenset[str], stack: Stack) -> F
         last = mine[-1]
         end = (f"{last.shown} fits at {_gib(last.peak)}" if key == keys[-1] else
                f"{last.shown} {_gib(last.peak)}, with the next saver too")
-        value = getattr(found.parallel, key)
+        value = _setting(found, key)
         head = f"parallel.{key}: null -> {_shown(value)}"
         if key == "recompute" and found.parallel.recompute_num_layers is not None:
             head += f", parallel.recompute_num_layers: null -> {found.parallel.recompute_num_layers}"
-        notes.append(f"{head} ({_shown(getattr(w.parallel, key))} needs {_gib(before)} of the {on}; "
+        notes.append(f"{head} ({_shown(_setting(w, key))} needs {_gib(before)} of the {on}; "
                      + "; ".join(trail + [end]) + "; memory savers tried cheapest first)")
         before = last.peak
     changed = keys + (("recompute_num_layers",) if found.parallel.recompute_num_layers is not None else ())

@@ -56,6 +56,9 @@ class MemorySaverKind(str, Enum):
     """Sequence parallelism under TP > 1 (Korthikanti et al. 2022)."""
     SELECTIVE_RECOMPUTE = "selective_recompute"
     """The release's selective recomputation (setting ``selective_recompute``)."""
+    GRAD_REDUCE_IN_BF16 = "grad_reduce_in_bf16"
+    """Gradients accumulated and reduced in 16 bits (``grad_reduce_in_fp32`` off: NeMo 1's
+    ``optim.grad_sync_dtype: bf16``, Megatron-LM's ``--grad-reduce-in-bf16``)."""
     FULL_RECOMPUTE = "full_recompute"
     """Full recomputation of every layer."""
     BLOCK_RECOMPUTE = "block_recompute"
@@ -191,6 +194,8 @@ SETTINGS: tuple[SettingKind, ...] = (
     SettingKind("async_tp_grad_allreduce", _boolean, "the column-parallel input-gradient all-reduce runs beside "
                 "the weight-gradient GEMM"),
     SettingKind("unfused_linear_bias", _boolean, "linear biases added and reduced by kernels of their own"),
+    SettingKind("master_param_remainders", _boolean, "the optimizer keeps its fp32 master weights as the 16 bits "
+                "the 16-bit weights lack (10 bytes of state a parameter, not 12)"),
     SettingKind("recompute", _enum(RecomputeKind), "activation recomputation"),
     SettingKind("selective_recompute", _enum(RecomputeKind, (RecomputeKind.SELECTIVE, RecomputeKind.SELECTIVE_OP)),
                 "what a case's recompute: selective means in this release"),
@@ -218,7 +223,7 @@ _KINDS = {k.key: k for k in SETTINGS}
 FlagSetting = Literal["sequence_parallel", "distributed_optimizer", "overlap_param_gather", "overlap_grad_reduce",
                       "overlap_p2p_comm", "tp_comm_overlap", "flash_attention", "fused_elementwise",
                       "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
-                      "unfused_linear_bias"]
+                      "unfused_linear_bias", "master_param_remainders"]
 """The :data:`SETTINGS` keys read as true or false."""
 CountSetting = Literal["zero_stage", "virtual_pipeline_stages"]
 """The :data:`SETTINGS` keys read as integers."""

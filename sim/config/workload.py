@@ -42,6 +42,7 @@ from sim.config.defaults import (
     p2p_overlap_default,
     param_gather_default,
     recompute_default,
+    remainders_default,
     sp_default,
     step_passes_default,
     tp_overlap_cfg_default,
@@ -103,7 +104,7 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "zero_impl",
                   "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "grad_reduce_in_fp32", "deterministic",
                   "async_tp_grad_allreduce", "unfused_linear_bias", "adam_impl", "step_passes",
-                  "cp_comm_type", "hierarchical_context_parallel_sizes")
+                  "master_param_remainders", "cp_comm_type", "hierarchical_context_parallel_sizes")
 """The keys of a case's ``parallel`` section: the parallel strategy, and the kernel switches
 (:data:`~sim.workload.kernels.KERNEL_KEYS`) in the spelling of the published cases."""
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node", "network",
@@ -328,7 +329,7 @@ def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
                             num_layers_at_end_in_bf16=bf16_end, kernels=kernels)
     if chosen and any(f"(stack {stack.name}:" in n for n in notes[first_default:]):
         notes.insert(first_default, f"stack: null -> {stack.name} ({chosen})")
-    return _fitted(spec, raw.get("parallel"), stack, notes)
+    return _fitted(spec, raw.get("parallel"), raw.get("kernels"), stack, notes)
 
 
 def _stack(top: Fields, file: Path, framework: str) -> tuple[Stack, str]:
@@ -348,14 +349,17 @@ def _stack(top: Fields, file: Path, framework: str) -> tuple[Stack, str]:
                         f"{preset_names(STACKS)}", name) from None
 
 
-def _fitted(spec: WorkloadSpec, raw_parallel: object, stack: Stack, notes: Notes) -> tuple[WorkloadSpec, list[str]]:
-    """``spec`` with the cheapest memory savers for the settings the case left null when its
-    defaults do not fit (:func:`sim.config.fit.fit_null_settings`); a changed setting's
-    default note gives way to the note saying what was chosen and why."""
+def _fitted(spec: WorkloadSpec, raw_parallel: object, raw_kernels: object, stack: Stack,
+            notes: Notes) -> tuple[WorkloadSpec, list[str]]:
+    """``spec`` with the cheapest memory savers for the settings the case left null (in
+    ``parallel:``, and for a kernel switch in ``kernels:`` too) when its defaults do not fit
+    (:func:`sim.config.fit.fit_null_settings`); a changed setting's default note gives way to
+    the note saying what was chosen and why."""
     given = raw_parallel if isinstance(raw_parallel, Mapping) else {}
-    nulls = frozenset(k for k in _PARALLEL_KEYS if given.get(k) is None)
+    switches = raw_kernels if isinstance(raw_kernels, Mapping) else {}
+    nulls = frozenset(k for k in _PARALLEL_KEYS if given.get(k) is None and switches.get(k) is None)
     fitted = fit_null_settings(spec, nulls, stack)
-    stale = tuple(f"parallel.{key}: null -> " for key in fitted.changed)
+    stale = tuple(f"{section}.{key}: null -> " for key in fitted.changed for section in ("parallel", "kernels"))
     return fitted.workload, [n for n in notes if not n.startswith(stale)] + list(fitted.notes)
 
 
@@ -622,12 +626,13 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     bias_kernels = unfused_bias_default(f, stack, notes)
     adam = adam_impl_default(f, stack, notes)
     step_passes = step_passes_default(f, stack, notes)
+    remainders = remainders_default(f, stack, notes)
     zero_impl = zero_impl_default(f, zero, stack, notes)
     kernels = KernelsSpec(
         flash_attention=flash, attention_kernel=kernel, cross_entropy=loss, fused_elementwise=fused,
         gradient_accumulation_fusion=grad_fusion, grad_reduce_in_fp32=grad_fp32, deterministic=deterministic,
         async_tp_grad_allreduce=async_ar, unfused_linear_bias=bias_kernels, adam_impl=adam,
-        step_passes=step_passes)
+        step_passes=step_passes, master_param_remainders=remainders)
     with located(f.path):
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,

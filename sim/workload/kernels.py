@@ -108,6 +108,14 @@ class KernelsSpec:
     step_passes: frozenset[StepPass] = MEGATRON_CORE_STEP_PASSES
     """The passes over the gradients and the master weights the release's training step makes
     beside the Adam kernel (:mod:`sim.workload.step_passes`): Megatron-Core's by default."""
+    master_param_remainders: bool = False
+    """Whether the optimizer keeps its fp32 master weights as the 16 low bits each 16-bit
+    weight lacks (Apex's ``DistributedFusedAdam(store_param_remainders=True)``: "store bits
+    required to reconstruct FP32 params" from the BF16 ones, ``apex/contrib/optimizers/
+    distributed_fused_adam.py``), so its state is 2 + 4 + 4 bytes a parameter (remainder and
+    Adam's two moments) instead of the 12 of an fp32 master copy (:attr:`optimizer_bytes`).
+    NeMo 1 sets it whenever its distributed Adam holds fp32 state for a BF16 model
+    (``MegatronBaseModel.setup_optimization``)."""
 
     @property
     def grad_bytes(self) -> float:
@@ -115,9 +123,17 @@ class KernelsSpec:
         :attr:`grad_reduce_in_fp32`."""
         return 4.0 if self.grad_reduce_in_fp32 else 2.0
 
+    @property
+    def optimizer_bytes(self) -> float:
+        """Bytes of optimizer state per parameter, before ZeRO sharding: 12 (fp32 master weights
+        and Adam's two moments; ZeRO, arXiv 1910.02054, Sec. 3.1), or 10 with
+        :attr:`master_param_remainders`."""
+        return 10.0 if self.master_param_remainders else 12.0
+
 
 KERNEL_KEYS: tuple[str, ...] = ("flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise",
                                 "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
-                                "unfused_linear_bias", "deterministic", "adam_impl", "step_passes")
+                                "unfused_linear_bias", "deterministic", "adam_impl", "step_passes",
+                                "master_param_remainders")
 """The fields of :class:`KernelsSpec`: the keys of a workload file's ``kernels:`` section, also
 read under ``parallel:``."""

@@ -24,7 +24,8 @@ each stack lists (``workloads/stacks/``):
 
 Each pass reads or writes the local gradient buffer (:attr:`~sim.memory.StateBytes.grads_bytes`,
 every local parameter's gradient unless ZeRO-2 or 3 shards it) or the optimizer shard
-(:attr:`~sim.memory.StateBytes.optimizer_bytes` / 12 parameters), at the memory op's HBM rate.
+(:attr:`~sim.memory.StateBytes.optimizer_bytes` over the bytes of state a parameter,
+:attr:`~sim.workload.kernels.KernelsSpec.optimizer_bytes`), at the memory op's HBM rate.
 They are priced on the optimizer task: the buffer's zeroing, norm and division run on the
 compute stream of the same iteration, which is where the time goes whichever side of the
 backward they sit on.
@@ -40,7 +41,7 @@ from sim.workload.ops import MemoryOp
 from sim.workload.spec import WorkloadSpec
 
 __all__ = ["ADAM_BYTES_PER_PARAM", "FOREACH_ADAMW_BYTES_PER_PARAM", "MASTER_WEIGHT_BYTES", "OPTIMIZER_BYTES_PER_PARAM",
-           "optimizer_op", "step_pass_bytes"]
+           "REMAINDER_ADAM_BYTES_PER_PARAM", "optimizer_op", "step_pass_bytes"]
 
 OPTIMIZER_BYTES_PER_PARAM = 30.0
 """HBM traffic of one fused mixed-precision Adam step per parameter: read fp32 master weight,
@@ -52,6 +53,12 @@ FOREACH_ADAMW_BYTES_PER_PARAM = 84.0
 ``_foreach_mul_(exp_avg_sqs)`` (8), ``_foreach_addcmul_(exp_avg_sqs, grads, grads)`` (16),
 ``_foreach_sqrt(exp_avg_sqs)`` (8), ``_foreach_div_`` and ``_foreach_add_`` of that (8 each),
 ``_foreach_addcdiv_(params, exp_avgs, denom)`` (16)."""
+REMAINDER_ADAM_BYTES_PER_PARAM = 28.0
+"""HBM traffic of one fused Adam step per parameter when the master weights are kept as 16-bit
+remainders (:attr:`~sim.workload.kernels.KernelsSpec.master_param_remainders`, Apex's
+``DistributedFusedAdam``): read the BF16 weight and its remainder, the fp32 gradient and the two
+moments (16 B), write the weight, remainder and moments back (12 B); the BF16 weight is the
+kernel's own output, so no separate copy is written."""
 ADAM_BYTES_PER_PARAM = {AdamImpl.FUSED: OPTIMIZER_BYTES_PER_PARAM, AdamImpl.FOREACH: FOREACH_ADAMW_BYTES_PER_PARAM}
 """The Adam step's bytes per parameter of the optimizer shard, by implementation."""
 MASTER_WEIGHT_BYTES = 4.0
@@ -100,7 +107,9 @@ def optimizer_op(w: WorkloadSpec, sb: StateBytes) -> MemoryOp:
     """The optimizer task's op for a rank holding ``sb``: the Adam step over its optimizer shard,
     as the release runs it (:attr:`~sim.workload.kernels.KernelsSpec.adam_impl`), and the
     release's passes (the task graph's and the sweep bound's one source)."""
-    shard = sb.optimizer_bytes / 12.0
-    passes = step_pass_bytes(w.kernels.step_passes, sb.grads_bytes, shard, w.kernels.grad_bytes,
-                             w.parallel.dp * w.parallel.cp)
-    return MemoryOp(OpKind.OPTIMIZER, shard * ADAM_BYTES_PER_PARAM[w.kernels.adam_impl] + passes)
+    k = w.kernels
+    shard = sb.optimizer_bytes / k.optimizer_bytes
+    passes = step_pass_bytes(k.step_passes, sb.grads_bytes, shard, k.grad_bytes, w.parallel.dp * w.parallel.cp)
+    adam = REMAINDER_ADAM_BYTES_PER_PARAM if k.master_param_remainders and k.adam_impl is AdamImpl.FUSED \
+        else ADAM_BYTES_PER_PARAM[k.adam_impl]
+    return MemoryOp(OpKind.OPTIMIZER, shard * adam + passes)

@@ -202,3 +202,51 @@ def test_the_choice_is_noted_by_run_and_memory(tmp_path, capsys, command):
     assert status == 0, err
     assert "parallel.recompute: null -> selective (" in out
     assert "parallel.recompute: null -> none" not in out
+
+
+# 17 layers at batch 2 x 4096 with flash attention on A100-80GB: NeMo 24.07's distributed
+# optimizer and SP leave it short of memory, with the gradients in fp32
+NEMO_24 = dict(framework="NeMo 24.07 container (Megatron-Core backend)", flash_attention=True,
+               micro_batch_size=2, global_batch_size=8)
+
+
+def _nemo_24(tmp_path, name: str = "nemo.yaml", kernels: dict | None = None, **parallel) -> tuple:
+    case = _case(**dict(NEMO_24, **parallel))
+    case["model"]["num_layers"] = 17
+    if kernels is not None:
+        case["kernels"] = kernels
+    return load_workload_with_notes(_write(tmp_path, case, name))
+
+
+def test_nemo_1_syncs_gradients_in_bf16_before_it_recomputes(tmp_path):
+    """NeMo-Framework-Launcher's configurations that run short of memory sync gradients in BF16
+    (``optim.grad_sync_dtype: bf16``) and recompute nothing: the nemo-24 stacks offer 16-bit
+    gradients before recomputation, so a case that fits that way runs without recomputing."""
+    w, notes = _nemo_24(tmp_path)
+    p = w.parallel
+    assert (p.distributed_optimizer, p.sequence_parallel, p.recompute) == (True, True, RecomputeKind.NONE)
+    assert w.kernels.grad_reduce_in_fp32 is False and fits_in_memory(w)
+    # the premise: with fp32 gradients the same settings do not fit
+    fp32, _ = _nemo_24(tmp_path, "fp32.yaml", grad_reduce_in_fp32=True, recompute="none", sequence_parallel=True,
+                       distributed_optimizer=True)
+    assert not fits_in_memory(fp32)
+    mine = [n for n in notes if n.startswith("parallel.grad_reduce_in_fp32: null -> ")]
+    assert len(mine) == 1 and mine[0].startswith("parallel.grad_reduce_in_fp32: null -> false (true needs "), mine
+    assert "fits at" in mine[0]
+    # gradients given in fp32, in either section: never changed, recomputation is what is left
+    for given in (_nemo_24(tmp_path, "p.yaml", grad_reduce_in_fp32=True),
+                  _nemo_24(tmp_path, "k.yaml", kernels={"grad_reduce_in_fp32": True})):
+        assert given[0].kernels.grad_reduce_in_fp32 is True
+        assert given[0].parallel.recompute is RecomputeKind.FULL
+        assert not any(n.startswith("parallel.grad_reduce_in_fp32") for n in given[1])
+
+
+@pytest.mark.parametrize("framework", ["Megatron-LM (2023)", "NeMo 25.04.rc2 (Megatron-Core)"])
+def test_megatron_core_and_nemo_2_do_not_offer_16_bit_gradients(tmp_path, framework):
+    """Megatron-Core's and NeMo 2's savers are the distributed optimizer, SP and recomputation:
+    the same case keeps its fp32 gradients (and, with 12 bytes of optimizer state a parameter,
+    fits no way at all)."""
+    w, notes = _nemo_24(tmp_path, framework=framework)
+    assert w.kernels.grad_reduce_in_fp32 is True and not w.kernels.master_param_remainders
+    assert not any(n.startswith("parallel.grad_reduce_in_fp32") for n in notes)
+    assert not fits_in_memory(w) and any("no memory saver of the framework fits" in n for n in notes)

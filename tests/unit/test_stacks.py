@@ -466,3 +466,51 @@ def test_hugging_face_software_of_2023_runs_unfused_attention():
     assert old.stack.value("flash_attention") is False and new.stack.value("flash_attention") is True
     assert old.stack.value("adam_impl") is new.stack.value("adam_impl")  # the rest is pytorch-fsdp's
     assert choose_stack("MosaicML llm-foundry (Composer, PyTorch FSDP)", 2023).stack.name == "llm-foundry"
+
+
+@pytest.mark.parametrize("framework, dtype, remainders", [
+    ("NeMo 24.07 container (Megatron-Core backend)", "bf16", True),
+    ("NeMo 24.07 container (Megatron-Core backend)", "fp8", True),  # FP8 GEMMs, BF16 weights
+    ("NeMo 24.07 container (Megatron-Core backend)", "fp16", False),
+    ("NeMo 25.04.rc2 (Megatron-Core)", "bf16", False),
+    ("NeMo 26.04.01 container / Megatron-Bridge (Megatron-Core)", "bf16", False),
+    ("Megatron-Core", "bf16", False),
+    ("torchtitan", "bf16", False),
+])
+def test_nemo_1_keeps_master_weights_as_16_bit_remainders(tmp_path, framework, dtype, remainders):
+    """NeMo 1's distributed Adam (Apex) keeps fp32 state for a BF16 model as the 16 bits the
+    weights lack: 10 bytes of optimizer state a parameter, not 12; NeMo 2, Megatron-Core and
+    FSDP keep a full fp32 copy (or the fp32 weights themselves)."""
+    from sim.memory import state_bytes
+
+    case = _case(framework, dtype=dtype, system={"gpu": "H100-SXM5-80GB", "num_gpus": 8})
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+    assert w.kernels.master_param_remainders is remainders
+    sb = state_bytes(w.model, w.parallel, 0, kernels=w.kernels)
+    shards = w.parallel.shard_group_size if w.parallel.zero >= 1 else 1
+    assert sb.optimizer_bytes == pytest.approx((10.0 if remainders else 12.0) * sb.params / shards, rel=1e-12)
+    assert any(n.startswith("parallel.master_param_remainders: null -> true (stack nemo-24") for n in notes) \
+        is remainders
+    # the case's own value wins
+    case["parallel"] = dict(case["parallel"], master_param_remainders=not remainders)
+    assert load_workload(_write(tmp_path / "d.yaml", case)).kernels.master_param_remainders is (not remainders)
+
+
+def test_the_adam_step_over_remainders_moves_28_bytes_a_parameter():
+    """With the master weights as remainders the fused Adam step reads the BF16 weight, its
+    remainder, the gradient and two moments and writes back all but the gradient (28 bytes a
+    parameter, not the 30 of an fp32 master copy and its BF16 copy); the shard is the same
+    parameters."""
+    from sim.memory import state_bytes
+    from sim.workload.step_passes import OPTIMIZER_BYTES_PER_PARAM, REMAINDER_ADAM_BYTES_PER_PARAM, optimizer_op
+    from tests.conftest import make_workload
+
+    master = make_workload(tp=1, pp=1, dp=4, gbs=8, layers=2)
+    master = dataclasses.replace(master, kernels=dataclasses.replace(master.kernels, step_passes=frozenset()))
+    rem = dataclasses.replace(master, kernels=dataclasses.replace(master.kernels, master_param_remainders=True))
+    sm, sr = (state_bytes(w.model, w.parallel, 0, kernels=w.kernels) for w in (master, rem))
+    assert sr.optimizer_bytes == pytest.approx(sm.optimizer_bytes * 10 / 12, rel=1e-12)
+    assert (sr.weights_bytes, sr.grads_bytes) == (sm.weights_bytes, sm.grads_bytes)
+    shard = sm.optimizer_bytes / 12.0
+    assert optimizer_op(master, sm).bytes == pytest.approx(OPTIMIZER_BYTES_PER_PARAM * shard, rel=1e-12)
+    assert optimizer_op(rem, sr).bytes == pytest.approx(REMAINDER_ADAM_BYTES_PER_PARAM * shard, rel=1e-12)

@@ -38,7 +38,7 @@ class StageStates:
     def __call__(self, w: WorkloadSpec, stage: int) -> StateBytes:
         p = w.parallel
         key = (p.tp, p.pp, p.virtual_pipeline_stages, p.dp, p.cp, p.ep, p.expert_tp, p.zero, p.dp_shard_degree,
-               w.kernels.grad_bytes, stage)
+               w.kernels.grad_bytes, w.kernels.optimizer_bytes, stage)
         sb = self._states.get(key)
         if sb is None:
             sb = self._states[key] = state_bytes(w.model, p, stage, kernels=w.kernels)
