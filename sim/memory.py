@@ -300,7 +300,12 @@ class ActivationModel:
     embedding: float
     """Kept by the first virtual stage: the embedding output's dropout mask."""
     head: float
-    """Kept by the last virtual stage: the final norm's and the output layer's inputs."""
+    """Kept by the last virtual stage: the final norm's and the output layer's inputs. Under
+    PyTorch's tensor parallelism with its loss parallel (:attr:`loss_transient`), the output
+    layer is ``ColwiseParallel(input_layouts=Shard(1))``, so its input is the final norm's
+    output all-gathered over the sequence, and ``F.linear`` keeps it whole for the weight
+    gradient: ``2 sbh`` beside the norm's ``2 sbh / t`` (torchtitan
+    ``models/llama3/parallelize_llama.py``, ``apply_tp``)."""
     logits: float
     """Held by the last virtual stage from the loss to the output layer's backward: the fp32
     softmax that Megatron's vocab-parallel cross entropy saves for its backward
@@ -309,7 +314,13 @@ class ActivationModel:
     loss_transient: float = 0.0
     """Held on top while the loss's backward runs: under PyTorch's cross entropy on fp32
     logits, the incoming gradient of the log-softmax and its result, each fp32 and
-    vocabulary-wide (``8 sbV / t``); nothing for Megatron's in-place kernel."""
+    vocabulary-wide (``8 sbV / t``); nothing for Megatron's in-place kernel. Under TP > 1 the
+    logits are sharded over the vocabulary and PyTorch's loss parallel
+    (``torch.distributed.tensor.parallel.loss_parallel``, torchtitan's default under TP)
+    computes the two backwards as tensor code, ``_nll_loss_and_log_softmax_backward`` in
+    ``torch/distributed/tensor/parallel/loss.py``: ``grad_input = torch.zeros_like(x)``, then
+    ``(grad_input + torch.exp(x)) * grad_output``, which holds the zeros, the exponential and
+    their sum (then the sum and the product) at once, three fp32 tensors: ``12 sbV / t``."""
     moe_layer_stored: float = 0.0
     moe_layer_transient: float = 0.0
     """The two layer terms for a mixture-of-experts layer."""
@@ -391,8 +402,11 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
         moe_kept = terms(True, RecomputeKind.NONE) if m.is_moe else (0.0, 0.0)
     logits = sb * m.vocab_size / t
     torch_loss = k.cross_entropy is LossKind.TORCH_FP32
-    return ActivationModel(stored, transient, sb * h / div, 4.0 * sb * h / div, 4.0 * logits,
-                           8.0 * logits if torch_loss else 0.0, moe_stored, moe_transient,
+    loss_parallel = torch_loss and t > 1  # PyTorch's loss parallel on vocabulary-sharded logits
+    head = 2.0 * sb * h / div + (2.0 * sb * h if loss_parallel else 2.0 * sb * h / div)
+    loss_transient = (12.0 if loss_parallel else 8.0) * logits if torch_loss else 0.0
+    return ActivationModel(stored, transient, sb * h / div, head, 4.0 * logits,
+                           loss_transient, moe_stored, moe_transient,
                            2.0 * logits if torch_loss else 0.0, recompute_num_layers=n,
                            kept_layer_stored=kept[0], kept_layer_transient=kept[1],
                            kept_moe_layer_stored=moe_kept[0], kept_moe_layer_transient=moe_kept[1])

@@ -152,7 +152,9 @@ class LossKind(str, Enum):
     TORCH_FP32 = "torch-fp32"
     """``torch.nn.functional.cross_entropy(logits.float(), labels)`` as torchtitan calls it
     (``torchtitan/components/loss.py``): the fp32 log-softmax is saved, and its backward holds
-    the incoming gradient and the result beside it, each fp32 and vocabulary-wide."""
+    the incoming gradient and the result beside it, each fp32 and vocabulary-wide. Under TP > 1
+    it is PyTorch's loss parallel on vocabulary-sharded logits, whose backward is tensor code
+    holding one more (:attr:`sim.memory.ActivationModel.loss_transient`)."""
 
 
 class CpCommType(str, Enum):

@@ -167,7 +167,7 @@ def test_which_frameworks_recompute_the_fewest_layers(framework, fewest):
 
 def test_torchtitan_selective_is_its_op_level_policy(tmp_path):
     # torchtitan: FSDP2 already shards (ZeRO-3), SP is on under TP; what is left is recomputation
-    case = _case(framework="torchtitan", micro_batch_size=16, global_batch_size=32, flash_attention=True)
+    case = _case(framework="torchtitan", micro_batch_size=12, global_batch_size=24, flash_attention=True)
     w, notes = load_workload_with_notes(_write(tmp_path, case))
     explicit = [load_workload(_write(tmp_path, dict(case, parallel=dict(case["parallel"], recompute=rc)), "t.yaml"))
                 for rc in ("none", "selective", "full")]

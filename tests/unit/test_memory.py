@@ -223,15 +223,17 @@ def test_op_level_checkpointing_recomputes_half_the_matmuls_in_the_timeline():
 @pytest.mark.parametrize("tp", [1, 2])
 def test_torch_fp32_loss_holds_two_more_fp32_logit_copies_at_its_backward(tp):
     """PyTorch's cross entropy on fp32 logits: the saved log-softmax plus, in its backward,
-    the incoming gradient and the result (8 sbV/t on top), and the BF16 logits the caching
-    allocator keeps meanwhile (2 sbV/t); the timeline agrees."""
+    the incoming gradient and the result (8 sbV/t on top; under TP its loss parallel, 12 sbV/t,
+    and the output layer's input gathered whole, 2 sbh (1 - 1/t)), and the BF16 logits the
+    caching allocator keeps meanwhile (2 sbV/t); the timeline agrees."""
     from dataclasses import replace
 
     from sim.types import LossKind
     fused = _llama8b(tp=tp, sp=tp > 1, recompute=RecomputeKind.FULL)
     torch = replace(fused, kernels=replace(fused.kernels, cross_entropy=LossKind.TORCH_FP32))
     diff = stage_memory(torch, 0).activations_bytes - stage_memory(fused, 0).activations_bytes
-    assert diff == pytest.approx((8.0 + 2.0) * 8192 * 128256 / tp)
+    loss = 8.0 if tp == 1 else 12.0
+    assert diff == pytest.approx((loss + 2.0) * 8192 * 128256 / tp + 2.0 * 8192 * 4096 * (1 - 1 / tp))
     rep = make_report(simulate(torch, load_topology("dgx-h100")))
     assert rep.stages[0].peak_memory_bytes == pytest.approx(stage_memory(torch, 0).total_bytes, rel=1e-12)
 
@@ -306,3 +308,35 @@ def test_eager_torchtitan_layer_memory_is_what_the_h100_measured():
         # the caching allocator's excess there: the cached BF16 logits, most of it
         excess = r["max_reserved_gib"] - r["max_allocated_gib"]
         assert 0.8 * excess < am.loss_cached / GiB < excess
+
+
+@pytest.mark.parametrize("loss", ["torch-fp32", "fused"])
+def test_pytorch_loss_parallel_holds_one_more_fp32_logits_tensor(loss):
+    """Under TP > 1 PyTorch computes cross entropy on vocabulary-sharded logits with its loss
+    parallel, whose backward is tensor code (``zeros_like``, then ``(zeros + exp(x)) *
+    grad``): three fp32 vocabulary-wide tensors on top of the saved log-softmax, against the
+    two of ATen's kernels; and the output layer keeps its all-gathered input whole. Megatron's
+    fused kernel is the same at any TP. Per GPU the logits are the same size at TP 1 with half
+    the tokens, so the difference is the mechanism, not the shape."""
+    from sim.types import LossKind
+    from sim.workload.kernels import KernelsSpec
+    from sim.workload.spec import ModelSpec, ParallelSpec, SystemSpec, WorkloadSpec
+
+    def am(tp, mbs):
+        model = ModelSpec("llama", 4, 4096, 32, 8, 14336, 128256, 8192, gated_mlp=True)
+        par = ParallelSpec(tp=tp, micro_batch_size=mbs, global_batch_size=mbs, sequence_parallel=tp > 1,
+                           recompute=RecomputeKind.FULL)
+        kernels = KernelsSpec(flash_attention=True, cross_entropy=LossKind(loss))
+        return activation_model(WorkloadSpec("w", model, par, SystemSpec(get_gpu("H100"), tp, 8), kernels=kernels))
+
+    one, two = am(1, 1), am(2, 2)
+    logits = 8192 * 128256  # fp32 elements a GPU holds in both
+    assert one.logits == two.logits == 4.0 * logits
+    sbh = 2 * 8192 * 4096
+    if loss == "torch-fp32":
+        assert one.loss_transient == 8.0 * logits and two.loss_transient == 12.0 * logits
+        assert two.head == 2.0 * sbh / 2 + 2.0 * sbh  # the norm's input sharded, the output layer's whole
+    else:
+        assert one.loss_transient == two.loss_transient == 0.0
+        assert two.head == 4.0 * sbh / 2
+    assert one.head == 4.0 * sbh / 2  # TP 1: sbh of one sequence is half that of two
