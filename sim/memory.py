@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.types import LossKind, NormKind, RecomputeKind, ScheduleKind
+from sim.types import LossKind, NormKind, RecomputeKind, ScheduleKind, ZeroImpl
 from sim.units import byte_count
 from sim.workload.context_parallel import cp_transient_bytes
+from sim.workload.deepspeed_zero3 import layer_tensors
 from sim.workload.kernels import KernelsSpec
 from sim.workload.schedules import Pass, pipeline_order
 from sim.workload.spec import ModelSpec, ParallelSpec, WorkloadSpec, pipeline_split
@@ -50,6 +51,14 @@ torchtitan ``parallelism.mixed_precision_reduce`` default ``"float32"``)."""
 ZERO3_PREFETCH_LAYERS = 2
 """Layers whose full 16-bit weights a ZeRO-3/FSDP rank holds at once: the one computing and
 the one prefetched (FSDP2's default forward prefetch of one module)."""
+DEEPSPEED_LIVE_TENSORS = 3
+"""Parameter-sized 16-bit tensors DeepSpeed v0.3's ZeRO-3 holds whole at once, each as large as
+a layer's largest weight: it gathers and releases one submodule's parameters at a time
+(``fetch_sub_module``, ``release_sub_module``; :mod:`sim.workload.deepspeed_zero3`), not a
+layer's, so while a module's backward runs it holds that module's gathered weight and its
+full fp16 gradient until the gradient's own reduce-scatter (``_reduce_scatter_gradient``), and
+the layer's last module stays gathered from the recomputed forward into the backward
+(``max_reuse_distance``)."""
 
 
 @dataclass(frozen=True)
@@ -515,7 +524,8 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel,
 
 def other_bytes(w: WorkloadSpec, stage: int) -> float:
     """Buffers besides state and activations: the sequence-parallel all-gather buffer, ZeRO-3's
-    gathered weights (and, under pipelining, their unsharded gradients), the cuBLAS workspace."""
+    gathered weights (and, under pipelining, their unsharded gradients; under DeepSpeed v0.3,
+    :data:`DEEPSPEED_LIVE_TENSORS` tensors of a layer's largest weight), the cuBLAS workspace."""
     m, p = w.model, w.parallel
     other = float(CUBLAS_WORKSPACE_BYTES)
     if p.sequence_parallel:
@@ -532,6 +542,8 @@ def other_bytes(w: WorkloadSpec, stage: int) -> float:
             # (``mixed_precision_reduce = "float32"``)
             other += stage_params(m, p, stage) * (WEIGHT_BYTES + FSDP_ACCUMULATED_GRAD_BYTES) \
                 * (1 - 1 / p.shard_group_size)
+        elif p.zero_impl is ZeroImpl.DEEPSPEED_0_3:
+            other += DEEPSPEED_LIVE_TENSORS * max(layer_tensors(m, 0, p.tp)) * WEIGHT_BYTES
         else:
             split, replicated = layer_split(m)
             other += ZERO3_PREFETCH_LAYERS * (split / p.tp + replicated) * WEIGHT_BYTES

@@ -340,3 +340,23 @@ def test_pytorch_loss_parallel_holds_one_more_fp32_logits_tensor(loss):
         assert one.loss_transient == two.loss_transient == 0.0
         assert two.head == 4.0 * sbh / 2
     assert one.head == 4.0 * sbh / 2  # TP 1: sbh of one sequence is half that of two
+
+
+def test_deepspeed_zero3_holds_a_few_tensors_gathered_not_two_layers():
+    """DeepSpeed v0.3's ZeRO-3 gathers and releases one submodule's parameters at a time: a
+    rank holds three tensors the size of a layer's largest weight (the running module's
+    gathered weight and its full fp16 gradient, the layer's last module kept for reuse), where
+    FSDP holds two whole layers' 16-bit weights."""
+    from dataclasses import replace
+
+    from sim.memory import CUBLAS_WORKSPACE_BYTES, DEEPSPEED_LIVE_TENSORS, other_bytes
+    from sim.types import ZeroImpl
+    from sim.workload.deepspeed_zero3 import layer_tensors
+
+    w = make_workload(tp=1, pp=1, dp=8, gbs=8, layers=4)
+    fsdp = replace(w, parallel=replace(w.parallel, zero_stage=3))
+    ds = replace(fsdp, parallel=replace(fsdp.parallel, zero_impl=ZeroImpl.DEEPSPEED_0_3))
+    largest = max(layer_tensors(ds.model, 0, 1))
+    assert other_bytes(ds, 0) - CUBLAS_WORKSPACE_BYTES == DEEPSPEED_LIVE_TENSORS * largest * 2.0
+    assert other_bytes(fsdp, 0) - CUBLAS_WORKSPACE_BYTES == 2 * ds.model.layer_params(0) * 2.0
+    assert other_bytes(ds, 0) < other_bytes(fsdp, 0)
