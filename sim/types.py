@@ -184,8 +184,10 @@ class CpCommType(str, Enum):
 
 
 class ZeroImpl(str, Enum):
-    """How a ZeRO-3 / fully sharded data-parallel implementation issues its collectives
-    (``parallel.zero_impl``; :mod:`sim.workload.deepspeed_zero3`)."""
+    """How a ZeRO implementation issues its collectives (``parallel.zero_impl``): at stage 3,
+    FSDP's or DeepSpeed 0.3's (:mod:`sim.workload.deepspeed_zero3`); at stage 1, whether the
+    sharded optimizer's gradients are reduce-scattered (:attr:`FSDP`, the default: Megatron's
+    distributed optimizer, DeepSpeed's ZeRO optimizer) or all-reduced (:attr:`DEEPSPEED_BF16`)."""
 
     FSDP = "fsdp"
     """One coalesced all-gather of a layer's 16-bit weights, prefetched a layer ahead and
@@ -196,6 +198,15 @@ class ZeroImpl(str, Enum):
     all-gather per parameter tensor, after a device-wide synchronize, that the module waits
     for; one reduce-scatter per parameter tensor in fp16; both through PyTorch's tensor-list
     collectives (a view and a copy per rank)."""
+    DEEPSPEED_BF16 = "deepspeed-bf16"
+    """DeepSpeed's bf16 optimizer (``BF16_Optimizer``, which DeepSpeed's engine picks for a BF16
+    model with fp32 gradient accumulation at ZeRO stage 1, and under pipeline parallelism at
+    stage 0; ``DeepSpeedEngine._do_optimizer_sanity_check``): it keeps the fp32 gradients of
+    every local weight and all-reduces them whole after the backward (the pipeline engine's
+    ``_exec_reduce_grads`` -> ``_bf16_reduce_grads`` -> ``buffered_allreduce_fallback``), each
+    rank steps its partition of the fp32 master weights and Adam state, then the 16-bit weights
+    are all-gathered (``update_lp_params`` -> ``all_gather_dp_groups``): ZeRO-1's memory with an
+    all-reduce's traffic for the gradients."""
 
 
 class AdamImpl(str, Enum):

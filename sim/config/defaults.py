@@ -423,15 +423,17 @@ def deterministic_default(f: Fields, framework: str, notes: Notes) -> bool:
 
 
 def zero_impl_default(f: Fields, zero: int, stack: Stack, notes: Notes) -> ZeroImpl:
-    """How ZeRO-3 issues its collectives (``parallel.zero_impl``): the case's value, else, at
-    ZeRO stage 3, the stack's ``zero_impl`` (DeepSpeed 0.3's per-parameter, blocking
-    collectives for ``deepspeed-zero3``; FSDP's per-layer, prefetched ones otherwise), noted
-    when not FSDP's."""
+    """How ZeRO issues its collectives (``parallel.zero_impl``): the case's value, else the
+    stack's ``zero_impl`` at the stages it applies to (DeepSpeed 0.3's per-parameter, blocking
+    collectives at ZeRO-3 for ``deepspeed-zero3``; DeepSpeed's bf16 optimizer, all-reduced
+    gradients, at stage 1 for ``megatron-deepspeed``), else FSDP's per-layer, prefetched
+    collectives and the reduce-scatter of a sharded optimizer, noted when not those."""
     value = f.raw.get("zero_impl")
     if value is not None:
         return parse_enum(ZeroImpl, value, f.path, f.field("zero_impl"))
     impl = stack.value("zero_impl")
-    if zero < 3 or impl is ZeroImpl.FSDP:
+    applies = zero == 1 if impl is ZeroImpl.DEEPSPEED_BF16 else zero >= 3
+    if impl is ZeroImpl.FSDP or not applies:
         return ZeroImpl.FSDP
     return notes.fill("parallel.zero_impl", impl, stack.why("zero_impl"))
 

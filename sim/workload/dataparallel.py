@@ -275,10 +275,12 @@ class DataParallelMixin:
     def reduce_bucket(self, params: float, args: tuple) -> None:
         """Reduce one gradient bucket: all-reduced over the (data x context)-parallel group,
         or with the distributed optimizer reduce-scattered over the shard group (and, with
-        several optimizer instances, its shard all-reduced across them)."""
+        several optimizer instances, its shard all-reduced across them); DeepSpeed's bf16
+        optimizer all-reduces it though it shards the optimizer
+        (:attr:`~sim.workload.spec.ParallelSpec.reduce_scatters_grads`)."""
         p = self.w.parallel
         args = args + (("params", params),)
-        if p.shards_optimizer:
+        if p.reduce_scatters_grads:
             self.reduce_grads(params, args, "grads")
             return
         op = self.dp_op(CollectiveKind.ALL_REDUCE, params * self.w.kernels.grad_bytes, DPScope.ALL)
@@ -301,7 +303,7 @@ class DataParallelMixin:
         if not params or p.expert_dp == 1:
             return
         args = args + (("params", params),)
-        if p.shards_optimizer:
+        if p.reduce_scatters_grads:
             self.reduce_grads(params, args, "expert-grads", expert=True)
             return
         op = self.edp_op(CollectiveKind.ALL_REDUCE, params * self.w.kernels.grad_bytes)

@@ -430,6 +430,10 @@ class ParallelSpec:
         if self.zero_stage not in (0, 1, 2, 3):
             raise ConfigError(_SPEC, "parallel.zero_stage", "0, 1, 2 or 3", self.zero_stage)
         self._check_dp_shard()
+        if self.zero_impl is ZeroImpl.DEEPSPEED_BF16 and (self.zero_stage > 1 or self.hybrid_shard):
+            raise ConfigError(_SPEC, "parallel.zero_impl", "fsdp or deepspeed-0.3 with parallel.zero_stage 2 or 3 or "
+                              "hybrid sharding (DeepSpeed's bf16 optimizer runs at ZeRO stage 0 or 1 and "
+                              "partitions over the whole data-parallel group)", self.zero_impl.value)
         if self.zero_impl is ZeroImpl.DEEPSPEED_0_3 and self.zero_stage == 3 and (self.pp > 1 or self.hybrid_shard):
             raise ConfigError(_SPEC, "parallel.zero_impl", "fsdp with parallel.pp > 1 or hybrid sharding "
                               "(DeepSpeed 0.3's pipeline engine runs ZeRO stage 1 at most, and its ZeRO-3 "
@@ -573,6 +577,14 @@ class ParallelSpec:
     def shards_optimizer(self) -> bool:
         """Whether optimizer state is sharded over DP (distributed optimizer / ZeRO-1 and up)."""
         return self.zero >= 1
+
+    @property
+    def reduce_scatters_grads(self) -> bool:
+        """Whether the gradients are reduce-scattered to the ranks that own their optimizer
+        shard (a sharded optimizer), not all-reduced whole: all but DeepSpeed's bf16 optimizer
+        (:attr:`~sim.types.ZeroImpl.DEEPSPEED_BF16`), which shards the optimizer state and
+        all-reduces the gradients."""
+        return self.shards_optimizer and self.zero_impl is not ZeroImpl.DEEPSPEED_BF16
 
     @property
     def dp_shard_degree(self) -> int:

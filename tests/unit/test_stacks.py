@@ -514,3 +514,70 @@ def test_the_adam_step_over_remainders_moves_28_bytes_a_parameter():
     shard = sm.optimizer_bytes / 12.0
     assert optimizer_op(master, sm).bytes == pytest.approx(OPTIMIZER_BYTES_PER_PARAM * shard, rel=1e-12)
     assert optimizer_op(rem, sr).bytes == pytest.approx(REMAINDER_ADAM_BYTES_PER_PARAM * shard, rel=1e-12)
+
+
+@pytest.mark.parametrize("framework, name", [
+    ("Megatron-DeepSpeed (BigScience, 2022)", "megatron-deepspeed"),
+    ("Megatron-DeepSpeed", "megatron-deepspeed"),
+    ("Megatron DeepSpeed 2023", "megatron-deepspeed"),
+    ("DeepSpeed", "deepspeed-zero3"),  # undated DeepSpeed alone is still 2021's ZeRO-3
+    ("Megatron-LM (+DeepSpeed ZeRO-3 for zero3 rows)", "deepspeed-zero3"),
+])
+def test_megatron_deepspeed_is_its_own_stack(framework, name):
+    assert choose_stack(framework, 2021 if "2021" in framework else None).stack.name == name
+
+
+def test_megatron_deepspeed_runs_deepspeeds_engine(tmp_path):
+    """Megatron-DeepSpeed: Megatron's own layers without its asynchronous TP all-reduce or fused
+    gradient accumulation, DeepSpeed's one-chunk pipeline, ZeRO-1 state
+    from DeepSpeed's bf16 optimizer, whose gradients are all-reduced whole after the backward;
+    under FP16 DeepSpeed's ZeRO optimizer reduces them to their owners instead."""
+    from sim.types import ZeroImpl
+
+    case = _case("Megatron-DeepSpeed (2022)")
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+    p, k = w.parallel, w.kernels
+    assert (p.zero_stage, p.zero_impl, p.distributed_optimizer) == (1, ZeroImpl.DEEPSPEED_BF16, False)
+    assert p.shards_optimizer and not p.reduce_scatters_grads
+    assert (p.virtual_pipeline_stages, p.overlap_grad_reduce) == (1, False)
+    assert (k.async_tp_grad_allreduce, k.gradient_accumulation_fusion, k.flash_attention, k.unfused_linear_bias) \
+        == (False, False, False, True)
+    assert any(n.startswith("parallel.zero_impl: null -> deepspeed-bf16 (stack megatron-deepspeed:") for n in notes)
+    fp16, _ = load_workload_with_notes(_write(tmp_path / "d.yaml", dict(case, dtype="fp16")))
+    assert fp16.parallel.zero_impl is ZeroImpl.FSDP and fp16.parallel.reduce_scatters_grads
+    # at ZeRO-3 the bf16 optimizer does not apply: the stack's impl is not taken
+    z3, _ = load_workload_with_notes(_write(tmp_path / "e.yaml", dict(case, parallel=dict(case["parallel"],
+                                                                                          zero_stage=3, pp=1, dp=4))))
+    assert z3.parallel.zero_impl is ZeroImpl.FSDP
+
+
+def test_deepspeed_bf16_optimizer_all_reduces_gradients_and_gathers_weights():
+    """DeepSpeed's bf16 optimizer at ZeRO-1: the gradient buckets are all-reduced over the
+    data-parallel group (fp32, the bytes of plain data parallelism), and the 16-bit weights are
+    all-gathered after the step as the distributed optimizer's are; its optimizer state is
+    ZeRO-1's."""
+    from sim.memory import state_bytes
+    from sim.types import CollectiveKind, ZeroImpl
+    from sim.workload.taskgraph import build_program
+    from tests.conftest import make_workload, replace_settings
+
+    base = make_workload(tp=1, pp=1, dp=4, gbs=8, layers=2, overlap=False)
+    zero1 = replace_settings(base, zero_stage=1)
+    ds = replace_settings(zero1, zero_impl=ZeroImpl.DEEPSPEED_BF16)
+
+    def grads(w):
+        prog = build_program(w)
+        return sorted((t.op.collective, round(t.op.size_bytes)) for t in prog.tasks if t.comm and "grads" in t.name)
+
+    def gathers(w):
+        prog = build_program(w)
+        return sum(t.op.size_bytes for t in prog.tasks if t.comm and t.op.collective is CollectiveKind.ALL_GATHER)
+
+    assert grads(ds) == grads(base) and {c for c, _ in grads(ds)} == {CollectiveKind.ALL_REDUCE}
+    assert {c for c, _ in grads(zero1)} == {CollectiveKind.REDUCE_SCATTER}
+    assert gathers(ds) == gathers(zero1) > 0 and gathers(base) == 0
+    assert state_bytes(ds.model, ds.parallel, 0, kernels=ds.kernels) == \
+        state_bytes(zero1.model, zero1.parallel, 0, kernels=zero1.kernels)
+    with pytest.raises(ConfigError) as err:
+        replace_settings(ds, zero_stage=3)
+    assert err.value.field == "parallel.zero_impl"
