@@ -440,10 +440,13 @@ def zero_impl_default(f: Fields, zero: int, stack: Stack, notes: Notes) -> ZeroI
 
 @dataclass(frozen=True)
 class MemorySaver:
-    """A null parallel setting that the producing framework can set to use less memory."""
+    """A null setting (parallel, or a kernel switch) that the producing framework can set to use
+    less memory."""
 
     key: str
-    """The :class:`~sim.workload.spec.ParallelSpec` field, also the case's ``parallel`` key."""
+    """The :class:`~sim.workload.spec.ParallelSpec` field, or the
+    :class:`~sim.workload.kernels.KernelsSpec` switch (``grad_reduce_in_fp32``), also the case's
+    ``parallel`` key."""
     value: bool | RecomputeKind
     """The value that saves memory."""
     fewest_layers: bool = False
