@@ -22,7 +22,7 @@ from sim.types import LossKind, NormKind, RecomputeKind, ScheduleKind, ZeroImpl
 from sim.units import byte_count
 from sim.workload.context_parallel import cp_transient_bytes
 from sim.workload.deepspeed_zero3 import layer_tensors
-from sim.workload.kernels import KernelsSpec
+from sim.workload.kernels import OPTIMIZER_BYTES, KernelsSpec
 from sim.workload.schedules import Pass, pipeline_order
 from sim.workload.spec import ModelSpec, ParallelSpec, WorkloadSpec, pipeline_split
 
@@ -36,10 +36,6 @@ GRAD_BYTES = 4.0
 """fp32 gradient accumulation buffer (Megatron-LM keeps ``main_grad`` in fp32 under bf16:
 ``arguments.py``, 'bfloat16 requires gradient accumulation and all-reduce to be performed in
 fp32'); 2 bytes without ``grad_reduce_in_fp32`` (:attr:`~sim.workload.kernels.KernelsSpec.grad_bytes`)."""
-OPTIMIZER_BYTES = 12.0
-"""fp32 master weights and Adam's two moments (ZeRO, arXiv 1910.02054, Sec. 3.1: K = 12); 10
-when the master weights are kept as 16-bit remainders
-(:attr:`~sim.workload.kernels.KernelsSpec.optimizer_bytes`)."""
 CUBLAS_WORKSPACE_BYTES = 8 * 4 * 2**20
 """cuBLAS workspace PyTorch allocates per stream by default (``CUBLAS_WORKSPACE_CONFIG``
 ``:4096:8``, eight 4 MiB chunks; PyTorch docs, "Reproducibility")."""

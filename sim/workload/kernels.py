@@ -15,12 +15,20 @@ from dataclasses import dataclass
 
 from sim.types import AdamImpl, AttentionKernel, LossKind, StepPass
 
-__all__ = ["KERNEL_KEYS", "MEGATRON_CORE_STEP_PASSES", "KernelsSpec"]
+__all__ = ["KERNEL_KEYS", "MEGATRON_CORE_STEP_PASSES", "OPTIMIZER_BYTES", "REMAINDER_OPTIMIZER_BYTES", "KernelsSpec"]
 
 MEGATRON_CORE_STEP_PASSES = frozenset({StepPass.ZERO_GRAD_BUFFER, StepPass.GRAD_NAN_CHECK, StepPass.GRAD_DIVIDE_DP,
                                        StepPass.CLIP_GRAD_NORM, StepPass.MASTER_COPY})
 """Megatron-LM's training step with Megatron-Core's DDP and optimizer, at its defaults
 (:mod:`sim.workload.step_passes`)."""
+
+
+OPTIMIZER_BYTES = 12.0
+"""Optimizer state per parameter: fp32 master weights and Adam's two moments (ZeRO, arXiv
+1910.02054, Sec. 3.1: K = 12)."""
+REMAINDER_OPTIMIZER_BYTES = 10.0
+"""The same with the master weights kept as the 16 low bits the BF16 weights lack (2) beside
+Adam's two fp32 moments (8): Apex's ``DistributedFusedAdam(store_param_remainders=True)``."""
 
 
 @dataclass(frozen=True)
@@ -125,10 +133,9 @@ class KernelsSpec:
 
     @property
     def optimizer_bytes(self) -> float:
-        """Bytes of optimizer state per parameter, before ZeRO sharding: 12 (fp32 master weights
-        and Adam's two moments; ZeRO, arXiv 1910.02054, Sec. 3.1), or 10 with
-        :attr:`master_param_remainders`."""
-        return 10.0 if self.master_param_remainders else 12.0
+        """Bytes of optimizer state per parameter, before ZeRO sharding: :data:`OPTIMIZER_BYTES`,
+        or :data:`REMAINDER_OPTIMIZER_BYTES` with :attr:`master_param_remainders`."""
+        return REMAINDER_OPTIMIZER_BYTES if self.master_param_remainders else OPTIMIZER_BYTES
 
 
 KERNEL_KEYS: tuple[str, ...] = ("flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise",
