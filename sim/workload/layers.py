@@ -88,8 +88,14 @@ class LayerOps:
     """``layer_bwd`` split for zero-bubble schedules: the input-gradient steps, the
     weight-gradient steps, and the attention backward's index in the first (None, the
     default, has :meth:`__post_init__` split ``layer_bwd``)."""
+    recompute_fwd: tuple[Step, ...] = None  # type: ignore[assignment]  # __post_init__ sets it
+    """The forward as full recomputation re-runs it before the layer's backward: ``layer_fwd``
+    (None, the default), except under PyTorch's async TP, which overlaps the first forward's
+    TP collectives only (:data:`sim.workload.tp_overlap.ASYNC_TP`)."""
 
     def __post_init__(self) -> None:
+        if self.recompute_fwd is None:
+            object.__setattr__(self, "recompute_fwd", self.layer_fwd)
         if self.split_bwd is None:
             b, w, k = split_weight_gradients(self.layer_bwd, self.attention_bwd_index)
             object.__setattr__(self, "split_bwd", (b, w, k))
@@ -541,9 +547,17 @@ class LayerBuilder:
         # every other matmul of wq, wk, wv, wo, w1, [w3,] w2, as separate projections
         mms = self.model.separate_matmuls(t)
         op_recompute = self.op_recompute(fwd, mms[1::2])
-        if self.overlap and parallel.tp_comm_overlap_cfg.kernel is CommKernel.SYMMETRIC_MEMORY:
-            fwd, bwd = _async_tp_reductions(fwd, t, self.e), _async_tp_reductions(bwd, t, self.e)
-        if self.overlap:
+        recompute_fwd = None
+        forward_only = self.overlap and parallel.tp_comm_overlap_cfg.kernel is CommKernel.SYMMETRIC_MEMORY
+        if forward_only:
+            # PyTorch's async TP overlaps the forward pass only: the recomputed forward and the
+            # backward run their TP collectives as plain TP does (sim.workload.tp_overlap.ASYNC_TP)
+            self.overlap = False
+            recompute_fwd = self.forward(attn_fwd, proj_in)
+            bwd, _ = self.backward(attn_bwd, proj_in_bwd)
+            self.overlap = True
+            fwd = _overlap_tp(_async_tp_reductions(fwd, t, self.e))
+        elif self.overlap:
             # (swaps happen only between a reduce-scatter and the GEMM before it, none of them
             # across the attention backward, so attention_bwd_index stands)
             fwd, bwd = _overlap_tp(fwd), _overlap_tp(bwd)
@@ -553,13 +567,22 @@ class LayerBuilder:
             mlp_at = next(i for i, st in enumerate(fwd) if st.name.startswith("norm2"))
             mlp_fwd, mlp_bwd = self.moe_mlp()
             moe_fwd = fwd[:mlp_at] + mlp_fwd
+            moe_refwd = tuple(moe_fwd)
+            if forward_only:
+                self.overlap = False
+                plain_mlp_fwd, mlp_bwd = self.moe_mlp()
+                self.overlap = True
+                assert recompute_fwd is not None
+                at = next(i for i, st in enumerate(recompute_fwd) if st.name.startswith("norm2"))
+                moe_refwd = tuple(recompute_fwd[:at] + plain_mlp_fwd)
             bwd_at = next(i for i, st in enumerate(bwd) if st.name == "dropout-add-bwd" and i > 0)
             moe_bwd = mlp_bwd + bwd[bwd_at:]
             moe_k = len(mlp_bwd) + (attention_bwd_index - bwd_at)
             moe = LayerOps(tuple(moe_fwd), tuple(moe_bwd), moe_k, tuple(attn_fwd), embedding_fwd, embedding_bwd,
-                           head_fwd, head_bwd, self.op_recompute(moe_fwd, mms[1:4:2]))
+                           head_fwd, head_bwd, self.op_recompute(moe_fwd, mms[1:4:2]), recompute_fwd=moe_refwd)
         return LayerOps(tuple(fwd), tuple(bwd), attention_bwd_index, tuple(attn_fwd),
-                        embedding_fwd, embedding_bwd, head_fwd, head_bwd, op_recompute, moe)
+                        embedding_fwd, embedding_bwd, head_fwd, head_bwd, op_recompute, moe,
+                        recompute_fwd=tuple(fwd if recompute_fwd is None else recompute_fwd))
 
     def moe_mlp(self) -> tuple[list[Step], list[Step]]:
         """The MLP half of a mixture-of-experts layer, Megatron-Core's all-to-all token dispatcher
@@ -682,9 +705,9 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
     return LayerBuilder(model, parallel, dtype, *groups, kernels=kernels).build()
 
 
-_ASYNC_TP_REDUCED = frozenset({"proj", "fc2", "fc1-dgrad", "qkv-dgrad"})
-"""The GEMMs whose outputs a sequence-parallel layer reduce-scatters (the row-parallel
-forwards, the column-parallel input gradients)."""
+_ASYNC_TP_REDUCED = frozenset({"proj", "fc2"})
+"""The forward GEMMs whose outputs a sequence-parallel layer reduce-scatters (the row-parallel
+forwards; async TP overlaps the forward only, :data:`~sim.workload.tp_overlap.ASYNC_TP`)."""
 
 
 def _async_tp_reductions(steps: list[Step], t: int, e: float) -> list[Step]:

@@ -475,7 +475,7 @@ class _RankProgram(DataParallelMixin):
                                                "layer-bwd", first_mem=held, last_mem=release,
                                                split_first=fsdp and not fsdp_once and not ds)
                     elif rc is RecomputeKind.FULL:
-                        first, _ = self.run_steps(lops.layer_fwd, (("phase", "recompute"),) + la[1:],
+                        first, _ = self.run_steps(lops.recompute_fwd, (("phase", "recompute"),) + la[1:],
                                                   first_mem=held)
                         self.run_steps(bwd, la, last_mem=release)
                     elif rc is RecomputeKind.SELECTIVE_OP:
@@ -575,7 +575,7 @@ def backward_steps(lops: LayerOps, bwd: tuple, k: int, rc: RecomputeKind) -> tup
     """A layer's backward steps with its recomputation, in the order the op-level program
     issues them."""
     if rc is RecomputeKind.FULL:
-        return lops.layer_fwd + bwd
+        return lops.recompute_fwd + bwd
     if rc is RecomputeKind.SELECTIVE_OP:
         return lops.op_recompute + bwd
     if rc is RecomputeKind.SELECTIVE:

@@ -36,7 +36,7 @@ torchtitan's async TP runs on PyTorch's symmetric memory
 ``_pipelined_multi_all_gather_and_consume`` and ``_pipelined_produce_and_all2all``): every shard
 is fetched with ``Tensor.copy_`` from the peer's mapped buffer, a ``cudaMemcpyAsync`` for
 contiguous tensors of one dtype (ATen ``copy_device_to_device``), i.e. copy engines
-(:data:`ASYNC_TP`).
+(:data:`ASYNC_TP`), in the forward pass only (its docstring says why).
 
 Not modelled: a kernel's SMs are held while its collective runs (TE 2.x also launches a
 pipelined or bulk GEMM on ``sm_count - num_sm`` SMs for its whole length, ``set_sm_margin``,
@@ -128,4 +128,20 @@ TE_DEFAULTS = userbuffers(source="Transformer Engine's userbuffers defaults")
 """Ring exchanges on the copy engines (0 SMs), bulk and pipelined kernels on 16 SMs."""
 ASYNC_TP = TpOverlapConfig(CommKernel.SYMMETRIC_MEMORY, tuple((g, 0) for g in UB_GEMMS),
                            "PyTorch symmetric-memory async TP (copy engines)")
-"""torchtitan's async TP: every overlapped collective a copy-engine p2p copy."""
+"""torchtitan's async TP: every overlapped collective a copy-engine p2p copy, in the forward
+pass only. The recomputed forward and the backward run their TP collectives as plain TP does
+(NCCL kernels; an input gradient's reduce-scatter beside the weight-gradient GEMM), which
+:class:`~sim.workload.layers.LayerOps` ``recompute_fwd`` and ``layer_bwd`` carry.
+
+Why the forward only: PyTorch's own measurement of it in torchtitan gives "up to ~29% forward
+pass speedup and ~8% E2E speedup in Llama3 7B" and "up to ~20% forward pass speedup and ~8%
+E2E speedup in Llama3 70B" (H. He, L. Wright, L. Wehrstedt, T. Liu, W. Liang, "[Distributed w/
+TorchTitan] Introducing Async Tensor Parallelism in PyTorch", discuss.pytorch.org/t/209487,
+2024): the forward is a third of a step's compute, a quarter under full recomputation, so a
+recomputed forward and a backward overlapped as well as the forward would have given an
+end-to-end gain near the forward's, not a third to a half of it. The code agrees for the
+input gradients: torch.compile's micro-pipeline pass replaces a reduce-scatter only when a
+single matmul produces its input (``torch/_inductor/fx_passes/micro_pipeline_tp.py``,
+``fuse_matmul_reduce_scatter``: ``_find_producer_matmul`` returns None otherwise), and the
+gradient of the input that q, k and v (and a gated MLP's w1 and w3) share is the sum of their
+matmuls, so those reduce-scatters stay NCCL collectives."""

@@ -133,11 +133,44 @@ def test_a_ring_exchange_on_sms_slows_its_gemm_by_num_sm_over_sm_count():
 
 def test_async_tp_copies_hold_no_sms():
     run, costs = _run(cfg=ASYNC_TP)
-    for span, task in _layer(run).values():
+    fwd = [(span, task) for (phase, _), (span, task) in _layer(run).items() if phase == "fwd"]
+    assert any(span.stream is Stream.TP_COMM for span, _ in fwd)
+    for span, task in fwd:
         if span.stream is Stream.TP_COMM:
             assert task.op.kernel is CommKernel.SYMMETRIC_MEMORY and costs.comm_plan(task.op).sm_fraction == 0.0
-        elif span.stream is Stream.COMPUTE:   # nothing else runs beside the layer: all at solo time
+        elif span.stream is Stream.COMPUTE:   # nothing else runs beside the forward: all at solo time
             assert span.end_s - span.start_s == pytest.approx(costs.compute_time_s(task.op), rel=1e-12)
+
+
+def test_async_tp_overlaps_the_first_forward_only():
+    """PyTorch's async TP (torch.compile's micro-pipeline pass) overlaps the forward pass's TP
+    collectives; the recomputed forward and the backward run theirs as plain TP does, NCCL
+    kernels in the same places (sim/workload/tp_overlap.py, ASYNC_TP). Transformer Engine's
+    userbuffers overlap all three passes alike."""
+    from sim.types import RecomputeKind
+
+    w = make_workload(layers=2, tp=2, sp=True, gbs=1, gpu="H100-SXM5-80GB", hidden=2048, seq=2048)
+
+    def tp_kernels(overlap, cfg):
+        par = dataclasses.replace(w.parallel, tp_comm_overlap=overlap, tp_comm_overlap_cfg=cfg,
+                                  recompute=RecomputeKind.FULL)
+        run = simulate(dataclasses.replace(w, parallel=par), load_topology("dgx-h100"))
+        out: dict[str, list] = {}
+        for t in run.program.tasks:
+            a = dict(t.args)
+            if t.rank == 0 and t.comm and t.op.comm_class is CommClass.TP and a.get("layer") == 1:
+                out.setdefault(a["phase"], []).append((t.name, t.op.kernel))
+        return out, run.result.makespan_s
+
+    sym, sym_s = tp_kernels(True, ASYNC_TP)
+    plain, plain_s = tp_kernels(False, TE_DEFAULTS)
+    ub, _ = tp_kernels(True, TE_DEFAULTS)
+    assert set(sym) == {"fwd", "recompute", "bwd"}
+    assert sym["fwd"] and all(k is CommKernel.SYMMETRIC_MEMORY for _, k in sym["fwd"])
+    assert sym["recompute"] == plain["recompute"] and sym["bwd"] == plain["bwd"]
+    assert all(k is CommKernel.NCCL for phase in ("recompute", "bwd") for _, k in sym[phase])
+    assert all(k is CommKernel.USERBUFFERS for phase in ("fwd", "recompute", "bwd") for _, k in ub[phase])
+    assert sym_s < plain_s     # the forward's overlap still pays
 
 
 # -- the config boundary -----------------------------------------------------------------------
@@ -180,10 +213,11 @@ parallel: {tp: 2, pp: 1, dp: 1, micro_batch_size: 1, global_batch_size: 1, detai
 
 
 def test_async_tp_sums_the_received_chunks_after_each_reduce_scattered_gemm():
-    """Under PyTorch's async TP the four GEMMs whose outputs are reduce-scattered (the
-    attention and MLP output projections, the QKV and fc1 input gradients) carry one more
-    kernel reading the m x n stacked partials and writing the m/t x n shard; nothing else
-    changes, and Transformer Engine's userbuffers add nothing."""
+    """Under PyTorch's async TP the forward's two GEMMs whose outputs are reduce-scattered (the
+    attention and MLP output projections) carry one more kernel reading the m x n stacked
+    partials and writing the m/t x n shard; the backward's input gradients are reduce-scattered
+    by NCCL (async TP overlaps the forward only); nothing else changes, and Transformer Engine's
+    userbuffers add nothing."""
     import dataclasses
 
     from sim.workload.layers import layer_ops
@@ -199,7 +233,7 @@ def test_async_tp_sums_the_received_chunks_after_each_reduce_scattered_gemm():
         return {st.name: st.op for st in ops.layer_fwd + ops.layer_bwd if isinstance(st.op, GemmOp)}
 
     te, sym = gemms(TE_DEFAULTS), gemms(ASYNC_TP)
-    reduced = {"proj", "fc2", "fc1-dgrad", "qkv-dgrad"}
+    reduced = {"proj", "fc2"}
     assert all(op.extra_bytes == 0 for op in te.values())
     for name, op in sym.items():
         if name in reduced:
