@@ -24,7 +24,8 @@ leaving each rank ``1 / cp`` of the causal attention work under Megatron's load 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from sim.types import (
@@ -217,6 +218,17 @@ class LayerBuilder:
     def coll(self, kind: CollectiveKind, size: float) -> CommOp:
         """A collective of ``size`` bytes over the stage's TP group."""
         return CommOp(kind, CommClass.TP, self.tp_group, size, self.replicas)
+
+    @contextmanager
+    def plain_tp(self) -> Iterator[None]:
+        """Build steps inside as without TP communication overlap (their collectives NCCL
+        kernels where plain TP puts them), as async TP's recomputed forward and backward run."""
+        saved = self.overlap
+        self.overlap = False
+        try:
+            yield
+        finally:
+            self.overlap = saved
 
     def kernel(self, op: CommOp, gemm: str | None) -> CommOp:
         """Under TP communication overlap, the collective overlapped with a layer GEMM (TE's
@@ -552,10 +564,9 @@ class LayerBuilder:
         if forward_only:
             # PyTorch's async TP overlaps the forward pass only: the recomputed forward and the
             # backward run their TP collectives as plain TP does (sim.workload.tp_overlap.ASYNC_TP)
-            self.overlap = False
-            recompute_fwd = self.forward(attn_fwd, proj_in)
-            bwd, _ = self.backward(attn_bwd, proj_in_bwd)
-            self.overlap = True
+            with self.plain_tp():
+                recompute_fwd = self.forward(attn_fwd, proj_in)
+                bwd, _ = self.backward(attn_bwd, proj_in_bwd)
             fwd = _overlap_tp(_async_tp_reductions(fwd, t, self.e))
         elif self.overlap:
             # (swaps happen only between a reduce-scatter and the GEMM before it, none of them
@@ -569,9 +580,8 @@ class LayerBuilder:
             moe_fwd = fwd[:mlp_at] + mlp_fwd
             moe_refwd = tuple(moe_fwd)
             if forward_only:
-                self.overlap = False
-                plain_mlp_fwd, mlp_bwd = self.moe_mlp()
-                self.overlap = True
+                with self.plain_tp():
+                    plain_mlp_fwd, mlp_bwd = self.moe_mlp()
                 assert recompute_fwd is not None
                 at = next(i for i, st in enumerate(recompute_fwd) if st.name.startswith("norm2"))
                 moe_refwd = tuple(recompute_fwd[:at] + plain_mlp_fwd)
