@@ -484,7 +484,7 @@ layer most."""
 
 
 def memory_savers(parallel: ParallelSpec, nulls: frozenset[str], stack: Stack,
-                  kernels: KernelsSpec | None = None) -> list[MemorySaver]:
+                  kernels: KernelsSpec) -> list[MemorySaver]:
     """The memory savers the stack offers (its ``memory_savers``) for the settings the case left
     null, in the order of :data:`MEMORY_SAVERS_ORDER`, each not in force already.
 
@@ -496,9 +496,9 @@ def memory_savers(parallel: ParallelSpec, nulls: frozenset[str], stack: Stack,
         The ``parallel`` keys the case left null (or out).
     stack : Stack
         The case's software stack.
-    kernels : KernelsSpec, optional
+    kernels : KernelsSpec
         The kernel switches as the defaults filled them (16-bit gradients are offered only
-        when they are given and gradients are reduced in fp32).
+        where gradients are reduced in fp32).
 
     Notes
     -----
@@ -520,7 +520,7 @@ def memory_savers(parallel: ParallelSpec, nulls: frozenset[str], stack: Stack,
     if ("sequence_parallel" in nulls and p.tp > 1 and not p.sequence_parallel
             and MemorySaverKind.SEQUENCE_PARALLEL in offers):
         out.append(MemorySaver("sequence_parallel", True))
-    if ("grad_reduce_in_fp32" in nulls and kernels is not None and kernels.grad_reduce_in_fp32
+    if ("grad_reduce_in_fp32" in nulls and kernels.grad_reduce_in_fp32
             and MemorySaverKind.GRAD_REDUCE_IN_BF16 in offers):
         out.append(MemorySaver("grad_reduce_in_fp32", False))
     if "recompute" in nulls:

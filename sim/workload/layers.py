@@ -25,7 +25,7 @@ leaving each rank ``1 / cp`` of the causal attention work under Megatron's load 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 
 from sim.types import (
@@ -553,20 +553,20 @@ class LayerBuilder:
         attn_fwd, attn_bwd = self.attention()
         proj_in, proj_in_bwd = self.input_projections()
         fwd = self.forward(attn_fwd, proj_in)
-        bwd, attention_bwd_index = self.backward(attn_bwd, proj_in_bwd)
+        # PyTorch's async TP overlaps the forward pass only: the recomputed forward and the
+        # backward run their TP collectives as plain TP does (sim.workload.tp_overlap.ASYNC_TP)
+        forward_only = self.overlap and parallel.tp_comm_overlap_cfg.kernel is CommKernel.SYMMETRIC_MEMORY
+        recompute_fwd = None
+        with self.plain_tp() if forward_only else nullcontext():
+            bwd, attention_bwd_index = self.backward(attn_bwd, proj_in_bwd)
+            if forward_only:
+                recompute_fwd = self.forward(attn_fwd, proj_in)
         embedding_fwd, embedding_bwd = self.embedding()
         head_fwd, head_bwd = self.head()
         # every other matmul of wq, wk, wv, wo, w1, [w3,] w2, as separate projections
         mms = self.model.separate_matmuls(t)
         op_recompute = self.op_recompute(fwd, mms[1::2])
-        recompute_fwd = None
-        forward_only = self.overlap and parallel.tp_comm_overlap_cfg.kernel is CommKernel.SYMMETRIC_MEMORY
         if forward_only:
-            # PyTorch's async TP overlaps the forward pass only: the recomputed forward and the
-            # backward run their TP collectives as plain TP does (sim.workload.tp_overlap.ASYNC_TP)
-            with self.plain_tp():
-                recompute_fwd = self.forward(attn_fwd, proj_in)
-                bwd, _ = self.backward(attn_bwd, proj_in_bwd)
             fwd = _overlap_tp(_async_tp_reductions(fwd, t, self.e))
         elif self.overlap:
             # (swaps happen only between a reduce-scatter and the GEMM before it, none of them
@@ -579,10 +579,9 @@ class LayerBuilder:
             mlp_fwd, mlp_bwd = self.moe_mlp()
             moe_fwd = fwd[:mlp_at] + mlp_fwd
             moe_refwd = tuple(moe_fwd)
-            if forward_only:
+            if recompute_fwd is not None:
                 with self.plain_tp():
                     plain_mlp_fwd, mlp_bwd = self.moe_mlp()
-                assert recompute_fwd is not None
                 at = next(i for i, st in enumerate(recompute_fwd) if st.name.startswith("norm2"))
                 moe_refwd = tuple(recompute_fwd[:at] + plain_mlp_fwd)
             bwd_at = next(i for i, st in enumerate(bwd) if st.name == "dropout-add-bwd" and i > 0)

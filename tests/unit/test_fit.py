@@ -154,15 +154,17 @@ def test_a_given_full_recomputation_keeps_every_layer(tmp_path):
 def test_which_frameworks_recompute_the_fewest_layers(framework, fewest):
     from sim.config.defaults import memory_savers
     from sim.config.stacks import choose_stack
+    from sim.workload.kernels import KernelsSpec
     from sim.workload.spec import ParallelSpec
 
     stack = choose_stack(framework).stack
     nulls = frozenset({"recompute", "recompute_num_layers"})
-    savers = memory_savers(ParallelSpec(), nulls, stack)
+    savers = memory_savers(ParallelSpec(), nulls, stack, KernelsSpec())
     full = [s for s in savers if s.value is RecomputeKind.FULL]
     assert len(full) == 1 and full[0].fewest_layers is fewest
     # a count the case gave is not searched
-    assert not any(s.fewest_layers for s in memory_savers(ParallelSpec(), frozenset({"recompute"}), stack))
+    given = memory_savers(ParallelSpec(), frozenset({"recompute"}), stack, KernelsSpec())
+    assert not any(s.fewest_layers for s in given)
 
 
 def test_torchtitan_selective_is_its_op_level_policy(tmp_path):
