@@ -13,4 +13,6 @@ tests compare the catalogue with what these compute, so no constant can be edite
   power runs.
 * :mod:`sim.derive.nongemm`: the priced costs of the loss and the fused norm's backward from
   the published figures it quotes.
+* :mod:`sim.derive.serving_host`: the host's work per step of TensorRT-LLM's Python runtime
+  from that runtime's published benchmark latency (the serving stack ``nemo-trtllm-python``).
 """
