@@ -108,6 +108,11 @@ class GPUSpec:
         The same for FlashAttention-2 as PyTorch's SDPA runs it (None: as the vendor's).
     memory_efficiency : float
         Achieved fraction of HBM bandwidth by streaming kernels.
+    gemm_memory_efficiency : float or None
+        Achieved fraction of HBM bandwidth by a GEMM whose time is its operands' traffic (a
+        decode step's or a short prompt's GEMMs, a few rows against a weight matrix read once):
+        a few output tiles stream a long ``K`` each and keep fewer loads in flight than a
+        streaming kernel does. None: not measured, ``memory_efficiency``.
     kernel_launch_s : float
         Gap a kernel adds on the GPU between back-to-back launches.
     generation : GpuGeneration
@@ -152,6 +157,13 @@ class GPUSpec:
     memory_access_efficiency: tuple[tuple[MemoryAccess, float], ...] = ()
     deterministic_attention_efficiency: EfficiencyCurve | None = None
     deterministic_attention_backward_efficiency: EfficiencyCurve | None = None
+    gemm_memory_efficiency: float | None = None
+
+    @property
+    def gemm_streaming_efficiency(self) -> float:
+        """The fraction of HBM bandwidth a bandwidth-bound GEMM reaches
+        (:attr:`gemm_memory_efficiency`, else :attr:`memory_efficiency`)."""
+        return self.memory_efficiency if self.gemm_memory_efficiency is None else self.gemm_memory_efficiency
 
     def attention_curve(self, kernel: AttentionKernel, backward: bool,
                         deterministic: bool = False) -> EfficiencyCurve:
@@ -478,6 +490,21 @@ _GB300_ATTN_BWD = _attention_relative_to_h100("GB300", backward=True)
 _MEM_EFF = 0.92
 # Kernel launch gap: pytorch/ao roofline_utils.py KERNEL_LAUNCH_OVERHEAD_SEC = 0.002 ms.
 _LAUNCH_S = 2.0 * US
+# A bandwidth-bound GEMM on the H100 (a few rows against a large weight matrix): the best
+# CUTLASS sm90 kernels the profiler offers for 16/32/64 x 14336 x 4096 in FP8 move 2.2 TB/s,
+# "~68% of memory b/w" by Nsight Compute, and hand-written ones peak "at ~70%" (NVIDIA/cutlass
+# issue #1139, 2023-10, cutlass3x_sm90_tensorop_s64x128x32gemm_e4m3 ... warpspecialized_pingpong
+# kernels); cuBLAS reaches ~40% on a smaller 2752 x 16 x 4096 FP16 product (issue #1176). So a
+# bandwidth-bound GEMM is priced at 2.2 TB/s of the H100's 3.35, not at a streaming kernel's
+# 0.92; Hopper and, until measured, Blackwell take the same fraction.
+H100_SKINNY_GEMM_BYTES_PER_S = 2.2e12
+_GEMM_MEM_EFF = H100_SKINNY_GEMM_BYTES_PER_S / (3350 * GBPS)
+# The A100's, from a whole decode step: gpt-fast's Llama-2-7B in BF16 on an A100-80GB, batch 1,
+# CUDA graphs (torch.compile mode="reduce-overhead"), 104.9 tokens/s (pytorch-labs/gpt-fast
+# README, "Benchmarks", on an A100 "power limited to 330W"), is what llmsim's decode step gives
+# with its GEMMs at this fraction (sim/derive/decode_gemm.py derives it; the README notes the
+# 330-W part's streaming peak at "about 1700 GB/s", so a 400-W A100 may do better).
+A100_GEMM_MEM_EFF = 0.733
 
 # Dense peaks per format. TF32 (tensor cores) and FP32 (CUDA cores, FFMA) are the datasheets'
 # (NVIDIA A100 datasheet: TF32 156, FP32 19.5; H100 SXM: TF32 494.7, FP32 67, glennklockwood.com
@@ -510,7 +537,7 @@ _HOPPER_KERNELS = dict(
     attention_efficiency=_H100_ATTN_FWD, attention_backward_efficiency=_H100_ATTN_BWD,
     deterministic_attention_backward_efficiency=_H100_ATTN_DET_BWD,
     flash2_attention_efficiency=_H100_FA2_FWD, flash2_attention_backward_efficiency=_H100_FA2_BWD,
-    memory_efficiency=_MEM_EFF, kernel_launch_s=_LAUNCH_S)
+    memory_efficiency=_MEM_EFF, gemm_memory_efficiency=_GEMM_MEM_EFF, kernel_launch_s=_LAUNCH_S)
 # The H200's own curves (its deterministic backward slowed by the H100's measured factor: the
 # same cuDNN kernel, not measured on the H200).
 _H200_KERNELS = dict(
@@ -592,6 +619,7 @@ _GPUS = (
         attention_efficiency=EfficiencyCurve.constant(179.5 / 312),
         attention_backward_efficiency=EfficiencyCurve.constant(179.5 / 312),
         memory_efficiency=_MEM_EFF,
+        gemm_memory_efficiency=A100_GEMM_MEM_EFF,
         kernel_launch_s=_LAUNCH_S,
         sm_count=108,
         # deterministic training: Transformer Engine runs FlashAttention-2's deterministic

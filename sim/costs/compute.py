@@ -2,7 +2,8 @@
 
 ``t = max(flops / (peak x efficiency(flops)), bytes / (hbm_bandwidth x memory_efficiency))
 + kernel_launch`` -- the roofline of Williams et al. 2009 (CACM 52(4)) with the achievable
-fractions measured on each GPU (:mod:`sim.hardware`).
+fractions measured on each GPU (:mod:`sim.hardware`); a GEMM's bandwidth term takes the GPU's
+share for bandwidth-bound GEMMs (:attr:`~sim.hardware.GPUSpec.gemm_streaming_efficiency`).
 
 Each efficiency was measured back to back, at the clock the GPU's power limit allowed that
 kernel family (:class:`~sim.power.PowerSpec`). Given ``clock_hz``, the clock an iteration's
@@ -26,6 +27,8 @@ def _memory_s(gpu: GPUSpec, nbytes: float) -> float:
 
 def _gemm_parts(gpu: GPUSpec, op: GemmOp) -> tuple[float, float, float]:
     """(compute-bound, bandwidth-bound, added) seconds: the time is ``max`` of the first two
+    (the bandwidth term at the GPU's share for a bandwidth-bound GEMM,
+    :attr:`~sim.hardware.GPUSpec.gemm_streaming_efficiency`)
     plus the third, which holds the work beside the GEMM (``op.extra_bytes``) and, where the
     GPU runs a GEMM's epilogue after its main loop, the epilogue's own extra traffic
     (``op.epilogue_bytes``, :attr:`~sim.hardware.GPUSpec.gemm_epilogue_overlapped`)."""
@@ -34,7 +37,8 @@ def _gemm_parts(gpu: GPUSpec, op: GemmOp) -> tuple[float, float, float]:
     cast = _memory_s(gpu, op.extra_bytes) + op.extra_kernels * gpu.kernel_launch_s if op.extra_bytes else 0.0
     if op.epilogue_bytes and not gpu.gemm_epilogue_overlapped:
         cast += _memory_s(gpu, op.epilogue_bytes)
-    return compute, _memory_s(gpu, op.bytes), gpu.kernel_launch_s + cast
+    memory = op.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.gemm_streaming_efficiency)
+    return compute, memory, gpu.kernel_launch_s + cast
 
 
 def _attention_parts(gpu: GPUSpec, op: AttentionOp) -> tuple[float, float, float]:

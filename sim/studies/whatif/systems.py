@@ -198,6 +198,7 @@ def generations(workload: WorkloadSpec, to_gpu: GPUSpec, from_topology: Topology
         elif factor == "hbm-bandwidth":
             gpu = dataclasses.replace(gpu, hbm_bandwidth_bytes_per_s=to_gpu.hbm_bandwidth_bytes_per_s,
                                       memory_efficiency=to_gpu.memory_efficiency,
+                                      gemm_memory_efficiency=to_gpu.gemm_memory_efficiency,
                                       memory_access_efficiency=to_gpu.memory_access_efficiency)
             detail = f"{gpu.hbm_bandwidth_bytes_per_s / 1e12:.2f} TB/s"
         elif factor == "hbm-capacity":
