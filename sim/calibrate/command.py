@@ -30,7 +30,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from sim.calibrate.calibration import Calibration, calibrated_topology, check_rows
-from sim.calibrate.kernel_command import calibrate_kernels, device_word
+from sim.calibrate.kernel_command import calibrate_kernels, device_gpu, device_word
 from sim.calibrate.nccl_tests import NcclTestsLog, read_nccl_tests
 from sim.calibrate.pricing import PRICED, excluded_algorithms, log_busbw_GBps, placement, price_busbw_GBps
 from sim.calibrate.prior import shrunk
@@ -49,6 +49,7 @@ from sim.calibrate.scale_up import CURVE_FROM_BYTES, OWN_CURVES, CalibratedValue
 from sim.config import default_topology_name, load_topology
 from sim.costs.factors import CalibrationFactors, KernelCurves
 from sim.errors import ConfigError
+from sim.hardware import get_gpu
 from sim.output.paths import check_output_path
 from sim.topology.spec import TopologySpec
 from sim.units import GBPS
@@ -204,6 +205,12 @@ def _calibrate_logs(logs: Sequence[str], topology: str | None, output: str) -> t
                           f"{first.collective}_perf over {first.ranks} ranks on {first.nodes} nodes")
     name = topology or log_topology(used)
     base = load_topology(name)
+    if base.gpu is not None:
+        for log in parsed:
+            other = next((d for d in log.devices if device_gpu(d) not in (None, get_gpu(base.gpu).name)), None)
+            if other is not None:
+                raise ConfigError(log.path, "devices", f"the GPUs of topology {name} ({base.gpu}): a log of "
+                                  "other GPUs calibrates another topology (--topology)", other)
     up_values: tuple[CalibratedValue, ...] = ()
     algorithm = None
     if up_log is not None:

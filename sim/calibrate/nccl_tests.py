@@ -133,7 +133,9 @@ def parse_nccl_tests(text: str, path: str = "<text>") -> NcclTestsLog:
         body = line.lstrip("# \t")
         m = _RANK.search(body)
         if m and body.startswith("Rank"):
-            ranks.setdefault(int(m.group(1)), (m.group(2).strip(), m.group(3).strip()))
+            if int(m.group(1)) in ranks:
+                raise ConfigError(path, f"Rank {m.group(1)}", "each rank's line once", body)
+            ranks[int(m.group(1))] = (m.group(2).strip(), m.group(3).strip())
             continue
         if threads is None and (m := _THREADS.search(line)):
             threads, gpus = int(m.group(1)), int(m.group(2))
@@ -183,20 +185,34 @@ def _rows(lines: list[str], columns: list[str], path: str) -> tuple[NcclTestsRow
     at = {c: names.index(c) for c in ("size", "count", "type")}
     redop = names.index("redop") if "redop" in names else None
     root = names.index("root") if "root" in names else None
-    out = []
+    wrong = [i for i, c in enumerate(names) if c == "wrong"]
+    out: list[NcclTestsRow] = []
     for line in lines:
         tokens = line.split()
-        if len(tokens) < len(names) or line.lstrip().startswith("#"):
-            continue
+        if not tokens or line.lstrip().startswith("#") or not tokens[0].isdigit():
+            continue  # not a result row (a size first): MPI's messages, nccl-tests' summary
+        field = f"row {len(out) + 1} (size {tokens[0]})"
+        if len(tokens) < len(names):
+            raise ConfigError(path, field, f"the {len(names)} columns of the header ({' '.join(columns)})",
+                              line.strip())
         try:
             size, count = int(tokens[at["size"]]), int(tokens[at["count"]])
             dtype = tokens[at["type"]]
             values = [[_number(tokens[t + k]) for k in range(3)] for t in times]
             root_value = int(tokens[root]) if root is not None else None
         except ValueError:
-            continue
-        if dtype not in DTYPE_BYTES or values[0][0] is None or size <= 0:
-            continue
+            raise ConfigError(path, field, "integer size and count, and times and bandwidths that are numbers "
+                              "above 0 (or N/A)", line.strip()) from None
+        if dtype not in DTYPE_BYTES:
+            raise ConfigError(path, f"{field}: type", f"one of nccl-tests' types {sorted(DTYPE_BYTES)}", dtype)
+        if values[0][0] is None or size <= 0:
+            continue  # nothing measured: a size nccl-tests skips
+        if any(v is not None and v <= 0 for v in (values[0][0], values[1][0] if len(values) > 1 else None)):
+            raise ConfigError(path, f"{field}: time", "a time above 0 microseconds", line.strip())
+        for i in wrong:
+            if tokens[i] != "N/A" and tokens[i] != "0":
+                raise ConfigError(path, f"{field}: #wrong", "0: nccl-tests found the results wrong (data corruption); "
+                                  "a calibration needs a correct run", tokens[i])
         ip = values[1] if len(values) > 1 else [None, None, None]
         out.append(NcclTestsRow(size, count, dtype, tokens[redop] if redop is not None else None, root_value,
                                 values[0][0], values[0][1] or 0.0, values[0][2] or 0.0, ip[0], ip[1], ip[2]))

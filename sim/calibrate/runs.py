@@ -29,7 +29,7 @@ from sim.config import CaseRecord, default_topology_name, load_case_records, loa
 from sim.config.fields import read_yaml
 from sim.config.presets import resolve_preset
 from sim.costs.factors import FACTOR_NAMES, CalibrationFactors, KernelCurves
-from sim.errors import ConfigError
+from sim.errors import ConfigError, Described
 from sim.runner import simulate
 from sim.steady import steady_iteration
 from sim.topology.network import apply_network
@@ -127,7 +127,10 @@ def read_runs(paths: Sequence[str], calibrated: tuple[str, TopologySpec] | None 
     out = []
     for path in paths:
         records: list[CaseRecord] = load_case_records(path)
-        shown = records[0].file if records else path
+        if not records:
+            raise ConfigError(path, "<top level>", "one or more measured runs (workloads with targets)",
+                              Described("no runs"))
+        shown = records[0].file
         _check_targets(path, shown)
         for rec in records:
             if rec.workload is None:

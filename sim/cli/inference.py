@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 
 from sim.cli.io import add_budget_option
+from sim.errors import ConfigError
 from sim.inference.spec import KV_DTYPES
 from sim.output.json_output import write_json
 from sim.types import SIMULATED_DTYPES, dtype_names
@@ -96,7 +97,9 @@ def _cmd_whatif_memory(a: argparse.Namespace) -> int:
 
     table = load_hbm_table(a.table)
     spec, topo, _ = build_spec(_args(a))
-    gens = [g for g in a.hbm.split(",") if g.strip()] if a.hbm else None
+    gens = [g for g in a.hbm.split(",") if g.strip()] if a.hbm is not None else None
+    if gens == []:
+        raise ConfigError("<--hbm>", "--hbm", "comma-separated HBM generations of the table, e.g. HBM3,HBM3e", a.hbm)
     rows = memory_whatif(spec, topo, gens, table, a.granularity)
     print(format_memory_whatif(spec, rows))
     if a.json:

@@ -58,11 +58,21 @@ COMMANDS = (run, calibrate, memory, validate, presets, collective, compare, swee
 ``register(subparsers)``. The inference commands follow (:mod:`sim.cli.inference`)."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, as llmsim's others are (``llmsim run:
+    error: argument --tp: invalid int value: '2.5' (llmsim run --help lists the options)``), not
+    argparse's usage block; the subcommands' parsers are of this class too."""
+
+    def error(self, message: str):  # type: ignore[override]
+        print(f"{self.prog}: error: {message} ({self.prog} --help lists the options)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """``llmsim``'s parser: every command's options, each ``--json`` noting what ``-`` does."""
     from sim.cli import inference
 
-    ap = argparse.ArgumentParser(prog="llmsim", description="Simulate distributed LLM training.")
+    ap = _Parser(prog="llmsim", description="Simulate distributed LLM training.")
     ap.add_argument("--version", action="version", version=f"llmsim {__version__}")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
     for command in (*COMMANDS, inference):

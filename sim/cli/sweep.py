@@ -12,6 +12,7 @@ Ctrl-C prints what had finished and exits with status 130.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from sim.cli.io import TOPOLOGY_GPU_HELP, add_budget_option, add_calibration_option, calibration, place
 from sim.output.json_output import write_json
@@ -89,4 +90,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
         plot_sweep(result, args.plot, f"{workload.name} on {workload.system.num_gpus} x {workload.system.gpu.name}: "
                    f"{result.simulated} configurations")
-    return 130 if result.interrupted else 0
+    if result.interrupted:
+        return 130
+    if not result.top and result.tried and result.invalid == result.tried:
+        why = ", ".join(f"{k} ({v:,})" for k, v in sorted(result.invalid_reasons.items(), key=lambda kv: -kv[1]))
+        print(f"llmsim sweep: error: {args.space or 'the default space'}: expected a space with at least one valid "
+              f"configuration (got {result.tried:,}, each rejected by its spec: {why})", file=sys.stderr)
+        return 2
+    return 0

@@ -49,6 +49,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                 tqdm.write(format_row(r), file=sys.stderr)  # above the progress bar
 
     files = args.files or _shipped_cases()
+    _each_file_once(files)
     notes: list[str] = []
     calibration = _case_calibration(args, notes)
     result = validate(files, progress, jobs=args.jobs, bar=True, calibration=calibration)
@@ -66,7 +67,41 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         command = " ".join(["llmsim validate", *args.files, "--markdown", args.markdown])
         update_markdown(args.markdown, result, command)
         _write_intervals(args, result, command)
-    return 0
+    return _skipped_status(result)
+
+
+def _each_file_once(files: list[str]) -> None:
+    """Refuse a case file given twice (its rows would count twice in the MAPE)."""
+    from sim.config.presets import resolve_preset
+    from sim.errors import ConfigError
+
+    seen: dict[str, str] = {}
+    for f in files:
+        try:
+            key = str(resolve_preset(f, "workloads/validation", "workloads").resolve())
+        except ConfigError:
+            continue  # validate names the file it cannot read
+        if key in seen:
+            raise ConfigError("<FILE>", "FILE", f"each case file once ({seen[key]!r} names the same file)", f)
+        seen[key] = f
+
+
+def _skipped_status(result) -> int:
+    """0 when every case was simulated; else one line naming the first case not simulated (its
+    file, id and reason) and status 2: a case file that holds a case llmsim cannot read is bad
+    input, even though the table above scores the others."""
+    ids = {r.id for r in result.rows}
+    if not ids:
+        print("llmsim: error: the case files hold no cases: expected one or more measured runs", file=sys.stderr)
+        return 2
+    skipped = [r for r in result.rows if r.skipped is not None]
+    if not skipped:
+        return 0
+    first = skipped[0]
+    print(f"llmsim: error: {first.file}: {first.id}: not simulated: {first.skipped} "
+          f"({len({r.id for r in skipped})} of {len(ids)} cases skipped; the table gives each reason)",
+          file=sys.stderr)
+    return 2
 
 
 def _case_calibration(args: argparse.Namespace, notes: list[str]):

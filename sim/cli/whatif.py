@@ -138,13 +138,18 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
     workload, _notes = load_workload_with_notes(args.workload, overrides + [f"system.gpu={table['base_gpu']}"],
                                                 args.case)
     node_list = None
-    if args.nodes:
+    if args.nodes is not None:
         try:
             node_list = [float(x) for x in args.nodes.split(",") if x.strip()]
         except ValueError:
-            raise ConfigError("<--nodes>", "--nodes", "comma-separated node sizes in nm, e.g. 12,7,5", args.nodes) \
-                from None
-    scale = tuple(x.strip() for x in (args.scale or "logic,memory,network").split(",") if x.strip())
+            node_list = []
+        if not node_list:
+            raise ConfigError("<--nodes>", "--nodes", "comma-separated node sizes in nm, e.g. 12,7,5", args.nodes)
+    scale = tuple(x.strip() for x in (args.scale if args.scale is not None else "logic,memory,network").split(",")
+                  if x.strip())
+    if not scale:
+        raise ConfigError("<--scale>", "--scale", "comma-separated parts to scale: logic, memory, network",
+                          args.scale)
     node_rows = nodes(workload, table, load_topology(table["base_topology"]), get_gpu(table["base_gpu"]), node_list,
                       scale)
     title = f"{workload.name} on {workload.system.num_gpus} x {table['base_gpu']}-class GPUs, scaling {','.join(scale)}"

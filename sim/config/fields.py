@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from enum import Enum
@@ -136,6 +137,11 @@ class StrictLoader(yaml.SafeLoader):
 
 
 StrictLoader.add_constructor(_INT_TAG, StrictLoader.construct_yaml_int)
+# YAML 1.2 reads ``3e-1`` and ``1e9`` as numbers; PyYAML's YAML 1.1 resolver wants a dot
+# (``3.0e-1``) and would hand the text to a field that expects a number
+StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float",
+                                   re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+                                   list("-+0123456789"))
 
 
 def load_yaml(text: str) -> object:

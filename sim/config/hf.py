@@ -118,11 +118,22 @@ def _norm_and_positions(cfg: dict[str, object], gpt2: bool) -> dict[str, object]
     return out
 
 
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """A JSON object whose every key appears once (``json`` would keep the last of two silently)."""
+    out: dict[str, object] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Refused("each key once in an object", key)
+        out[key] = value
+    return out
+
+
 def _load_json(path: Path) -> dict[str, object]:
     where = str(path)
     text = read_input_text(path, "Hugging Face config.json")
     try:
-        cfg = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant)
+        cfg = json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_parse_constant,
+                         object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as exc:
         raise ConfigError(where, f"line {exc.lineno}", "valid JSON", exc.msg) from None
     except _Refused as exc:

@@ -60,7 +60,8 @@ def preset_names(kind: str, suffix: str = ".yaml") -> list[str]:
     >>> "dgx-a100" in preset_names("topologies")
     True
     """
-    return sorted(p.stem for p in preset_folder(kind).glob(f"*{suffix}"))
+    tables = TABLES if kind == "topologies" else ()
+    return sorted(p.stem for p in preset_folder(kind).glob(f"*{suffix}") if p.stem not in tables)
 
 
 def shown_path(path: Path | str) -> str:

@@ -15,7 +15,7 @@ from enum import Enum
 from typing import TypeVar
 
 from sim.config.fields import Fields, apply_overrides, is_finite, is_int, is_number, located, read_yaml
-from sim.config.presets import resolve_preset
+from sim.config.presets import TABLES, preset_folder, preset_names, resolve_preset
 from sim.errors import ConfigError
 from sim.hardware import EfficiencyCurve, get_gpu, gpu_names
 from sim.topology.spec import (
@@ -98,6 +98,9 @@ def load_topology(path_or_name: str, overrides: Sequence[str] = ()) -> TopologyS
     300000000000.0
     """
     file = resolve_preset(path_or_name, "topologies")
+    if file.stem in TABLES and file.parent.resolve() == preset_folder("topologies").resolve():
+        raise ConfigError(str(path_or_name), "<file>", f"a topology ({file.stem} is a table of whatif memory or whatif "
+                          f"nodes; topologies: {', '.join(preset_names('topologies'))})", str(path_or_name))
     path = str(file)
     raw = Fields(read_yaml(file), path, "", _TOPO_KEYS).raw
     f = Fields(apply_overrides(raw, overrides, _TOPO_SETTABLE), path, "", _TOPO_KEYS)
@@ -138,6 +141,7 @@ def _faults(f: Fields) -> tuple[LinkFault, ...]:
     if not isinstance(raw, list):
         raise f.error("faults", "a list of {between: [node, node], bandwidth_fraction: x}", raw)
     out = []
+    seen: dict[frozenset, int] = {}
     for i, item in enumerate(raw):
         ff = Fields(item, f.path, f"faults[{i}]", ("between", "bandwidth_fraction"))
         pair = ff.raw.get("between")
@@ -145,6 +149,10 @@ def _faults(f: Fields) -> tuple[LinkFault, ...]:
             raise ff.error("between", "two node names, e.g. [nic0.0, leaf0.0]", pair)
         frac = ff.quantity("bandwidth_fraction", "a fraction in [0, 1] (0: the link has failed)", high=1.0,
                            required=True)
+        link = frozenset(pair)
+        if link in seen:
+            raise ff.error("between", f"each link once (faults[{seen[link]}] names it; one fraction a link)", pair)
+        seen[link] = i
         out.append(LinkFault(pair[0], pair[1], frac))
     return tuple(out)
 
@@ -167,6 +175,9 @@ def _graphml_topology(f: Fields, file, graphml: str) -> TopologySpec:
     if not graph_file.is_file():
         raise f.error("graphml", "an existing GraphML file (relative to the topology file's folder)",
                       str(graph_file))
+    for key in ("scale_up", "scale_out"):
+        if f.raw.get(key) is not None:
+            raise f.error(key, f"no {key} beside graphml (the graph gives every link)", f.raw.get(key))
     unused = LinkSpec(1.0, 0.0)  # scale_up / scale_out are not read for a GraphML topology
     gpu = _gpu_name(f)
     with located(f.path):

@@ -52,7 +52,7 @@ from sim.config.defaults import (
     zero_default,
     zero_impl_default,
 )
-from sim.config.fields import SET_SOURCE, Fields, Notes, apply_overrides, described, is_finite, located, read_yaml
+from sim.config.fields import SET_SOURCE, Fields, Notes, apply_overrides, described, located, read_yaml
 from sim.config.fit import fit_null_settings
 from sim.config.hf import read_hf_config
 from sim.config.presets import preset_names, resolve_preset, shown_path
@@ -114,6 +114,11 @@ _NETWORK_KEYS = ("nics_per_node", "nic_bandwidth_Gbps", "fabric", "node_bandwidt
 WORKLOAD_SETTABLE = ({"model": _MODEL_KEYS, "parallel": _PARALLEL_KEYS, "kernels": KERNEL_KEYS, "system": _SYSTEM_KEYS},
                       ("name", "id", "dtype", "stack", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"))
 _GATED = frozenset({"swiglu", "silu", "swish", "geglu"})
+_ACTIVATIONS = _GATED | frozenset({"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "quick_gelu", "relu",
+                                   "squared_relu", "relu2"})
+"""``model.activation`` values (any case): the gated ones (their MLP's first projection is two
+branches unless ``gated_mlp`` says otherwise) and the plain ones Megatron-LM, llm-foundry and
+Hugging Face configs name (``hidden_act``, ``activation_function``)."""
 _NVL72_GPUS = ("GB200", "GB300")
 
 
@@ -258,27 +263,64 @@ _TARGET_METRICS = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu",
                    "layer_forward_ms", "layer_backward_ms")
 
 
+_TARGET_KEYS = ("value", "derived", "includes_recompute", "method")
+
+
+def _case_targets(raw: object, path: str) -> tuple[dict[str, float], bool | None]:
+    """A case's ``targets``: each a known metric, given as a number or a mapping whose ``value``
+    is a number above 0 or null (not published; ``derived`` and ``includes_recompute`` true or
+    false, ``method`` text); and whether its TFLOP/s count recomputation.
+
+    Raises
+    ------
+    ConfigError
+        Naming the file and the target's field.
+    """
+    if not isinstance(raw, Mapping):
+        raise ConfigError(path, "targets", "a mapping of target names to {value: ...}", raw)
+    targets: dict[str, float] = {}
+    recompute = None
+    for metric, entry in raw.items():
+        if metric not in _TARGET_METRICS:
+            raise ConfigError(path, f"targets.{metric}", f"one of {list(_TARGET_METRICS)}", metric)
+        entry = {"value": entry} if isinstance(entry, (int, float)) and not isinstance(entry, bool) else entry
+        f = Fields(entry, path, f"targets.{metric}", _TARGET_KEYS)
+        value = f.number("value")
+        if value is not None and not value > 0:
+            raise f.error("value", "a positive measured value (null: not published)", value)
+        if value is not None:
+            targets[metric] = value
+        f.flag("derived")
+        flag = f.flag("includes_recompute")
+        f.text("method")
+        if metric == "tflops_per_gpu":
+            recompute = flag
+    return targets, recompute
+
+
 def load_case_records(path: str) -> list[CaseRecord]:
     """Every case of a validation-case file with its targets, for ``llmsim validate``: a file,
     or a name of the shipped cases (``korthikanti2022``)."""
     file = resolve_preset(path, "workloads/validation", "workloads")
     out: list[CaseRecord] = []
+    seen: dict[str, int] = {}
     shown = shown_path(file)
     for i, case in enumerate(_cases_in(file)):
         mapping = case if isinstance(case, Mapping) else {}
         given_id, raw_targets = mapping.get("id"), mapping.get("targets")
         case_id = given_id if isinstance(given_id, str) else f"{file.stem}[{i}]"
-        raw_targets = raw_targets if isinstance(raw_targets, Mapping) else {}
+        complete = mapping.get("config_complete") is True
         targets: dict[str, float] = {}
         recompute_flag = None
-        for metric in _TARGET_METRICS:
-            t = raw_targets.get(metric)
-            if isinstance(t, Mapping) and is_finite(t.get("value")) and t["value"] > 0:
-                targets[metric] = float(t["value"])
-                if metric == "tflops_per_gpu" and isinstance(t.get("includes_recompute"), bool):
-                    recompute_flag = t["includes_recompute"]
-        complete = mapping.get("config_complete") is True
         try:
+            if raw_targets is not None:
+                targets, recompute_flag = _case_targets(raw_targets, str(file))
+            if mapping.get("config_complete") is not None and not isinstance(mapping.get("config_complete"), bool):
+                raise ConfigError(str(file), "config_complete", "true or false", mapping.get("config_complete"))
+            if case_id in seen:
+                raise ConfigError(str(file), "id", f"an id no other case of the file has (case {seen[case_id]} "
+                                  "has it)", case_id)
+            seen[case_id] = i
             raw = Fields(case, str(file), "", _TOP_KEYS).raw
             spec, notes = build_workload(raw, file)
             out.append(CaseRecord(case_id, shown, spec, None, tuple(notes), targets, recompute_flag, complete))
@@ -291,6 +333,8 @@ def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     path, notes = str(file), Notes()
     top = Fields(raw, path, "", _TOP_KEYS)
     case_id = top.text("id")
+    if raw.get("targets") is not None:
+        _case_targets(raw["targets"], path)  # a bad target is refused, not ignored
     name = top.text("name") or case_id or file.stem
     framework = raw.get("framework")
     framework = _dated_framework(framework if isinstance(framework, str) else "", raw.get("source"), notes)
@@ -323,6 +367,10 @@ def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
                      "--account-for-embedding/loss-in-pipeline-split)")
     scaling = _scaling(top, dtype, notes, stack)
     bf16_start, bf16_end = (top.integer(k) or 0 for k in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"))
+    if bf16_start + bf16_end > model.num_layers:
+        key = "num_layers_at_end_in_bf16" if bf16_end else "num_layers_at_start_in_bf16"
+        raise top.error(key, f"at most model.num_layers={model.num_layers} layers in BF16, start and end together",
+                        bf16_start + bf16_end)
     with located(path), settings.naming_kernels():
         spec = WorkloadSpec(name=name, model=model, parallel=parallel, system=system, dtype=dtype,
                             reference=reference, scaling=scaling, num_layers_at_start_in_bf16=bf16_start,
@@ -436,6 +484,8 @@ def build_model(raw: object, path: str, base: Path, stack: Stack | None, notes: 
     if seq is None and stack is not None and stack.value("seq_length") is not None:
         seq = notes.fill("model.seq_length", stack.value("seq_length"), stack.why("seq_length"))
     gated, activation = f.flag("gated_mlp"), f.text("activation")
+    if activation is not None and activation.lower() not in _ACTIVATIONS:
+        raise f.error("activation", f"one of {sorted(_ACTIVATIONS)}", activation)
     if gated is None:
         gated = notes.fill("model.gated_mlp", (activation or "").lower() in _GATED,
                            f"from activation {activation}" if activation else
@@ -456,7 +506,7 @@ def build_model(raw: object, path: str, base: Path, stack: Stack | None, notes: 
             gated_mlp=gated,
             tied_embeddings=notes.fill("model.tied_embeddings", False, "assumed untied: output "
                                        "layer counted apart") if tied is None else tied,
-            head_dim=f.integer("head_dim") or 0,
+            head_dim=f.integer("head_dim", positive=True) or 0,
             norm=_norm(f),
             rotary=_rotary(f),
             **_moe_fields(f),
@@ -500,7 +550,7 @@ def _moe_fields(f: Fields) -> dict:
         return {"num_experts": experts or 0}
     cap = f.number("moe_capacity_factor")
     return {"num_experts": experts, "moe_top_k": f.integer("moe_top_k", required=True),
-            "moe_ffn_hidden_size": f.integer("moe_ffn_hidden_size") or 0,
+            "moe_ffn_hidden_size": f.integer("moe_ffn_hidden_size", positive=True) or 0,
             "num_shared_experts": f.integer("num_shared_experts") or 0,
             "first_dense_layers": f.integer("first_dense_layers") or 0,
             "moe_capacity_factor": None if cap is None else float(cap)}

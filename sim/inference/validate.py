@@ -161,8 +161,12 @@ def validate_inference(path: str | None = None, granularity: str = "step",
     for i, case in enumerate(cases):
         f = Fields(case, where, f"cases[{i}]", _CASE_KEYS)
         cid = f.text("id", required=True)
+        source = f.raw.get("source")
+        if source is not None and not isinstance(source, (Mapping, str)):
+            raise f.error("source", "a mapping (publication, url, framework) or text", source)
         args = InferenceArgs(f.text("model", required=True), f.text("gpu", required=True),
-                             f.integer("tp") or 1, f.integer("pp") or 1, f.integer("batch") or 1,
+                             f.integer("tp", positive=True) or 1, f.integer("pp", positive=True) or 1,
+                             f.integer("batch", positive=True) or 1,
                              f.integer("prompt_tokens", required=True), f.integer("generate_tokens", required=True),
                              f.text("dtype") or "bf16", f.text("kv_dtype"), f.text("topology"))
         try:

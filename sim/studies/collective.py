@@ -113,6 +113,10 @@ def representative_phases(plan: CommPlan, keep: frozenset[int]) -> tuple[Phase, 
     return tuple(phases)
 
 
+_ONE_ALGORITHM = frozenset({CollectiveKind.ALL_TO_ALL, CollectiveKind.SEND_RECV, CollectiveKind.RING_EXCHANGE})
+"""The ops ``--algo`` cannot choose for: point-to-point sends, one to each peer."""
+
+
 def collective(topology: TopologySpec, op: CollectiveKind, size_bytes: float, ranks: int,
                algorithm: CollectiveAlgorithm | str = CollectiveAlgorithm.AUTO,
                excluded: frozenset[CollectiveAlgorithm] = frozenset()) -> CollectiveResult:
@@ -126,6 +130,9 @@ def collective(topology: TopologySpec, op: CollectiveKind, size_bytes: float, ra
     the next at once.
     """
     algorithm = parse_enum(CollectiveAlgorithm, algorithm, "<--algo>", "--algo")
+    if op in _ONE_ALGORITHM and algorithm is not CollectiveAlgorithm.AUTO:
+        raise ConfigError("<--algo>", "--algo", f"auto: {op.value} has one way to run (NCCL's algorithms are "
+                          "all-reduce's, all-gather's and reduce-scatter's)", algorithm.value)
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2:
         raise ConfigError("<--ranks>", "--ranks", "an integer of at least 2", ranks)
     if topology.num_gpus is not None and ranks > topology.num_gpus:

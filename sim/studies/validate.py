@@ -347,8 +347,9 @@ def case_rows(rec: CaseRecord, granularity: str | None = None, calibration: Case
     metrics = [m for m in TIME_METRICS if m in rec.targets][:1]
     metrics += [m for m in ("peak_memory_gib",) + LAYER_METRICS if m in rec.targets]
     if not metrics:
-        return CaseResult([Row(rec.id, "-", None, None, rec.config_complete, rec.file,
-                               skipped="the case has no target")], None)
+        why = ("the case has no target" if rec.error is None
+               else f"{rec.error.field}: {rec.error.expected} (got {rec.error.excerpt})")
+        return CaseResult([Row(rec.id, "-", None, None, rec.config_complete, rec.file, skipped=why)], None)
 
     fits = None if rec.workload is None else fits_in_memory(rec.workload)
 

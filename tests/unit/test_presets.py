@@ -61,8 +61,8 @@ def test_validate_defaults_to_every_shipped_case_file(monkeypatch, capsys):
         return Validation()
 
     monkeypatch.setattr("sim.studies.validate.validate", fake_validate)
-    assert main(["validate", "--jobs", "1"]) == 0
-    capsys.readouterr()
+    assert main(["validate", "--jobs", "1"]) == 2  # the fake scores no case: "the case files hold no cases"
+    assert "hold no cases" in capsys.readouterr().err
     assert sorted(Path(f).name for f in seen["files"]) == sorted(
         p.name for p in (REPO / "workloads" / "validation").glob("*.yaml"))
 
