@@ -230,3 +230,11 @@ def test_a_sweep_space_whose_every_configuration_is_invalid_exits_2(tmp_path, ca
     err = capsys.readouterr().err
     assert status == 2 and err.strip() == (f"llmsim sweep: error: {space}: expected a space with at least one "
                                            "valid configuration (got 1, each rejected by its spec: parallel.tp (1))")
+
+
+def test_a_validate_infer_case_error_names_the_case_field_not_the_infer_option(tmp_path, capsys):
+    case = {"id": "c1", "model": "llama2-7b", "gpu": "H100-SXM5-80GB", "prompt_tokens": -5, "generate_tokens": 20,
+            "measured": {"e2e_latency_s": 0.15}}
+    path = _yaml(tmp_path, "c.yaml", {"cases": [case]})
+    line = _error(capsys, "validate-infer", path)
+    assert line.startswith(f"llmsim: error: {path}: cases[0]") and "prompt_tokens" in line and "--prompt" not in line

@@ -38,6 +38,12 @@ _CASE_KEYS = ("id", "source", "model", "gpu", "tp", "pp", "batch", "prompt_token
               "kv_dtype", "topology", "stack", "measured", "notes")
 
 
+_CASE_FIELD_OF_OPTION = {"--gpu": "gpu", "--tp": "tp", "--pp": "pp", "--batch": "batch", "--prompt": "prompt_tokens",
+                         "--generate": "generate_tokens", "--dtype": "dtype", "--kv-dtype": "kv_dtype",
+                         "--topology": "topology"}
+"""The case's field for each ``llmsim infer`` option the shared spec builder names in its errors."""
+
+
 def bandwidth_floor_s(spec: InferenceSpec, metric: str) -> float:
     """The least time ``metric`` can take: the fullest GPU's weights read once per forward
     pass the metric covers (one for TTFT, one per decode step for TPOT, ``generate_tokens``
@@ -172,7 +178,8 @@ def validate_inference(path: str | None = None, granularity: str = "step",
         try:
             spec, topo, _ = build_spec(args)
         except ConfigError as exc:
-            raise ConfigError(where, f"cases[{i}] ({cid}): {exc.field}", exc.expected, exc.got) from None
+            field = _CASE_FIELD_OF_OPTION.get(exc.field, exc.field)
+            raise ConfigError(where, f"cases[{i}] ({cid}): {field}", exc.expected, exc.got) from None
         measured = Fields(f.raw.get("measured"), where, f"cases[{i}].measured", METRICS)
         if not measured.raw:
             raise f.error("measured", f"a mapping with one or more of {list(METRICS)}", None)
