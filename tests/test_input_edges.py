@@ -238,3 +238,11 @@ def test_a_validate_infer_case_error_names_the_case_field_not_the_infer_option(t
     path = _yaml(tmp_path, "c.yaml", {"cases": [case]})
     line = _error(capsys, "validate-infer", path)
     assert line.startswith(f"llmsim: error: {path}: cases[0]") and "prompt_tokens" in line and "--prompt" not in line
+
+
+def test_infer_says_when_a_request_exceeds_the_models_context(capsys):
+    assert main(["infer", "llama2-7b", "--prompt", "30000", "--generate", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "--prompt 30000 + --generate 10 tokens exceed the model's context of 4096 (model.seq_length)" in out
+    assert main(["infer", "llama2-7b", "--prompt", "3000", "--generate", "10"]) == 0
+    assert "exceed the model's context" not in capsys.readouterr().out

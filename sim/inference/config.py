@@ -113,4 +113,7 @@ def build_spec(a: InferenceArgs, gpu: GPUSpec | None = None) -> tuple[InferenceS
         raise ConfigError(f"<{flag}>", flag, exc.expected, exc.got) from None
     if a.topology is None:
         notes.append(f"topology: none given -> {topo.name} (the usual one for {gpu.name})")
+    if a.prompt + a.generate > model.seq_length:
+        notes.append(f"--prompt {a.prompt} + --generate {a.generate} tokens exceed the model's context of "
+                     f"{model.seq_length} (model.seq_length): simulated as given, as a model extended to it")
     return spec, topo, notes
