@@ -246,3 +246,22 @@ def test_infer_says_when_a_request_exceeds_the_models_context(capsys):
     assert "--prompt 30000 + --generate 10 tokens exceed the model's context of 4096 (model.seq_length)" in out
     assert main(["infer", "llama2-7b", "--prompt", "3000", "--generate", "10"]) == 0
     assert "exceed the model's context" not in capsys.readouterr().out
+
+
+def test_calibrate_writes_into_a_folder_it_makes_and_names_its_files_in_errors(tmp_path, capsys):
+    log = tmp_path / "all_reduce.txt"
+    log.write_text(LOG)
+    out = tmp_path / "new" / "cal.yaml"  # a missing folder is made, as --json's is
+    assert main(["calibrate", "--nccl-tests", str(log), "-o", str(out)]) == 0
+    capsys.readouterr()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("".join(ln if not ln.startswith("topology:") else "topology: nope\n"
+                           for ln in out.read_text().splitlines(keepends=True)))
+    line = _error(capsys, "run", "tiny", "--calibration", str(bad))
+    assert line.startswith(f"llmsim: error: {bad}: topology: expected an existing file or a preset name"), line
+
+
+def test_whatif_power_names_the_workload_whose_gpu_has_no_power_model(tmp_path, capsys):
+    path = _yaml(tmp_path, "w.yaml", _tiny())  # an A100: no measured power behaviour
+    line = _error(capsys, "whatif", "power", path)
+    assert line.startswith(f"llmsim: error: {path}: system.gpu: expected a GPU whose"), line

@@ -133,6 +133,7 @@ class Calibration:
                 "# to the GPU they were measured on (each value says where it came from).\n")
         text = yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None, width=110,
                               allow_unicode=True)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)  # as the other writers make a missing folder
         Path(path).write_text(head + text, encoding="utf-8")
 
     def overrides(self) -> list[str]:
@@ -278,7 +279,15 @@ def calibrated_topology(path: str, topology: str | None, notes: list[str] | None
     cal = cal or load_calibration(path)
     name = topology or cal.topology
     assert name is not None and cal.sets_topology, "a calibration with scale_up or scale_out values"
-    base = load_topology(name)
+    if topology is None:  # the file's own topology: a bad name is the file's field
+        try:
+            base = load_topology(name)
+        except ConfigError as exc:
+            if exc.field != "<file>":
+                raise
+            raise ConfigError(path, "topology", exc.expected, exc.got) from None
+    else:
+        base = load_topology(name)
     if cal.values:
         assert cal.bandwidth_GBps is not None
         have = base.scale_up.link.bandwidth_bytes_per_s / GBPS

@@ -109,7 +109,12 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
         placed = place(workload, None, args, [])
         workload, topo = placed.workload, placed.topology
         rated = workload.system.gpu.power.limit_w if workload.system.gpu.power else 0.0
-        rows = power_caps(workload, topo, parse_limits(args.limits, rated))
+        try:
+            rows = power_caps(workload, topo, parse_limits(args.limits, rated))
+        except ConfigError as exc:
+            if exc.path != "<whatif power>":
+                raise
+            raise ConfigError(str(args.workload), exc.field, exc.expected, exc.got) from None  # the workload's GPU
         print(format_power_caps(rows, f"{workload.name} on {workload.system.num_gpus} x "
                                       f"{workload.system.gpu.name} under board power caps"))
         if args.json:
