@@ -333,8 +333,6 @@ def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     path, notes = str(file), Notes()
     top = Fields(raw, path, "", _TOP_KEYS)
     case_id = top.text("id")
-    if raw.get("targets") is not None:
-        _case_targets(raw["targets"], path)  # a bad target is refused, not ignored
     name = top.text("name") or case_id or file.stem
     framework = raw.get("framework")
     framework = _dated_framework(framework if isinstance(framework, str) else "", raw.get("source"), notes)
@@ -357,7 +355,7 @@ def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     source = raw.get("source")
     source = source.get("publication") if isinstance(source, Mapping) else source
     source = source if isinstance(source, str) else case_id or file.name
-    reference = _build_reference(raw.get("targets"), path, source)
+    reference = None if raw.get("targets") is None else _build_reference(*_case_targets(raw["targets"], path), source)
     chunks = parallel.pp * parallel.virtual_pipeline_stages
     split = pipeline_split(model.num_layers, chunks)
     if model.num_layers % chunks and split is not None:
@@ -859,28 +857,18 @@ def _power_limited(f: Fields, gpu: GPUSpec) -> GPUSpec:
         raise f.error("power_limit_w", str(exc), f"{limit:g} W on {gpu.name}") from None
 
 
-def _build_reference(raw: object, path: str, source: str) -> Reference | None:
-    if raw is None:
+def _build_reference(targets: Mapping[str, float], includes_recompute: bool | None, source: str) -> Reference | None:
+    """The report's reference from a case's targets as :func:`_case_targets` reads them (None when
+    none of its metrics is given)."""
+    if not any(k in targets for k in _REFERENCE_METRICS) and includes_recompute is None:
         return None
-    if not isinstance(raw, Mapping):
-        raise ConfigError(path, "targets", "a mapping of target names to {value: ...}", raw)
-    values: dict[str, float | None] = {}
-    includes_recompute = None
-    for key in ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "peak_memory_gib"):
-        entry = raw.get(key)
-        entry = {"value": entry} if isinstance(entry, (int, float)) and not isinstance(entry, bool) \
-            else entry
-        f = Fields(entry, path, f"targets.{key}", tuple(entry) if isinstance(entry, Mapping) else ())
-        value = values[key] = f.number("value")
-        if value is not None and not value > 0:
-            raise f.error("value", "a positive measured value (null: not published)", value)
-        if key == "tflops_per_gpu":
-            includes_recompute = f.flag("includes_recompute")
-    if all(v is None for v in values.values()) and includes_recompute is None:
-        return None
-    memory = values["peak_memory_gib"]
-    return Reference(source=source, iteration_time_s=values["iteration_time_s"],
-                     tflops_per_gpu=values["tflops_per_gpu"], tflops_includes_recompute=includes_recompute,
-                     tokens_per_s_per_gpu=values["tokens_per_s_per_gpu"],
+    memory = targets.get("peak_memory_gib")
+    return Reference(source=source, iteration_time_s=targets.get("iteration_time_s"),
+                     tflops_per_gpu=targets.get("tflops_per_gpu"), tflops_includes_recompute=includes_recompute,
+                     tokens_per_s_per_gpu=targets.get("tokens_per_s_per_gpu"),
                      peak_memory_bytes=None if memory is None else memory * GiB)
+
+
+_REFERENCE_METRICS = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "peak_memory_gib")
+"""The targets a run's report compares itself with."""
 

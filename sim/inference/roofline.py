@@ -120,10 +120,10 @@ class GPURoofline:
 
 def _terms(gpu: GPUSpec, op) -> tuple[float, float, float]:
     """(simulated time, compute term, memory term) of a compute op."""
-    mem = op.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency)
+    share = gpu.gemm_streaming_efficiency if isinstance(op, GemmOp) else gpu.memory_efficiency
+    mem = op.bytes / (gpu.hbm_bandwidth_bytes_per_s * share)
     if isinstance(op, GemmOp):
         f = op.flops
-        mem = op.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.gemm_streaming_efficiency)
         return gemm_time_s(gpu, op), f / (gpu.peak(op.dtype) * gpu.gemm_curve(op.dtype)(f)), mem
     if isinstance(op, AttentionOp):
         f = op.flops
