@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -62,6 +63,14 @@ class EfficiencyCurve:
     def __call__(self, size: float) -> float:
         return _log_interpolate(self.points, self._xs, size)
 
+    def scaled(self, factor: float) -> EfficiencyCurve:
+        """This curve with every efficiency multiplied by ``factor`` (at most 1).
+
+        >>> EfficiencyCurve(((1e9, 0.4), (1e12, 0.8))).scaled(0.5).points
+        ((1000000000.0, 0.2), (1000000000000.0, 0.4))
+        """
+        return _scaled_curve(self, factor)
+
 
 def _log_interpolate(points: tuple[tuple[float, float], ...], xs: tuple[float, ...], size: float) -> float:
     """``points``' value at ``size``: linear in ``log(size)`` between them, clamped outside."""
@@ -73,6 +82,26 @@ def _log_interpolate(points: tuple[tuple[float, float], ...], xs: tuple[float, .
     (x0, e0), (x1, e1) = points[i - 1], points[i]
     w = (math.log(size) - math.log(x0)) / (math.log(x1) - math.log(x0))
     return e0 + w * (e1 - e0)
+
+
+@functools.cache
+def _scaled_curve(curve: EfficiencyCurve, factor: float) -> EfficiencyCurve:
+    return EfficiencyCurve(tuple((x, min(1.0, e * factor)) for x, e in curve.points))
+
+
+FLASH1_RATE = 0.5
+"""The first FlashAttention's rate as a fraction of FlashAttention-2's, both directions, on every
+GPU: FlashAttention-2 yields "around 2x speedup compared to FlashAttention" (Dao 2023, arXiv
+2307.08691, abstract; measured on A100), and PyTorch 2.2's move of ``scaled_dot_product_attention``
+from it to FlashAttention-2 "around 2x speedups compared to previous versions" (PyTorch 2.2
+release blog, January 2024). The Triton FlashAttention (Dao-AILab/flash-attention
+``flash_attn/flash_attn_triton.py``, which MosaicML's llm-foundry vendors as ``attn_impl:
+triton``) runs at about the first one's rate: "Overall Triton forward + backward is slightly
+slower than CUDA forward + backward" (its docstring, the CUDA version of its time being the
+first FlashAttention), and "In our experience, `triton` is slightly faster than `flash`"
+(mosaicml/llm-foundry TUTORIAL.md @ 5e85bd62d, `flash` being flash-attn 1.x there). The ratio
+is A100's; Hopper and Blackwell take it until measured."""
+
 
 
 def _gemm_flops(m: int, n: int, k: int) -> float:
@@ -168,8 +197,11 @@ class GPUSpec:
     def attention_curve(self, kernel: AttentionKernel, backward: bool,
                         deterministic: bool = False) -> EfficiencyCurve:
         """The efficiency curve of ``kernel`` in one direction (the deterministic kernel's
-        where asked for and known)."""
+        where asked for and known); the first FlashAttention's is FlashAttention-2's at
+        :data:`FLASH1_RATE`."""
         det = self.deterministic_attention_backward_efficiency if backward else self.deterministic_attention_efficiency
+        if kernel is AttentionKernel.FLASH1:
+            return self.attention_curve(AttentionKernel.FLASH2, backward, deterministic).scaled(FLASH1_RATE)
         if deterministic and det is not None:
             return det
         if kernel is AttentionKernel.FLASH2 and self.flash2_attention_efficiency is not None:
@@ -725,6 +757,18 @@ _GPUS = (
         "cuDNN 9.19 attention from the NVIDIA/cudnn-frontend SDPA benchmark (relative to its H200 run)",
     ),
 )
+
+# A100 40GB: the same GA100 die, clocks, tensor cores and NVLink as the 80GB part, with 40 GB of
+# HBM2 at 1,555 GB/s (NVIDIA A100 datasheet, "A100 40GB SXM"). Its kernels run at the 80GB
+# part's fractions of peak: the A100 GEMM and FlashAttention-2 curves above were measured on
+# Azure ND A100 v4, whose GPUs are A100 40GB ("8 NVIDIA Ampere A100 40GB Tensor Core GPUs",
+# Azure ND A100 v4-series documentation), and the bandwidth-bound fractions are fractions of
+# each part's own peak.
+_GPUS = _GPUS + (dataclasses.replace(
+    _GPUS[0], name="A100-SXM4-40GB", hbm_capacity_bytes=40 * GiB, hbm_bandwidth_bytes_per_s=1555 * GBPS,
+    sources="NVIDIA A100 datasheet (A100 40GB SXM: 312 TF BF16 dense, 40 GB HBM2 at 1,555 GB/s, NVLink3 "
+    "600 GB/s bidirectional); kernel fractions of the A100-SXM4-80GB entry (cuBLASLt and FA2 sweeps "
+    "from Azure/AI-benchmarking-guide on ND A100 v4, A100 40GB)"),)
 
 GPU_CATALOGUE: dict[str, GPUSpec] = {g.name: g for g in _GPUS}
 """Name -> GPU. Treat as read-only."""

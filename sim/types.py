@@ -129,6 +129,11 @@ class AttentionKernel(str, Enum):
     FLASH2 = "flash2"
     """FlashAttention-2 as PyTorch's ``scaled_dot_product_attention`` runs it by default (its
     backend priority puts FlashAttention first, cuDNN after)."""
+    FLASH1 = "flash1"
+    """The first FlashAttention (Dao et al. 2022): the flash-attn package before 2.0, PyTorch's
+    ``scaled_dot_product_attention`` before 2.2, and the Triton FlashAttention of
+    ``flash_attn_triton.py`` (MosaicML llm-foundry's ``attn_impl: triton``), about half
+    FlashAttention-2's rate (:data:`sim.hardware.FLASH1_RATE`)."""
 
 
 class NormKind(str, Enum):

@@ -54,7 +54,7 @@ def _clock_hz(gpu: GPUSpec, op: Op) -> float:
     p = gpu.power
     if isinstance(op, GemmOp):
         return p.gemm_clock(op.dtype.value)
-    if op.kernel is AttentionKernel.FLASH2:
+    if op.kernel in (AttentionKernel.FLASH2, AttentionKernel.FLASH1):  # FLASH1: FlashAttention-2's curve, scaled
         return p.flash2_backward_clock_hz if op.backward else p.flash2_clock_hz
     return p.attention_backward_clock_hz if op.backward else p.attention_clock_hz
 

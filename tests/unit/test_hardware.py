@@ -33,6 +33,38 @@ def test_every_gpu_the_published_cases_name_is_in_the_catalogue():
     assert names <= set(GPU_CATALOGUE)
 
 
+def test_the_a100_40gb_is_the_80gb_die_with_half_the_memory_and_hbm2(tmp_path):
+    """A100-SXM4-40GB: a compute-bound GEMM takes the 80GB part's time, a bandwidth-bound pass
+    2039/1555 of it; a workload naming it keeps it, and a job sized for 80 GB does not fit in 40."""
+    from sim.config import load_workload
+    from sim.memory import stage_memory
+    from sim.workload.ops import GemmOp, MemoryOp
+
+    a40, a80 = get_gpu("A100-SXM4-40GB"), get_gpu("A100-SXM4-80GB")
+    big = GemmOp(8192, 8192, 8192, Dtype.BF16)
+    assert gemm_time_s(a40, big) == gemm_time_s(a80, big)
+    gib = MemoryOp(OpKind.ELEMENTWISE, float(1 << 30))
+    t40, t80 = memory_time_s(a40, gib) - a40.kernel_launch_s, memory_time_s(a80, gib) - a80.kernel_launch_s
+    assert t40 / t80 == pytest.approx(2039 / 1555)
+    doc = yaml.safe_load(Path("workloads/tiny.yaml").read_text())
+    doc["system"].update(gpu="A100-SXM4-40GB", num_gpus=8)
+    doc["model"].update(num_layers=40, hidden_size=5120, num_attention_heads=40, num_kv_heads=40,
+                        ffn_hidden_size=20480, seq_length=2048)
+    doc["parallel"].update(tp=1, pp=1, dp=8, micro_batch_size=1, global_batch_size=8, recompute="full",
+                           zero_stage=3, distributed_optimizer=False)
+    doc.pop("topology", None)
+    doc["system"].pop("topology", None)
+    path = tmp_path / "a40.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    w = load_workload(str(path))
+    assert w.system.gpu.name == "A100-SXM4-40GB" and w.system.gpu.hbm_capacity_bytes == 40 * 2**30
+    need = stage_memory(w, 0).total_bytes
+    assert 20 * 2**30 < need < 40 * 2**30
+    # the same job at DP 4 shards less: it would fit in 80 GB, not in 40
+    four = load_workload(str(path), ["system.num_gpus=4", "parallel.dp=4", "parallel.global_batch_size=4"])
+    assert 40 * 2**30 < stage_memory(four, 0).total_bytes < 80 * 2**30
+
+
 def test_a_gpu_without_a_format_says_so():
     with pytest.raises(InfeasibleError, match="fp8"):
         get_gpu("A100-SXM4-80GB").peak(Dtype.FP8)
@@ -193,6 +225,27 @@ def test_pytorch_flash2_attention_is_slower_than_the_vendor_kernel_on_hopper_onl
     assert t("H100", AttentionKernel.FLASH2) > 1.5 * t("H100", AttentionKernel.VENDOR)
     # on Ampere the vendor path is FlashAttention-2 itself
     assert t("A100", AttentionKernel.FLASH2) == t("A100", AttentionKernel.VENDOR)
+
+
+@pytest.mark.parametrize("gpu", ["A100", "H100", "B200"])
+def test_the_first_flash_attention_takes_twice_flash_attention_2s_time(gpu):
+    """FlashAttention 1.x and the Triton FlashAttention (``attention_kernel: flash1``) run at
+    FLASH1_RATE (one half) of FlashAttention-2's rate in both directions, on every GPU, so a
+    compute-bound kernel's time less its launch doubles; the vendor kernel is untouched."""
+    from sim.costs.compute import attention_time_s
+    from sim.hardware import FLASH1_RATE
+    from sim.types import AttentionKernel
+    from sim.workload.ops import AttentionOp
+
+    g = get_gpu(gpu)
+    def t(kernel, backward):
+        op = AttentionOp(1, 32, 8, 8192, 128, True, backward, kernel=kernel)
+        return attention_time_s(g, op) - g.kernel_launch_s
+
+    for bwd in (False, True):
+        assert t(AttentionKernel.FLASH1, bwd) == pytest.approx(t(AttentionKernel.FLASH2, bwd) / FLASH1_RATE, rel=1e-9)
+        assert t(AttentionKernel.FLASH1, bwd) > 1.9 * t(AttentionKernel.FLASH2, bwd)
+        assert t(AttentionKernel.VENDOR, bwd) < t(AttentionKernel.FLASH1, bwd)
 
 
 # NVIDIA/cudnn-frontend SDPA training benchmark, cuDNN 9.19.1, batch 1, 64 query / 8 KV heads,

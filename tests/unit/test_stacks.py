@@ -415,7 +415,8 @@ def test_a_null_global_batch_is_the_recipes(tmp_path):
 def test_llm_foundry_runs_fsdp_with_eager_modules(tmp_path):
     """A case of llm-foundry's trains as its configurations do: FSDP full sharding (ZeRO-3) with
     16-bit gradient reduction (mixed precision PURE), eager kernels with ATen's one-kernel
-    LayerNorm, FlashAttention-2, PyTorch's foreach-pass Adam and a clipped gradient norm; under
+    LayerNorm, its default Triton FlashAttention (the first FlashAttention's rate), PyTorch's
+    foreach-pass Adam and a clipped gradient norm; under
     the fallback (current Megatron-Core) the same case would run fused kernels and cuDNN."""
     import yaml
     doc = yaml.safe_load(Path("workloads/tiny.yaml").read_text())
@@ -428,7 +429,7 @@ def test_llm_foundry_runs_fsdp_with_eager_modules(tmp_path):
     w = load_workload(str(path))
     k = w.kernels
     assert w.parallel.zero_stage == 3 and not k.grad_reduce_in_fp32 and not k.fused_elementwise
-    assert k.attention_kernel is AttentionKernel.FLASH2 and k.adam_impl is AdamImpl.FOREACH
+    assert k.attention_kernel is AttentionKernel.FLASH1 and k.adam_impl is AdamImpl.FOREACH
     assert k.step_passes == frozenset({StepPass.CLIP_GRAD_NORM})
     assert w.model.norm is NormKind.LAYERNORM and w.model.rotary is False
     megatron = load_workload(str(path), ["stack=megatron-core", "parallel.zero_stage=3"])
