@@ -32,6 +32,7 @@ from sim.costs.factors import FACTOR_NAMES, CalibrationFactors, KernelCurves
 from sim.errors import ConfigError, Described
 from sim.runner import simulate
 from sim.steady import steady_iteration
+from sim.topology.choice import segmented
 from sim.topology.network import apply_network
 from sim.topology.spec import TopologySpec
 from sim.types import Stream
@@ -118,6 +119,8 @@ def run_topology(workload: WorkloadSpec, calibrated: tuple[str, TopologySpec] | 
         topo = calibrated[1]
     if workload.system.network is not None:
         topo = apply_network(topo, workload.system.network).topology
+    if workload.system.nvlink_segments:
+        topo = segmented(topo, workload.system.num_gpus)[0]
     return topo
 
 

@@ -213,6 +213,10 @@ SETTINGS: tuple[SettingKind, ...] = (
                 "passes (sim/workload/step_passes.py)"),
     SettingKind("step_passes", read_step_passes, "the passes over the gradients and master weights the training "
                 "step makes beside the Adam kernel (sim/workload/step_passes.py)"),
+    SettingKind("etp", _positive_or_null, "the routed experts' tensor-parallel size (null: the tensor-parallel "
+                "size, Megatron-Core's default)"),
+    SettingKind("nvlink_segments", _boolean, "a multi-rack job's nodes allocated in equal segments, each in one "
+                "NVLink domain (Slurm --segment), rather than filling the domains in order"),
     SettingKind("cudnn_release", _release_or_null, "the cuDNN release the stack ships, which prices cuDNN attention "
                 "on Blackwell (null: the catalogue's curves; sim/attention_releases.py)"),
 )
@@ -223,7 +227,7 @@ _KINDS = {k.key: k for k in SETTINGS}
 FlagSetting = Literal["sequence_parallel", "distributed_optimizer", "overlap_param_gather", "overlap_grad_reduce",
                       "overlap_p2p_comm", "tp_comm_overlap", "flash_attention", "fused_elementwise",
                       "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
-                      "unfused_linear_bias", "master_param_remainders"]
+                      "unfused_linear_bias", "master_param_remainders", "nvlink_segments"]
 """The :data:`SETTINGS` keys read as true or false."""
 CountSetting = Literal["zero_stage", "virtual_pipeline_stages"]
 """The :data:`SETTINGS` keys read as integers."""
@@ -301,6 +305,8 @@ class Stack:
     def value(self, key: CountSetting) -> int: ...
     @overload
     def value(self, key: Literal["seq_length"]) -> int | None: ...
+    @overload
+    def value(self, key: Literal["etp"]) -> int | None: ...
     @overload
     def value(self, key: Literal["global_batch_size"]) -> int | None: ...
     @overload

@@ -108,7 +108,7 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
 """The keys of a case's ``parallel`` section: the parallel strategy, and the kernel switches
 (:data:`~sim.workload.kernels.KERNEL_KEYS`) in the spelling of the published cases."""
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node", "network",
-                "description", "power_limit_w")
+                "description", "power_limit_w", "nvlink_segments")
 _NETWORK_KEYS = ("nics_per_node", "nic_bandwidth_Gbps", "fabric", "node_bandwidth_Gbps", "pod_gpus",
                  "between_pods_oversubscription")
 WORKLOAD_SETTABLE = ({"model": _MODEL_KEYS, "parallel": _PARALLEL_KEYS, "kernels": KERNEL_KEYS, "system": _SYSTEM_KEYS},
@@ -350,7 +350,7 @@ def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
                                         system_f.integer("gpus_per_node", positive=True))
     if num_gpus is None:
         num_gpus = notes.fill("system.num_gpus", parallel.num_gpus, "tp x pp x dp x cp")
-    system = _build_system(system_f, gpu, num_gpus, file.parent, notes)
+    system = _build_system(system_f, gpu, num_gpus, file.parent, notes, stack)
     system = _cudnn_release(system, kernels, stack, notes)
     source = raw.get("source")
     source = source.get("publication") if isinstance(source, Mapping) else source
@@ -630,7 +630,11 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     cp, ep = (f.integer(k, positive=True) or 1 for k in ("cp", "ep"))
     etp = f.integer("etp", positive=True)
     if etp is None and ep > 1:
-        notes.fill("parallel.etp", tp, "Megatron-Core's default: the experts run at the tensor-parallel size")
+        etp = stack.value("etp")
+        if etp is None:
+            notes.fill("parallel.etp", tp, "Megatron-Core's default: the experts run at the tensor-parallel size")
+        else:
+            notes.fill("parallel.etp", etp, f"stack {stack.name}: {stack.why('etp')}")
     dp = f.integer("dp", positive=True)
     if dp is None:
         if num_gpus is None:
@@ -781,7 +785,7 @@ def _gpu(f: Fields) -> GPUSpec:
         raise f.error("gpu", f"one of {gpu_names()}", name) from None
 
 
-def _build_system(f: Fields, gpu: GPUSpec, num_gpus: int, base: Path, notes: Notes) -> SystemSpec:
+def _build_system(f: Fields, gpu: GPUSpec, num_gpus: int, base: Path, notes: Notes, stack: Stack) -> SystemSpec:
     per_node = f.integer("gpus_per_node")
     if per_node is None:
         per_node = notes.fill("system.gpus_per_node", 4, "an NVL72 compute tray") \
@@ -796,8 +800,12 @@ def _build_system(f: Fields, gpu: GPUSpec, num_gpus: int, base: Path, notes: Not
                           f"{preset_names('topologies')}", topology)
     gpu = _power_limited(f, gpu)
     network = _network(f, per_node)
+    segments = f.flag("nvlink_segments")
+    if segments is None:
+        segments = stack.value("nvlink_segments")  # noted where it changes a topology (sim.topology.choice)
     with located(f.path):
-        return SystemSpec(gpu=gpu, num_gpus=num_gpus, gpus_per_node=per_node, topology=topology, network=network)
+        return SystemSpec(gpu=gpu, num_gpus=num_gpus, gpus_per_node=per_node, topology=topology, network=network,
+                          nvlink_segments=segments)
 
 
 def _cudnn_release(system: SystemSpec, kernels: KernelsSpec, stack: Stack, notes: Notes) -> SystemSpec:

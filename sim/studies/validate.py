@@ -44,6 +44,7 @@ from sim.errors import SimError
 from sim.memory import stage_memory
 from sim.runner import Run, simulate
 from sim.steady import steady_iteration, steady_points
+from sim.topology.choice import segmented
 from sim.topology.network import NetworkSpec, apply_network
 from sim.topology.spec import TopologySpec
 from sim.types import Stream
@@ -322,6 +323,8 @@ def _run(rec: CaseRecord, metrics: list[str], granularity: str | None,
     name = w.system.topology or default_topology_name(w.system.gpu.name)
     cal = calibration or CaseCalibration()
     topo = cal.topology_for(name, w.system.network) or _topology(name, w.system.network)
+    if w.system.nvlink_segments:
+        topo = segmented(topo, w.system.num_gpus)[0]
     factors = cal.factors
     if granularity is not None:
         run = simulate(w, topo, granularity=granularity, factors=factors)

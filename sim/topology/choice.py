@@ -43,7 +43,7 @@ from sim.topology.network import NetworkSpec, apply_network
 from sim.topology.spec import TopologySpec
 from sim.workload.spec import WorkloadSpec
 
-__all__ = ["Placed", "choose_gpu", "gpu_given", "place_workload"]
+__all__ = ["Placed", "choose_gpu", "gpu_given", "place_workload", "segmented"]
 
 
 @dataclass(frozen=True)
@@ -121,6 +121,10 @@ def place_workload(workload: WorkloadSpec, topology: str | TopologySpec | None, 
         topo = applied.topology
         if applied.note:
             notes.append(applied.note)
+    if workload.system.nvlink_segments:
+        topo, note = segmented(topo, workload.system.num_gpus)
+        if note:
+            notes.append(note)
     chosen, note = choose_gpu(gpu.name, topo, topology_given=given, gpu_named=gpu_named)
     if chosen != gpu.name:
         workload = _with_gpu(workload, topo, option)
@@ -130,6 +134,44 @@ def place_workload(workload: WorkloadSpec, topology: str | TopologySpec | None, 
         notes.append(f"system.gpus_per_node: the workload says {workload.system.gpus_per_node}, "
                      f"topology {topo.name} has {topo.gpus_per_node}; the topology's is used")
     return Placed(workload, topo)
+
+
+def segmented(topo: TopologySpec, num_gpus: int) -> tuple[TopologySpec, str | None]:
+    """``topo`` with a job of ``num_gpus`` GPUs placed in equal segments of nodes, each inside
+    one NVLink domain, and a note; ``topo`` and None where that changes nothing.
+
+    NeMo's and Megatron-Bridge's performance scripts launch a job of more nodes than an NVLink
+    domain holds with Slurm's ``--segment`` set to the largest divisor of its node count that a
+    domain holds, 18 GB200 trays ("add --segment flag to sbatch if job uses GB200 and goes
+    beyond one rack": NVIDIA/NeMo ``scripts/performance/executors.py`` @ d9cfb97,
+    NVIDIA-NeMo/Megatron-Bridge ``scripts/performance/utils/executors.py`` @ 067f987df), so
+    each rack holds a whole segment: 64 trays run as four domains of 16, not three of 18 and
+    one of 10. The job then sees domains of ``segment x gpus_per_node`` GPUs (and, where the
+    topology puts one leaf under a domain, a leaf per segment).
+
+    >>> from sim.config import load_topology
+    >>> t, note = segmented(load_topology("gb200-nvl72"), 256)
+    >>> t.scale_up.domain_size, t.scale_out.nodes_per_leaf
+    (64, 16)
+    >>> segmented(load_topology("gb200-nvl72"), 72)[1] is None
+    True
+    """
+    gpn, dom = topo.gpus_per_node, topo.scale_up.domain_size
+    per_domain = dom // gpn
+    nodes = -(-num_gpus // gpn)
+    if topo.graph_file is not None or per_domain <= 1 or nodes <= per_domain:
+        return topo, None
+    segment = max(d for d in range(1, per_domain + 1) if nodes % d == 0)
+    if segment == per_domain:
+        return topo, None
+    up = dataclasses.replace(topo.scale_up, domain_size=segment * gpn)
+    out = topo.scale_out
+    if out.nodes_per_leaf == per_domain:
+        out = dataclasses.replace(out, nodes_per_leaf=segment)
+    note = (f"system.nvlink_segments: {nodes} nodes in segments of {segment} (the largest divisor of the node "
+            f"count that a {per_domain}-node NVLink domain holds, Slurm --segment): {topo.name}'s domains of "
+            f"{dom} GPUs run as domains of {segment * gpn}")
+    return dataclasses.replace(topo, scale_up=up, scale_out=out), note
 
 
 def _changes(topo: TopologySpec, network: NetworkSpec) -> bool:

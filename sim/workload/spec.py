@@ -630,6 +630,10 @@ class SystemSpec:
     network: NetworkSpec | None = None
     """The scale-out network the source published (``system.network``), put on the topology
     by :func:`sim.topology.network.apply_network`; None: not published, the topology's stands."""
+    nvlink_segments: bool = False
+    """Whether the job's nodes are allocated in equal segments, each inside one NVLink domain
+    (Slurm's ``--segment``: the largest divisor of the node count that a domain holds), rather
+    than filling the domains in order (:func:`sim.topology.choice.segmented`)."""
 
     def __post_init__(self) -> None:
         _positive_int("system.num_gpus", self.num_gpus)

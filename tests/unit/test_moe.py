@@ -5,9 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 import sim
-from sim.config import load_topology, load_workload
+from sim.config import load_topology, load_workload, load_workload_with_notes
 from sim.config.hf import read_hf_config
 from sim.costs.comm import plan_comm
 from sim.engine.network import solo_time_s
@@ -16,6 +17,7 @@ from sim.memory import layer_activation_bytes, stage_memory, state_bytes
 from sim.output.report import make_report
 from sim.runner import simulate
 from sim.topology.build import build_topology, ring_topology_spec
+from sim.topology.choice import place_workload
 from sim.topology.routing import Fabric
 from sim.types import CollectiveKind, CommClass, Stream
 from sim.workload.flops import model_flops
@@ -323,3 +325,64 @@ def test_megatron_expert_tensor_parallel_size_maps_to_parallel_etp():
     spec, notes = load_megatron_workload(args, gpu="A100-SXM4-80GB", num_gpus=8)
     assert (spec.parallel.tp, spec.parallel.ep, spec.parallel.etp, spec.parallel.expert_dp) == (2, 4, 1, 2)
     assert not any("expert-tensor" in n for n in notes)
+
+
+def _bridge_moe_case(tmp_path, pp: int = 1, **system) -> Path:
+    """A Megatron-Bridge MoE case of Qwen3-30B-A3B's shape, 128 experts top-8, at ``system``:
+    TP 2, EP 32 (or all the GPUs of a stage), ``pp`` stages of one layer each."""
+    doc = {
+        "id": "bridge-moe",
+        "model": {"name": "moe", "num_layers": max(pp, 4), "hidden_size": 2048, "num_attention_heads": 32,
+                  "num_kv_heads": 4, "head_dim": 128, "ffn_hidden_size": 6144, "vocab_size": 151936, "seq_length": 4096,
+                  "activation": "swiglu", "gated_mlp": True, "num_experts": 128, "moe_top_k": 8,
+                  "moe_ffn_hidden_size": 768},
+        "system": {"gpu": "GB200", **system},
+        "parallel": {"tp": 2, "pp": 1, "cp": 1, "micro_batch_size": 1, "global_batch_size": 64},
+        "dtype": "bf16",
+        "framework": "NeMo 26.04 container / Megatron-Bridge",
+    }
+    dp = system["num_gpus"] // (2 * pp)
+    doc["parallel"].update(pp=pp, dp=dp, ep=min(32, 2 * dp), global_batch_size=8 * dp)
+    path = tmp_path / "bridge.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_megatron_bridge_folds_its_experts_over_the_tp_ranks(tmp_path):
+    """Megatron-Bridge's MoE recipes set expert_tensor_parallel_size = 1, so EP may take the TP
+    ranks too (EP 32 at TP 2, DP 16: Megatron-Bridge's Qwen3-235B H100 row); under
+    Megatron-Core's own default (experts at the TP size) the same job is refused."""
+    path = _bridge_moe_case(tmp_path, num_gpus=32)
+    w, notes = load_workload_with_notes(str(path))
+    assert w.parallel.etp == 1 and w.parallel.expert_dp == 1
+    assert any(n.startswith("parallel.etp: null -> 1 (stack megatron-bridge") for n in notes)
+    with pytest.raises(ConfigError, match="parallel.ep"):
+        load_workload(str(path), ["stack=megatron-core"])
+
+
+def test_a_multi_rack_gb200_job_runs_in_segments_under_nvidias_launch_scripts(tmp_path):
+    """256 GB200 (64 trays) launched as NeMo's and Megatron-Bridge's scripts do (Slurm
+    --segment 16) run as four NVLink domains of 64, so each pipeline stage of 32 GPUs, and its
+    32-rank expert-parallel all-to-all, stays inside one; filled rack by rack (72, 72, 72, 40)
+    three of the eight stages straddle two racks, their all-to-alls cross the network and the
+    job is slower."""
+
+    def placed(segments: bool | None):
+        extra = {} if segments is None else {"nvlink_segments": segments}
+        notes: list[str] = []
+        w = load_workload(str(_bridge_moe_case(tmp_path, pp=8, num_gpus=256, **extra)))
+        p = place_workload(w, None, notes)
+        return w, p, notes
+
+    w, seg, notes = placed(None)  # the stack's: segments
+    assert w.system.nvlink_segments and seg.topology.scale_up.domain_size == 64
+    assert any("segments of 16" in n for n in notes)
+    _, fill, _ = placed(False)
+    assert fill.topology.scale_up.domain_size == 72
+    t_seg = simulate(seg.workload, seg.topology, granularity="chunk").result.makespan_s
+    t_fill = simulate(fill.workload, fill.topology, granularity="chunk").result.makespan_s
+    assert t_seg < 0.9 * t_fill
+    # a job one rack holds is not changed
+    small: list[str] = []
+    one = place_workload(load_workload(str(_bridge_moe_case(tmp_path, num_gpus=64))), None, small)
+    assert one.topology.scale_up.domain_size == 72 and not any("segments" in n for n in small)
