@@ -32,7 +32,7 @@ from sim.costs.factors import FACTOR_NAMES, CalibrationFactors, KernelCurves
 from sim.errors import ConfigError, Described
 from sim.runner import simulate
 from sim.steady import steady_iteration
-from sim.topology.choice import segmented
+from sim.topology.choice import node_sized, segmented
 from sim.topology.network import apply_network
 from sim.topology.spec import TopologySpec
 from sim.types import Stream
@@ -112,6 +112,8 @@ def run_topology(workload: WorkloadSpec, calibrated: tuple[str, TopologySpec] | 
     name = workload.system.topology or default_topology_name(workload.system.gpu.name)
     if calibrated is None:
         topo = load_topology(name)
+        if workload.system.topology is None:
+            topo = node_sized(topo, workload.system.gpus_per_node)[0]
     elif calibrated[0] != name:
         raise ConfigError(path, "system.topology", f"the topology the nccl-tests logs calibrate ({calibrated[0]}): "
                           "calibrate the logs with --topology set to the runs' topology", name)

@@ -44,7 +44,7 @@ from sim.errors import SimError
 from sim.memory import stage_memory
 from sim.runner import Run, simulate
 from sim.steady import steady_iteration, steady_points
-from sim.topology.choice import segmented
+from sim.topology.choice import node_sized, segmented
 from sim.topology.network import NetworkSpec, apply_network
 from sim.topology.spec import TopologySpec
 from sim.types import Stream
@@ -264,19 +264,22 @@ class CaseResult:
     """Its time rows come from shorter runs of the job's steady state (:mod:`sim.steady`)."""
 
 
-_TOPOLOGIES: dict[tuple[str, NetworkSpec | None], TopologySpec] = {}
+_TOPOLOGIES: dict[tuple[str, NetworkSpec | None, int | None], TopologySpec] = {}
 """Topologies read in this process, by name and network: the dev set uses a handful over a hundred cases."""
 
 
-def _topology(name: str, network: NetworkSpec | None = None) -> TopologySpec:
-    """Topology ``name`` with the case's published network on it, if any
-    (:func:`sim.topology.network.apply_network`)."""
-    topo = _TOPOLOGIES.get((name, network))
+def _topology(name: str, network: NetworkSpec | None = None, gpus_per_node: int | None = None) -> TopologySpec:
+    """Topology ``name`` (with nodes of ``gpus_per_node`` GPUs where given, the GPU's usual
+    preset for a case that names none: :func:`sim.topology.choice.node_sized`) with the case's
+    published network on it, if any (:func:`sim.topology.network.apply_network`)."""
+    topo = _TOPOLOGIES.get((name, network, gpus_per_node))
     if topo is None:
         topo = load_topology(name)
+        if gpus_per_node is not None:
+            topo = node_sized(topo, gpus_per_node)[0]
         if network is not None:
             topo = apply_network(topo, network).topology
-        _TOPOLOGIES[(name, network)] = topo
+        _TOPOLOGIES[(name, network, gpus_per_node)] = topo
     return topo
 
 
@@ -322,7 +325,8 @@ def _run(rec: CaseRecord, metrics: list[str], granularity: str | None,
     w = rec.workload
     name = w.system.topology or default_topology_name(w.system.gpu.name)
     cal = calibration or CaseCalibration()
-    topo = cal.topology_for(name, w.system.network) or _topology(name, w.system.network)
+    gpn = None if w.system.topology is not None else w.system.gpus_per_node
+    topo = cal.topology_for(name, w.system.network) or _topology(name, w.system.network, gpn)
     if w.system.nvlink_segments:
         topo = segmented(topo, w.system.num_gpus)[0]
     factors = cal.factors

@@ -35,6 +35,7 @@ and ``--to``/``--to-topology`` (:func:`choose_gpu`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -43,7 +44,7 @@ from sim.topology.network import NetworkSpec, apply_network
 from sim.topology.spec import TopologySpec
 from sim.workload.spec import WorkloadSpec
 
-__all__ = ["Placed", "choose_gpu", "gpu_given", "place_workload", "segmented"]
+__all__ = ["Placed", "choose_gpu", "gpu_given", "node_sized", "place_workload", "segmented"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,10 @@ def place_workload(workload: WorkloadSpec, topology: str | TopologySpec | None, 
             topology = default_topology_name(gpu.name)
             notes.append(f"topology: none given -> {topology} (the default for {gpu.name})")
     topo = topology if isinstance(topology, TopologySpec) else load_topology(topology)
+    if not given and workload.system.topology is None:
+        topo, note = node_sized(topo, workload.system.gpus_per_node)
+        if note:
+            notes.append(note)
     network = workload.system.network
     if network is not None and given:
         if _changes(topo, network):
@@ -134,6 +139,32 @@ def place_workload(workload: WorkloadSpec, topology: str | TopologySpec | None, 
         notes.append(f"system.gpus_per_node: the workload says {workload.system.gpus_per_node}, "
                      f"topology {topo.name} has {topo.gpus_per_node}; the topology's is used")
     return Placed(workload, topo)
+
+
+def node_sized(topo: TopologySpec, gpus_per_node: int) -> tuple[TopologySpec, str | None]:
+    """The GPU's usual preset ``topo`` built with nodes of ``gpus_per_node`` GPUs, and a note;
+    ``topo`` and None where it has that many already, or where its NVLink domain is not the node
+    (an NVL72 rack, a fixed size, a GraphML file), which stands as it is.
+
+    A workload that says its nodes hold another number of GPUs than the preset (the 4-GPU
+    A100 boards of Perlmutter, Polaris or JUWELS Booster against the DGX A100's 8) runs on
+    nodes of that many: an NVLink domain of the node, each GPU with the preset's NVLink
+    bandwidth, and the preset's NICs per GPU.
+
+    >>> from sim.config import load_topology
+    >>> t, note = node_sized(load_topology("dgx-a100"), 4)
+    >>> t.gpus_per_node, t.scale_up.domain_size, t.scale_out.nics_per_node
+    (4, 4, 4)
+    """
+    gpn, up, out = topo.gpus_per_node, topo.scale_up, topo.scale_out
+    if gpus_per_node == gpn or up.domain_size != gpn or topo.num_gpus is not None or topo.graph_file is not None:
+        return topo, None
+    nics = max(1, round(out.nics_per_node * gpus_per_node / gpn))
+    out = dataclasses.replace(out, nics_per_node=nics, planes=math.gcd(out.planes, nics))
+    sized = dataclasses.replace(topo, gpus_per_node=gpus_per_node, scale_out=out,
+                                scale_up=dataclasses.replace(up, domain_size=gpus_per_node))
+    return sized, (f"system.gpus_per_node: {gpus_per_node} -> {topo.name} built with nodes of {gpus_per_node} GPUs "
+                   f"(of {gpn}): an NVLink domain of {gpus_per_node}, {nics} NICs per node")
 
 
 def segmented(topo: TopologySpec, num_gpus: int) -> tuple[TopologySpec, str | None]:

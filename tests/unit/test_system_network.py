@@ -220,3 +220,47 @@ def test_the_spec_refuses_what_the_loader_refuses():
         NetworkSpec(between_pods_oversubscription=0.9)
     with pytest.raises(ConfigError, match="fabric"):
         NetworkSpec(fabric="roce")
+
+
+def test_a_workload_of_four_gpu_nodes_runs_on_four_gpu_nodes_of_its_gpus_usual_system():
+    """A100 boards of four GPUs (Perlmutter, Polaris, JUWELS Booster): a workload that says
+    ``gpus_per_node: 4`` and names no topology runs on the DGX A100 preset built with nodes of
+    four (an NVLink domain of four, a NIC per GPU), so TP 8 spans two nodes and its all-reduces
+    cross the network; one that names the DGX A100 keeps its nodes of eight, with a note."""
+    from sim.output.report import make_report
+    from sim.runner import simulate
+
+    tp8 = ["system.num_gpus=8", "parallel.tp=8", "parallel.pp=1", "parallel.dp=1", "parallel.global_batch_size=4"]
+    notes: list[str] = []
+    four = place_workload(load_workload("tiny", tp8 + ["system.gpus_per_node=4", "system.topology=null"]), None,
+                          notes)
+    assert (four.topology.gpus_per_node, four.topology.scale_up.domain_size,
+            four.topology.scale_out.nics_per_node) == (4, 4, 4)
+    assert any(n.startswith("system.gpus_per_node: 4 -> dgx-a100 built with nodes of 4") for n in notes)
+    eight = place_workload(load_workload("tiny", tp8 + ["system.topology=null"]), None, [])
+    assert eight.topology.gpus_per_node == 8
+    # a 256 MiB all-reduce over the 8 ranks: across two nodes' 4 x 200 Gb/s NICs, not one NVSwitch
+    assert _all_reduce_s(four.topology, ranks=8) > 1.3 * _all_reduce_s(eight.topology, ranks=8)
+    r4, r8 = simulate(four.workload, four.topology), simulate(eight.workload, eight.topology)
+    assert make_report(r4).exposed_comm_s["tp"] > make_report(r8).exposed_comm_s["tp"]
+    named: list[str] = []
+    kept = place_workload(load_workload("tiny", tp8 + ["system.gpus_per_node=4"]), None, named)
+    assert kept.topology.gpus_per_node == 8 and any("the topology's is used" in n for n in named)
+
+
+def test_validate_runs_a_case_on_nodes_of_its_gpus_per_node_as_run_does(tmp_path):
+    """``validate`` builds the same 4-GPU nodes as ``run`` (sim.studies.validate._topology):
+    a case's prediction is the run's iteration time."""
+    from sim.runner import simulate
+
+    doc = yaml.safe_load((REPO / "workloads" / "tiny.yaml").read_text())
+    doc["system"] = {"gpu": "A100-SXM4-40GB", "num_gpus": 8, "gpus_per_node": 4}
+    doc["parallel"].update(tp=8, pp=1, dp=1, global_batch_size=4)
+    doc.update(id="four", targets={"iteration_time_s": {"value": 1.0, "derived": False}})
+    path = tmp_path / "four.yaml"
+    path.write_text(yaml.safe_dump([doc]))
+    row = next(r for r in validate([str(path)], jobs=1).rows if r.metric == "iteration_time_s")
+    placed = place_workload(load_workload(str(path)), None, [])
+    assert placed.topology.gpus_per_node == 4
+    run = simulate(placed.workload, placed.topology)
+    assert row.predicted == pytest.approx(run.result.makespan_s, rel=1e-9)
