@@ -103,7 +103,6 @@ first FlashAttention), and "In our experience, `triton` is slightly faster than 
 is A100's; Hopper and Blackwell take it until measured."""
 
 
-
 def _gemm_flops(m: int, n: int, k: int) -> float:
     """FLOPs of an m x n x k GEMM (2 m n k), the x-axis of a cuBLAS sweep."""
     return 2.0 * m * n * k

@@ -113,12 +113,22 @@ _NETWORK_KEYS = ("nics_per_node", "nic_bandwidth_Gbps", "fabric", "node_bandwidt
                  "between_pods_oversubscription")
 WORKLOAD_SETTABLE = ({"model": _MODEL_KEYS, "parallel": _PARALLEL_KEYS, "kernels": KERNEL_KEYS, "system": _SYSTEM_KEYS},
                       ("name", "id", "dtype", "stack", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"))
-_GATED = frozenset({"swiglu", "silu", "swish", "geglu"})
-_ACTIVATIONS = _GATED | frozenset({"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "quick_gelu", "relu",
-                                   "squared_relu", "relu2"})
-"""``model.activation`` values (any case): the gated ones (their MLP's first projection is two
-branches unless ``gated_mlp`` says otherwise) and the plain ones Megatron-LM, llm-foundry and
-Hugging Face configs name (``hidden_act``, ``activation_function``)."""
+_GATED = frozenset({"swiglu", "silu", "swish", "geglu", "reglu"})
+_ACTIVATIONS = _GATED | frozenset({"gelu", "gelu_new", "gelu_fast", "gelu_tanh", "gelu_pytorch_tanh", "quick_gelu",
+                                   "relu", "squared_relu", "relu2"})
+"""``model.activation`` values (any case; spaces and hyphens read as ``_``: ``Squared-ReLU`` is
+``squared_relu``): the gated ones (their MLP's first projection is two branches unless
+``gated_mlp`` says otherwise) and the plain ones Megatron-LM, NeMo, llm-foundry and Hugging Face
+configs name (``hidden_act``, ``activation_function``)."""
+
+
+def _activation_key(activation: str) -> str:
+    """``activation`` as :data:`_ACTIVATIONS` spells it.
+
+    >>> _activation_key("Squared-ReLU"), _activation_key(" SwiGLU ")
+    ('squared_relu', 'swiglu')
+    """
+    return re.sub(r"[\s-]+", "_", activation.strip().lower())
 _NVL72_GPUS = ("GB200", "GB300")
 
 
@@ -482,10 +492,10 @@ def build_model(raw: object, path: str, base: Path, stack: Stack | None, notes: 
     if seq is None and stack is not None and stack.value("seq_length") is not None:
         seq = notes.fill("model.seq_length", stack.value("seq_length"), stack.why("seq_length"))
     gated, activation = f.flag("gated_mlp"), f.text("activation")
-    if activation is not None and activation.lower() not in _ACTIVATIONS:
-        raise f.error("activation", f"one of {sorted(_ACTIVATIONS)}", activation)
+    if activation is not None and _activation_key(activation) not in _ACTIVATIONS:
+        raise f.error("activation", f"one of {sorted(_ACTIVATIONS)} (any case; spaces and hyphens as _)", activation)
     if gated is None:
-        gated = notes.fill("model.gated_mlp", (activation or "").lower() in _GATED,
+        gated = notes.fill("model.gated_mlp", _activation_key(activation or "") in _GATED,
                            f"from activation {activation}" if activation else
                            "Megatron-LM default: GeLU MLP, not gated")
     tied = f.flag("tied_embeddings")

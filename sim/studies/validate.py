@@ -265,7 +265,8 @@ class CaseResult:
 
 
 _TOPOLOGIES: dict[tuple[str, NetworkSpec | None, int | None], TopologySpec] = {}
-"""Topologies read in this process, by name and network: the dev set uses a handful over a hundred cases."""
+"""Topologies read in this process, by name, network and node size: the dev set uses a handful over a
+hundred cases."""
 
 
 def _topology(name: str, network: NetworkSpec | None = None, gpus_per_node: int | None = None) -> TopologySpec:

@@ -22,6 +22,11 @@ the links, as ``dgx-h100``). :func:`place_workload` applies the rule:
 In every case the topology's ``gpus_per_node`` is the one simulated, noted when the
 workload's differs.
 
+A workload that names no topology runs on its GPU's usual preset built with nodes of its
+``system.gpus_per_node`` where the preset's NVLink domain is the node (:func:`node_sized`), and a
+workload whose ``system.nvlink_segments`` is true (its stack's launch scripts) on domains of the
+segments Slurm's ``--segment`` gives it (:func:`segmented`), each with a note.
+
 The workload's published network (``system.network``) is put on the topology it names
 itself or on its GPU's usual one (rules 1 and 4; :func:`sim.topology.network.apply_network`),
 with a note where it changes the topology or is modelled by another fabric's figures: the
@@ -174,8 +179,9 @@ def segmented(topo: TopologySpec, num_gpus: int) -> tuple[TopologySpec, str | No
     NeMo's and Megatron-Bridge's performance scripts launch a job of more nodes than an NVLink
     domain holds with Slurm's ``--segment`` set to the largest divisor of its node count that a
     domain holds, 18 GB200 trays ("add --segment flag to sbatch if job uses GB200 and goes
-    beyond one rack": NVIDIA/NeMo ``scripts/performance/executors.py`` @ d9cfb97,
-    NVIDIA-NeMo/Megatron-Bridge ``scripts/performance/utils/executors.py`` @ 067f987df), so
+    beyond one rack": NVIDIA/NeMo ``scripts/performance/utils.py`` @ v2.3.0, later
+    ``scripts/performance/executors.py``; NVIDIA-NeMo/Megatron-Bridge
+    ``scripts/performance/utils/executors.py`` @ 067f987df), so
     each rack holds a whole segment: 64 trays run as four domains of 16, not three of 18 and
     one of 10. The job then sees domains of ``segment x gpus_per_node`` GPUs (and, where the
     topology puts one leaf under a domain, a leaf per segment).

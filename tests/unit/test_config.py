@@ -507,3 +507,18 @@ def test_a_target_with_only_its_recompute_flag_is_a_reference(tmp_path):
     data["targets"] = {"tflops_per_gpu": {"value": None, "includes_recompute": False}}
     ref = load_workload(str(_write(tmp_path, data))).reference
     assert ref is not None and ref.tflops_includes_recompute is False and ref.tflops_per_gpu is None
+
+
+@pytest.mark.parametrize("spelling, gated", [("Squared-ReLU", False), ("squared relu", False), ("ReGLU", True),
+                                             (" SwiGLU ", True), ("GELU", False)])
+def test_an_activation_is_read_in_any_case_with_spaces_or_hyphens(tmp_path, spelling, gated):
+    """Published cases spell activations as their papers do (``squared-relu`` for Nemotron-4):
+    read whatever the case, spaces and hyphens, and gated as the name says; a misspelling is
+    still refused."""
+    doc = _tiny()
+    doc["model"].pop("gated_mlp", None)
+    doc["model"]["activation"] = spelling
+    assert load_workload(str(_write(tmp_path, doc))).model.gated_mlp is gated
+    doc["model"]["activation"] = "swgilu"
+    with pytest.raises(ConfigError, match="model.activation"):
+        load_workload(str(_write(tmp_path, doc)))
