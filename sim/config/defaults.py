@@ -114,16 +114,32 @@ def flash_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     return _from_stack(f, "flash_attention", stack, notes, quiet=True)
 
 
-def virtual_stages_default(f: Fields, stack: Stack, notes: Notes) -> int:
+LAYERS_PER_CHUNK = 4
+"""Layers a model chunk holds where a case names an interleaved schedule and neither it nor its
+stack says how many chunks: NVIDIA's published Megatron-Bridge pre-training recipes run 0.98 to
+7.6 layers a chunk, a median of 3.8 over their 121 interleaved rows (docs/performance-summary.md
+and performance-summary-archive.md @ 067f987df: each row's layers / (PP x VP))."""
+
+
+def virtual_stages_default(f: Fields, stack: Stack, notes: Notes, layers_per_stage: int | None = None) -> int:
     """Model chunks per pipeline rank when a case leaves them null: under a schedule the case
     names interleaved, the stack's ``virtual_pipeline_stages`` (torchtitan's looped schedules
-    without split points: 2 a rank, ``generate_split_points``); otherwise no interleaving."""
+    without split points: 2 a rank, ``generate_split_points``), or, where the stack has none
+    (Megatron-LM asks for the count), chunks of about :data:`LAYERS_PER_CHUNK` layers (at least
+    2 chunks, at most one a layer); otherwise no interleaving."""
     vps = f.integer("virtual_pipeline_stages")
     if vps is not None:
         return vps
     per_rank = stack.value("virtual_pipeline_stages")
-    if per_rank > 1 and str(f.raw.get("schedule") or "").startswith("interleaved"):
+    interleaved = str(f.raw.get("schedule") or "").startswith("interleaved")
+    if per_rank > 1 and interleaved:
         return notes.fill("parallel.virtual_pipeline_stages", per_rank, stack.why("virtual_pipeline_stages"))
+    if interleaved and layers_per_stage is not None and layers_per_stage >= 2:
+        chunks = min(layers_per_stage, max(2, round(layers_per_stage / LAYERS_PER_CHUNK)))
+        return notes.fill("parallel.virtual_pipeline_stages", chunks,
+                          f"the case names an interleaved schedule and no chunk count: chunks of about "
+                          f"{LAYERS_PER_CHUNK} of the stage's {layers_per_stage} layers, the median of NVIDIA's "
+                          "Megatron-Bridge recipes (sim.config.defaults.LAYERS_PER_CHUNK)")
     return notes.fill("parallel.virtual_pipeline_stages", 1, "no interleaving")
 
 

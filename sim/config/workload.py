@@ -357,7 +357,7 @@ def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     settings = SettingsFields(Fields(raw.get("parallel"), path, "parallel", _PARALLEL_KEYS),
                               Fields(raw.get("kernels"), path, "kernels", KERNEL_KEYS), raw.get("kernels") is not None)
     parallel, kernels = _build_parallel(settings, num_gpus, framework, stack, notes,
-                                        system_f.integer("gpus_per_node", positive=True))
+                                        system_f.integer("gpus_per_node", positive=True), model.num_layers)
     if num_gpus is None:
         num_gpus = notes.fill("system.num_gpus", parallel.num_gpus, "tp x pp x dp x cp")
     system = _build_system(system_f, gpu, num_gpus, file.parent, notes, stack)
@@ -617,7 +617,8 @@ def _model_parallel_split(f: Fields, num_gpus: int | None, gpus_per_node: int | 
 
 
 def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stack,
-                    notes: Notes, gpus_per_node: int | None = None) -> tuple[ParallelSpec, KernelsSpec]:
+                    notes: Notes, gpus_per_node: int | None = None,
+                    num_layers: int | None = None) -> tuple[ParallelSpec, KernelsSpec]:
     """The ``parallel`` and ``kernels`` mappings (:class:`SettingsFields`); null settings filled
     as the case's software stack says (:mod:`sim.config.defaults`; ``framework`` is the case's
     text, read for launch flags it names), in the order their notes are listed.
@@ -658,7 +659,7 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
         missing = "parallel.tp" if f.raw.get("tp") is None else "parallel.pp"
         raise ConfigError(f.path, missing, f"a value: tp/pp are not published and cannot be set by "
                           f"default (tp x pp must be {num_gpus / (dp * cp):g})", None)
-    vps = virtual_stages_default(f, stack, notes)
+    vps = virtual_stages_default(f, stack, notes, None if num_layers is None else -(-num_layers // pp))
     schedule = f.enum("schedule", ScheduleKind, notes, ScheduleKind.INTERLEAVED if vps > 1 else
                       ScheduleKind.ONE_F_ONE_B, f"virtual_pipeline_stages={vps}")
     mbs, gbs = batch_sizes(f, dp, pp, stack, notes)

@@ -522,3 +522,23 @@ def test_an_activation_is_read_in_any_case_with_spaces_or_hyphens(tmp_path, spel
     doc["model"]["activation"] = "swgilu"
     with pytest.raises(ConfigError, match="model.activation"):
         load_workload(str(_write(tmp_path, doc)))
+
+
+@pytest.mark.parametrize("layers, chunks", [(16, 2), (32, 4), (64, 8), (2, 1)])
+def test_an_interleaved_schedule_without_a_chunk_count_gets_chunks_of_about_four_layers(tmp_path, layers, chunks):
+    """A case that names ``interleaved-1f1b`` and leaves ``virtual_pipeline_stages`` null, under a
+    stack that has no count (Megatron-LM asks for one), runs chunks of about LAYERS_PER_CHUNK
+    layers, at least two a rank: not one chunk, which is no interleaving at all. A stage of
+    fewer than two layers keeps one."""
+    from sim.config.defaults import LAYERS_PER_CHUNK
+
+    doc = _tiny()
+    doc["model"]["num_layers"] = layers
+    doc["parallel"].update(schedule="interleaved-1f1b", virtual_pipeline_stages=None, global_batch_size=16)
+    doc["framework"] = "Megatron-LM (2024)"
+    w, notes = load_workload_with_notes(str(_write(tmp_path, doc)))
+    assert w.parallel.virtual_pipeline_stages == chunks
+    if chunks > 1:
+        per_stage = layers // w.parallel.pp
+        assert abs(per_stage / chunks - LAYERS_PER_CHUNK) <= LAYERS_PER_CHUNK / 2
+        assert any(n.startswith("parallel.virtual_pipeline_stages: null -> ") and "interleaved" in n for n in notes)
