@@ -763,8 +763,9 @@ _GPUS = (
 # Azure ND A100 v4, whose GPUs are A100 40GB ("8 NVIDIA Ampere A100 40GB Tensor Core GPUs",
 # Azure ND A100 v4-series documentation), and the bandwidth-bound fractions are fractions of
 # each part's own peak.
+_A100_80 = next(g for g in _GPUS if g.name == "A100-SXM4-80GB")
 _GPUS = _GPUS + (dataclasses.replace(
-    _GPUS[0], name="A100-SXM4-40GB", hbm_capacity_bytes=40 * GiB, hbm_bandwidth_bytes_per_s=1555 * GBPS,
+    _A100_80, name="A100-SXM4-40GB", hbm_capacity_bytes=40 * GiB, hbm_bandwidth_bytes_per_s=1555 * GBPS,
     sources="NVIDIA A100 datasheet (A100 40GB SXM: 312 TF BF16 dense, 40 GB HBM2 at 1,555 GB/s, NVLink3 "
     "600 GB/s bidirectional); kernel fractions of the A100-SXM4-80GB entry (cuBLASLt and FA2 sweeps "
     "from Azure/AI-benchmarking-guide on ND A100 v4, A100 40GB)"),)

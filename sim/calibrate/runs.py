@@ -32,8 +32,7 @@ from sim.costs.factors import FACTOR_NAMES, CalibrationFactors, KernelCurves
 from sim.errors import ConfigError, Described
 from sim.runner import simulate
 from sim.steady import steady_iteration
-from sim.topology.choice import node_sized, segmented
-from sim.topology.network import apply_network
+from sim.topology.choice import on_system
 from sim.topology.spec import TopologySpec
 from sim.types import Stream
 from sim.units import TFLOPS
@@ -107,23 +106,18 @@ def _check_targets(path: str, shown: str) -> None:
 
 def run_topology(workload: WorkloadSpec, calibrated: tuple[str, TopologySpec] | None, path: str) -> TopologySpec:
     """The topology a run is simulated on: its own (``system.topology``, else its GPU's DGX
-    preset), or ``calibrated`` (name, topology: an nccl-tests calibration of that one), with the
-    run's published network on it."""
+    preset), or ``calibrated`` (name, topology: an nccl-tests calibration of that one), as the
+    run's system sees it (its nodes, published network and launch segments:
+    :func:`sim.topology.choice.on_system`)."""
     name = workload.system.topology or default_topology_name(workload.system.gpu.name)
     if calibrated is None:
         topo = load_topology(name)
-        if workload.system.topology is None:
-            topo = node_sized(topo, workload.system.gpus_per_node)[0]
     elif calibrated[0] != name:
         raise ConfigError(path, "system.topology", f"the topology the nccl-tests logs calibrate ({calibrated[0]}): "
                           "calibrate the logs with --topology set to the runs' topology", name)
     else:
         topo = calibrated[1]
-    if workload.system.network is not None:
-        topo = apply_network(topo, workload.system.network).topology
-    if workload.system.nvlink_segments:
-        topo = segmented(topo, workload.system.num_gpus)[0]
-    return topo
+    return on_system(topo, workload.system, own=True)
 
 
 def read_runs(paths: Sequence[str], calibrated: tuple[str, TopologySpec] | None = None) -> list[MeasuredRun]:

@@ -129,6 +129,8 @@ def _activation_key(activation: str) -> str:
     ('squared_relu', 'swiglu')
     """
     return re.sub(r"[\s-]+", "_", activation.strip().lower())
+
+
 _NVL72_GPUS = ("GB200", "GB300")
 
 

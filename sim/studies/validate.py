@@ -44,12 +44,12 @@ from sim.errors import SimError
 from sim.memory import stage_memory
 from sim.runner import Run, simulate
 from sim.steady import steady_iteration, steady_points
-from sim.topology.choice import node_sized, segmented
-from sim.topology.network import NetworkSpec, apply_network
+from sim.topology.choice import on_system
 from sim.topology.spec import TopologySpec
 from sim.types import Stream
 from sim.units import MS, TFLOPS, GiB
 from sim.workload.flops import model_flops
+from sim.workload.spec import SystemSpec
 
 __all__ = ["CaseCalibration", "Row", "Validation", "SourceSummary", "CaseResult", "validate", "case_rows",
            "format_validation",
@@ -264,23 +264,17 @@ class CaseResult:
     """Its time rows come from shorter runs of the job's steady state (:mod:`sim.steady`)."""
 
 
-_TOPOLOGIES: dict[tuple[str, NetworkSpec | None, int | None], TopologySpec] = {}
-"""Topologies read in this process, by name, network and node size: the dev set uses a handful over a
-hundred cases."""
+_TOPOLOGIES: dict[tuple[str, SystemSpec], TopologySpec] = {}
+"""Topologies read in this process, by name and the system that runs on them: the dev set uses a
+handful over a hundred cases."""
 
 
-def _topology(name: str, network: NetworkSpec | None = None, gpus_per_node: int | None = None) -> TopologySpec:
-    """Topology ``name`` (with nodes of ``gpus_per_node`` GPUs where given, the GPU's usual
-    preset for a case that names none: :func:`sim.topology.choice.node_sized`) with the case's
-    published network on it, if any (:func:`sim.topology.network.apply_network`)."""
-    topo = _TOPOLOGIES.get((name, network, gpus_per_node))
+def _topology(name: str, system: SystemSpec) -> TopologySpec:
+    """Topology ``name`` as a case on ``system`` runs on it (:func:`sim.topology.choice.on_system`:
+    its nodes, its published network, its launch segments)."""
+    topo = _TOPOLOGIES.get((name, system))
     if topo is None:
-        topo = load_topology(name)
-        if gpus_per_node is not None:
-            topo = node_sized(topo, gpus_per_node)[0]
-        if network is not None:
-            topo = apply_network(topo, network).topology
-        _TOPOLOGIES[(name, network, gpus_per_node)] = topo
+        topo = _TOPOLOGIES[(name, system)] = on_system(load_topology(name), system, own=True)
     return topo
 
 
@@ -295,12 +289,13 @@ class CaseCalibration:
     topology: TopologySpec | None = None
     factors: CalibrationFactors | None = None
 
-    def topology_for(self, name: str, network: NetworkSpec | None) -> TopologySpec | None:
-        """The calibrated topology for a case on topology ``name`` with its published ``network``;
-        None when the calibration is of another topology (or of none)."""
+    def topology_for(self, name: str) -> TopologySpec | None:
+        """The calibrated topology for a case on topology ``name`` (before the case's system is put
+        on it, :func:`sim.topology.choice.on_system`); None when the calibration is of another
+        topology (or of none)."""
         if self.topology is None or name != self.topology_name:
             return None
-        return self.topology if network is None else apply_network(self.topology, network).topology
+        return self.topology
 
 
 @dataclass(frozen=True)
@@ -326,10 +321,8 @@ def _run(rec: CaseRecord, metrics: list[str], granularity: str | None,
     w = rec.workload
     name = w.system.topology or default_topology_name(w.system.gpu.name)
     cal = calibration or CaseCalibration()
-    gpn = None if w.system.topology is not None else w.system.gpus_per_node
-    topo = cal.topology_for(name, w.system.network) or _topology(name, w.system.network, gpn)
-    if w.system.nvlink_segments:
-        topo = segmented(topo, w.system.num_gpus)[0]
+    calibrated = cal.topology_for(name)
+    topo = _topology(name, w.system) if calibrated is None else on_system(calibrated, w.system, own=True)
     factors = cal.factors
     if granularity is not None:
         run = simulate(w, topo, granularity=granularity, factors=factors)

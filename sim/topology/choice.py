@@ -47,9 +47,9 @@ from dataclasses import dataclass
 from sim.errors import ConfigError
 from sim.topology.network import NetworkSpec, apply_network
 from sim.topology.spec import TopologySpec
-from sim.workload.spec import WorkloadSpec
+from sim.workload.spec import SystemSpec, WorkloadSpec
 
-__all__ = ["Placed", "choose_gpu", "gpu_given", "node_sized", "place_workload", "segmented"]
+__all__ = ["Placed", "choose_gpu", "gpu_given", "node_sized", "on_system", "place_workload", "segmented"]
 
 
 @dataclass(frozen=True)
@@ -117,24 +117,11 @@ def place_workload(workload: WorkloadSpec, topology: str | TopologySpec | None, 
             topology = default_topology_name(gpu.name)
             notes.append(f"topology: none given -> {topology} (the default for {gpu.name})")
     topo = topology if isinstance(topology, TopologySpec) else load_topology(topology)
-    if not given and workload.system.topology is None:
-        topo, note = node_sized(topo, workload.system.gpus_per_node)
-        if note:
-            notes.append(note)
     network = workload.system.network
-    if network is not None and given:
-        if _changes(topo, network):
-            notes.append(f"system.network: {network.describe()} not applied: {option} {topo.name} stands as it "
-                         "is (--set system.topology=NAME puts the network on NAME)")
-    elif network is not None:
-        applied = apply_network(topo, network)
-        topo = applied.topology
-        if applied.note:
-            notes.append(applied.note)
-    if workload.system.nvlink_segments:
-        topo, note = segmented(topo, workload.system.num_gpus)
-        if note:
-            notes.append(note)
+    if network is not None and given and _changes(topo, network):
+        notes.append(f"system.network: {network.describe()} not applied: {option} {topo.name} stands as it "
+                     "is (--set system.topology=NAME puts the network on NAME)")
+    topo = on_system(topo, workload.system, own=not given, notes=notes)
     chosen, note = choose_gpu(gpu.name, topo, topology_given=given, gpu_named=gpu_named)
     if chosen != gpu.name:
         workload = _with_gpu(workload, topo, option)
@@ -144,6 +131,29 @@ def place_workload(workload: WorkloadSpec, topology: str | TopologySpec | None, 
         notes.append(f"system.gpus_per_node: the workload says {workload.system.gpus_per_node}, "
                      f"topology {topo.name} has {topo.gpus_per_node}; the topology's is used")
     return Placed(workload, topo)
+
+
+def on_system(topo: TopologySpec, system: SystemSpec, *, own: bool, notes: list[str] | None = None) -> TopologySpec:
+    """``topo`` as the workload whose ``system`` runs on it sees it, the notes appended to
+    ``notes``: built with nodes of its ``gpus_per_node`` (:func:`node_sized`) and carrying its
+    published network (:func:`~sim.topology.network.apply_network`) where ``topo`` is its own
+    (the one it names, or its GPU's usual preset when it names none: ``own``; one named on the
+    command line stands), the nodes only for the usual preset; then placed in the launch
+    segments its stack uses (:func:`segmented`), on any topology."""
+    changes: list[tuple[TopologySpec, str | None]] = []
+    if own and system.topology is None:
+        changes.append(node_sized(topo, system.gpus_per_node))
+        topo = changes[-1][0]
+    if own and system.network is not None:
+        applied = apply_network(topo, system.network)
+        changes.append((applied.topology, applied.note))
+        topo = applied.topology
+    if system.nvlink_segments:
+        changes.append(segmented(topo, system.num_gpus))
+        topo = changes[-1][0]
+    if notes is not None:
+        notes.extend(note for _, note in changes if note)
+    return topo
 
 
 def node_sized(topo: TopologySpec, gpus_per_node: int) -> tuple[TopologySpec, str | None]:
