@@ -43,9 +43,10 @@ import sys
 from pathlib import Path
 
 import sim
-from sim.config import default_topology_name, load_case_records, load_topology
+from sim.config import load_case_records
 from sim.output.report import make_report
 from sim.runner import simulate
+from sim.studies.validate import case_topology
 from sim.types import Stream
 from sim.units import TFLOPS, US
 
@@ -100,7 +101,7 @@ def case_figures(rec, host_us: tuple[float, ...]) -> dict | None:
     w = rec.workload
     if w is None:
         return None
-    run = simulate(w, load_topology(w.system.topology or default_topology_name(w.system.gpu.name)))
+    run = simulate(w, case_topology(w))
     report = make_report(run)
     measured = measured_iteration_s(rec, run, report)
     if measured is None:

@@ -52,9 +52,10 @@ import numpy as np
 import yaml
 
 import sim
-from sim.config import default_topology_name, load_case_records, load_topology
+from sim.config import load_case_records
 from sim.output.report import make_report
 from sim.runner import simulate
+from sim.studies.validate import case_topology
 from sim.units import TFLOPS
 
 ROOT = Path(sim.__file__).resolve().parent.parent
@@ -94,8 +95,7 @@ def case_row(rec) -> dict | None:
     metric = next((m for m in ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu") if m in rec.targets), None)
     if w is None or metric is None:
         return None
-    run = simulate(w, load_topology(w.system.topology or default_topology_name(w.system.gpu.name)),
-                   granularity="chunk", exact=True)
+    run = simulate(w, case_topology(w), granularity="chunk", exact=True)
     rep = make_report(run)
     t = rep.iteration_time_s
     if metric == "iteration_time_s":

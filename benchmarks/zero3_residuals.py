@@ -34,9 +34,10 @@ import sys
 from pathlib import Path
 
 import sim
-from sim.config import default_topology_name, load_case_records, load_topology
+from sim.config import load_case_records
 from sim.output.report import make_report
 from sim.runner import simulate
+from sim.studies.validate import case_topology
 from sim.types import CommClass
 
 ROOT = Path(sim.__file__).resolve().parent.parent
@@ -46,8 +47,7 @@ CASES = ROOT / "workloads" / "validation" / "narayanan2021.yaml"
 def row_figures(rec) -> dict:
     """The figures of one ZeRO-3 case record (module docstring)."""
     w = rec.workload
-    run = simulate(w, load_topology(w.system.topology or default_topology_name(w.system.gpu.name)),
-                   granularity="layer")
+    run = simulate(w, case_topology(w), granularity="layer")
     report = make_report(run)
     t = report.iteration_time_s
     measured = rec.targets["iteration_time_s"]

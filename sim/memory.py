@@ -23,6 +23,7 @@ from sim.units import byte_count
 from sim.workload.context_parallel import cp_transient_bytes
 from sim.workload.deepspeed_zero3 import layer_tensors
 from sim.workload.kernels import OPTIMIZER_BYTES, KernelsSpec
+from sim.workload.quantization import LOW_PRECISION, quantized_bytes
 from sim.workload.schedules import Pass, pipeline_order
 from sim.workload.spec import ModelSpec, ParallelSpec, WorkloadSpec, pipeline_split
 
@@ -158,7 +159,7 @@ def state_bytes(model: ModelSpec, parallel: ParallelSpec, stage: int, *, kernels
 
 
 def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: RecomputeKind | None = None,
-                           moe: bool = False, *, kernels: KernelsSpec) -> float:
+                           moe: bool = False, *, kernels: KernelsSpec, input_bytes: float = 2.0) -> float:
     """Activation bytes one layer stores for one micro-batch until its backward (its
     attention's scores as ``kernels.flash_attention`` says).
 
@@ -191,6 +192,17 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
       tensor parallelism (``etp != t``) the experts keep ``sb / t x etp`` tokens' copies
       (those of the rank's ETP group) at ``6f / etp``. Under the
       op-level policy the grouped expert GEMMs are not ``aten.mm`` and are recomputed.
+    * ``input_bytes``: bytes per element of the input each linear keeps for its weight
+      gradient, 2 in 16-bit training. Where a low-precision linear keeps its quantized copy
+      instead (:attr:`~sim.workload.kernels.KernelsSpec.quantized_saved_inputs`;
+      :func:`~sim.workload.quantization.quantized_bytes` of the format), the two norm outputs
+      and the activation output the linears read are kept at ``input_bytes`` and are not kept
+      in 16 bits, while the attention output the output projection reads is kept in 16 bits
+      by the attention for its own backward *and* quantized by the projection: ``(6 + 2 i) sbh``
+      outside (``/ t`` under sequence parallelism), ``i sbq / t`` more in attention and
+      ``(4 + i) sbf / t`` in a gated MLP (``(2 + i)`` ungated), ``i = input_bytes``; a routed
+      expert keeps its quantized input (``i h`` for each copy of a token). The layers a recipe
+      keeps in BF16 (``num_layers_at_start_in_bf16``) are counted as the others.
     * torchtitan's op-level policy (``selective-op``) keeps the layer input, the outputs of
       every other matmul in forward order (``wq``, ``wv``, ``w1``, ``w2`` of a SwiGLU layer;
       the row-parallel ones are ``sbh`` partial sums before their reduction) and the attention
@@ -217,17 +229,20 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
         kept = op_sac_saved_widths(model, t)[:2] if moe else op_sac_saved_widths(model, t)
         lse = 4.0 * b * model.num_attention_heads / t * s
         return 2.0 * sb * h / (t if sp else 1) + 2.0 * sb * (sum(kept) + model.q_size / t) + lse
-    outside = 10.0 * sb * h / (t if sp else 1)
+    ib, quantized = input_bytes, input_bytes != 2.0
+    outside = (6.0 + 2.0 * ib) * sb * h / (t if sp else 1)
     attention = sb * (4.0 * model.q_size + 4.0 * model.kv_size) / t
+    if quantized:  # the output projection's quantized copy beside the attention's 16-bit output
+        attention += ib * sb * model.q_size / t
     if model.is_mla:  # Q, K, V and the output are as above (head_dim is the qk/v mean); the
         # normed latents feeding the up-projections are kept whole on every TP rank
         attention += 2.0 * sb * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
-    per_width = 6.0 if model.gated_mlp else 4.0
+    per_width = (4.0 if model.gated_mlp else 2.0) + ib
     if moe:
         k, cf = model.moe_top_k, model.moe_capacity_factor or 1.0
         te = parallel.expert_tp  # the experts see the tokens of their ETP group, split etp ways
         sbe = sb if te == t else sb / t * te
-        mlp = (sbe * k * cf * (2.0 * h + per_width * model.moe_ffn_hidden_size / te)
+        mlp = (sbe * k * cf * (ib * h + per_width * model.moe_ffn_hidden_size / te)
                + sb / t * (2.0 * k * h + 8.0 * model.num_experts)
                + sb * model.shared_ffn_size * per_width / t)
     else:
@@ -376,13 +391,14 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
     m, p, k = w.model, w.parallel, w.kernels
     rc = p.recompute if recompute is None else recompute
     n = p.recompute_num_layers if rc is p.recompute else None
+    ib = quantized_bytes(w.dtype) if w.dtype in LOW_PRECISION and k.quantized_saved_inputs else 2.0
     sb, h, t = m.seq_length // p.cp * p.micro_batch_size, m.hidden_size, p.tp
     div = t if p.sequence_parallel else 1
 
     cp_held = cp_transient_bytes(m, p)
 
     def terms(moe: bool, rc: RecomputeKind = rc) -> tuple[float, float]:
-        stored = layer_activation_bytes(m, p, rc, moe, kernels=k)
+        stored = layer_activation_bytes(m, p, rc, moe, kernels=k, input_bytes=ib)
         if _eager_torchtitan(m, k, moe):  # what eager autograd keeps (eager_layer_bytes)
             full, work = eager_layer_bytes(m, p)
             if rc is RecomputeKind.NONE:
@@ -392,9 +408,10 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
             if rc is RecomputeKind.SELECTIVE_OP:
                 return stored, max(0.0, full - stored) + work + cp_held
         if rc is RecomputeKind.FULL:
-            transient = layer_activation_bytes(m, p, RecomputeKind.NONE, moe, kernels=k)
+            transient = layer_activation_bytes(m, p, RecomputeKind.NONE, moe, kernels=k, input_bytes=ib)
         elif rc is RecomputeKind.SELECTIVE_OP:  # the recomputed rest of one layer
-            transient = max(0.0, layer_activation_bytes(m, p, RecomputeKind.NONE, moe, kernels=k) - stored)
+            none = layer_activation_bytes(m, p, RecomputeKind.NONE, moe, kernels=k, input_bytes=ib)
+            transient = max(0.0, none - stored)
         else:
             transient = 0.0
         return stored, transient + cp_held

@@ -424,6 +424,14 @@ def remainders_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     return _from_stack(f, "master_param_remainders", stack, notes, quiet=False)
 
 
+def quantized_inputs_default(f: Fields, stack: Stack, notes: Notes) -> bool:
+    """Whether an 8- or 4-bit linear keeps its quantized input for the weight gradient
+    (:attr:`~sim.workload.kernels.KernelsSpec.quantized_saved_inputs`): the case's value, else
+    the stack's (Transformer Engine's linears do; torchao's float8 keeps the 16-bit input),
+    noted when off."""
+    return _from_stack(f, "quantized_saved_inputs", stack, notes, quiet=True)
+
+
 def deterministic_default(f: Fields, framework: str, notes: Notes) -> bool:
     """Megatron-LM's deterministic mode: the case's ``deterministic``, else on when its
     settings or framework name ``--deterministic-mode`` (or "deterministic mode"), else off."""

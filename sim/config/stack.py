@@ -196,6 +196,8 @@ SETTINGS: tuple[SettingKind, ...] = (
     SettingKind("unfused_linear_bias", _boolean, "linear biases added and reduced by kernels of their own"),
     SettingKind("master_param_remainders", _boolean, "the optimizer keeps its fp32 master weights as the 16 bits "
                 "the 16-bit weights lack (10 bytes of state a parameter, not 12)"),
+    SettingKind("quantized_saved_inputs", _boolean, "an 8- or 4-bit linear layer keeps its quantized input for "
+                "the weight gradient (false: the 16-bit input)"),
     SettingKind("recompute", _enum(RecomputeKind), "activation recomputation"),
     SettingKind("selective_recompute", _enum(RecomputeKind, (RecomputeKind.SELECTIVE, RecomputeKind.SELECTIVE_OP)),
                 "what a case's recompute: selective means in this release"),
@@ -227,7 +229,8 @@ _KINDS = {k.key: k for k in SETTINGS}
 FlagSetting = Literal["sequence_parallel", "distributed_optimizer", "overlap_param_gather", "overlap_grad_reduce",
                       "overlap_p2p_comm", "tp_comm_overlap", "flash_attention", "fused_elementwise",
                       "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
-                      "unfused_linear_bias", "master_param_remainders", "nvlink_segments"]
+                      "unfused_linear_bias", "master_param_remainders", "quantized_saved_inputs",
+                      "nvlink_segments"]
 """The :data:`SETTINGS` keys read as true or false."""
 CountSetting = Literal["zero_stage", "virtual_pipeline_stages"]
 """The :data:`SETTINGS` keys read as integers."""

@@ -49,11 +49,10 @@ from sim.topology.spec import TopologySpec
 from sim.types import Stream
 from sim.units import MS, TFLOPS, GiB
 from sim.workload.flops import model_flops
-from sim.workload.spec import SystemSpec
+from sim.workload.spec import SystemSpec, WorkloadSpec
 
 __all__ = ["CaseCalibration", "Row", "Validation", "SourceSummary", "CaseResult", "validate", "case_rows",
-           "format_validation",
-           "COARSE"]
+           "case_topology", "format_validation", "COARSE"]
 
 COARSE = "chunk"
 """The granularity a case is simulated at first (see the module docstring)."""
@@ -276,6 +275,14 @@ def _topology(name: str, system: SystemSpec) -> TopologySpec:
     if topo is None:
         topo = _TOPOLOGIES[(name, system)] = on_system(load_topology(name), system, own=True)
     return topo
+
+
+def case_topology(workload: WorkloadSpec) -> TopologySpec:
+    """The topology ``llmsim validate`` runs a case's ``workload`` on, uncalibrated: the one its
+    system names, else its GPU's usual preset, with the system put on it
+    (:func:`sim.topology.choice.on_system`: its nodes, its published network, its launch
+    segments). Studies that re-simulate the cases use it, so that their runs are validate's."""
+    return _topology(workload.system.topology or default_topology_name(workload.system.gpu.name), workload.system)
 
 
 @dataclass(frozen=True)

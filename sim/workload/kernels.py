@@ -125,6 +125,18 @@ class KernelsSpec:
     NeMo 1 sets it whenever its distributed Adam holds fp32 state for a BF16 model
     (``MegatronBaseModel.setup_optimization``)."""
 
+    quantized_saved_inputs: bool = True
+    """Whether a linear layer run in an 8- or 4-bit format keeps the quantized copy of its input
+    for its weight gradient rather than the 16-bit input, so that a layer's activations shrink
+    with the format (:func:`sim.memory.layer_activation_bytes`). Transformer Engine does:
+    ``_Linear.forward`` saves its own quantized input with only the column-wise data the weight
+    gradient reads, and ``_LayerNormLinear.forward`` the quantized norm output, the local shard
+    under sequence parallelism (``update_usage(rowwise_usage=False)``; NVIDIA/TransformerEngine
+    ``transformer_engine/pytorch/module/linear.py`` and ``layernorm_linear.py`` @ d0067d0;
+    TE 1.x saved the FP8 input or its FP8 transpose likewise). False: the 16-bit input is kept,
+    as torchao's float8 training does (``matmul_with_hp_or_float8_args.forward``:
+    ``ctx.save_for_backward(input_hp, weight_hp_t)``, ``torchao/float8/float8_linear.py``)."""
+
     @property
     def grad_bytes(self) -> float:
         """Bytes of one accumulated weight gradient: 4 (fp32), or 2 without
@@ -141,6 +153,6 @@ class KernelsSpec:
 KERNEL_KEYS: tuple[str, ...] = ("flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise",
                                 "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
                                 "unfused_linear_bias", "deterministic", "adam_impl", "step_passes",
-                                "master_param_remainders")
+                                "master_param_remainders", "quantized_saved_inputs")
 """The fields of :class:`KernelsSpec`: the keys of a workload file's ``kernels:`` section, also
 read under ``parallel:``."""

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from sim.types import Dtype, ScalingRecipe
 
 __all__ = ["LOW_PRECISION", "Cast", "GemmCasts", "gemm_casts", "nvfp4_quantize", "rht_cast_fusable",
-           "NVFP4_BLOCK", "FP4_BYTES", "NVFP4_SCALE_BYTES"]
+           "NVFP4_BLOCK", "FP4_BYTES", "NVFP4_SCALE_BYTES", "MXFP8_BLOCK", "quantized_bytes"]
 
 LOW_PRECISION = frozenset({Dtype.FP8, Dtype.MXFP8, Dtype.NVFP4})
 """GEMM formats whose inputs are quantized from 16 bits before each GEMM."""
@@ -75,11 +75,32 @@ NVFP4_BLOCK = 16
 NVFP4_SCALE_BYTES = 1.0
 """Bytes of one block scale (FP8 E4M3). The per-tensor FP32 scale is 4 bytes per tensor, and
 the padding of the scale arrays to 128 x 4 tiles (TE ``nvfp4.rst``) is left out."""
+MXFP8_BLOCK = 32
+"""Elements sharing one MXFP8 block scale, an 8-bit power of two (E8M0) (OCP Microscaling
+Formats (MX) Specification v1.0, Sec. 5: MXFP8 blocks of 32 E4M3 elements)."""
 _RHT_ROW_ALIGN, _RHT_COL_ALIGN = 64, 128
 """Shapes the fused RHT cast kernel takes: rows % 64, columns % 128 (TE ``quantizer.cpp``,
 ``is_eligible_for_rht_cast_fusion``, non-grouped)."""
 _HIGH = 2.0
 """Bytes of the 16-bit (BF16) tensors the casts read."""
+
+
+def quantized_bytes(dtype: Dtype) -> float:
+    """Bytes per element of one quantized copy of a tensor in ``dtype``, its block scales
+    included: FP8 (per-tensor scaling) 1; MXFP8 ``1 + 1/32`` (:data:`MXFP8_BLOCK`); NVFP4
+    ``1/2 + 1/16`` (:data:`FP4_BYTES`, :data:`NVFP4_SCALE_BYTES` per :data:`NVFP4_BLOCK`);
+    16-bit formats 2. Per-tensor scales (a few bytes a tensor) are left out.
+
+    >>> [quantized_bytes(d) for d in (Dtype.BF16, Dtype.FP8, Dtype.MXFP8, Dtype.NVFP4)]
+    [2.0, 1.0, 1.03125, 0.5625]
+    """
+    if dtype is Dtype.FP8:
+        return 1.0
+    if dtype is Dtype.MXFP8:
+        return 1.0 + 1.0 / MXFP8_BLOCK
+    if dtype is Dtype.NVFP4:
+        return FP4_BYTES + NVFP4_SCALE_BYTES / NVFP4_BLOCK
+    return _HIGH
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
+import yaml
 
 from sim.cli import main
 from sim.config import load_cases, load_topology, load_workload
@@ -12,9 +15,11 @@ from sim.hardware import get_gpu
 from sim.memory import activation_model, layer_activation_bytes, stage_memory, stage_params, state_bytes
 from sim.output.report import make_report
 from sim.runner import simulate
-from sim.types import RecomputeKind, ScheduleKind
+from sim.types import Dtype, RecomputeKind, ScheduleKind
 from sim.units import GB, GiB
-from tests.conftest import make_workload
+from tests.conftest import make_workload, replace_settings
+
+ROOT = Path(__file__).resolve().parents[2]
 
 GPT3 = dict(layers=96, hidden=12288, heads=96, seq=2048, vocab=51200, tp=8, pp=8, gbs=64)
 
@@ -360,3 +365,35 @@ def test_deepspeed_zero3_holds_a_few_tensors_gathered_not_two_layers():
     assert other_bytes(ds, 0) - CUBLAS_WORKSPACE_BYTES == DEEPSPEED_LIVE_TENSORS * largest * 2.0
     assert other_bytes(fsdp, 0) - CUBLAS_WORKSPACE_BYTES == 2 * ds.model.layer_params(0) * 2.0
     assert other_bytes(ds, 0) < other_bytes(fsdp, 0)
+
+
+@pytest.mark.parametrize("dtype,saved", [(Dtype.FP8, 1.0), (Dtype.MXFP8, 1.0 + 1 / 32), (Dtype.NVFP4, 0.5 + 1 / 16)])
+@pytest.mark.parametrize("sp", [False, True])
+def test_low_precision_linears_keep_their_quantized_inputs(dtype, saved, sp):
+    """Transformer Engine keeps each linear's quantized input for the weight gradient: the two
+    norm outputs (``h``, split by TP under sequence parallelism) and the MLP activation output
+    (``f / t``) drop from 2 bytes to the format's width, and the output projection keeps a
+    quantized copy of the attention output that the attention keeps in 16 bits (``+ q / t``)."""
+    gpu = "B200" if dtype is not Dtype.FP8 else "H100-SXM5-80GB"
+    w16 = make_workload(tp=2, dp=1, sp=sp, hidden=1024, heads=16, seq=512, gpu=gpu)
+    w8 = dataclasses.replace(w16, dtype=dtype)
+    sb, h, t = 512, 1024, 2
+    f, q = 4 * h / t, h / t
+    drop = (2.0 - saved) * (2 * h / (t if sp else 1) + f) - saved * q
+    assert activation_model(w8).layer_stored == pytest.approx(activation_model(w16).layer_stored - sb * drop)
+    torchao = replace_settings(w8, quantized_saved_inputs=False)  # torchao's float8 keeps the 16-bit input
+    assert activation_model(torchao).layer_stored == pytest.approx(activation_model(w16).layer_stored)
+
+
+def test_a_recipe_that_runs_without_recomputation_fits_with_quantized_inputs(tmp_path):
+    """Megatron-Bridge ran Llama 3.1 405B in MXFP8 on 256 GB200 with no recomputation (its
+    26.04 workload configs: ``LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_MX_V2``); with 16-bit
+    saved inputs llmsim's memory would have filled the null setting with full recomputation."""
+    cases = yaml.safe_load((ROOT / "workloads" / "validation" / "megatronbridge.yaml").read_text())
+    case = next(c for c in cases if c["id"] == "megatronbridge_26.04.01_gb200_llama3_405b_mxfp8_256gpu")
+    assert case["parallel"]["recompute"] is None
+    (tmp_path / "te.yaml").write_text(yaml.safe_dump([case]))
+    assert load_cases(str(tmp_path / "te.yaml"))[0][1].parallel.recompute is RecomputeKind.NONE
+    case["parallel"]["quantized_saved_inputs"] = False
+    (tmp_path / "hp.yaml").write_text(yaml.safe_dump([case]))
+    assert load_cases(str(tmp_path / "hp.yaml"))[0][1].parallel.recompute is RecomputeKind.FULL
