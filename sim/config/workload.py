@@ -529,18 +529,44 @@ def build_model(raw: object, path: str, base: Path, stack: Stack | None, notes: 
 
 _NORMS = {"layernorm": NormKind.LAYERNORM, "low_precision_layernorm": NormKind.LAYERNORM,
           "rmsnorm": NormKind.RMSNORM}
-"""``model.normalization`` values (any case): llm-foundry's ``low_precision_layernorm`` is
+"""``model.normalization`` values (any case, with or without spaces, hyphens and underscores:
+``LayerNorm``, ``layer_norm``, ``RMS norm``): llm-foundry's ``low_precision_layernorm`` is
 LayerNorm run in 16 bits (``llmfoundry/models/layers/norm.py``)."""
 _POSITIONS = ("rope", "mrope", "learned_absolute", "relative", "alibi", "none")
-"""``model.position_embedding`` values (any case); the first two are rotary."""
+"""``model.position_embedding`` values (any case, with or without spaces, hyphens and
+underscores), Megatron-LM's ``--position-embedding-type`` choices and ALiBi; the first two are
+rotary. :data:`_POSITION_ALIASES` names the same kinds as papers and other frameworks do."""
+_POSITION_ALIASES = {"rotary": "rope", "yarn": "rope", "xpos": "rope", "learned": "learned_absolute",
+                     "absolute": "learned_absolute", "learnedpositional": "learned_absolute",
+                     "sinusoidal": "learned_absolute", "kerple": "relative", "sandwich": "relative",
+                     "t5relative": "relative", "nope": "none"}
+"""Other spellings of :data:`_POSITIONS`' kinds: rotary variants (YaRN, xPos; NeMo's
+``position_embedding_type``) are rotary, absolute ones (learned or sinusoidal) are not, NeMo's
+``kerple`` and ``sandwich`` and T5's bias are relative, NoPE is none. Only whether the embedding
+is rotary is simulated."""
 
 
-def _named(f: Fields, key: str, names: Collection[str]) -> str | None:
-    """``key``'s text in lower case, one of ``names`` (None: not stated)."""
+def _compact(text: str) -> str:
+    """``text`` in lower case without spaces, hyphens and underscores.
+
+    >>> _compact(" Learned-Absolute "), _compact("RMS_Norm")
+    ('learnedabsolute', 'rmsnorm')
+    """
+    return re.sub(r"[\s_-]+", "", text.lower())
+
+
+def _named(f: Fields, key: str, names: Collection[str], aliases: Mapping[str, str] | None = None) -> str | None:
+    """``key``'s text as one of ``names`` spells it, compared in any case and without spaces,
+    hyphens and underscores, or one of ``aliases`` (compact spelling -> name); None: not stated."""
     text = f.text(key)
-    if text is not None and text.lower() not in names:
+    if text is None:
+        return None
+    known = {_compact(n): n for n in names}
+    known.update({k: v for k, v in (aliases or {}).items()})
+    name = known.get(_compact(text))
+    if name is None:
         raise f.error(key, f"one of {', '.join(names)}, or null", text)
-    return None if text is None else text.lower()
+    return name
 
 
 def _norm(f: Fields) -> NormKind | None:
@@ -551,7 +577,7 @@ def _norm(f: Fields) -> NormKind | None:
 
 def _rotary(f: Fields) -> bool | None:
     """Whether the model's position embedding is rotary (None: not stated)."""
-    name = _named(f, "position_embedding", _POSITIONS)
+    name = _named(f, "position_embedding", _POSITIONS, _POSITION_ALIASES)
     return None if name is None else name in ("rope", "mrope")
 
 

@@ -524,6 +524,28 @@ def test_an_activation_is_read_in_any_case_with_spaces_or_hyphens(tmp_path, spel
         load_workload(str(_write(tmp_path, doc)))
 
 
+@pytest.mark.parametrize("spelling, rotary", [("learned", False), ("Learned-Absolute", False), ("absolute", False),
+                                              ("RoPE", True), ("rotary", True), ("YaRN", True), ("ALiBi", False),
+                                              ("NoPE", False)])
+def test_a_position_embedding_is_read_as_papers_and_frameworks_name_it(tmp_path, spelling, rotary):
+    """``learned`` (a paper's word for Megatron-LM's ``learned_absolute``), ``rotary``, NeMo's
+    ``yarn`` are read as the kind they name; a misspelling is still refused."""
+    doc = _tiny()
+    doc["model"]["position_embedding"] = spelling
+    assert load_workload(str(_write(tmp_path, doc))).model.rotary is rotary
+    doc["model"]["position_embedding"] = "lerned"
+    with pytest.raises(ConfigError, match="model.position_embedding"):
+        load_workload(str(_write(tmp_path, doc)))
+
+
+@pytest.mark.parametrize("spelling", ["LayerNorm", "layer_norm", "Layer Norm", "RMSNorm", "rms_norm"])
+def test_a_normalization_is_read_with_or_without_separators(tmp_path, spelling):
+    doc = _tiny()
+    doc["model"]["normalization"] = spelling
+    norm = load_workload(str(_write(tmp_path, doc))).model.norm
+    assert norm is not None and norm.value.replace("_", "") in spelling.lower().replace(" ", "").replace("_", "")
+
+
 @pytest.mark.parametrize("layers, chunks", [(16, 2), (32, 4), (64, 8), (2, 1)])
 def test_an_interleaved_schedule_without_a_chunk_count_gets_chunks_of_about_four_layers(tmp_path, layers, chunks):
     """A case that names ``interleaved-1f1b`` and leaves ``virtual_pipeline_stages`` null, under a
