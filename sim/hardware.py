@@ -774,6 +774,17 @@ GPU_CATALOGUE: dict[str, GPUSpec] = {g.name: g for g in _GPUS}
 """Name -> GPU. Treat as read-only."""
 
 _ALIASES = {"A100": "A100-SXM4-80GB", "H100": "H100-SXM5-80GB"}
+_SHORT_NAMES = {"a100sxm": "A100-SXM4-80GB", "a10080gb": "A100-SXM4-80GB", "a100sxm80gb": "A100-SXM4-80GB",
+                "a10040gb": "A100-SXM4-40GB", "a100sxm40gb": "A100-SXM4-40GB", "h100sxm": "H100-SXM5-80GB",
+                "h10080gb": "H100-SXM5-80GB", "h100sxm80gb": "H100-SXM5-80GB"}
+"""Other names of catalogue GPUs, in :func:`_compact_name` form: the SXM part and memory size
+without the form factor's generation (``H100 SXM``, ``A100-80GB``)."""
+
+
+def _compact_name(name: str) -> str:
+    """``name`` in lower case without spaces, hyphens and underscores (``H100 SXM5 80GB`` and
+    ``h100-sxm5-80gb`` are one name)."""
+    return "".join(ch for ch in name.lower() if ch not in " -_")
 
 
 def gpu_names() -> list[str]:
@@ -807,10 +818,20 @@ def get_gpu(name: str) -> GPUSpec:
     KeyError
         With the list of known names.
 
+    The name is also read in any case and with or without spaces, hyphens and underscores
+    (``h100 sxm5 80gb``), and as the SXM part and memory size name it (``H100 SXM``,
+    ``A100-40GB``).
+
     >>> get_gpu("A100").hbm_capacity_bytes / 2**30
     80.0
+    >>> get_gpu("h100 sxm5 80gb").name, get_gpu("A100-40GB").name
+    ('H100-SXM5-80GB', 'A100-SXM4-40GB')
     """
     key = _ALIASES.get(name, name)
+    if key not in GPU_CATALOGUE and isinstance(name, str):
+        compact = _compact_name(name)
+        key = next((n for n in GPU_CATALOGUE if _compact_name(n) == compact),
+                   _SHORT_NAMES.get(compact, _ALIASES.get(name.upper(), key)))
     try:
         return GPU_CATALOGUE[key]
     except KeyError:

@@ -440,6 +440,37 @@ class Stream(IntEnum):
 _E = TypeVar("_E", bound=Enum)
 
 
+ENUM_ALIASES: dict[str, dict[str, str]] = {
+    "Dtype": {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8hybrid": "fp8", "fp8e4m3": "fp8",
+              "e4m3": "fp8", "float8": "fp8"},
+    "ScheduleKind": {"interleaved": "interleaved-1f1b", "1f1binterleaved": "interleaved-1f1b",
+                     "interleaved1f1b": "interleaved-1f1b", "virtualpipeline": "interleaved-1f1b",
+                     "onefoneb": "1f1b", "pipedreamflush": "1f1b", "zerobubble": "zb-h1"},
+    "RecomputeKind": {"no": "none", "off": "none", "fullrecompute": "full", "selectiverecompute": "selective"},
+}
+"""Other spellings of enum values, by enum class name, in compact form (lower case, without
+spaces, hyphens and underscores): the names papers and frameworks give the same thing (PyTorch's
+``bfloat16``, Transformer Engine's ``HYBRID`` FP8 format of E4M3 forward and E5M2 backward;
+"interleaved" pipelining; PipeDream-Flush, which is 1F1B, Narayanan et al. 2021 Sec. 2.2.1)."""
+
+
+def _compact(text: str) -> str:
+    return "".join(ch for ch in text.lower() if ch not in " -_")
+
+
+def _spelled(kind: type[_E], value: object) -> _E | None:
+    """The member of ``kind`` that ``value`` names in another case or spacing, or by one of its
+    :data:`ENUM_ALIASES`; None: none."""
+    if not isinstance(value, str):
+        return None
+    compact = _compact(value)
+    for member in kind:
+        if _compact(str(member.value)) == compact:
+            return member
+    alias = ENUM_ALIASES.get(kind.__name__, {}).get(compact)
+    return None if alias is None else kind(alias)
+
+
 def parse_enum(kind: type[_E], value: object, path: str, field: str, allowed: Iterable[_E] | None = None,
                why_not: str = "") -> _E:
     """Turn a YAML string into ``kind``, or raise a ConfigError listing the valid values.
@@ -447,8 +478,13 @@ def parse_enum(kind: type[_E], value: object, path: str, field: str, allowed: It
     ``allowed`` narrows the valid values to those members (default: all of ``kind``); a member
     outside them is refused with ``why_not`` after the list.
 
+    A string is also read in any case and with or without spaces, hyphens and underscores, or
+    as one of :data:`ENUM_ALIASES`:
+
     >>> parse_enum(ScheduleKind, "1f1b", "w.yaml", "parallel.schedule")
     <ScheduleKind.ONE_F_ONE_B: '1f1b'>
+    >>> parse_enum(ScheduleKind, "Interleaved 1F1B", "w.yaml", "parallel.schedule").value, parse_enum(Dtype, "BF16", "w.yaml", "dtype").value
+    ('interleaved-1f1b', 'bf16')
     >>> parse_enum(Dtype, "fp32", "w.yaml", "dtype", SIMULATED_DTYPES, "not simulated")
     Traceback (most recent call last):
     ...
@@ -460,7 +496,7 @@ def parse_enum(kind: type[_E], value: object, path: str, field: str, allowed: It
     try:
         member = kind(value)
     except ValueError:
-        member = None
+        member = _spelled(kind, value)
     if member is not None and member in valid:
         return member
     expected = f"one of {[k.value for k in valid]}"

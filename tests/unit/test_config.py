@@ -538,6 +538,26 @@ def test_a_position_embedding_is_read_as_papers_and_frameworks_name_it(tmp_path,
         load_workload(str(_write(tmp_path, doc)))
 
 
+@pytest.mark.parametrize("section, key, spelling, value", [
+    (None, "dtype", "BF16", "bf16"), (None, "dtype", "bfloat16", "bf16"), (None, "dtype", "FP16", "fp16"),
+    ("parallel", "schedule", "1F1B", "1f1b"), ("parallel", "schedule", "PipeDream-Flush", "1f1b"),
+    ("parallel", "recompute", "Full", "full"), ("parallel", "recompute", "Selective", "selective"),
+    ("system", "gpu", "h100 sxm5 80gb", "H100-SXM5-80GB"), ("system", "gpu", "A100-40GB", "A100-SXM4-40GB"),
+    ("system", "gpu", "H100 SXM", "H100-SXM5-80GB")])
+def test_named_values_are_read_in_any_case_and_spacing(tmp_path, section, key, spelling, value):
+    """A format, schedule, recomputation or GPU is read whatever its case, spaces, hyphens and
+    underscores, and under the names papers give it; a name of nothing is still refused."""
+    doc = _tiny()
+    (doc if section is None else doc[section])[key] = spelling
+    w = load_workload(str(_write(tmp_path, doc)))
+    read = {"dtype": lambda: w.dtype.value, "schedule": lambda: w.parallel.schedule.value,
+            "recompute": lambda: w.parallel.recompute.value, "gpu": lambda: w.system.gpu.name}[key]()
+    assert read == value
+    (doc if section is None else doc[section])[key] = spelling + "x"
+    with pytest.raises(ConfigError, match=key):
+        load_workload(str(_write(tmp_path, doc)))
+
+
 @pytest.mark.parametrize("spelling", ["LayerNorm", "layer_norm", "Layer Norm", "RMSNorm", "rms_norm"])
 def test_a_normalization_is_read_with_or_without_separators(tmp_path, spelling):
     doc = _tiny()

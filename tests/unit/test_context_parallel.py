@@ -222,7 +222,7 @@ def test_ulysses_with_latent_attention_of_unequal_head_widths_is_refused():
 
 def test_bad_value_on_the_command_line_is_one_line(capsys):
     status = main(["run", "tiny", "--set", "parallel.cp=2", "--set", "parallel.dp=1",
-                   "--set", "parallel.cp_comm_type=allgather"])
+                   "--set", "parallel.cp_comm_type=ring_attention"])
     out, err = capsys.readouterr()
     assert status == 2 and out == "" and err.count("\n") == 1
     assert "parallel.cp_comm_type" in err and "all_gather" in err
