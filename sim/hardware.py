@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from sim.errors import InfeasibleError
 from sim.power import PowerSpec
-from sim.types import AttentionKernel, Dtype, GpuGeneration, MemoryAccess
+from sim.types import AttentionKernel, Dtype, GpuGeneration, MemoryAccess, compact_name
 from sim.units import GB, GBPS, TB, TFLOPS, US, GiB
 from sim.workload.ops import AttentionOp
 
@@ -777,14 +777,8 @@ _ALIASES = {"A100": "A100-SXM4-80GB", "H100": "H100-SXM5-80GB"}
 _SHORT_NAMES = {"a100sxm": "A100-SXM4-80GB", "a10080gb": "A100-SXM4-80GB", "a100sxm80gb": "A100-SXM4-80GB",
                 "a10040gb": "A100-SXM4-40GB", "a100sxm40gb": "A100-SXM4-40GB", "h100sxm": "H100-SXM5-80GB",
                 "h10080gb": "H100-SXM5-80GB", "h100sxm80gb": "H100-SXM5-80GB"}
-"""Other names of catalogue GPUs, in :func:`_compact_name` form: the SXM part and memory size
-without the form factor's generation (``H100 SXM``, ``A100-80GB``)."""
-
-
-def _compact_name(name: str) -> str:
-    """``name`` in lower case without spaces, hyphens and underscores (``H100 SXM5 80GB`` and
-    ``h100-sxm5-80gb`` are one name)."""
-    return "".join(ch for ch in name.lower() if ch not in " -_")
+"""Other names of catalogue GPUs, in :func:`~sim.types.compact_name` form: the SXM part and
+memory size without the form factor's generation (``H100 SXM``, ``A100-80GB``)."""
 
 
 def gpu_names() -> list[str]:
@@ -829,8 +823,8 @@ def get_gpu(name: str) -> GPUSpec:
     """
     key = _ALIASES.get(name, name)
     if key not in GPU_CATALOGUE and isinstance(name, str):
-        compact = _compact_name(name)
-        key = next((n for n in GPU_CATALOGUE if _compact_name(n) == compact),
+        compact = compact_name(name)
+        key = next((n for n in GPU_CATALOGUE if compact_name(n) == compact),
                    _SHORT_NAMES.get(compact, _ALIASES.get(name.upper(), key)))
     try:
         return GPU_CATALOGUE[key]

@@ -454,8 +454,15 @@ spaces, hyphens and underscores): the names papers and frameworks give the same 
 "interleaved" pipelining; PipeDream-Flush, which is 1F1B, Narayanan et al. 2021 Sec. 2.2.1)."""
 
 
-def _compact(text: str) -> str:
-    return "".join(ch for ch in text.lower() if ch not in " -_")
+def compact_name(text: str) -> str:
+    """``text`` in lower case without spaces, hyphens and underscores: how names the user
+    writes are compared (``Interleaved 1F1B`` and ``interleaved-1f1b``, ``h100 sxm5 80gb`` and
+    ``H100-SXM5-80GB`` are one name).
+
+    >>> compact_name(" Learned-Absolute "), compact_name("RMS_Norm")
+    ('learnedabsolute', 'rmsnorm')
+    """
+    return "".join(ch for ch in text.lower() if ch not in " \t-_")
 
 
 def _spelled(kind: type[_E], value: object) -> _E | None:
@@ -463,9 +470,9 @@ def _spelled(kind: type[_E], value: object) -> _E | None:
     :data:`ENUM_ALIASES`; None: none."""
     if not isinstance(value, str):
         return None
-    compact = _compact(value)
+    compact = compact_name(value)
     for member in kind:
-        if _compact(str(member.value)) == compact:
+        if compact_name(str(member.value)) == compact:
             return member
     alias = ENUM_ALIASES.get(kind.__name__, {}).get(compact)
     return None if alias is None else kind(alias)

@@ -71,6 +71,7 @@ from sim.types import (
     NormKind,
     ScalingRecipe,
     ScheduleKind,
+    compact_name,
     parse_enum,
 )
 from sim.units import GBIT_PER_S, GiB
@@ -546,24 +547,15 @@ _POSITION_ALIASES = {"rotary": "rope", "yarn": "rope", "xpos": "rope", "learned"
 is rotary is simulated."""
 
 
-def _compact(text: str) -> str:
-    """``text`` in lower case without spaces, hyphens and underscores.
-
-    >>> _compact(" Learned-Absolute "), _compact("RMS_Norm")
-    ('learnedabsolute', 'rmsnorm')
-    """
-    return re.sub(r"[\s_-]+", "", text.lower())
-
-
 def _named(f: Fields, key: str, names: Collection[str], aliases: Mapping[str, str] | None = None) -> str | None:
     """``key``'s text as one of ``names`` spells it, compared in any case and without spaces,
     hyphens and underscores, or one of ``aliases`` (compact spelling -> name); None: not stated."""
     text = f.text(key)
     if text is None:
         return None
-    known = {_compact(n): n for n in names}
+    known = {compact_name(n): n for n in names}
     known.update({k: v for k, v in (aliases or {}).items()})
-    name = known.get(_compact(text))
+    name = known.get(compact_name(text))
     if name is None:
         raise f.error(key, f"one of {', '.join(names)}, or null", text)
     return name
