@@ -447,11 +447,14 @@ ENUM_ALIASES: dict[str, dict[str, str]] = {
                      "interleaved1f1b": "interleaved-1f1b", "virtualpipeline": "interleaved-1f1b",
                      "onefoneb": "1f1b", "pipedreamflush": "1f1b", "zerobubble": "zb-h1"},
     "RecomputeKind": {"no": "none", "off": "none", "fullrecompute": "full", "selectiverecompute": "selective"},
+    "NetworkFabric": {"infiniband": "infiniband-fat-tree", "ib": "infiniband-fat-tree", "rocev2": "roce"},
 }
 """Other spellings of enum values, by enum class name, in compact form (lower case, without
 spaces, hyphens and underscores): the names papers and frameworks give the same thing (PyTorch's
 ``bfloat16``, Transformer Engine's ``HYBRID`` FP8 format of E4M3 forward and E5M2 backward;
-"interleaved" pipelining; PipeDream-Flush, which is 1F1B, Narayanan et al. 2021 Sec. 2.2.1)."""
+"interleaved" pipelining; PipeDream-Flush, which is 1F1B, Narayanan et al. 2021 Sec. 2.2.1; a
+fabric named only "InfiniBand", which the case format's ``infiniband-fat-tree`` stands for, and
+RoCE v2)."""
 
 
 def compact_name(text: str) -> str:

@@ -543,17 +543,22 @@ def test_a_position_embedding_is_read_as_papers_and_frameworks_name_it(tmp_path,
     ("parallel", "schedule", "1F1B", "1f1b"), ("parallel", "schedule", "PipeDream-Flush", "1f1b"),
     ("parallel", "recompute", "Full", "full"), ("parallel", "recompute", "Selective", "selective"),
     ("system", "gpu", "h100 sxm5 80gb", "H100-SXM5-80GB"), ("system", "gpu", "A100-40GB", "A100-SXM4-40GB"),
-    ("system", "gpu", "H100 SXM", "H100-SXM5-80GB")])
+    ("system", "gpu", "H100 SXM", "H100-SXM5-80GB"), ("network", "fabric", "InfiniBand", "infiniband-fat-tree"),
+    ("network", "fabric", "Omni-Path", "omni-path"), ("network", "fabric", "RoCE v2", "roce")])
 def test_named_values_are_read_in_any_case_and_spacing(tmp_path, section, key, spelling, value):
     """A format, schedule, recomputation or GPU is read whatever its case, spaces, hyphens and
     underscores, and under the names papers give it; a name of nothing is still refused."""
     doc = _tiny()
-    (doc if section is None else doc[section])[key] = spelling
+    if section == "network":
+        doc["system"]["network"] = {"nics_per_node": 8, "nic_bandwidth_Gbps": 400}
+    where = doc if section is None else doc["system"]["network"] if section == "network" else doc[section]
+    where[key] = spelling
     w = load_workload(str(_write(tmp_path, doc)))
     read = {"dtype": lambda: w.dtype.value, "schedule": lambda: w.parallel.schedule.value,
-            "recompute": lambda: w.parallel.recompute.value, "gpu": lambda: w.system.gpu.name}[key]()
+            "recompute": lambda: w.parallel.recompute.value, "gpu": lambda: w.system.gpu.name,
+            "fabric": lambda: w.system.network.fabric.value}[key]()
     assert read == value
-    (doc if section is None else doc[section])[key] = spelling + "x"
+    where[key] = spelling + "x"
     with pytest.raises(ConfigError, match=key):
         load_workload(str(_write(tmp_path, doc)))
 
