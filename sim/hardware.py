@@ -773,12 +773,15 @@ _GPUS = _GPUS + (dataclasses.replace(
 GPU_CATALOGUE: dict[str, GPUSpec] = {g.name: g for g in _GPUS}
 """Name -> GPU. Treat as read-only."""
 
-_ALIASES = {"A100": "A100-SXM4-80GB", "H100": "H100-SXM5-80GB"}
-_SHORT_NAMES = {"a100sxm": "A100-SXM4-80GB", "a10080gb": "A100-SXM4-80GB", "a100sxm80gb": "A100-SXM4-80GB",
-                "a10040gb": "A100-SXM4-40GB", "a100sxm40gb": "A100-SXM4-40GB", "h100sxm": "H100-SXM5-80GB",
-                "h10080gb": "H100-SXM5-80GB", "h100sxm80gb": "H100-SXM5-80GB"}
-"""Other names of catalogue GPUs, in :func:`~sim.types.compact_name` form: the SXM part and
-memory size without the form factor's generation (``H100 SXM``, ``A100-80GB``)."""
+_ALIASES = {"a100": "A100-SXM4-80GB", "h100": "H100-SXM5-80GB", "a100sxm": "A100-SXM4-80GB",
+            "a10080gb": "A100-SXM4-80GB", "a100sxm80gb": "A100-SXM4-80GB", "a10040gb": "A100-SXM4-40GB",
+            "a100sxm40gb": "A100-SXM4-40GB", "h100sxm": "H100-SXM5-80GB", "h10080gb": "H100-SXM5-80GB",
+            "h100sxm80gb": "H100-SXM5-80GB"}
+"""Other names of catalogue GPUs, in :func:`~sim.types.compact_name` form: the short ``A100``
+and ``H100``, and the SXM part and memory size without the form factor's generation (``H100
+SXM``, ``A100-80GB``)."""
+_NAMES = {**{compact_name(n): n for n in GPU_CATALOGUE}, **_ALIASES}
+"""Every name :func:`get_gpu` reads, in :func:`~sim.types.compact_name` form -> catalogue name."""
 
 
 def gpu_names() -> list[str]:
@@ -821,12 +824,7 @@ def get_gpu(name: str) -> GPUSpec:
     >>> get_gpu("h100 sxm5 80gb").name, get_gpu("A100-40GB").name
     ('H100-SXM5-80GB', 'A100-SXM4-40GB')
     """
-    key = _ALIASES.get(name, name)
-    if key not in GPU_CATALOGUE and isinstance(name, str):
-        compact = compact_name(name)
-        key = next((n for n in GPU_CATALOGUE if compact_name(n) == compact),
-                   _SHORT_NAMES.get(compact, _ALIASES.get(name.upper(), key)))
-    try:
-        return GPU_CATALOGUE[key]
-    except KeyError:
-        raise KeyError(f"unknown GPU {name!r}; known: {gpu_names()}") from None
+    key = _NAMES.get(compact_name(name)) if isinstance(name, str) else None
+    if key is None:
+        raise KeyError(f"unknown GPU {name!r}; known: {gpu_names()}")
+    return GPU_CATALOGUE[key]

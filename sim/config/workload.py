@@ -119,19 +119,10 @@ WORKLOAD_SETTABLE = ({"model": _MODEL_KEYS, "parallel": _PARALLEL_KEYS, "kernels
 _GATED = frozenset({"swiglu", "silu", "swish", "geglu", "reglu"})
 _ACTIVATIONS = _GATED | frozenset({"gelu", "gelu_new", "gelu_fast", "gelu_tanh", "gelu_pytorch_tanh", "quick_gelu",
                                    "relu", "squared_relu", "relu2"})
-"""``model.activation`` values (any case; spaces and hyphens read as ``_``: ``Squared-ReLU`` is
-``squared_relu``): the gated ones (their MLP's first projection is two branches unless
-``gated_mlp`` says otherwise) and the plain ones Megatron-LM, NeMo, llm-foundry and Hugging Face
-configs name (``hidden_act``, ``activation_function``)."""
-
-
-def _activation_key(activation: str) -> str:
-    """``activation`` as :data:`_ACTIVATIONS` spells it.
-
-    >>> _activation_key("Squared-ReLU"), _activation_key(" SwiGLU ")
-    ('squared_relu', 'swiglu')
-    """
-    return re.sub(r"[\s-]+", "_", activation.strip().lower())
+"""``model.activation`` values (any case, with or without spaces, hyphens and underscores:
+``Squared-ReLU`` is ``squared_relu``): the gated ones (their MLP's first projection is two
+branches unless ``gated_mlp`` says otherwise) and the plain ones Megatron-LM, NeMo, llm-foundry
+and Hugging Face configs name (``hidden_act``, ``activation_function``)."""
 
 
 _NVL72_GPUS = ("GB200", "GB300")
@@ -497,10 +488,14 @@ def build_model(raw: object, path: str, base: Path, stack: Stack | None, notes: 
     if seq is None and stack is not None and stack.value("seq_length") is not None:
         seq = notes.fill("model.seq_length", stack.value("seq_length"), stack.why("seq_length"))
     gated, activation = f.flag("gated_mlp"), f.text("activation")
-    if activation is not None and _activation_key(activation) not in _ACTIVATIONS:
-        raise f.error("activation", f"one of {sorted(_ACTIVATIONS)} (any case; spaces and hyphens as _)", activation)
+    if activation is not None:
+        spelled = {compact_name(a): a for a in _ACTIVATIONS}.get(compact_name(activation))
+        if spelled is None:
+            raise f.error("activation", f"one of {sorted(_ACTIVATIONS)} (any case, with or without spaces, hyphens "
+                          "and underscores)", activation)
+        activation = spelled
     if gated is None:
-        gated = notes.fill("model.gated_mlp", _activation_key(activation or "") in _GATED,
+        gated = notes.fill("model.gated_mlp", activation in _GATED,
                            f"from activation {activation}" if activation else
                            "Megatron-LM default: GeLU MLP, not gated")
     tied = f.flag("tied_embeddings")
@@ -553,8 +548,7 @@ def _named(f: Fields, key: str, names: Collection[str], aliases: Mapping[str, st
     text = f.text(key)
     if text is None:
         return None
-    known = {compact_name(n): n for n in names}
-    known.update({k: v for k, v in (aliases or {}).items()})
+    known = {**{compact_name(n): n for n in names}, **(aliases or {})}
     name = known.get(compact_name(text))
     if name is None:
         raise f.error(key, f"one of {', '.join(names)}, or null", text)

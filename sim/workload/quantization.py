@@ -150,7 +150,7 @@ def nvfp4_quantize(rows: int, cols: int) -> Cast:
     (11.125, 4)
     """
     n = float(rows) * cols
-    copy = n * (FP4_BYTES + NVFP4_SCALE_BYTES / NVFP4_BLOCK)
+    copy = n * quantized_bytes(Dtype.NVFP4)
     amax = Cast(_HIGH * n, 1)
     if rht_cast_fusable(rows, cols):
         return amax + Cast(_HIGH * n + 2 * copy, 1)
