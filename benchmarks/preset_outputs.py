@@ -22,15 +22,12 @@ library, ISA-L or zlib, and its version), of standard error, the exit status and
 the predicted iteration time (``iteration_time_s`` of the JSON, for the reader: its change
 shows in the JSON's hash).
 
-What is masked
---------------
-Two runs of one command differ in one figure only, the wall time the engine took
-(:func:`time.perf_counter` around the simulation in ``sim/runner.py``): the report's last line
-``simulated R ranks, T tasks[ at G granularity], E engine events in 0.09 s`` and the JSON's
-``"simulated_wall_s": 0.0996...``. :data:`REPORT_WALL` and :data:`JSON_WALL` replace that
-number, and only it, by ``<wall>`` before hashing. The trace records no wall time
-(``sim/output/trace/``) and ``llmsim memory`` simulates nothing, so neither is masked. The
-``llmsim_version`` line and field are not masked: a refactor keeps the version.
+Nothing is masked
+-----------------
+llmsim prints and writes no wall-clock time, so two runs of one command give the same report,
+JSON and trace byte for byte (the ``tests/test_cli.py`` determinism test holds ``run`` to it):
+the hashes are of the outputs as they are. The ``llmsim_version`` line and field are part of
+them: a refactor keeps the version.
 
 Granularity
 -----------
@@ -52,7 +49,6 @@ import gzip
 import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -72,15 +68,6 @@ run with its trace takes under 20 s on the 2-core machine)."""
 
 TOPOLOGY_WORKLOAD = "tiny"
 """The workload run on every topology preset."""
-
-REPORT_WALL = re.compile(r"(engine events in )\d+\.\d+( s)$", re.MULTILINE)
-"""The engine's wall time on the report's last line (``sim/output/report.py``, :func:`format_report`)."""
-
-JSON_WALL = re.compile(r'("simulated_wall_s": )-?[0-9.eE+-]+')
-"""The engine's wall time in ``run --json`` (``sim/output/report.py``, ``Report.to_dict``)."""
-
-MASK = r"\1<wall>\2"
-"""What :data:`REPORT_WALL`'s match becomes: the words around the number kept."""
 
 TIMEOUT_S = 1200
 """The longest one command may run before it counts as failed."""
@@ -118,7 +105,7 @@ class Outputs:
 
 @dataclass(frozen=True)
 class Record:
-    """The hashes of one entry's outputs, wall times masked (module docstring)."""
+    """The hashes of one entry's outputs (module docstring)."""
 
     id: str
     argv: tuple[str, ...]
@@ -147,24 +134,6 @@ class Record:
 def sha256(text: str) -> str:
     """The SHA-256 of ``text`` in UTF-8, in hex."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def mask_report(text: str) -> str:
-    """The printed report with the engine's wall time replaced by ``<wall>``.
-
-    >>> mask_report("  simulated 2 ranks, 548 tasks, 212 engine events in 0.10 s")
-    '  simulated 2 ranks, 548 tasks, 212 engine events in <wall> s'
-    """
-    return REPORT_WALL.sub(MASK, text)
-
-
-def mask_json(text: str) -> str:
-    """The ``run --json`` text with ``simulated_wall_s``'s value replaced by ``<wall>``.
-
-    >>> mask_json('"events": 212,\\n  "simulated_wall_s": 9.9e-05,\\n')
-    '"events": 212,\\n  "simulated_wall_s": <wall>,\\n'
-    """
-    return JSON_WALL.sub(r"\1<wall>", text)  # the comma or newline after the number is kept
 
 
 def is_topology(path: Path) -> bool:
@@ -239,12 +208,12 @@ def _text(b: bytes | str | None) -> str:
 
 
 def record_of(entry: Entry, out: Outputs) -> Record:
-    """The record of an entry's outputs, wall times masked."""
+    """The record of an entry's outputs."""
     iteration = None
     if entry.command == "run" and out.json_text is not None:
         iteration = json.loads(out.json_text).get("iteration_time_s")
-    json_hash = None if out.json_text is None else sha256(mask_json(out.json_text))
-    return Record(entry.id, entry.argv, entry.granularity, out.exit_status, sha256(mask_report(out.stdout)),
+    json_hash = None if out.json_text is None else sha256(out.json_text)
+    return Record(entry.id, entry.argv, entry.granularity, out.exit_status, sha256(out.stdout),
                   json_hash, out.trace_sha256, sha256(out.stderr), iteration)
 
 
@@ -312,7 +281,7 @@ def write(path: Path, only: Sequence[str] = (), root: Path = ROOT) -> int:
         print(f"{r.id}: exit status {r.exit_status}: {o.stderr.strip()[-500:]}", file=sys.stderr)
     if failed:
         return 1
-    doc = {"about": "SHA-256 of llmsim's outputs per preset, wall times masked: benchmarks/preset_outputs.py",
+    doc = {"about": "SHA-256 of llmsim's outputs per preset: benchmarks/preset_outputs.py",
            "commit": git_commit(root), "python": sys.version.split()[0],
            "entries": [r.to_dict() for r, _ in done]}
     path.parent.mkdir(parents=True, exist_ok=True)

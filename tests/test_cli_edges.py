@@ -55,6 +55,21 @@ def test_an_output_folder_given_for_a_file_reads_once(tmp_path, capsys):
     assert line == f"--trace: expected a file to write, not a folder (got {str(tmp_path)!r})"
 
 
+@pytest.mark.parametrize("option, says", [("--topology", "expected an existing file or a preset name"),
+                                          ("--calibration", "expected a readable YAML file")])
+def test_a_path_too_long_for_the_system_reads_as_a_missing_file(option, says, capsys):
+    """A name the operating system cannot look up is a file that is not there: one bounded line."""
+    line = _one_error(capsys, "run", "tiny", option, "T" * 5000)
+    assert says in line and "characters)" in line
+    assert len(line) < 2100
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this system")
+def test_a_json_the_disk_refuses_names_the_option_and_the_path(capsys):
+    line = _one_error(capsys, "memory", "tiny", "--json", "/dev/full")
+    assert line.startswith("--json /dev/full: ") and "No space left on device" in line
+
+
 def test_a_forced_algorithm_that_cannot_run_says_what_was_expected(capsys):
     line = _one_error(capsys, "collective", "--op", "all-gather", "--algo", "nvls")
     assert line.startswith("--algo: expected an algorithm that can run this all-gather over 8 GPUs of dgx-h100; "

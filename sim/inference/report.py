@@ -204,5 +204,5 @@ def format_inference_report(r: InferenceReport) -> str:
     if r.notes:
         lines += ["", "  notes:"] + [f"    {n}" for n in r.notes]
     lines += ["", f"  simulated {r.pp} rank{'s' if r.pp > 1 else ''}, {r.tasks:,} tasks ({r.granularity} granularity), "
-              f"{r.events:,} engine events in {r.simulated_wall_s:.2f} s"]
+              f"{r.events:,} engine events"]
     return "\n".join(lines)

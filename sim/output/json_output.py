@@ -45,5 +45,8 @@ def write_json(path: str, obj: dict) -> None:
         stream.flush()
         return
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+    except OSError as e:  # a full disk, /proc: checked before the work, refused only now
+        raise OSError(e.errno, e.strerror or type(e).__name__, f"--json {path}") from None

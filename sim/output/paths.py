@@ -11,7 +11,10 @@ before anything is simulated:
   or can be made (its nearest existing ancestor a folder this process may write into);
 * a folder (``--trace-dir``, ``--chakra``) may not be a file, and the same for the rest;
 * a figure (``--plot``) needs matplotlib and a suffix naming a format this installation
-  writes (:func:`sim.output.plot_formats.check_plot_path`).
+  writes (:func:`sim.output.plot_formats.check_plot_path`);
+* no two outputs may name one file, and no output may name a file the command reads (its
+  workload, ``--topology``, ``--runs`` and every other argument naming an existing file): one
+  would overwrite the other, or the input, with no word said.
 
 Nothing is created here; the writers make the missing folders as before. What the operating
 system refuses in spite of these checks (a full disk, a file system that takes no new files
@@ -34,7 +37,7 @@ STDOUT = "-"
 """``--json -``: the JSON on standard output (the command's printed report then on stderr)."""
 
 FILE_OPTIONS: Mapping[str, str] = {"json": "--json", "trace": "--trace", "html": "--html", "plot": "--plot",
-                                   "csv": "--csv", "markdown": "--markdown"}
+                                   "csv": "--csv", "markdown": "--markdown", "output": "--output"}
 """argparse destination -> option, for the options that name a file to write."""
 DIR_OPTIONS: Mapping[str, str] = {"trace_dir": "--trace-dir", "chakra": "--chakra"}
 """argparse destination -> option, for the options that name a folder to write into."""
@@ -74,7 +77,9 @@ def check_output_path(path: str, option: str, *, folder: bool = False) -> None:
 def check_output_paths(args: object) -> None:
     """:func:`check_output_path` for each output option set on ``args`` (an argparse
     namespace), files first, in a fixed order; then, with ``--plot``, its format
-    (:func:`~sim.output.plot_formats.check_plot_path`)."""
+    (:func:`~sim.output.plot_formats.check_plot_path`); then that no two outputs, and no
+    output and input, name one file (module docstring)."""
+    outputs: list[tuple[str, str]] = []
     for options, folder in ((FILE_OPTIONS, False), (DIR_OPTIONS, True)):
         for dest, option in options.items():
             path = getattr(args, dest, None)
@@ -82,6 +87,57 @@ def check_output_paths(args: object) -> None:
                 continue
             if isinstance(path, str):
                 check_output_path(path, option, folder=folder)
+                outputs.append((option, path))
     plot = getattr(args, "plot", None)
     if isinstance(plot, str):
         check_plot_path(plot, FILE_OPTIONS["plot"])
+    _check_distinct(outputs, _input_paths(args))
+
+
+def _input_paths(args: object) -> list[tuple[str, str]]:
+    """``(argument, path)`` for every argument of ``args`` that names an existing file and is
+    not an output option: what the command may read."""
+    out_dests = set(FILE_OPTIONS) | set(DIR_OPTIONS)
+    found = []
+    for dest, value in sorted(vars(args).items()):
+        if dest in out_dests:
+            continue
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(v, str) and v != STDOUT and _is_file(v):
+                found.append((dest.replace("_", "-"), v))
+    return found
+
+
+def _is_file(path: str) -> bool:
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):  # a name too long for the system, a NUL byte: not a file
+        return False
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve() or (
+            Path(a).exists() and Path(b).exists() and os.path.samefile(a, b))
+    except (OSError, ValueError):
+        return False
+
+
+def _check_distinct(outputs: list[tuple[str, str]], inputs: list[tuple[str, str]]) -> None:
+    """Raise :class:`~sim.errors.ConfigError` when two outputs, or an output and an input,
+    name one file.
+
+    >>> _check_distinct([("--json", "a.json"), ("--trace", "./a.json")], [])
+    Traceback (most recent call last):
+    ...
+    sim.errors.ConfigError: --trace: expected a file no other output writes (--json writes it too) (got './a.json')
+    """
+    for i, (option, path) in enumerate(outputs):
+        for other, earlier in outputs[:i]:
+            if _same(path, earlier):
+                raise ConfigError(f"<{option}>", option, f"a file no other output writes ({other} writes it too)",
+                                  path)
+        for arg, read in inputs:
+            if _same(path, read):
+                raise ConfigError(f"<{option}>", option,
+                                  f"a file this command does not read (it reads it as its {arg} argument)", path)

@@ -219,7 +219,7 @@ class Validation:
                 "scored_rows": len(self.scored), "skipped_cases": len(self.skipped_cases),
                 "cases_total": len({r.id for r in self.rows}),
                 "worst_error_pct": None if worst is None else worst.error_pct,
-                "worst_case": None if worst is None else worst.id, "wall_s": self.wall_s,
+                "worst_case": None if worst is None else worst.id,
                 "simulated_at": dict(sorted(self.simulated_at.items())), "cases_from_steady_state": self.from_steady}
 
 

@@ -101,3 +101,37 @@ def test_every_option_that_writes_is_checked():
     for action in writers:
         assert FILE_OPTIONS.get(action.dest) in action.option_strings or \
             DIR_OPTIONS.get(action.dest) in action.option_strings, action.option_strings
+
+
+def _workload_copy(tmp_path: Path) -> Path:
+    path = tmp_path / "w.yaml"
+    path.write_text((Path(__file__).resolve().parents[2] / "workloads" / "tiny.yaml").read_text())
+    return path
+
+
+@pytest.mark.parametrize("argv, option, says", [
+    (["run", "{w}", "--json", "{w}"], "--json", "does not read (it reads it as its workload argument)"),
+    (["run", "{w}", "--json", "{d}/./w.yaml"], "--json", "does not read"),  # the same file, spelled otherwise
+    (["memory", "{w}", "--json", "{w}"], "--json", "does not read"),
+    (["run", "{w}", "--json", "{d}/out.json", "--trace", "{d}/out.json"], "--trace", "(--json writes it too)"),
+    (["validate", "{w}", "--markdown", "{w}"], "--markdown", "does not read"),
+])
+def test_an_output_naming_an_input_or_another_output_is_refused(argv, option, says, tmp_path, capsys):
+    """An output that names the workload (or another output) would overwrite it unannounced."""
+    w = _workload_copy(tmp_path)
+    before = w.read_bytes()
+    status, out, err = _run(capsys, *[a.format(w=w, d=tmp_path) for a in argv])
+    assert status == 2 and out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"llmsim: error: {option}: expected ") and says in lines[0], err
+    assert w.read_bytes() == before  # the input is untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.yaml"]  # nothing written
+
+
+def test_a_symlink_to_an_input_is_the_input(tmp_path, capsys):
+    w = _workload_copy(tmp_path)
+    before = w.read_bytes()
+    (tmp_path / "link.json").symlink_to(w)
+    status, _, err = _run(capsys, "run", str(w), "--json", str(tmp_path / "link.json"))
+    assert status == 2 and "does not read" in err
+    assert w.read_bytes() == before

@@ -33,10 +33,8 @@ def _placed(w, placement):
 
 
 def _numbers(report) -> dict:
-    """Everything a report says except the wall time it took."""
-    out = report.to_dict()
-    del out["simulated_wall_s"]
-    return out
+    """Everything a report says."""
+    return report.to_dict()
 
 
 def _tp8(placement=None, dp=8, gbs=64):

@@ -75,7 +75,6 @@ def sweep_json(r: SweepResult) -> dict:
                          for row in r.pareto_rows()],
         "failures": [{"parallel": c.settings, "error": err} for c, err in r.failures],
         "notes": list(r.notes),
-        "wall_s": r.wall_s,
     }
 
 
@@ -130,7 +129,7 @@ def format_sweep(r: SweepResult) -> str:
              f"  tried {r.tried:,}   invalid {r.invalid:,}   pruned (memory) {r.pruned:,}"
              + ("" if r.exhaustive else f"   pruned (bound) {r.pruned_bound:,}")
              + f"   simulated {r.simulated:,}   failed {r.failed:,}"
-             + (f"   cancelled {r.cancelled:,}" if r.cancelled else "") + f"   in {r.wall_s:.1f} s"]
+             + (f"   cancelled {r.cancelled:,}" if r.cancelled else "")]
     if r.invalid_reasons:
         why = ", ".join(f"{k} {v:,}" for k, v in sorted(r.invalid_reasons.items(), key=lambda kv: (-kv[1], kv[0])))
         lines.append(f"  invalid, by the field the specs rejected: {why}")
