@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from sim.errors import ConfigError, Described, clip
 
 __all__ = ["DEFAULT_FRACTION", "Budget", "BudgetError", "Estimate", "adopt_budget", "check", "collective_estimate",
-           "current_budget", "default_budget", "explicit_budget", "inference_estimate", "machine_memory_bytes",
-           "memory_budget", "topology_estimate", "training_estimate"]
+           "collective_flow_bytes", "current_budget", "default_budget", "explicit_budget", "inference_estimate",
+           "machine_memory_bytes", "memory_budget", "topology_estimate", "training_estimate"]
 
 GiB = 2**30
 
@@ -81,6 +81,10 @@ INFERENCE_TASKS_PER_LAYER = {"op": 14, "layer": 1.3, "step": 0.0}
 BYTES_PER_FLOW = 700
 """Bytes per flow of a collective's plan (``benchmarks/bench_budget.py``: 460 B per estimated
 flow of a 1,024-GPU all-reduce, 640 B of a 256-GPU all-to-all, topology included)."""
+
+FLOWS_PER_RANK = 32
+"""Flows a collective's plan holds per rank of its group, at most (a double binary tree's,
+measured in ``benchmarks/bench_budget.py``; :func:`collective_estimate` counts the same)."""
 
 INFERENCE_TASKS_PER_STAGE = 6
 """Inference tasks per generated token and pipeline stage outside the layers."""
@@ -252,7 +256,22 @@ def training_estimate(workload, topology, full: bool, granularity: str) -> Estim
     mbs = f"{p.num_microbatches:,} micro-batch{'es' if p.num_microbatches != 1 else ''}"
     what = f"{clip(m.name, 40)} on {world:,} GPUs, {mbs}{', every rank' if full else ''}"
     return Estimate(what, tasks, fabric.graph_items, float(ranks) * per_rank * BYTES_PER_TASK[granularity]
-                    + fabric.bytes)
+                    + fabric.bytes + collective_flow_bytes(p))
+
+
+def collective_flow_bytes(parallel) -> float:
+    """The plan of the job's largest collective, held while it is priced: a collective's plan
+    has flows over its whole group even when one rank of it is simulated (at most
+    :data:`FLOWS_PER_RANK` a rank, :data:`BYTES_PER_FLOW` each). The largest group is the data
+    parallel one over the context-parallel ranks too (the gradients' reduction), or the
+    tensor- or expert-parallel one when larger.
+
+    >>> from sim.workload.spec import ParallelSpec
+    >>> collective_flow_bytes(ParallelSpec(tp=2, pp=2, dp=262144)) / 2**30  # a million GPUs' DP all-reduce
+    5.46875
+    """
+    group = max(parallel.dp * parallel.cp, parallel.tp, parallel.ep)
+    return float(FLOWS_PER_RANK * group * BYTES_PER_FLOW)
 
 
 def inference_estimate(spec, topology, num_gpus: int, granularity: str) -> Estimate:
@@ -269,7 +288,7 @@ def collective_estimate(topology, ranks: int, all_to_all: bool) -> Estimate:
     """The memory of pricing one collective over ``ranks`` GPUs of ``topology`` alone: the
     fabric and the plan's flows (every pair's for an all-to-all; measured at most 32 per rank
     for the others, a double binary tree's)."""
-    flows = ranks * (ranks - 1) if all_to_all else 32 * ranks
+    flows = ranks * (ranks - 1) if all_to_all else FLOWS_PER_RANK * ranks
     fabric = topology_estimate(topology, ranks)
     return Estimate(f"{'an all-to-all' if all_to_all else 'a collective'} over {ranks:,} GPUs of "
                     f"{clip(topology.name, 40)}",

@@ -238,6 +238,15 @@ def test_every_rank_of_that_job_is_refused_as_fast():
     assert "10,000 micro-batches, every rank: " in line, line
 
 
+def test_a_data_parallel_group_of_a_million_gpus_is_counted_before_it_is_priced():
+    """Few tasks, but the DP all-reduce's plan holds flows over 262,144 ranks: counted, so the
+    job is refused in a line instead of growing until the system kills it."""
+    line = _bounded("run", "tiny", "--set", "system.num_gpus=1048576", "--set", "parallel.dp=null",
+                    "--set", "parallel.global_batch_size=1048576", "--max-memory-gib", "4")
+    assert line.startswith("--max-memory-gib: expected a job that fits"), line
+    assert "on 1,048,576 GPUs, 4 micro-batches: 1,216 tasks" in line, line
+
+
 def test_the_default_budget_is_half_the_memory_the_process_may_use():
     line = _bounded("run", *LLAMA_16K[:-2], memory_gib=3.0)
     assert "simulation memory budget of 1.5 GiB (50% of the 3.0 GiB this process may use; --max-memory-gib " \
@@ -588,3 +597,22 @@ def test_yaml_of_shipped_presets_reads_as_safe_load_does():
     for f in files:
         text = f.read_text()
         assert load_yaml(text) == yaml.safe_load(text), f
+
+
+@pytest.mark.parametrize("text, value", [("17:04", "17:04"), ("1:30.5", "1:30.5"), ("010", 10), ("-007", -7),
+                                         ("0x10", 16), ("1_024", 1024), ("0", 0)])
+def test_yaml_numbers_read_as_yaml_1_2_does(text, value):
+    """YAML 1.1's base 60 (``17:04`` read as 1024) and leading-zero octal (``010`` as 8) would
+    turn a typo into a silent number: read as YAML 1.2 reads them, text and decimal."""
+    from sim.config.fields import load_yaml
+
+    assert load_yaml(f"x: {text}\n") == {"x": value}
+
+
+def test_a_sequence_length_written_as_a_time_is_refused(tmp_path, capsys):
+    w = tmp_path / "w.yaml"
+    w.write_text((REPO / "workloads" / "tiny.yaml").read_text().replace("seq_length: 1024", "seq_length: 17:04"))
+    assert "seq_length: 17:04" in w.read_text()
+    assert main(["run", str(w)]) == 2
+    err = capsys.readouterr().err
+    assert "model.seq_length" in err and "'17:04'" in err and len(err.splitlines()) == 1

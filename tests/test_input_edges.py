@@ -125,6 +125,16 @@ def test_two_cases_of_one_file_with_one_id_are_refused(tmp_path, capsys):
         capsys, "validate", path, "--jobs", "1")
 
 
+def test_validate_infer_refuses_two_cases_with_one_id(tmp_path, capsys):
+    """As ``validate`` does: rows are told apart by their case's id."""
+    case = {"id": "c1", "source": {"framework": "NeMo Framework inference"}, "model": "llama2-7b",
+            "gpu": "H100-SXM5-80GB", "tp": 1, "batch": 1, "prompt_tokens": 128, "generate_tokens": 20,
+            "measured": {"e2e_latency_s": 0.15}}
+    path = _yaml(tmp_path, "dup.yaml", {"cases": [case, {**case, "tp": 2}]})
+    assert "cases[1].id: expected an id no other case of the file has (cases[0] has it) (got 'c1')" in _error(
+        capsys, "validate-infer", path)
+
+
 @pytest.mark.parametrize("field", ["tp", "pp", "batch"])
 def test_validate_infer_refuses_a_zero_it_used_to_read_as_one(field, tmp_path, capsys):
     case = {"id": "c1", "source": {"framework": "NeMo Framework inference"}, "model": "llama2-7b",

@@ -179,7 +179,7 @@ def _generation_end(gpu: str | None, gpu_flag: str, gpu_default: str, topology, 
     from sim.topology.choice import choose_gpu
     from sim.topology.spec import TopologySpec
 
-    gpu_spec = _gpu_arg(gpu or gpu_default, gpu_flag)
+    gpu_spec = _gpu_arg(gpu_default if gpu is None else gpu, gpu_flag)
     if topology is None:
         return gpu_spec, load_topology(default_topology_name(gpu_spec.name))
     topo = topology if isinstance(topology, TopologySpec) else load_topology(topology)

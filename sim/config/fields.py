@@ -128,15 +128,29 @@ class StrictLoader(yaml.SafeLoader):
                 first[key] = line
         return super().construct_mapping(node, deep)
 
-    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int | str:  # type: ignore[override]
         text = str(node.value)
         if sum(c.isalnum() for c in text) > MAX_INT_DIGITS:
             raise YAMLRefused(node.start_mark, f"an integer of at most {MAX_INT_DIGITS} digits",
                               Described(f"one of {len(text):,} characters"))
+        if ":" in text:  # YAML 1.1's base 60 (``17:04`` is 1024); YAML 1.2 reads it as text
+            return text
+        if _LEADING_ZERO.match(text):  # YAML 1.1's octal (``010`` is 8); YAML 1.2 reads it as 10
+            return int(text.replace("_", ""), 10)
         return super().construct_yaml_int(node)
 
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float | str:  # type: ignore[override]
+        text = str(node.value)
+        if ":" in text:  # YAML 1.1's base 60 (``1:30.5``); text in YAML 1.2
+            return text
+        return super().construct_yaml_float(node)
+
+
+_LEADING_ZERO = re.compile(r"^[-+]?0[0-9_]+$")
+"""A decimal integer written with leading zeros."""
 
 StrictLoader.add_constructor(_INT_TAG, StrictLoader.construct_yaml_int)
+StrictLoader.add_constructor("tag:yaml.org,2002:float", StrictLoader.construct_yaml_float)
 # YAML 1.2 reads ``3e-1`` and ``1e9`` as numbers; PyYAML's YAML 1.1 resolver wants a dot
 # (``3.0e-1``) and would hand the text to a field that expects a number
 StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float",

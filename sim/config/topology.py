@@ -52,13 +52,23 @@ _TOPO_SETTABLE = ({"scale_up": _UP_KEYS, "scale_out": _OUT_KEYS}, _TOPO_KEYS[:5]
 MAX_BANDWIDTH = 1e9
 """The largest bandwidth a topology file gives, in its key's unit (GB/s or Gb/s): an exabyte
 per second, past any link, far from a float's range once converted to bytes/s."""
+MIN_BANDWIDTH = 0.1
+"""The smallest bandwidth a topology file gives, in its key's unit: 100 MB/s or 100 Mb/s, below
+any link a GPU has had (PCIe 1.0 x1 carried 250 MB/s; Gigabit Ethernet 1 Gb/s). Less is a
+typo, and would print iteration times of hundreds of digits."""
+MIN_EFFICIENCY = 1e-4
+"""The smallest fraction of its bandwidth a link may be said to reach: the finest a calibration
+file writes (its efficiencies have four decimals, :data:`sim.calibrate.scale_out.MIN_EFFICIENCY`,
+which a log of tiny messages reaches). The shipped curves go down to 0.075 (an 8-GPU NVLink
+all-reduce of a few kilobytes); less than this is a typo, and would print iteration times of
+hundreds of digits."""
 MAX_LATENCY_US = 1e9
 """The largest latency a topology file gives, in microseconds (over 16 minutes)."""
 MAX_OVERSUBSCRIPTION = 1e6
 """The largest leaf-to-spine oversubscription ratio."""
 MAX_MESSAGE_BYTES = 2.0**60
 """The largest message size of an efficiency curve (an exbibyte)."""
-_BANDWIDTH = f"a positive bandwidth of at most {MAX_BANDWIDTH:g}"
+_BANDWIDTH = f"a bandwidth from {MIN_BANDWIDTH:g} to {MAX_BANDWIDTH:g}"
 _LATENCY = f"a non-negative latency of at most {MAX_LATENCY_US:g} us"
 
 _DEFAULT_TOPOLOGY = {"A100-SXM4-80GB": "dgx-a100", "A100-SXM4-40GB": "dgx-a100", "H100-SXM5-80GB": "dgx-h100",
@@ -262,14 +272,14 @@ def _dragonfly(out: Fields, nic: LinkSpec) -> DragonflySpec:
 def _network_link(f: Fields, prefix: str, nic: LinkSpec) -> LinkSpec:
     """``{prefix}_bandwidth_Gbps`` and ``{prefix}_latency_us``, with the NIC's efficiency."""
     bw_key, lat_key = f"{prefix}_bandwidth_Gbps", f"{prefix}_latency_us"
-    bandwidth = f.quantity(bw_key, _BANDWIDTH, low_open=True, high=MAX_BANDWIDTH, required=True)
+    bandwidth = f.quantity(bw_key, _BANDWIDTH, low=MIN_BANDWIDTH, high=MAX_BANDWIDTH, required=True)
     latency = f.quantity(lat_key, _LATENCY, high=MAX_LATENCY_US, required=True)
     return LinkSpec(bandwidth_bytes_per_s=bandwidth * GBIT_PER_S, latency_s=latency * US,
                     efficiency=nic.efficiency)
 
 
 def _link(f: Fields, bandwidth_key: str, unit: float) -> LinkSpec:
-    bandwidth = f.quantity(bandwidth_key, _BANDWIDTH, low_open=True, high=MAX_BANDWIDTH, required=True)
+    bandwidth = f.quantity(bandwidth_key, _BANDWIDTH, low=MIN_BANDWIDTH, high=MAX_BANDWIDTH, required=True)
     latency = f.quantity("latency_us", _LATENCY, high=MAX_LATENCY_US, required=True)
     return LinkSpec(bandwidth_bytes_per_s=bandwidth * unit, latency_s=latency * US,
                     efficiency=_efficiency(f))
@@ -280,8 +290,8 @@ def _efficiency(f: Fields) -> EfficiencyCurve:
     if len(given) != 1:
         raise f.error("efficiency", "exactly one of efficiency or efficiency_by_size_bytes", given)
     if given[0] == "efficiency":
-        return EfficiencyCurve.constant(f.quantity("efficiency", "a fraction in (0, 1]", low_open=True, high=1.0,
-                                                   required=True))
+        return EfficiencyCurve.constant(f.quantity("efficiency", f"a fraction from {MIN_EFFICIENCY:g} to 1",
+                                                   low=MIN_EFFICIENCY, high=1.0, required=True))
     return _curve(f, "efficiency_by_size_bytes")
 
 
@@ -289,7 +299,7 @@ def _curve(f: Fields, key: str) -> EfficiencyCurve:
     """``[[message bytes, fraction], ...]``: sizes positive, finite and increasing, fractions in
     (0, 1]; an error names the pair that is not."""
     pairs = f.raw[key]
-    expected = "a list of [message bytes, fraction] pairs, sizes increasing, fractions in (0, 1]"
+    expected = f"a list of [message bytes, fraction] pairs, sizes increasing, fractions from {MIN_EFFICIENCY:g} to 1"
     if not (isinstance(pairs, list) and pairs):
         raise f.error(key, expected, pairs)
     out: list[tuple[float, float]] = []
@@ -299,8 +309,8 @@ def _curve(f: Fields, key: str) -> EfficiencyCurve:
         size, eff = pair
         if not (is_finite(size) and 0 < size <= MAX_MESSAGE_BYTES):
             raise f.error(f"{key}[{i}]", "a message size in bytes, positive and at most 2^60", size)
-        if not (is_finite(eff) and 0 < eff <= 1):
-            raise f.error(f"{key}[{i}]", "an efficiency in (0, 1]", eff)
+        if not (is_finite(eff) and MIN_EFFICIENCY <= eff <= 1):
+            raise f.error(f"{key}[{i}]", f"an efficiency from {MIN_EFFICIENCY:g} to 1", eff)
         if out and not size > out[-1][0]:
             raise f.error(f"{key}[{i}]", f"a size above the previous pair's {out[-1][0]:g} (sizes increase)", size)
         out.append((float(size), float(eff)))

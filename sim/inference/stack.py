@@ -10,13 +10,13 @@ release notes, the runtime's code, a published measurement):
 ``cuda_graphs`` (true or false)
     Whether a step's kernels are replayed from a CUDA graph (one launch per step: the host
     issues nothing per kernel) or issued one by one by the host (eager).
-``kernel_issue_s`` (seconds, >= 0)
+``kernel_issue_s`` (seconds, 0 to 0.01)
     The host's time to issue one kernel when eager (the CUDA launch call and the runtime's
     own work around it).
-``step_s`` (seconds, >= 0)
+``step_s`` (seconds, 0 to 10)
     The host's work per step between receiving a step's sampled token and issuing the next
     step's first kernel (sampling and stop checks on the host, scheduling).
-``request_s`` (seconds, >= 0)
+``request_s`` (seconds, 0 to 600)
     The host's fixed work per request before the prefill is issued (front end, HTTP,
     tokenization), where the measurement of the stack's published figures includes it.
 
@@ -46,6 +46,11 @@ DEFAULT_STACK = "cuda-graphs"
 no host work counted, so the GPU's kernels alone set the latency."""
 
 HOST_SETTINGS = ("cuda_graphs", "kernel_issue_s", "step_s", "request_s")
+HOST_MAX_S = {"kernel_issue_s": 1e-2, "step_s": 10.0, "request_s": 600.0}
+"""The largest value each host setting takes, seconds: a thousand times what is measured or
+published (a kernel launch 2-10 us, pytorch/pytorch #41383 and the stacks' sources; a Python
+runtime's step about 1 ms; a request's front end tens of milliseconds), so a typo (``1e308``)
+is refused rather than printed as an infinite latency."""
 """The keys of a stack file's ``host`` section, in the order docs/inference.md lists them."""
 
 _TOP = ("name", "description", "matches", "host")
@@ -125,8 +130,9 @@ def _setting(raw: object, path: str, key: str) -> HostSetting:
     if key == "cuda_graphs":
         if not isinstance(value, bool):
             raise _error(path, f"{field}.value", "true or false", value)
-    elif isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise _error(path, f"{field}.value", "a number of seconds, 0 or more", value)
+    elif (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
+          or value > HOST_MAX_S[key]):
+        raise _error(path, f"{field}.value", f"a number of seconds from 0 to {HOST_MAX_S[key]:g}", value)
     why = m.get("why")
     if not isinstance(why, str) or not why.strip():
         raise _error(path, f"{field}.why", "a phrase saying why", why)

@@ -164,9 +164,13 @@ def validate_inference(path: str | None = None, granularity: str = "step",
     if not isinstance(cases, list) or not cases:
         raise top.error("cases", "a list of measured cases", cases)
     rows = []
+    seen: dict[str, int] = {}
     for i, case in enumerate(cases):
         f = Fields(case, where, f"cases[{i}]", _CASE_KEYS)
         cid = f.text("id", required=True)
+        if cid in seen:  # the rows are told apart by their id
+            raise f.error("id", f"an id no other case of the file has (cases[{seen[cid]}] has it)", cid)
+        seen[cid] = i
         source = f.raw.get("source")
         if source is not None and not isinstance(source, (Mapping, str)):
             raise f.error("source", "a mapping (publication, url, framework) or text", source)

@@ -424,6 +424,30 @@ def test_topology_unknown_key(tmp_path):
     assert "bandwidth_GBps" in err.expected
 
 
+@pytest.mark.parametrize("section, key, value", [
+    ("scale_up", "bandwidth_GBps", 1e-300), ("scale_up", "bandwidth_GBps", 0.05),
+    ("scale_out", "nic_bandwidth_Gbps", 1e-300),
+    ("scale_out", "efficiency", 1e-300), ("scale_up", "efficiency_by_size_bytes", [[1024, 1e-9], [2**30, 0.9]]),
+])
+def test_topology_refuses_a_link_too_slow_to_be_one(tmp_path, section, key, value):
+    """A tiny bandwidth or efficiency is a typo: it would print an iteration time of hundreds of digits."""
+    data = _topology_data()
+    if key == "efficiency_by_size_bytes":
+        data[section].pop("efficiency", None)
+    elif key == "efficiency":
+        data[section].pop("efficiency_by_size_bytes", None)
+    data[section][key] = value
+    field = f"{section}.{key}" + ("[0]" if key == "efficiency_by_size_bytes" else "")
+    _error(_write(tmp_path, data), field, loader=load_topology)
+
+
+def test_a_topology_takes_every_efficiency_a_calibration_writes():
+    from sim.calibrate.scale_out import MIN_EFFICIENCY as written
+    from sim.config.topology import MIN_EFFICIENCY
+
+    assert MIN_EFFICIENCY == written
+
+
 def test_topology_unknown_preset():
     with pytest.raises(ConfigError) as info:
         load_topology("dgx-z9000")

@@ -228,6 +228,10 @@ def test_a_good_stack_file_reads(tmp_path):
      "host.kernel_issue_s.value"),
     ({"name": "x", "host": {**_GOOD, "cuda_graphs": {"value": "yes", "why": "w", "sources": ["s"]}}},
      "host.cuda_graphs.value"),
+    ({"name": "x", "host": {**_GOOD, "kernel_issue_s": {"value": 1e308, "why": "w", "sources": ["s"]}}},
+     "host.kernel_issue_s.value"),  # an infinite latency otherwise
+    ({"name": "x", "host": {**_GOOD, "request_s": {"value": 1e4, "why": "w", "sources": ["s"]}}},
+     "host.request_s.value"),
     ({"name": "x", "host": {**_GOOD, "step_s": {"value": 1e-3, "why": "w", "sources": []}}}, "host.step_s.sources"),
     ({"name": "x", "host": {k: v for k, v in _GOOD.items() if k != "request_s"}}, "host.request_s"),
     ({"name": "x", "host": {**_GOOD, "per_token_s": _GOOD["step_s"]}}, "host.per_token_s"),
