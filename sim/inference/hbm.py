@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from sim.config.fields import Fields, read_yaml
 from sim.config.presets import resolve_preset
 from sim.errors import ConfigError
-from sim.hardware import GPUSpec
+from sim.hardware import GPUSpec, get_gpu, gpu_names
 from sim.inference.report import make_inference_report
 from sim.inference.runner import simulate_inference
 from sim.inference.spec import InferenceSpec
@@ -24,10 +24,29 @@ from sim.topology.spec import TopologySpec
 from sim.units import GB, GBPS, GiB, byte_count
 
 __all__ = ["HBM_TABLE", "HBMGeneration", "HBMTable", "load_hbm_table", "with_hbm", "MemoryRow", "memory_whatif",
-           "format_memory_whatif"]
+           "format_memory_whatif", "STACK_BANDWIDTH_GBPS", "STACK_CAPACITY_GB", "MAX_STACKS"]
 
 HBM_TABLE = "hbm-generations"
 """The table's preset name in ``topologies/``."""
+
+STACK_BANDWIDTH_GBPS = (1.0, 100_000.0)
+"""The per-stack bandwidths (GB/s) the table takes, both ends included. The slowest stack ever
+built, first-generation HBM (JEDEC JESD235, 2013: 1 Gb/s x 1024 bits = 128 GB/s; AMD Radeon R9
+Fury X, 4 stacks, 512 GB/s), is 128 times the lower end; the fastest standard, HBM4 (JEDEC
+JESD270-4, April 2025: 8 Gb/s x 2048 bits = 2 TB/s, the table's ``sources``), is a fiftieth of
+the upper one. Outside them a GPU moved to the generation runs at a rate no memory has (at
+1e308 GB/s a stack's bytes per second overflow to infinity, the other generations' share of it
+is 0 and a kernel's time divides by zero)."""
+
+STACK_CAPACITY_GB = (0.1, 10_000.0)
+"""The per-stack capacities (GB) the table takes, both ends included: a tenth of the smallest
+stack built (HBM1, 1 GB: the Fury X's 4 GB in 4 stacks) up to 150 times the largest the newest
+standard allows (HBM4: 16-high stacks of 32 Gb dies, 64 GB; JEDEC JESD270-4, the table's
+``sources``)."""
+
+MAX_STACKS = 64
+"""The most HBM stacks a table's GPU may have: the largest built carry 8 (B200, GB200, GB300;
+the table's ``gpus``) and the largest announced 16 (NVIDIA's Rubin Ultra, GTC 2025 roadmap)."""
 
 
 @dataclass(frozen=True)
@@ -63,6 +82,40 @@ class HBMTable:
 def load_hbm_table(path: str | None = None) -> HBMTable:
     """Read the HBM table (``topologies/hbm-generations.yaml`` unless ``path`` is given).
 
+    The table has three keys, and no others:
+
+    ``generations``
+        A mapping of generation names (text, each once in any case: ``--hbm`` reads them in any
+        case) to ``{stack_bandwidth_GBps, stack_capacity_GB}``, both required: a stack's
+        bandwidth in GB/s, within :data:`STACK_BANDWIDTH_GBPS` (1 to 100,000), and its
+        capacity in GB, within :data:`STACK_CAPACITY_GB` (0.1 to 10,000).
+    ``gpus``
+        A mapping of GPUs of the catalogue (:func:`sim.hardware.get_gpu`'s names, each GPU once
+        whatever name it goes by) to ``{generation, stacks, stack_capacity_GB}``: the
+        generation it ships with (one of ``generations``), its stack count (1 to
+        :data:`MAX_STACKS`) and, when its stacks differ from the generation's, their capacity
+        (within :data:`STACK_CAPACITY_GB`).
+    ``sources``
+        Text: where the figures come from.
+
+    No real or announced part is near the bounds (see each constant); they keep a typo or a
+    generated file from producing a GPU with absurd memory, or from dividing by zero.
+
+    Parameters
+    ----------
+    path : str, optional
+        A YAML file or a preset name of ``topologies/``.
+
+    Returns
+    -------
+    HBMTable
+        Its ``gpus`` keyed by the catalogue's canonical GPU names.
+
+    Raises
+    ------
+    ConfigError
+        For anything else, naming the file and the field.
+
     >>> t = load_hbm_table()
     >>> list(t.generations), t.gpus["H100-SXM5-80GB"][:2]
     (['HBM2e', 'HBM3', 'HBM3e', 'HBM4'], ('HBM3', 5))
@@ -70,29 +123,47 @@ def load_hbm_table(path: str | None = None) -> HBMTable:
     file = resolve_preset(path or HBM_TABLE, "topologies")
     where = str(file)
     top = Fields(read_yaml(file), where, "", ("generations", "gpus", "sources"))
+    top.text("sources")
     raw_gens = top.raw.get("generations")
     if not isinstance(raw_gens, Mapping) or not raw_gens:
         raise top.error("generations", "a mapping of generation names to their stacks", raw_gens)
-    gens = {}
+    lo_bw, hi_bw = STACK_BANDWIDTH_GBPS
+    lo_cap, hi_cap = STACK_CAPACITY_GB
+    bw_what = f"a stack's bandwidth in GB/s, from {lo_bw:,g} to {hi_bw:,g}"
+    cap_what = f"a stack's capacity in GB, from {lo_cap:,g} to {hi_cap:,g}"
+    gens: dict[str, HBMGeneration] = {}
     for name, entry in raw_gens.items():
+        if not isinstance(name, str) or not name.strip():
+            raise top.error(f"generations.{name}", "a generation name, e.g. HBM3e", name)
+        same = next((g for g in gens if g.lower() == name.strip().lower()), None)
+        if same is not None:
+            raise top.error(f"generations.{name}", f"each generation once, in any case ({same!r} is there)", name)
         f = Fields(entry, where, f"generations.{name}", ("stack_bandwidth_GBps", "stack_capacity_GB"))
-        bw, cap = f.number("stack_bandwidth_GBps", required=True), f.number("stack_capacity_GB", required=True)
-        if bw <= 0 or cap <= 0:
-            raise f.error("stack_bandwidth_GBps" if bw <= 0 else "stack_capacity_GB", "a positive number",
-                          bw if bw <= 0 else cap)
-        gens[str(name)] = HBMGeneration(str(name), bw * GBPS, cap * GB)
+        bw = f.quantity("stack_bandwidth_GBps", bw_what, low=lo_bw, high=hi_bw, required=True)
+        cap = f.quantity("stack_capacity_GB", cap_what, low=lo_cap, high=hi_cap, required=True)
+        gens[name] = HBMGeneration(name, bw * GBPS, cap * GB)
     raw_gpus = top.raw.get("gpus")
-    if not isinstance(raw_gpus, Mapping):
+    if not isinstance(raw_gpus, Mapping) or not raw_gpus:
         raise top.error("gpus", "a mapping of GPU names to {generation, stacks}", raw_gpus)
-    gpus = {}
+    gpus: dict[str, tuple[str, int, float]] = {}
+    given: dict[str, object] = {}
     for name, entry in raw_gpus.items():
+        try:
+            gpu = get_gpu(name).name
+        except KeyError:
+            raise top.error(f"gpus.{name}", f"a GPU of the catalogue: one of {gpu_names()}", name) from None
+        if gpu in given:
+            raise top.error(f"gpus.{name}", f"each GPU once ({given[gpu]!r} names {gpu} too)", name)
+        given[gpu] = name
         f = Fields(entry, where, f"gpus.{name}", ("generation", "stacks", "stack_capacity_GB"))
         gen = f.text("generation", required=True)
         if gen not in gens:
             raise f.error("generation", f"one of {list(gens)}", gen)
         stacks = f.integer("stacks", required=True, positive=True)
-        cap = f.number("stack_capacity_GB")
-        gpus[str(name)] = (gen, stacks, gens[gen].stack_capacity_bytes if cap is None else cap * GB)
+        if stacks > MAX_STACKS:
+            raise f.error("stacks", f"a stack count from 1 to {MAX_STACKS}", stacks)
+        own_cap = f.quantity("stack_capacity_GB", cap_what, low=lo_cap, high=hi_cap)
+        gpus[gpu] = (gen, stacks, gens[gen].stack_capacity_bytes if own_cap is None else own_cap * GB)
     return HBMTable(where, gens, gpus)
 
 

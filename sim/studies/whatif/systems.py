@@ -47,7 +47,8 @@ from sim.types import NOT_SIMULATED_DTYPES, SIMULATED_DTYPES, Dtype, parse_enum
 from sim.workload.spec import ParallelSpec, WorkloadSpec
 
 __all__ = ["FACTORS", "SCALABLE", "Step", "Generations", "NodeRow", "generations", "scale_system", "breakdown", "nodes",
-           "node_system", "load_nodes_table", "format_generations", "format_nodes", "parse_order", "parse_dtype"]
+           "node_system", "load_nodes_table", "NODE_FACTORS", "NODE_FACTOR_RANGE", "NODE_NM_RANGE",
+           "format_generations", "format_nodes", "parse_order", "parse_dtype"]
 
 FACTORS = ("compute", "format", "hbm-bandwidth", "hbm-capacity", "nvlink", "network")
 """The factors of :func:`generations`, in the seed paper's order (compute and format first,
@@ -262,10 +263,14 @@ def scale_system(gpu: GPUSpec, topo: TopologySpec, k: float) -> tuple[GPUSpec, T
 
 
 def parse_order(text: str | None) -> tuple[str, ...]:
-    """``"compute,format,..."`` -> a tuple (default :data:`FACTORS`)."""
-    if not text:
+    """``"compute,format,..."`` -> a tuple (default :data:`FACTORS` when not given); an empty
+    text or a list without a name is refused."""
+    if text is None:
         return FACTORS
-    return tuple(x.strip() for x in text.split(",") if x.strip())
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    if not names:
+        raise ConfigError("<--order>", "--order", f"a comma-separated permutation of {','.join(FACTORS)}", text)
+    return names
 
 
 def parse_dtype(text: str | None) -> Dtype | None:
@@ -296,28 +301,118 @@ class NodeRow:
                 "breakdown_s": self.breakdown_s, "fits": self.fits, "bottleneck": self.bottleneck}
 
 
+NODE_FACTORS = ("logic", "hbm_bandwidth", "hbm_capacity", "link_bandwidth", "nic_bandwidth")
+"""The factors of a technology-node row that scale the base system (:func:`node_system`)."""
+
+NODE_FACTOR_RANGE = (0.01, 100.0)
+"""The factors a technology-node row may give, relative to the base node, both ends included.
+The shipped table (``topologies/technology-nodes.yaml``, relative to the A100's 7 nm) spans 0.37
+(12 nm SRAM density) to 25.6 (the HBM bandwidth projected for 1 nm). A hundredth of an A100
+(312 dense BF16 TFLOP/s, 2,039 GB/s of HBM, 300 GB/s of NVLink per direction: NVIDIA's A100
+datasheet, :mod:`sim.hardware`) is below even the 2016 P100 (21 FP16 TFLOP/s, 732 GB/s of HBM2,
+80 GB/s of NVLink per direction, NVIDIA's Tesla P100 datasheet: 0.07x, 0.36x, 0.27x), and a
+hundred times one is beyond every announced part (B200: 2,250 TFLOP/s, 8 TB/s, 900 GB/s, NVIDIA's
+DGX B200 datasheet: 7x, 4x and 3x an A100). Outside the range a factor only makes numbers no
+system has: at 1e-300 the compute times reach 1e294 s and the memory-bound share of the
+breakdown, a difference of two of them, comes out negative."""
+
+NODE_NM_RANGE = (0.1, 10_000.0)
+"""The process nodes (nm) a row may name, both ends included: from the 10 um of the first
+microprocessors (Intel 4004, 1971) to a fifth of imec's A2 (0.2 nm), the end of its published
+logic roadmap (imec ITF 2022)."""
+
+_NODES_KEYS = ("base_gpu", "base_topology", "base_node_nm", "nodes", "sources")
+_NODE_ROW_KEYS = ("node_nm", *NODE_FACTORS, "sram")
+
+
 def load_nodes_table(path: str | None = None) -> dict:
-    """Read the technology-scaling table (default ``topologies/technology-nodes.yaml``),
-    checking every node row; one-line ConfigErrors name the file and field."""
-    from pathlib import Path
+    """Read the technology-scaling table (default ``topologies/technology-nodes.yaml``).
 
-    from sim.config.fields import is_finite, read_yaml
+    The table has these keys, and no others:
+
+    ``base_gpu``
+        The GPU the factors scale, a name of the catalogue (:func:`sim.hardware.get_gpu`).
+    ``base_topology``
+        The topology they scale, a file or a preset of ``topologies/``.
+    ``base_node_nm``
+        The base GPU's node: one of the rows, whose factors are all 1.
+    ``nodes``
+        A list of rows ``{node_nm, logic, hbm_bandwidth, hbm_capacity, link_bandwidth,
+        nic_bandwidth, sram}``: the node in nm (within :data:`NODE_NM_RANGE`, each node once)
+        and the factors relative to the base node (within :data:`NODE_FACTOR_RANGE`, 0.01 to
+        100), all required but ``sram`` (informational: llmsim's GPU model has no SRAM term).
+    ``sources``
+        Text: where the figures come from.
+
+    Parameters
+    ----------
+    path : str, optional
+        A YAML file or a preset name of ``topologies/``.
+
+    Returns
+    -------
+    dict
+        The table, its numbers as floats and ``base_gpu`` as the catalogue's canonical name.
+
+    Raises
+    ------
+    ConfigError
+        For anything else, one line naming the file and the field (an error inside the base
+        topology's own file names that file).
+    """
+    from sim.config import load_topology
+    from sim.config.fields import Fields, read_yaml
     from sim.config.presets import resolve_preset
+    from sim.hardware import get_gpu, gpu_names
 
-    file = Path(path) if path else resolve_preset("technology-nodes", "topologies")
-    raw = read_yaml(file)
-    if not isinstance(raw, dict) or not isinstance(raw.get("nodes"), list) or not raw["nodes"]:
-        raise ConfigError(str(file), "nodes", "a list of {node_nm, logic, hbm_bandwidth, ...} rows", raw)
-    keys = ("logic", "hbm_bandwidth", "hbm_capacity", "link_bandwidth", "nic_bandwidth")
-    for i, row in enumerate(raw["nodes"]):
-        for k in ("node_nm",) + keys:
-            v = row.get(k) if isinstance(row, dict) else None
-            if not (is_finite(v) and v > 0):
-                raise ConfigError(str(file), f"nodes[{i}].{k}", "a positive finite number", v)
-    for k in ("base_gpu", "base_topology"):
-        if not isinstance(raw.get(k), str):
-            raise ConfigError(str(file), k, "a GPU or topology name", raw.get(k))
-    return raw
+    file = resolve_preset(path or "technology-nodes", "topologies")
+    where = str(file)
+    top = Fields(read_yaml(file), where, "", _NODES_KEYS)
+    sources = top.text("sources")
+    gpu_name = top.text("base_gpu", required=True)
+    try:
+        base_gpu = get_gpu(gpu_name).name
+    except KeyError:
+        raise top.error("base_gpu", f"a GPU of the catalogue: one of {gpu_names()}", gpu_name) from None
+    topo_name = top.text("base_topology", required=True)
+    try:
+        load_topology(topo_name)
+    except ConfigError as exc:
+        if exc.path != topo_name or exc.field != "<file>":
+            raise  # an error inside the topology's own file names that file
+        raise top.error("base_topology", exc.expected, topo_name) from None
+    raw_rows = top.raw.get("nodes")
+    if not isinstance(raw_rows, list) or not raw_rows:
+        raise top.error("nodes", "a list of {node_nm, logic, hbm_bandwidth, ...} rows", raw_rows)
+    lo_nm, hi_nm = NODE_NM_RANGE
+    lo, hi = NODE_FACTOR_RANGE
+    nm_what = f"a process node in nm, from {lo_nm:g} to {hi_nm:,g}"
+    factor_what = f"a factor relative to the base node, from {lo:g} to {hi:g}"
+    rows: list[dict] = []
+    seen: dict[float, int] = {}
+    for i, raw_row in enumerate(raw_rows):
+        f = Fields(raw_row, where, f"nodes[{i}]", _NODE_ROW_KEYS)
+        nm = f.quantity("node_nm", nm_what, low=lo_nm, high=hi_nm, required=True)
+        if nm in seen:
+            raise f.error("node_nm", f"each node once (nodes[{seen[nm]}] is {nm:g} nm too)", nm)
+        seen[nm] = i
+        row = {"node_nm": nm, **{k: f.quantity(k, factor_what, low=lo, high=hi, required=True) for k in NODE_FACTORS}}
+        sram = f.quantity("sram", factor_what, low=lo, high=hi)
+        if sram is not None:
+            row["sram"] = sram
+        rows.append(row)
+    base_nm = top.quantity("base_node_nm", nm_what, low=lo_nm, high=hi_nm, required=True)
+    if base_nm not in seen:
+        raise top.error("base_node_nm", f"one of the rows' nodes ({', '.join(f'{n:g}' for n in seen)})", base_nm)
+    base_row = rows[seen[base_nm]]
+    for k in (*NODE_FACTORS, "sram"):
+        if base_row.get(k, 1.0) != 1.0:
+            raise ConfigError(where, f"nodes[{seen[base_nm]}].{k}", f"1 at the base node ({base_nm:g} nm): the "
+                              "factors are relative to it", base_row[k])
+    table = {"base_gpu": base_gpu, "base_topology": topo_name, "base_node_nm": base_nm, "nodes": rows}
+    if sources is not None:
+        table["sources"] = sources
+    return table
 
 
 def node_system(gpu: GPUSpec, topo: TopologySpec, row: dict, scale: Sequence[str] = SCALABLE
@@ -360,7 +455,7 @@ def nodes(workload: WorkloadSpec, table: dict, base_topology: TopologySpec, base
         gpu, topo = node_system(base_gpu, base_topology, row, scale)
         run = _simulate(_with_system(workload, gpu, topo, workload.dtype, workload.parallel), topo)
         b, fits = _figures(run)
-        factors = {k: row[k] for k in ("logic", "hbm_bandwidth", "hbm_capacity", "link_bandwidth", "nic_bandwidth")}
+        factors = {k: row[k] for k in NODE_FACTORS}
         out.append(NodeRow(n, factors, run.result.makespan_s, b, fits, max(b, key=b.get)))
     return out
 
