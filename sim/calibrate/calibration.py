@@ -39,7 +39,8 @@ puts the curves in place of the workload's GPU's where that is the GPU they were
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,8 +56,8 @@ from sim.errors import ConfigError, Described
 from sim.topology.spec import FabricKind, TopologySpec
 from sim.units import GBIT_PER_S, GBPS
 
-__all__ = ["FORMAT", "FACTOR_BOUNDS", "Calibration", "apply_calibration", "calibrated_topology", "load_calibration",
-           "topology_option"]
+__all__ = ["CHECK_KEYS", "FORMAT", "FACTOR_BOUNDS", "LOG_KEYS", "RUN_KEYS", "Calibration", "apply_calibration",
+           "calibrated_topology", "load_calibration", "topology_option"]
 
 FORMAT = 1
 """The calibration file format (``llmsim_calibration: 1``)."""
@@ -72,6 +73,18 @@ _UP_KEYS = ("bandwidth_GBps", "collective_latency_us") + _CURVES
 _OUT_KEYS = ("nics_per_node", "nic_bandwidth_Gbps", "latency_us", "efficiency_by_size_bytes",
              "alltoall_efficiency_by_size_bytes", "all_gather_efficiency_by_size_bytes",
              "reduce_scatter_efficiency_by_size_bytes")
+RUN_KEYS = ("file", "id", "metric", "measured", "predicted_before", "predicted_after", "error_before", "error_after",
+            "predicted_written", "predicted_left_out")
+"""The keys of a row of a file's ``runs`` (:mod:`sim.calibrate.command` writes them all; the
+first four are needed, ``predicted_left_out`` may be null)."""
+_RUN_NEEDED = RUN_KEYS[:4]
+LOG_KEYS = ("file", "collective", "ranks", "nodes", "devices", "nccl_version", "rows", "used", "role",
+            "not_used_because")
+"""The keys of an entry of a file's ``logs`` (``role`` where the log is used, ``not_used_because``
+where it is not)."""
+CHECK_KEYS = ("log", "collective", "role", "size_bytes", "log_busbw_GBps", "topology_busbw_GBps",
+              "calibrated_busbw_GBps", "error_before", "error")
+"""The keys of a row of a file's ``check``, every one needed."""
 
 
 @dataclass(frozen=True)
@@ -148,34 +161,58 @@ class Calibration:
 
 
 def load_calibration(path: str) -> Calibration:
-    """Read a calibration file; a ConfigError naming the file and the field for anything malformed."""
+    """Read a calibration file.
+
+    Parameters
+    ----------
+    path : str
+        The calibration file (YAML, the module docstring).
+
+    Returns
+    -------
+    Calibration
+        What the file holds, every section checked.
+
+    Raises
+    ------
+    ConfigError
+        Naming the file and the field for anything malformed: an unknown key at any level, a
+        value of the wrong type (a boolean is not a number), a number that is not finite or out
+        of range, a ``runs``, ``logs`` or ``check`` row missing a key, or a section read
+        without the one it belongs to (``runs`` without ``factors``; ``topology``, ``logs`` or
+        ``check`` without ``scale_up`` or ``scale_out``).
+    """
     raw = read_yaml(Path(path))
-    if not isinstance(raw, dict) or raw.get("llmsim_calibration") != FORMAT:
+    version = raw.get("llmsim_calibration") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict) or not isinstance(version, int) or isinstance(version, bool) or version != FORMAT:
         raise ConfigError(path, "llmsim_calibration", f"a calibration file written by llmsim calibrate "
-                          f"(llmsim_calibration: {FORMAT})", raw.get("llmsim_calibration") if isinstance(raw, dict)
+                          f"(llmsim_calibration: {FORMAT})", version if isinstance(raw, dict)
                           else Described(f"a {type(raw).__name__}"))
     for key in raw:
         if key not in _TOP_KEYS:
             raise ConfigError(path, str(key), f"one of {list(_TOP_KEYS)}", key)
     factors = _factors(path, raw.get("factors")) if "factors" in raw else ()
-    runs = raw.get("runs", [])
-    if not isinstance(runs, list):
-        raise ConfigError(path, "runs", "a list of the measured runs the factors were fitted to", runs)
-    logs, check = raw.get("logs", []), raw.get("check", [])
-    for key, listed in (("logs", logs), ("check", check)):
-        if not (isinstance(listed, list) and all(isinstance(x, dict) for x in listed)):
-            raise ConfigError(path, key, "a list of mappings (what llmsim calibrate read, and how well the result "
-                              "reproduces it)", listed)
+    runs = _runs(path, raw.get("runs", []))
+    if runs and not factors:
+        raise ConfigError(path, "runs", "the factors fitted to them beside them (factors: {compute_efficiency: "
+                          "...}): a file's runs are those of its fit", Described(f"{len(runs)} runs and no factors"))
+    logs = _rows(path, "logs", raw.get("logs", []), LOG_KEYS, _check_log)
+    check = _rows(path, "check", raw.get("check", []), CHECK_KEYS, _check_check)
     kernels = parse_kernel_section(path, raw["kernels"]) if "kernels" in raw else None
     if "scale_up" not in raw and "scale_out" not in raw and (factors or kernels is not None):
-        return Calibration(path, None, None, (), factors=factors, runs=tuple(runs), kernels=kernels)
+        for key in ("topology", "logs", "check"):
+            if key in raw:
+                raise ConfigError(path, key, "scale_up or scale_out values beside it (llmsim calibrate --nccl-tests "
+                                  "writes them together; a file of factors or kernel curves applies to the topology "
+                                  "the command names)", raw[key])
+        return Calibration(path, None, None, (), factors=factors, runs=runs, kernels=kernels)
     topology = raw.get("topology")
     if not isinstance(topology, str) or not topology:
         raise ConfigError(path, "topology", "the topology preset or file it was calibrated on", topology)
     out, nics, nic_bw = _scale_out(path, raw["scale_out"]) if "scale_out" in raw else ((), None, None)
 
     def made(bw: float | None, values: tuple[CalibratedValue, ...]) -> Calibration:
-        return Calibration(path, topology, bw, values, tuple(logs), tuple(check), factors=factors, runs=tuple(runs),
+        return Calibration(path, topology, bw, values, logs, check, factors=factors, runs=runs,
                            kernels=kernels, scale_out=out, nics_per_node=nics, nic_bandwidth_Gbps=nic_bw)
 
     if out and "scale_up" not in raw:
@@ -191,6 +228,117 @@ def load_calibration(path: str) -> Calibration:
     if isinstance(bw, bool) or not isinstance(bw, (int, float)) or not 0 < bw < float("inf"):
         raise ConfigError(path, "scale_up.bandwidth_GBps", "a positive bandwidth (GB/s)", bw)
     return made(float(bw), _calibrated_values(path, "scale_up", up, _UP_KEYS[1:], "collective_latency_us"))
+
+
+def _is_number(x: object) -> bool:
+    """Whether ``x`` is a finite int or float (a boolean is not a number)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _is_count(x: object) -> bool:
+    """Whether ``x`` is a positive integer (not a boolean)."""
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 1
+
+
+def _is_text(x: object) -> bool:
+    """Whether ``x`` is a non-empty string."""
+    return isinstance(x, str) and bool(x)
+
+
+def _rows(path: str, section: str, listed: object, keys: tuple[str, ...],
+          check: Callable[[str, str, dict], None]) -> tuple[dict, ...]:
+    """The list ``section`` of mappings, each of some of ``keys`` and checked by ``check(path,
+    field, row)``; a ConfigError naming the file, the row and the key otherwise."""
+    if not isinstance(listed, list):
+        raise ConfigError(path, section, "a list of mappings (what llmsim calibrate read, and how well the result "
+                          "reproduces it)", listed)
+    for i, row in enumerate(listed):
+        field = f"{section}[{i}]"
+        if not isinstance(row, dict):
+            raise ConfigError(path, field, f"a mapping of {list(keys)}", row)
+        for key in row:
+            if key not in keys:
+                raise ConfigError(path, f"{field}.{key}", f"one of {list(keys)}", key)
+        check(path, field, row)
+    return tuple(listed)
+
+
+def _runs(path: str, listed: object) -> tuple[dict, ...]:
+    """A file's ``runs``: each row of :data:`RUN_KEYS`, its figures positive (errors above -1)."""
+    if not isinstance(listed, list):
+        raise ConfigError(path, "runs", "a list of the measured runs the factors were fitted to", listed)
+    return _rows(path, "runs", listed, RUN_KEYS, _check_run)
+
+
+def _check_run(path: str, field: str, row: dict) -> None:
+    """One row of ``runs`` (:func:`_rows`)."""
+    from sim.calibrate.runs import TIME_TARGETS
+
+    for key in _RUN_NEEDED:
+        if key not in row:
+            raise ConfigError(path, f"{field}.{key}", f"the run's {key} (a row of runs has {list(_RUN_NEEDED)}, "
+                              "and the predictions llmsim calibrate wrote)", Described("no such key"))
+    for key in ("file", "id"):
+        if not _is_text(row[key]):
+            raise ConfigError(path, f"{field}.{key}", "a non-empty string", row[key])
+    if row["metric"] not in TIME_TARGETS:
+        raise ConfigError(path, f"{field}.metric", f"one of {list(TIME_TARGETS)}", row["metric"])
+    for key in ("measured", "predicted_before", "predicted_after", "predicted_written", "predicted_left_out"):
+        if key not in row or (key == "predicted_left_out" and row[key] is None):
+            continue
+        if not (_is_number(row[key]) and row[key] > 0):
+            null = " (or null: the run alone determines a factor)" if key == "predicted_left_out" else ""
+            raise ConfigError(path, f"{field}.{key}", f"a positive number, in the unit of the metric "
+                              f"{row['metric']}{null}", row[key])
+    for key in ("error_before", "error_after"):
+        if key in row and not (_is_number(row[key]) and row[key] > -1):
+            raise ConfigError(path, f"{field}.{key}", "a relative error, predicted / measured - 1 (a number above -1)",
+                              row[key])
+
+
+def _check_log(path: str, field: str, row: dict) -> None:
+    """One entry of ``logs`` (:func:`_rows`): the log read, and what it did or why not."""
+    for key in ("file", "collective", "ranks", "nodes", "devices", "rows", "used"):
+        if key not in row:
+            raise ConfigError(path, f"{field}.{key}", f"the log's {key} (an entry of logs has "
+                              f"{list(LOG_KEYS[:8])}, and its role or why it is not used)", Described("no such key"))
+    for key in ("file", "collective"):
+        if not _is_text(row[key]):
+            raise ConfigError(path, f"{field}.{key}", "a non-empty string", row[key])
+    for key in ("ranks", "nodes", "rows"):
+        if not _is_count(row[key]):
+            raise ConfigError(path, f"{field}.{key}", "a positive integer", row[key])
+    if not (isinstance(row["devices"], list) and row["devices"] and all(_is_text(d) for d in row["devices"])):
+        raise ConfigError(path, f"{field}.devices", "a list of the log's GPU names", row["devices"])
+    if row.get("nccl_version") is not None and not _is_text(row["nccl_version"]):
+        raise ConfigError(path, f"{field}.nccl_version", "the NCCL version the log names, or null",
+                          row["nccl_version"])
+    if not isinstance(row["used"], bool):
+        raise ConfigError(path, f"{field}.used", "true or false", row["used"])
+    need, other = ("role", "not_used_because") if row["used"] else ("not_used_because", "role")
+    if not _is_text(row.get(need)) or other in row:
+        raise ConfigError(path, f"{field}.{need}", f"with used: {str(row['used']).lower()}, the log's {need} (a "
+                          f"string) and no {other}", row.get(need))
+
+
+def _check_check(path: str, field: str, row: dict) -> None:
+    """One row of ``check`` (:func:`_rows`): a log's bus bandwidth at a size, the topology's
+    before and after."""
+    for key in CHECK_KEYS:
+        if key not in row:
+            raise ConfigError(path, f"{field}.{key}", f"the row's {key} (a row of check has {list(CHECK_KEYS)})",
+                              Described("no such key"))
+    for key in ("log", "collective", "role"):
+        if not _is_text(row[key]):
+            raise ConfigError(path, f"{field}.{key}", "a non-empty string", row[key])
+    if not _is_count(row["size_bytes"]):
+        raise ConfigError(path, f"{field}.size_bytes", "a positive number of bytes", row["size_bytes"])
+    for key in ("log_busbw_GBps", "topology_busbw_GBps", "calibrated_busbw_GBps"):
+        if not (_is_number(row[key]) and row[key] > 0):
+            raise ConfigError(path, f"{field}.{key}", "a positive bandwidth (GB/s)", row[key])
+    for key in ("error_before", "error"):
+        if not (_is_number(row[key]) and row[key] > -1):
+            raise ConfigError(path, f"{field}.{key}", "a relative error (a number above -1)", row[key])
 
 
 def _scale_out(path: str, out: object) -> tuple[tuple[CalibratedValue, ...], int | None, float | None]:

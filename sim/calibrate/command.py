@@ -3,7 +3,9 @@
 
 The first single-node ``all_reduce_perf`` log calibrates the topology's scale-up latency and
 curves (:func:`sim.calibrate.scale_up.fit_scale_up`); the other logs are parsed (bad input is
-refused) and listed as not used, with the reason. The calibrated topology then prices the log's
+refused) and listed as not used, with the reason. A log given twice (the same file, or the same
+text in another) and a log of another GPU than the first's (its ``#  Rank ... device`` lines)
+are refused, naming both. The calibrated topology then prices the log's
 all-reduce at each size from 1 MiB up as ``llmsim collective`` does
 (:func:`sim.studies.collective.collective`, ``auto``), and the file's ``check`` list and the
 printed table give the log's bus bandwidth beside the topology's before and after.
@@ -27,11 +29,12 @@ warning line (exit 0).
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 
 from sim.calibrate.calibration import Calibration, calibrated_topology, check_rows
 from sim.calibrate.kernel_command import calibrate_kernels, device_gpu, device_word
-from sim.calibrate.nccl_tests import NcclTestsLog, read_nccl_tests
+from sim.calibrate.nccl_tests import NcclTestsLog, parse_nccl_tests
 from sim.calibrate.pricing import PRICED, excluded_algorithms, log_busbw_GBps, placement, price_busbw_GBps
 from sim.calibrate.prior import shrunk
 from sim.calibrate.runs import (
@@ -48,8 +51,9 @@ from sim.calibrate.scale_out import BETWEEN_CURVES, fit_between_curve, fit_scale
 from sim.calibrate.scale_up import CURVE_FROM_BYTES, OWN_CURVES, CalibratedValue, fit_own_curve, fit_scale_up
 from sim.config import default_topology_name, load_topology
 from sim.costs.factors import CalibrationFactors, KernelCurves
-from sim.errors import ConfigError
+from sim.errors import ConfigError, Described
 from sim.hardware import get_gpu
+from sim.inputs import read_input_text
 from sim.output.paths import check_output_path
 from sim.topology.spec import TopologySpec
 from sim.units import GBPS
@@ -181,12 +185,64 @@ ROLE_WORDS = {"scale_up": "calibrates the scale-up curves", "scale_out": "calibr
               "check": "a check: priced on the topology, not fitted"}
 
 
+def _read_logs(paths: Sequence[str]) -> list[NcclTestsLog]:
+    """The nccl-tests logs of ``paths``, each read once, all of one GPU.
+
+    Parameters
+    ----------
+    paths : Sequence[str]
+        The ``--nccl-tests`` files, in the order given.
+
+    Returns
+    -------
+    list[NcclTestsLog]
+        The logs, in that order.
+
+    Raises
+    ------
+    ConfigError
+        For a log given twice (the same file, or another with the same text: a check of a log
+        against itself), a log whose ranks ran on more than one GPU, or a log of another GPU
+        than the first's (its ``#  Rank ... device`` lines: one calibration is of one
+        cluster's GPUs, and the topology is chosen from them).
+    """
+    seen: dict[str, str] = {}
+    parsed: list[NcclTestsLog] = []
+    for path in paths:
+        text = read_input_text(path, "nccl-tests output")
+        if text in seen:
+            first = seen[text]
+            same = os.path.realpath(first) == os.path.realpath(path)
+            what = "the same file as" if same else "the same text as"
+            raise ConfigError(path, "--nccl-tests", f"each log once ({what} {first}, given before it: a log checked "
+                              "against itself says nothing)",
+                              Described(f"{path} given twice" if same else f"a copy of {first}"))
+        seen[text] = path
+        parsed.append(parse_nccl_tests(text, path))
+    gpus = [{_gpu_of(d) for d in log.devices} for log in parsed]
+    for log, mine in zip(parsed, gpus):
+        if len(mine) > 1:
+            raise ConfigError(log.path, "devices", "the ranks of one log on one GPU model (its '#  Rank ... device' "
+                              "lines)", sorted(log.devices))
+        if mine != gpus[0]:
+            head = parsed[0]
+            raise ConfigError(log.path, "devices", f"the GPU of the other logs: {head.name} ran on "
+                              f"{', '.join(head.devices)}; logs of other GPUs calibrate another cluster (one llmsim "
+                              "calibrate per GPU)", ", ".join(log.devices))
+    return parsed
+
+
+def _gpu_of(device: str) -> str:
+    """The catalogue GPU a log's device name names (:func:`device_gpu`), else the name itself."""
+    return device_gpu(device) or device.strip()
+
+
 def _calibrate_logs(logs: Sequence[str], topology: str | None, output: str) -> tuple[Calibration, NcclTestsLog]:
     """The nccl-tests part: the first one-node all-reduce (else all-gather, reduce-scatter,
     all-to-all or sendrecv) calibrates the scale-up, the first across nodes the scale-out (on the scale-up so
     calibrated), every other log of a priced collective is checked; printed, and the log the
     calibration is from."""
-    parsed = [read_nccl_tests(p) for p in logs]
+    parsed = _read_logs(logs)
     roles, whys = _roles(parsed)
     up_log = next((g for g, r in zip(parsed, roles) if r == "scale_up"), None)
     out_log = next((g for g, r in zip(parsed, roles) if r == "scale_out"), None)

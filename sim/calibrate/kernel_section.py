@@ -23,14 +23,17 @@ from dataclasses import dataclass
 
 from sim.calibrate.scale_up import CalibratedValue
 from sim.costs.factors import ATTENTION_CURVES, GEMM_CURVE_PREFIX, KernelCurves
-from sim.errors import ConfigError
+from sim.errors import ConfigError, Described
 from sim.hardware import EfficiencyCurve, get_gpu, gpu_names
 from sim.types import Dtype
 
-__all__ = ["CURVE_KEYS", "KERNEL_KEYS", "KernelSection", "parse_kernel_section"]
+__all__ = ["CHECK_KEYS", "CURVE_KEYS", "KERNEL_KEYS", "KernelSection", "parse_kernel_section"]
 
 KERNEL_KEYS = ("gpu", "file", "device", "launch_us", "peaks_TFLOPS", "curves", "not_used", "check")
 """The keys of a ``kernels`` section."""
+CHECK_KEYS = ("curve", "kernel", "flops", "samples", "measured_us", "catalogue_us", "calibrated_us", "error_before",
+              "error_after")
+"""The keys of a row of the section's ``check``."""
 CURVE_KEYS = tuple(GEMM_CURVE_PREFIX + d.value for d in (Dtype.BF16, Dtype.FP8, Dtype.MXFP8, Dtype.NVFP4)) + tuple(
     ATTENTION_CURVES)
 """The curves a section may set, in the order they are written and printed."""
@@ -114,11 +117,44 @@ def parse_kernel_section(path: str, raw: object) -> KernelSection:
                               peaks)
         _check_points(path, f"{field}.value", entry["value"])
         values.append(CalibratedValue(key, entry["value"], entry["source"]))
-    for key in ("not_used", "check"):
-        if not isinstance(raw.get(key, []), list):
-            raise ConfigError(path, f"kernels.{key}", "a list", raw.get(key))
+    not_used = raw.get("not_used", [])
+    if not (isinstance(not_used, list) and all(isinstance(x, str) for x in not_used)):
+        raise ConfigError(path, "kernels.not_used", "a list of what was read and not used, and why (strings)",
+                          not_used)
+    check = raw.get("check", [])
+    if not isinstance(check, list):
+        raise ConfigError(path, "kernels.check", "a list of the measured kernels' check rows", check)
+    for i, row in enumerate(check):
+        _check_row(path, f"kernels.check[{i}]", row)
     return KernelSection(name, file, device, float(launch), tuple((str(k), float(v)) for k, v in peaks.items()),  # type: ignore[arg-type]
-                         tuple(values), tuple(raw.get("not_used", [])), tuple(raw.get("check", [])))
+                         tuple(values), tuple(not_used), tuple(check))
+
+
+def _check_row(path: str, field: str, row: object) -> None:
+    """One row of the section's ``check`` (:func:`sim.calibrate.kernels.check_rows` writes them):
+    every one of :data:`CHECK_KEYS`, and no other; a ConfigError naming the row and the key
+    otherwise."""
+    if not isinstance(row, dict):
+        raise ConfigError(path, field, f"a mapping of {list(CHECK_KEYS)}", row)
+    for key in row:
+        if key not in CHECK_KEYS:
+            raise ConfigError(path, f"{field}.{key}", f"one of {list(CHECK_KEYS)}", key)
+    for key in CHECK_KEYS:
+        if key not in row:
+            raise ConfigError(path, f"{field}.{key}", f"the row's {key} (a row of check has {list(CHECK_KEYS)})",
+                              Described("no such key"))
+    if row["curve"] not in CURVE_KEYS:
+        raise ConfigError(path, f"{field}.curve", f"one of {list(CURVE_KEYS)}", row["curve"])
+    if not (isinstance(row["kernel"], str) and row["kernel"]):
+        raise ConfigError(path, f"{field}.kernel", "the kernel's description (a string)", row["kernel"])
+    if not (isinstance(row["samples"], int) and not isinstance(row["samples"], bool) and row["samples"] >= 1):
+        raise ConfigError(path, f"{field}.samples", "a positive number of measurements", row["samples"])
+    for key in ("flops", "measured_us", "catalogue_us", "calibrated_us"):
+        if not (_number(row[key]) and row[key] > 0):
+            raise ConfigError(path, f"{field}.{key}", "a positive number", row[key])
+    for key in ("error_before", "error_after"):
+        if not (_number(row[key]) and row[key] > -1):
+            raise ConfigError(path, f"{field}.{key}", "a relative error (a number above -1)", row[key])
 
 
 def _check_points(path: str, field: str, pairs: object) -> None:

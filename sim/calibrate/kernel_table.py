@@ -23,8 +23,9 @@ row has a ``kind``:
 The header names the columns of every kind present (a table of GEMMs alone needs no attention
 column); ``tag`` (where the shape came from) and ``samples`` (the repeats a time is a median of)
 may be given and are not priced. Anything else -- a missing column, an unknown one, an empty
-or non-numeric cell, a time that is not positive, an unknown dtype or backend -- is refused
-with the file, the line and the column.
+or non-numeric cell, a time that is not positive, an unknown dtype or backend, a value in a
+column of the other kind (a ``gemm`` row's ``fwd_us``) -- is refused with the file, the line
+and the column.
 """
 
 from __future__ import annotations
@@ -193,6 +194,10 @@ def parse_kernel_csv(text: str, path: str = "<text>") -> KernelTable:
             if col not in row:
                 raise ConfigError(path, f"line {no}", f"a '{col}' column (a {kind} row needs "
                                   f"{', '.join(KINDS[kind])})", ",".join(header))
+        for col, cell in row.items():
+            if cell and col != "kind" and col not in KINDS[kind] and col not in OPTIONAL_COLUMNS:
+                raise ConfigError(path, f"line {no}: {col}", f"an empty cell: a {kind} row has no {col} (it reads "
+                                  f"{', '.join(KINDS[kind])})", cell)
         if "samples" in row and row["samples"]:
             _int(path, no, "samples", row["samples"])
         if kind == "gemm":

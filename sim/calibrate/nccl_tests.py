@@ -24,19 +24,28 @@ out after ``^`` (NCCL ``docs``, "NCCL_ALGO").
 
 Each row is checked against its collective: ``size = count x type size x f`` with ``f`` the
 ranks for all-gather, reduce-scatter and all-to-all (nccl-tests counts their elements per rank)
-and 1 otherwise, and sizes increase row by row (two runs interleaved in one paste do not).
+and 1 otherwise, and sizes increase row by row (two runs interleaved in one paste do not). Its
+printed bandwidths are checked against its own size and time, within the rounding of the printed
+digits: ``algbw = size / time`` (GB/s from bytes over microseconds / 1e3) and ``busbw = algbw x
+b`` with ``b`` :data:`BUS_FACTORS`'s (nccl-tests ``doc/PERFORMANCE.md``); a row edited by hand,
+or pasted from two runs, disagrees with itself. A log that reports a failure (nccl-tests'
+``Test NCCL failure``, ``Test CUDA failure``, ``Test failure``, ``Out of bounds values : N
+FAILED``; MPI's abort and signal lines: :data:`FAILURE_LINE`) is refused whole, naming the line:
+its rows are those of a run that did not finish correctly.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from sim.errors import ConfigError, Described
 from sim.inputs import read_input_text
 
-__all__ = ["COLLECTIVES", "DTYPE_BYTES", "NcclTestsLog", "NcclTestsRow", "parse_nccl_tests", "read_nccl_tests"]
+__all__ = ["BUS_FACTORS", "COLLECTIVES", "DTYPE_BYTES", "FAILURE_LINE", "NcclTestsLog", "NcclTestsRow",
+           "parse_nccl_tests", "read_nccl_tests"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv", "broadcast", "reduce",
                "gather", "scatter", "hypercube")
@@ -48,6 +57,19 @@ DTYPE_BYTES = {"int8": 1, "char": 1, "uint8": 1, "int32": 4, "int": 4, "uint32":
                "f8e4m3": 1, "f8e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 """Bytes per element of nccl-tests' ``type`` column (``test_typenames`` in ``src/common.cu``)."""
 
+BUS_FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+               "reduce_scatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n,
+               "sendrecv": lambda n: 1.0, "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0}
+"""``busbw / algbw`` of each test over ``n`` ranks (nccl-tests ``doc/PERFORMANCE.md``, each
+test's ``GetBw``), whose ``algbw`` is ``size / time``; the tests whose rows' bandwidths are
+checked against their time (gather, scatter and hypercube count their bytes differently across
+nccl-tests' versions and are not)."""
+FAILURE_LINE = re.compile(r"\bTest (?:CUDA |NCCL )?failure\b|Out of bounds values\s*:\s*(?:[1-9]\d*|.*\bFAILED\b)"
+                          r"|MPI_ABORT was invoked|mpirun noticed that process|exited on signal|\(core dumped\)"
+                          r"|returned a non-zero exit code|\bsrun: error:")
+"""A line that says the run failed: nccl-tests' own (``HOST: Test NCCL failure common.cu:N
+'...'``, ``Test CUDA failure``, `` .. HOST pid N: Test failure common.cu:N``, ``# Out of bounds
+values : N FAILED``), and MPI's or Slurm's when a rank aborts or dies."""
 _RANK = re.compile(r"Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(.*?)\s*device\s+\d+\s+\[[^\]]*\]\s*(.*)$")
 _THREADS = re.compile(r"nThread\s+(\d+)\s+nGpus\s+(\d+)")
 _VERSION = re.compile(r"NCCL version (\d+\.\d+\.\d+)")
@@ -120,10 +142,18 @@ def parse_nccl_tests(text: str, path: str = "<text>") -> NcclTestsLog:
     ------
     ConfigError
         Naming ``path`` when the text is not nccl-tests output (no column header, no rank
-        lines, no collective named), has no result rows, or has rows that disagree with their
-        collective (sizes not increasing, ``size`` not ``count`` elements of ``type``).
+        lines, no collective named), reports a failure (:data:`FAILURE_LINE`, naming the
+        line), has no result rows, or has rows that disagree with their collective (sizes not
+        increasing, ``size`` not ``count`` elements of ``type``) or with themselves (``algbw``
+        not ``size / time``, ``busbw`` not ``algbw`` times :data:`BUS_FACTORS`', beyond the
+        rounding of the printed digits).
     """
     lines = text.splitlines()
+    for no, line in enumerate(lines, 1):
+        if FAILURE_LINE.search(line):
+            raise ConfigError(path, f"line {no}", "the output of a run that finished: this line reports a failure, "
+                              "so the rows above it are not a measurement to calibrate on (rerun nccl-tests)",
+                              line.strip())
     columns = _columns(lines, path)
     ranks: dict[int, tuple[str, str]] = {}
     threads = gpus = None
@@ -155,8 +185,8 @@ def parse_nccl_tests(text: str, path: str = "<text>") -> NcclTestsLog:
     if not ranks:
         raise ConfigError(path, "ranks", "nccl-tests' '#  Rank  N Group G Pid P on HOST device D [BUS] GPU' lines "
                           "(paste the whole output, header included)", Described("no rank lines"))
-    rows = _rows(lines, columns, path)
     n = len(ranks)
+    rows = _rows(lines, columns, path, test, n)
     _check_rows(rows, test, n, path)
     hosts = tuple(sorted({h for h, _ in ranks.values()}))
     devices = tuple(sorted({d for _, d in ranks.values()}))
@@ -175,8 +205,10 @@ def _columns(lines: list[str], path: str) -> list[str]:
                       "busbw ...' above the result rows", head)
 
 
-def _rows(lines: list[str], columns: list[str], path: str) -> tuple[NcclTestsRow, ...]:
-    """Every line that reads as a row under ``columns`` (others, such as MPI's messages, are not rows)."""
+def _rows(lines: list[str], columns: list[str], path: str, test: str, ranks: int) -> tuple[NcclTestsRow, ...]:
+    """Every line that reads as a row under ``columns`` (others, such as MPI's messages, are not
+    rows), each one's bandwidths checked against its size and time (:func:`_check_bandwidths`)
+    as ``test`` over ``ranks`` prints them."""
     names = [c.lstrip("#") for c in columns]
     times = [i for i, c in enumerate(names) if c == "time"]
     if not 1 <= len(times) <= 2:
@@ -205,6 +237,9 @@ def _rows(lines: list[str], columns: list[str], path: str) -> tuple[NcclTestsRow
                               "above 0 (or N/A)", line.strip()) from None
         if dtype not in DTYPE_BYTES:
             raise ConfigError(path, f"{field}: type", f"one of nccl-tests' types {sorted(DTYPE_BYTES)}", dtype)
+        if test in BUS_FACTORS:
+            for t, label in zip(times, ("out-of-place", "in-place")):
+                _check_bandwidths(path, field, label, size, tokens[t:t + 3], BUS_FACTORS[test](ranks))
         if values[0][0] is None or size <= 0:
             continue  # nothing measured: a size nccl-tests skips
         if any(v is not None and v <= 0 for v in (values[0][0], values[1][0] if len(values) > 1 else None)):
@@ -220,6 +255,41 @@ def _rows(lines: list[str], columns: list[str], path: str) -> tuple[NcclTestsRow
         raise ConfigError(path, "<rows>", "result rows under the column header (size count type ... time algbw "
                           "busbw ...) with a size above 0", Described("none"))
     return tuple(out)
+
+
+def _half_unit(token: str) -> float:
+    """Half the unit of the last digit ``token`` is printed with (``182.87``: 0.005): how far the
+    printed number may be from the one it rounds."""
+    try:
+        exponent = Decimal(token).as_tuple().exponent
+    except InvalidOperation:
+        return 0.0
+    return 0.5 * 10.0 ** exponent if isinstance(exponent, int) else 0.0
+
+
+def _check_bandwidths(path: str, field: str, label: str, size: int, tokens: list[str], factor: float) -> None:
+    """A row's ``time algbw busbw`` (one group, ``label``) against its own size: ``algbw = size /
+    time`` and ``busbw = algbw x factor``, each within the rounding of the printed digits (a
+    bandwidth of 0.00 at a size of a few bytes agrees with any time); N/A is not checked, nor a
+    time not above 0 (refused, or skipped at size 0, by the caller)."""
+    if "N/A" in tokens:
+        return
+    time_us, algbw, busbw = (float(x) for x in tokens)
+    if not time_us > 0:
+        return
+    dt, da, db = (_half_unit(x) for x in tokens)
+    slack = 1e-9
+    fastest = size / max(time_us - dt, 0.0) / 1e3 if time_us > dt else float("inf")
+    slowest = size / (time_us + dt) / 1e3
+    lo, hi = max(slowest, algbw - da), min(fastest, algbw + da)  # what algbw was before it was printed
+    if lo > hi * (1 + slack) + slack:
+        raise ConfigError(path, f"{field}: {label} algbw", f"size / time = {size} B / {tokens[0]} us = "
+                          f"{size / time_us / 1e3:,.2f} GB/s, as nccl-tests computes it (the row disagrees with "
+                          "itself: edited by hand, or pasted from two runs?)", tokens[1])
+    if not lo * factor * (1 - slack) - db - slack <= busbw <= hi * factor * (1 + slack) + db + slack:
+        raise ConfigError(path, f"{field}: {label} busbw", f"algbw x {factor:.4g} = {algbw * factor:,.2f} GB/s for "
+                          "this test over the log's ranks, as nccl-tests computes it (the row disagrees with "
+                          "itself, or the log's rank lines are not all of its ranks)", tokens[2])
 
 
 def _number(token: str) -> float | None:

@@ -127,12 +127,18 @@ def test_the_published_tables_calibrate_to_within_5_percent_from_1_MiB(entry, tm
 
 
 def _slower(path: Path, factor: float) -> str:
-    """The log with every time column multiplied by ``factor``."""
+    """The log of an all-reduce with every time column multiplied by ``factor``, and its
+    bandwidths as nccl-tests computes them from the new times."""
+    ranks = sum(1 for line in path.read_text().splitlines() if re.search(r"#\s+Rank\s+\d+", line))
+
     def scale(line: str) -> str:
         if not ROW.match(line):
             return line
         t = line.split()
-        t[5], t[9] = f"{float(t[5]) * factor:.6g}", f"{float(t[9]) * factor:.6g}"
+        for i in (5, 9):
+            t[i] = f"{float(t[i]) * factor:.6g}"
+            algbw = int(t[0]) / float(t[i]) / 1e3
+            t[i + 1], t[i + 2] = f"{algbw:.2f}", f"{algbw * 2 * (ranks - 1) / ranks:.2f}"
         return "  ".join(t)
     return "\n".join(scale(line) for line in path.read_text().splitlines()) + "\n"
 
@@ -186,7 +192,12 @@ def test_bad_logs_are_one_line_naming_the_file_exit_2(name, tmp_path, capsys):
 def test_a_log_of_another_collective_alone_calibrates_nothing(tmp_path, capsys):
     one = next(p for p in LOGS if one_node_all_reduce(p))
     other = tmp_path / "broadcast.txt"
-    other.write_text(one.read_text().replace("all_reduce_perf", "broadcast_perf"))
+
+    def as_broadcast(line: str) -> str:  # a broadcast's busbw is its algbw
+        t = line.split()
+        return "  ".join(t[:7] + [t[6]] + t[8:11] + [t[10]] + t[12:]) if ROW.match(line) else line
+    text = one.read_text().replace("all_reduce_perf", "broadcast_perf")
+    other.write_text("\n".join(as_broadcast(line) for line in text.splitlines()) + "\n")
     assert main(["calibrate", "--nccl-tests", str(other), "-o", str(tmp_path / "cal.yaml")]) == 2
     err = _one_error_line(capsys)
     assert str(other) in err and "an all_reduce_perf log (else all_gather_perf, reduce_scatter_perf, alltoall" in err

@@ -232,6 +232,10 @@ BAD_TABLES = {
                        + "attention,1,32,8,4096,128,maybe,cudnn,bf16,100,200\n", "causal"),
     "no-gpu.csv": ("kind,m,n,k,batch,dtype,time_us\n" + _gemm_row(), "--gpu NAME"),
     "pcie-device.csv": ("# device: NVIDIA H100 PCIe\nkind,m,n,k,batch,dtype,time_us\n" + _gemm_row(), "--gpu NAME"),
+    "gemm-with-attention-time.csv": ("# device: NVIDIA H100 80GB HBM3\n" + HEADER + "\n"
+                                     + "gemm,4096,4096,4096,1,,,,,,,bf16,100.0,250.0,\n", "line 3: fwd_us"),
+    "attention-with-gemm-shape.csv": ("# device: NVIDIA H100 80GB HBM3\n" + HEADER + "\n"
+                                      + "attention,4096,,,1,32,8,4096,128,true,cudnn,bf16,,100,200\n", "line 3: m"),
     "broken.json": ('{"traceEvents": [', "not JSON"),
     "no-events.json": ('{"schemaVersion": 1}', "traceEvents"),
 }
@@ -300,6 +304,12 @@ def _tampered(tmp_path: Path, edit) -> Path:
     (lambda k: k.update(launch_us=5.0), "kernels.launch_us"),
     (lambda k: k.update(colour="red"), "kernels.colour"),
     (lambda k: k.update(curves={}), "kernels.curves"),
+    (lambda k: k["check"][0].update(colour="red"), "kernels.check[0].colour"),
+    (lambda k: k["check"][0].pop("measured_us"), "kernels.check[0].measured_us"),
+    (lambda k: k["check"][0].update(measured_us=True), "kernels.check[0].measured_us"),
+    (lambda k: k["check"][0].update(error_after=float("nan")), "kernels.check[0].error_after"),
+    (lambda k: k["check"].insert(0, "a row"), "kernels.check[0]"),
+    (lambda k: k.update(not_used=[5]), "kernels.not_used"),
 ])
 def test_a_malformed_kernels_section_is_refused_by_every_command(edit, field, tmp_path, capsys):
     cal = _tampered(tmp_path, edit)

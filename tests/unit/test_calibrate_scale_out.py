@@ -20,7 +20,7 @@ import yaml
 
 import sim
 from sim.calibrate.calibration import calibrated_topology, load_calibration
-from sim.calibrate.nccl_tests import parse_nccl_tests
+from sim.calibrate.nccl_tests import BUS_FACTORS, parse_nccl_tests
 from sim.calibrate.pricing import placement
 from sim.cli import main
 from sim.config import load_topology
@@ -40,6 +40,15 @@ def file_busbw(path: Path, factor: float) -> dict[int, float]:
     and in-place (column 10) times, times ``factor``."""
     rows = [line.split() for line in path.read_text().splitlines() if ROW.match(line)]
     return {int(t[0]): int(t[0]) / (min(float(t[5]), float(t[9])) * 1e-6) * factor / 1e9 for t in rows}
+
+
+def row_times(name: str, size: int, t_us: float, ranks: int) -> str:
+    """A row's out-of-place and in-place ``time algbw busbw #wrong`` at ``t_us`` for test
+    ``name`` over ``ranks``, the bandwidths as nccl-tests computes them from the printed time."""
+    time = f"{t_us:.4f}"
+    algbw = size / float(time) / 1e3
+    group = f"{time}  {algbw:.2f}  {algbw * BUS_FACTORS[name](ranks):.2f}  0"
+    return f"{group}  {group}"
 
 
 def _calibrate(tmp_path: Path, *logs: Path | str, topology: str | None = None, name: str = "cal.yaml") -> Path:
@@ -101,7 +110,7 @@ def synthetic_log(latency_us: float, efficiency: float, per_host: int = 8, hosts
             continue
         t_us = collective(topo, kind, size, n).time_s * 1e6
         count = size // 4 // (n if per_rank else 1)
-        lines.append(f"  {size:>10} {count:>10}  float  sum  -1  {t_us:.4f}  0.00  0.00  0  {t_us:.4f}  0.00  0.00  0")
+        lines.append(f"  {size:>10} {count:>10}  float  sum  -1  {row_times(collective_name, size, t_us, n)}")
     return "\n".join(lines) + "\n"
 
 
@@ -142,7 +151,7 @@ def test_a_log_of_four_gpus_per_host_is_placed_on_the_first_four_of_each_node():
             + "".join(f"#  Rank {i:2d} Group  0 Pid  1 on h{i // 4} device {i % 4} [0x00] NVIDIA H100 80GB HBM3\n"
                       for i in range(12))
             + "#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
-            "   1048576  262144  float  sum  -1  100.0  0.1  0.1  0  100.0  0.1  0.1  0\n")
+            "   1048576  262144  float  sum  -1  100.0  10.49  19.22  0  100.0  10.49  19.22  0\n")
     log = parse_nccl_tests(text, "p-all_reduce.txt")
     where = placement(log, load_topology("dgx-h100"), "dgx-h100")
     assert where.group == (0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19) and where.num_gpus == 24
@@ -274,7 +283,12 @@ def test_all_gather_and_reduce_scatter_logs_beside_a_scale_out_log_keep_curves_o
 
 def test_an_unpriced_collective_is_listed_as_not_used_with_the_reason(tmp_path, capsys):
     path = tmp_path / "broadcast.txt"
-    path.write_text(synthetic_log(5.0, 0.7).replace("all_reduce_perf", "broadcast_perf"))
+
+    def as_broadcast(line: str) -> str:  # a broadcast's busbw is its algbw
+        t = line.split()
+        return "  ".join(t[:7] + [t[6]] + t[8:11] + [t[10]] + t[12:]) if ROW.match(line) else line
+    text = synthetic_log(5.0, 0.7).replace("all_reduce_perf", "broadcast_perf")
+    path.write_text("\n".join(as_broadcast(line) for line in text.splitlines()) + "\n")
     cal = load_calibration(str(_calibrate(tmp_path, TWO_NODE, path)))
     rec = next(r for r in cal.logs if r["file"] == str(path))
     assert rec["used"] is False and "does not price" in rec["not_used_because"]
@@ -324,7 +338,7 @@ def _one_node_log(name: str, topo, path: Path) -> Path:
     for e in range(5, 31):
         t_us = collective(topo, kind, 2**e, 8).time_s * 1e6
         count = 2**e // 4 // (8 if name in ("alltoall", "all_gather", "reduce_scatter") else 1)
-        lines.append(f"  {2**e:>10} {count:>10}  float  sum  -1  {t_us:.4f}  0.00  0.00  0  {t_us:.4f}  0.00  0.00  0")
+        lines.append(f"  {2**e:>10} {count:>10}  float  sum  -1  {row_times(name, 2**e, t_us, 8)}")
     path.write_text("\n".join(lines) + "\n")
     return path
 

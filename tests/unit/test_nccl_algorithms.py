@@ -143,7 +143,7 @@ def test_a_logs_nccl_algo_limits_the_planner():
             + "".join(f"#  Rank {i:2d} Group  0 Pid  1 on h{i // 8} device {i % 8} [0x00] NVIDIA H100 80GB HBM3\n"
                       for i in range(16))
             + "#  size count type redop root time algbw busbw #wrong time algbw busbw #wrong\n"
-            "   1048576  262144  float  sum  -1  100.0  0.1  0.1  0  100.0  0.1  0.1  0\n")
+            "   1048576  262144  float  sum  -1  100.0  10.49  19.66  0  100.0  10.49  19.66  0\n")
     assert parse_nccl_tests(text, "x-all_reduce.txt").nccl_algo == "Ring"
     info = text.replace("-x NCCL_ALGO=Ring", "").replace(
         "# Collective", "h0:1:1 [0] NCCL INFO NCCL_ALGO set by environment to ^NVLS,NVLSTree\n# Collective")
