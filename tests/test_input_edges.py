@@ -275,3 +275,11 @@ def test_whatif_power_names_the_workload_whose_gpu_has_no_power_model(tmp_path, 
     path = _yaml(tmp_path, "w.yaml", _tiny())  # an A100: no measured power behaviour
     line = _error(capsys, "whatif", "power", path)
     assert line.startswith(f"llmsim: error: {path}: system.gpu: expected a GPU whose"), line
+
+
+@pytest.mark.parametrize("option, says", [("--order", "--order: expected a comma-separated permutation of "),
+                                          ("--from", "--from: expected one of "), ("--to", "--to: expected one of ")])
+def test_an_empty_whatif_generations_option_is_refused_not_defaulted(option, says, capsys):
+    """``--from ''`` ran the default GPU as if the option were absent."""
+    line = _error(capsys, "whatif", "generations", "tiny", option, "")
+    assert line.startswith(f"llmsim: error: {says}") and line.endswith("(got '')"), line
