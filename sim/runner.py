@@ -230,6 +230,11 @@ def _simulate(workload: WorkloadSpec, topology: TopologySpec, full: bool, costs:
             notes.append("parallel.placement: an explicit GPU list that no rank order gives -> every "
                          "rank simulated (as --full): a representative rank per stage stands for "
                          "the others only when they are placed alike")
+        if not full and topology.faults:
+            full = True
+            notes.append("topology faults: a degraded link slows only the ranks whose traffic crosses it -> "
+                         "every rank simulated (as --full): a representative rank per stage stands for the "
+                         "others only when their links are alike")
         check_budget(training_estimate(workload, topology, full, granularity))  # before anything is built
         fabric = cached_fabric(topology, workload.system.num_gpus, placement)
         if factors is not None and factors.comm_efficiency != 1.0:

@@ -42,6 +42,19 @@ def test_a_failed_nvlink_port_reroutes_through_the_nic(tmp_path):
     assert bad.exposed_comm_s["tp"] > ok.exposed_comm_s["tp"]
 
 
+@pytest.mark.parametrize("gpu", ["gpu0", "gpu3", "gpu6"])
+def test_a_fault_costs_the_same_wherever_the_symmetric_job_meets_it(gpu, tmp_path):
+    """A slow port on any GPU of a symmetric job costs the same; the default run, where one rank
+    per stage stood for the others, missed a fault that rank's traffic did not cross."""
+    topo = _faulty(tmp_path, f"  - {{between: [{gpu}, nvs0], bandwidth_fraction: 0.25}}\n")
+    w = make_workload(tp=2, pp=2, dp=2, gbs=4, layers=4, gpu="H100-SXM5-80GB", sp=True)
+    healthy = make_report(simulate(w, load_topology("dgx-h100"))).iteration_time_s
+    run = simulate(w, topo)
+    full = make_report(simulate(w, topo, full=True)).iteration_time_s
+    assert make_report(run).iteration_time_s == full > healthy
+    assert any(n.startswith("topology faults: ") for n in run.notes)
+
+
 def test_faults_that_cut_a_gpu_off_or_name_no_link_are_clear_errors(tmp_path):
     cut = _faulty(tmp_path, "  - {between: [gpu1, nvs0], bandwidth_fraction: 0}\n"
                   "  - {between: [gpu1, nic0.1], bandwidth_fraction: 0}\n", "cut")
