@@ -177,16 +177,20 @@ class _StageProgram:
             steps = self.b.intern(layer_steps(spec, shape, self.group, self.replicas))
             head = self.b.intern(head_steps(spec, shape, self.group, self.replicas)) if s == last else ()
             embed = self.b.intern(embedding_steps(spec, shape)) if s == 0 else ()
+            gap = 0.0
             if self.host_gap is not None:
-                issued = embed + steps * len(layers) + head
-                gap = self.host_gap(s, step, issued)
-                if gap > 0:
-                    self.compute("host", HostOp(gap), args)
+                gap = self.host_gap(s, step, embed + steps * len(layers) + head)
             if s == 0:
                 if step > 0 and spec.pp > 1:
+                    # the host's step work begins with the sampled token (the stack's step_s),
+                    # so under pipelining it waits for the token the last stage sends
                     self.recv("tokens", step, last, spec.batch * TOKEN_ID_BYTES, args)
+                if gap > 0:
+                    self.compute("host", HostOp(gap), args)
                 self.run(embed, args)
             else:
+                if gap > 0:  # the host issues ahead of the hidden states it will wait for
+                    self.compute("host", HostOp(gap), args)
                 self.recv("hidden", step, s - 1, hidden_bytes(spec, shape), args)
             if self.granularity == "step" and layers:
                 n = len(layers)

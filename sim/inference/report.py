@@ -20,7 +20,7 @@ from sim.inference.program import phase_of
 from sim.inference.runner import InferenceRun
 from sim.inference.spec import Phase
 from sim.program import Block
-from sim.types import CommClass, OpKind
+from sim.types import CommClass, OpKind, Stream
 from sim.units import MS, GiB, byte_count
 from sim.version import __version__
 
@@ -128,9 +128,22 @@ def _breakdown(run: InferenceRun) -> dict:
         for k, v in hit:
             acc[k] += v
     tp = {p: 0.0 for p in Phase}
+    host_spans, arrived = [], {}
     for s in run.result.spans:
         if s.comm_class is CommClass.TP:
             tp[Phase(dict(s.args)["phase"])] += s.end_s - s.start_s
+        elif s.kind is OpKind.HOST:
+            host_spans.append(s)
+        elif s.stream is Stream.PP_RECV:
+            key = (s.rank, dict(s.args)["step"])
+            arrived[key] = max(arrived.get(key, 0.0), s.end_s)
+    if host_spans:
+        # what the host kept the GPU waiting: a later stage's host works while its GPU waits for
+        # the hidden states anyway, and only the part past their arrival delays the step
+        host = {p: 0.0 for p in Phase}
+        for s in host_spans:
+            a = dict(s.args)
+            host[Phase(a["phase"])] += max(0.0, s.end_s - max(s.start_s, arrived.get((s.rank, a["step"]), 0.0)))
     ends = run.step_end_s
     total = {Phase.PREFILL: ends[0], Phase.DECODE: ends[-1] - ends[0]}
     out = {}

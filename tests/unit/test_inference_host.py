@@ -164,6 +164,21 @@ def test_the_report_splits_out_the_wait_for_the_host():
     assert len(host_spans) == r.generate_tokens
 
 
+@pytest.mark.parametrize("pp", [1, 2, 4])
+def test_the_step_work_waits_for_the_token_under_pipelining(pp):
+    """``step_s`` begins with the sampled token: under pipelining the first stage's host waits
+    for the token the last stage sends, so each decode step still pays it (it ran ahead,
+    hidden behind the other stages' compute), and the report's parts still add up."""
+    spec = _spec(tp=2, pp=pp)
+    graphs = _run(spec, ServingStack("g", "", (), True, 0.0, 0.0, 0.0))
+    worked = _run(spec, ServingStack("w", "", (), True, 0.0, 1e-3, 0.0))
+    assert _tpot(worked) - _tpot(graphs) == pytest.approx(1e-3, rel=1e-6)
+    d = make_inference_report(worked).breakdown_s["decode"]
+    assert d["host_s"] == pytest.approx(1e-3 * (spec.generate_tokens - 1), rel=1e-6)
+    assert d["compute_s"] + d["exposed_tp_comm_s"] + d["host_s"] + d["pipeline_and_other_s"] == pytest.approx(
+        d["total_s"], rel=1e-9)
+
+
 def test_deterministic_with_a_host():
     spec, stack = _spec(), load_serving_stack("nemo-trtllm-python")
     a, b = _run(spec, stack), _run(spec, stack)
