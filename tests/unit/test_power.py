@@ -183,6 +183,22 @@ def test_a_power_cap_it_cannot_price_is_one_clear_error(tmp_path, system, expect
     assert "system.power_limit_w" in str(err.value)
 
 
+def test_a_cap_below_what_the_clock_floor_reaches_is_said(capsys):
+    """At the model's lowest clock (a third of the maximum) the kernels may still draw more
+    than a low cap: the row then says so instead of showing a mean above the cap unexplained."""
+    from sim.cli import main
+    from sim.studies.whatif.power import power_caps
+
+    w = _h100_workload(dp=2, gbs=4, layers=2)
+    low, rated = power_caps(w, load_topology("dgx-h100"), (200, 700))
+    assert low.clock_at_floor and low.mean_power_w > low.limit_w
+    assert low.sm_clock_hz == pytest.approx(w.system.gpu.power.max_clock_hz / 3)
+    assert not rated.clock_at_floor and rated.mean_power_w <= rated.limit_w + 1e-6
+    assert main(["whatif", "power", "llama3-8b-h100", "--limits", "200,700"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("note: at 200 W the clock stops at the model's floor") == 1 and "at 700 W" not in out
+
+
 def test_whatif_power_trades_time_for_energy(tmp_path):
     """Under lower caps the job runs longer, draws no more than its cap, and (its kernels at
     lower voltage) does more work per joule; the command writes the same numbers as JSON."""

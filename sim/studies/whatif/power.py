@@ -42,6 +42,10 @@ class PowerRow:
     energy_per_iteration_j: float
     tokens_per_j: float
     """Whole job: tokens per joule drawn by all its GPUs."""
+    clock_at_floor: bool = False
+    """Whether the cap held the clock at the model's floor, a third of the maximum
+    (:func:`sim.power.solve_clock_hz`), where the kernels' draw still exceeds the cap: the mean
+    draw is then above the cap (the firmware would also throttle what the model does not)."""
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -84,8 +88,9 @@ def power_caps(workload: WorkloadSpec, topology: TopologySpec, limits: Sequence[
         busy = min(sum(rep.compute_s.values()), t)
         p_busy = mean_power_w(capped.power, run.power_loads, run.clock_hz)
         energy = p_busy * busy + capped.power.idle_w * (t - busy)
+        floor = run.clock_hz <= capped.power.max_clock_hz / 3.0 and p_busy > limit
         rows.append(PowerRow(float(limit), run.clock_hz, t, rep.tokens_per_s, energy / t, energy,
-                             w.tokens_per_iteration / (energy * w.system.num_gpus)))
+                             w.tokens_per_iteration / (energy * w.system.num_gpus), floor))
     return rows
 
 
@@ -99,4 +104,9 @@ def format_power_caps(rows: Sequence[PowerRow], title: str) -> str:
                      f"{r.tokens_per_j:9.2f}")
     lines += ["", "  per GPU: the compute stream's draw while busy, idle draw while it waits; communication "
               "kernels and the rest of the node not counted (sim/studies/whatif/power.py)"]
+    for r in rows:
+        if r.clock_at_floor:
+            lines.append(f"  note: at {r.limit_w:g} W the clock stops at the model's floor, a third of the "
+                         f"maximum, where the kernels still draw {r.mean_power_w:.0f} W on average (the "
+                         "bandwidth-bound ones at their full draw): the model reaches no lower draw")
     return "\n".join(lines)
