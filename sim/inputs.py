@@ -22,11 +22,24 @@ from pathlib import Path
 
 from sim.errors import ConfigError, Described
 
-__all__ = ["MAX_INPUT_BYTES", "read_input_bytes", "read_input_text"]
+__all__ = ["MAX_INPUT_BYTES", "is_file", "read_input_bytes", "read_input_text"]
 
 MAX_INPUT_BYTES = 16 * 2**20
 """The largest input file read (16 MiB): the largest shipped one, the validation cases of
 ``workloads/validation/``, is 32 KB; a GraphML of a 100,000-GPU cluster is a few MB."""
+
+
+def is_file(path: str | Path) -> bool:
+    """Whether ``path`` is an existing file; a name the system cannot even look up (too long,
+    a NUL byte) is none.
+
+    >>> is_file("x" * 5000), is_file("a\\0b")
+    (False, False)
+    """
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _mib(n: int) -> str:

@@ -251,6 +251,16 @@ class Fields:
             raise self.error(key, what, value)
         return value
 
+    def catalogue_gpu(self, key: str, name: str) -> str:
+        """``name``, given at ``key``, as the GPU catalogue names its GPU
+        (:func:`sim.hardware.get_gpu`); refused naming the catalogue's GPUs otherwise."""
+        from sim.hardware import get_gpu, gpu_names
+
+        try:
+            return get_gpu(name).name
+        except KeyError:
+            raise self.error(key, f"a GPU of the catalogue: one of {gpu_names()}", name) from None
+
     def flag(self, key: str) -> bool | None:
         return self._get(key, is_bool, "true or false", False)
 

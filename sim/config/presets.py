@@ -23,6 +23,7 @@ from pathlib import Path
 import yaml
 
 from sim.errors import ConfigError
+from sim.inputs import is_file
 
 __all__ = ["PRESET_GROUPS", "Preset", "preset_folder", "preset_names", "preset_root", "presets", "resolve_preset",
            "shown_path"]
@@ -99,29 +100,16 @@ def resolve_preset(path_or_name: str, *kinds: str, suffix: str = ".yaml") -> Pat
     """
     path_or_name = str(path_or_name)
     given = Path(path_or_name)
-    if _is_file(given):
+    if is_file(given):
         return given
     for kind in kinds:
         folder = preset_folder(kind)
         for candidate in (folder / path_or_name, folder / f"{path_or_name}{suffix}"):
-            if _is_file(candidate):
+            if is_file(candidate):
                 return candidate
     shown = ", ".join(preset_names(kinds[0], suffix))
     raise ConfigError(path_or_name, "<file>", f"an existing file or a preset name ({kinds[0]}: {shown})",
                       path_or_name)
-
-
-def _is_file(path: Path) -> bool:
-    """Whether ``path`` is an existing file; a name the system cannot even look up (too long,
-    a NUL byte) is none.
-
-    >>> _is_file(Path("x" * 5000)), _is_file(Path("a\\0b"))
-    (False, False)
-    """
-    try:
-        return path.is_file()
-    except (OSError, ValueError):
-        return False
 
 
 @dataclass(frozen=True)

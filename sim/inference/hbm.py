@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from sim.config.fields import Fields, read_yaml
 from sim.config.presets import resolve_preset
 from sim.errors import ConfigError
-from sim.hardware import GPUSpec, get_gpu, gpu_names
+from sim.hardware import GPUSpec
 from sim.inference.report import make_inference_report
 from sim.inference.runner import simulate_inference
 from sim.inference.spec import InferenceSpec
@@ -148,10 +148,7 @@ def load_hbm_table(path: str | None = None) -> HBMTable:
     gpus: dict[str, tuple[str, int, float]] = {}
     given: dict[str, object] = {}
     for name, entry in raw_gpus.items():
-        try:
-            gpu = get_gpu(name).name
-        except KeyError:
-            raise top.error(f"gpus.{name}", f"a GPU of the catalogue: one of {gpu_names()}", name) from None
+        gpu = top.catalogue_gpu(f"gpus.{name}", name)
         if gpu in given:
             raise top.error(f"gpus.{name}", f"each GPU once ({given[gpu]!r} names {gpu} too)", name)
         given[gpu] = name

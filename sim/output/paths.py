@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sim.errors import ConfigError
+from sim.inputs import is_file
 from sim.output.plot_formats import check_plot_path
 
 __all__ = ["DIR_OPTIONS", "FILE_OPTIONS", "STDOUT", "check_output_path", "check_output_paths"]
@@ -103,16 +104,9 @@ def _input_paths(args: object) -> list[tuple[str, str]]:
         if dest in out_dests:
             continue
         for v in value if isinstance(value, (list, tuple)) else (value,):
-            if isinstance(v, str) and v != STDOUT and _is_file(v):
+            if isinstance(v, str) and v != STDOUT and is_file(v):
                 found.append((dest.replace("_", "-"), v))
     return found
-
-
-def _is_file(path: str) -> bool:
-    try:
-        return Path(path).is_file()
-    except (OSError, ValueError):  # a name too long for the system, a NUL byte: not a file
-        return False
 
 
 def _same(a: str, b: str) -> bool:

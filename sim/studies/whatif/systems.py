@@ -363,17 +363,13 @@ def load_nodes_table(path: str | None = None) -> dict:
     from sim.config import load_topology
     from sim.config.fields import Fields, read_yaml
     from sim.config.presets import resolve_preset
-    from sim.hardware import get_gpu, gpu_names
 
     file = resolve_preset(path or "technology-nodes", "topologies")
     where = str(file)
     top = Fields(read_yaml(file), where, "", _NODES_KEYS)
     sources = top.text("sources")
     gpu_name = top.text("base_gpu", required=True)
-    try:
-        base_gpu = get_gpu(gpu_name).name
-    except KeyError:
-        raise top.error("base_gpu", f"a GPU of the catalogue: one of {gpu_names()}", gpu_name) from None
+    base_gpu = top.catalogue_gpu("base_gpu", gpu_name)
     topo_name = top.text("base_topology", required=True)
     try:
         load_topology(topo_name)
