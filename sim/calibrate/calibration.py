@@ -39,7 +39,6 @@ puts the curves in place of the workload's GPU's where that is the GPU they were
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +48,7 @@ import yaml
 from sim.calibrate.kernel_section import KernelSection, parse_kernel_section
 from sim.calibrate.scale_up import CalibratedValue
 from sim.config import load_topology
-from sim.config.fields import read_yaml
+from sim.config.fields import is_finite, is_int, is_str, read_yaml
 from sim.config.topology import MAX_BANDWIDTH, MAX_LATENCY_US, MAX_MESSAGE_BYTES
 from sim.costs.factors import FACTOR_NAMES, CalibrationFactors
 from sim.errors import ConfigError, Described
@@ -230,19 +229,14 @@ def load_calibration(path: str) -> Calibration:
     return made(float(bw), _calibrated_values(path, "scale_up", up, _UP_KEYS[1:], "collective_latency_us"))
 
 
-def _is_number(x: object) -> bool:
-    """Whether ``x`` is a finite int or float (a boolean is not a number)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
 def _is_count(x: object) -> bool:
     """Whether ``x`` is a positive integer (not a boolean)."""
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 1
+    return is_int(x) and x >= 1
 
 
 def _is_text(x: object) -> bool:
     """Whether ``x`` is a non-empty string."""
-    return isinstance(x, str) and bool(x)
+    return is_str(x) and bool(x)
 
 
 def _rows(path: str, section: str, listed: object, keys: tuple[str, ...],
@@ -286,12 +280,12 @@ def _check_run(path: str, field: str, row: dict) -> None:
     for key in ("measured", "predicted_before", "predicted_after", "predicted_written", "predicted_left_out"):
         if key not in row or (key == "predicted_left_out" and row[key] is None):
             continue
-        if not (_is_number(row[key]) and row[key] > 0):
+        if not (is_finite(row[key]) and row[key] > 0):
             null = " (or null: the run alone determines a factor)" if key == "predicted_left_out" else ""
             raise ConfigError(path, f"{field}.{key}", f"a positive number, in the unit of the metric "
                               f"{row['metric']}{null}", row[key])
     for key in ("error_before", "error_after"):
-        if key in row and not (_is_number(row[key]) and row[key] > -1):
+        if key in row and not (is_finite(row[key]) and row[key] > -1):
             raise ConfigError(path, f"{field}.{key}", "a relative error, predicted / measured - 1 (a number above -1)",
                               row[key])
 
@@ -334,10 +328,10 @@ def _check_check(path: str, field: str, row: dict) -> None:
     if not _is_count(row["size_bytes"]):
         raise ConfigError(path, f"{field}.size_bytes", "a positive number of bytes", row["size_bytes"])
     for key in ("log_busbw_GBps", "topology_busbw_GBps", "calibrated_busbw_GBps"):
-        if not (_is_number(row[key]) and row[key] > 0):
+        if not (is_finite(row[key]) and row[key] > 0):
             raise ConfigError(path, f"{field}.{key}", "a positive bandwidth (GB/s)", row[key])
     for key in ("error_before", "error"):
-        if not (_is_number(row[key]) and row[key] > -1):
+        if not (is_finite(row[key]) and row[key] > -1):
             raise ConfigError(path, f"{field}.{key}", "a relative error (a number above -1)", row[key])
 
 
