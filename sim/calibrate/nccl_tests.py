@@ -27,7 +27,7 @@ ranks for all-gather, reduce-scatter and all-to-all (nccl-tests counts their ele
 and 1 otherwise, and sizes increase row by row (two runs interleaved in one paste do not). Its
 printed bandwidths are checked against its own size and time, within the rounding of the printed
 digits: ``algbw = size / time`` (GB/s from bytes over microseconds / 1e3) and ``busbw = algbw x
-b`` with ``b`` :data:`BUS_FACTORS`'s (nccl-tests ``doc/PERFORMANCE.md``); a row edited by hand,
+b`` with ``b`` :func:`log_bus_factor`'s (nccl-tests ``doc/PERFORMANCE.md``); a row edited by hand,
 or pasted from two runs, disagrees with itself. A log that reports a failure (nccl-tests'
 ``Test NCCL failure``, ``Test CUDA failure``, ``Test failure``, ``Out of bounds values : N
 FAILED``; MPI's abort and signal lines: :data:`FAILURE_LINE`) is refused whole, naming the line:
@@ -43,9 +43,11 @@ from pathlib import Path
 
 from sim.errors import ConfigError, Described
 from sim.inputs import read_input_text
+from sim.studies.collective import bus_factor
+from sim.types import CollectiveKind
 
-__all__ = ["BUS_FACTORS", "COLLECTIVES", "DTYPE_BYTES", "FAILURE_LINE", "NcclTestsLog", "NcclTestsRow",
-           "parse_nccl_tests", "read_nccl_tests"]
+__all__ = ["BANDWIDTH_CHECKED", "COLLECTIVES", "DTYPE_BYTES", "FAILURE_LINE", "NcclTestsLog", "NcclTestsRow",
+           "log_bus_factor", "parse_nccl_tests", "read_nccl_tests"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv", "broadcast", "reduce",
                "gather", "scatter", "hypercube")
@@ -57,13 +59,26 @@ DTYPE_BYTES = {"int8": 1, "char": 1, "uint8": 1, "int32": 4, "int": 4, "uint32":
                "f8e4m3": 1, "f8e5m2": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 """Bytes per element of nccl-tests' ``type`` column (``test_typenames`` in ``src/common.cu``)."""
 
-BUS_FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-               "reduce_scatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n,
-               "sendrecv": lambda n: 1.0, "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0}
-"""``busbw / algbw`` of each test over ``n`` ranks (nccl-tests ``doc/PERFORMANCE.md``, each
-test's ``GetBw``), whose ``algbw`` is ``size / time``; the tests whose rows' bandwidths are
-checked against their time (gather, scatter and hypercube count their bytes differently across
-nccl-tests' versions and are not)."""
+_BUS_KINDS = {"all_reduce": CollectiveKind.ALL_REDUCE, "all_gather": CollectiveKind.ALL_GATHER,
+              "reduce_scatter": CollectiveKind.REDUCE_SCATTER, "alltoall": CollectiveKind.ALL_TO_ALL}
+"""The tests whose bus bandwidth is not their algorithm bandwidth, as collectives."""
+BANDWIDTH_CHECKED = frozenset(_BUS_KINDS) | {"sendrecv", "broadcast", "reduce"}
+"""The tests whose rows' bandwidths are checked against their time (gather, scatter and
+hypercube count their bytes differently across nccl-tests' versions and are not)."""
+
+
+def log_bus_factor(test: str, ranks: int) -> float:
+    """``busbw / algbw`` of nccl-tests' ``test`` over ``ranks`` (nccl-tests ``doc/PERFORMANCE.md``,
+    each test's ``GetBw``; :func:`sim.studies.collective.bus_factor`): 1 for the tests that move
+    their bytes once (send-receive, broadcast, reduce).
+
+    >>> log_bus_factor("all_reduce", 8), log_bus_factor("alltoall", 4), log_bus_factor("broadcast", 8)
+    (1.75, 0.75, 1.0)
+    """
+    kind = _BUS_KINDS.get(test)
+    return 1.0 if kind is None else bus_factor(kind, ranks)
+
+
 FAILURE_LINE = re.compile(r"\bTest (?:CUDA |NCCL )?failure\b|Out of bounds values\s*:\s*(?:[1-9]\d*|.*\bFAILED\b)"
                           r"|MPI_ABORT was invoked|mpirun noticed that process|exited on signal|\(core dumped\)"
                           r"|returned a non-zero exit code|\bsrun: error:")
@@ -145,7 +160,7 @@ def parse_nccl_tests(text: str, path: str = "<text>") -> NcclTestsLog:
         lines, no collective named), reports a failure (:data:`FAILURE_LINE`, naming the
         line), has no result rows, or has rows that disagree with their collective (sizes not
         increasing, ``size`` not ``count`` elements of ``type``) or with themselves (``algbw``
-        not ``size / time``, ``busbw`` not ``algbw`` times :data:`BUS_FACTORS`', beyond the
+        not ``size / time``, ``busbw`` not ``algbw`` times :func:`log_bus_factor`, beyond the
         rounding of the printed digits).
     """
     lines = text.splitlines()
@@ -237,9 +252,9 @@ def _rows(lines: list[str], columns: list[str], path: str, test: str, ranks: int
                               "above 0 (or N/A)", line.strip()) from None
         if dtype not in DTYPE_BYTES:
             raise ConfigError(path, f"{field}: type", f"one of nccl-tests' types {sorted(DTYPE_BYTES)}", dtype)
-        if test in BUS_FACTORS:
+        if test in BANDWIDTH_CHECKED:
             for t, label in zip(times, ("out-of-place", "in-place")):
-                _check_bandwidths(path, field, label, size, tokens[t:t + 3], BUS_FACTORS[test](ranks))
+                _check_bandwidths(path, field, label, size, tokens[t:t + 3], log_bus_factor(test, ranks))
         if values[0][0] is None or size <= 0:
             continue  # nothing measured: a size nccl-tests skips
         if any(v is not None and v <= 0 for v in (values[0][0], values[1][0] if len(values) > 1 else None)):

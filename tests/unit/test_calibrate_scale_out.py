@@ -20,7 +20,7 @@ import yaml
 
 import sim
 from sim.calibrate.calibration import calibrated_topology, load_calibration
-from sim.calibrate.nccl_tests import BUS_FACTORS, parse_nccl_tests
+from sim.calibrate.nccl_tests import log_bus_factor, parse_nccl_tests
 from sim.calibrate.pricing import placement
 from sim.cli import main
 from sim.config import load_topology
@@ -47,7 +47,7 @@ def row_times(name: str, size: int, t_us: float, ranks: int) -> str:
     ``name`` over ``ranks``, the bandwidths as nccl-tests computes them from the printed time."""
     time = f"{t_us:.4f}"
     algbw = size / float(time) / 1e3
-    group = f"{time}  {algbw:.2f}  {algbw * BUS_FACTORS[name](ranks):.2f}  0"
+    group = f"{time}  {algbw:.2f}  {algbw * log_bus_factor(name, ranks):.2f}  0"
     return f"{group}  {group}"
 
 
