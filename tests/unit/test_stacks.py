@@ -85,6 +85,13 @@ def test_every_date_has_exactly_one_fallback():
     ("PyTorch FSDP (2024)", "pytorch-fsdp"),
     ("torchtitan (Hugging Face tokenizer, PyTorch FSDP)", "torchtitan"),
     ("Hugging Face Transformers Trainer, FSDP (2023)", "pytorch-fsdp-2023"),
+    # FSDP named alone is a PyTorch FSDP trainer; before PyTorch 2.0 its attention was eager
+    ("FSDP2 (PyTorch 2.4, 2024)", "pytorch-fsdp"),
+    ("IBM fms-fsdp (2024)", "pytorch-fsdp"),
+    ("Lightning Fabric, FSDP strategy (2023)", "pytorch-fsdp"),
+    ("FairScale FSDP (metaseq, 2022)", "pytorch-fsdp-2023"),
+    ("Megatron-Core with its own FSDP (2025)", "megatron-core"),
+    ("NeMo 25.04 with FSDP", "nemo-25"),
 ])
 def test_a_framework_text_picks_the_most_specific_stack_it_matches(framework, name):
     choice = choose_stack(framework)
@@ -521,6 +528,8 @@ def test_the_adam_step_over_remainders_moves_28_bytes_a_parameter():
     ("Megatron-DeepSpeed (BigScience, 2022)", "megatron-deepspeed"),
     ("Megatron-DeepSpeed", "megatron-deepspeed"),
     ("Megatron DeepSpeed 2023", "megatron-deepspeed"),
+    ("DeepSpeed-Megatron (BigScience BLOOM, 2022)", "megatron-deepspeed"),
+    ("DeepSpeed-Megatron", "megatron-deepspeed"),  # not 2021's ZeRO-3, though undated
     ("DeepSpeed", "deepspeed-zero3"),  # undated DeepSpeed alone is still 2021's ZeRO-3
     ("Megatron-LM (+DeepSpeed ZeRO-3 for zero3 rows)", "deepspeed-zero3"),
 ])
