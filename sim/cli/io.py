@@ -105,6 +105,28 @@ def load_workload(args: argparse.Namespace):
     return workload, notes
 
 
+def tuned_workload(args: argparse.Namespace, workload, notes: list[str], topology, factors):
+    """The workload of ``run`` with the null settings a practitioner tunes chosen so, when its
+    framework is one no stack models (:mod:`sim.studies.tuning`), each combination put on
+    ``topology`` as the command puts the workload; its notes then those of the tuned build.
+    Launch arguments name Megatron-LM, whose stack is known."""
+    if getattr(args, "megatron_args", None) is not None:
+        return workload, notes
+    from sim.config.workload import load_tunable_case
+    from sim.studies.tuning import tune
+
+    case = load_tunable_case(args.workload, args.set or (), args.case, workload)
+    if case is None:
+        return workload, notes
+
+    def placed(w):
+        p = place(w, topology, args, [])
+        return p.workload, p.topology
+
+    tuned = tune(case, workload, placed, factors)
+    return (workload, notes) if tuned is None else (tuned.workload, list(tuned.notes))
+
+
 def workload_stack_name(args: argparse.Namespace) -> str:
     """The software stack of the workload :func:`load_workload` loads for ``args`` (its
     ``stack``, else the one its framework text names; launch arguments name Megatron-LM)."""

@@ -24,6 +24,7 @@ from sim.cli.io import (
     calibration,
     load_workload,
     place,
+    tuned_workload,
 )
 from sim.errors import ConfigError
 from sim.output.json_output import write_json
@@ -81,7 +82,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _check_trace_dir(args.trace, args.trace_dir)
     _check_chakra(args)
     workload, notes = load_workload(args)
-    topology, factors = calibration(args, args.topology, notes)
+    calibrated: list[str] = []
+    topology, factors = calibration(args, args.topology, calibrated)
+    workload, notes = tuned_workload(args, workload, notes, topology, factors)
+    notes += calibrated
     placed = place(workload, topology, args, notes)
     workload, topo = placed.workload, placed.topology
     run = simulate(workload, topo, full=args.full, notes=notes, slow_gpus=_slow_gpus(args.slow_gpu),

@@ -101,6 +101,9 @@ class StackChoice:
 
     stack: Stack
     why: str
+    fallback: bool = False
+    """No stack's patterns match a framework the text names: the stack is the fallback for
+    software of its date (a text naming nothing is not one)."""
 
 
 def choose_stack(framework: str, year: int | None = None) -> StackChoice:
@@ -140,6 +143,6 @@ def choose_stack(framework: str, year: int | None = None) -> StackChoice:
             dated = f"dated {year}" if year is not None else "undated"
             head = f"{shown} matches no stack's patterns" if framework else shown
             return StackChoice(s, f"{head}; software {dated} is taken as {s.name}, the fallback for "
-                               f"{s.fallback.shown()}")
+                               f"{s.fallback.shown()}", fallback=bool(framework.strip()))
     raise ConfigError(STACKS, "fallback", f"a stack whose fallback covers {year or 'undated'} software",
                       [s.name for s in stacks])

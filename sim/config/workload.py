@@ -59,6 +59,7 @@ from sim.config.hf import read_hf_config
 from sim.config.presets import preset_names, resolve_preset, shown_path
 from sim.config.stack import Stack
 from sim.config.stacks import STACKS, choose_stack, framework_year, load_stack
+from sim.config.tunable import TunableCase, knobs_of
 from sim.errors import ConfigError, Described, excerpt
 from sim.hardware import GPUSpec, get_gpu, gpu_names, power_limited
 from sim.topology.network import NetworkFabric, NetworkSpec
@@ -193,6 +194,36 @@ def case_stack(raw: Mapping, file: Path) -> Stack:
     return _stack(Fields(raw, str(file), "", _TOP_KEYS), file, framework)[0]
 
 
+def unknown_framework(raw: Mapping, file: Path) -> str | None:
+    """The framework text of one case's mapping (read from ``file``) when it names software no
+    shipped stack's patterns match and the case names no ``stack``: the case then runs on the
+    fallback stack of its date (:func:`sim.config.stacks.choose_stack`); else None."""
+    framework = raw.get("framework")
+    if raw.get("stack") is not None or not isinstance(framework, str) or not framework.strip():
+        return None
+    dated = _dated_framework(framework, raw.get("source"), Notes())
+    return framework if choose_stack(dated).fallback else None
+
+
+def tunable_case(raw: Mapping, file: Path, workload: WorkloadSpec) -> TunableCase | None:
+    """The case ``raw`` (read from ``file``, built as ``workload``) with the null settings a
+    practitioner tunes (:mod:`sim.config.tunable`), when its framework text names software no
+    stack models and such a setting is null; else None."""
+    framework = unknown_framework(raw, file)
+    if framework is None:
+        return None
+    parallel = raw.get("parallel")
+    knobs = knobs_of(parallel if isinstance(parallel, Mapping) else {}, workload)
+    return TunableCase(raw, file, framework, knobs) if knobs else None
+
+
+def load_tunable_case(path: str | None, overrides: Sequence[str], case: str | None,
+                      workload: WorkloadSpec) -> TunableCase | None:
+    """:func:`tunable_case` of the case :func:`load_workload_with_notes` built as ``workload``."""
+    raw, file = _chosen_case(path, case)
+    return tunable_case(apply_overrides(raw, overrides, WORKLOAD_SETTABLE), file, workload)
+
+
 def _chosen_case(path: str | None, case: str | None) -> tuple[Mapping, Path]:
     """The mapping of the one case of workload file ``path`` (the one whose ``id`` is ``case``),
     and the file it is in."""
@@ -263,6 +294,9 @@ class CaseRecord:
     targets: dict
     includes_recompute: bool | None
     config_complete: bool
+    tuning: TunableCase | None = None
+    """The null settings a practitioner tunes, when the case's framework is one no stack models
+    (:mod:`sim.config.tunable`; ``llmsim validate`` tunes them)."""
 
 
 _TARGET_METRICS = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "peak_memory_gib",
@@ -329,7 +363,8 @@ def load_case_records(path: str) -> list[CaseRecord]:
             seen[case_id] = i
             raw = Fields(case, str(file), "", _TOP_KEYS).raw
             spec, notes = build_workload(raw, file)
-            out.append(CaseRecord(case_id, shown, spec, None, tuple(notes), targets, recompute_flag, complete))
+            out.append(CaseRecord(case_id, shown, spec, None, tuple(notes), targets, recompute_flag, complete,
+                                  tunable_case(raw, file, spec)))
         except ConfigError as exc:
             out.append(CaseRecord(case_id, shown, None, exc, (), targets, recompute_flag, complete))
     return out

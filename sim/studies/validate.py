@@ -44,6 +44,7 @@ from sim.errors import SimError
 from sim.memory import stage_memory
 from sim.runner import Run, simulate
 from sim.steady import steady_iteration, steady_points
+from sim.studies.tuning import tune
 from sim.topology.choice import on_system
 from sim.topology.spec import TopologySpec
 from sim.types import Stream
@@ -319,17 +320,22 @@ class _Timed:
     """The whole iteration's run; None when the time came from shorter runs."""
 
 
-def _run(rec: CaseRecord, metrics: list[str], granularity: str | None,
-         calibration: CaseCalibration | None = None) -> _Timed:
-    """Simulate ``rec``: at ``granularity`` when given, else at :data:`COARSE` granularity
-    where that is exact for ``metrics`` and op by op otherwise, from shorter runs of its
-    steady state where their times lie on one line (the module docstring); with ``calibration``
-    applied."""
-    w = rec.workload
+def _placed(w: WorkloadSpec, calibration: CaseCalibration) -> tuple[WorkloadSpec, TopologySpec]:
+    """``w`` on the topology a case runs on: its own, else its GPU's usual one, calibrated where
+    ``calibration`` calibrated it."""
     name = w.system.topology or default_topology_name(w.system.gpu.name)
+    calibrated = calibration.topology_for(name)
+    return w, _topology(name, w.system) if calibrated is None else on_system(calibrated, w.system, own=True)
+
+
+def _run(w: WorkloadSpec, metrics: list[str], granularity: str | None,
+         calibration: CaseCalibration | None = None) -> _Timed:
+    """Simulate a case as ``w``: at ``granularity`` when given, else at :data:`COARSE`
+    granularity where that is exact for ``metrics`` and op by op otherwise, from shorter runs of
+    its steady state where their times lie on one line (the module docstring); with
+    ``calibration`` applied."""
     cal = calibration or CaseCalibration()
-    calibrated = cal.topology_for(name)
-    topo = _topology(name, w.system) if calibrated is None else on_system(calibrated, w.system, own=True)
+    _, topo = _placed(w, cal)
     factors = cal.factors
     if granularity is not None:
         run = simulate(w, topo, granularity=granularity, factors=factors)
@@ -359,16 +365,20 @@ def case_rows(rec: CaseRecord, granularity: str | None = None, calibration: Case
                else f"{rec.error.field}: {rec.error.expected} (got {rec.error.excerpt})")
         return CaseResult([Row(rec.id, "-", None, None, rec.config_complete, rec.file, skipped=why)], None)
 
-    fits = None if rec.workload is None else fits_in_memory(rec.workload)
+    w = rec.workload
+    if w is not None and rec.tuning is not None:
+        cal = calibration or CaseCalibration()
+        tuned = tune(rec.tuning, w, lambda v: _placed(v, cal), cal.factors)
+        w = w if tuned is None else tuned.workload
+    fits = None if w is None else fits_in_memory(w)
 
     def row(metric: str, predicted: float | None = None, skipped: str | None = None) -> Row:
         return Row(rec.id, metric, rec.targets[metric], predicted, rec.config_complete, rec.file, skipped,
                    None if skipped is not None else fits)
 
-    if rec.workload is None:
+    if w is None:
         reason = f"{rec.error.field}: {rec.error.expected} (got {rec.error.excerpt})"
         return CaseResult([row(m, skipped=reason) for m in metrics], None)
-    w = rec.workload
     rows: list[Row] = []
     if "peak_memory_gib" in metrics:
         peak = max(stage_memory(w, s).total_bytes for s in range(w.parallel.pp))
@@ -377,7 +387,7 @@ def case_rows(rec: CaseRecord, granularity: str | None = None, calibration: Case
     if not time_metrics:
         return CaseResult(rows, None)
     try:
-        timed = _run(rec, time_metrics, granularity, calibration)
+        timed = _run(w, time_metrics, granularity, calibration)
     except SimError as exc:
         return CaseResult(rows + [row(m, skipped=str(exc)) for m in time_metrics], None)
     # the report's iteration time and throughput (sim.output.report.make_report), without its

@@ -1,0 +1,113 @@
+"""A practitioner's tuning of a case whose software no stack models.
+
+:mod:`sim.config.tunable` names the null settings of such a case that a practitioner chooses
+(virtual pipeline stages, micro-batch size, sequence parallelism) and the values each can take.
+:func:`tune` builds the case with every combination (the other null settings filled as the
+fallback stack fills them, memory savers included), simulates each one that fits in its GPU's
+memory layer by layer, and keeps the fastest; a tie keeps the earlier combination, the fallback's
+own values first. Where no combination fits, the case keeps the fallback's settings, and its
+row reads as not fitting.
+
+``llmsim validate`` and ``llmsim run`` tune such cases; each tuned setting is noted with the
+time it gives and the fallback's own settings' time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sim.config.fit import fits_in_memory
+from sim.config.tunable import TunableCase
+from sim.config.workload import build_workload
+from sim.costs.factors import CalibrationFactors
+from sim.errors import ConfigError, SimError
+from sim.runner import simulate
+from sim.topology.spec import TopologySpec
+from sim.workload.spec import WorkloadSpec
+
+__all__ = ["TunedPoint", "Tuned", "tune", "SCREEN_GRANULARITY"]
+
+SCREEN_GRANULARITY = "layer"
+"""The granularity each combination is simulated at: a layer's passes as tasks, which the
+op-level timeline refines by well under a percent on the dev set's runs (docs/design.md)."""
+
+Placer = Callable[[WorkloadSpec], tuple[WorkloadSpec, TopologySpec]]
+"""A workload put on the topology it runs on (:func:`sim.topology.choice.place_workload`)."""
+
+
+@dataclass(frozen=True)
+class TunedPoint:
+    """One combination of the tuned settings."""
+
+    settings: dict[str, int | bool]
+    iteration_s: float | None
+    """Its simulated iteration (None: not simulated: it does not fit, or is refused)."""
+    fits: bool
+    refused: str | None = None
+    """Why the combination is not a valid run, if it is not."""
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """The tuned case: its workload, the build's notes with one per tuned setting, and every
+    combination tried."""
+
+    workload: WorkloadSpec
+    notes: tuple[str, ...]
+    points: tuple[TunedPoint, ...]
+    chosen: TunedPoint
+    """The fastest combination that fits."""
+
+
+def _shown(value: int | bool) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _time(workload: WorkloadSpec, place: Placer, factors: CalibrationFactors | None) -> float:
+    placed, topology = place(workload)
+    return simulate(placed, topology, granularity=SCREEN_GRANULARITY, factors=factors).result.makespan_s
+
+
+def tune(case: TunableCase, own: WorkloadSpec, place: Placer,
+         factors: CalibrationFactors | None = None) -> Tuned | None:
+    """The fastest combination of ``case``'s knobs that fits, each simulated on the topology
+    ``place`` puts it on, with ``factors`` applied; None when none fits (the fallback's settings,
+    which built ``own``, then stand)."""
+    points: list[TunedPoint] = []
+    built: list[tuple[TunedPoint, WorkloadSpec, list[str]]] = []
+    for settings in case.settings():
+        try:
+            workload, notes = build_workload(case.with_settings(settings), case.file)
+            placed, topology = place(workload)
+        except ConfigError as exc:
+            points.append(TunedPoint(settings, None, False, f"{exc.field}: {exc.expected}"))
+            continue
+        if not fits_in_memory(placed):
+            points.append(TunedPoint(settings, None, False))
+            continue
+        try:
+            run = simulate(placed, topology, granularity=SCREEN_GRANULARITY, factors=factors)
+        except SimError as exc:
+            points.append(TunedPoint(settings, None, True, str(exc)))
+            continue
+        point = TunedPoint(settings, run.result.makespan_s, True)
+        points.append(point)
+        built.append((point, workload, notes))
+    timed = [b for b in built if b[0].iteration_s is not None]
+    if not timed:
+        return None
+    chosen, workload, notes = min(timed, key=lambda b: b[0].iteration_s)  # first of equals: min is stable
+    fields = ", ".join(k.field for k in case.knobs)
+    values = ", ".join(_shown(chosen.settings[k.key]) for k in case.knobs)
+    try:
+        fallback = f"{_time(own, place, factors):.4g} s"
+    except (ConfigError, SimError) as exc:
+        fallback = f"not simulated ({exc})"
+    why = (f"framework '{case.framework}' names software no stack models: tuned as a practitioner tunes a "
+           f"run, the fastest of the {len(timed)} of {len(points)} combinations that fit, simulated layer by "
+           f"layer (sim/studies/tuning.py): {chosen.iteration_s:.4g} s, where the fallback stack's defaults "
+           f"give {fallback}")
+    note = f"{fields}: null -> {values} ({why})"
+    at = next((i + 1 for i, n in enumerate(notes) if n.startswith("stack:")), 0)
+    return Tuned(workload, tuple(notes[:at]) + (note,) + tuple(notes[at:]), tuple(points), chosen)
