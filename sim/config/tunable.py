@@ -16,7 +16,10 @@ without interleaving (a bubble of 15/16 of the work) when interleaving is there 
 settings are the ones that change speed and are pure choices of the run, not features a
 framework may lack:
 
-* ``parallel.virtual_pipeline_stages`` (pipeline parallelism): 1 up to one layer a chunk, the
+* ``parallel.virtual_pipeline_stages`` (pipeline parallelism): every count of chunks a stage
+  that splits the layers evenly, or the layers with the embedding and the loss counted as one
+  each (the splits Megatron-LM's ``--account-for-embedding-in-pipeline-split
+  --account-for-loss-in-pipeline-split`` allow, :func:`sim.workload.spec.pipeline_split`), the
   interleaved 1F1B schedule above 1 (Narayanan et al. 2021, arXiv 2104.04473, Sec. 2.2.2);
 * ``parallel.micro_batch_size``: every divisor of the data-parallel rank's batch (global batch
   over data-parallel size);
@@ -97,9 +100,9 @@ def knobs_of(parallel: Mapping, workload: WorkloadSpec) -> tuple[Knob, ...]:
             knobs.append(Knob("micro_batch_size", tuple(m for m in range(1, local + 1) if local % m == 0)))
     interleavable = parallel.get("schedule") in (None, "interleaved-1f1b")
     if p.pp > 1 and _null(parallel, "virtual_pipeline_stages") and interleavable:
-        most = -(-layers // p.pp)  # one layer a chunk on the fullest stage
-        if most > 1:
-            knobs.append(Knob("virtual_pipeline_stages", tuple(range(1, most + 1))))
+        chunks = tuple(v for v in range(1, layers + 3) if layers % (p.pp * v) == 0 or (layers + 2) % (p.pp * v) == 0)
+        if len(chunks) > 1:
+            knobs.append(Knob("virtual_pipeline_stages", chunks))
     if p.tp > 1 and _null(parallel, "sequence_parallel"):
         knobs.append(Knob("sequence_parallel", (False, True)))
     return tuple(knobs)

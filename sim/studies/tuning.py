@@ -4,7 +4,8 @@
 (virtual pipeline stages, micro-batch size, sequence parallelism) and the values each can take.
 :func:`tune` builds the case with every combination (the other null settings filled as the
 fallback stack fills them, memory savers included), simulates each one that fits in its GPU's
-memory layer by layer, and keeps the fastest; a tie keeps the earlier combination, the fallback's
+memory layer by layer (from shorter runs of its steady state where they stand for the
+iteration, :mod:`sim.steady`), and keeps the fastest; a tie keeps the earlier combination, the fallback's
 own values first. Where no combination fits, the case keeps the fallback's settings, and its
 row reads as not fitting.
 
@@ -23,6 +24,7 @@ from sim.config.workload import build_workload
 from sim.costs.factors import CalibrationFactors
 from sim.errors import ConfigError, SimError
 from sim.runner import simulate
+from sim.steady import steady_iteration
 from sim.topology.spec import TopologySpec
 from sim.workload.spec import WorkloadSpec
 
@@ -64,9 +66,17 @@ def _shown(value: int | bool) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def _time(workload: WorkloadSpec, place: Placer, factors: CalibrationFactors | None) -> float:
-    placed, topology = place(workload)
+def _screen(placed: WorkloadSpec, topology: TopologySpec, factors: CalibrationFactors | None) -> float:
+    """The iteration time of ``placed`` layer by layer, from shorter runs of its steady state
+    where they stand for it (:mod:`sim.steady`)."""
+    steady = steady_iteration(placed, topology, granularity=SCREEN_GRANULARITY, factors=factors)
+    if steady is not None:
+        return steady.iteration_time_s
     return simulate(placed, topology, granularity=SCREEN_GRANULARITY, factors=factors).result.makespan_s
+
+
+def _time(workload: WorkloadSpec, place: Placer, factors: CalibrationFactors | None) -> float:
+    return _screen(*place(workload), factors)
 
 
 def tune(case: TunableCase, own: WorkloadSpec, place: Placer,
@@ -87,11 +97,10 @@ def tune(case: TunableCase, own: WorkloadSpec, place: Placer,
             points.append(TunedPoint(settings, None, False))
             continue
         try:
-            run = simulate(placed, topology, granularity=SCREEN_GRANULARITY, factors=factors)
+            point = TunedPoint(settings, _screen(placed, topology, factors), True)
         except SimError as exc:
             points.append(TunedPoint(settings, None, True, str(exc)))
             continue
-        point = TunedPoint(settings, run.result.makespan_s, True)
         points.append(point)
         built.append((point, workload, notes))
     timed = [b for b in built if b[0].iteration_s is not None]

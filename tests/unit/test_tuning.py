@@ -46,8 +46,9 @@ def test_only_a_framework_no_stack_models_is_tuned(tmp_path):
     rec, _ = _record(tmp_path, _case())
     assert rec.tuning is not None and rec.tuning.framework == UNKNOWN
     knobs = {k.key: k.values for k in rec.tuning.knobs}
-    # every divisor of the rank's batch of 8; one to four layers a chunk of the 4-layer stages
-    assert knobs == {"micro_batch_size": (1, 2, 4, 8), "virtual_pipeline_stages": (1, 2, 3, 4),
+    # every divisor of the rank's batch of 8; the chunks a stage that split the 8 layers, or the 10
+    # units of the layers, the embedding and the loss, evenly over the 2 stages
+    assert knobs == {"micro_batch_size": (1, 2, 4, 8), "virtual_pipeline_stages": (1, 2, 4, 5),
                      "sequence_parallel": (False, True)}
     for known in ("Megatron-Core (2024)", "torchtitan", "NeMo 24.07", None):
         assert _record(tmp_path, _case(known))[0].tuning is None, known
