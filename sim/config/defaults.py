@@ -58,8 +58,16 @@ def sp_default(f: Fields, tp: int, stack: Stack, notes: Notes, tp_overlap: bool 
     """Sequence parallelism when a case leaves it null: on where TP communication overlap is on
     (Megatron-LM's ``--tp-comm-overlap`` requires ``--sequence-parallel``), else under TP > 1
     the stack's ``sequence_parallel`` (torchtitan's tensor-parallel plan always shards norms
-    along the sequence; Megatron-LM only with ``--sequence-parallel``), else off."""
+    along the sequence; Megatron-LM only with ``--sequence-parallel``), else off. A case that
+    asks for it at TP 1 runs without it, noted, as Megatron-LM's and NeMo's argument checks
+    turn it off there."""
     flag = f.flag("sequence_parallel")
+    if flag and tp == 1:
+        # as the frameworks do: no tensor-parallel group to split the sequence over
+        notes.append("parallel.sequence_parallel: true -> false (tensor parallelism of 1: Megatron-LM and NeMo "
+                     "turn it off so, 'Disabling sequence parallelism because tensor model parallelism is "
+                     "disabled', megatron/training/arguments.py validate_args)")
+        return False
     if flag is not None:
         return flag
     if tp_overlap and tp > 1:
@@ -143,12 +151,15 @@ def virtual_stages_default(f: Fields, stack: Stack, notes: Notes, layers_per_sta
     return notes.fill("parallel.virtual_pipeline_stages", 1, "no interleaving")
 
 
-def batch_sizes(f: Fields, dp: int, pp: int, stack: Stack, notes: Notes) -> tuple[int, int]:
+def batch_sizes(f: Fields, dp: int, pp: int, stack: Stack, notes: Notes,
+                interleaved: bool = False) -> tuple[int, int]:
     """The micro- and global batch sizes: the case's, else as the stack says.
 
     A null global batch is the stack's ``global_batch_size`` (its recipe's, in sequences), made
     a multiple of ``micro_batch_size x dp`` (rounded up: the framework asks for one); where the
-    stack has none, one micro-batch a data-parallel rank (Megatron-LM's default). A null
+    stack has none, one micro-batch a data-parallel rank (Megatron-LM's default), or under the
+    ``interleaved`` schedule the fewest it takes, ``pp`` (Megatron-LM's interleaved schedule
+    asks for a multiple of the pipeline stages, ``get_forward_backward_func``). A null
     micro-batch follows the stack's ``micro_batch_size`` rule
     (:class:`~sim.config.stack.MicroBatchRule`): the rank's local batch (global / dp) in ``pp``
     pipeline micro-batches for torchtitan, else one sample."""
@@ -166,7 +177,11 @@ def batch_sizes(f: Fields, dp: int, pp: int, stack: Stack, notes: Notes) -> tupl
             mbs = notes.fill("parallel.micro_batch_size", 1, why)
     if gbs is None:
         step = mbs * dp
-        if recipe is None:
+        if recipe is None and interleaved and pp > 1:
+            gbs = notes.fill("parallel.global_batch_size", step * pp, "Megatron-LM default: micro_batch_size x "
+                             f"dp, one micro-batch, which its interleaved schedule cannot run: {pp} micro-batches, "
+                             "the fewest it takes (a multiple of pp)")
+        elif recipe is None:
             gbs = notes.fill("parallel.global_batch_size", step, "Megatron-LM default: "
                              "micro_batch_size x dp, one micro-batch")
         else:
@@ -228,7 +243,8 @@ def tp_overlap_default(f: Fields, tp: int, stack: Stack, notes: Notes) -> bool:
     """TP communication overlap: the case's ``tp_comm_overlap``, else on when the case's
     published settings (``parallel.details``) include ``--tp-comm-overlap`` or torchtitan's
     ``AsyncTP`` (the same micro-pipelining of the all-gather and matmul), else, under TP > 1,
-    the stack's ``tp_comm_overlap`` (noted when on), else off."""
+    the stack's ``tp_comm_overlap`` (noted when on) unless the case turns sequence parallelism
+    off (the overlap needs it; noted), else off."""
     flag = f.flag("tp_comm_overlap")
     if flag is not None:
         return flag
@@ -236,6 +252,10 @@ def tp_overlap_default(f: Fields, tp: int, stack: Stack, notes: Notes) -> bool:
         for listed in ("--tp-comm-overlap", "AsyncTP"):  # Megatron-LM; torchtitan's async TP
             if _details_has(f, listed):
                 return notes.fill("parallel.tp_comm_overlap", True, f"the case's settings list {listed}")
+        if stack.value("tp_comm_overlap") and f.flag("sequence_parallel") is False:
+            return notes.fill("parallel.tp_comm_overlap", False, f"{stack.why('tp_comm_overlap')}; but the case "
+                              "turns sequence parallelism off, without which there is no TP overlap (Megatron-LM "
+                              "asserts --sequence-parallel for --tp-comm-overlap)")
         if stack.value("tp_comm_overlap"):
             return notes.fill("parallel.tp_comm_overlap", True, stack.why("tp_comm_overlap"))
     return False

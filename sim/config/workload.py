@@ -713,7 +713,7 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     vps = virtual_stages_default(f, stack, notes, None if num_layers is None else -(-num_layers // pp))
     schedule = f.enum("schedule", ScheduleKind, notes, ScheduleKind.INTERLEAVED if vps > 1 else
                       ScheduleKind.ONE_F_ONE_B, f"virtual_pipeline_stages={vps}")
-    mbs, gbs = batch_sizes(f, dp, pp, stack, notes)
+    mbs, gbs = batch_sizes(f, dp, pp, stack, notes, schedule is ScheduleKind.INTERLEAVED)
     tp_overlap = tp_overlap_default(f, tp, stack, notes)
     tp_overlap_cfg = tp_overlap_cfg_default(f, stack, tp_overlap and tp > 1, notes)
     recompute = recompute_default(f, stack, notes)

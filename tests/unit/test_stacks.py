@@ -591,3 +591,44 @@ def test_deepspeed_bf16_optimizer_all_reduces_gradients_and_gathers_weights():
     with pytest.raises(ConfigError) as err:
         replace_settings(ds, zero_stage=3)
     assert err.value.field == "parallel.zero_impl"
+
+
+def test_sequence_parallelism_asked_for_at_tp_1_runs_without_it(tmp_path):
+    """Megatron-LM's and NeMo's argument checks turn sequence parallelism off without tensor
+    parallelism; a case that publishes it at TP 1 is read so, noted, not refused."""
+    case = _case(parallel={"tp": 1, "pp": 2, "dp": 4, "micro_batch_size": 1, "global_batch_size": 8,
+                           "sequence_parallel": True})
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+    assert w.parallel.tp == 1 and w.parallel.sequence_parallel is False
+    assert any(n.startswith("parallel.sequence_parallel: true -> false (tensor parallelism of 1") for n in notes)
+    case["parallel"]["tp"], case["parallel"]["dp"] = 2, 2  # where TP has a group, it stands
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+    assert w.parallel.sequence_parallel is True and not any("true -> false" in n for n in notes)
+
+
+def test_a_null_global_batch_under_the_interleaved_schedule_is_the_fewest_it_runs(tmp_path):
+    """Megatron-LM's default global batch is one micro-batch a data-parallel rank, which its
+    interleaved schedule refuses: a case giving virtual stages but no global batch takes pp
+    micro-batches, noted, where it was refused."""
+    case = _case(parallel={"tp": 2, "pp": 2, "dp": 2, "micro_batch_size": 1, "virtual_pipeline_stages": 2})
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+    assert w.parallel.num_microbatches == 2 and w.parallel.global_batch_size == 1 * 2 * 2
+    assert any(n.startswith("parallel.global_batch_size: null -> 4 (") and "interleaved" in n for n in notes)
+    del case["parallel"]["virtual_pipeline_stages"]  # 1F1B: Megatron's own default stands
+    w, _ = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+    assert w.parallel.num_microbatches == 1
+
+
+def test_sequence_parallelism_turned_off_turns_the_stacks_tp_overlap_off(tmp_path):
+    """Megatron-Bridge's scripts overlap TP communication under TP > 1, which needs sequence
+    parallelism: a case that turns sequence parallelism off ran without the overlap (it was
+    refused as contradictory); one that lists --tp-comm-overlap beside it still is."""
+    case = _case("Megatron-Bridge (2025)", parallel={"tp": 2, "pp": 1, "dp": 4, "micro_batch_size": 1,
+                                                     "global_batch_size": 8, "sequence_parallel": False})
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+    assert w.parallel.tp_comm_overlap is False and w.parallel.sequence_parallel is False
+    assert any(n.startswith("parallel.tp_comm_overlap: null -> false (") and "sequence parallelism off" in n
+               for n in notes)
+    case["parallel"]["details"] = "--tp-comm-overlap"
+    with pytest.raises(ConfigError, match="sequence_parallel"):
+        load_workload_with_notes(_write(tmp_path / "c.yaml", case))
