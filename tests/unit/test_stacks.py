@@ -632,3 +632,36 @@ def test_sequence_parallelism_turned_off_turns_the_stacks_tp_overlap_off(tmp_pat
     case["parallel"]["details"] = "--tp-comm-overlap"
     with pytest.raises(ConfigError, match="sequence_parallel"):
         load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+
+
+@pytest.mark.parametrize("framework, year, name", [
+    ("DeepSpeed v0.14.2, ZeRO-3", 2024, "deepspeed"),
+    ("Hugging Face Trainer + DeepSpeed", 2024, "deepspeed"),
+    ("Hugging Face Transformers + DeepSpeed ZeRO-2", 2023, "deepspeed-2023"),  # eager attention then
+    ("DeepSpeed", 2022, "deepspeed-2023"),
+    ("DeepSpeed 0.4.0", 2021, "deepspeed-2023"),  # ZeRO-3 with prefetched gathers, not 0.3's
+    ("DeepSpeed 0.3.16", 2021, "deepspeed-zero3"),
+    ("DeepSpeed", 2021, "deepspeed-zero3"),
+    ("DeepSpeed", None, "deepspeed-zero3"),
+    ("Megatron-DeepSpeed", 2024, "megatron-deepspeed"),
+    ("Megatron-LM + DeepSpeed ZeRO-1", 2023, "megatron-core"),  # Megatron's model code
+])
+def test_deepspeed_from_0_4_is_its_own_stack(framework, year, name):
+    assert choose_stack(framework, year).stack.name == name
+
+
+def test_deepspeed_runs_its_zero_engine_defaults(tmp_path):
+    """DeepSpeed's ZeRO engine over an eager Hugging Face model: ZeRO off unless the case names a
+    stage, gradients reduced in 16 bits and not overlapped below stage 3 (overlap_comm), the
+    norm and the fp32-to-16-bit copy of its step, its FusedAdam; the model code is pytorch-fsdp's."""
+    case = _case("Hugging Face Trainer + DeepSpeed 0.12", parallel={"tp": 1, "pp": 1, "dp": 8,
+                                                                     "micro_batch_size": 1, "global_batch_size": 8})
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+    p, k = w.parallel, w.kernels
+    assert p.zero_stage == 0 and not p.overlap_grad_reduce and not k.grad_reduce_in_fp32
+    assert k.adam_impl is AdamImpl.FUSED and k.step_passes == {StepPass.CLIP_GRAD_NORM, StepPass.MASTER_COPY}
+    assert not k.fused_elementwise and k.flash_attention  # the eager model, SDPA's FlashAttention-2
+    assert any(n.startswith("stack: null -> deepspeed (") for n in notes)
+    case["parallel"]["zero_stage"] = 3
+    w, _ = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+    assert w.parallel.zero_stage == 3 and w.parallel.zero_impl is ZeroImpl.FSDP
