@@ -144,8 +144,8 @@ class GPUSpec:
     kernel_launch_s : float
         Gap a kernel adds on the GPU between back-to-back launches.
     generation : GpuGeneration
-        The architecture generation (NVIDIA's product pages: A100 Ampere, H100 and H200 Hopper,
-        B200, GB200 and GB300 Blackwell).
+        The architecture generation (NVIDIA's product pages: A100 and A800 Ampere, H100, H800 and
+        H200 Hopper, B200, GB200 and GB300 Blackwell).
     deterministic_attention_efficiency, deterministic_attention_backward_efficiency : EfficiencyCurve or None
         The attention's efficiency, forward and backward, when training must be deterministic
         and Transformer Engine then runs another kernel than the one measured above (None:
@@ -770,16 +770,40 @@ _GPUS = _GPUS + (dataclasses.replace(
     "600 GB/s bidirectional); kernel fractions of the A100-SXM4-80GB entry (cuBLASLt and FA2 sweeps "
     "from Azure/AI-benchmarking-guide on ND A100 v4, A100 40GB)"),)
 
+# H800 and A800: the export variants of the H100 SXM5 and the A100 SXM4 80GB, the same die,
+# compute, memory and power as their parents with NVLink cut to 400 GB/s bidirectional (200 GB/s
+# per direction). H800 SXM5: the same GH100 die, compute, HBM3 (80 GB, 3.35 TB/s) and power as
+# the H100 SXM5, NVLink 400 GB/s down from the H100's 900 (Zhao et al., "Insights into
+# DeepSeek-V3: Scaling Challenges and Reflections on Hardware for AI Architectures", arXiv
+# 2505.09343: H800 has reduced FP64 and NVLink bandwidth; each node 8 x 400 Gb/s InfiniBand CX7
+# NICs).
+# A800 SXM4 80GB: the same GA100 die, compute, HBM2e (80 GB, 2,039 GB/s) and 400 W as the A100
+# SXM4 80GB, NVLink 400 GB/s instead of 600 (Reuters via Tweakers.net, 2022-11-07, "Nvidia
+# introduceert A800-gpu voor China"). Their kernels run at their parents' measured fractions.
+_H100_80 = next(g for g in _GPUS if g.name == "H100-SXM5-80GB")
+_GPUS = _GPUS + (dataclasses.replace(
+    _H100_80, name="H800-SXM5-80GB", nvlink_bandwidth_bytes_per_s=200 * GBPS,
+    sources="Zhao et al., 'Insights into DeepSeek-V3: Scaling Challenges and Reflections on Hardware "
+    "for AI Architectures', arXiv 2505.09343 (H800: reduced FP64 and NVLink bandwidth, NVLink 400 GB/s "
+    "bidirectional down from 900 GB/s); otherwise as H100-SXM5-80GB (GH100, 989 TF BF16 dense, 80 GB "
+    "HBM3 at 3.35 TB/s, 700 W, 132 SMs) and its kernel fractions"), dataclasses.replace(
+    _A100_80, name="A800-SXM4-80GB", nvlink_bandwidth_bytes_per_s=200 * GBPS,
+    sources="Reuters via Tweakers.net, 2022-11-07, 'Nvidia introduceert A800-gpu voor China' (NVLink "
+    "400 GB/s bidirectional instead of 600; otherwise as A100); compute, 80 GB HBM2e at 2,039 GB/s, "
+    "400 W and kernel fractions of the A100-SXM4-80GB entry"),)
+
 GPU_CATALOGUE: dict[str, GPUSpec] = {g.name: g for g in _GPUS}
 """Name -> GPU. Treat as read-only."""
 
 _ALIASES = {"a100": "A100-SXM4-80GB", "h100": "H100-SXM5-80GB", "a100sxm": "A100-SXM4-80GB",
             "a10080gb": "A100-SXM4-80GB", "a100sxm80gb": "A100-SXM4-80GB", "a10040gb": "A100-SXM4-40GB",
             "a100sxm40gb": "A100-SXM4-40GB", "h100sxm": "H100-SXM5-80GB", "h10080gb": "H100-SXM5-80GB",
-            "h100sxm80gb": "H100-SXM5-80GB"}
-"""Other names of catalogue GPUs, in :func:`~sim.types.compact_name` form: the short ``A100``
-and ``H100``, and the SXM part and memory size without the form factor's generation (``H100
-SXM``, ``A100-80GB``)."""
+            "h100sxm80gb": "H100-SXM5-80GB", "h800": "H800-SXM5-80GB", "h800sxm": "H800-SXM5-80GB",
+            "h80080gb": "H800-SXM5-80GB", "h800sxm80gb": "H800-SXM5-80GB", "a800": "A800-SXM4-80GB",
+            "a800sxm": "A800-SXM4-80GB", "a80080gb": "A800-SXM4-80GB", "a800sxm80gb": "A800-SXM4-80GB"}
+"""Other names of catalogue GPUs, in :func:`~sim.types.compact_name` form: the short ``A100``,
+``H100``, ``A800`` and ``H800``, and the SXM part and memory size without the form factor's
+generation (``H100 SXM``, ``A100-80GB``)."""
 _NAMES = {**{compact_name(n): n for n in GPU_CATALOGUE}, **_ALIASES}
 """Every name :func:`get_gpu` reads, in :func:`~sim.types.compact_name` form -> catalogue name."""
 
@@ -808,7 +832,8 @@ def power_limited(gpu: GPUSpec, limit_w: float) -> GPUSpec:
 
 
 def get_gpu(name: str) -> GPUSpec:
-    """Look a GPU up by its canonical name (or the short aliases ``A100``, ``H100``).
+    """Look a GPU up by its canonical name (or the short aliases ``A100``, ``H100``, ``A800``,
+    ``H800``).
 
     Raises
     ------

@@ -73,7 +73,8 @@ _LATENCY = f"a non-negative latency of at most {MAX_LATENCY_US:g} us"
 
 _DEFAULT_TOPOLOGY = {"A100-SXM4-80GB": "dgx-a100", "A100-SXM4-40GB": "dgx-a100", "H100-SXM5-80GB": "dgx-h100",
                      "H100-SXM5-96GB-HBM2e": "dgx-h100", "H200": "dgx-h100", "B200": "dgx-b200",
-                     "GB200": "gb200-nvl72", "GB300": "gb200-nvl72"}
+                     "GB200": "gb200-nvl72", "GB300": "gb200-nvl72", "H800-SXM5-80GB": "hgx-h800",
+                     "A800-SXM4-80GB": "hgx-a800"}
 
 
 def default_topology_name(gpu_name: str) -> str:

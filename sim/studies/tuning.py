@@ -93,6 +93,9 @@ def tune(case: TunableCase, own: WorkloadSpec, place: Placer,
         except ConfigError as exc:
             points.append(TunedPoint(settings, None, False, f"{exc.field}: {exc.expected}"))
             continue
+        except SimError as exc:  # a GPU without the number format, say
+            points.append(TunedPoint(settings, None, False, str(exc)))
+            continue
         if not fits_in_memory(placed):
             points.append(TunedPoint(settings, None, False))
             continue
