@@ -61,6 +61,11 @@ class Tuned:
     chosen: TunedPoint
     """The fastest combination that fits."""
 
+    @property
+    def setting_text(self) -> str:
+        """The chosen settings, ``"micro_batch_size=1, virtual_pipeline_stages=4"``."""
+        return ", ".join(f"{k}={_shown(v)}" for k, v in self.chosen.settings.items())
+
 
 def _shown(value: int | bool) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)

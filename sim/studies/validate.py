@@ -81,6 +81,9 @@ class Row:
     fits: bool | None = None
     """Whether the simulated configuration fits in the GPU's memory; None where nothing was
     simulated."""
+    tuned: str | None = None
+    """The settings a practitioner's tuning chose, where the case's framework is one no stack
+    models (:mod:`sim.studies.tuning`): ``"micro_batch_size=1, virtual_pipeline_stages=4"``."""
 
     @property
     def error_pct(self) -> float | None:
@@ -106,7 +109,7 @@ class Row:
         return {"id": self.id, "metric": self.metric, "measured": self.measured, "predicted": self.predicted,
                 "error_pct": self.error_pct, "signed_error_pct": self.signed_error_pct,
                 "config_complete": self.config_complete, "fits": self.fits, "skipped": self.skipped,
-                "file": self.file}
+                "file": self.file, "tuned": self.tuned}
 
     @property
     def source(self) -> str:
@@ -365,16 +368,17 @@ def case_rows(rec: CaseRecord, granularity: str | None = None, calibration: Case
                else f"{rec.error.field}: {rec.error.expected} (got {rec.error.excerpt})")
         return CaseResult([Row(rec.id, "-", None, None, rec.config_complete, rec.file, skipped=why)], None)
 
-    w = rec.workload
+    w, chosen = rec.workload, None
     if w is not None and rec.tuning is not None:
         cal = calibration or CaseCalibration()
         tuned = tune(rec.tuning, w, lambda v: _placed(v, cal), cal.factors)
-        w = w if tuned is None else tuned.workload
+        if tuned is not None:
+            w, chosen = tuned.workload, tuned.setting_text
     fits = None if w is None else fits_in_memory(w)
 
     def row(metric: str, predicted: float | None = None, skipped: str | None = None) -> Row:
         return Row(rec.id, metric, rec.targets[metric], predicted, rec.config_complete, rec.file, skipped,
-                   None if skipped is not None else fits)
+                   None if skipped is not None else fits, chosen)
 
     if w is None:
         reason = f"{rec.error.field}: {rec.error.expected} (got {rec.error.excerpt})"
@@ -551,7 +555,8 @@ def format_row(r: Row) -> str:
         return f"{r.id:<62} {r.metric:<20} {_fmt(r.measured):>10} {'skipped':>10}  {r.skipped}"
     return (f"{r.id:<62} {r.metric:<20} {_fmt(r.measured):>10} {_fmt(r.predicted):>10} "
             f"{r.error_pct:+8.1f}%{'' if r.config_complete else '  (config incomplete)'}"
-            f"{'  (DOES NOT FIT in GPU memory)' if r.fits is False else ''}")
+            f"{'  (DOES NOT FIT in GPU memory)' if r.fits is False else ''}"
+            f"{f'  (tuned: {r.tuned})' if r.tuned else ''}")
 
 
 def _pct(x: float | None) -> str:

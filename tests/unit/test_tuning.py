@@ -12,7 +12,7 @@ import yaml
 from sim.cli.main import main
 from sim.config import load_case_records
 from sim.studies.tuning import tune
-from sim.studies.validate import case_rows, case_topology
+from sim.studies.validate import case_rows, case_topology, format_row
 
 UNKNOWN = "AcmeTrain (in-house, 2024)"
 
@@ -106,6 +106,8 @@ def test_validate_and_run_score_the_tuned_run(tmp_path, capsys):
     known_row = case_rows(load_case_records(str(known_path))[0]).rows[0]
     # the launch defaults are one of the combinations tried: tuning never predicts slower
     assert tuned_row.predicted < known_row.predicted
+    assert tuned_row.tuned.startswith("micro_batch_size=") and known_row.tuned is None
+    assert tuned_row.to_dict()["tuned"] == tuned_row.tuned and "(tuned: micro_batch_size=" in format_row(tuned_row)
     out = tmp_path / "run.json"
     assert main(["run", str(path), "--case", "probe", "--json", str(out)]) == 0
     text = capsys.readouterr().out
