@@ -89,7 +89,7 @@ def shipped_stacks() -> tuple[Stack, ...]:
 
     >>> names = [s.name for s in shipped_stacks()]
     >>> names[0], names == sorted(names)
-    ('deepspeed-zero3', True)
+    ('deepspeed', True)
     """
     folder = preset_folder(STACKS)
     return tuple(load_stack(str(folder / f"{name}.yaml")) for name in preset_names(STACKS))
