@@ -24,7 +24,7 @@ framework may lack:
 * ``parallel.micro_batch_size``: every divisor of the data-parallel rank's batch (global batch
   over data-parallel size);
 * ``parallel.sequence_parallel`` (tensor parallelism): off and on (Korthikanti et al. 2022,
-  arXiv 2205.05198, Sec. 4.2.2).
+  arXiv 2205.05198).
 
 Recomputation and the other memory savers stay the cheapest that fits (:mod:`sim.config.fit`),
 each combination filled by them in turn; overlaps that need a particular framework's machinery

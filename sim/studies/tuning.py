@@ -91,7 +91,13 @@ def tune(case: TunableCase, own: WorkloadSpec, place: Placer,
     which built ``own``, then stand)."""
     points: list[TunedPoint] = []
     built: list[tuple[TunedPoint, WorkloadSpec, list[str]]] = []
+    # the other settings under which a smaller micro-batch did not fit, memory savers and all: a
+    # larger one will not either (activations grow with it), so it is not built
+    too_big: set[tuple] = set()
     for settings in case.settings():
+        others = tuple((k, v) for k, v in settings.items() if k != "micro_batch_size")
+        if others in too_big:
+            continue
         try:
             workload, notes = build_workload(case.with_settings(settings), case.file)
             placed, topology = place(workload)
@@ -103,6 +109,7 @@ def tune(case: TunableCase, own: WorkloadSpec, place: Placer,
             continue
         if not fits_in_memory(placed):
             points.append(TunedPoint(settings, None, False))
+            too_big.add(others)
             continue
         try:
             point = TunedPoint(settings, _screen(placed, topology, factors), True)
@@ -122,7 +129,7 @@ def tune(case: TunableCase, own: WorkloadSpec, place: Placer,
     except (ConfigError, SimError) as exc:
         fallback = f"not simulated ({exc})"
     why = (f"framework '{case.framework}' names software no stack models: tuned as a practitioner tunes a "
-           f"run, the fastest of the {len(timed)} of {len(points)} combinations that fit, simulated layer by "
+           f"run, the fastest of the {len(timed)} combinations that fit of the {len(points)} built, simulated layer by "
            f"layer (sim/studies/tuning.py): {chosen.iteration_s:.4g} s, where the fallback stack's defaults "
            f"give {fallback}")
     note = f"{fields}: null -> {values} ({why})"
