@@ -5,9 +5,10 @@
 :func:`tune` builds the case with every combination (the other null settings filled as the
 fallback stack fills them, memory savers included), simulates each one that fits in its GPU's
 memory layer by layer (from shorter runs of its steady state where they stand for the
-iteration, :mod:`sim.steady`), and keeps the fastest; a tie keeps the earlier combination, the fallback's
-own values first. Where no combination fits, the case keeps the fallback's settings, and its
-row reads as not fitting.
+iteration, :mod:`sim.steady`), and keeps the fastest: the least time a sample (a case without a
+global batch has it filled by each combination's schedule); a tie keeps the earlier
+combination, the fallback's own values first. Where no combination fits, the case keeps the
+fallback's settings, and its row reads as not fitting.
 
 ``llmsim validate`` and ``llmsim run`` tune such cases; each tuned setting is noted with the
 time it gives and the fallback's own settings' time.
@@ -48,6 +49,8 @@ class TunedPoint:
     fits: bool
     refused: str | None = None
     """Why the combination is not a valid run, if it is not."""
+    global_batch: int | None = None
+    """The samples its iteration trains (None: not built)."""
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,8 @@ def tune(case: TunableCase, own: WorkloadSpec, place: Placer,
             too_big.add(others)
             continue
         try:
-            point = TunedPoint(settings, _screen(placed, topology, factors), True)
+            point = TunedPoint(settings, _screen(placed, topology, factors), True,
+                               global_batch=placed.parallel.global_batch_size)
         except SimError as exc:
             points.append(TunedPoint(settings, None, True, str(exc)))
             continue
@@ -121,16 +125,21 @@ def tune(case: TunableCase, own: WorkloadSpec, place: Placer,
     timed = [b for b in built if b[0].iteration_s is not None]
     if not timed:
         return None
-    chosen, workload, notes = min(timed, key=lambda b: b[0].iteration_s)  # first of equals: min is stable
+    # the least time a sample: a null global batch is filled by each combination's schedule (the
+    # interleaved one takes at least pp micro-batches), so iterations may differ in size
+    chosen, workload, notes = min(timed, key=lambda b: b[0].iteration_s / b[0].global_batch)
     fields = ", ".join(k.field for k in case.knobs)
     values = ", ".join(_shown(chosen.settings[k.key]) for k in case.knobs)
+    batches = chosen.global_batch != own.parallel.global_batch_size  # then each time says its batch
+    mine = f"{chosen.iteration_s:.4g} s" + (f" for {chosen.global_batch} samples" if batches else "")
     try:
-        fallback = f"{_time(own, place, factors):.4g} s"
+        fallback = f"{_time(own, place, factors):.4g} s" + (
+            f" for {own.parallel.global_batch_size}" if batches else "")
     except (ConfigError, SimError) as exc:
         fallback = f"not simulated ({exc})"
     why = (f"framework '{case.framework}' names software no stack models: tuned as a practitioner tunes a "
-           f"run, the fastest of the {len(timed)} combinations that fit of the {len(points)} built, simulated layer by "
-           f"layer (sim/studies/tuning.py): {chosen.iteration_s:.4g} s, where the fallback stack's defaults "
+           f"run, the fastest a sample of the {len(timed)} combinations that fit of the {len(points)} built, "
+           f"simulated layer by layer (sim/studies/tuning.py): {mine}, where the fallback stack's defaults "
            f"give {fallback}")
     note = f"{fields}: null -> {values} ({why})"
     at = next((i + 1 for i, n in enumerate(notes) if n.startswith("stack:")), 0)

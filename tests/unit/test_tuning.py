@@ -113,3 +113,17 @@ def test_validate_and_run_score_the_tuned_run(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "names software no stack models: tuned as a practitioner tunes a run" in text
     assert json.loads(out.read_text())["iteration_time_s"] == pytest.approx(tuned_row.predicted, rel=0.02)
+
+
+def test_without_a_global_batch_the_least_time_a_sample_wins(tmp_path):
+    """A case that publishes no global batch gets Megatron's one micro-batch a rank, or under
+    the interleaved schedule pp of them: iterations of different sizes, compared per sample."""
+    case = _case()
+    del case["parallel"]["global_batch_size"]
+    rec, _ = _record(tmp_path, case)
+    assert [k.key for k in rec.tuning.knobs] == ["virtual_pipeline_stages", "sequence_parallel"]
+    tuned = tune(rec.tuning, rec.workload, _place)
+    timed = [p for p in tuned.points if p.iteration_s is not None]
+    assert {p.global_batch for p in timed} == {2, 4}  # one micro-batch a rank; pp = 2 interleaved
+    assert tuned.chosen.iteration_s / tuned.chosen.global_batch == min(p.iteration_s / p.global_batch for p in timed)
+    assert tuned.workload.parallel.global_batch_size == tuned.chosen.global_batch
