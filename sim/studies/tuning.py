@@ -10,8 +10,8 @@ global batch has it filled by each combination's schedule); a tie keeps the earl
 combination, the fallback's own values first. Where no combination fits, the case keeps the
 fallback's settings, and its row reads as not fitting.
 
-``llmsim validate`` and ``llmsim run`` tune such cases; each tuned setting is noted with the
-time it gives and the fallback's own settings' time.
+``llmsim validate`` and ``llmsim run`` tune such cases; one note gives the settings chosen,
+their time and the time of the fallback stack's defaults.
 """
 
 from __future__ import annotations
@@ -50,13 +50,13 @@ class TunedPoint:
     refused: str | None = None
     """Why the combination is not a valid run, if it is not."""
     global_batch: int | None = None
-    """The samples its iteration trains (None: not built)."""
+    """The samples its iteration trains (None: not simulated)."""
 
 
 @dataclass(frozen=True)
 class Tuned:
-    """The tuned case: its workload, the build's notes with one per tuned setting, and every
-    combination tried."""
+    """The tuned case: its workload, its build's notes with one more for the tuned settings, and
+    every combination built."""
 
     workload: WorkloadSpec
     notes: tuple[str, ...]
