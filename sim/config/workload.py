@@ -713,6 +713,13 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     vps = virtual_stages_default(f, stack, notes, None if num_layers is None else -(-num_layers // pp))
     schedule = f.enum("schedule", ScheduleKind, notes, ScheduleKind.INTERLEAVED if vps > 1 else
                       ScheduleKind.ONE_F_ONE_B, f"virtual_pipeline_stages={vps}")
+    if schedule is ScheduleKind.ONE_F_ONE_B and vps > 1 and pp > 1:
+        # "1F1B" with chunks: Megatron-Core's get_forward_backward_func interleaves whenever a
+        # virtual pipeline size is set
+        notes.append(f"parallel.schedule: 1f1b -> interleaved-1f1b (virtual_pipeline_stages={vps}: Megatron-LM "
+                     "runs its interleaved 1F1B whenever a stage holds more than one chunk, "
+                     "megatron/core/pipeline_parallel/schedules.py get_forward_backward_func)")
+        schedule = ScheduleKind.INTERLEAVED
     mbs, gbs = batch_sizes(f, dp, pp, stack, notes, schedule is ScheduleKind.INTERLEAVED)
     tp_overlap = tp_overlap_default(f, tp, stack, notes)
     tp_overlap_cfg = tp_overlap_cfg_default(f, stack, tp_overlap and tp > 1, notes)

@@ -19,7 +19,7 @@ from sim.config.presets import preset_folder
 from sim.config.stack import SETTINGS
 from sim.config.stacks import STACKS, choose_stack, load_stack, shipped_stacks
 from sim.errors import ConfigError
-from sim.types import AdamImpl, AttentionKernel, LossKind, NormKind, StepPass, ZeroImpl
+from sim.types import AdamImpl, AttentionKernel, LossKind, NormKind, ScheduleKind, StepPass, ZeroImpl
 
 
 def _case(framework: str | None = "Megatron-Core", **top) -> dict:
@@ -665,3 +665,16 @@ def test_deepspeed_runs_its_zero_engine_defaults(tmp_path):
     case["parallel"]["zero_stage"] = 3
     w, _ = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
     assert w.parallel.zero_stage == 3 and w.parallel.zero_impl is ZeroImpl.FSDP
+
+
+def test_1f1b_with_chunks_is_megatrons_interleaved_1f1b(tmp_path):
+    """Megatron-Core interleaves whenever a stage holds more than one chunk; a case that calls
+    its schedule 1F1B and gives virtual stages is read so, noted, where it was refused."""
+    case = _case(parallel={"tp": 2, "pp": 2, "dp": 2, "micro_batch_size": 1, "global_batch_size": 8,
+                           "schedule": "1f1b", "virtual_pipeline_stages": 2})
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+    assert w.parallel.schedule is ScheduleKind.INTERLEAVED and w.parallel.virtual_pipeline_stages == 2
+    assert any(n.startswith("parallel.schedule: 1f1b -> interleaved-1f1b (virtual_pipeline_stages=2") for n in notes)
+    case["parallel"]["virtual_pipeline_stages"] = 1  # one chunk a stage: 1F1B as given
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+    assert w.parallel.schedule is ScheduleKind.ONE_F_ONE_B and not any("1f1b ->" in n for n in notes)
