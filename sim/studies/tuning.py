@@ -83,10 +83,6 @@ def _screen(placed: WorkloadSpec, topology: TopologySpec, factors: CalibrationFa
     return simulate(placed, topology, granularity=SCREEN_GRANULARITY, factors=factors).result.makespan_s
 
 
-def _time(workload: WorkloadSpec, place: Placer, factors: CalibrationFactors | None) -> float:
-    return _screen(*place(workload), factors)
-
-
 def tune(case: TunableCase, own: WorkloadSpec, place: Placer,
          factors: CalibrationFactors | None = None) -> Tuned | None:
     """The fastest combination of ``case``'s knobs that fits, each simulated on the topology
@@ -122,23 +118,22 @@ def tune(case: TunableCase, own: WorkloadSpec, place: Placer,
             continue
         points.append(point)
         built.append((point, workload, notes))
-    timed = [b for b in built if b[0].iteration_s is not None]
-    if not timed:
+    if not built:
         return None
     # the least time a sample: a null global batch is filled by each combination's schedule (the
     # interleaved one takes at least pp micro-batches), so iterations may differ in size
-    chosen, workload, notes = min(timed, key=lambda b: b[0].iteration_s / b[0].global_batch)
+    chosen, workload, notes = min(built, key=lambda b: b[0].iteration_s / b[0].global_batch)
     fields = ", ".join(k.field for k in case.knobs)
     values = ", ".join(_shown(chosen.settings[k.key]) for k in case.knobs)
     batches = chosen.global_batch != own.parallel.global_batch_size  # then each time says its batch
     mine = f"{chosen.iteration_s:.4g} s" + (f" for {chosen.global_batch} samples" if batches else "")
     try:
-        fallback = f"{_time(own, place, factors):.4g} s" + (
+        fallback = f"{_screen(*place(own), factors):.4g} s" + (
             f" for {own.parallel.global_batch_size}" if batches else "")
     except (ConfigError, SimError) as exc:
         fallback = f"not simulated ({exc})"
     why = (f"framework '{case.framework}' names software no stack models: tuned as a practitioner tunes a "
-           f"run, the fastest a sample of the {len(timed)} combinations that fit of the {len(points)} built, "
+           f"run, the fastest a sample of the {len(built)} combinations that fit of the {len(points)} built, "
            f"simulated layer by layer (sim/studies/tuning.py): {mine}, where the fallback stack's defaults "
            f"give {fallback}")
     note = f"{fields}: null -> {values} ({why})"

@@ -323,12 +323,10 @@ class _Timed:
     """The whole iteration's run; None when the time came from shorter runs."""
 
 
-def _placed(w: WorkloadSpec, calibration: CaseCalibration) -> tuple[WorkloadSpec, TopologySpec]:
-    """``w`` on the topology a case runs on: its own, else its GPU's usual one, calibrated where
-    ``calibration`` calibrated it."""
-    name = w.system.topology or default_topology_name(w.system.gpu.name)
-    calibrated = calibration.topology_for(name)
-    return w, _topology(name, w.system) if calibrated is None else on_system(calibrated, w.system, own=True)
+def _calibrated_topology(w: WorkloadSpec, calibration: CaseCalibration) -> TopologySpec:
+    """:func:`case_topology`, or ``calibration``'s topology where it calibrated that one."""
+    calibrated = calibration.topology_for(w.system.topology or default_topology_name(w.system.gpu.name))
+    return case_topology(w) if calibrated is None else on_system(calibrated, w.system, own=True)
 
 
 def _run(w: WorkloadSpec, metrics: list[str], granularity: str | None,
@@ -338,7 +336,7 @@ def _run(w: WorkloadSpec, metrics: list[str], granularity: str | None,
     its steady state where their times lie on one line (the module docstring); with
     ``calibration`` applied."""
     cal = calibration or CaseCalibration()
-    _, topo = _placed(w, cal)
+    topo = _calibrated_topology(w, cal)
     factors = cal.factors
     if granularity is not None:
         run = simulate(w, topo, granularity=granularity, factors=factors)
@@ -371,7 +369,7 @@ def case_rows(rec: CaseRecord, granularity: str | None = None, calibration: Case
     w, chosen = rec.workload, None
     if w is not None and rec.tuning is not None:
         cal = calibration or CaseCalibration()
-        tuned = tune(rec.tuning, w, lambda v: _placed(v, cal), cal.factors)
+        tuned = tune(rec.tuning, w, lambda v: (v, _calibrated_topology(v, cal)), cal.factors)
         if tuned is not None:
             w, chosen = tuned.workload, tuned.setting_text
     fits = None if w is None else fits_in_memory(w)
