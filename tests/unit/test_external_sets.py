@@ -1,0 +1,50 @@
+"""benchmarks/external_sets.py: the published runs kept outside the validation set stay runnable."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.config.workload import load_case_records
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "external_sets.py"
+TIME_METRICS = {"iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu"}
+
+
+@pytest.fixture(scope="module")
+def ext():
+    spec = importlib.util.spec_from_file_location("external_sets", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_case_file_under_benchmarks_is_a_listed_set(ext):
+    """A set added under benchmarks/ is scored by the report (the deepspeed_zero3 folder holds a
+    workload, not cases)."""
+    listed = {p.resolve() for p in ext.SETS.values()}
+    found = {p.resolve() for p in SCRIPT.parent.glob("*/cases.yaml")}
+    assert found <= listed
+    assert all(p.is_file() for p in listed)
+
+
+@pytest.mark.parametrize("name", ["dgxc", "llama3_paper", "megatron_deepspeed", "megatron_bridge_moe", "llm_foundry"])
+def test_every_case_of_a_set_builds_and_carries_a_measured_time(ext, name):
+    records = load_case_records(str(ext.SETS[name]))
+    assert records
+    refused = [(r.id, str(r.error)) for r in records if r.workload is None]
+    assert refused == []
+    assert len({r.id for r in records}) == len(records)
+    assert all(TIME_METRICS & set(r.targets) for r in records)
+
+
+def test_a_set_not_listed_is_one_line_and_status_2(ext, capsys):
+    with pytest.raises(SystemExit) as exc:
+        ext.main(["no_such_set"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "no_such_set" in err[-1] and "dgxc" in err[-1]
