@@ -102,6 +102,8 @@ def test_a_framework_text_picks_the_most_specific_stack_it_matches(framework, na
 @pytest.mark.parametrize("framework, name", [
     ("SomeTrainer (2020)", "megatron-lm-2021"), ("SomeTrainer 2022", "megatron-lm-2022"),
     ("SomeTrainer (2024)", "megatron-core"), ("SomeTrainer", "megatron-core"), ("", "megatron-core"),
+    # Hugging Face's nanotron is 3D parallelism with ZeRO-1, not a PyTorch FSDP trainer
+    ("Nanotron (Hugging Face, 2025)", "megatron-core"), ("huggingface/nanotron 2024", "megatron-core"),
 ])
 def test_an_unknown_framework_takes_the_fallback_of_its_date(framework, name):
     choice = choose_stack(framework)
@@ -532,6 +534,9 @@ def test_the_adam_step_over_remainders_moves_28_bytes_a_parameter():
     ("DeepSpeed-Megatron", "megatron-deepspeed"),  # not 2021's ZeRO-3, though undated
     ("DeepSpeed", "deepspeed-zero3"),  # undated DeepSpeed alone is still 2021's ZeRO-3
     ("Megatron-LM (+DeepSpeed ZeRO-3 for zero3 rows)", "deepspeed-zero3"),
+    # EleutherAI's GPT-NeoX: Megatron's model code on DeepSpeed's engine, whatever DeepSpeed it names
+    ("GPT-NeoX (DeepSpeed 0.9, 2023)", "megatron-deepspeed"), ("EleutherAI gpt-neox", "megatron-deepspeed"),
+    ("GPT-NeoX, DeepSpeed (2021)", "megatron-deepspeed"),
 ])
 def test_megatron_deepspeed_is_its_own_stack(framework, name):
     assert choose_stack(framework, 2021 if "2021" in framework else None).stack.name == name
