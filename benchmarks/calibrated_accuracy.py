@@ -2,12 +2,14 @@
 
 ::
 
-    python benchmarks/calibrated_accuracy.py [FILE ...] [--per-group K|all] [--group gpu|source] [--jobs N]
-                                             [--json OUT]
+    python benchmarks/calibrated_accuracy.py [FILE ...] [--per-group K|all] [--group gpu|source|framework]
+                                             [--jobs N] [--json OUT]
 
 The rows of each source (a case file of workloads/validation/, all of them by default) are
-grouped by GPU (``--group source``: not grouped): a user calibrates on a job of their own
-cluster and predicts the next job on it. ``K`` of each group's scored rows in turn (evenly
+grouped by GPU (``--group source``: not grouped; ``--group framework``: by the case's framework
+release and GPU, for a file that gathers several releases, as ``benchmarks/dgxc/cases.yaml``
+does, each release then counting as a source of its own): a user calibrates on a job of their
+own cluster and predicts the next job on it. ``K`` of each group's scored rows in turn (evenly
 spaced in the file's order; ``all``: every row) each calibrate ``compute_efficiency`` alone, as
 ``llmsim calibrate --runs`` does with one run (:func:`sim.calibrate.runs.fit_runs`), and the
 calibrated model predicts the group's other rows: the calibration row itself is never scored
@@ -36,6 +38,8 @@ import time
 from concurrent.futures import Future
 from pathlib import Path
 
+import yaml
+
 from sim.calibrate.prior import estimate_prior
 from sim.calibrate.runs import TIME_TARGETS, MeasuredRun, fit_runs, predict, run_topology
 from sim.config import load_case_records
@@ -46,6 +50,20 @@ from sim.studies.intervals import time_ratio
 ROOT = Path(__file__).resolve().parent.parent
 FIT_TOLERANCE = 1e-4
 """The fit stops once the calibration row is predicted to 0.01% (a tenth of the figures' last digit)."""
+
+
+def _release(framework: object) -> str:
+    """A framework text's release, as one word: the text up to its first parenthesis
+    (``NeMo 24.09 (nvcr.io/...)`` -> ``NeMo_24.09``)."""
+    text = framework if isinstance(framework, str) else ""
+    return "_".join(text.split("(", 1)[0].split()) or "unnamed"
+
+
+def _frameworks(path: str) -> dict[str, str]:
+    """Each case's release (:func:`_release`) by id."""
+    data = yaml.safe_load(Path(path).read_text())
+    cases = data["cases"] if isinstance(data, dict) else data
+    return {c["id"]: _release(c.get("framework")) for c in cases if isinstance(c, dict) and "id" in c}
 
 
 def _runs(path: str) -> list[MeasuredRun]:
@@ -114,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="*", help="case files (default: workloads/validation/*.yaml)")
     ap.add_argument("--per-group", default="3", metavar="K|all", help="calibration rows per group (default 3)")
-    ap.add_argument("--group", choices=("gpu", "source"), default="gpu",
-                    help="gpu: a source's rows on one GPU form a group (default); source: all its rows")
+    ap.add_argument("--group", choices=("gpu", "source", "framework"), default="gpu",
+                    help="gpu: a source's rows on one GPU form a group (default); source: all its rows; "
+                         "framework: its rows of one framework release on one GPU, each release a source")
     ap.add_argument("--jobs", type=int, default=None, help="worker processes (default: the CPU count)")
     ap.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     args = ap.parse_args(argv)
@@ -127,8 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     jobs = args.jobs or cpu_count()
     sources: dict[str, list[MeasuredRun]] = {}
     for f in files:
+        release = _frameworks(f) if args.group == "framework" else {}
         for run in _runs(f):
-            key = Path(f).stem + (f" {run.workload.system.gpu.name}" if args.group == "gpu" else "")
+            key = Path(f).stem + (f"/{release[run.id]}" if release else "")
+            key += f" {run.workload.system.gpu.name}" if args.group != "source" else ""
             sources.setdefault(key, []).append(run)
     with local_pool(jobs) as pool:
         base_f: dict[tuple[str, int], Future] = {(s, i): pool.submit(in_worker, _predict, r, None)
@@ -173,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"per_group": args.per_group, "group": args.group, "groups": report, "mape_before_pct": _mape(all_before),
            "mape_after_pct": _mape(all_after), "mape_after_prior_pct": _mape(all_prior),
            "held_out_predictions": len(all_after), "wall_s": wall, "jobs": jobs}
-    group = "source and GPU" if args.group == "gpu" else "source"
+    group = {"gpu": "source and GPU", "source": "source", "framework": "release and GPU"}[args.group]
     print(f"calibrate compute_efficiency on one row, predict the other rows of its {group} ({args.per_group} "
           f"calibration rows per {group}; MAPE over the held-out predictions):")
     width = max(len("overall"), *(len(r["source"]) for r in report))
