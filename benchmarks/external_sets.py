@@ -9,7 +9,8 @@
 The sets are the case files under ``benchmarks/`` (each names its sources): ``dgxc`` (NVIDIA
 DGX Cloud Benchmarking's step times, NeMo 24.05-25.09, MaxText, PaxML), ``llama3_paper`` (the
 Llama 3 paper's Table 4), ``megatron_deepspeed`` (BLOOM and MT-NLG), ``megatron_bridge_moe``
-(Megatron-Bridge's mixture-of-experts rows) and ``llm_foundry`` (MosaicML's MPT tables). For
+(Megatron-Bridge's mixture-of-experts rows), ``llm_foundry`` (MosaicML's MPT tables) and
+``nemo_perf_summary`` (NeMo's performance summary pages other than the dev set's). For
 each set it prints the MAPE and the mean signed error (+: predicted faster than measured) over
 its time and throughput rows, then the same by software stack (the one each case runs on,
 :func:`sim.config.workload.case_stack`) and by GPU. Nothing here is fitted to these rows;
@@ -36,6 +37,7 @@ SETS = {
     "megatron_deepspeed": HERE / "megatron_deepspeed" / "cases.yaml",
     "megatron_bridge_moe": HERE / "megatron_bridge_moe" / "cases.yaml",
     "llm_foundry": HERE / "llm_foundry" / "mpt_tables.yaml",
+    "nemo_perf_summary": HERE / "nemo_perf_summary" / "cases.yaml",
 }
 """Each external set's case file, by name."""
 
