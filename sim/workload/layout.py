@@ -18,12 +18,14 @@ an NVLink domain, a leaf) when that product fits, its replicas across nodes.
 Ranks are logical: which GPU each one runs on is the workload's ``parallel.placement``
 (:func:`gpu_placement`), applied once, by :class:`sim.topology.routing.Fabric`.
 
-Expert groups: with the experts at the attention's TP degree (``etp`` unset or ``tp``) an EP
-group is a block of ``ep`` data-parallel coordinates (EP carved out of DP). With another
-expert tensor-parallel degree, Megatron-Core's MoE parallel folding (Liu et al. 2025, arXiv
-2504.14960; ``initialize_model_parallel``'s ``expert_decoder_rank_generator``, a
-``RankGenerator(tp=etp, ep=ep, dp=edp, cp=1)`` over the same ranks and order) numbers each
-stage's ranks again as ``r = etp + ETP (ep + EP edp)``, so EP groups may span TP ranks.
+Expert groups: with the experts at the attention's TP degree (``etp`` unset or ``tp``) and
+``ep`` dividing the data-parallel degree, an EP group is a block of ``ep`` data-parallel
+coordinates (EP carved out of DP). With another expert tensor-parallel degree, or an ``ep``
+that only divides the data- and context-parallel ranks together, Megatron-Core's expert rank
+generator (MoE parallel folding, Liu et al. 2025, arXiv 2504.14960;
+``initialize_model_parallel``'s ``expert_decoder_rank_generator``, a ``RankGenerator(tp=etp,
+ep=ep, dp=edp, cp=1)`` over the same ranks and order) numbers each stage's ranks again as
+``r = etp + ETP (ep + EP edp)``, so EP groups may span TP and CP ranks.
 """
 
 from __future__ import annotations
@@ -64,9 +66,14 @@ class Layout:
 
     @property
     def folded(self) -> bool:
-        """Whether the experts run at another TP degree than the attention (MoE parallel
-        folding: expert groups from :meth:`expert_coords`)."""
-        return self.etp is not None and self.etp != self.tp
+        """Whether the expert groups come from :meth:`expert_coords` (MoE parallel folding): the
+        experts run at another TP degree than the attention, or ``ep`` does not divide the
+        data-parallel degree (its groups then span context-parallel ranks).
+
+        >>> Layout(1, 16, 1, cp=4, ep=8).folded, Layout(1, 16, 1, cp=2, ep=8).folded
+        (True, False)
+        """
+        return (self.etp is not None and self.etp != self.tp) or (self.ep > 1 and (self.dp // self.cp) % self.ep != 0)
 
     def expert_coords(self, tp: int, dp: int) -> tuple[int, int, int]:
         """(etp, ep, edp) of the rank at (tp, dp) of a stage under MoE parallel folding: its
@@ -93,9 +100,8 @@ class Layout:
         """
         if not self.folded:
             return self.tp_group(dp, pp)
-        assert self.etp is not None  # folded
         _, e, d = self.expert_coords(tp, dp)
-        return tuple(self._expert_rank(t, e, d, pp) for t in range(self.etp))
+        return tuple(self._expert_rank(t, e, d, pp) for t in range(self.tp if self.etp is None else self.etp))
 
     @lru_cache(maxsize=_FAMILIES_KEPT)
     def etp_groups(self, pp: int) -> tuple[tuple[int, ...], ...]:

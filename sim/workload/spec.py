@@ -424,9 +424,10 @@ class ParallelSpec:
                 raise ConfigError(_SPEC, "parallel.etp", f"etp x ep (ep={self.ep}) dividing tp x cp x dp = {stage} "
                                   "(Megatron-Core folds the experts' etp x ep x edp ranks onto each stage's "
                                   "tp x cp x dp ranks)", self.etp)
-        elif self.ep > 1 and self.dp % self.ep:
-            raise ConfigError(_SPEC, "parallel.ep", f"a divisor of parallel.dp={self.dp} (expert-parallel "
-                              "groups are carved out of the data-parallel ranks, as in Megatron-Core)", self.ep)
+        elif self.ep > 1 and (self.dp * self.cp) % self.ep:
+            raise ConfigError(_SPEC, "parallel.ep", f"a divisor of parallel.dp x parallel.cp = {self.dp * self.cp} "
+                              "(expert-parallel groups are carved out of a stage's data- and context-parallel "
+                              "ranks, as in Megatron-Core)", self.ep)
         if self.zero_stage not in (0, 1, 2, 3):
             raise ConfigError(_SPEC, "parallel.zero_stage", "0, 1, 2 or 3", self.zero_stage)
         self._check_dp_shard()

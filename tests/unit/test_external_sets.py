@@ -12,12 +12,7 @@ from sim.config.workload import load_case_records
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "external_sets.py"
 TIME_METRICS = {"iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu"}
-REFUSED = {
-    # EP 8 beside CP 8 at DP 4: Megatron-Core's expert-parallel groups span DP x CP, llmsim's
-    # divide DP (docs/limitations.md)
-    "nemoperf_2502_b200_fp8_mixtral_8x22b_256gpu": "parallel.ep",
-    "nemoperf_2504_gb200_fp8_mixtral_8x22b_256gpu": "parallel.ep",
-}
+REFUSED: dict[str, str] = {}
 """The cases llmsim refuses, and the field each refusal names."""
 
 

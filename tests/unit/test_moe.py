@@ -234,6 +234,30 @@ def test_experts_folded_below_tp_agree_in_both_modes(pp, dp):
         assert s.peak_memory_bytes == pytest.approx(stage_memory(w, s.stage).total_bytes, rel=1e-12)
 
 
+def test_expert_parallel_groups_may_span_context_parallel_ranks():
+    """EP 4 over DP 2 x CP 4 (NeMo's Mixtral 8x22B runs EP 8 beside CP 8 at DP 4): Megatron-Core's
+    expert rank generator draws each EP group from a stage's data- and context-parallel ranks,
+    so EP need only divide DP x CP. The groups partition each stage, each EP group holds every
+    CP coordinate of one data-parallel replica, and the representative rank and every rank
+    simulated agree. EP 4 over DP 2 x CP 3 divides neither, and is refused."""
+    from sim.workload.layout import Layout
+    from sim.workload.spec import ParallelSpec
+    w = make_workload(tp=1, dp=2, cp=4, ep=4, experts=8, gbs=4, seq=1024, dist_opt=True, gpu="H100-SXM5-80GB")
+    lay = Layout.of(w.parallel)
+    groups = lay.ep_groups(0)
+    assert lay.folded and len(groups) == 2
+    assert sorted(r for g in groups for r in g) == list(range(8))
+    assert [sorted(lay.coords(r)[1] % 4 for r in g) for g in groups] == [[0, 1, 2, 3]] * 2
+    assert [{lay.coords(r)[1] // 4 for r in g} for g in groups] == [{0}, {1}]
+    topo = load_topology("dgx-h100")
+    rep, full = (make_report(r) for r in (simulate(w, topo), simulate(w, topo, full=True)))
+    assert rep.iteration_time_s == pytest.approx(full.iteration_time_s, rel=1e-9)
+    assert rep.exposed_comm_s["ep"] == pytest.approx(full.exposed_comm_s["ep"], rel=1e-6)
+    with pytest.raises(ConfigError) as info:
+        ParallelSpec(dp=2, cp=3, ep=4)
+    assert info.value.field == "parallel.ep" and "parallel.dp x parallel.cp = 6" in str(info.value)
+
+
 def test_experts_at_tp_reproduce_the_default_exactly():
     """``etp = tp`` is Megatron-Core's default: the same program and the same iteration."""
     w = make_workload(tp=2, pp=2, dp=4, ep=2, experts=4, gbs=16, sp=True, dist_opt=True, shared=1,
