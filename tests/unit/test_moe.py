@@ -54,7 +54,7 @@ def test_deepseek_style_fields_first_dense_layers_and_shared_experts(tmp_path):
 @pytest.mark.parametrize("kw,field", [
     (dict(ep=2, dp=2), "parallel.ep"),                          # EP on a dense model
     (dict(experts=6, ep=4, dp=4), "parallel.ep"),               # 4 does not divide 6 experts
-    (dict(experts=4, ep=4, dp=2), "parallel.ep"),               # EP must divide DP
+    (dict(experts=4, ep=4, dp=2), "parallel.ep"),               # EP must divide DP x CP
     (dict(experts=4, ep=2, dp=2, zero=3), "parallel.zero_stage"),
 ])
 def test_bad_expert_parallel_settings_are_one_clear_error(kw, field):
