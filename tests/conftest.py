@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -43,3 +47,14 @@ def replace_settings(w: WorkloadSpec, **changes) -> WorkloadSpec:
 @pytest.fixture
 def workload_factory():
     return make_workload
+
+
+def load_script(path: Path) -> ModuleType:
+    """A script outside the package (``benchmarks/``) imported as a module of its file's stem,
+    registered in ``sys.modules`` (dataclasses look their module up there)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod

@@ -4,26 +4,18 @@ reported as a difference (on ``tiny`` only; the committed reference's hashes are
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_script
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "preset_outputs.py"
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("preset_outputs", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-po = _load()
+po = load_script(SCRIPT)
 TINY = next(e for e in po.entries() if e.id == "run tiny")
 
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
 from sim.config.workload import load_case_records
+from tests.conftest import load_script
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "external_sets.py"
 TIME_METRICS = {"iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu"}
@@ -18,11 +17,7 @@ REFUSED: dict[str, str] = {}
 
 @pytest.fixture(scope="module")
 def ext():
-    spec = importlib.util.spec_from_file_location("external_sets", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(SCRIPT)
 
 
 def test_every_case_file_under_benchmarks_is_a_listed_set(ext):
