@@ -593,6 +593,51 @@ class LayerBuilder:
                         embedding_fwd, embedding_bwd, head_fwd, head_bwd, op_recompute, moe,
                         recompute_fwd=tuple(fwd if recompute_fwd is None else recompute_fwd))
 
+    def expert_gemms(self, tokens: int, experts: int, inp: int, out: int) -> tuple[GemmOp, GemmOp, GemmOp]:
+        """The forward, input-gradient and weight-gradient GEMMs of one linear layer of
+        ``experts`` local experts, each ``[tokens, inp] -> [tokens, out]``, priced as one
+        grouped kernel each, with what the dense layer's GEMMs carry beside them
+        (:meth:`fwd_gemm`, :meth:`dgrad_gemm`, :meth:`wgrad_gemm`): under an 8- or 4-bit recipe
+        the quantization of their 16-bit operands over all the experts' tokens
+        (:func:`~sim.workload.quantization.gemm_casts`), deterministic mode's NaN fill of their
+        outputs, and the weight gradient's accumulation into ``main_grad``.
+
+        Megatron-Core's experts are Transformer Engine linears in the layers' recipe
+        (``TEGroupedMLP``: ``TEColumnParallelGroupedLinear`` / ``TERowParallelGroupedLinear``,
+        or ``SequentialMLP``'s ``TELinear`` per expert, ``megatron/core/transformer/moe/experts.py``;
+        ``fuse_wgrad_accumulation=config.gradient_accumulation_fusion``), whose forward and
+        backward quantize each expert's input and incoming gradient as a dense ``te.Linear``
+        does (NVIDIA/TransformerEngine ``transformer_engine/pytorch/module/grouped_linear.py``
+        @ ``v2.8``: ``tex.split_quantize`` of the input over ``m_splits``, the same for
+        ``grad_output`` in the backward).
+
+        >>> from sim.workload.spec import ModelSpec, ParallelSpec
+        >>> from sim.workload.kernels import KernelsSpec
+        >>> m = ModelSpec("m", 2, 256, 4, 4, 512, 1000, 128, num_experts=4, moe_top_k=2)
+        >>> b = LayerBuilder(m, ParallelSpec(), Dtype.FP8, (0,), kernels=KernelsSpec())
+        >>> f, d, w = b.expert_gemms(64, 4, 256, 512)
+        >>> f.batch, f.extra_bytes == 3.0 * 64 * 4 * 256, w.extra_bytes == 2.0 * 64 * 4 * (256 + 512)
+        (4, True, True)
+        """
+        rows = tokens * experts
+        casts = gemm_casts(self.dtype, self.scaling, rows, inp, out)
+
+        def grouped(m_: int, n_: int, k_: int, cast: Cast, extra: tuple[float, int] = (0.0, 0)) -> GemmOp:
+            return GemmOp(m_, n_, k_, self.dtype, experts, extra_bytes=cast.bytes + extra[0],
+                          extra_kernels=cast.kernels + extra[1])
+
+        fprop = grouped(tokens, out, inp, casts.fprop, self.out_fill(rows, out))
+        dgrad = grouped(tokens, inp, out, casts.dgrad, self.out_fill(rows, inp))
+        weights = experts * inp * out
+        if self.kspec.gradient_accumulation_fusion:
+            wgrad = replace(grouped(inp, out, tokens, casts.wgrad),
+                            epilogue_bytes=weights * (2 * self.kspec.grad_bytes - self.e))
+        else:
+            fill, kernels = self.out_fill(inp, out)
+            wgrad = grouped(inp, out, tokens, casts.wgrad,
+                            (experts * fill + weights * (self.e + 2 * self.kspec.grad_bytes), experts * kernels + 1))
+        return fprop, dgrad, wgrad
+
     def moe_mlp(self) -> tuple[list[Step], list[Step]]:
         """The MLP half of a mixture-of-experts layer, Megatron-Core's all-to-all token dispatcher
         (``megatron/core/transformer/moe/token_dispatcher.py``, ``MoEAlltoAllTokenDispatcher``):
@@ -612,7 +657,7 @@ class LayerBuilder:
         ranks); after the all-to-all and the gather over ETP a rank's experts see the tokens of
         its ``etp x ep`` ranks (Megatron's ``num_global_tokens = num_local_tokens x ETP x EP``):
         ``T / t x etp x k x ep / E`` per local expert."""
-        model, parallel, dtype, T, e = self.model, self.parallel, self.dtype, self.T, self.e
+        model, parallel, T, e = self.model, self.parallel, self.T, self.e
         c, mem = self.compute, self.mem
         t, ep = parallel.tp, parallel.ep
         te = parallel.expert_tp
@@ -653,13 +698,9 @@ class LayerBuilder:
         topk = mem(OpKind.ELEMENTWISE, Tn * E * 4 * 3)  # fp32 logits: softmax, top-k, probabilities
         permute = mem(OpKind.ELEMENTWISE, 2 * routed * h * e)
         routed_all = Te * k * cf  # pairs the rank's local experts compute, over its ETP group
-        exp_fc1 = GemmOp(per_expert, br * f // te, h, dtype, local)
-        exp_fc2 = GemmOp(per_expert, h, f // te, dtype, local)
+        exp_fc1, exp_fc1_d, exp_fc1_w = self.expert_gemms(per_expert, local, h, br * f // te)
+        exp_fc2, exp_fc2_d, exp_fc2_w = self.expert_gemms(per_expert, local, f // te, h)
         exp_act = mem(OpKind.ELEMENTWISE, routed_all * f // te * e * (br + 1))
-        exp_fc1_d = GemmOp(per_expert, h, br * f // te, dtype, local)
-        exp_fc1_w = GemmOp(h, br * f // te, per_expert, dtype, local)
-        exp_fc2_d = GemmOp(per_expert, f // te, h, dtype, local)
-        exp_fc2_w = GemmOp(f // te, h, per_expert, dtype, local)
         # a gated expert's fused activation backward at its measured share (dense MLPs: activation_bwd)
         act_bwd_eff = nongemm.SWIGLU_BACKWARD_EFFICIENCY if br == 2 else 1.0
         exp_act_b = mem(OpKind.ELEMENTWISE, routed_all * f // te * e * (2 * br + 1), efficiency=act_bwd_eff)

@@ -410,3 +410,37 @@ def test_a_multi_rack_gb200_job_runs_in_segments_under_nvidias_launch_scripts(tm
     small: list[str] = []
     one = place_workload(load_workload(str(_bridge_moe_case(tmp_path, num_gpus=64))), None, small)
     assert one.topology.scale_up.domain_size == 72 and not any("segments" in n for n in small)
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "mxfp8"])
+def test_experts_quantize_their_operands_as_a_dense_layer_does(dtype):
+    """Megatron-Core's experts are Transformer Engine linears in the layers' recipe: one expert
+    per rank that gets every token (4 experts, top-1, EP 4, balanced routing) prices its three
+    GEMMs of each projection exactly as the dense MLP of the same width prices fc1 and fc2,
+    quantization of their operands included; in BF16 there is none to price."""
+    import dataclasses
+
+    from sim.types import Dtype
+    from sim.workload.layers import layer_ops
+    from sim.workload.layout import Layout
+    from sim.workload.ops import GemmOp
+
+    def gemms(w, prefixes):
+        lay = Layout.of(w.parallel)
+        ops = layer_ops(w.model, w.parallel, w.dtype, lay.tp_group(0, 0), (), ep_group=lay.ep_group(0, 0, 0),
+                        kernels=w.kernels)
+        layer = ops.moe if w.model.is_moe else ops
+        steps = (*layer.layer_fwd, *layer.layer_bwd)
+        return {s.name: s.op for s in steps if isinstance(s.op, GemmOp) and s.name.startswith(prefixes)}
+
+    for d in (Dtype(dtype), Dtype.BF16):
+        gpu = "B200" if d is Dtype.MXFP8 else "H100-SXM5-80GB"
+        moe = dataclasses.replace(make_workload(dp=4, ep=4, experts=4, topk=1, gpu=gpu), dtype=d)
+        dense = dataclasses.replace(make_workload(dp=4, gpu=gpu), dtype=d)
+        experts, mlp = gemms(moe, ("experts-",)), gemms(dense, ("fc1", "fc2"))
+        assert len(experts) == len(mlp) == 6
+        for name, op in mlp.items():
+            twin = experts["experts-" + name]
+            assert (twin.flops, twin.extra_bytes, twin.extra_kernels, twin.epilogue_bytes) == \
+                (op.flops, op.extra_bytes, op.extra_kernels, op.epilogue_bytes)
+        assert (sum(op.extra_bytes for op in experts.values()) > 0) == (d is not Dtype.BF16)
