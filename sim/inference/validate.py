@@ -10,7 +10,13 @@ A measurement is *below the bandwidth floor* when it is shorter than reading the
 the fullest GPU once per output token at the GPU's peak HBM bandwidth (the prefill and every
 decode step read every weight at least once; Pope et al. 2022, arXiv 2211.05102, Sec. 3):
 no run of the stated configuration can be that fast, so the figure belongs to another
-configuration than the one stated. Such rows are shown but left out of the error summary.
+configuration than the one stated. Such rows are shown but left out of the error summary, and
+so are the rows *beside* one: the same source's measurements of the same model on the same GPU
+in the same format, batch, lengths, metric and serving stack, which differ from it only in the
+parallelism. One table's series of a model on a GPU is one measurement campaign; a run of it that
+no run of the stated configuration could match shows the series did not run that configuration
+(NVIDIA/NeMo discussion #8455 and issue #8370 on the NeMo inference page's Llama 2 13B rows,
+faster than its 7B rows: "unbelievable"), so none of its rows scores the model.
 """
 
 from __future__ import annotations
@@ -72,6 +78,9 @@ class Row:
     generate_tokens: int = 0
     stack: str = ""
     """The serving stack the case ran on (:mod:`sim.inference.stack`)."""
+    series: tuple[str, ...] = ()
+    """What the rows of one measured series share (the module docstring): source, model, GPU,
+    format, batch, lengths, metric and serving stack; they differ only in the parallelism."""
 
     @property
     def error(self) -> float:
@@ -92,9 +101,16 @@ class Row:
 class Validation:
     rows: tuple[Row, ...]
 
+    def beside_floor(self, row: Row) -> bool:
+        """Whether ``row``, itself above the bandwidth floor, belongs to a series with a row
+        below it (:attr:`Row.series`, the module docstring)."""
+        return not row.below_floor and any(r.below_floor and r.series == row.series for r in self.rows)
+
     def scored(self, metric: str | None = None) -> list[Row]:
-        """Rows counted in the summary (not below the bandwidth floor), of ``metric`` if given."""
-        return [r for r in self.rows if not r.below_floor and (metric is None or r.metric == metric)]
+        """Rows counted in the summary: not below the bandwidth floor nor beside a row that is
+        (:meth:`beside_floor`), of ``metric`` if given."""
+        return [r for r in self.rows if not r.below_floor and not self.beside_floor(r)
+                and (metric is None or r.metric == metric)]
 
     def mape(self, metric: str | None = None) -> float:
         rows = self.scored(metric)
@@ -107,8 +123,9 @@ class Validation:
         summary = {m: {"rows": len(self.scored(m)), "mape": self.mape(m), "max_abs_error": self.max_abs_error(m)}
                    for m in METRICS if self.scored(m)}
         summary["all"] = {"rows": len(self.scored()), "mape": self.mape(), "max_abs_error": self.max_abs_error()}
-        return {"rows": [r.to_dict() for r in self.rows], "summary": summary,
-                "excluded_below_floor": sum(r.below_floor for r in self.rows)}
+        return {"rows": [{**r.to_dict(), "beside_floor": self.beside_floor(r)} for r in self.rows],
+                "summary": summary, "excluded_below_floor": sum(r.below_floor for r in self.rows),
+                "excluded_beside_floor": sum(self.beside_floor(r) for r in self.rows)}
 
 
 def _source(raw: object) -> str:
@@ -195,8 +212,11 @@ def validate_inference(path: str | None = None, granularity: str = "step",
                 continue
             if value <= 0:
                 raise measured.error(metric, "a positive number of seconds", value)
+            source_text = _source(f.raw.get("source"))
+            series = (source_text, spec.name, spec.gpu.name, spec.dtype.value, str(spec.batch),
+                      str(spec.prompt_tokens), str(spec.generate_tokens), metric, host.name)
             rows.append(Row(cid, metric, value, getattr(rep, metric), bandwidth_floor_s(spec, metric),
-                            _source(f.raw.get("source")), spec.prompt_tokens, spec.generate_tokens, host.name))
+                            source_text, spec.prompt_tokens, spec.generate_tokens, host.name, series))
     return Validation(tuple(rows))
 
 
@@ -204,7 +224,8 @@ def format_inference_validation(v: Validation) -> str:
     """One row per case and metric, then the error summary per metric."""
     lines = [f"{'case':<52}{'metric':<15}{'measured':>12}{'predicted':>12}{'error':>9}  note"]
     for r in v.rows:
-        note = f"below the bandwidth floor ({r.floor * 1e3:.1f} ms): not scored" if r.below_floor else ""
+        note = f"below the bandwidth floor ({r.floor * 1e3:.1f} ms): not scored" if r.below_floor else \
+            "beside a row below the bandwidth floor (same source, model, GPU): not scored" if v.beside_floor(r) else ""
         lines.append(f"{r.case:<52}{r.metric:<15}{r.measured * 1e3:>10.2f}ms{r.predicted * 1e3:>10.2f}ms"
                      f"{r.error * 100:>+8.1f}%  {note}")
     lines.append("")
@@ -214,5 +235,5 @@ def format_inference_validation(v: Validation) -> str:
                          f"worst {v.max_abs_error(m) * 100:5.1f}%")
     lines.append(f"  {'all':<15} {len(v.scored()):>3} rows   MAPE {v.mape() * 100:5.1f}%   "
                  f"worst {v.max_abs_error() * 100:5.1f}%   ({sum(r.below_floor for r in v.rows)} rows below the "
-                 "bandwidth floor not scored)")
+                 f"bandwidth floor and {sum(v.beside_floor(r) for r in v.rows)} beside them not scored)")
     return "\n".join(lines)
