@@ -34,7 +34,7 @@ from sim.inference.runner import simulate_inference
 from sim.inference.spec import InferenceSpec
 from sim.inference.stack import ServingStack, load_serving_stack, stack_for_framework
 
-__all__ = ["DEFAULT_CASES", "METRICS", "Row", "Validation", "case_stack", "validate_inference",
+__all__ = ["DEFAULT_CASES", "METRICS", "Row", "Series", "Validation", "case_stack", "validate_inference",
            "format_inference_validation", "bandwidth_floor_s"]
 
 METRICS = ("ttft_s", "tpot_s", "e2e_latency_s")
@@ -66,6 +66,22 @@ def bandwidth_floor_s(spec: InferenceSpec, metric: str) -> float:
     return passes * w / spec.gpu.hbm_bandwidth_bytes_per_s
 
 
+@dataclass(frozen=True, slots=True)
+class Series:
+    """What the rows of one measured series share (the module docstring); they differ only in
+    the parallelism."""
+
+    source: str
+    model: str
+    gpu: str
+    dtype: str
+    batch: int
+    prompt_tokens: int
+    generate_tokens: int
+    metric: str
+    stack: str
+
+
 @dataclass(frozen=True)
 class Row:
     case: str
@@ -78,9 +94,8 @@ class Row:
     generate_tokens: int = 0
     stack: str = ""
     """The serving stack the case ran on (:mod:`sim.inference.stack`)."""
-    series: tuple[str, ...] = ()
-    """What the rows of one measured series share (the module docstring): source, model, GPU,
-    format, batch, lengths, metric and serving stack; they differ only in the parallelism."""
+    series: Series | None = None
+    """The measured series the row belongs to (None: a series of its own)."""
 
     @property
     def error(self) -> float:
@@ -104,7 +119,8 @@ class Validation:
     def beside_floor(self, row: Row) -> bool:
         """Whether ``row``, itself above the bandwidth floor, belongs to a series with a row
         below it (:attr:`Row.series`, the module docstring)."""
-        return not row.below_floor and any(r.below_floor and r.series == row.series for r in self.rows)
+        return (not row.below_floor and row.series is not None
+                and any(r.below_floor and r.series == row.series for r in self.rows))
 
     def scored(self, metric: str | None = None) -> list[Row]:
         """Rows counted in the summary: not below the bandwidth floor nor beside a row that is
@@ -213,8 +229,8 @@ def validate_inference(path: str | None = None, granularity: str = "step",
             if value <= 0:
                 raise measured.error(metric, "a positive number of seconds", value)
             source_text = _source(f.raw.get("source"))
-            series = (source_text, spec.name, spec.gpu.name, spec.dtype.value, str(spec.batch),
-                      str(spec.prompt_tokens), str(spec.generate_tokens), metric, host.name)
+            series = Series(source_text, spec.name, spec.gpu.name, spec.dtype.value, spec.batch,
+                            spec.prompt_tokens, spec.generate_tokens, metric, host.name)
             rows.append(Row(cid, metric, value, getattr(rep, metric), bandwidth_floor_s(spec, metric),
                             source_text, spec.prompt_tokens, spec.generate_tokens, host.name, series))
     return Validation(tuple(rows))
