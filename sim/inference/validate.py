@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from sim.config.fields import Fields, read_yaml
 from sim.config.presets import resolve_preset
@@ -116,11 +117,15 @@ class Row:
 class Validation:
     rows: tuple[Row, ...]
 
+    @cached_property
+    def discredited(self) -> frozenset[Series]:
+        """The series with a row below the bandwidth floor (the module docstring)."""
+        return frozenset(r.series for r in self.rows if r.below_floor and r.series is not None)
+
     def beside_floor(self, row: Row) -> bool:
         """Whether ``row``, itself above the bandwidth floor, belongs to a series with a row
-        below it (:attr:`Row.series`, the module docstring)."""
-        return (not row.below_floor and row.series is not None
-                and any(r.below_floor and r.series == row.series for r in self.rows))
+        below it (:attr:`Row.series`, :attr:`discredited`)."""
+        return not row.below_floor and row.series in self.discredited
 
     def scored(self, metric: str | None = None) -> list[Row]:
         """Rows counted in the summary: not below the bandwidth floor nor beside a row that is

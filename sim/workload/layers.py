@@ -310,42 +310,70 @@ class LayerBuilder:
             return self.kernels(OpKind.NORM, eager_kernels.rmsnorm_backward(name, tokens, self.h))
         return [self.compute(name, self.norm_bwd_op)]
 
-    def gemm(self, m_: int, n_: int, k_: int, cast: Cast, extra_bytes: float = 0.0, extra_kernels: int = 0) -> GemmOp:
-        """A GEMM in the layers' dtype with its operands' quantization (``cast``)."""
-        return GemmOp(m_, n_, k_, self.dtype, extra_bytes=cast.bytes + extra_bytes,
+    def gemm(self, m_: int, n_: int, k_: int, cast: Cast, extra_bytes: float = 0.0, extra_kernels: int = 0,
+             batch: int = 1) -> GemmOp:
+        """A GEMM in the layers' dtype (``batch`` of them in one kernel) with its operands'
+        quantization (``cast``)."""
+        return GemmOp(m_, n_, k_, self.dtype, batch, extra_bytes=cast.bytes + extra_bytes,
                       extra_kernels=cast.kernels + extra_kernels)
 
     def out_fill(self, m_: int, n_: int) -> tuple[float, int]:
         """Deterministic mode's NaN fill of a fresh ``[m_, n_]`` 16-bit GEMM output."""
         return (m_ * n_ * self.e, 1) if self.fill else (0.0, 0)
 
-    # the quantization of each GEMM's 16-bit operands (sim.workload.quantization)
-    def fwd_gemm(self, out: int, inp: int) -> GemmOp:
-        """Forward GEMM ``[T, inp] @ [inp, out]``; in low precision its input is quantized first."""
-        T = self.T
-        return self.gemm(T, out, inp, gemm_casts(self.dtype, self.scaling, T, inp, out).fprop, *self.out_fill(T, out))
+    # the quantization of each GEMM's 16-bit operands (sim.workload.quantization). A linear
+    # layer of ``experts`` local experts (MoE), each on ``tokens`` rows, runs each of its three
+    # GEMMs as one grouped kernel and quantizes over all the experts' rows: Megatron-Core's
+    # experts are Transformer Engine linears in the layers' recipe (``TEGroupedMLP`` or
+    # ``SequentialMLP``, ``megatron/core/transformer/moe/experts.py``, with
+    # ``fuse_wgrad_accumulation=config.gradient_accumulation_fusion``), and TE's grouped linear
+    # quantizes its input and incoming gradient over ``m_splits`` as ``te.Linear`` does
+    # (NVIDIA/TransformerEngine ``transformer_engine/pytorch/module/grouped_linear.py`` @ v2.8,
+    # ``tex.split_quantize``).
+    def fwd_gemm(self, out: int, inp: int, tokens: int | None = None, experts: int = 1) -> GemmOp:
+        """Forward GEMM ``[T, inp] @ [inp, out]`` (``T``: ``tokens``, default the layer's; per
+        expert, above); in low precision its input is quantized first."""
+        m = self.T if tokens is None else tokens
+        rows = m * experts
+        return self.gemm(m, out, inp, gemm_casts(self.dtype, self.scaling, rows, inp, out).fprop,
+                         *self.out_fill(rows, out), batch=experts)
 
-    def dgrad_gemm(self, inp: int, out: int) -> GemmOp:
-        """Input-gradient GEMM ``[T, out] @ [out, inp]``; the incoming gradient is quantized."""
-        T = self.T
-        return self.gemm(T, inp, out, gemm_casts(self.dtype, self.scaling, T, inp, out).dgrad, *self.out_fill(T, inp))
+    def dgrad_gemm(self, inp: int, out: int, tokens: int | None = None, experts: int = 1) -> GemmOp:
+        """Input-gradient GEMM ``[T, out] @ [out, inp]`` (as :meth:`fwd_gemm`); the incoming
+        gradient is quantized."""
+        m = self.T if tokens is None else tokens
+        rows = m * experts
+        return self.gemm(m, inp, out, gemm_casts(self.dtype, self.scaling, rows, inp, out).dgrad,
+                         *self.out_fill(rows, inp), batch=experts)
 
-    def wgrad_gemm(self, inp: int, out: int) -> GemmOp:
-        """Weight-gradient GEMM ``[inp, T] @ [T, out]``; in FP8 both operands are transposed
-        first (Hopper's FP8 tensor cores take only the TN layout), in NVFP4 it reads the
-        column-wise copies the casts above made. With gradient-accumulation fusion the GEMM
-        accumulates into the ``main_grad`` itself: its epilogue reads and writes the gradient
-        dtype instead of writing a 16-bit output (:attr:`~sim.workload.ops.GemmOp.epilogue_bytes`).
-        Without it, it writes a fresh 16-bit gradient (NaN-filled first in deterministic mode)
-        that a separate kernel adds into the fp32 ``main_grad``: read 2 + 4 bytes, write 4, per
-        weight."""
+    def wgrad_gemm(self, inp: int, out: int, tokens: int | None = None, experts: int = 1) -> GemmOp:
+        """Weight-gradient GEMM ``[inp, T] @ [T, out]`` (as :meth:`fwd_gemm`); in FP8 both
+        operands are transposed first (Hopper's FP8 tensor cores take only the TN layout), in
+        NVFP4 it reads the column-wise copies the casts above made. With gradient-accumulation
+        fusion the GEMM accumulates into the ``main_grad`` itself: its epilogue reads and writes
+        the gradient dtype instead of writing a 16-bit output
+        (:attr:`~sim.workload.ops.GemmOp.epilogue_bytes`). Without it, it writes a fresh 16-bit
+        gradient (NaN-filled first in deterministic mode) that a separate kernel adds into the
+        fp32 ``main_grad``: read 2 + 4 bytes, write 4, per weight.
+
+        >>> from sim.workload.spec import ModelSpec, ParallelSpec
+        >>> from sim.workload.kernels import KernelsSpec
+        >>> m = ModelSpec("m", 2, 256, 4, 4, 512, 1000, 128, num_experts=4, moe_top_k=2)
+        >>> b = LayerBuilder(m, ParallelSpec(), Dtype.FP8, (0,), kernels=KernelsSpec())
+        >>> w = b.wgrad_gemm(256, 512, tokens=64, experts=4)  # 4 experts' transposes, one kernel
+        >>> w.batch, w.k, w.extra_bytes == 2.0 * 64 * 4 * (256 + 512)
+        (4, 64, True)
+        """
+        m = self.T if tokens is None else tokens
+        weights = experts * inp * out
         extra, kernels = 0.0, 0
         if not self.kspec.gradient_accumulation_fusion:
-            extra, kernels = self.out_fill(inp, out)
-            extra, kernels = extra + inp * out * (self.e + 2 * self.kspec.grad_bytes), kernels + 1
-        op = self.gemm(inp, out, self.T, gemm_casts(self.dtype, self.scaling, self.T, inp, out).wgrad, extra, kernels)
+            fill, fills = self.out_fill(inp, out)
+            extra, kernels = experts * fill + weights * (self.e + 2 * self.kspec.grad_bytes), experts * fills + 1
+        op = self.gemm(inp, out, m, gemm_casts(self.dtype, self.scaling, m * experts, inp, out).wgrad, extra, kernels,
+                       batch=experts)
         if self.kspec.gradient_accumulation_fusion:
-            op = replace(op, epilogue_bytes=inp * out * (2 * self.kspec.grad_bytes - self.e))
+            op = replace(op, epilogue_bytes=weights * (2 * self.kspec.grad_bytes - self.e))
         return op
 
     def bias_grad(self, name: str, tokens: int, width: int) -> list[Step]:
@@ -593,51 +621,6 @@ class LayerBuilder:
                         embedding_fwd, embedding_bwd, head_fwd, head_bwd, op_recompute, moe,
                         recompute_fwd=tuple(fwd if recompute_fwd is None else recompute_fwd))
 
-    def expert_gemms(self, tokens: int, experts: int, inp: int, out: int) -> tuple[GemmOp, GemmOp, GemmOp]:
-        """The forward, input-gradient and weight-gradient GEMMs of one linear layer of
-        ``experts`` local experts, each ``[tokens, inp] -> [tokens, out]``, priced as one
-        grouped kernel each, with what the dense layer's GEMMs carry beside them
-        (:meth:`fwd_gemm`, :meth:`dgrad_gemm`, :meth:`wgrad_gemm`): under an 8- or 4-bit recipe
-        the quantization of their 16-bit operands over all the experts' tokens
-        (:func:`~sim.workload.quantization.gemm_casts`), deterministic mode's NaN fill of their
-        outputs, and the weight gradient's accumulation into ``main_grad``.
-
-        Megatron-Core's experts are Transformer Engine linears in the layers' recipe
-        (``TEGroupedMLP``: ``TEColumnParallelGroupedLinear`` / ``TERowParallelGroupedLinear``,
-        or ``SequentialMLP``'s ``TELinear`` per expert, ``megatron/core/transformer/moe/experts.py``;
-        ``fuse_wgrad_accumulation=config.gradient_accumulation_fusion``), whose forward and
-        backward quantize each expert's input and incoming gradient as a dense ``te.Linear``
-        does (NVIDIA/TransformerEngine ``transformer_engine/pytorch/module/grouped_linear.py``
-        @ ``v2.8``: ``tex.split_quantize`` of the input over ``m_splits``, the same for
-        ``grad_output`` in the backward).
-
-        >>> from sim.workload.spec import ModelSpec, ParallelSpec
-        >>> from sim.workload.kernels import KernelsSpec
-        >>> m = ModelSpec("m", 2, 256, 4, 4, 512, 1000, 128, num_experts=4, moe_top_k=2)
-        >>> b = LayerBuilder(m, ParallelSpec(), Dtype.FP8, (0,), kernels=KernelsSpec())
-        >>> f, d, w = b.expert_gemms(64, 4, 256, 512)
-        >>> f.batch, f.extra_bytes == 3.0 * 64 * 4 * 256, w.extra_bytes == 2.0 * 64 * 4 * (256 + 512)
-        (4, True, True)
-        """
-        rows = tokens * experts
-        casts = gemm_casts(self.dtype, self.scaling, rows, inp, out)
-
-        def grouped(m_: int, n_: int, k_: int, cast: Cast, extra: tuple[float, int] = (0.0, 0)) -> GemmOp:
-            return GemmOp(m_, n_, k_, self.dtype, experts, extra_bytes=cast.bytes + extra[0],
-                          extra_kernels=cast.kernels + extra[1])
-
-        fprop = grouped(tokens, out, inp, casts.fprop, self.out_fill(rows, out))
-        dgrad = grouped(tokens, inp, out, casts.dgrad, self.out_fill(rows, inp))
-        weights = experts * inp * out
-        if self.kspec.gradient_accumulation_fusion:
-            wgrad = replace(grouped(inp, out, tokens, casts.wgrad),
-                            epilogue_bytes=weights * (2 * self.kspec.grad_bytes - self.e))
-        else:
-            fill, kernels = self.out_fill(inp, out)
-            wgrad = grouped(inp, out, tokens, casts.wgrad,
-                            (experts * fill + weights * (self.e + 2 * self.kspec.grad_bytes), experts * kernels + 1))
-        return fprop, dgrad, wgrad
-
     def moe_mlp(self) -> tuple[list[Step], list[Step]]:
         """The MLP half of a mixture-of-experts layer, Megatron-Core's all-to-all token dispatcher
         (``megatron/core/transformer/moe/token_dispatcher.py``, ``MoEAlltoAllTokenDispatcher``):
@@ -698,12 +681,16 @@ class LayerBuilder:
         topk = mem(OpKind.ELEMENTWISE, Tn * E * 4 * 3)  # fp32 logits: softmax, top-k, probabilities
         permute = mem(OpKind.ELEMENTWISE, 2 * routed * h * e)
         routed_all = Te * k * cf  # pairs the rank's local experts compute, over its ETP group
-        exp_fc1, exp_fc1_d, exp_fc1_w = self.expert_gemms(per_expert, local, h, br * f // te)
-        exp_fc2, exp_fc2_d, exp_fc2_w = self.expert_gemms(per_expert, local, f // te, h)
+        exp_fc1 = self.fwd_gemm(br * f // te, h, per_expert, local)
+        exp_fc2 = self.fwd_gemm(h, f // te, per_expert, local)
         exp_act = mem(OpKind.ELEMENTWISE, routed_all * f // te * e * (br + 1))
         # a gated expert's fused activation backward at its measured share (dense MLPs: activation_bwd)
         act_bwd_eff = nongemm.SWIGLU_BACKWARD_EFFICIENCY if br == 2 else 1.0
         exp_act_b = mem(OpKind.ELEMENTWISE, routed_all * f // te * e * (2 * br + 1), efficiency=act_bwd_eff)
+        exp_fc1_d = self.dgrad_gemm(h, br * f // te, per_expert, local)
+        exp_fc1_w = self.wgrad_gemm(h, br * f // te, per_expert, local)
+        exp_fc2_d = self.dgrad_gemm(f // te, h, per_expert, local)
+        exp_fc2_w = self.wgrad_gemm(f // te, h, per_expert, local)
         fwd = [*self.norm_forward("norm2"), c("router", router), c("router-topk", topk), c("permute", permute),
                *ep_coll("dispatch"), *tp_coll(CollectiveKind.ALL_GATHER, "dispatch"),
                c("experts-fc1", exp_fc1), c("experts-activation", exp_act), c("experts-fc2", exp_fc2),
