@@ -303,6 +303,12 @@ _TARGET_METRICS = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu",
                    "layer_forward_ms", "layer_backward_ms")
 
 
+LAYER_TARGETS = ("layer_forward_ms", "layer_backward_ms")
+"""Targets that time one transformer layer: a case with no other target is a layer
+microbenchmark (Korthikanti et al. 2022, Table 4: "time for a single transformer layer"), built
+with one layer a model chunk (:func:`build_workload`)."""
+
+
 _TARGET_KEYS = ("value", "derived", "includes_recompute", "method")
 
 
@@ -396,8 +402,14 @@ def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     source = raw.get("source")
     source = source.get("publication") if isinstance(source, Mapping) else source
     source = source if isinstance(source, str) else case_id or file.name
-    reference = None if raw.get("targets") is None else _build_reference(*_case_targets(raw["targets"], path), source)
+    targets = None if raw.get("targets") is None else _case_targets(raw["targets"], path)
+    reference = None if targets is None else _build_reference(*targets, source)
     chunks = parallel.pp * parallel.virtual_pipeline_stages
+    if targets is not None and targets[0] and set(targets[0]) <= set(LAYER_TARGETS) and model.num_layers > chunks:
+        notes.append(f"model.num_layers: {model.num_layers} -> {chunks} (the case's targets are one layer's "
+                     "times, a layer microbenchmark: one layer a model chunk, each layer timed as in the "
+                     "whole model, and the memory the benchmark holds)")
+        model = dataclasses.replace(model, num_layers=chunks)
     split = pipeline_split(model.num_layers, chunks)
     if model.num_layers % chunks and split is not None:
         notes.append(f"model.num_layers: {model.num_layers} over {chunks} pipeline stages -> "

@@ -108,3 +108,26 @@ def test_rows_of_a_case_that_cannot_be_built_carry_no_fits(tmp_path):
     v = validate([str(path)], jobs=1)
     assert v.rows and all(r.skipped and r.fits is None for r in v.rows)
     assert all(r.to_dict()["fits"] is None for r in v.rows)
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_a_case_timing_one_layer_runs_one_layer_a_stage(tmp_path, pp):
+    """A case whose targets are only layer times is a layer microbenchmark (Korthikanti et al.'s
+    Table 4): built with one layer a pipeline stage, it fits where the whole model does not, and
+    each layer's times are those of the whole model's timeline (no data parallelism here, whose
+    gradient reductions would run beside the whole model's layers and not the benchmark's)."""
+    layers = {"layer_forward_ms": {"value": 10.0}, "layer_backward_ms": {"value": 20.0}}
+    bench = dict(_probe("none"), id="bench", targets=layers)
+    bench["parallel"] = dict(bench["parallel"], pp=pp, dp=1)
+    bench["system"] = dict(bench["system"], num_gpus=2 * pp)
+    bench["model"] = dict(bench["model"], num_layers=8 * pp)
+    whole = dict(bench, id="whole", targets=dict(layers, iteration_time_s={"value": 1.0}))
+    path = tmp_path / "layers.yaml"
+    path.write_text(yaml.safe_dump([bench, whole]))
+    v = validate([str(path)], jobs=1)
+    rows = {(r.id, r.metric): r for r in v.rows}
+    assert all(rows["whole", m].fits is False for m in ("iteration_time_s", *layers))
+    for m in layers:
+        assert rows["bench", m].fits is True
+        assert rows["bench", m].predicted == pytest.approx(rows["whole", m].predicted, rel=1e-9)
+    assert not v.skipped_cases
