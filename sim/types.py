@@ -329,6 +329,31 @@ class CommKernel(str, Enum):
     :mod:`sim.workload.tp_overlap`."""
     SYMMETRIC_MEMORY = "symmetric-memory"
     """PyTorch's symmetric-memory p2p copies under torchtitan's async TP (copy engines)."""
+    DEEPEP = "deepep"
+    """DeepEP's dispatch and combine kernels (a mixture-of-experts layer's token exchange under
+    :attr:`MoeDispatcher.DEEPEP`), on ``Buffer.num_sms`` SMs."""
+    HYBRIDEP = "hybridep"
+    """NVIDIA's HybridEP kernels (DeepEP's ``HybridEPBuffer``; :attr:`MoeDispatcher.HYBRIDEP`),
+    on Megatron-Core's ``--moe-hybridep-num-sms`` SMs."""
+
+
+class MoeDispatcher(str, Enum):
+    """How a mixture-of-experts layer sends its tokens to the experts' ranks and their outputs
+    back: Megatron-Core's ``--moe-token-dispatcher-type`` and, for ``flex``,
+    ``--moe-flex-dispatcher-backend`` (``megatron/core/transformer/moe/token_dispatcher.py``,
+    ``fused_a2a.py``)."""
+
+    ALLTOALL = "alltoall"
+    """``MoEAlltoAllTokenDispatcher``: the tokens permuted by expert (one copy per token and
+    chosen expert) and exchanged by one NCCL all-to-all over the EP group."""
+    DEEPEP = "deepep"
+    """The flex dispatcher on DeepEP (``fused_dispatch`` / ``fused_combine``): a token goes once
+    to each rank holding one of its experts, and across scale-up domains once to each domain,
+    to the GPU of the same local index there, which forwards it over NVLink (DeepSeek-V3
+    technical report, arXiv 2412.19437, Sec. 3.2.2; deepseek-ai/DeepEP's normal kernels)."""
+    HYBRIDEP = "hybridep"
+    """The flex dispatcher on HybridEP (``HybridEPDispatch``): the same deduplicated, two-level
+    exchange as DeepEP's, inter-domain over RDMA and intra-domain over NVLink."""
 
 
 class TpOverlapMethod(str, Enum):

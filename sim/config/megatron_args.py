@@ -474,8 +474,14 @@ class _Mapper:
             p["overlap_p2p_comm"] = get("parallel.overlap_p2p_comm")
         if get("tp_pp_dp_mapping"):
             p["placement"] = "tp-cp-pp-dp"
-        if (model.get("num_experts") or 0) > 1 and get("dispatcher", "allgather") != "alltoall":
-            self.note(f"--moe-token-dispatcher-type {get('dispatcher', 'allgather')}"
+        dispatcher = get("dispatcher", "allgather")
+        if get("enable_deepep"):  # Megatron-Core: --moe-enable-deepep sets flex with the deepep backend
+            dispatcher = "flex"
+        if (model.get("num_experts") or 0) > 1 and dispatcher == "flex":
+            backend = "deepep" if get("enable_deepep") else get("flex_backend", "deepep")
+            p["moe_dispatcher"] = backend
+        elif (model.get("num_experts") or 0) > 1 and dispatcher != "alltoall":
+            self.note(f"--moe-token-dispatcher-type {dispatcher}"
                       f"{'' if get('dispatcher') else ' (the default)'} simulated as alltoall "
                       "(llmsim's expert-parallel dispatch)")
         return p

@@ -309,6 +309,8 @@ MEGATRON_FLAGS: dict[str, _Flag] = {
     "--moe-layer-freq": _Flag("moe_layer_freq", _moe_freq),
     "--moe-expert-capacity-factor": _Flag("model.moe_capacity_factor", _real),
     "--moe-token-dispatcher-type": _Flag("dispatcher", _choice("allgather", "alltoall", "flex")),
+    "--moe-flex-dispatcher-backend": _Flag("flex_backend", _choice("deepep", "hybridep")),
+    "--moe-enable-deepep": _Flag("enable_deepep", _switch()),
     # multi-head latent attention (_add_mla_args)
     "--multi-latent-attention": _Flag("mla", _switch()),
     "--q-lora-rank": _Flag("model.q_lora_rank", _integer()),
@@ -404,7 +406,7 @@ NOT_MODELLED_FLAGS = frozenset({
     "--enable-cuda-graph", "--external-cuda-graph", "--te-rng-tracker", "--moe-grouped-gemm",
     "--moe-use-legacy-grouped-gemm", "--moe-permute-fusion", "--moe-router-dtype", "--moe-router-fusion",
     "--moe-shared-expert-overlap", "--overlap-moe-expert-parallel-comm", "--delay-wgrad-compute",
-    "--moe-enable-deepep", "--moe-deepep-num-sms", "--moe-pad-expert-input-to-capacity",
+    "--moe-deepep-num-sms", "--moe-hybridep-num-sms", "--moe-pad-expert-input-to-capacity",
     "--moe-router-padding-for-fp8", "--moe-router-num-groups", "--moe-router-group-topk",
     "--moe-router-force-load-balancing", "--moe-layer-recompute", "--moe-apply-probs-on-input",
     "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "--add-qkv-bias",

@@ -69,6 +69,7 @@ from sim.types import (
     AttentionKernel,
     CpCommType,
     Dtype,
+    MoeDispatcher,
     NormKind,
     ScalingRecipe,
     ScheduleKind,
@@ -108,7 +109,7 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "grad_reduce_in_fp32", "deterministic",
                   "async_tp_grad_allreduce", "unfused_linear_bias", "adam_impl", "step_passes",
                   "master_param_remainders", "quantized_saved_inputs", "cp_comm_type",
-                  "hierarchical_context_parallel_sizes")
+                  "hierarchical_context_parallel_sizes", "moe_dispatcher")
 """The keys of a case's ``parallel`` section: the parallel strategy, and the kernel switches
 (:data:`~sim.workload.kernels.KERNEL_KEYS`) in the spelling of the published cases."""
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node", "network",
@@ -779,6 +780,7 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
             placement=placement,
             cp_comm_type=cp_comm,
             hierarchical_context_parallel_sizes=cp_levels,
+            moe_dispatcher=_moe_dispatcher(f, ep, notes),
         ), kernels
 
 
@@ -841,6 +843,19 @@ def _cp_comm(f: Fields, cp: int, notes: Notes, stack: Stack) -> tuple[CpCommType
     if not isinstance(sizes, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in sizes):
         raise f.error("hierarchical_context_parallel_sizes", "a list of two integers [a2a size, p2p size]", sizes)
     return kind, tuple(sizes)
+
+
+def _moe_dispatcher(f: Fields, ep: int, notes: Notes) -> MoeDispatcher:
+    """``parallel.moe_dispatcher`` (``alltoall``, ``deepep`` or ``hybridep``); null is
+    Megatron-Core's all-to-all dispatcher, noted when there is an EP exchange (``ep > 1``):
+    which dispatcher a recipe runs is set per model and GPU (Megatron-Bridge's perf configs
+    choose HybridEP for some, the all-to-all for others), not by a release."""
+    if f.raw.get("moe_dispatcher") is None and ep == 1:
+        return MoeDispatcher.ALLTOALL
+    return f.enum("moe_dispatcher", MoeDispatcher, notes, MoeDispatcher.ALLTOALL,
+                  "Megatron-Core's all-to-all token dispatcher: one NCCL all-to-all of a copy per token and "
+                  "chosen expert; recipes choose DeepEP or HybridEP per model and GPU, so it is no default of "
+                  "a release")
 
 
 def _placement(f: Fields) -> str | tuple[int, ...]:

@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from itertools import chain
 
 import numpy as np
@@ -87,7 +88,8 @@ from sim.topology.routing import Fabric
 from sim.types import CollectiveAlgorithm, CollectiveKind, CommKernel, NcclProtocol
 from sim.workload.ops import CommOp
 
-__all__ = ["plan_comm", "nccl_ctas", "kernel_sms", "channel_count", "NVLS_LATENCY_S", "NVLS_TREE_NET_LATENCY_S",
+__all__ = ["plan_comm", "nccl_ctas", "kernel_sms", "channel_count", "hit_probability", "dedup_fractions",
+           "NVLS_LATENCY_S", "NVLS_TREE_NET_LATENCY_S",
            "TREE_BANDWIDTH_FACTOR",
            "PAT_BANDWIDTH_FACTOR",
            "CTAS_IN_DOMAIN", "CTAS_NVLS", "CTAS_PER_NODE_GPU", "CTAS_ACROSS_DOMAINS"]
@@ -642,6 +644,8 @@ def _plan(fabric: Fabric, op: CommOp, algorithm: CollectiveAlgorithm, groups: li
             flows.append((src, dst, op.size_bytes / (own or route.efficiency)(op.size_bytes), route.links))
         return CommPlan((_phase(latency, flows, loads),), "p2p")
     fixed = _collective_latency_s(fabric)
+    if op.collective is CollectiveKind.ALL_TO_ALL and op.routing is not None:
+        return _dedup_all_to_all(fabric, op, groups, loads, fixed)
     if op.collective is CollectiveKind.ALL_TO_ALL:
         flows = []
         latency = 0.0
@@ -661,6 +665,80 @@ def _plan(fabric: Fabric, op: CommOp, algorithm: CollectiveAlgorithm, groups: li
                     flows.append((src, dst, share / curve(op.size_bytes), route.links))
         return CommPlan((_phase(fixed + op.issue_s + latency, flows, loads),) if flows else (), "direct")
     return _with_latency(_build(fabric, op, algorithm, groups, loads), fixed + op.issue_s)
+
+
+def hit_probability(experts: int, top_k: int, held: int) -> float:
+    """The chance that a token choosing ``top_k`` of ``experts`` experts (each equally likely,
+    without repeats) picks at least one of ``held`` of them: ``1 - C(E - m, k) / C(E, k)``.
+
+    >>> round(hit_probability(256, 8, 64), 4), hit_probability(8, 2, 8), hit_probability(8, 2, 0)
+    (0.9036, 1.0, 0.0)
+    """
+    held = min(max(held, 0), experts)
+    if experts - held < top_k:
+        return 1.0
+    return 1.0 - math.comb(experts - held, top_k) / math.comb(experts, top_k)
+
+
+def dedup_fractions(experts: int, top_k: int, group: int, domain_sizes: Sequence[int]) -> tuple[float, list[float]]:
+    """A deduplicating dispatcher's reach for one token of a ``group``-rank exchange whose
+    ranks each hold ``experts / group`` experts: the chance it goes to a given rank, and to
+    each scale-up domain (holding ``domain_sizes[i]`` of the group's ranks).
+
+    >>> p_rank, p_dom = dedup_fractions(256, 8, 32, [8, 8, 8, 8])
+    >>> round(p_rank, 4), [round(x, 4) for x in p_dom]
+    (0.2271, [0.9036, 0.9036, 0.9036, 0.9036])
+    """
+    per_rank = experts // group
+    return hit_probability(experts, top_k, per_rank), [hit_probability(experts, top_k, per_rank * n)
+                                                        for n in domain_sizes]
+
+
+def _dedup_all_to_all(fabric: Fabric, op: CommOp, groups: list[tuple[int, ...]], loads: Counter | None,
+                      fixed: float) -> CommPlan:
+    """DeepEP's and HybridEP's token exchange (:class:`~sim.types.MoeDispatcher`), one phase:
+    a rank sends each of its tokens (``op.size_bytes`` in all) once to every other scale-up
+    domain holding one of the token's experts, to the GPU of its own local index there
+    (RDMA), and once to every rank of its own domain holding one (NVLink); each GPU also
+    forwards over NVLink what the other domains' GPUs of its index sent it, to the ranks of
+    its domain the tokens are for (DeepSeek-V3 technical report, arXiv 2412.19437, Sec.
+    3.2.2: "first transmitted via IB to the GPUs with the same in-node index on their target
+    nodes ... then forwarded via NVLink"). The combine sends the same amounts back. Under
+    balanced routing a token reaches a given rank with :func:`dedup_fractions`' chance, so a
+    GPU sends ``S p_dom`` to each other domain and ``S p_rank D`` to each rank of its own
+    (``D`` the domains of the group); the two levels run at once, as DeepEP pipelines them.
+    Each flow runs at the efficiency its route (the between-domain all-to-all curve where the
+    topology has one, the domain's own all-to-all curve inside it) reaches at the buffer the
+    same tokens make under the all-to-all dispatcher, ``k S``: only the bytes differ."""
+    routing = op.routing
+    assert routing is not None
+    flows = []
+    latency = 0.0
+    between = fabric.scale_out_alltoall_efficiency
+    for g in groups:
+        doms = _domains(fabric, g)
+        p_rank, p_dom = dedup_fractions(routing.experts, routing.top_k, len(g), [len(d) for d in doms])
+        size = op.size_bytes
+        at = size * routing.top_k  # the all-to-all dispatcher's buffer for these tokens
+        for di, dom in enumerate(doms):
+            for i, src in enumerate(dom):
+                for dj, other in enumerate(doms):
+                    if dj == di:
+                        continue
+                    dst = other[i % len(other)]
+                    route = fabric.route(src, dst)
+                    latency = max(latency, route.latency_s)
+                    curve = between or route.efficiency
+                    flows.append((src, dst, size * p_dom[dj] / curve(at), route.links))
+                for dst in dom:
+                    if dst == src:
+                        continue
+                    route = fabric.route(src, dst)
+                    latency = max(latency, route.latency_s)
+                    own = _own_curve(fabric, fabric.alltoall_efficiency, tuple(dom))
+                    flows.append((src, dst, size * p_rank * len(doms) / (own or route.efficiency)(at),
+                                  route.links))
+    return CommPlan((_phase(fixed + op.issue_s + latency, flows, loads),) if flows else (), "deduplicated")
 
 
 def _own_ring_curve(fabric: Fabric, kind: CollectiveKind, groups: list[tuple[int, ...]]) -> EfficiencyCurve | None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from sim.output.analysis import breakdown
 from sim.runner import Run
-from sim.types import CommClass, LinkKind, OpKind
+from sim.types import CommClass, LinkKind, MoeDispatcher, OpKind
 from sim.units import TFLOPS, GiB, byte_count, round_sig
 from sim.version import __version__
 
@@ -211,6 +211,8 @@ def make_report(run: Run) -> Report:
         parallel["cp_comm_type"] = p.cp_comm_type.value
         if p.hierarchical_context_parallel_sizes is not None:
             parallel["hierarchical_context_parallel_sizes"] = list(p.hierarchical_context_parallel_sizes)
+    if p.ep > 1 and p.moe_dispatcher is not MoeDispatcher.ALLTOALL:  # likewise only off Megatron's all-to-all
+        parallel["moe_dispatcher"] = p.moe_dispatcher.value
     if run.fabric.placement is not None:  # only off the default, so default reports stay as they were
         parallel["placement"] = p.placement if isinstance(p.placement, str) else list(p.placement)
     if p.hybrid_shard:  # likewise only with hybrid sharding
@@ -244,7 +246,8 @@ def format_report(r: Report) -> str:
     p = r.parallel
     sched = p["schedule"] + (f" (v={p['virtual_pipeline_stages']})" if p["virtual_pipeline_stages"] > 1 else "")
     cp = f"  CP {p['cp']} ({_cp_comm_label(p)})" if p["cp"] > 1 else ""
-    cp += f"  EP {p['ep']}" if p.get("ep", 1) > 1 else ""
+    dispatcher = f" ({p['moe_dispatcher']})" if "moe_dispatcher" in p else ""
+    cp += f"  EP {p['ep']}{dispatcher}" if p.get("ep", 1) > 1 else ""
     cp += f"  ETP {p['etp']}" if p.get("etp", p["tp"]) != p["tp"] else ""
     placed = p.get("placement")
     placed = "" if placed is None else f" (placed {placed if isinstance(placed, str) else 'by GPU list'})"

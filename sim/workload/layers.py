@@ -34,6 +34,7 @@ from sim.types import (
     CommKernel,
     Dtype,
     MemoryAccess,
+    MoeDispatcher,
     NormKind,
     OpKind,
     ScalingRecipe,
@@ -43,7 +44,7 @@ from sim.workload import eager as eager_kernels
 from sim.workload import nongemm
 from sim.workload.context_parallel import cp_attention
 from sim.workload.kernels import KernelsSpec
-from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp, Op, dtype_bytes
+from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp, Op, Routing, dtype_bytes
 from sim.workload.quantization import LOW_PRECISION, Cast, gemm_casts
 from sim.workload.spec import ModelSpec, ParallelSpec
 from sim.workload.steps import Step
@@ -661,11 +662,19 @@ class LayerBuilder:
         per_expert = max(1, round(Te * k * ep / E * cf))
         a2a_bytes = routed * h * e
 
+        dispatcher = parallel.moe_dispatcher
+
         def ep_coll(name: str, wait: int = 0) -> list[Step]:
             if ep == 1:
                 return []
-            op = CommOp(CollectiveKind.ALL_TO_ALL, CommClass.EP, self.ep_group, a2a_bytes, self.ep_replicas)
-            return [Step(Stream.EP_COMM, f"ncclAllToAll {name}", op, wait)]
+            if dispatcher is MoeDispatcher.ALLTOALL:
+                op = CommOp(CollectiveKind.ALL_TO_ALL, CommClass.EP, self.ep_group, a2a_bytes, self.ep_replicas)
+                return [Step(Stream.EP_COMM, f"ncclAllToAll {name}", op, wait)]
+            # each token once to every rank (and scale-up domain) holding one of its experts
+            kernel, sms = FLEX_KERNELS[dispatcher]
+            op = CommOp(CollectiveKind.ALL_TO_ALL, CommClass.EP, self.ep_group, Tn * h * e, self.ep_replicas,
+                        kernel, sms, routing=Routing(E, k))
+            return [Step(Stream.EP_COMM, f"{dispatcher.value} {name}", op, wait)]
 
         def tp_coll(kind: CollectiveKind, name: str, wait: int = 0) -> list[Step]:
             if te == 1:
@@ -740,6 +749,13 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
         high = LayerBuilder(model, parallel, ACT_DTYPE, *groups, kernels=kernels).build()
         return replace(low, high_precision=high)
     return LayerBuilder(model, parallel, dtype, *groups, kernels=kernels).build()
+
+
+FLEX_KERNELS = {MoeDispatcher.DEEPEP: (CommKernel.DEEPEP, 20), MoeDispatcher.HYBRIDEP: (CommKernel.HYBRIDEP, 16)}
+"""What runs the flex dispatcher's exchanges, and the SMs it holds: DeepEP's kernels on
+Megatron-Core's ``--moe-deepep-num-sms`` (default 20, DeepEP's own ``Buffer.num_sms``),
+HybridEP's on ``--moe-hybridep-num-sms`` (default 16; Megatron-Core
+``megatron/training/arguments.py``)."""
 
 
 _ASYNC_TP_REDUCED = frozenset({"proj", "fc2"})

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from sim.types import AttentionKernel, CollectiveKind, CommClass, CommKernel, Dtype, MemoryAccess, OpKind
 
-__all__ = ["GemmOp", "AttentionOp", "MemoryOp", "CommOp", "Op", "dtype_bytes",
+__all__ = ["GemmOp", "AttentionOp", "MemoryOp", "CommOp", "Routing", "Op", "dtype_bytes",
            "FA_BACKWARD_FLOP_RATIO", "causal_fraction"]
 
 _DTYPE_BYTES = {Dtype.FP32: 4, Dtype.TF32: 4, Dtype.BF16: 2, Dtype.FP16: 2, Dtype.FP8: 1,
@@ -147,6 +147,17 @@ class MemoryOp:
 
 
 @dataclass(frozen=True, slots=True)
+class Routing:
+    """A mixture-of-experts routing as its token exchange sees it: ``experts`` spread evenly
+    over the exchange's ranks, ``top_k`` chosen by each token, balanced (each expert equally
+    likely, Megatron-Core's ``--moe-router-force-load-balancing`` and the aux-loss-balanced
+    steady state)."""
+
+    experts: int
+    top_k: int
+
+
+@dataclass(frozen=True, slots=True)
 class CommOp:
     """A collective over ``group`` (global ranks, in ring order), or a p2p send (group = (src, dst)).
 
@@ -174,6 +185,13 @@ class CommOp:
     """Time the framework spends around the transfer that grows with the group rather than
     the bytes: a tensor-list collective's per-rank views and copies
     (:mod:`sim.workload.deepspeed_zero3`). Added to the collective's latency."""
+    routing: Routing | None = None
+    """For a deduplicating all-to-all (DeepEP's or HybridEP's token exchange,
+    :class:`~sim.types.MoeDispatcher`): the routing whose token copies it sends;
+    ``size_bytes`` is then the bytes of the rank's own tokens, each sent once (not once per
+    chosen expert) to every rank and every other scale-up domain holding one of its experts
+    (:func:`sim.costs.comm.dedup_fractions`). None: every rank sends ``size_bytes / p`` to
+    every other."""
 
     kind = OpKind.COLLECTIVE
 

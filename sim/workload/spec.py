@@ -20,6 +20,7 @@ from sim.types import (
     SIMULATED_DTYPES,
     CpCommType,
     Dtype,
+    MoeDispatcher,
     NormKind,
     RecomputeKind,
     ScalingRecipe,
@@ -385,6 +386,10 @@ class ParallelSpec:
     cp_comm_type: CpCommType = CpCommType.P2P
     """Megatron-LM's ``--cp-comm-type``: how context parallelism's attention exchanges the
     sequence (ring attention by default; :class:`~sim.types.CpCommType`)."""
+    moe_dispatcher: MoeDispatcher = MoeDispatcher.ALLTOALL
+    """How a mixture-of-experts layer exchanges its tokens over the EP group: Megatron-Core's
+    all-to-all dispatcher, or the flex dispatcher on DeepEP or HybridEP, which send each token
+    once per rank and once per scale-up domain (:class:`~sim.types.MoeDispatcher`)."""
     hierarchical_context_parallel_sizes: tuple[int, ...] | None = None
     """Megatron-LM's ``--hierarchical-context-parallel-sizes`` ``[a2a, p2p]``: the all-to-all
     and ring group sizes of ``a2a+p2p`` (their product is ``cp``; Transformer Engine supports

@@ -111,6 +111,8 @@ def test_flag_classes_are_disjoint_and_documented():
     doc = (REPO / "docs" / "megatron-args.md").read_text()
     missing = [f for f in sorted(used) if f"`{f}`" not in doc]
     assert not missing
+    # the two lists' sizes as the page gives them
+    assert f"{len(ignored)} flags:" in doc and f"`NOT_MODELLED_FLAGS`, {len(other)} flags" in doc
 
 
 def test_unknown_ignored_and_not_modelled_flags_are_listed():

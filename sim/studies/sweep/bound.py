@@ -76,7 +76,7 @@ def layer_ops_key(w: WorkloadSpec) -> tuple:
     p = w.parallel
     return (p.tp, p.cp, p.ep, p.micro_batch_size, p.sequence_parallel, w.kernels,
             p.tp_comm_overlap, w.dtype, w.scaling, p.cp_comm_type, p.hierarchical_context_parallel_sizes,
-            w.keeps_bf16_layers)
+            w.keeps_bf16_layers, p.moe_dispatcher)
 
 
 class IterationBound:
