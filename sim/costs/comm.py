@@ -721,6 +721,7 @@ def _dedup_all_to_all(fabric: Fabric, op: CommOp, groups: list[tuple[int, ...]],
         size = op.size_bytes
         at = size * routing.top_k  # the all-to-all dispatcher's buffer for these tokens
         for di, dom in enumerate(doms):
+            inside = _own_curve(fabric, fabric.alltoall_efficiency, tuple(dom))
             for i, src in enumerate(dom):
                 for dj, other in enumerate(doms):
                     if dj == di:
@@ -735,8 +736,7 @@ def _dedup_all_to_all(fabric: Fabric, op: CommOp, groups: list[tuple[int, ...]],
                         continue
                     route = fabric.route(src, dst)
                     latency = max(latency, route.latency_s)
-                    own = _own_curve(fabric, fabric.alltoall_efficiency, tuple(dom))
-                    flows.append((src, dst, size * p_rank * len(doms) / (own or route.efficiency)(at),
+                    flows.append((src, dst, size * p_rank * len(doms) / (inside or route.efficiency)(at),
                                   route.links))
     return CommPlan((_phase(fixed + op.issue_s + latency, flows, loads),) if flows else (), "deduplicated")
 
