@@ -22,7 +22,7 @@ from sim.types import AttentionKernel, Dtype, GpuGeneration, MemoryAccess, compa
 from sim.units import GB, GBPS, TB, TFLOPS, US, GiB
 from sim.workload.ops import AttentionOp
 
-__all__ = ["EfficiencyCurve", "GPUSpec", "GPU_CATALOGUE", "get_gpu", "gpu_names"]
+__all__ = ["EfficiencyCurve", "GPUSpec", "GPU_CATALOGUE", "MXFP8_GEMM_SLOWDOWN", "get_gpu", "gpu_names"]
 
 
 @dataclass(frozen=True)
@@ -420,9 +420,11 @@ _B200_FP8_GEMM = EfficiencyCurve(tuple(
     (_gemm_flops(8192, 8192, k), t / 4500) for k, t in zip(_B200_SWEEP_K, (
         647.2, 1102.5, 1521.2, 1950.2, 2300.0, 2607.9, 2729.8, 2770.0)))
 )
-# MXFP8 (block-scaled) is priced with each GPU's FP8 curve: the same B200 run measured cuBLASLt
-# MXFP8 at 8192^3 2886.1 and 8192x8192x16384 2809.7 TFLOP/s (mxfp8_results.csv @ced5e01),
-# 0.641 and 0.624 of 4500, within 5% of the FP8 curve's 0.616 there -- not a distinct curve.
+# MXFP8 (block-scaled) is priced with each GPU's FP8 curve slowed by MXFP8_GEMM_SLOWDOWN, what
+# Transformer Engine measured at a training layer's shapes (below). The same B200 run as above
+# measured cuBLASLt MXFP8 at 8192^3 2886.1 and 8192x8192x16384 2809.7 TFLOP/s
+# (mxfp8_results.csv @ced5e01), 0.641 and 0.624 of 4500, within 5% of the FP8 curve's 0.616
+# there: square sizes, one GEMM at a time, where block scaling costs least.
 # No 16-bit sweep of GB200 or GB300 was found: both borrow B200's BF16 fractions, and B200,
 # with no cuBLASLt FP4 result (cuBLAS 13.0 in that run rejected FP4), borrows GB200's FP4 ones.
 # Fused attention on Blackwell (cuDNN, the kernel Transformer Engine runs), from NVIDIA's
@@ -586,9 +588,21 @@ _BLACKWELL_ULTRA_KERNELS = dict(
     **_BLACKWELL_DETERMINISTIC)
 
 
+MXFP8_GEMM_SLOWDOWN = 7.161 / 6.812
+"""An MXFP8 GEMM's time over an FP8 (per-tensor scaled) GEMM's at the same shape on Blackwell,
+the kernels alone: Transformer Engine's GEMM benchmark on a B300 with pre-quantized operands
+(``benchmarks/gemm/benchmark_gemm.py --pre-quantize``), the 12 GEMMs of a 5B model's layer
+(hidden 4096, FFN 16384, 15,872 tokens), 7.161 ms in MXFP8 against 6.812 ms in FP8 current
+scaling (fprop 2.365 / 2.158, dgrad 2.397 / 2.329, wgrad 2.400 / 2.325; NVIDIA/TransformerEngine
+``docs/examples/gemm_profiling/gemm_profiling.rst`` @ ``1609c890e``, PR #2863): the 1x32-block
+scale factors the MXFP8 kernels load. 1.051, applied at every size to each Blackwell GPU's
+FP8 curve; the casts around the GEMMs are priced apart (:mod:`sim.workload.quantization`)."""
+
+
 def _blackwell_gemm(fp8: EfficiencyCurve, fp4: EfficiencyCurve) -> tuple[tuple[Dtype, EfficiencyCurve], ...]:
     """A Blackwell GPU's GEMM curves: B200's 16-bit sweep, its own (or the nearest) FP8 and FP4."""
-    return ((Dtype.BF16, _B200_BF16_GEMM), (Dtype.FP8, fp8), (Dtype.MXFP8, fp8), (Dtype.NVFP4, fp4))
+    return ((Dtype.BF16, _B200_BF16_GEMM), (Dtype.FP8, fp8),
+            (Dtype.MXFP8, _slowed(fp8, ((1.0, MXFP8_GEMM_SLOWDOWN),))), (Dtype.NVFP4, fp4))
 
 
 # H100 SXM5 80GB under its 700 W limit, measured by this project: benchmarks/device/

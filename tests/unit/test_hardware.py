@@ -11,7 +11,7 @@ import yaml
 import sim
 from sim.costs.compute import gemm_time_s, memory_time_s
 from sim.errors import InfeasibleError
-from sim.hardware import GPU_CATALOGUE, EfficiencyCurve, get_gpu
+from sim.hardware import GPU_CATALOGUE, MXFP8_GEMM_SLOWDOWN, EfficiencyCurve, get_gpu
 from sim.types import AttentionKernel, Dtype, OpKind
 from sim.workload.ops import GemmOp
 
@@ -129,12 +129,13 @@ def test_blackwell_gpus_without_their_own_sweep_borrow_the_nearest_one():
     assert gb200.gemm_curve(Dtype.BF16) is b200.gemm_curve(Dtype.BF16) is gb300.gemm_curve(Dtype.BF16)
     assert b200.gemm_curve(Dtype.NVFP4) is gb200.gemm_curve(Dtype.NVFP4)
     for g in (b200, gb200, gb300):
-        assert g.gemm_curve(Dtype.MXFP8) is g.gemm_curve(Dtype.FP8)
-    # MXFP8 shares the FP8 curve because B200's cuBLASLt MXFP8 (same run, mxfp8_results.csv)
-    # measured 2886.1 TFLOP/s at 8192^3 and 2809.7 at 8192x8192x16384: within 5% of it
+        for f in (2.0**34, 2.0**40):  # the FP8 curve slowed by Transformer Engine's measured ratio
+            assert g.gemm_curve(Dtype.FP8)(f) / g.gemm_curve(Dtype.MXFP8)(f) == pytest.approx(MXFP8_GEMM_SLOWDOWN)
+    # B200's cuBLASLt MXFP8 (same run, mxfp8_results.csv) measured 2886.1 TFLOP/s at 8192^3 and
+    # 2809.7 at 8192x8192x16384, square sizes one GEMM at a time: within 10% of the curve
     for k, tflops in ((8192, 2886.1), (16384, 2809.7)):
         f = 2.0 * 8192 * 8192 * k
-        assert b200.gemm_curve(Dtype.MXFP8)(f) == pytest.approx(tflops / 4500, rel=0.05)
+        assert b200.gemm_curve(Dtype.MXFP8)(f) == pytest.approx(tflops / 4500, rel=0.1)
 
 
 def test_small_blackwell_gemms_run_far_below_the_large_ones():
@@ -342,3 +343,14 @@ def test_hopper_deterministic_attention_backward_is_the_h100_measurement():
     b200 = get_gpu("B200")
     h100 = get_gpu("H100")
     assert b200.deterministic_attention_backward_efficiency is not h100.deterministic_attention_backward_efficiency
+
+
+@pytest.mark.parametrize("gpu", ["B200", "GB200", "GB300"])
+def test_mxfp8_gemms_run_slower_than_per_tensor_fp8_as_transformer_engine_measured(gpu):
+    """Transformer Engine's pre-quantized B300 benchmark (gemm_profiling.rst @ 1609c890e): a 5B
+    layer's fprop, dgrad and wgrad GEMMs take 2.365, 2.397 and 2.400 ms in MXFP8 against 2.158,
+    2.329 and 2.325 in FP8; a compute-bound MXFP8 GEMM takes that ratio of the FP8 one's time."""
+    assert MXFP8_GEMM_SLOWDOWN == pytest.approx((2.365 + 2.397 + 2.400) / (2.158 + 2.329 + 2.325), rel=1e-3)
+    g = get_gpu(gpu)
+    times = {d: gemm_time_s(g, GemmOp(15872, 16384, 4096, d)) - g.kernel_launch_s for d in (Dtype.FP8, Dtype.MXFP8)}
+    assert times[Dtype.MXFP8] / times[Dtype.FP8] == pytest.approx(MXFP8_GEMM_SLOWDOWN, rel=1e-9)
