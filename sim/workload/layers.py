@@ -457,13 +457,28 @@ class LayerBuilder:
                                                                     T * f // t * e * self.fill * br))])
 
     def rope(self) -> tuple[list[Step], list[Step]]:
-        """Eager only: the rotary embedding of q and k (unless the model is stated to have
-        another position embedding) and the K/V heads repeated for SDPA (the compiled rotary
-        kernel is not priced, as for every framework)."""
-        if not self.eager or self.model.is_mla:
+        """The rotary embedding of q and k (unless the model is stated to have another position
+        embedding). Fused: one kernel each for q and k that reads and writes it, forward and
+        backward (Megatron-Core's ``apply_rotary_pos_emb`` with ``apply_rope_fusion``,
+        Transformer Engine's ``FusedRoPEFunc``, ``transformer_engine/pytorch/attention/rope.py``;
+        the kernel torch.compile generates for torchtitan's ``apply_rotary_emb``), at HBM
+        bandwidth as every fused elementwise kernel is; only where the model states a rotary
+        embedding (Megatron-LM's default ``--position-embedding-type`` is ``learned_absolute``).
+        Eager (torchtitan's and PyTorch FSDP's Llama code, rotary unless stated otherwise):
+        PyTorch's kernels for it, and the K/V heads repeated for SDPA. Multi-head latent
+        attention's rotary part is not priced."""
+        if self.model.is_mla:
             return [], []
         T, q_w, kv_w = self.T, self.q // self.t, self.kv_heads * self.model.head_dim
         rotary = self.model.rotary is not False
+        if not self.eager:
+            if self.model.rotary is not True:
+                return [], []
+            q_bytes, k_bytes = 2.0 * T * q_w * self.e, 2.0 * T * kv_w * self.e  # read and write each
+            return ([self.compute("rope-q", self.mem(OpKind.ELEMENTWISE, q_bytes)),
+                     self.compute("rope-k", self.mem(OpKind.ELEMENTWISE, k_bytes))],
+                    [self.compute("rope-k-bwd", self.mem(OpKind.ELEMENTWISE, k_bytes)),
+                     self.compute("rope-q-bwd", self.mem(OpKind.ELEMENTWISE, q_bytes))])
         rope_fwd = eager_kernels.rope_forward(T, q_w, kv_w) if rotary else []
         rope_bwd = eager_kernels.rope_backward(T, q_w, kv_w) if rotary else []
         return (self.kernels(OpKind.ELEMENTWISE, rope_fwd + eager_kernels.repeat_kv_forward(T, q_w, kv_w)),

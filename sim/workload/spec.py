@@ -144,8 +144,9 @@ class ModelSpec:
     the two, which gives its FLOPs exactly.
 
     ``norm`` and ``rotary`` (``model.normalization``, ``model.position_embedding``; None: not
-    stated) decide only the kernels of eager PyTorch (:mod:`sim.workload.eager`): fused kernels
-    cost the same for every normalization, and no fused rotary kernel is priced.
+    stated) decide the kernels of eager PyTorch (:mod:`sim.workload.eager`; fused kernels cost
+    the same for every normalization) and whether a fused rotary kernel runs (``rotary``
+    true; :meth:`sim.workload.layers.LayerBuilder.rope`).
     """
 
     name: str

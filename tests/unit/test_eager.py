@@ -185,3 +185,23 @@ def test_an_unknown_normalization_is_one_line_naming_the_field(tmp_path, capsys)
     assert main(["run", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(path) in err[0] and "model.normalization" in err[0] and "batchnorm" in err[0]
+
+
+@pytest.mark.parametrize("rotary", [True, False, None])
+def test_fused_kernels_run_one_rotary_kernel_each_for_q_and_k_where_the_model_states_rope(rotary):
+    """Megatron-Core's fused RoPE (Transformer Engine's FusedRoPEFunc) and torch.compile's
+    kernel read and write q and k once each way; a model that does not state a rotary
+    embedding (Megatron-LM's default is learned absolute positions) runs none."""
+    w = make_workload(tp=2, hidden=1024, heads=16, seq=512, mbs=2, gbs=2, dp=1)
+    w = dataclasses.replace(w, model=dataclasses.replace(w.model, rotary=rotary))
+    assert w.kernels.fused_elementwise
+    ops = layer_ops(w.model, w.parallel, w.dtype, (0, 1), kernels=w.kernels)
+    fwd = {st.name: st.op for st in ops.layer_fwd if st.name.startswith("rope")}
+    bwd = {st.name: st.op for st in ops.layer_bwd if st.name.startswith("rope")}
+    if rotary is not True:
+        assert not fwd and not bwd
+        return
+    tokens, q_width = 2 * 512, 1024 // 2  # the rank's tokens, its query heads' width
+    assert set(fwd) == {"rope-q", "rope-k"} and set(bwd) == {"rope-q-bwd", "rope-k-bwd"}
+    assert fwd["rope-q"].bytes == bwd["rope-q-bwd"].bytes == 2 * tokens * q_width * 2
+    assert fwd["rope-k"].bytes == bwd["rope-k-bwd"].bytes == fwd["rope-q"].bytes  # as many K heads
