@@ -28,6 +28,7 @@ from sim.calibrate.least_squares import Parameter, least_squares
 from sim.config import CaseRecord, default_topology_name, load_case_records, load_topology
 from sim.config.fields import read_yaml
 from sim.config.presets import resolve_preset
+from sim.config.workload import LAYER_TARGETS
 from sim.costs.factors import FACTOR_NAMES, CalibrationFactors, KernelCurves
 from sim.errors import ConfigError, Described
 from sim.runner import simulate
@@ -57,7 +58,7 @@ POOR_FIT = 0.10
 """A residual above this after the fit is reported as a poor fit (issue #33)."""
 TIME_TARGETS = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu")
 """The targets a run is fitted on, in the order ``llmsim validate`` picks the first present."""
-OTHER_TARGETS = ("peak_memory_gib", "layer_forward_ms", "layer_backward_ms")
+OTHER_TARGETS = ("peak_memory_gib",) + LAYER_TARGETS
 """Targets of the validation format that are read and not fitted."""
 FIT_WORDS = {"compute": "compute_efficiency", "comm": "comm_efficiency", "host": "host_issue_us"}
 """``--fit``'s words and the factors they name."""

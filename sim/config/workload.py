@@ -300,14 +300,13 @@ class CaseRecord:
     (:mod:`sim.config.tunable`; ``llmsim validate`` tunes them)."""
 
 
-_TARGET_METRICS = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "peak_memory_gib",
-                   "layer_forward_ms", "layer_backward_ms")
-
-
 LAYER_TARGETS = ("layer_forward_ms", "layer_backward_ms")
 """Targets that time one transformer layer: a case with no other target is a layer
 microbenchmark (Korthikanti et al. 2022, Table 4: "time for a single transformer layer"), built
 with one layer a model chunk (:func:`build_workload`)."""
+
+
+_TARGET_METRICS = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu", "peak_memory_gib") + LAYER_TARGETS
 
 
 _TARGET_KEYS = ("value", "derived", "includes_recompute", "method")

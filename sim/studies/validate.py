@@ -39,6 +39,7 @@ from pathlib import Path
 
 from sim.config import CaseRecord, default_topology_name, load_case_records, load_topology
 from sim.config.fit import fits_in_memory
+from sim.config.workload import LAYER_TARGETS
 from sim.costs.factors import CalibrationFactors
 from sim.errors import SimError
 from sim.memory import stage_memory
@@ -58,8 +59,9 @@ __all__ = ["CaseCalibration", "Row", "Validation", "SourceSummary", "CaseResult"
 COARSE = "chunk"
 """The granularity a case is simulated at first (see the module docstring)."""
 
-LAYER_METRICS = ("layer_forward_ms", "layer_backward_ms")
-"""Targets read from one layer's ops in the timeline: their cases run op by op."""
+LAYER_METRICS = LAYER_TARGETS
+"""Targets read from one layer's ops in the timeline: their cases run op by op (and, alone, are
+built as a layer microbenchmark, :data:`sim.config.workload.LAYER_TARGETS`)."""
 
 TIME_METRICS = ("iteration_time_s", "tflops_per_gpu", "tokens_per_s_per_gpu")
 

@@ -470,7 +470,6 @@ class LayerBuilder:
         if self.model.is_mla:
             return [], []
         T, q_w, kv_w = self.T, self.q // self.t, self.kv_heads * self.model.head_dim
-        rotary = self.model.rotary is not False
         if not self.eager:
             if self.model.rotary is not True:
                 return [], []
@@ -479,6 +478,7 @@ class LayerBuilder:
                      self.compute("rope-k", self.mem(OpKind.ELEMENTWISE, k_bytes))],
                     [self.compute("rope-k-bwd", self.mem(OpKind.ELEMENTWISE, k_bytes)),
                      self.compute("rope-q-bwd", self.mem(OpKind.ELEMENTWISE, q_bytes))])
+        rotary = self.model.rotary is not False
         rope_fwd = eager_kernels.rope_forward(T, q_w, kv_w) if rotary else []
         rope_bwd = eager_kernels.rope_backward(T, q_w, kv_w) if rotary else []
         return (self.kernels(OpKind.ELEMENTWISE, rope_fwd + eager_kernels.repeat_kv_forward(T, q_w, kv_w)),
