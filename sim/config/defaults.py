@@ -15,6 +15,7 @@ The helpers read a case's ``parallel`` section, or, for the kernel switches
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -239,6 +240,20 @@ def attention_kernel_default(f: Fields, stack: Stack, notes: Notes) -> Attention
     return f.enum("attention_kernel", AttentionKernel, notes, value, stack.why("attention_kernel"))
 
 
+_NEMO_TP_OVERLAP = re.compile(
+    r"\buserbuffers_(?:bf16|fp8)_\w+"
+    r"|\b(?:ub_)?tp_comm_overlap\b(?!\s*(?:[:=]\s*(?:false|0)\b|\s*(?:off|disabled)\b))",
+    re.IGNORECASE)
+"""NeMo's spellings of Transformer Engine's userbuffers TP overlap in a case's published
+settings: NeMo 1's launcher key ``model.ub_tp_comm_overlap``
+(``NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/training/llama/llama3_70b.yaml`` @ 24.07),
+NeMo 2's ``MegatronCommOverlapCallback(tp_comm_overlap=True, ...)`` and the overlap configs it
+names, ``userbuffers_bf16_h100_h8192_tp4_mbs1_seqlen8192`` and the like
+(``nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py`` @ v2.3.0), which a recipe
+names only when it turns the overlap on; a key written as false, 0, off or disabled does not
+count."""
+
+
 def tp_overlap_default(f: Fields, tp: int, stack: Stack, notes: Notes) -> bool:
     """TP communication overlap: the case's ``tp_comm_overlap``, else on when the case's
     published settings (``parallel.details``) include ``--tp-comm-overlap`` or torchtitan's
@@ -252,6 +267,10 @@ def tp_overlap_default(f: Fields, tp: int, stack: Stack, notes: Notes) -> bool:
         for listed in ("--tp-comm-overlap", "AsyncTP"):  # Megatron-LM; torchtitan's async TP
             if _details_has(f, listed):
                 return notes.fill("parallel.tp_comm_overlap", True, f"the case's settings list {listed}")
+        details = f.raw.get("details")
+        match = _NEMO_TP_OVERLAP.search(details) if isinstance(details, str) else None
+        if match is not None:
+            return notes.fill("parallel.tp_comm_overlap", True, f"the case's settings list {match.group(0)}")
         if stack.value("tp_comm_overlap") and f.flag("sequence_parallel") is False:
             return notes.fill("parallel.tp_comm_overlap", False, f"{stack.why('tp_comm_overlap')}; but the case "
                               "turns sequence parallelism off, without which there is no TP overlap (Megatron-LM "

@@ -212,6 +212,33 @@ parallel: {tp: 2, pp: 1, dp: 1, micro_batch_size: 1, global_batch_size: 1, detai
     assert err.value.field == "parallel.tp_comm_overlap_cfg"
 
 
+@pytest.mark.parametrize("details, on", [
+    ("TP comm overlap with userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192; performance_mode=True", True),
+    ("sequence_parallel, ub_tp_comm_overlap (userbuffers TP overlap), overlap_p2p_comm", True),
+    ("MegatronCommOverlapCallback(tp_comm_overlap=True)", True),
+    ("no TP comm overlap for 8b", False),
+    ("ub_tp_comm_overlap: false, overlap_p2p_comm", False),
+    ("MegatronCommOverlapCallback(tp_comm_overlap=False, defer_embedding_wgrad_compute=True)", False)])
+def test_nemo_settings_that_name_the_userbuffers_overlap_turn_it_on(tmp_path, details, on):
+    """A NeMo case's published settings name the TP overlap in NeMo's words, not Megatron-LM's
+    flag: the launcher's ``ub_tp_comm_overlap``, NeMo 2's ``tp_comm_overlap=True`` or the
+    ``userbuffers_*`` configuration its recipe passes. Those turn it on (NeMo's stacks leave it
+    off: the recipes set it per model); the same keys written false do not."""
+    path = tmp_path / "nemo.yaml"
+    path.write_text(f"""
+name: nemo
+framework: NeMo 25.02.01
+model: {{num_layers: 2, hidden_size: 1024, num_attention_heads: 8, num_kv_heads: 8, ffn_hidden_size: 4096,
+        vocab_size: 32000, seq_length: 1024}}
+system: {{gpu: H100-SXM5-80GB, num_gpus: 4, gpus_per_node: 8}}
+parallel: {{tp: 4, pp: 1, dp: 1, micro_batch_size: 1, global_batch_size: 1, details: "{details}"}}
+""")
+    w = load_workload(str(path))
+    assert w.parallel.tp_comm_overlap is on
+    no_tp = ["parallel.tp=1", "parallel.dp=4", "parallel.global_batch_size=4"]
+    assert not load_workload(str(path), no_tp).parallel.tp_comm_overlap
+
+
 def test_async_tp_sums_the_received_chunks_after_each_reduce_scattered_gemm():
     """Under PyTorch's async TP the forward's two GEMMs whose outputs are reduce-scattered (the
     attention and MLP output projections) carry one more kernel reading the m x n stacked
