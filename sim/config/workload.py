@@ -54,7 +54,7 @@ from sim.config.defaults import (
     zero_impl_default,
 )
 from sim.config.fields import SET_SOURCE, Fields, Notes, apply_overrides, described, located, read_yaml
-from sim.config.fit import fit_null_settings
+from sim.config.fit import fit_null_settings, fits_in_memory, peak_memory_bytes
 from sim.config.hf import read_hf_config
 from sim.config.presets import preset_names, resolve_preset, shown_path
 from sim.config.stack import Stack
@@ -377,6 +377,77 @@ def load_case_records(path: str) -> list[CaseRecord]:
 
 
 def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
+    """The workload a mapping describes (a workload file's or a validation case's), with the
+    notes of every default filled; a layout the case leaves wholly unpublished and whose
+    defaults do not fit is chosen as :func:`_unpublished_layout` says."""
+    spec, notes = _build(raw, file)
+    if fits_in_memory(spec):
+        return spec, notes
+    return _unpublished_layout(raw, file, spec) or (spec, notes)
+
+
+_LAYOUT_KEYS = ("tp", "pp", "dp")
+"""The ``parallel`` keys that place a job's GPUs; a case that leaves all three null published no
+layout."""
+
+
+def _unpublished_layout(raw: Mapping, file: Path, spec: WorkloadSpec) -> tuple[WorkloadSpec, list[str]] | None:
+    """A layout for a job that publishes none and does not fit with the defaults (TP 1, PP 1,
+    every GPU data-parallel): the smallest model-parallel size that fits, tensor parallelism up
+    to the GPUs of one server first and pipeline parallelism across servers for the rest, data
+    parallelism over the remaining GPUs (Narayanan et al. 2021, Takeaways #1 and #2), as
+    ``_model_parallel_split`` splits a published model-parallel size.
+
+    Sizes are tried smallest first, twice: with the recipe's defaults alone, then with the
+    stack's memory savers (:func:`sim.config.fit.fit_null_settings`), so that model parallelism
+    is preferred to recomputation, as the recipes that publish a layout do for the models that
+    need one. TP is the largest that divides the heads and the query groups too, as
+    Megatron-Core's ``TransformerConfig`` requires; a size whose split the model or the batch
+    refuses (more stages than layers, a global batch not divisible by the data-parallel size) is
+    skipped. None when the case
+    published any of ``tp``, ``pp``, ``dp`` or the GPU count, or when no size fits."""
+    raw_parallel, raw_system = raw.get("parallel"), raw.get("system")
+    given: Mapping = raw_parallel if isinstance(raw_parallel, Mapping) else {}
+    system: Mapping = raw_system if isinstance(raw_system, Mapping) else {}
+    if any(given.get(k) is not None for k in _LAYOUT_KEYS) or system.get("num_gpus") is None:
+        return None
+    p = spec.parallel
+    per_node = spec.system.gpus_per_node
+    total = spec.system.num_gpus // p.cp
+    sizes = [m for m in range(2, total + 1) if total % m == 0]
+    tried: list[tuple[int, int, float]] = []
+    for with_savers in (False, True):
+        for mp in sizes:
+            # Megatron-Core asks TP to divide the heads and the query groups
+            tp = max(d for d in range(1, min(mp, per_node) + 1) if mp % d == 0 and per_node % d == 0
+                     and spec.model.num_attention_heads % d == 0 and spec.model.num_kv_heads % d == 0)
+            layout = {**given, "tp": tp, "pp": mp // tp}
+            try:
+                candidate, built = _build({**raw, "parallel": layout}, file, fit=with_savers)
+            except ConfigError:
+                continue
+            if not with_savers:
+                tried.append((tp, mp // tp, peak_memory_bytes(candidate)))
+            if fits_in_memory(candidate):
+                why = (f"the case publishes no layout, and the defaults, TP 1 and PP 1 with every GPU "
+                       f"data-parallel, need {peak_memory_bytes(spec) / GiB:.1f} GiB a GPU, more than the "
+                       f"{spec.system.gpu.name}'s {spec.system.gpu.hbm_capacity_bytes / GiB:.1f} GiB: the smallest "
+                       f"model-parallel size that fits{' with the memory savers below' if with_savers else ''}, "
+                       f"{mp}, tensor parallelism up to the {per_node} GPUs of a server, pipeline across servers "
+                       "(Narayanan et al. 2021, Takeaways #1 and #2)")
+                smaller = [f"TP {t} x PP {q} {peak / GiB:.1f} GiB" for t, q, peak in tried if t * q < mp]
+                if smaller:
+                    why += "; without memory savers " + ", ".join(smaller)
+                layout_notes = [f"parallel.tp: null -> {tp} ({why})",
+                                f"parallel.pp: null -> {mp // tp} (with parallel.tp, above)"]
+                at = next((i for i, n in enumerate(built) if n.startswith("parallel.dp: null")), len(built))
+                return candidate, built[:at] + layout_notes + built[at:]
+    return None
+
+
+def _build(raw: Mapping, file: Path, fit: bool = True) -> tuple[WorkloadSpec, list[str]]:
+    """:func:`build_workload` for the layout ``raw`` gives (``fit``: with the memory savers
+    for the null settings, :func:`_fitted`)."""
     path, notes = str(file), Notes()
     top = Fields(raw, path, "", _TOP_KEYS)
     case_id = top.text("id")
@@ -428,6 +499,8 @@ def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
                             num_layers_at_end_in_bf16=bf16_end, kernels=kernels)
     if chosen and any(f"(stack {stack.name}:" in n for n in notes[first_default:]):
         notes.insert(first_default, f"stack: null -> {stack.name} ({chosen})")
+    if not fit:
+        return spec, list(notes)
     return _fitted(spec, raw.get("parallel"), raw.get("kernels"), stack, notes)
 
 

@@ -252,3 +252,64 @@ def test_megatron_core_and_nemo_2_do_not_offer_16_bit_gradients(tmp_path, framew
     assert w.kernels.grad_reduce_in_fp32 is True and not w.kernels.master_param_remainders
     assert not any(n.startswith("parallel.grad_reduce_in_fp32") for n in notes)
     assert not fits_in_memory(w) and any("no memory saver of the framework fits" in n for n in notes)
+
+
+def _unpublished(num_gpus: int = 64, **parallel) -> dict:
+    """Llama 3 70B on 64 H200s under NeMo 25.x with no layout published: the defaults (TP 1,
+    PP 1, every GPU data-parallel) need some 590 GiB a GPU."""
+    par = {"tp": None, "pp": None, "dp": None, "micro_batch_size": None, "global_batch_size": None,
+           "sequence_parallel": None, "recompute": None, "distributed_optimizer": None}
+    par.update(parallel)
+    return {"name": "layout-probe", "framework": "NeMo 25.04",
+            "model": {"name": "probe", "num_layers": 80, "hidden_size": 8192, "num_attention_heads": 64,
+                      "num_kv_heads": 8, "ffn_hidden_size": 28672, "vocab_size": 128256, "seq_length": 8192,
+                      "gated_mlp": True, "normalization": "rmsnorm"},
+            "system": {"gpu": "H200", "num_gpus": num_gpus, "gpus_per_node": 8},
+            "parallel": par}
+
+
+def test_an_unpublished_layout_takes_the_smallest_model_parallel_size_that_fits(tmp_path):
+    """A case that publishes no layout and does not fit with TP 1 and PP 1 runs the smallest
+    model-parallel size that fits, TP up to the server's 8 GPUs first (Narayanan et al. 2021,
+    Takeaway #1), the rest data-parallel; every smaller size does not fit with the recipe's
+    defaults, and the notes say why."""
+    w, notes = load_workload_with_notes(_write(tmp_path, _unpublished()))
+    p = w.parallel
+    assert fits_in_memory(w) and p.tp > 1 and p.tp <= 8 and p.tp * p.pp * p.dp * p.cp == 64
+    mp = p.tp * p.pp
+    for smaller in (m for m in (1, 2, 4, 8, 16, 32) if m < mp):
+        tp = min(smaller, 8)
+        probe = load_workload(_write(tmp_path, _unpublished(tp=tp, pp=smaller // tp, recompute="none"), "s.yaml"))
+        assert not fits_in_memory(probe), smaller
+    tp_note = next(n for n in notes if n.startswith("parallel.tp: null"))
+    assert "publishes no layout" in tp_note and "Takeaway" in tp_note
+    assert any(n.startswith(f"parallel.pp: null -> {p.pp}") for n in notes)
+    assert any(n.startswith(f"parallel.dp: null -> {p.dp}") for n in notes)
+    assert not any(n.startswith("parallel.tp: null -> 1 (Megatron") for n in notes)
+
+
+def test_a_published_part_of_the_layout_is_kept(tmp_path):
+    """Only a case that leaves TP, PP and DP all null gets a layout chosen; one that publishes
+    DP keeps it (its model-parallel size is then fixed), one that publishes TP keeps it."""
+    w = load_workload(_write(tmp_path, _unpublished(dp=64)))
+    assert (w.parallel.tp, w.parallel.pp, w.parallel.dp) == (1, 1, 64)
+    w = load_workload(_write(tmp_path, _unpublished(tp=1)))
+    assert (w.parallel.tp, w.parallel.pp) == (1, 1) and not fits_in_memory(w)
+
+
+def test_an_unpublished_layout_that_fits_stays_data_parallel(tmp_path):
+    """A model that fits on one GPU keeps the defaults: TP 1, PP 1, every GPU data-parallel."""
+    case = _unpublished(num_gpus=8)
+    case["model"].update(num_layers=2, hidden_size=1024, num_attention_heads=8, num_kv_heads=8,
+                         ffn_hidden_size=4096, vocab_size=32000, seq_length=2048)
+    w = load_workload(_write(tmp_path, case))
+    assert (w.parallel.tp, w.parallel.pp, w.parallel.dp) == (1, 1, 8) and fits_in_memory(w)
+
+
+def test_an_unpublished_layout_splits_the_query_groups_evenly(tmp_path):
+    """Megatron-Core asks TP to divide the query groups: with 4 of them the chosen TP is at most
+    4, and pipeline parallelism takes the rest of the model-parallel size."""
+    case = _unpublished()
+    case["model"]["num_kv_heads"] = 4
+    w = load_workload(_write(tmp_path, case))
+    assert fits_in_memory(w) and w.parallel.tp <= 4 and 4 % w.parallel.tp == 0 and w.parallel.pp > 1
