@@ -9,6 +9,7 @@ import yaml
 
 from sim.cli import main
 from sim.config import load_workload, load_workload_with_notes
+from sim.errors import ConfigError
 from sim.memory import stage_memory
 from sim.types import RecomputeKind
 
@@ -313,3 +314,18 @@ def test_an_unpublished_layout_splits_the_query_groups_evenly(tmp_path):
     case["model"]["num_kv_heads"] = 4
     w = load_workload(_write(tmp_path, case))
     assert fits_in_memory(w) and w.parallel.tp <= 4 and 4 % w.parallel.tp == 0 and w.parallel.pp > 1
+
+
+def test_an_unpublished_layout_divides_a_published_batch(tmp_path):
+    """A published global batch smaller than the GPU count cannot be split over every GPU as
+    data parallelism: instead of refusing the case, the loader takes the smallest model-parallel
+    size whose data-parallel size divides the batch and fits, and says so."""
+    case = _unpublished(num_gpus=1024, global_batch_size=512)
+    w, notes = load_workload_with_notes(_write(tmp_path, case))
+    p = w.parallel
+    assert fits_in_memory(w) and p.tp * p.pp * p.dp == 1024 and 512 % (p.dp * p.micro_batch_size) == 0
+    assert any("leave the batch undivided" in n for n in notes if n.startswith("parallel.tp: null"))
+    case["parallel"]["dp"] = 1024  # a published layout the batch does not divide is still refused
+    with pytest.raises(ConfigError) as err:
+        load_workload(_write(tmp_path, case, "given.yaml"))
+    assert err.value.field == "parallel.global_batch_size"
