@@ -54,8 +54,9 @@ from sim.config.defaults import (
     zero_impl_default,
 )
 from sim.config.fields import SET_SOURCE, Fields, Notes, apply_overrides, described, located, read_yaml
-from sim.config.fit import fit_null_settings, fits_in_memory, peak_memory_bytes
+from sim.config.fit import fit_null_settings, fits_in_memory
 from sim.config.hf import read_hf_config
+from sim.config.layout import choose_layout, open_layout
 from sim.config.presets import preset_names, resolve_preset, shown_path
 from sim.config.stack import Stack
 from sim.config.stacks import STACKS, choose_stack, framework_year, load_stack
@@ -378,98 +379,22 @@ def load_case_records(path: str) -> list[CaseRecord]:
 
 def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     """The workload a mapping describes (a workload file's or a validation case's), with the
-    notes of every default filled; a layout the case leaves wholly unpublished and whose
-    defaults do not fit is chosen as :func:`_unpublished_layout` says."""
+    notes of every default filled; a layout the case leaves open whose defaults do not fit, or
+    leave its published batch undivided, is chosen as :func:`sim.config.layout.choose_layout`
+    says."""
     try:
         spec, notes = _build(raw, file)
     except ConfigError as exc:
-        # TP 1 x PP 1 puts every GPU in data parallelism, which a published batch may not divide
-        if exc.field != "parallel.global_batch_size" or not _layout_unpublished(raw):
+        # TP 1 x PP 1 puts every other GPU in data parallelism, which a published batch may not divide
+        if exc.field != "parallel.global_batch_size" or not open_layout(raw):
             raise
-        chosen = _unpublished_layout(raw, file, None, f"{exc.expected} (got {exc.got})")
+        chosen = choose_layout(raw, file, _build, None, f"{exc.expected} (got {exc.got})")
         if chosen is None:
             raise
         return chosen
     if fits_in_memory(spec):
         return spec, notes
-    return _unpublished_layout(raw, file, spec) or (spec, notes)
-
-
-_LAYOUT_KEYS = ("tp", "pp", "dp")
-"""The ``parallel`` keys that place a job's GPUs; a case that leaves all three null published no
-layout."""
-
-
-def _layout_unpublished(raw: Mapping) -> bool:
-    """Whether a case leaves ``tp``, ``pp`` and ``dp`` all null and gives its GPU count."""
-    raw_parallel, raw_system = raw.get("parallel"), raw.get("system")
-    given: Mapping = raw_parallel if isinstance(raw_parallel, Mapping) else {}
-    system: Mapping = raw_system if isinstance(raw_system, Mapping) else {}
-    return all(given.get(k) is None for k in _LAYOUT_KEYS) and system.get("num_gpus") is not None
-
-
-def _unpublished_layout(raw: Mapping, file: Path, spec: WorkloadSpec | None,
-                        refused: str = "") -> tuple[WorkloadSpec, list[str]] | None:
-    """A layout for a job that publishes none and does not fit with the defaults (TP 1, PP 1,
-    every GPU data-parallel): the smallest model-parallel size that fits, tensor parallelism up
-    to the GPUs of one server first and pipeline parallelism across servers for the rest, data
-    parallelism over the remaining GPUs (Narayanan et al. 2021, Takeaways #1 and #2), as
-    ``_model_parallel_split`` splits a published model-parallel size.
-
-    Sizes are tried smallest first, twice: with the recipe's defaults alone, then with the
-    stack's memory savers (:func:`sim.config.fit.fit_null_settings`), so that model parallelism
-    is preferred to recomputation, as the recipes that publish a layout do for the models that
-    need one. TP is the largest that divides the heads and the query groups too, as
-    Megatron-Core's ``TransformerConfig`` requires; a size whose split the model or the batch
-    refuses (more stages than layers, a global batch not divisible by the data-parallel size) is
-    skipped. None when the case
-    published any of ``tp``, ``pp``, ``dp`` or the GPU count, or when no size fits."""
-    if not _layout_unpublished(raw):
-        return None
-    raw_parallel = raw.get("parallel")
-    given: Mapping = raw_parallel if isinstance(raw_parallel, Mapping) else {}
-    if spec is None:  # the model and the system, from the defaults with a batch that divides
-        system_raw = raw.get("system")
-        gpus = system_raw.get("num_gpus") if isinstance(system_raw, Mapping) else None
-        probe = _build({**raw, "parallel": {**given, "tp": 1, "pp": 1, "micro_batch_size": 1,
-                                            "global_batch_size": gpus}}, file, fit=False)[0]
-    else:
-        probe = spec
-    per_node = probe.system.gpus_per_node
-    total = probe.system.num_gpus // probe.parallel.cp
-    model = probe.model
-    sizes = [m for m in range(2, total + 1) if total % m == 0]
-    tried: list[tuple[int, int, float]] = []
-    for with_savers in (False, True):
-        for mp in sizes:
-            # Megatron-Core asks TP to divide the heads and the query groups
-            tp = max(d for d in range(1, min(mp, per_node) + 1) if mp % d == 0 and per_node % d == 0
-                     and model.num_attention_heads % d == 0 and model.num_kv_heads % d == 0)
-            layout = {**given, "tp": tp, "pp": mp // tp}
-            try:
-                candidate, built = _build({**raw, "parallel": layout}, file, fit=with_savers)
-            except ConfigError:
-                continue
-            if not with_savers:
-                tried.append((tp, mp // tp, peak_memory_bytes(candidate)))
-            if fits_in_memory(candidate):
-                gpu = probe.system.gpu
-                short = (f"need {peak_memory_bytes(spec) / GiB:.1f} GiB a GPU, more than the {gpu.name}'s "
-                         f"{gpu.hbm_capacity_bytes / GiB:.1f} GiB" if spec is not None else
-                         f"leave the batch undivided: {refused}")
-                why = (f"the case publishes no layout, and the defaults, TP 1 and PP 1 with every GPU "
-                       f"data-parallel, {short}: the smallest "
-                       f"model-parallel size that fits{' with the memory savers below' if with_savers else ''}, "
-                       f"{mp}, tensor parallelism up to the {per_node} GPUs of a server, pipeline across servers "
-                       "(Narayanan et al. 2021, Takeaways #1 and #2)")
-                smaller = [f"TP {t} x PP {q} {peak / GiB:.1f} GiB" for t, q, peak in tried if t * q < mp]
-                if smaller:
-                    why += "; without memory savers " + ", ".join(smaller)
-                layout_notes = [f"parallel.tp: null -> {tp} ({why})",
-                                f"parallel.pp: null -> {mp // tp} (with parallel.tp, above)"]
-                at = next((i for i, n in enumerate(built) if n.startswith("parallel.dp: null")), len(built))
-                return candidate, built[:at] + layout_notes + built[at:]
-    return None
+    return choose_layout(raw, file, _build, spec) or (spec, notes)
 
 
 def _build(raw: Mapping, file: Path, fit: bool = True) -> tuple[WorkloadSpec, list[str]]:

@@ -283,19 +283,25 @@ def test_an_unpublished_layout_takes_the_smallest_model_parallel_size_that_fits(
         probe = load_workload(_write(tmp_path, _unpublished(tp=tp, pp=smaller // tp, recompute="none"), "s.yaml"))
         assert not fits_in_memory(probe), smaller
     tp_note = next(n for n in notes if n.startswith("parallel.tp: null"))
-    assert "publishes no layout" in tp_note and "Takeaway" in tp_note
+    assert "publishes no data-parallel size and no TP or PP" in tp_note and "Takeaway" in tp_note
     assert any(n.startswith(f"parallel.pp: null -> {p.pp}") for n in notes)
     assert any(n.startswith(f"parallel.dp: null -> {p.dp}") for n in notes)
     assert not any(n.startswith("parallel.tp: null -> 1 (Megatron") for n in notes)
 
 
 def test_a_published_part_of_the_layout_is_kept(tmp_path):
-    """Only a case that leaves TP, PP and DP all null gets a layout chosen; one that publishes
-    DP keeps it (its model-parallel size is then fixed), one that publishes TP keeps it."""
+    """A case that publishes DP keeps the defaults (its model-parallel size is then fixed); one
+    that publishes TP or PP keeps it and gets the other chosen, the smallest that fits."""
     w = load_workload(_write(tmp_path, _unpublished(dp=64)))
-    assert (w.parallel.tp, w.parallel.pp, w.parallel.dp) == (1, 1, 64)
+    assert (w.parallel.tp, w.parallel.pp, w.parallel.dp) == (1, 1, 64) and not fits_in_memory(w)
     w = load_workload(_write(tmp_path, _unpublished(tp=1)))
-    assert (w.parallel.tp, w.parallel.pp) == (1, 1) and not fits_in_memory(w)
+    assert w.parallel.tp == 1 and w.parallel.pp > 1 and fits_in_memory(w)
+    w, notes = load_workload_with_notes(_write(tmp_path, _unpublished(pp=2)))
+    assert w.parallel.pp == 2 and w.parallel.tp > 1 and fits_in_memory(w)
+    smaller = load_workload(_write(tmp_path, _unpublished(pp=2, tp=w.parallel.tp // 2, recompute="none"), "s.yaml"))
+    assert not fits_in_memory(smaller)
+    assert any(n.startswith(f"parallel.tp: null -> {w.parallel.tp} (the case publishes no data-parallel size "
+                            "and no TP,") for n in notes)
 
 
 def test_an_unpublished_layout_that_fits_stays_data_parallel(tmp_path):

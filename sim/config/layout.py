@@ -1,0 +1,170 @@
+"""A layout for a job that publishes too little of one: the smallest model parallelism that fits.
+
+A case that leaves its data-parallel size null, and tensor or pipeline parallelism (or both)
+null too, is filled with Megatron-LM's defaults: TP 1 and PP 1, every other GPU
+data-parallel. A run that was published fit in its GPUs' memory and split its batch over its
+data-parallel ranks, so when those defaults do not fit, or leave a published global batch
+undivided, the run was not laid out that way. :func:`choose_layout` then takes the smallest
+model-parallel size that fits, split as Narayanan et al. 2021 advise ("Efficient Large-Scale
+Language Model Training on GPU Clusters Using Megatron-LM", SC21, Takeaway #1: tensor
+parallelism up to the GPUs of one server, pipeline parallelism across servers; Takeaway #2:
+model parallelism to fit the model, data parallelism over the rest), keeping whichever of TP
+and PP the case published.
+
+Sizes are tried smallest first, twice: with the recipe's defaults alone, then with the stack's
+memory savers (:func:`sim.config.fit.fit_null_settings`), so that model parallelism comes
+before recomputation, as the recipes that publish a layout do for the models that need one.
+Tensor parallelism divides the heads and the query groups, as Megatron-Core's
+``TransformerConfig`` requires; a size whose split the loader refuses (more stages than
+layers, a batch the data-parallel size does not divide) is skipped.
+
+A case that publishes its data-parallel size (its model-parallel size is then fixed:
+``_model_parallel_split`` in :mod:`sim.config.workload`), both TP and PP, or no GPU count,
+keeps what the defaults give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.config.fit import fits_in_memory, peak_memory_bytes
+from sim.errors import ConfigError
+from sim.units import GiB
+from sim.workload.spec import WorkloadSpec
+
+__all__ = ["Build", "Split", "open_layout", "splits", "choose_layout"]
+
+Build = Callable[[Mapping, Path, bool], tuple[WorkloadSpec, list[str]]]
+"""Builds a workload from a case mapping, with (True) or without the memory savers for its
+null settings: :func:`sim.config.workload.build_workload`'s own steps."""
+
+
+@dataclass(frozen=True)
+class Split:
+    """One model-parallel split tried."""
+
+    tp: int
+    pp: int
+
+    @property
+    def size(self) -> int:
+        return self.tp * self.pp
+
+    def __str__(self) -> str:
+        return f"TP {self.tp} x PP {self.pp}"
+
+
+def _mapping(raw: Mapping, key: str) -> Mapping:
+    value = raw.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def open_layout(raw: Mapping) -> bool:
+    """Whether the case leaves its layout to be chosen: ``dp`` null, ``tp`` or ``pp`` null, and
+    the GPU count given."""
+    given, system = _mapping(raw, "parallel"), _mapping(raw, "system")
+    return (given.get("dp") is None and (given.get("tp") is None or given.get("pp") is None)
+            and system.get("num_gpus") is not None)
+
+
+def splits(total: int, per_node: int, heads: int, kv_heads: int, tp: int | None = None,
+           pp: int | None = None) -> Iterator[Split]:
+    """The splits of ``total`` GPUs (those of one context-parallel rank) to try, smallest
+    model-parallel size first, beyond TP 1 x PP 1: TP the largest divisor of the size up to
+    ``per_node`` that divides ``per_node``, the heads and the query groups, PP the rest; a
+    published ``tp`` or ``pp`` is kept.
+
+    >>> [str(s) for s in splits(64, 8, 64, 8)][:5]
+    ['TP 2 x PP 1', 'TP 4 x PP 1', 'TP 8 x PP 1', 'TP 8 x PP 2', 'TP 8 x PP 4']
+    >>> [str(s) for s in splits(64, 8, 64, 4)][:3]
+    ['TP 2 x PP 1', 'TP 4 x PP 1', 'TP 4 x PP 2']
+    >>> [str(s) for s in splits(64, 8, 64, 8, tp=2)][:3]
+    ['TP 2 x PP 2', 'TP 2 x PP 4', 'TP 2 x PP 8']
+    """
+    def divides(d: int) -> bool:
+        return per_node % d == 0 and heads % d == 0 and kv_heads % d == 0
+
+    for size in range(2, total + 1):
+        if total % size:
+            continue
+        if tp is not None:
+            if size % tp == 0 and size > tp:
+                yield Split(tp, size // tp)
+        elif pp is not None:
+            width = size // pp
+            if size % pp == 0 and 1 < width <= per_node and divides(width):
+                yield Split(width, pp)
+        else:
+            width = max(d for d in range(1, min(size, per_node) + 1) if size % d == 0 and divides(d))
+            yield Split(width, size // width)
+
+
+def choose_layout(raw: Mapping, file: Path, build: Build, spec: WorkloadSpec | None,
+                  refused: str = "") -> tuple[WorkloadSpec, list[str]] | None:
+    """The workload with the smallest model-parallel split that fits (module docstring), and
+    its notes; None when the case's layout is not open (:func:`open_layout`) or nothing fits.
+
+    Parameters
+    ----------
+    raw, file
+        The case mapping and its file.
+    build
+        Builds a workload from a mapping (:data:`Build`).
+    spec
+        The workload the defaults gave, which does not fit; None when the loader refused them.
+    refused
+        Why the loader refused the defaults (a batch they do not divide), for the note.
+    """
+    if not open_layout(raw):
+        return None
+    given = _mapping(raw, "parallel")
+    tp, pp = given.get("tp"), given.get("pp")
+    probe = spec
+    if probe is None:  # the model and the system, from the defaults with a batch that divides
+        gpus = _mapping(raw, "system").get("num_gpus")
+        probe = build({**raw, "parallel": {**given, "tp": tp or 1, "pp": pp or 1, "micro_batch_size": 1,
+                                           "global_batch_size": gpus}}, file, False)[0]
+    p = probe.parallel
+    total = probe.system.num_gpus // p.cp
+    per_node = probe.system.gpus_per_node
+    choices = list(splits(total, per_node, probe.model.num_attention_heads, probe.model.num_kv_heads,
+                          tp if isinstance(tp, int) else None, pp if isinstance(pp, int) else None))
+    tried: list[tuple[Split, float]] = []
+    for with_savers in (False, True):
+        for split in choices:
+            layout = {**given, "tp": split.tp, "pp": split.pp}
+            try:
+                candidate, built = build({**raw, "parallel": layout}, file, with_savers)
+            except ConfigError:
+                continue
+            if not with_savers:
+                tried.append((split, peak_memory_bytes(candidate)))
+            if fits_in_memory(candidate):
+                return candidate, _noted(built, split, probe, spec, refused, with_savers, tp, pp, tried)
+    return None
+
+
+def _noted(built: list[str], split: Split, probe: WorkloadSpec, spec: WorkloadSpec | None, refused: str,
+           with_savers: bool, tp: object, pp: object, tried: list[tuple[Split, float]]) -> list[str]:
+    """``built`` with the notes of the chosen split before the data-parallel size's."""
+    gpu = probe.system.gpu
+    default = f"TP {tp or 1} and PP {pp or 1} with every other GPU data-parallel"
+    short = (f"need {peak_memory_bytes(spec) / GiB:.1f} GiB a GPU, more than the {gpu.name}'s "
+             f"{gpu.hbm_capacity_bytes / GiB:.1f} GiB" if spec is not None else f"leave the batch undivided: {refused}")
+    why = (f"the case publishes no data-parallel size and no {'TP' if tp is None else 'PP'}"
+           f"{' or PP' if tp is None and pp is None else ''}, and the defaults, {default}, {short}: the "
+           f"smallest model-parallel size that fits{' with the memory savers below' if with_savers else ''}, "
+           f"{split.size}, tensor parallelism up to the {probe.system.gpus_per_node} GPUs of a server, pipeline "
+           "across servers (Narayanan et al. 2021, Takeaways #1 and #2)")
+    smaller = [f"{s} {peak / GiB:.1f} GiB" for s, peak in tried if s.size < split.size]
+    if smaller:
+        why += "; without memory savers " + ", ".join(smaller)
+    notes = []
+    if tp is None:
+        notes.append(f"parallel.tp: null -> {split.tp} ({why})")
+    if pp is None:
+        notes.append(f"parallel.pp: null -> {split.pp} ({why if tp is not None else 'with parallel.tp, above'})")
+    at = next((i for i, n in enumerate(built) if n.startswith("parallel.dp: null")), len(built))
+    return built[:at] + notes + built[at:]
