@@ -9,7 +9,9 @@ model-parallel size that fits, split as Narayanan et al. 2021 advise ("Efficient
 Language Model Training on GPU Clusters Using Megatron-LM", SC21, Takeaway #1: tensor
 parallelism up to the GPUs of one server, pipeline parallelism across servers; Takeaway #2:
 model parallelism to fit the model, data parallelism over the rest), keeping whichever of TP
-and PP the case published.
+and PP the case published. Where the case leaves context parallelism null too, a long
+sequence's split takes CP between TP and PP (:data:`MIN_CP_TOKENS`): its activations, which
+pipelining does not shrink on a 1F1B pipeline's first stage, are what fills the GPU.
 
 Sizes are tried smallest first, twice: with the recipe's defaults alone, then with the stack's
 memory savers (:func:`sim.config.fit.fit_null_settings`), so that model parallelism comes
@@ -34,7 +36,7 @@ from sim.errors import ConfigError
 from sim.units import GiB
 from sim.workload.spec import WorkloadSpec
 
-__all__ = ["Build", "Split", "open_layout", "splits", "choose_layout"]
+__all__ = ["Build", "Split", "MIN_CP_TOKENS", "open_layout", "splits", "choose_layout"]
 
 Build = Callable[[Mapping, Path, bool], tuple[WorkloadSpec, list[str]]]
 """Builds a workload from a case mapping, with (True) or without the memory savers for its
@@ -43,17 +45,19 @@ null settings: :func:`sim.config.workload.build_workload`'s own steps."""
 
 @dataclass(frozen=True)
 class Split:
-    """One model-parallel split tried."""
+    """One model-parallel split tried (context parallelism counted in: the GPUs one data-parallel
+    rank's model spans)."""
 
     tp: int
     pp: int
+    cp: int = 1
 
     @property
     def size(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.cp * self.pp
 
     def __str__(self) -> str:
-        return f"TP {self.tp} x PP {self.pp}"
+        return f"TP {self.tp}{f' x CP {self.cp}' if self.cp > 1 else ''} x PP {self.pp}"
 
 
 def _mapping(raw: Mapping, key: str) -> Mapping:
@@ -69,12 +73,21 @@ def open_layout(raw: Mapping) -> bool:
             and system.get("num_gpus") is not None)
 
 
+MIN_CP_TOKENS = 16384
+"""Context parallelism is taken only while each rank keeps at least this many tokens of a
+sequence: NeMo's long-sequence recipes keep 16k-32k a rank (Llama 2 7B on DGX H100: 32k tokens
+at CP 2, 128k at CP 4, 1M at CP 32; Llama 3 8B on DGX B200: 32k at CP 2, 64k at CP 4; the
+``nemo-longseq`` cases), and a shorter sequence runs without it."""
+
+
 def splits(total: int, per_node: int, heads: int, kv_heads: int, tp: int | None = None,
-           pp: int | None = None) -> Iterator[Split]:
-    """The splits of ``total`` GPUs (those of one context-parallel rank) to try, smallest
-    model-parallel size first, beyond TP 1 x PP 1: TP the largest divisor of the size up to
-    ``per_node`` that divides ``per_node``, the heads and the query groups, PP the rest; a
-    published ``tp`` or ``pp`` is kept.
+           pp: int | None = None, seq: int | None = None) -> Iterator[Split]:
+    """The splits of ``total`` GPUs to try, smallest model-parallel size first, beyond TP 1 x
+    PP 1: TP the largest divisor of the size up to ``per_node`` that divides ``per_node``, the
+    heads and the query groups; then, where ``seq`` is given (context parallelism open), CP the
+    largest divisor of the rest that leaves each rank :data:`MIN_CP_TOKENS` tokens or more and
+    splits the sequence into ``2 CP`` equal chunks (Megatron-Core's load-balanced halves); PP
+    the rest. A published ``tp`` or ``pp`` is kept.
 
     >>> [str(s) for s in splits(64, 8, 64, 8)][:5]
     ['TP 2 x PP 1', 'TP 4 x PP 1', 'TP 8 x PP 1', 'TP 8 x PP 2', 'TP 8 x PP 4']
@@ -82,23 +95,33 @@ def splits(total: int, per_node: int, heads: int, kv_heads: int, tp: int | None 
     ['TP 2 x PP 1', 'TP 4 x PP 1', 'TP 4 x PP 2']
     >>> [str(s) for s in splits(64, 8, 64, 8, tp=2)][:3]
     ['TP 2 x PP 2', 'TP 2 x PP 4', 'TP 2 x PP 8']
+    >>> [str(s) for s in splits(64, 8, 32, 8, seq=131072)][2:6]
+    ['TP 8 x PP 1', 'TP 8 x CP 2 x PP 1', 'TP 8 x CP 4 x PP 1', 'TP 8 x CP 8 x PP 1']
     """
     def divides(d: int) -> bool:
         return per_node % d == 0 and heads % d == 0 and kv_heads % d == 0
+
+    def context(rest: int) -> int:
+        if seq is None:
+            return 1
+        return max(c for c in range(1, rest + 1)
+                   if rest % c == 0 and seq % (2 * c) == 0 and seq // c >= MIN_CP_TOKENS or c == 1)
 
     for size in range(2, total + 1):
         if total % size:
             continue
         if tp is not None:
             if size % tp == 0 and size > tp:
-                yield Split(tp, size // tp)
+                cp = context(size // tp) if pp is None else 1
+                yield Split(tp, size // (tp * cp), cp)
         elif pp is not None:
             width = size // pp
             if size % pp == 0 and 1 < width <= per_node and divides(width):
                 yield Split(width, pp)
         else:
             width = max(d for d in range(1, min(size, per_node) + 1) if size % d == 0 and divides(d))
-            yield Split(width, size // width)
+            cp = context(size // width)
+            yield Split(width, size // (width * cp), cp)
 
 
 def choose_layout(raw: Mapping, file: Path, build: Build, spec: WorkloadSpec | None,
@@ -127,14 +150,16 @@ def choose_layout(raw: Mapping, file: Path, build: Build, spec: WorkloadSpec | N
         probe = build({**raw, "parallel": {**given, "tp": tp or 1, "pp": pp or 1, "micro_batch_size": 1,
                                            "global_batch_size": gpus}}, file, False)[0]
     p = probe.parallel
-    total = probe.system.num_gpus // p.cp
+    cp_open = given.get("cp") is None
+    total = probe.system.num_gpus // (1 if cp_open else p.cp)
     per_node = probe.system.gpus_per_node
     choices = list(splits(total, per_node, probe.model.num_attention_heads, probe.model.num_kv_heads,
-                          tp if isinstance(tp, int) else None, pp if isinstance(pp, int) else None))
+                          tp if isinstance(tp, int) else None, pp if isinstance(pp, int) else None,
+                          probe.model.seq_length if cp_open else None))
     tried: list[tuple[Split, float]] = []
     for with_savers in (False, True):
         for split in choices:
-            layout = {**given, "tp": split.tp, "pp": split.pp}
+            layout = {**given, "tp": split.tp, "pp": split.pp, **({"cp": split.cp} if cp_open else {})}
             try:
                 candidate, built = build({**raw, "parallel": layout}, file, with_savers)
             except ConfigError:
@@ -166,5 +191,9 @@ def _noted(built: list[str], split: Split, probe: WorkloadSpec, spec: WorkloadSp
         notes.append(f"parallel.tp: null -> {split.tp} ({why})")
     if pp is None:
         notes.append(f"parallel.pp: null -> {split.pp} ({why if tp is not None else 'with parallel.tp, above'})")
+    if split.cp > 1:
+        notes.append(f"parallel.cp: null -> {split.cp} (with parallel.{'tp' if tp is None else 'pp'}, above: context "
+                     f"parallelism before pipelining while each rank keeps at least {MIN_CP_TOKENS:,} of the "
+                     "sequence's tokens, as NeMo's long-sequence recipes do)")
     at = next((i for i, n in enumerate(built) if n.startswith("parallel.dp: null")), len(built))
     return built[:at] + notes + built[at:]

@@ -335,3 +335,23 @@ def test_an_unpublished_layout_divides_a_published_batch(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_workload(_write(tmp_path, case, "given.yaml"))
     assert err.value.field == "parallel.global_batch_size"
+
+
+def test_an_open_layout_of_a_long_sequence_takes_context_parallelism_before_pipelining(tmp_path):
+    """At 128k tokens the activations, not the weights, fill the GPU: with CP open too, the
+    chosen split takes context parallelism after TP (each rank keeping at least
+    MIN_CP_TOKENS of the sequence), where TP and PP alone need full recomputation to fit."""
+    from sim.config.layout import MIN_CP_TOKENS
+
+    case = _unpublished(num_gpus=16, cp=None)
+    case["system"]["gpu"] = "H100-SXM5-80GB"
+    case["model"].update(num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+                         ffn_hidden_size=14336, seq_length=131072)
+    w, notes = load_workload_with_notes(_write(tmp_path, case))
+    p = w.parallel
+    assert fits_in_memory(w) and p.cp > 1 and p.recompute is RecomputeKind.NONE
+    assert 131072 // p.cp >= MIN_CP_TOKENS and p.tp * p.cp * p.pp * p.dp == 16
+    assert any(n.startswith(f"parallel.cp: null -> {p.cp} (") for n in notes)
+    case["parallel"]["cp"] = 1  # CP published: TP and PP only, which need recomputation here
+    w = load_workload(_write(tmp_path, case, "cp1.yaml"))
+    assert w.parallel.cp == 1 and fits_in_memory(w) and w.parallel.recompute is not RecomputeKind.NONE
