@@ -55,13 +55,15 @@ def _from_stack(f: Fields, key: FlagSetting, stack: Stack, notes: Notes, quiet: 
     return value if value == quiet else notes.fill(f.field(key), value, stack.why(key))
 
 
-def sp_default(f: Fields, tp: int, stack: Stack, notes: Notes, tp_overlap: bool = False) -> bool:
+def sp_default(f: Fields, tp: int, stack: Stack, notes: Notes, tp_overlap: bool = False, moe: bool = False) -> bool:
     """Sequence parallelism when a case leaves it null: on where TP communication overlap is on
     (Megatron-LM's ``--tp-comm-overlap`` requires ``--sequence-parallel``), else under TP > 1
     the stack's ``sequence_parallel`` (torchtitan's tensor-parallel plan always shards norms
     along the sequence; Megatron-LM only with ``--sequence-parallel``), else off. A case that
     asks for it at TP 1 runs without it, noted, as Megatron-LM's and NeMo's argument checks
-    turn it off there."""
+    turn it off there. A mixture-of-experts model under TP > 1 runs it whatever the stack says:
+    Megatron-LM refuses the combination without it ("When using MoE and tensor parallelism,
+    sequence parallelism must be used.", ``megatron/training/arguments.py`` ``validate_args``)."""
     flag = f.flag("sequence_parallel")
     if flag and tp == 1:
         # as the frameworks do: no tensor-parallel group to split the sequence over
@@ -73,6 +75,10 @@ def sp_default(f: Fields, tp: int, stack: Stack, notes: Notes, tp_overlap: bool 
         return flag
     if tp_overlap and tp > 1:
         return notes.fill("parallel.sequence_parallel", True, "required by --tp-comm-overlap")
+    if moe and tp > 1:
+        return notes.fill("parallel.sequence_parallel", True, "a mixture-of-experts model under TP > 1: Megatron-LM's "
+                          "validate_args asserts 'When using MoE and tensor parallelism, sequence parallelism "
+                          "must be used.'")
     if tp > 1:
         return notes.fill("parallel.sequence_parallel", stack.value("sequence_parallel"),
                           stack.why("sequence_parallel"))

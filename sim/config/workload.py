@@ -417,7 +417,8 @@ def _build(raw: Mapping, file: Path, fit: bool = True) -> tuple[WorkloadSpec, li
     settings = SettingsFields(Fields(raw.get("parallel"), path, "parallel", _PARALLEL_KEYS),
                               Fields(raw.get("kernels"), path, "kernels", KERNEL_KEYS), raw.get("kernels") is not None)
     parallel, kernels = _build_parallel(settings, num_gpus, framework, stack, notes,
-                                        system_f.integer("gpus_per_node", positive=True), model.num_layers)
+                                        system_f.integer("gpus_per_node", positive=True), model.num_layers,
+                                        model.is_moe)
     if num_gpus is None:
         num_gpus = notes.fill("system.num_gpus", parallel.num_gpus, "tp x pp x dp x cp")
     system = _build_system(system_f, gpu, num_gpus, file.parent, notes, stack)
@@ -706,7 +707,7 @@ def _model_parallel_split(f: Fields, num_gpus: int | None, gpus_per_node: int | 
 
 def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stack,
                     notes: Notes, gpus_per_node: int | None = None,
-                    num_layers: int | None = None) -> tuple[ParallelSpec, KernelsSpec]:
+                    num_layers: int | None = None, moe: bool = False) -> tuple[ParallelSpec, KernelsSpec]:
     """The ``parallel`` and ``kernels`` mappings (:class:`SettingsFields`); null settings filled
     as the case's software stack says (:mod:`sim.config.defaults`; ``framework`` is the case's
     text, read for launch flags it names), in the order their notes are listed.
@@ -766,7 +767,7 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     placement = _placement(f)
     cp_comm, cp_levels = _cp_comm(f, cp, notes, stack)
     # the defaults in the order their notes are listed
-    sp = sp_default(f, tp, stack, notes, tp_overlap)
+    sp = sp_default(f, tp, stack, notes, tp_overlap, moe)
     dist_opt = dist_opt_default(f, stack, notes)
     param_gather = param_gather_default(f, stack, dist_opt, notes)
     zero = zero_default(stack, notes, f) if zero is None else zero

@@ -444,3 +444,26 @@ def test_experts_quantize_their_operands_as_a_dense_layer_does(dtype):
             assert (twin.flops, twin.extra_bytes, twin.extra_kernels, twin.epilogue_bytes) == \
                 (op.flops, op.extra_bytes, op.extra_kernels, op.epilogue_bytes)
         assert (sum(op.extra_bytes for op in experts.values()) > 0) == (d is not Dtype.BF16)
+
+
+def test_a_moe_case_under_tp_with_sequence_parallelism_null_runs_it(tmp_path):
+    """Megatron-LM refuses a mixture-of-experts model under TP > 1 without sequence
+    parallelism, so a case that leaves it null runs it, noted, whatever the stack's default
+    (Megatron-Core's is off); a case that turns it off is still refused, naming the field."""
+    case = {"name": "moe-sp", "framework": "Megatron-Core 0.12",
+            "model": {"num_layers": 2, "hidden_size": 1024, "num_attention_heads": 8, "num_kv_heads": 8,
+                      "ffn_hidden_size": 2048, "vocab_size": 32000, "seq_length": 1024, "num_experts": 8,
+                      "moe_top_k": 2, "gated_mlp": True},
+            "system": {"gpu": "H100-SXM5-80GB", "num_gpus": 8},
+            "parallel": {"tp": 2, "pp": 1, "dp": 4, "ep": 4, "micro_batch_size": 1, "global_batch_size": 8,
+                         "sequence_parallel": None}}
+    path = tmp_path / "moe.yaml"
+    path.write_text(yaml.safe_dump(case))
+    w, notes = load_workload_with_notes(str(path))
+    assert w.parallel.sequence_parallel
+    assert any(n.startswith("parallel.sequence_parallel: null -> true (a mixture-of-experts") for n in notes)
+    case["parallel"]["sequence_parallel"] = False
+    path.write_text(yaml.safe_dump(case))
+    with pytest.raises(ConfigError) as err:
+        load_workload(str(path))
+    assert err.value.field == "parallel.sequence_parallel"
