@@ -56,7 +56,7 @@ from sim.config.defaults import (
 from sim.config.fields import SET_SOURCE, Fields, Notes, apply_overrides, described, located, read_yaml
 from sim.config.fit import fit_null_settings, fits_in_memory
 from sim.config.hf import read_hf_config
-from sim.config.layout import choose_layout, open_layout
+from sim.config.layout import MIN_CP_TOKENS, choose_layout, open_layout
 from sim.config.presets import preset_names, resolve_preset, shown_path
 from sim.config.stack import Stack
 from sim.config.stacks import STACKS, choose_stack, framework_year, load_stack
@@ -418,7 +418,7 @@ def _build(raw: Mapping, file: Path, fit: bool = True) -> tuple[WorkloadSpec, li
                               Fields(raw.get("kernels"), path, "kernels", KERNEL_KEYS), raw.get("kernels") is not None)
     parallel, kernels = _build_parallel(settings, num_gpus, framework, stack, notes,
                                         system_f.integer("gpus_per_node", positive=True), model.num_layers,
-                                        model.is_moe)
+                                        model.is_moe, model.seq_length)
     if num_gpus is None:
         num_gpus = notes.fill("system.num_gpus", parallel.num_gpus, "tp x pp x dp x cp")
     system = _build_system(system_f, gpu, num_gpus, file.parent, notes, stack)
@@ -707,7 +707,8 @@ def _model_parallel_split(f: Fields, num_gpus: int | None, gpus_per_node: int | 
 
 def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stack,
                     notes: Notes, gpus_per_node: int | None = None,
-                    num_layers: int | None = None, moe: bool = False) -> tuple[ParallelSpec, KernelsSpec]:
+                    num_layers: int | None = None, moe: bool = False,
+                    seq_length: int | None = None) -> tuple[ParallelSpec, KernelsSpec]:
     """The ``parallel`` and ``kernels`` mappings (:class:`SettingsFields`); null settings filled
     as the case's software stack says (:mod:`sim.config.defaults`; ``framework`` is the case's
     text, read for launch flags it names), in the order their notes are listed.
@@ -728,6 +729,15 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     """
     tp, pp = _model_parallel_split(f, num_gpus, gpus_per_node, notes)
     cp, ep = (f.integer(k, positive=True) or 1 for k in ("cp", "ep"))
+    dp_given = f.integer("dp", positive=True)
+    rest = num_gpus // (tp * pp * dp_given) if num_gpus is not None and dp_given is not None \
+        and num_gpus % (tp * pp * dp_given) == 0 else 1
+    if f.raw.get("cp") is None and rest > 1 and seq_length is not None and seq_length % (2 * rest) == 0 \
+            and seq_length // rest >= MIN_CP_TOKENS:
+        # the GPUs a long sequence's published TP, PP and DP leave over are its context-parallel
+        # ranks, as a null dp is the GPUs TP, PP and CP leave (sim.config.layout.MIN_CP_TOKENS)
+        cp = notes.fill("parallel.cp", rest, f"system.num_gpus / (tp x pp x dp): a sequence of {seq_length:,} "
+                        f"tokens, {seq_length // rest:,} a context-parallel rank")
     etp = f.integer("etp", positive=True)
     if etp is None and ep > 1:
         etp = stack.value("etp")

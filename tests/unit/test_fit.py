@@ -355,3 +355,20 @@ def test_an_open_layout_of_a_long_sequence_takes_context_parallelism_before_pipe
     case["parallel"]["cp"] = 1  # CP published: TP and PP only, which need recomputation here
     w = load_workload(_write(tmp_path, case, "cp1.yaml"))
     assert w.parallel.cp == 1 and fits_in_memory(w) and w.parallel.recompute is not RecomputeKind.NONE
+
+
+def test_the_gpus_a_long_sequences_published_layout_leaves_over_are_context_parallel(tmp_path):
+    """A case that publishes TP, PP and DP but not CP, on more GPUs than their product, runs the
+    rest as context parallelism when its sequence is long enough for it (each rank keeping at
+    least MIN_CP_TOKENS tokens); at a short sequence the mismatch is refused, naming the GPU
+    count."""
+    case = _unpublished(num_gpus=16, tp=4, pp=1, dp=2, cp=None)
+    case["model"].update(num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+                         ffn_hidden_size=14336, seq_length=131072)
+    w, notes = load_workload_with_notes(_write(tmp_path, case))
+    assert (w.parallel.tp, w.parallel.pp, w.parallel.dp, w.parallel.cp) == (4, 1, 2, 2)
+    assert any(n.startswith("parallel.cp: null -> 2 (system.num_gpus / (tp x pp x dp)") for n in notes)
+    case["model"]["seq_length"] = 8192
+    with pytest.raises(ConfigError) as err:
+        load_workload(_write(tmp_path, case, "short.yaml"))
+    assert err.value.field == "system.num_gpus"
