@@ -105,7 +105,7 @@ def splits(total: int, per_node: int, heads: int, kv_heads: int, tp: int | None 
         if seq is None:
             return 1
         return max(c for c in range(1, rest + 1)
-                   if rest % c == 0 and seq % (2 * c) == 0 and seq // c >= MIN_CP_TOKENS or c == 1)
+                   if c == 1 or (rest % c == 0 and seq % (2 * c) == 0 and seq // c >= MIN_CP_TOKENS))
 
     for size in range(2, total + 1):
         if total % size:
