@@ -659,6 +659,16 @@ _KNOWN_VOCABULARIES = (
     (r"\bllama[ -]?3", 128256, "Llama 3 tokenizer (meta-llama/llama-models sku_list.py)"),
     (r"\bnemotron", 256000, "Nemotron-4 tokenizer (NeMo NemotronConfig; Nemotron-4 340B report)"),
     (r"\bgpt-?3\b", 50257, "GPT-2 BPE tokenizer, as GPT-3 used (Brown et al. 2020)"),
+    (r"\bmixtral[ -]?8x7b", 32000, "Mixtral 8x7B tokenizer (mistralai/Mixtral-8x7B-v0.1 config.json)"),
+    (r"\bqwen[ -]?3\b", 151936, "Qwen3 tokenizer (Qwen/Qwen3-8B, Qwen3-30B-A3B, Qwen3-235B-A22B config.json)"),
+    (r"\bdeepseek[ -]?v3\b", 129280, "DeepSeek-V3 tokenizer (deepseek-ai/DeepSeek-V3 config.json)"),
+    (r"\bfalcon[ -]?(?:7|40|180)b\b", 65024,
+     "Falcon tokenizer (tiiuae/falcon-7b, falcon-40b, falcon-180B config.json)"),
+    (r"\bbloom\b", 250880, "BLOOM tokenizer (bigscience/bloom config.json)"),
+    (r"\bopt[ -]\d", 50272, "OPT's GPT-2 BPE, padded (facebook/opt-66b config.json; Zhang et al. 2022)"),
+    (r"\bmpt[ -]\d", 50432, "MPT's GPT-NeoX tokenizer, padded (mosaicml/mpt-7b config.json)"),
+    (r"\bgpt-?neox", 50432, "GPT-NeoX-20B tokenizer, padded (EleutherAI/gpt-neox-20b config.json)"),
+    (r"\bgemma(?:[ -]?2)?[ -]\d+b\b", 256000, "Gemma and Gemma 2 tokenizer (google/gemma-7b, gemma-2-9b config.json)"),
 )
 
 

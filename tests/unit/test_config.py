@@ -613,3 +613,27 @@ def test_an_interleaved_schedule_without_a_chunk_count_gets_chunks_of_about_four
         per_stage = layers // w.parallel.pp
         assert abs(per_stage / chunks - LAYERS_PER_CHUNK) <= LAYERS_PER_CHUNK / 2
         assert any(n.startswith("parallel.virtual_pipeline_stages: null -> ") and "interleaved" in n for n in notes)
+
+
+@pytest.mark.parametrize("name, vocab", [
+    ("Llama 2 70B", 32000), ("Llama 3.1 405B", 128256), ("Nemotron-4 340B", 256000), ("GPT-3 175B", 50257),
+    ("Mixtral 8x7B", 32000), ("Qwen3-30B-A3B", 151936), ("DeepSeek-V3 671B", 129280), ("Falcon-40B", 65024),
+    ("BLOOM-176B", 250880), ("OPT-175B", 50272), ("MPT-30B", 50432), ("GPT-NeoX-20B", 50432),
+    ("Gemma 2 9B", 256000)])
+def test_a_null_vocabulary_is_the_model_familys_tokenizer(tmp_path, name, vocab):
+    """A case that leaves the vocabulary null gets the tokenizer its model family ships with,
+    read off the model's name and noted with where the size comes from."""
+    data = _tiny()
+    data["model"].update(name=name, vocab_size=None)
+    w, notes = load_workload_with_notes(str(_write(tmp_path, data, "vocab.yaml")))
+    assert w.model.vocab_size == vocab
+    assert any(n.startswith(f"model.vocab_size: null -> {vocab} (") for n in notes)
+
+
+@pytest.mark.parametrize("name", ["Mixtral 8x22B", "Mistral 7B v0.3", "Gemma 3 27B", "Falcon 3 10B", "probe"])
+def test_a_null_vocabulary_of_a_family_whose_sizes_differ_is_refused(tmp_path, name):
+    """Families whose releases changed tokenizer (Mistral's v0.3, Gemma 3, Falcon 3) or no known
+    family: a null vocabulary is refused, naming the field, not guessed."""
+    data = _tiny()
+    data["model"].update(name=name, vocab_size=None)
+    _error(_write(tmp_path, data), "model.vocab_size")
