@@ -36,7 +36,7 @@ from sim.errors import ConfigError
 from sim.units import GiB
 from sim.workload.spec import WorkloadSpec
 
-__all__ = ["Build", "Split", "MIN_CP_TOKENS", "open_layout", "splits", "choose_layout"]
+__all__ = ["Build", "Split", "MIN_CP_TOKENS", "context_parallel_fits", "open_layout", "splits", "choose_layout"]
 
 Build = Callable[[Mapping, Path, bool], tuple[WorkloadSpec, list[str]]]
 """Builds a workload from a case mapping, with (True) or without the memory savers for its
@@ -80,6 +80,17 @@ at CP 2, 128k at CP 4, 1M at CP 32; Llama 3 8B on DGX B200: 32k at CP 2, 64k at 
 ``nemo-longseq`` cases), and a shorter sequence runs without it."""
 
 
+def context_parallel_fits(seq: int, cp: int) -> bool:
+    """Whether a sequence of ``seq`` tokens runs at context parallelism ``cp``: always at 1; above,
+    where it splits into ``2 cp`` equal chunks (Megatron-Core's load-balanced halves) and each
+    rank keeps at least :data:`MIN_CP_TOKENS` tokens.
+
+    >>> context_parallel_fits(131072, 8), context_parallel_fits(8192, 2), context_parallel_fits(8192, 1)
+    (True, False, True)
+    """
+    return cp == 1 or (seq % (2 * cp) == 0 and seq // cp >= MIN_CP_TOKENS)
+
+
 def splits(total: int, per_node: int, heads: int, kv_heads: int, tp: int | None = None,
            pp: int | None = None, seq: int | None = None) -> Iterator[Split]:
     """The splits of ``total`` GPUs to try, smallest model-parallel size first, beyond TP 1 x
@@ -104,15 +115,14 @@ def splits(total: int, per_node: int, heads: int, kv_heads: int, tp: int | None 
     def context(rest: int) -> int:
         if seq is None:
             return 1
-        return max(c for c in range(1, rest + 1)
-                   if c == 1 or (rest % c == 0 and seq % (2 * c) == 0 and seq // c >= MIN_CP_TOKENS))
+        return max(c for c in range(1, rest + 1) if rest % c == 0 and context_parallel_fits(seq, c))
 
     for size in range(2, total + 1):
         if total % size:
             continue
         if tp is not None:
-            if size % tp == 0 and size > tp:
-                cp = context(size // tp) if pp is None else 1
+            if size % tp == 0 and size > tp:  # PP is open (a case that gives both is not)
+                cp = context(size // tp)
                 yield Split(tp, size // (tp * cp), cp)
         elif pp is not None:
             width = size // pp

@@ -56,7 +56,7 @@ from sim.config.defaults import (
 from sim.config.fields import SET_SOURCE, Fields, Notes, apply_overrides, described, located, read_yaml
 from sim.config.fit import fit_null_settings, fits_in_memory
 from sim.config.hf import read_hf_config
-from sim.config.layout import MIN_CP_TOKENS, choose_layout, open_layout
+from sim.config.layout import choose_layout, context_parallel_fits, open_layout
 from sim.config.presets import preset_names, resolve_preset, shown_path
 from sim.config.stack import Stack
 from sim.config.stacks import STACKS, choose_stack, framework_year, load_stack
@@ -392,7 +392,7 @@ def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
         if chosen is None:
             raise
         return chosen
-    if fits_in_memory(spec):
+    if not open_layout(raw) or fits_in_memory(spec):
         return spec, notes
     return choose_layout(raw, file, _build, spec) or (spec, notes)
 
@@ -739,15 +739,15 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     """
     tp, pp = _model_parallel_split(f, num_gpus, gpus_per_node, notes)
     cp, ep = (f.integer(k, positive=True) or 1 for k in ("cp", "ep"))
-    dp_given = f.integer("dp", positive=True)
-    rest = num_gpus // (tp * pp * dp_given) if num_gpus is not None and dp_given is not None \
-        and num_gpus % (tp * pp * dp_given) == 0 else 1
-    if f.raw.get("cp") is None and rest > 1 and seq_length is not None and seq_length % (2 * rest) == 0 \
-            and seq_length // rest >= MIN_CP_TOKENS:
-        # the GPUs a long sequence's published TP, PP and DP leave over are its context-parallel
-        # ranks, as a null dp is the GPUs TP, PP and CP leave (sim.config.layout.MIN_CP_TOKENS)
-        cp = notes.fill("parallel.cp", rest, f"system.num_gpus / (tp x pp x dp): a sequence of {seq_length:,} "
-                        f"tokens, {seq_length // rest:,} a context-parallel rank")
+    given_dp = f.integer("dp", positive=True)
+    if f.raw.get("cp") is None and given_dp is not None and num_gpus is not None and seq_length is not None \
+            and num_gpus % (tp * pp * given_dp) == 0:
+        rest = num_gpus // (tp * pp * given_dp)
+        if rest > 1 and context_parallel_fits(seq_length, rest):
+            # the GPUs a long sequence's published TP, PP and DP leave over are its context-parallel
+            # ranks, as a null dp is the GPUs TP, PP and CP leave
+            cp = notes.fill("parallel.cp", rest, f"system.num_gpus / (tp x pp x dp): a sequence of "
+                            f"{seq_length:,} tokens, {seq_length // rest:,} a context-parallel rank")
     etp = f.integer("etp", positive=True)
     if etp is None and ep > 1:
         etp = stack.value("etp")
