@@ -4,14 +4,17 @@
 
     python benchmarks/open_layout.py
     python benchmarks/open_layout.py --json open_layout.json
+    python benchmarks/open_layout.py nemo2407 torchtitan
 
 A published run that does not say how it split its GPUs is simulated on the layout
 :mod:`sim.config.layout` chooses (the smallest model-parallel size that fits, TP within a
 server, CP for a long sequence, then PP). This script measures what that costs on the dev set:
 it copies every case of ``workloads/validation/`` with ``tp``, ``pp``, ``dp``, ``cp``,
 ``virtual_pipeline_stages`` and ``schedule`` set to null, validates the copies and the
-originals, and prints, by source, the MAPE of each and how many rows the chosen layout
-matches the published one (TP, PP and CP alike). Nothing in llmsim reads its output.
+originals, and prints, by source, the MAPE of each with its mean signed error (+: predicted
+faster than measured) and how many rows the chosen layout matches the published one (TP, PP
+and CP alike); ``--json`` adds every row's layouts and errors. Case files named on the command
+line (``nemo2407``) limit it to them. Nothing in llmsim reads its output.
 """
 
 from __future__ import annotations
@@ -63,16 +66,23 @@ def _mape(rows: list[Row]) -> float | None:
     return sum(errs) / len(errs) if errs else None
 
 
+def _signed(rows: list[Row]) -> float | None:
+    errs = [r.signed_error_pct for r in rows if r.signed_error_pct is not None]
+    return sum(errs) / len(errs) if errs else None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", metavar="PATH", help="write the figures as JSON")
+    ap.add_argument("--json", metavar="PATH", help="write the figures (and every row) as JSON")
+    ap.add_argument("sources", nargs="*", metavar="SOURCE",
+                    help="case files of workloads/validation/ by name (default: all)")
     args = ap.parse_args(argv)
-    originals = sorted(CASES.glob("*.yaml"))
+    originals = sorted(f for f in CASES.glob("*.yaml") if not args.sources or f.stem in args.sources)
     with tempfile.TemporaryDirectory() as tmp:
         hidden = [hide_layouts(f, Path(tmp)) for f in originals]
-        published, chosen = layouts(originals), layouts(hidden)
         base = validate([str(f) for f in originals])
         open_ = validate([str(f) for f in hidden])
+        published, chosen = layouts(originals), layouts(hidden)
     time_rows = [r for r in base.rows if not r.is_memory and r.skipped is None]
     by_id = {(r.id, r.metric): r for r in open_.rows}
     sources: dict[str, dict[str, list]] = {}
@@ -83,21 +93,22 @@ def main(argv: list[str] | None = None) -> int:
         if other is not None and other.skipped is None:
             entry["hidden"].append(other)
         entry["same"].append(published.get(r.id) == chosen.get(r.id))
-    print(f"{'source':<16} {'rows':>5} {'published':>10} {'hidden':>8} {'same layout':>12}")
-    figures = {}
-    for source, e in sorted(sources.items()):
+    print(f"{'source':<16} {'rows':>5} {'published':>18} {'hidden':>18} {'same layout':>12}")
+    figures: dict = {}
+    for source, e in sorted(sources.items()) + [("all", {k: [x for v in sources.values() for x in v[k]]
+                                                          for k in ("published", "hidden", "same")})]:
         a, b = _mape(e["published"]), _mape(e["hidden"])
+        sa, sb = _signed(e["published"]), _signed(e["hidden"])
         same = sum(e["same"])
-        print(f"{source:<16} {len(e['published']):>5} {a:>9.1f}% {b:>7.1f}% {same:>7} of {len(e['same'])}")
+        print(f"{source:<16} {len(e['published']):>5} {a:>8.1f}% ({sa:+5.1f}%) {b:>8.1f}% ({sb:+5.1f}%) "
+              f"{same:>7} of {len(e['same'])}")
         figures[source] = {"rows": len(e["published"]), "mape_published_pct": round(a, 2),
-                           "mape_hidden_pct": round(b, 2), "same_layout_rows": same}
-    all_a, all_b = _mape([r for e in sources.values() for r in e["published"]]), \
-        _mape([r for e in sources.values() for r in e["hidden"]])
-    same = sum(sum(e["same"]) for e in sources.values())
-    total = sum(len(e["same"]) for e in sources.values())
-    print(f"{'all':<16} {total:>5} {all_a:>9.1f}% {all_b:>7.1f}% {same:>7} of {total}")
-    figures["all"] = {"rows": total, "mape_published_pct": round(all_a, 2), "mape_hidden_pct": round(all_b, 2),
-                      "same_layout_rows": same}
+                           "mape_hidden_pct": round(b, 2), "signed_published_pct": round(sa, 2),
+                           "signed_hidden_pct": round(sb, 2), "same_layout_rows": same}
+    figures["cases"] = [{"id": r.id, "published_tp_pp_cp": published.get(r.id), "chosen_tp_pp_cp": chosen.get(r.id),
+                         "signed_published_pct": r.signed_error_pct,
+                         "signed_hidden_pct": by_id[(r.id, r.metric)].signed_error_pct
+                         if (r.id, r.metric) in by_id else None} for r in time_rows]
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
     return 0
