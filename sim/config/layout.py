@@ -98,7 +98,8 @@ def splits(total: int, per_node: int, heads: int, kv_heads: int, tp: int | None 
     heads and the query groups; then, where ``seq`` is given (context parallelism open), CP the
     largest divisor of the rest that leaves each rank :data:`MIN_CP_TOKENS` tokens or more and
     splits the sequence into ``2 CP`` equal chunks (Megatron-Core's load-balanced halves); PP
-    the rest. A published ``tp`` or ``pp`` is kept.
+    the rest; then, of the same size, each narrower TP that leaves more of it to CP (widest TP
+    first). A published ``tp`` or ``pp`` is kept.
 
     >>> [str(s) for s in splits(64, 8, 64, 8)][:5]
     ['TP 2 x PP 1', 'TP 4 x PP 1', 'TP 8 x PP 1', 'TP 8 x PP 2', 'TP 8 x PP 4']
@@ -106,8 +107,8 @@ def splits(total: int, per_node: int, heads: int, kv_heads: int, tp: int | None 
     ['TP 2 x PP 1', 'TP 4 x PP 1', 'TP 4 x PP 2']
     >>> [str(s) for s in splits(64, 8, 64, 8, tp=2)][:3]
     ['TP 2 x PP 2', 'TP 2 x PP 4', 'TP 2 x PP 8']
-    >>> [str(s) for s in splits(64, 8, 32, 8, seq=131072)][2:6]
-    ['TP 8 x PP 1', 'TP 8 x CP 2 x PP 1', 'TP 8 x CP 4 x PP 1', 'TP 8 x CP 8 x PP 1']
+    >>> [str(s) for s in splits(64, 8, 32, 8, seq=131072)][5:10]
+    ['TP 8 x PP 1', 'TP 4 x CP 2 x PP 1', 'TP 2 x CP 4 x PP 1', 'TP 1 x CP 8 x PP 1', 'TP 8 x CP 2 x PP 1']
     """
     def divides(d: int) -> bool:
         return per_node % d == 0 and heads % d == 0 and kv_heads % d == 0
@@ -129,9 +130,16 @@ def splits(total: int, per_node: int, heads: int, kv_heads: int, tp: int | None 
             if size % pp == 0 and 1 < width <= per_node and divides(width):
                 yield Split(width, pp)
         else:
-            width = max(d for d in range(1, min(size, per_node) + 1) if size % d == 0 and divides(d))
-            cp = context(size // width)
-            yield Split(width, size // (width * cp), cp)
+            widths = [d for d in range(min(size, per_node), 0, -1) if size % d == 0 and divides(d)]
+            cp = context(size // widths[0])
+            yield Split(widths[0], size // (widths[0] * cp), cp)
+            # then, for a long sequence, narrower TP with more of the size as CP: the activations a
+            # rank keeps (and a loss over the whole vocabulary) shrink with CP, not with TP alone
+            for width in widths[1:]:
+                more = context(size // width)
+                if more > cp:
+                    cp = more
+                    yield Split(width, size // (width * more), more)
 
 
 def choose_layout(raw: Mapping, file: Path, build: Build, spec: WorkloadSpec | None,
@@ -181,6 +189,14 @@ def choose_layout(raw: Mapping, file: Path, build: Build, spec: WorkloadSpec | N
     return None
 
 
+def _narrower(split: Split, probe: WorkloadSpec) -> bool:
+    """Whether ``split`` is one of its size's narrower-TP splits for a long sequence (:func:`splits`)."""
+    m, per_node = probe.model, probe.system.gpus_per_node
+    size = split.size // split.pp if split.cp > 1 else 0
+    return any(split.tp < d <= min(size, per_node) and size % d == 0 and per_node % d == 0
+               and m.num_attention_heads % d == 0 and m.num_kv_heads % d == 0 for d in range(1, per_node + 1))
+
+
 def _noted(built: list[str], split: Split, probe: WorkloadSpec, spec: WorkloadSpec | None, refused: str,
            with_savers: bool, tp: object, pp: object, tried: list[tuple[Split, float]]) -> list[str]:
     """``built`` with the notes of the chosen split before the data-parallel size's."""
@@ -192,7 +208,8 @@ def _noted(built: list[str], split: Split, probe: WorkloadSpec, spec: WorkloadSp
            f"{' or PP' if tp is None and pp is None else ''}, and the defaults, {default}, {short}: the "
            f"smallest model-parallel size that fits{' with the memory savers below' if with_savers else ''}, "
            f"{split.size}, tensor parallelism up to the {probe.system.gpus_per_node} GPUs of a server, pipeline "
-           "across servers (Narayanan et al. 2021, Takeaways #1 and #2)")
+           "across servers (Narayanan et al. 2021, Takeaways #1 and #2)"
+           f"{', for a long sequence narrower TP with more of the size as CP' if _narrower(split, probe) else ''}")
     smaller = [f"{s} {peak / GiB:.1f} GiB" for s, peak in tried if s.size < split.size]
     if smaller:
         why += "; without memory savers " + ", ".join(smaller)

@@ -372,3 +372,24 @@ def test_the_gpus_a_long_sequences_published_layout_leaves_over_are_context_para
     with pytest.raises(ConfigError) as err:
         load_workload(_write(tmp_path, case, "short.yaml"))
     assert err.value.field == "system.num_gpus"
+
+
+def test_a_long_sequence_trades_tensor_for_context_parallelism_within_a_size(tmp_path):
+    """torchtitan's loss takes fp32 logits over the whole vocabulary, which TP does not split and
+    CP does: at 128k tokens on 8 of Grand Teton's 96 GB H100s, a batch of 2 sequences (the
+    torchtitan benchmark's CP 4 row), the chooser keeps the smallest size the batch divides and
+    trades TP for CP (the widest TP of that size does not fit, recomputation and all)."""
+    case = _unpublished(num_gpus=8, cp=None, global_batch_size=2, micro_batch_size=1)
+    case.update(framework="torchtitan")
+    case["system"]["gpu"] = "H100-SXM5-96GB-HBM2e"
+    case["model"].update(num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+                         ffn_hidden_size=14336, seq_length=131072)
+    w, notes = load_workload_with_notes(_write(tmp_path, case))
+    p = w.parallel
+    assert fits_in_memory(w) and p.cp > 1 and p.tp * p.cp * p.pp * p.dp == 8
+    size = p.tp * p.cp * p.pp
+    widest = dict(case, parallel=dict(case["parallel"], tp=min(size, 8), pp=size // min(size, 8), cp=1))
+    assert not fits_in_memory(load_workload(_write(tmp_path, widest, "widest.yaml")))
+    assert any(n.startswith(f"parallel.cp: null -> {p.cp} (") for n in notes)
+    assert any(n.startswith(f"parallel.tp: null -> {p.tp} (") and "narrower TP with more of the size as CP" in n
+               for n in notes)
