@@ -20,6 +20,10 @@ Tensor parallelism divides the heads and the query groups, as Megatron-Core's
 ``TransformerConfig`` requires; a size whose split the loader refuses (more stages than
 layers, a batch the data-parallel size does not divide) is skipped.
 
+A mixture-of-experts case that leaves ``ep`` null and does not fit with every expert on every
+GPU, memory savers and all, takes the smallest expert-parallel size that fits
+(:func:`choose_expert_parallel`), for each split tried here too.
+
 A case that publishes its data-parallel size (its model-parallel size is then fixed:
 ``_model_parallel_split`` in :mod:`sim.config.workload`), both TP and PP, or no GPU count,
 keeps what the defaults give.
@@ -36,7 +40,8 @@ from sim.errors import ConfigError
 from sim.units import GiB
 from sim.workload.spec import WorkloadSpec
 
-__all__ = ["Build", "Split", "MIN_CP_TOKENS", "context_parallel_fits", "open_layout", "splits", "choose_layout"]
+__all__ = ["Build", "Split", "MIN_CP_TOKENS", "context_parallel_fits", "open_layout", "splits", "choose_layout",
+           "expert_parallel_open", "choose_expert_parallel"]
 
 Build = Callable[[Mapping, Path, bool], tuple[WorkloadSpec, list[str]]]
 """Builds a workload from a case mapping, with (True) or without the memory savers for its
@@ -224,3 +229,63 @@ def _noted(built: list[str], split: Split, probe: WorkloadSpec, spec: WorkloadSp
                      "sequence's tokens, as NeMo's long-sequence recipes do)")
     at = next((i for i, n in enumerate(built) if n.startswith("parallel.dp: null")), len(built))
     return built[:at] + notes + built[at:]
+
+
+def expert_parallel_open(raw: Mapping, spec: WorkloadSpec) -> bool:
+    """Whether ``raw``, built as ``spec``, is a mixture-of-experts case that leaves its
+    expert-parallel size null."""
+    return spec.model.is_moe and _mapping(raw, "parallel").get("ep") is None
+
+
+def choose_expert_parallel(raw: Mapping, file: Path, build: Build, spec: WorkloadSpec,
+                           with_savers: bool = True) -> tuple[WorkloadSpec, list[str]] | None:
+    """The workload with the smallest expert-parallel size that fits, and its notes; None when
+    none does.
+
+    A mixture-of-experts case that leaves ``ep`` null gets Megatron-Core's default, 1: every
+    GPU holds every expert. Where that does not fit, even with the stack's memory savers
+    (:mod:`sim.config.fit`), the run that was published split its experts, as every
+    mixture-of-experts recipe does (Megatron-Bridge's DeepSeek-V3, Qwen3 and Mixtral recipes
+    all set ``expert_model_parallel_size``), so the sizes that divide the experts are tried
+    smallest first, folded onto the stage's data- and context-parallel ranks as Megatron-Core
+    folds them (a size the spec refuses is skipped): first with the recipe's defaults, then
+    (``with_savers``) with the stack's memory savers, as :func:`choose_layout` tries its sizes.
+
+    Parameters
+    ----------
+    raw, file
+        The case mapping and its file.
+    build
+        Builds a workload from a mapping (:data:`Build`).
+    spec
+        The workload at EP 1, which does not fit.
+    with_savers
+        Whether the memory savers may be taken too (False: the recipe's defaults only).
+    """
+    given = _mapping(raw, "parallel")
+    experts = spec.model.num_experts
+    ranks = spec.parallel.tp * spec.parallel.cp * spec.parallel.dp
+    sizes = [e for e in range(2, min(experts, ranks) + 1) if experts % e == 0 and ranks % e == 0]
+    tried: list[tuple[int, float]] = []
+    for savers in (False, True) if with_savers else (False,):
+        for size in sizes:
+            try:
+                candidate, built = build({**raw, "parallel": {**given, "ep": size}}, file, savers)
+            except ConfigError:
+                continue
+            if not savers:
+                tried.append((size, peak_memory_bytes(candidate)))
+            if fits_in_memory(candidate):
+                gpu = spec.system.gpu
+                why = (f"the {experts} experts at EP 1, every GPU holding each of them, need "
+                       f"{peak_memory_bytes(spec) / GiB:.1f} GiB a GPU, more than the {gpu.name}'s "
+                       f"{gpu.hbm_capacity_bytes / GiB:.1f} GiB, and no memory saver makes them fit: the smallest "
+                       f"expert-parallel size that fits{' with the memory savers below' if savers else ''}, carved "
+                       "out of the data- and context-parallel ranks as Megatron-Core does")
+                smaller = [f"EP {e} {peak / GiB:.1f} GiB" for e, peak in tried if e < size]
+                if smaller:
+                    why += "; without memory savers " + ", ".join(smaller)
+                at = next((i for i, n in enumerate(built) if n.startswith(("parallel.etp:", "parallel.dp: null"))),
+                          len(built))
+                return candidate, built[:at] + [f"parallel.ep: null -> {size} ({why})"] + built[at:]
+    return None

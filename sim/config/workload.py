@@ -56,7 +56,13 @@ from sim.config.defaults import (
 from sim.config.fields import SET_SOURCE, Fields, Notes, apply_overrides, described, located, read_yaml
 from sim.config.fit import fit_null_settings, fits_in_memory
 from sim.config.hf import read_hf_config
-from sim.config.layout import choose_layout, context_parallel_fits, open_layout
+from sim.config.layout import (
+    choose_expert_parallel,
+    choose_layout,
+    context_parallel_fits,
+    expert_parallel_open,
+    open_layout,
+)
 from sim.config.presets import preset_names, resolve_preset, shown_path
 from sim.config.stack import Stack
 from sim.config.stacks import STACKS, choose_stack, framework_year, load_stack
@@ -381,20 +387,31 @@ def build_workload(raw: Mapping, file: Path) -> tuple[WorkloadSpec, list[str]]:
     """The workload a mapping describes (a workload file's or a validation case's), with the
     notes of every default filled; a layout the case leaves open whose defaults do not fit, or
     leave its published batch undivided, is chosen as :func:`sim.config.layout.choose_layout`
-    says."""
+    says, and a null expert-parallel size that does not fit as
+    :func:`sim.config.layout.choose_expert_parallel` says."""
     try:
-        spec, notes = _build(raw, file)
+        spec, notes = _build_experts(raw, file)
     except ConfigError as exc:
         # TP 1 x PP 1 puts every other GPU in data parallelism, which a published batch may not divide
         if exc.field != "parallel.global_batch_size" or not open_layout(raw):
             raise
-        chosen = choose_layout(raw, file, _build, None, f"{exc.expected} (got {exc.got})")
+        chosen = choose_layout(raw, file, _build_experts, None, f"{exc.expected} (got {exc.got})")
         if chosen is None:
             raise
         return chosen
     if not open_layout(raw) or fits_in_memory(spec):
         return spec, notes
-    return choose_layout(raw, file, _build, spec) or (spec, notes)
+    return choose_layout(raw, file, _build_experts, spec) or (spec, notes)
+
+
+def _build_experts(raw: Mapping, file: Path, fit: bool = True) -> tuple[WorkloadSpec, list[str]]:
+    """:func:`_build`, and where a mixture-of-experts case leaves ``ep`` null and does not fit,
+    the smallest expert-parallel size that does (:func:`sim.config.layout.choose_expert_parallel`;
+    ``fit``: with the memory savers too)."""
+    spec, notes = _build(raw, file, fit)
+    if not expert_parallel_open(raw, spec) or fits_in_memory(spec):
+        return spec, notes
+    return choose_expert_parallel(raw, file, _build, spec, fit) or (spec, notes)
 
 
 def _build(raw: Mapping, file: Path, fit: bool = True) -> tuple[WorkloadSpec, list[str]]:

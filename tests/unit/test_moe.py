@@ -467,3 +467,42 @@ def test_a_moe_case_under_tp_with_sequence_parallelism_null_runs_it(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_workload(str(path))
     assert err.value.field == "parallel.sequence_parallel"
+
+
+def _mixtral_open_ep(tmp_path, num_gpus: int = 8, **settings) -> str:
+    """Mixtral 8x7B's shape on ``num_gpus`` H100s, data-parallel, its expert-parallel size not
+    published; ``settings`` override ``parallel`` keys, or ``model`` keys they name."""
+    par = {"tp": 1, "pp": 1, "dp": num_gpus, "ep": None, "micro_batch_size": 1, "global_batch_size": num_gpus}
+    model = {"name": "probe", "num_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_kv_heads": 8,
+             "ffn_hidden_size": 14336, "vocab_size": 32000, "seq_length": 4096, "gated_mlp": True,
+             "normalization": "rmsnorm", "num_experts": 8, "moe_top_k": 2}
+    for key, value in settings.items():
+        (model if key in model else par)[key] = value
+    case = {"name": "moe-ep-open", "framework": "Megatron-Core (2024)", "model": model,
+            "system": {"gpu": "H100-SXM5-80GB", "num_gpus": num_gpus, "gpus_per_node": 8}, "parallel": par}
+    path = tmp_path / "moe.yaml"
+    path.write_text(yaml.safe_dump(case))
+    return str(path)
+
+
+def test_a_null_expert_parallel_size_that_does_not_fit_takes_the_smallest_that_fits(tmp_path):
+    """Every expert on every GPU (EP 1, Megatron-Core's default) needs more than an H100 holds,
+    memory savers and all, on 16 GPUs; the smallest EP that fits is taken and every smaller one
+    does not fit; a published EP is kept, fitting or not; a model whose experts fit on every GPU
+    keeps EP 1."""
+    from sim.config.fit import fits_in_memory
+
+    path = _mixtral_open_ep(tmp_path, dp=16, global_batch_size=16, num_gpus=16)
+    w, notes = load_workload_with_notes(path)
+    p = w.parallel
+    assert p.ep > 1 and fits_in_memory(w)
+    for smaller in (e for e in (1, 2, 4) if e < p.ep):
+        assert not fits_in_memory(load_workload(_mixtral_open_ep(tmp_path, dp=16, global_batch_size=16,
+                                                                 num_gpus=16, ep=smaller))), smaller
+    note = next(n for n in notes if n.startswith(f"parallel.ep: null -> {p.ep} ("))
+    assert "the smallest expert-parallel size that fits" in note and "at EP 1" in note
+    kept = load_workload(_mixtral_open_ep(tmp_path, dp=16, global_batch_size=16, num_gpus=16, ep=1))
+    assert kept.parallel.ep == 1 and not fits_in_memory(kept)
+    small = load_workload(_mixtral_open_ep(tmp_path, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=8192,
+                                           num_layers=16))
+    assert small.parallel.ep == 1 and fits_in_memory(small)
