@@ -637,3 +637,23 @@ def test_a_null_vocabulary_of_a_family_whose_sizes_differ_is_refused(tmp_path, n
     data = _tiny()
     data["model"].update(name=name, vocab_size=None)
     _error(_write(tmp_path, data), "model.vocab_size")
+
+
+def test_sequence_parallelism_needs_a_sequence_the_tp_ranks_split_evenly():
+    """Megatron-Core's sequence parallelism gives each TP rank an equal share of a context-parallel
+    rank's tokens (tensor_parallel/mappings.py ``_split_along_first_dim``): a sequence they do not
+    divide is refused, naming model.seq_length, where an open layout once priced a 1-token
+    sequence's share as 0 tokens and divided by zero."""
+    from tests.conftest import make_workload
+
+    ok = make_workload(tp=4, sp=True, seq=4096)
+    assert ok.parallel.sequence_parallel
+    with pytest.raises(ConfigError) as err:
+        make_workload(tp=4, sp=True, seq=4098)
+    assert err.value.field == "model.seq_length" and "parallel.tp x parallel.cp = 4" in err.value.expected
+    # 4,100 tokens split over CP 2 into 4 equal chunks, but a CP rank's 2,050 do not split over TP 4
+    with pytest.raises(ConfigError) as err:
+        make_workload(tp=4, cp=2, sp=True, seq=4100)
+    assert err.value.field == "model.seq_length"
+    assert make_workload(tp=2, cp=2, sp=True, seq=4100).model.seq_length == 4100
+    assert make_workload(tp=4, sp=False, seq=4098).model.seq_length == 4098  # no SP: nothing split
