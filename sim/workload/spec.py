@@ -733,14 +733,6 @@ class WorkloadSpec:
             raise ConfigError(_SPEC, "model.seq_length",
                               f"a multiple of 2 x parallel.cp = {2 * p.cp} (load-balanced causal context "
                               "parallelism gives each rank two chunks)", m.seq_length)
-        if p.sequence_parallel and (m.seq_length // p.cp) % p.tp:
-            # Megatron-Core splits the sequence over the TP ranks (tensor_parallel/mappings.py
-            # _split_along_first_dim: "First dimension of the tensor should be divisible by tensor
-            # parallel size")
-            raise ConfigError(_SPEC, "model.seq_length",
-                              f"a multiple of parallel.tp x parallel.cp = {p.tp * p.cp} under sequence parallelism "
-                              "(each TP rank keeps an equal share of a context-parallel rank's tokens)",
-                              m.seq_length)
         chunks = p.pp * p.virtual_pipeline_stages
         split = pipeline_split(m.num_layers, chunks)
         if split is None:
@@ -786,6 +778,14 @@ class WorkloadSpec:
         if s.num_gpus != p.num_gpus:
             raise ConfigError(_SPEC, "system.num_gpus",
                               f"tp x pp x dp x cp = {p.tp}x{p.pp}x{p.dp}x{p.cp} = {p.num_gpus}", s.num_gpus)
+        if p.sequence_parallel and (m.seq_length // p.cp) % p.tp:
+            # Megatron-Core splits the sequence over the TP ranks (tensor_parallel/mappings.py
+            # _split_along_first_dim: "First dimension of the tensor should be divisible by tensor
+            # parallel size")
+            raise ConfigError(_SPEC, "model.seq_length",
+                              f"a multiple of parallel.tp x parallel.cp = {p.tp * p.cp} under sequence parallelism "
+                              "(each TP rank keeps an equal share of a context-parallel rank's tokens)",
+                              m.seq_length)
         if self.dtype not in SIMULATED_DTYPES:
             raise ConfigError(_SPEC, "dtype", f"one of {[d.value for d in SIMULATED_DTYPES]} ({NOT_SIMULATED_DTYPES})",
                               self.dtype.value)
