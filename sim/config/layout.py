@@ -17,7 +17,8 @@ Sizes are tried smallest first, twice: with the recipe's defaults alone, then wi
 memory savers (:func:`sim.config.fit.fit_null_settings`), so that model parallelism comes
 before recomputation, as the recipes that publish a layout do for the models that need one.
 Tensor parallelism divides the heads and the query groups, as Megatron-Core's
-``TransformerConfig`` requires; a size whose split the loader refuses (more stages than
+``TransformerConfig`` requires, and the MLP's width, which its column-parallel linear layer
+splits (``divide(output_size, world_size)``); a size whose split the loader refuses (more stages than
 layers, a batch the data-parallel size does not divide) is skipped.
 
 A mixture-of-experts case that leaves ``ep`` null and does not fit with every expert on every
@@ -97,26 +98,28 @@ def context_parallel_fits(seq: int, cp: int) -> bool:
 
 
 def splits(total: int, per_node: int, heads: int, kv_heads: int, tp: int | None = None,
-           pp: int | None = None, seq: int | None = None) -> Iterator[Split]:
-    """The splits of ``total`` GPUs to try, smallest model-parallel size first, beyond TP 1 x
-    PP 1: TP the largest divisor of the size up to ``per_node`` that divides ``per_node``, the
-    heads and the query groups; then, where ``seq`` is given (context parallelism open), CP the
-    largest divisor of the rest that leaves each rank :data:`MIN_CP_TOKENS` tokens or more and
-    splits the sequence into ``2 CP`` equal chunks (Megatron-Core's load-balanced halves); PP
-    the rest; then, of the same size, each narrower TP that leaves more of it to CP (widest TP
-    first). A published ``tp`` or ``pp`` is kept.
+           pp: int | None = None, seq: int | None = None, ffn: int | None = None) -> Iterator[Split]:
+    """The splits of ``total`` GPUs to try, smallest model-parallel size first, beyond TP 1 x PP 1:
+    TP the largest divisor of the size up to ``per_node`` that divides ``per_node``, the heads, the
+    query groups and (given) the MLP's width ``ffn``; then, where ``seq`` is given (context
+    parallelism open), CP the largest divisor of the rest that leaves each rank
+    :data:`MIN_CP_TOKENS` tokens or more and splits the sequence into ``2 CP`` equal chunks
+    (Megatron-Core's load-balanced halves); PP the rest; then, of the same size, each narrower TP
+    that leaves more of it to CP (widest TP first). A published ``tp`` or ``pp`` is kept.
 
     >>> [str(s) for s in splits(64, 8, 64, 8)][:5]
     ['TP 2 x PP 1', 'TP 4 x PP 1', 'TP 8 x PP 1', 'TP 8 x PP 2', 'TP 8 x PP 4']
     >>> [str(s) for s in splits(64, 8, 64, 4)][:3]
     ['TP 2 x PP 1', 'TP 4 x PP 1', 'TP 4 x PP 2']
+    >>> [str(s) for s in splits(16, 8, 64, 8, ffn=28674)]
+    ['TP 2 x PP 1', 'TP 2 x PP 2', 'TP 2 x PP 4', 'TP 2 x PP 8']
     >>> [str(s) for s in splits(64, 8, 64, 8, tp=2)][:3]
     ['TP 2 x PP 2', 'TP 2 x PP 4', 'TP 2 x PP 8']
     >>> [str(s) for s in splits(64, 8, 32, 8, seq=131072)][5:10]
     ['TP 8 x PP 1', 'TP 4 x CP 2 x PP 1', 'TP 2 x CP 4 x PP 1', 'TP 1 x CP 8 x PP 1', 'TP 8 x CP 2 x PP 1']
     """
     def divides(d: int) -> bool:
-        return per_node % d == 0 and heads % d == 0 and kv_heads % d == 0
+        return per_node % d == 0 and heads % d == 0 and kv_heads % d == 0 and (ffn is None or ffn % d == 0)
 
     def context(rest: int) -> int:
         if seq is None:
@@ -178,7 +181,7 @@ def choose_layout(raw: Mapping, file: Path, build: Build, spec: WorkloadSpec | N
     per_node = probe.system.gpus_per_node
     choices = list(splits(total, per_node, probe.model.num_attention_heads, probe.model.num_kv_heads,
                           tp if isinstance(tp, int) else None, pp if isinstance(pp, int) else None,
-                          probe.model.seq_length if cp_open else None))
+                          probe.model.seq_length if cp_open else None, probe.model.ffn_hidden_size))
     tried: list[tuple[Split, float]] = []
     for with_savers in (False, True):
         for split in choices:

@@ -393,3 +393,15 @@ def test_a_long_sequence_trades_tensor_for_context_parallelism_within_a_size(tmp
     assert any(n.startswith(f"parallel.cp: null -> {p.cp} (") for n in notes)
     assert any(n.startswith(f"parallel.tp: null -> {p.tp} (") and "narrower TP with more of the size as CP" in n
                for n in notes)
+
+
+def test_an_open_layouts_tensor_parallelism_divides_the_mlp_width(tmp_path):
+    """Megatron-Core's column-parallel linear layer splits the MLP's width over TP: with a width
+    no TP above 1 divides, the chooser pipelines at TP 1 and fits, where every split it tried
+    was TP 8 and refused."""
+    case = _unpublished()
+    case["model"]["ffn_hidden_size"] = 28673
+    w, notes = load_workload_with_notes(_write(tmp_path, case))
+    p = w.parallel
+    assert fits_in_memory(w) and 28673 % p.tp == 0 and p.pp > 1
+    assert any(n.startswith(f"parallel.pp: null -> {p.pp} (") for n in notes)
