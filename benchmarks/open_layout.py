@@ -29,7 +29,7 @@ import yaml
 
 import sim
 from sim.config import load_case_records
-from sim.studies.validate import Row, validate
+from sim.studies.validate import rows_mape, rows_mean_signed, validate
 
 ROOT = Path(sim.__file__).resolve().parent.parent
 CASES = ROOT / "workloads" / "validation"
@@ -61,16 +61,6 @@ def layouts(files: list[Path]) -> dict[str, tuple[int, int, int]]:
     return out
 
 
-def _mape(rows: list[Row]) -> float | None:
-    errs = [abs(r.error_pct) for r in rows if r.error_pct is not None]
-    return sum(errs) / len(errs) if errs else None
-
-
-def _signed(rows: list[Row]) -> float | None:
-    errs = [r.signed_error_pct for r in rows if r.signed_error_pct is not None]
-    return sum(errs) / len(errs) if errs else None
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", metavar="PATH", help="write the figures (and every row) as JSON")
@@ -97,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict = {}
     for source, e in sorted(sources.items()) + [("all", {k: [x for v in sources.values() for x in v[k]]
                                                           for k in ("published", "hidden", "same")})]:
-        a, b = _mape(e["published"]), _mape(e["hidden"])
-        sa, sb = _signed(e["published"]), _signed(e["hidden"])
+        a, b = rows_mape(e["published"]), rows_mape(e["hidden"])
+        sa, sb = rows_mean_signed(e["published"]), rows_mean_signed(e["hidden"])
         same = sum(e["same"])
         print(f"{source:<16} {len(e['published']):>5} {a:>8.1f}% ({sa:+5.1f}%) {b:>8.1f}% ({sb:+5.1f}%) "
               f"{same:>7} of {len(e['same'])}")

@@ -57,6 +57,8 @@ class Split:
     tp: int
     pp: int
     cp: int = 1
+    narrowed: bool = False
+    """A narrower TP than its size's widest, traded for more CP (a long sequence, :func:`splits`)."""
 
     @property
     def size(self) -> int:
@@ -147,7 +149,7 @@ def splits(total: int, per_node: int, heads: int, kv_heads: int, tp: int | None 
                 more = context(size // width)
                 if more > cp:
                     cp = more
-                    yield Split(width, size // (width * more), more)
+                    yield Split(width, size // (width * more), more, narrowed=True)
 
 
 def choose_layout(raw: Mapping, file: Path, build: Build, spec: WorkloadSpec | None,
@@ -197,14 +199,6 @@ def choose_layout(raw: Mapping, file: Path, build: Build, spec: WorkloadSpec | N
     return None
 
 
-def _narrower(split: Split, probe: WorkloadSpec) -> bool:
-    """Whether ``split`` is one of its size's narrower-TP splits for a long sequence (:func:`splits`)."""
-    m, per_node = probe.model, probe.system.gpus_per_node
-    size = split.size // split.pp if split.cp > 1 else 0
-    return any(split.tp < d <= min(size, per_node) and size % d == 0 and per_node % d == 0
-               and m.num_attention_heads % d == 0 and m.num_kv_heads % d == 0 for d in range(1, per_node + 1))
-
-
 def _noted(built: list[str], split: Split, probe: WorkloadSpec, spec: WorkloadSpec | None, refused: str,
            with_savers: bool, tp: object, pp: object, tried: list[tuple[Split, float]]) -> list[str]:
     """``built`` with the notes of the chosen split before the data-parallel size's."""
@@ -217,7 +211,7 @@ def _noted(built: list[str], split: Split, probe: WorkloadSpec, spec: WorkloadSp
            f"smallest model-parallel size that fits{' with the memory savers below' if with_savers else ''}, "
            f"{split.size}, tensor parallelism up to the {probe.system.gpus_per_node} GPUs of a server, pipeline "
            "across servers (Narayanan et al. 2021, Takeaways #1 and #2)"
-           f"{', for a long sequence narrower TP with more of the size as CP' if _narrower(split, probe) else ''}")
+           f"{', for a long sequence narrower TP with more of the size as CP' if split.narrowed else ''}")
     smaller = [f"{s} {peak / GiB:.1f} GiB" for s, peak in tried if s.size < split.size]
     if smaller:
         why += "; without memory savers " + ", ".join(smaller)

@@ -54,6 +54,7 @@ from sim.workload.flops import model_flops
 from sim.workload.spec import SystemSpec, WorkloadSpec
 
 __all__ = ["CaseCalibration", "Row", "Validation", "SourceSummary", "CaseResult", "validate", "case_rows",
+           "rows_mape", "rows_mean_signed",
            "case_topology", "format_validation", "COARSE"]
 
 COARSE = "chunk"
@@ -119,12 +120,14 @@ class Row:
         return Path(self.file).stem
 
 
-def _mape(rows: list[Row]) -> float | None:
+def rows_mape(rows: list[Row]) -> float | None:
+    """The mean absolute error (%) of ``rows`` that have a prediction; None for none."""
     errs = [abs(r.error_pct) for r in rows if r.error_pct is not None]
     return sum(errs) / len(errs) if errs else None
 
 
-def _mean_signed(rows: list[Row]) -> float | None:
+def rows_mean_signed(rows: list[Row]) -> float | None:
+    """The mean signed error (%, +: predicted faster) of ``rows`` that have a prediction; None for none."""
     errs = [r.signed_error_pct for r in rows if r.signed_error_pct is not None]
     return sum(errs) / len(errs) if errs else None
 
@@ -168,27 +171,27 @@ class Validation:
 
     @property
     def mape_pct(self) -> float | None:
-        return _mape(self.time_rows)
+        return rows_mape(self.time_rows)
 
     @property
     def mape_complete_pct(self) -> float | None:
-        return _mape([r for r in self.time_rows if r.config_complete])
+        return rows_mape([r for r in self.time_rows if r.config_complete])
 
     @property
     def memory_mape_pct(self) -> float | None:
-        return _mape([r for r in self.scored if r.is_memory])
+        return rows_mape([r for r in self.scored if r.is_memory])
 
     @property
     def mean_signed_error_pct(self) -> float | None:
-        return _mean_signed(self.time_rows)
+        return rows_mean_signed(self.time_rows)
 
     @property
     def mean_signed_error_complete_pct(self) -> float | None:
-        return _mean_signed([r for r in self.time_rows if r.config_complete])
+        return rows_mean_signed([r for r in self.time_rows if r.config_complete])
 
     @property
     def memory_mean_signed_error_pct(self) -> float | None:
-        return _mean_signed([r for r in self.scored if r.is_memory])
+        return rows_mean_signed([r for r in self.scored if r.is_memory])
 
     @property
     def not_fitting(self) -> list[Row]:
@@ -201,8 +204,8 @@ class Validation:
         for source in dict.fromkeys(r.source for r in self.rows):
             mine = [r for r in self.scored if r.source == source]
             t, m = [r for r in mine if not r.is_memory], [r for r in mine if r.is_memory]
-            out.append(SourceSummary(source, len(t), _mape(t), _mean_signed(t), len(m), _mape(m), _mean_signed(m),
-                                     sum(r.fits is False for r in mine)))
+            out.append(SourceSummary(source, len(t), rows_mape(t), rows_mean_signed(t), len(m), rows_mape(m),
+                                     rows_mean_signed(m), sum(r.fits is False for r in mine)))
         return out
 
     @property
