@@ -165,7 +165,8 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
 
     Korthikanti et al. 2022 (Sec. 4.1, Table 2) count, for 16-bit activations and ``t``-way
     TP: ``10 sbh`` outside the TP regions (two norm inputs and two linear inputs of ``2sbh``,
-    two dropout masks of ``sbh``), divided by ``t`` under sequence parallelism; ``8 sbh / t``
+    two dropout masks of ``sbh``; none without dropout, ``model.hidden_dropout`` 0, as
+    :class:`~sim.workload.spec.ModelSpec` says), divided by ``t`` under sequence parallelism; ``8 sbh / t``
     in attention (Q and K, V, the attention output); ``16 sbh / t`` in the MLP (the first
     projection's output and the activation's output, ``4h`` wide); and ``5 a s^2 b / t`` for
     the softmax, its dropout mask and output. Generalised here, deriving each term as the
@@ -199,10 +200,10 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
       and the activation output the linears read are kept at ``input_bytes`` and are not kept
       in 16 bits, while the attention output the output projection reads is kept in 16 bits
       by the attention for its own backward *and* quantized by the projection: ``(6 + 2 i) sbh``
-      outside (``/ t`` under sequence parallelism), ``i sbq / t`` more in attention and
-      ``(4 + i) sbf / t`` in a gated MLP (``(2 + i)`` ungated), ``i = input_bytes``; a routed
-      expert keeps its quantized input (``i h`` for each copy of a token). The layers a recipe
-      keeps in BF16 (``num_layers_at_start_in_bf16``) are counted as the others.
+      outside (``(4 + 2 i) sbh`` without dropout masks; ``/ t`` under sequence parallelism),
+      ``i sbq / t`` more in attention and ``(4 + i) sbf / t`` in a gated MLP (``(2 + i)``
+      ungated), ``i = input_bytes``; a routed expert keeps its quantized input (``i h`` for each
+      copy of a token). The layers a recipe keeps in BF16 (``num_layers_at_start_in_bf16``) are counted as the others.
     * torchtitan's op-level policy (``selective-op``) keeps the layer input, the outputs of
       every other matmul in forward order (``wq``, ``wv``, ``w1``, ``w2`` of a SwiGLU layer;
       the row-parallel ones are ``sbh`` partial sums before their reduction) and the attention
@@ -230,7 +231,8 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
         lse = 4.0 * b * model.num_attention_heads / t * s
         return 2.0 * sb * h / (t if sp else 1) + 2.0 * sb * (sum(kept) + model.q_size / t) + lse
     ib, quantized = input_bytes, input_bytes != 2.0
-    outside = (6.0 + 2.0 * ib) * sb * h / (t if sp else 1)
+    masks = 2.0 if model.dropout_masks else 0.0
+    outside = (4.0 + masks + 2.0 * ib) * sb * h / (t if sp else 1)
     attention = sb * (4.0 * model.q_size + 4.0 * model.kv_size) / t
     if quantized:  # the output projection's quantized copy beside the attention's 16-bit output
         attention += ib * sb * model.q_size / t
@@ -318,7 +320,8 @@ class ActivationModel:
     attention (:func:`sim.workload.context_parallel.cp_transient_bytes`: the full-sequence
     K/V and their gradients of ``all_gather``, the all-to-all copies of ``a2a``)."""
     embedding: float
-    """Kept by the first virtual stage: the embedding output's dropout mask."""
+    """Kept by the first virtual stage: the embedding output's dropout mask (none without
+    dropout)."""
     head: float
     """Kept by the last virtual stage: the final norm's and the output layer's inputs. Under
     PyTorch's tensor parallelism with its loss parallel (:attr:`loss_transient`), the output
@@ -427,7 +430,8 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
     loss_parallel = torch_loss and t > 1  # PyTorch's loss parallel on vocabulary-sharded logits
     head = 2.0 * sb * h / div + (2.0 * sb * h if loss_parallel else 2.0 * sb * h / div)
     loss_transient = (12.0 if loss_parallel else 8.0) * logits if torch_loss else 0.0
-    return ActivationModel(stored, transient, sb * h / div, head, 4.0 * logits,
+    embedding = sb * h / div if m.dropout_masks else 0.0  # the embedding dropout's mask
+    return ActivationModel(stored, transient, embedding, head, 4.0 * logits,
                            loss_transient, moe_stored, moe_transient,
                            2.0 * logits if torch_loss else 0.0, recompute_num_layers=n,
                            kept_layer_stored=kept[0], kept_layer_transient=kept[1],

@@ -370,6 +370,7 @@ class _Mapper:
         model.setdefault("tied_embeddings", True)
         model.setdefault("normalization", "layernorm")
         model.setdefault("position_embedding", "learned_absolute")
+        model.setdefault("hidden_dropout", 0.1)  # --hidden-dropout's default, whatever the normalization
         experts = model.get("num_experts") or 0
         if experts > 1 and "moe_top_k" not in model:
             model["moe_top_k"] = 2

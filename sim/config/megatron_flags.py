@@ -69,6 +69,18 @@ def _real(values: list[str]) -> float:
     return value
 
 
+def _probability(values: list[str]) -> float:
+    """A dropout probability, in [0, 1)."""
+    text = _one(values, "a probability in [0, 1)")
+    try:
+        value = float(text)
+    except ValueError:
+        raise BadValue("a probability in [0, 1)", text) from None
+    if not 0.0 <= value < 1.0:
+        raise BadValue("a probability in [0, 1)", text)
+    return value
+
+
 def _choice(*options: str) -> _Parser:
     def parse(values: list[str]) -> str:
         text = _one(values, f"one of {list(options)}")
@@ -295,6 +307,7 @@ MEGATRON_FLAGS: dict[str, _Flag] = {
         "learned_absolute", "rope", "mrope", "relative", "none")),
     "--use-rotary-position-embeddings": _Flag("rotary", _switch()),
     "--untie-embeddings-and-output-weights": _Flag("untie", _switch()),
+    "--hidden-dropout": _Flag("model.hidden_dropout", _probability),
     "--seq-length": _Flag("model.seq_length", _integer()),
     "--encoder-seq-length": _Flag("encoder_seq_length", _integer()),
     "--vocab-size": _Flag("vocab_size", _integer()),
@@ -423,7 +436,7 @@ NOT_MODELLED_FLAGS = frozenset({
     "--keep-fp8-transpose-cache", "--enable-full-sharding-in-hsdp", "--empty-unused-memory-level",
     "--use-legacy-models", "--manual-gc", "--manual-gc-interval",
     "--no-manual-gc-eval", "--rampup-batch-size", "--decrease-batch-size-if-needed", "--attention-dropout",
-    "--hidden-dropout", "--vocab-extra-ids", "--nccl-communicator-config-path", "--high-priority-stream-groups",
+    "--vocab-extra-ids", "--nccl-communicator-config-path", "--high-priority-stream-groups",
     "--pipeline-model-parallel-comm-backend", "--use-ring-exchange-p2p", "--no-scatter-gather-tensors-in-pipeline",
     "--train-sync-interval", "--no-clone-scatter-output-in-embedding", "--spec", "--yaml-cfg",
     "--heterogeneous-layers-config-path", "--softmax-type", "--no-rope-freq", "--rope-type",

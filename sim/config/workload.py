@@ -106,7 +106,7 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
                "head_dim", "activation", "normalization", "position_embedding", "arch_source",
                "hf_config", "num_experts", "moe_top_k", "moe_ffn_hidden_size", "num_shared_experts",
                "first_dense_layers", "moe_capacity_factor", "q_lora_rank", "kv_lora_rank",
-               "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+               "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "hidden_dropout")
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages", "schedule",
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute", "recompute_num_layers",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_p2p_comm",
@@ -607,6 +607,7 @@ def build_model(raw: object, path: str, base: Path, stack: Stack | None, notes: 
             head_dim=f.integer("head_dim", positive=True) or 0,
             norm=_norm(f),
             rotary=_rotary(f),
+            hidden_dropout=_hidden_dropout(f, notes),
             **_moe_fields(f),
             **{k: f.integer(k) or 0 for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                                                "qk_rope_head_dim", "v_head_dim")},
@@ -655,6 +656,33 @@ def _rotary(f: Fields) -> bool | None:
     """Whether the model's position embedding is rotary (None: not stated)."""
     name = _named(f, "position_embedding", _POSITIONS, _POSITION_ALIASES)
     return None if name is None else name in ("rope", "mrope")
+
+
+MEGATRON_HIDDEN_DROPOUT = 0.1
+"""Megatron-LM's ``--hidden-dropout`` default (``megatron/training/arguments.py``; Megatron-Core
+``TransformerConfig.hidden_dropout``), which GPT-style recipes keep (NeMo-Framework-Launcher
+``conf/training/gpt3/*.yaml``: ``hidden_dropout: 0.1``)."""
+
+
+def _hidden_dropout(f: Fields, notes: Notes) -> float:
+    """``model.hidden_dropout``; null: none for an RMSNorm model, else Megatron-LM's 0.1.
+
+    The RMSNorm models (Llama and the families built like it) are defined without hidden
+    dropout: Hugging Face's ``LlamaConfig`` has no such field and Meta's reference model no
+    dropout layer; Megatron-Bridge's ``LlamaBridge`` sets ``hidden_dropout = 0.0``
+    (``src/megatron/bridge/models/llama/llama_bridge.py`` @ v0.4.1), NeMo-Framework-Launcher's
+    Llama configurations ``hidden_dropout: 0.0`` (``conf/training/llama/*.yaml``), and
+    torchtitan's Llama has no dropout. GPT-style models keep Megatron-LM's default.
+    """
+    value = f.number("hidden_dropout")
+    if value is not None:
+        if not 0.0 <= value < 1.0:
+            raise f.error("hidden_dropout", "a probability in [0, 1)", value)
+        return value
+    if _norm(f) is NormKind.RMSNORM:
+        return notes.fill("model.hidden_dropout", 0.0, "an RMSNorm model, built like Llama without hidden "
+                          "dropout (Hugging Face LlamaConfig; Megatron-Bridge LlamaBridge hidden_dropout = 0.0)")
+    return MEGATRON_HIDDEN_DROPOUT
 
 
 def _moe_fields(f: Fields) -> dict:

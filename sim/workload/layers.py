@@ -209,10 +209,14 @@ class LayerBuilder:
         self.norm_op = self.mem(OpKind.NORM, (2 + self.fill) * Tn * h * e)
         self.norm_bwd_op = self.fused_norm_bwd(3 * Tn * h * e, self.fill * Tn * h * e)
         self.eager = not kernels.fused_elementwise
-        self.dropout_add = self.mem(OpKind.ELEMENTWISE, Tn * h * (3 * e + 1))
-        # its backward reads the gradient and the 1-byte mask and writes the branch's gradient; the
-        # residual's gradient is the incoming one, passed on by autograd without a copy
-        self.dropout_add_bwd = self.mem(OpKind.ELEMENTWISE, Tn * h * (2 * e + 1))
+        # the bias-dropout-add reads the branch and the residual and writes the sum and, with
+        # dropout, its 1-byte mask; its backward reads the gradient and the mask and writes the
+        # branch's gradient, the residual's gradient being the incoming one, passed on by autograd
+        # without a copy. Without dropout (ModelSpec.hidden_dropout 0) the dropout returns its
+        # input and the add's backward passes the gradient on to both: no kernel runs.
+        mask = 1 if model.dropout_masks else 0
+        self.dropout_add = self.mem(OpKind.ELEMENTWISE, Tn * h * (3 * e + mask))
+        self.dropout_add_bwd = self.mem(OpKind.ELEMENTWISE, Tn * h * (2 * e + 1)) if mask else None
         self.low = dtype in LOW_PRECISION
 
     # -- primitives -----------------------------------------------------------------------------
@@ -504,6 +508,11 @@ class LayerBuilder:
                 c("fc2", self.fwd_gemm(h, f // t)), *self.reduce("fc2-out", gemm="fc2_fprop"),
                 c("dropout-add", self.dropout_add)]
 
+    def dropout_add_backward(self) -> list[Step]:
+        """The bias-dropout-add's backward: one kernel with dropout, none without."""
+        bwd = self.dropout_add_bwd
+        return [] if bwd is None else [self.compute("dropout-add-bwd", bwd)]
+
     def residual_grad(self) -> list[Step]:
         """The residual stream's gradient sum: each layer input and each post-attention sum
         feeds a norm and the next residual add, so autograd sums its two gradients once the
@@ -520,14 +529,14 @@ class LayerBuilder:
         _, rope_b = self.rope()
         resid_b = self.residual_grad()
         o_in = self.model.attention_out_size // t
-        bwd = [c("dropout-add-bwd", self.dropout_add_bwd), *self.bias_grad("fc2", Tn, h),
+        bwd = [*self.dropout_add_backward(), *self.bias_grad("fc2", Tn, h),
                *self.gather("fc2-grad", gemm="fc2_dgrad"),
                c("fc2-dgrad", self.dgrad_gemm(f // t, h)), c("fc2-wgrad", self.wgrad_gemm(f // t, h)),
                *act_b, *self.bias_grad("fc1", T, f * br // t),
                *self.gather("fc1-in", wait=1, gemm="fc1_dgrad"),
                *self.dgrad_reduce_wgrad("fc1", self.dgrad_gemm(h, f * br // t), self.wgrad_gemm(h, f * br // t),
                                         "fc1_wgrad"),
-               *self.norm_backward("norm2-bwd"), *resid_b, c("dropout-add-bwd", self.dropout_add_bwd),
+               *self.norm_backward("norm2-bwd"), *resid_b, *self.dropout_add_backward(),
                *self.bias_grad("proj", Tn, h), *self.gather("proj-grad", gemm="proj_dgrad"),
                c("proj-dgrad", self.dgrad_gemm(o_in, h)), c("proj-wgrad", self.wgrad_gemm(o_in, h))]
         attention_bwd_index = len(bwd)
@@ -628,7 +637,8 @@ class LayerBuilder:
                     plain_mlp_fwd, mlp_bwd = self.moe_mlp()
                 at = next(i for i, st in enumerate(recompute_fwd) if st.name.startswith("norm2"))
                 moe_refwd = tuple(recompute_fwd[:at] + plain_mlp_fwd)
-            bwd_at = next(i for i, st in enumerate(bwd) if st.name == "dropout-add-bwd" and i > 0)
+            # the attention half's backward starts after the MLP half's residual gradient sum
+            bwd_at = 1 + next(i for i, st in enumerate(bwd) if st.name == "residual-grad-add")
             moe_bwd = mlp_bwd + bwd[bwd_at:]
             moe_k = len(mlp_bwd) + (attention_bwd_index - bwd_at)
             moe = LayerOps(tuple(moe_fwd), tuple(moe_bwd), moe_k, tuple(attn_fwd), embedding_fwd, embedding_bwd,
@@ -720,7 +730,8 @@ class LayerBuilder:
                c("experts-fc1", exp_fc1), c("experts-activation", exp_act), c("experts-fc2", exp_fc2),
                *tp_coll(CollectiveKind.REDUCE_SCATTER, "combine"), *ep_coll("combine"),
                c("unpermute", permute)]
-        bwd = [c("dropout-add-bwd", self.dropout_add_bwd), c("unpermute-bwd", permute), *ep_coll("combine-grad"),
+        drop_b = self.dropout_add_backward()
+        bwd = [*drop_b, c("unpermute-bwd", permute), *ep_coll("combine-grad"),
                *tp_coll(CollectiveKind.ALL_GATHER, "combine-grad"),
                c("experts-fc2-dgrad", exp_fc2_d), c("experts-fc2-wgrad", exp_fc2_w),
                c("experts-activation-bwd", exp_act_b), c("experts-fc1-dgrad", exp_fc1_d),
@@ -733,7 +744,7 @@ class LayerBuilder:
             fwd += [*self.gather("shared-in"), c("shared-fc1", fwd_g(br * fs // t, h)),
                     c("shared-activation", mem(OpKind.ELEMENTWISE, T * fs // t * e * (br + 1))),
                     c("shared-fc2", fwd_g(h, fs // t)), *self.reduce("shared-out")]
-            bwd[1:1] = [*self.gather("shared-grad"), c("shared-fc2-dgrad", dgrad_g(fs // t, h)),
+            bwd[len(drop_b):len(drop_b)] = [*self.gather("shared-grad"), c("shared-fc2-dgrad", dgrad_g(fs // t, h)),
                         c("shared-fc2-wgrad", wgrad_g(fs // t, h)),
                         c("shared-activation-bwd", mem(OpKind.ELEMENTWISE, T * fs // t * e * (2 * br + 1),
                                                       efficiency=act_bwd_eff)),

@@ -147,6 +147,14 @@ class ModelSpec:
     stated) decide the kernels of eager PyTorch (:mod:`sim.workload.eager`; fused kernels cost
     the same for every normalization) and whether a fused rotary kernel runs (``rotary``
     true; :meth:`sim.workload.layers.LayerBuilder.rope`).
+
+    ``hidden_dropout`` is the dropout probability on each sublayer's output before its residual
+    add (Megatron-LM ``--hidden-dropout``, default 0.1; Megatron-Core ``TransformerConfig.
+    hidden_dropout``). At 0 no mask is drawn or kept: PyTorch's ``dropout`` returns its input at
+    ``p = 0`` (ATen ``_dropout_impl``), and so does the decomposition ``torch.compile`` traces
+    Megatron-Core's fused bias-dropout-add through (``torch/_decomp/decompositions.py``,
+    ``dropout``: ``if train and p != 0`` ... ``else: return input.clone()``; Megatron-Core's
+    ``jit_fuser`` is ``torch.compile`` from PyTorch 2.2, ``megatron/core/jit.py``).
     """
 
     name: str
@@ -173,6 +181,7 @@ class ModelSpec:
     v_head_dim: int = 0
     norm: NormKind | None = None
     rotary: bool | None = None
+    hidden_dropout: float = 0.1
 
     def __post_init__(self) -> None:
         for f in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
@@ -202,6 +211,9 @@ class ModelSpec:
             raise ConfigError(_SPEC, "model.num_kv_heads",
                               f"a divisor of model.num_attention_heads={self.num_attention_heads}",
                               self.num_kv_heads)
+        if isinstance(self.hidden_dropout, bool) or not isinstance(self.hidden_dropout, (int, float)) \
+                or not 0.0 <= self.hidden_dropout < 1.0:
+            raise ConfigError(_SPEC, "model.hidden_dropout", "a probability in [0, 1)", self.hidden_dropout)
         if self.num_experts < 0 or isinstance(self.num_experts, bool):
             raise ConfigError(_SPEC, "model.num_experts", "0 (dense) or a positive integer", self.num_experts)
         if self.is_moe:
@@ -265,6 +277,12 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 1
+
+    @property
+    def dropout_masks(self) -> bool:
+        """Whether each residual add's dropout draws a 1-byte mask and keeps it for the
+        backward (``hidden_dropout`` above 0; the class docstring)."""
+        return self.hidden_dropout > 0.0
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether layer ``layer`` (0-based) has experts instead of a dense MLP."""

@@ -345,7 +345,7 @@ def test_an_open_layout_of_a_long_sequence_takes_context_parallelism_before_pipe
 
     case = _unpublished(num_gpus=16, cp=None)
     case["system"]["gpu"] = "H100-SXM5-80GB"
-    case["model"].update(num_layers=32, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
+    case["model"].update(num_layers=40, hidden_size=4096, num_attention_heads=32, num_kv_heads=8,
                          ffn_hidden_size=14336, seq_length=131072)
     w, notes = load_workload_with_notes(_write(tmp_path, case))
     p = w.parallel

@@ -92,7 +92,7 @@ def test_deepseek_flags_give_the_hf_model():
             "--kv-lora-rank 512 --qk-head-dim 128 --qk-pos-emb-head-dim 64 --v-head-dim 128 --num-experts 256 "
             "--moe-router-topk 8 --moe-ffn-hidden-size 2048 --moe-shared-expert-intermediate-size 2048 "
             "--moe-layer-freq ([0]*3+[1]*58) --moe-token-dispatcher-type alltoall --swiglu --normalization RMSNorm "
-            "--position-embedding-type rope "
+            "--position-embedding-type rope --attention-dropout 0.0 --hidden-dropout 0.0 "
             "--untie-embeddings-and-output-weights --vocab-size 129280 --seq-length 4096 --micro-batch-size 1 "
             "--global-batch-size 4096 --decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 2 "
             "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
