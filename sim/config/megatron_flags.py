@@ -58,27 +58,24 @@ def _integer(minimum: int = 1) -> Callable[[list[str]], int]:
     return parse
 
 
-def _real(values: list[str]) -> float:
-    text = _one(values, "a number")
-    try:
-        value = float(text)
-    except ValueError:
-        raise BadValue("a number", text) from None
-    if not value > 0:
-        raise BadValue("a positive number", text)
-    return value
+def _number(what: str, ok: Callable[[float], bool]) -> Callable[[list[str]], float]:
+    """One number for which ``ok`` holds, described as ``what`` when it does not."""
+
+    def parse(values: list[str]) -> float:
+        text = _one(values, what)
+        try:
+            value = float(text)
+        except ValueError:
+            raise BadValue(what, text) from None
+        if not ok(value):
+            raise BadValue(what, text)
+        return value
+    return parse
 
 
-def _probability(values: list[str]) -> float:
-    """A dropout probability, in [0, 1)."""
-    text = _one(values, "a probability in [0, 1)")
-    try:
-        value = float(text)
-    except ValueError:
-        raise BadValue("a probability in [0, 1)", text) from None
-    if not 0.0 <= value < 1.0:
-        raise BadValue("a probability in [0, 1)", text)
-    return value
+_real = _number("a positive number", lambda v: v > 0)
+_probability = _number("a probability in [0, 1)", lambda v: 0.0 <= v < 1.0)
+"""A dropout probability."""
 
 
 def _choice(*options: str) -> _Parser:

@@ -674,10 +674,8 @@ def _hidden_dropout(f: Fields, notes: Notes) -> float:
     Llama configurations ``hidden_dropout: 0.0`` (``conf/training/llama/*.yaml``), and
     torchtitan's Llama has no dropout. GPT-style models keep Megatron-LM's default.
     """
-    value = f.number("hidden_dropout")
+    value = f.number("hidden_dropout")  # its range is ModelSpec's to check
     if value is not None:
-        if not 0.0 <= value < 1.0:
-            raise f.error("hidden_dropout", "a probability in [0, 1)", value)
         return value
     if _norm(f) is NormKind.RMSNORM:
         return notes.fill("model.hidden_dropout", 0.0, "an RMSNorm model, built like Llama without hidden "
