@@ -16,7 +16,6 @@ The helpers read a case's ``parallel`` section, or, for the kernel switches
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sim.config.fields import Fields, Notes
@@ -29,6 +28,7 @@ from sim.config.stack import (
     TpOverlapImpl,
     read_step_passes,
 )
+from sim.config.ub_table import read_ub_table
 from sim.types import (
     AdamImpl,
     AttentionKernel,
@@ -36,13 +36,12 @@ from sim.types import (
     RecomputeKind,
     ScheduleKind,
     StepPass,
-    TpOverlapMethod,
     ZeroImpl,
     parse_enum,
 )
 from sim.workload.kernels import MEGATRON_CORE_STEP_PASSES, KernelsSpec
 from sim.workload.spec import ParallelSpec
-from sim.workload.tp_overlap import ASYNC_TP, TE_DEFAULTS, UB_GEMMS, TpOverlapConfig, userbuffers
+from sim.workload.tp_overlap import ASYNC_TP, TE_DEFAULTS, TpOverlapConfig
 
 
 def _from_stack(f: Fields, key: FlagSetting, stack: Stack, notes: Notes, quiet: bool | None = None) -> bool:
@@ -286,14 +285,6 @@ def tp_overlap_default(f: Fields, tp: int, stack: Stack, notes: Notes) -> bool:
     return False
 
 
-_UB_KEYS = ("method", "num_sm", "use_ce", "cga_size", "set_sm_margin", "num_splits", "aggregate",
-            "atomic_gemm", "fp8_buf", "is_reduce_scatter", "comm_priority", "gemm_priority",
-            "pipeline_rs_overlap_first_gemm")
-"""The keys of one GEMM's entry in Megatron-LM's ``--tp-comm-overlap-cfg`` YAML (Transformer
-Engine's ``ub_cfgs``); ``method``, ``num_sm`` and ``use_ce`` decide the SMs held, the others
-are accepted and not modelled."""
-
-
 def tp_overlap_cfg_default(f: Fields, stack: Stack, tp_overlap: bool, notes: Notes) -> TpOverlapConfig:
     """What runs the overlapped TP collectives, as the stack's ``tp_comm_overlap_impl`` says:
     torchtitan's async TP on PyTorch's symmetric memory (copy engines); else Transformer
@@ -310,24 +301,16 @@ def tp_overlap_cfg_default(f: Fields, stack: Stack, tp_overlap: bool, notes: Not
             notes.fill("parallel.tp_comm_overlap_cfg", ASYNC_TP, stack.why("tp_comm_overlap_impl"))
         return ASYNC_TP
     if raw is None:
+        table = stack.value("tp_comm_overlap_cfg")
+        if table is not None:
+            if tp_overlap:
+                notes.fill("parallel.tp_comm_overlap_cfg", table, stack.why("tp_comm_overlap_cfg"))
+            return table
         if tp_overlap:
             notes.fill("parallel.tp_comm_overlap_cfg", TE_DEFAULTS, stack.why("tp_comm_overlap_impl"))
         return TE_DEFAULTS
-    if not isinstance(raw, Mapping):
-        raise f.error("tp_comm_overlap_cfg", f"a mapping from GEMM names {list(UB_GEMMS)} to "
-                      "{method, num_sm, use_ce}", raw)
-    overrides = {}
-    for gemm, entry in raw.items():
-        if gemm not in UB_GEMMS:
-            raise f.error(f"tp_comm_overlap_cfg.{gemm}", f"a GEMM name among {list(UB_GEMMS)}", gemm)
-        g = Fields(entry, f.path, f.field(f"tp_comm_overlap_cfg.{gemm}"), _UB_KEYS)
-        method = g.raw.get("method")
-        method = None if method is None else parse_enum(TpOverlapMethod, method, f.path, g.field("method"))
-        num_sm = g.integer("num_sm")
-        if num_sm is not None and num_sm < 0:
-            raise g.error("num_sm", "a non-negative integer", num_sm)
-        overrides[gemm] = (method, num_sm, g.flag("use_ce"))
-    return userbuffers(overrides, "the case's tp_comm_overlap_cfg over Transformer Engine's defaults")
+    return read_ub_table(raw, f.path, f.field("tp_comm_overlap_cfg"),
+                         "the case's tp_comm_overlap_cfg over Transformer Engine's defaults")
 
 
 def _details_has(f: Fields, flag: str) -> bool:

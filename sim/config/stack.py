@@ -24,6 +24,7 @@ from typing import Generic, Literal, TypeVar, overload
 
 from sim.attention_releases import parse_release
 from sim.config.fields import Fields, is_int, read_yaml
+from sim.config.ub_table import read_ub_table
 from sim.errors import ConfigError
 from sim.types import (
     SIMULATED_DTYPES,
@@ -38,6 +39,7 @@ from sim.types import (
     ZeroImpl,
     parse_enum,
 )
+from sim.workload.tp_overlap import TpOverlapConfig
 
 __all__ = ["CountSetting", "DpShard", "FlagSetting", "MatchRule", "MemorySaverKind", "MicroBatchRule",
            "RecomputeSetting", "SETTINGS", "Setting", "SettingKind", "Stack", "TpOverlapImpl", "YearRange",
@@ -150,6 +152,10 @@ def _release_or_null(value: object, path: str, field: str) -> tuple[int, int] | 
     return release
 
 
+def _ub_table_or_null(value: object, path: str, field: str) -> TpOverlapConfig | None:
+    return None if value is None else read_ub_table(value, path, field, f"the userbuffers table of {path}")
+
+
 def _enum(kind: type[E], allowed: tuple[E, ...] | None = None) -> Callable[[object, str, str], E]:
     def read(value: object, path: str, field: str) -> E:
         return parse_enum(kind, value, path, field, allowed)
@@ -184,6 +190,8 @@ SETTINGS: tuple[SettingKind, ...] = (
     SettingKind("overlap_p2p_comm", _boolean, "the interleaved schedule posts pipeline receives a pass ahead"),
     SettingKind("tp_comm_overlap", _boolean, "TP communication overlapped with the GEMMs (under TP > 1)"),
     SettingKind("tp_comm_overlap_impl", _enum(TpOverlapImpl), "what runs the overlapped TP collectives"),
+    SettingKind("tp_comm_overlap_cfg", _ub_table_or_null, "the userbuffers table the release's recipes pass "
+                "(GEMM name -> method, num_sm, set_sm_margin, ...; null: Transformer Engine's defaults)"),
     SettingKind("flash_attention", _boolean, "fused (flash) attention"),
     SettingKind("attention_kernel", _enum(AttentionKernel), "which fused attention kernel"),
     SettingKind("cross_entropy", _enum(LossKind), "how the loss is computed"),
@@ -338,6 +346,8 @@ class Stack:
     def value(self, key: Literal["step_passes"]) -> frozenset[StepPass]: ...
     @overload
     def value(self, key: Literal["cudnn_release"]) -> tuple[int, int] | None: ...
+    @overload
+    def value(self, key: Literal["tp_comm_overlap_cfg"]) -> TpOverlapConfig | None: ...
     def value(self, key: str) -> object:
         """The value of setting ``key``, of the type its :data:`SETTINGS` reader returns
         (the overloads; tests/unit/test_stacks.py holds the two to each other)."""

@@ -33,12 +33,16 @@ def _gemm_parts(gpu: GPUSpec, op: GemmOp) -> tuple[float, float, float]:
     GPU runs a GEMM's epilogue after its main loop, the epilogue's own extra traffic
     (``op.epilogue_bytes``, :attr:`~sim.hardware.GPUSpec.gemm_epilogue_overlapped`)."""
     f = op.flops
-    compute = f / (gpu.peak(op.dtype) * gpu.gemm_curve(op.dtype)(f))
+    # a chunked GEMM runs each chunk at the efficiency of its own size; one launched on fewer
+    # SMs computes at their share of the GPU's rate
+    compute = f / (gpu.peak(op.dtype) * gpu.gemm_curve(op.dtype)(f / op.chunks))
+    if op.sm_margin and gpu.sm_count:
+        compute *= gpu.sm_count / (gpu.sm_count - min(op.sm_margin, gpu.sm_count - 1))
     cast = _memory_s(gpu, op.extra_bytes) + op.extra_kernels * gpu.kernel_launch_s if op.extra_bytes else 0.0
     if op.epilogue_bytes and not gpu.gemm_epilogue_overlapped:
         cast += _memory_s(gpu, op.epilogue_bytes)
     memory = op.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.gemm_streaming_efficiency)
-    return compute, memory, gpu.kernel_launch_s + cast
+    return compute, memory, op.chunks * gpu.kernel_launch_s + cast
 
 
 def _attention_parts(gpu: GPUSpec, op: AttentionOp) -> tuple[float, float, float]:
@@ -74,7 +78,11 @@ def kernel_load(gpu: GPUSpec, op: Op) -> KernelLoad:
         compute, memory, added = (_gemm_parts if isinstance(op, GemmOp) else _attention_parts)(gpu, op)
         if compute > memory:
             clock = _clock_hz(gpu, op)
-            return KernelLoad(compute, clock, memory, added, p.activity_w(clock))
+            activity = p.activity_w(clock)
+            if isinstance(op, GemmOp) and op.sm_margin and gpu.sm_count:
+                # a GEMM launched on fewer SMs draws their share of the dynamic power
+                activity *= 1.0 - min(op.sm_margin, gpu.sm_count - 1) / gpu.sm_count
+            return KernelLoad(compute, clock, memory, added, activity)
         return KernelLoad(0.0, 0.0, memory, added, p.memory_activity_w)
     return KernelLoad(0.0, 0.0, memory_time_s(gpu, op), 0.0, p.memory_activity_w)
 

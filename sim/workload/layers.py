@@ -48,6 +48,7 @@ from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp, Op, Routing,
 from sim.workload.quantization import LOW_PRECISION, Cast, gemm_casts
 from sim.workload.spec import ModelSpec, ParallelSpec
 from sim.workload.steps import Step
+from sim.workload.tp_overlap import TpOverlapConfig
 
 __all__ = ["LayerOps", "LayerBuilder", "layer_ops"]
 
@@ -624,7 +625,8 @@ class LayerBuilder:
         elif self.overlap:
             # (swaps happen only between a reduce-scatter and the GEMM before it, none of them
             # across the attention backward, so attention_bwd_index stands)
-            fwd, bwd = _overlap_tp(fwd), _overlap_tp(bwd)
+            cfg = parallel.tp_comm_overlap_cfg
+            fwd, bwd = _overlap_tp(_split_gemms(fwd, cfg, t)), _overlap_tp(_split_gemms(bwd, cfg, t))
         moe = None
         if self.model.is_moe:
             # the attention half is the dense layer's; the MLP half (from norm2 on) is replaced
@@ -806,6 +808,28 @@ def _async_tp_reductions(steps: list[Step], t: int, e: float) -> list[Step]:
             nbytes = op.m * op.n * (1 + 1 / t) * e
             op = replace(op, extra_bytes=op.extra_bytes + nbytes, extra_kernels=op.extra_kernels + 1)
             st = Step(st.stream, st.name, op, st.wait)
+        out.append(st)
+    return out
+
+
+_UB_GEMM_STEPS = {"qkv": "qkv_fprop", "fc1": "fc1_fprop", "proj": "proj_fprop", "fc2": "fc2_fprop",
+                  "proj-dgrad": "proj_dgrad", "fc2-dgrad": "fc2_dgrad", "qkv-dgrad": "qkv_dgrad",
+                  "qkv-wgrad": "qkv_wgrad", "fc1-dgrad": "fc1_dgrad", "fc1-wgrad": "fc1_wgrad"}
+"""The layer's GEMM steps by the name Transformer Engine gives the userbuffers communicator
+beside them (:data:`sim.workload.tp_overlap.UB_GEMMS`)."""
+
+
+def _split_gemms(steps: list[Step], cfg: TpOverlapConfig, tp: int) -> list[Step]:
+    """The GEMMs beside userbuffers communicators as Transformer Engine runs them: in chunks of
+    their rows, on the SMs the communicator leaves (:class:`~sim.workload.tp_overlap.UbSplit`)."""
+    out = []
+    for st in steps:
+        gemm = _UB_GEMM_STEPS.get(st.name)
+        if gemm is not None and isinstance(st.op, GemmOp) and cfg.kernel is CommKernel.USERBUFFERS:
+            split = cfg.split_of(gemm)
+            chunks = max(1, min(split.chunks_at(tp), st.op.m))
+            if chunks > 1 or split.sm_margin:
+                st = Step(st.stream, st.name, replace(st.op, chunks=chunks, sm_margin=split.sm_margin), st.wait)
         out.append(st)
     return out
 

@@ -72,6 +72,15 @@ class GemmOp:
     ``beta = 1`` and an fp32 ``C``, Apex's ``wgrad_gemm_accum_fp32`` or Transformer Engine's
     ``accumulate=True``) it reads 4 bytes and writes 4 per element of ``C`` instead of writing 2.
     Whether that adds time is the GPU's (:attr:`sim.hardware.GPUSpec.gemm_epilogue_overlapped`)."""
+    chunks: int = 1
+    """Kernels the GEMM runs as, one after another, each on ``m / chunks`` rows and all of ``B``:
+    Transformer Engine's userbuffers split a GEMM overlapped with a ring exchange into ``tp``
+    chunks (``tp / 2`` aggregated) and a pipelined one into ``num_splits``
+    (:mod:`sim.workload.tp_overlap`)."""
+    sm_margin: int = 0
+    """SMs the GEMM is launched without, for its whole length: a userbuffers overlap with
+    ``set_sm_margin`` leaves its communicator's ``num_sm`` to it
+    (``_math_sms = sm_count - num_comm_sm``, TE ``comm_gemm_overlap.cpp``)."""
 
     @property
     def flops(self) -> float:
@@ -79,7 +88,9 @@ class GemmOp:
 
     @property
     def bytes(self) -> float:
-        return self.batch * (self.m * self.k + self.k * self.n + self.m * self.n) * dtype_bytes(self.dtype)
+        """HBM traffic: ``A`` and ``C`` once, ``B`` once per chunk."""
+        elements = self.m * self.k + self.chunks * self.k * self.n + self.m * self.n
+        return self.batch * elements * dtype_bytes(self.dtype)
 
 
 @dataclass(frozen=True, slots=True)

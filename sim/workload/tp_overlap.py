@@ -38,9 +38,12 @@ is fetched with ``Tensor.copy_`` from the peer's mapped buffer, a ``cudaMemcpyAs
 contiguous tensors of one dtype (ATen ``copy_device_to_device``), i.e. copy engines
 (:data:`ASYNC_TP`), in the forward pass only (its docstring says why).
 
-Not modelled: a kernel's SMs are held while its collective runs (TE 2.x also launches a
-pipelined or bulk GEMM on ``sm_count - num_sm`` SMs for its whole length, ``set_sm_margin``,
-and the pipeline's last chunk on 32); the GEMM's split into chunks.
+The GEMM beside a communicator runs as TE runs it (:class:`UbSplit`): beside a ring exchange
+one chunk of its rows per TP rank (two with ``aggregate``), beside a pipeline ``num_splits``
+chunks, beside a bulk overlap whole; with ``set_sm_margin`` (TE's default for bulk and
+pipelined overlaps) on ``sm_count - num_sm`` SMs for its whole length, the communicator on the
+rest, so nothing is taken beside it; without, on every SM, the communicator's ``num_sm`` taken
+while it runs (:mod:`sim.engine.contention`). Not modelled: the pipeline's last chunk on 32 SMs.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from dataclasses import dataclass
 
 from sim.types import CommKernel, TpOverlapMethod
 
-__all__ = ["UB_GEMMS", "TE_METHODS", "TE_NUM_SM", "held_sms", "TpOverlapConfig", "userbuffers",
+__all__ = ["UB_GEMMS", "TE_METHODS", "TE_NUM_SM", "held_sms", "TpOverlapConfig", "UbGemm", "UbSplit", "userbuffers",
            "TE_DEFAULTS", "ASYNC_TP"]
 
 _R, _P, _B = TpOverlapMethod.RING_EXCHANGE, TpOverlapMethod.PIPELINE, TpOverlapMethod.BULK
@@ -82,14 +85,47 @@ def held_sms(method: TpOverlapMethod, num_sm: int, use_ce: bool = True) -> int:
 
 
 @dataclass(frozen=True)
+class UbSplit:
+    """How Transformer Engine runs the GEMM a userbuffers communicator overlaps: in ``chunks``
+    kernels (0: one per TP rank, a ring exchange's ``num_splits = tp_size``; -1: one per two,
+    ``aggregate``), each on its share of the rows, launched without ``sm_margin`` SMs.
+
+    TE's ``CommOverlapP2PBase::split_overlap_ag`` / ``split_overlap_rs`` run one GEMM per ring
+    step (two steps' shards at once with ``aggregate``), ``CommOverlapBase::split_overlap_rs``
+    (pipeline) ``num_splits`` of them, ``bulk_overlap`` one; each on ``_math_sms = sm_count -
+    num_comm_sm`` SMs when ``set_sm_margin`` (NVIDIA/TransformerEngine
+    ``transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp`` @ v2.8)."""
+
+    chunks: int = 1
+    sm_margin: int = 0
+
+    def chunks_at(self, tp: int) -> int:
+        """Kernels the GEMM runs as under TP ``tp``.
+
+        >>> UbSplit(0).chunks_at(8), UbSplit(-1).chunks_at(8), UbSplit(4).chunks_at(8), UbSplit(-1).chunks_at(2)
+        (8, 4, 4, 1)
+        """
+        if self.chunks == 0:
+            return tp
+        if self.chunks == -1:
+            return max(1, tp // 2)
+        return self.chunks
+
+
+@dataclass(frozen=True)
 class TpOverlapConfig:
-    """What runs the overlapped TP collectives of a layer, and the SMs each holds, per GEMM."""
+    """What runs the overlapped TP collectives of a layer, the SMs each holds beside its GEMM,
+    and how that GEMM is split, per GEMM."""
 
     kernel: CommKernel
     sms: tuple[tuple[str, int], ...]
-    """``(GEMM name, SMs)`` for every name of :data:`UB_GEMMS`."""
+    """``(GEMM name, SMs)`` for every name of :data:`UB_GEMMS`: what the collective takes from
+    compute running beside it (none where the GEMM was launched leaving them free)."""
     source: str = ""
     """Where the numbers come from (for notes and reports)."""
+    splits: tuple[tuple[str, UbSplit], ...] = ()
+    """``(GEMM name, split)`` for the GEMMs run in chunks or on fewer SMs (others: one kernel on
+    every SM)."""
 
     def sms_of(self, gemm: str) -> int:
         """SMs the collective overlapped with ``gemm`` holds on each member GPU."""
@@ -98,34 +134,80 @@ class TpOverlapConfig:
                 return n
         raise KeyError(gemm)
 
+    def split_of(self, gemm: str) -> UbSplit:
+        """How ``gemm`` runs beside its collective."""
+        for name, split in self.splits:
+            if name == gemm:
+                return split
+        return UbSplit()
+
     def __str__(self) -> str:
         return self.source or self.kernel.value
 
 
-def userbuffers(overrides: Mapping[str, tuple[TpOverlapMethod | None, int | None, bool | None]] | None = None,
-                source: str = "") -> TpOverlapConfig:
-    """TE's defaults with some GEMMs' ``(method, num_sm, use_ce)`` overridden (None: TE's
-    default; a method's default ``num_sm`` follows the method, as in ``get_default_config``).
+UbEntry = tuple[TpOverlapMethod | None, int | None, bool | None]
+"""A GEMM's ``(method, num_sm, use_ce)`` as a table gives them (None: TE's default)."""
+
+
+@dataclass(frozen=True)
+class UbGemm:
+    """One GEMM's entry of a userbuffers table (Megatron-LM's ``--tp-comm-overlap-cfg``, NeMo's
+    and Megatron-Bridge's ``TransformerLayerTPOverlapCfg``); None: TE's default for the method
+    (``get_default_config``: ``num_sm`` 1 for a ring exchange, else 16; ``set_sm_margin`` off
+    for a ring exchange, else on; ``num_splits`` 4 for a pipeline; ``aggregate`` off;
+    ``use_ce`` on)."""
+
+    method: TpOverlapMethod | None = None
+    num_sm: int | None = None
+    use_ce: bool | None = None
+    set_sm_margin: bool | None = None
+    num_splits: int | None = None
+    aggregate: bool | None = None
+
+
+def userbuffers(overrides: Mapping[str, UbEntry | UbGemm] | None = None, source: str = "") -> TpOverlapConfig:
+    """TE's defaults with some GEMMs' entries overridden (a :class:`UbGemm`, or ``(method,
+    num_sm, use_ce)``; None: TE's default; a method's defaults follow the method, as in
+    ``get_default_config``).
 
     >>> cfg = userbuffers({"qkv_wgrad": (None, 24, None), "fc2_fprop": (TpOverlapMethod.RING_EXCHANGE, None, None)})
     >>> cfg.sms_of("qkv_wgrad"), cfg.sms_of("fc2_fprop"), cfg.sms_of("fc1_wgrad"), cfg.sms_of("qkv_fprop")
-    (24, 0, 16, 0)
+    (0, 0, 0, 0)
+    >>> cfg.split_of("qkv_wgrad"), cfg.split_of("fc2_fprop"), cfg.split_of("proj_fprop")
+    (UbSplit(chunks=1, sm_margin=24), UbSplit(chunks=0, sm_margin=0), UbSplit(chunks=4, sm_margin=16))
+    >>> userbuffers({"qkv_wgrad": UbGemm(num_sm=24, set_sm_margin=False)}).sms_of("qkv_wgrad")
+    24
     """
     overrides = overrides or {}
     unknown = sorted(set(overrides) - set(UB_GEMMS))
     if unknown:
         raise KeyError(unknown[0])
-    sms = []
+    sms, splits = [], []
     for gemm in UB_GEMMS:
-        method, num_sm, use_ce = overrides.get(gemm, (None, None, None))
-        method = TE_METHODS[gemm] if method is None else method
-        sms.append((gemm, held_sms(method, TE_NUM_SM[method] if num_sm is None else num_sm,
-                                   True if use_ce is None else use_ce)))
-    return TpOverlapConfig(CommKernel.USERBUFFERS, tuple(sms), source or "Transformer Engine userbuffers")
+        entry = overrides.get(gemm, UbGemm())
+        if not isinstance(entry, UbGemm):
+            entry = UbGemm(*entry)
+        method = TE_METHODS[gemm] if entry.method is None else entry.method
+        ring = method is TpOverlapMethod.RING_EXCHANGE
+        num_sm = TE_NUM_SM[method] if entry.num_sm is None else entry.num_sm
+        margin = (not ring) if entry.set_sm_margin is None else entry.set_sm_margin
+        held = held_sms(method, num_sm, True if entry.use_ce is None else entry.use_ce)
+        if ring:
+            chunks = -1 if entry.aggregate else 0
+        elif method is TpOverlapMethod.PIPELINE:
+            chunks = 4 if entry.num_splits is None else entry.num_splits
+        else:
+            chunks = 1
+        # with the margin the GEMM leaves the communicator its SMs: nothing is taken beside it
+        sms.append((gemm, 0 if margin else held))
+        splits.append((gemm, UbSplit(chunks, num_sm if margin else 0)))
+    return TpOverlapConfig(CommKernel.USERBUFFERS, tuple(sms), source or "Transformer Engine userbuffers",
+                           tuple(splits))
 
 
 TE_DEFAULTS = userbuffers(source="Transformer Engine's userbuffers defaults")
-"""Ring exchanges on the copy engines (0 SMs), bulk and pipelined kernels on 16 SMs."""
+"""Ring exchanges on the copy engines (0 SMs), their GEMMs one per TP rank; bulk and pipelined
+communicators on 16 SMs their GEMMs leave free, the pipelined GEMMs in 4 chunks."""
 ASYNC_TP = TpOverlapConfig(CommKernel.SYMMETRIC_MEMORY, tuple((g, 0) for g in UB_GEMMS),
                            "PyTorch symmetric-memory async TP (copy engines)")
 """torchtitan's async TP: every overlapped collective a copy-engine p2p copy, in the forward

@@ -19,7 +19,7 @@ from sim.costs.comm import CTAS_IN_DOMAIN
 from sim.errors import ConfigError
 from sim.runner import simulate
 from sim.types import CommClass, CommKernel, Stream, TpOverlapMethod
-from sim.workload.tp_overlap import ASYNC_TP, TE_DEFAULTS, TE_METHODS, UB_GEMMS, userbuffers
+from sim.workload.tp_overlap import ASYNC_TP, TE_DEFAULTS, TE_METHODS, UB_GEMMS, UbGemm, UbSplit, userbuffers
 from tests.conftest import make_workload
 
 H100_SMS = 132
@@ -59,8 +59,12 @@ def _layer(run, layer: int = 1) -> dict[tuple[str, str], tuple]:
 def test_te_defaults_follow_initialize_ub():
     assert set(UB_GEMMS) == set(TE_METHODS) and len(UB_GEMMS) == 10
     for gemm in UB_GEMMS:
-        expected = 0 if TE_METHODS[gemm] is TpOverlapMethod.RING_EXCHANGE else 16
-        assert TE_DEFAULTS.sms_of(gemm) == expected
+        method = TE_METHODS[gemm]
+        # every communicator's SMs are either the copy engines' (ring) or left to it by its GEMM
+        assert TE_DEFAULTS.sms_of(gemm) == 0
+        expected = {TpOverlapMethod.RING_EXCHANGE: UbSplit(0, 0), TpOverlapMethod.PIPELINE: UbSplit(4, 16),
+                    TpOverlapMethod.BULK: UbSplit(1, 16)}[method]
+        assert TE_DEFAULTS.split_of(gemm) == expected
     assert TE_DEFAULTS.kernel is CommKernel.USERBUFFERS
     assert ASYNC_TP.kernel is CommKernel.SYMMETRIC_MEMORY and all(n == 0 for _, n in ASYNC_TP.sms)
     with pytest.raises(KeyError):
@@ -105,10 +109,16 @@ def _slowed_end_s(start_s: float, comm_end_s: float, solo_s: float, held: float)
     return start_s + solo_s / (1.0 - held) if solo_s <= beside else comm_end_s + solo_s - beside
 
 
-@pytest.mark.parametrize("cfg, sms", [(TE_DEFAULTS, 16), (userbuffers({
-    "qkv_dgrad": (None, 4, None), "fc1_dgrad": (None, 4, None), "qkv_wgrad": (None, 24, None),
-    "fc1_wgrad": (None, 24, None)}), None)], ids=["te-defaults", "nemo-style"])
+_NEMO_BULK = userbuffers({g: UbGemm(num_sm=n, set_sm_margin=False) for g, n in (
+    ("qkv_dgrad", 4), ("fc1_dgrad", 4), ("qkv_wgrad", 24), ("fc1_wgrad", 24))})
+
+
+@pytest.mark.parametrize("cfg, sms", [(userbuffers({g: UbGemm(set_sm_margin=False) for g in (
+    "qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad")}), 16), (_NEMO_BULK, None)],
+    ids=["te-num-sm", "nemo-style"])
 def test_a_gemm_beside_a_bulk_overlap_runs_at_one_minus_num_sm_over_sm_count(cfg, sms):
+    """Without ``set_sm_margin`` (NeMo's and Megatron-Bridge's tables) the GEMM is launched on
+    every SM and the bulk communicator takes its ``num_sm`` while it runs."""
     run, costs = _run(cfg=cfg)
     layer = _layer(run)
     for comm, gemm, name in ((("bwd", "ncclAllGather qkv-in"), ("bwd", "qkv-dgrad"), "qkv_dgrad"),
@@ -179,7 +189,8 @@ def test_a_case_states_its_userbuffers_table_as_megatron_reads_it():
                                  "parallel.tp_comm_overlap_cfg={qkv_wgrad: {method: bulk, num_sm: 24, cga_size: 2},"
                                  " fc2_fprop: {method: ring_exchange, num_sm: 1, set_sm_margin: true}}"]
                         ).parallel.tp_comm_overlap_cfg
-    assert cfg.sms_of("qkv_wgrad") == 24 and cfg.sms_of("fc2_fprop") == 0 and cfg.sms_of("proj_fprop") == 16
+    assert cfg.sms_of("qkv_wgrad") == 0 and cfg.split_of("qkv_wgrad") == UbSplit(1, 24)  # TE's default margin
+    assert cfg.split_of("fc2_fprop") == UbSplit(0, 1) and cfg.split_of("proj_fprop") == UbSplit(4, 16)
     assert load_workload("tiny").parallel.tp_comm_overlap_cfg == TE_DEFAULTS
 
 
@@ -265,5 +276,101 @@ def test_async_tp_sums_the_received_chunks_after_each_reduce_scattered_gemm():
     for name, op in sym.items():
         if name in reduced:
             assert op.extra_bytes == pytest.approx(op.m * op.n * (1 + 1 / t) * 2) and op.extra_kernels == 1
-        else:
-            assert op == te[name]
+        else:   # async TP does not split the GEMMs Transformer Engine splits
+            assert op == dataclasses.replace(te[name], chunks=1, sm_margin=0)
+
+
+# -- the GEMMs beside userbuffers: chunks and SM margins ------------------------------------------
+def test_a_chunked_gemm_runs_each_chunk_at_its_own_size_and_rereads_its_weights():
+    """Transformer Engine runs a GEMM beside a ring exchange one chunk per TP rank and a
+    pipelined one in ``num_splits``: each chunk at the efficiency measured for its own FLOPs,
+    one launch each, the weight operand read once per chunk."""
+    from sim.costs.compute import gemm_time_s
+    from sim.hardware import get_gpu
+    from sim.types import Dtype
+    from sim.workload.ops import GemmOp
+
+    gpu = get_gpu("H100-SXM5-80GB")
+    whole = GemmOp(4096, 2304, 16384, Dtype.FP8)
+    for chunks in (2, 4, 8):
+        op = dataclasses.replace(whole, chunks=chunks)
+        curve = gpu.gemm_curve(Dtype.FP8)
+        compute = op.flops / (gpu.peak(Dtype.FP8) * curve(op.flops / chunks))
+        assert gemm_time_s(gpu, op) == pytest.approx(compute + chunks * gpu.kernel_launch_s, rel=1e-12)
+        assert op.bytes - whole.bytes == (chunks - 1) * 2304 * 16384   # B once more per chunk
+    assert gemm_time_s(gpu, dataclasses.replace(whole, chunks=8)) > gemm_time_s(gpu, whole)
+
+
+def test_a_gemm_launched_with_an_sm_margin_computes_on_the_rest_and_draws_their_power():
+    from sim.costs.compute import gemm_time_s, kernel_load
+    from sim.hardware import get_gpu
+    from sim.types import Dtype
+    from sim.workload.ops import GemmOp
+
+    gpu = get_gpu("H100-SXM5-80GB")
+    op = GemmOp(8192, 8192, 8192, Dtype.BF16)
+    slim = dataclasses.replace(op, sm_margin=24)
+    launch = gpu.kernel_launch_s
+    assert gemm_time_s(gpu, slim) - launch == pytest.approx((gemm_time_s(gpu, op) - launch) * 132 / 108, rel=1e-12)
+    assert kernel_load(gpu, slim).activity_w == pytest.approx(kernel_load(gpu, op).activity_w * 108 / 132)
+
+
+def test_the_layer_gemms_beside_userbuffers_run_as_their_table_says():
+    from sim.workload.layers import layer_ops
+    from sim.workload.ops import GemmOp
+
+    t = 4
+    w = make_workload(tp=t, sp=True, seq=512, hidden=1024, heads=16)
+
+    def gemms(overlap, cfg=TE_DEFAULTS):
+        par = dataclasses.replace(w.parallel, tp_comm_overlap=overlap, tp_comm_overlap_cfg=cfg)
+        ops = layer_ops(w.model, par, w.dtype, tuple(range(t)), kernels=w.kernels)
+        return {st.name: st.op for st in ops.layer_fwd + ops.layer_bwd if isinstance(st.op, GemmOp)}
+
+    plain, te = gemms(False), gemms(True)
+    assert all(op.chunks == 1 and op.sm_margin == 0 for op in plain.values())
+    expected = {"qkv": (t, 0), "fc1": (t, 0), "proj-dgrad": (t, 0), "fc2-dgrad": (t, 0),
+                "proj": (4, 16), "fc2": (4, 16),
+                "qkv-dgrad": (1, 16), "qkv-wgrad": (1, 16), "fc1-dgrad": (1, 16), "fc1-wgrad": (1, 16),
+                "proj-wgrad": (1, 0), "fc2-wgrad": (1, 0)}
+    assert {name: (op.chunks, op.sm_margin) for name, op in te.items()} == expected
+    assert all(dataclasses.replace(te[n], chunks=1, sm_margin=0) == plain[n] for n in te)
+    aggregated = gemms(True, userbuffers({"qkv_fprop": UbGemm(aggregate=True)}))
+    assert aggregated["qkv"].chunks == t // 2 and aggregated["fc1"].chunks == t
+
+
+@pytest.mark.parametrize("framework, dtype, proj", [
+    ("Megatron-Bridge", "bf16", UbSplit(4, 24)), ("Megatron-Bridge", "fp8", UbSplit(0, 1)),
+    ("Megatron-Bridge", "mxfp8", UbSplit(0, 1)), ("NeMo 24.09", "fp8", UbSplit(4, 24)),
+    ("Megatron-LM core_r0.8.0", "fp8", UbSplit(4, 16))])
+def test_a_stack_fills_the_userbuffers_table_its_recipes_pass(tmp_path, framework, dtype, proj):
+    """NeMo's and Megatron-Bridge's recipes pass per-model tables (bulk communicators beside
+    GEMMs on every SM; Megatron-Bridge's FP8 tables ring-exchange the row-parallel forward
+    GEMMs too); Megatron-LM without --tp-comm-overlap-cfg keeps Transformer Engine's defaults."""
+    path = tmp_path / "w.yaml"
+    path.write_text(f"""
+name: w
+framework: {framework}
+dtype: {dtype}
+model: {{num_layers: 2, hidden_size: 1024, num_attention_heads: 8, num_kv_heads: 8, ffn_hidden_size: 4096,
+        vocab_size: 32000, seq_length: 1024}}
+system: {{gpu: B200, num_gpus: 4, gpus_per_node: 8}}
+parallel: {{tp: 4, pp: 1, dp: 1, micro_batch_size: 1, global_batch_size: 1, sequence_parallel: true,
+           tp_comm_overlap: true}}
+""")
+    cfg = load_workload(str(path)).parallel.tp_comm_overlap_cfg
+    assert cfg.split_of("proj_fprop") == proj
+    bulk = UbSplit(1, 16) if proj == UbSplit(4, 16) else UbSplit(1, 0)
+    assert cfg.split_of("qkv_wgrad") == bulk
+    assert cfg.sms_of("qkv_wgrad") == (0 if bulk.sm_margin else 24)
+
+
+def test_a_table_takes_nemo_launchers_ones_and_zeros():
+    cfg = load_workload("tiny", ["parallel.tp_comm_overlap_cfg={proj_fprop: {method: pipeline, num_sm: 24, "
+                                 "num_splits: 2, set_sm_margin: 0}, qkv_fprop: {aggregate: 1}}"]
+                        ).parallel.tp_comm_overlap_cfg
+    assert cfg.split_of("proj_fprop") == UbSplit(2, 0) and cfg.sms_of("proj_fprop") == 24
+    assert cfg.split_of("qkv_fprop") == UbSplit(-1, 0)
+    with pytest.raises(ConfigError) as err:
+        load_workload("tiny", ["parallel.tp_comm_overlap_cfg={proj_fprop: {num_splits: 0}}"])
+    assert err.value.field == "parallel.tp_comm_overlap_cfg.proj_fprop.num_splits"
