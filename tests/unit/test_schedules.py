@@ -45,10 +45,12 @@ def test_interleaved_matches_megatron_chunk_order():
 
 def test_tp_comm_overlap_hides_tensor_parallel_communication():
     """Megatron-LM --tp-comm-overlap: the GEMMs no longer wait for whole all-gathers and
-    reduce-scatters, so exposed TP time and the iteration shrink, the work stays the same. Its
-    time beside the collectives changes with the kernels' SMs: userbuffers' ring exchanges hold
-    none and its bulk overlaps 16, where the backward's NCCL collectives that Megatron overlaps
-    anyway hold 24, so the GEMMs take less time; with no SM held, as long."""
+    reduce-scatters, so exposed TP time and the iteration shrink. The GEMMs themselves take
+    longer, as Transformer Engine's defaults run them: beside a ring exchange one chunk per TP
+    rank, the pipelined ones in 4 chunks, the bulk and pipelined ones on the 116 SMs their
+    communicators leave (where the NCCL collectives beside the backward's GEMMs took 24 SMs
+    while they ran); on a GPU of unknown SM count only the chunks remain, and the bandwidth-bound
+    kernels take as long."""
     import dataclasses
 
     from sim.config import load_topology
@@ -62,11 +64,14 @@ def test_tp_comm_overlap_hides_tensor_parallel_communication():
     a, b = (make_report(simulate(x, load_topology("dgx-h100"))) for x in (w, on))
     assert b.exposed_comm_s["tp"] < 0.8 * a.exposed_comm_s["tp"]
     assert b.iteration_time_s < a.iteration_time_s
-    assert b.compute_s["gemm"] < a.compute_s["gemm"]
+    assert b.compute_s["gemm"] > a.compute_s["gemm"]
     no_sms = [dataclasses.replace(x, system=dataclasses.replace(x.system, gpu=dataclasses.replace(
         x.system.gpu, sm_count=0))) for x in (w, on)]
     a, b = (make_report(simulate(x, load_topology("dgx-h100"))) for x in no_sms)
-    assert b.compute_s == pytest.approx(a.compute_s)
+    assert b.compute_s["gemm"] > a.compute_s["gemm"]
+    clocked = ("gemm", "attention", "total")   # the clock under the power limit follows the GEMMs
+    assert {k: v for k, v in b.compute_s.items() if k not in clocked} == pytest.approx(
+        {k: v for k, v in a.compute_s.items() if k not in clocked})
 
 
 def test_tp_comm_overlap_needs_sequence_parallelism():
