@@ -43,7 +43,7 @@ def read_ub_table(raw: object, path: str, field: str, source: str) -> TpOverlapC
     >>> cfg = read_ub_table({"proj_fprop": {"method": "ring_exchange", "num_sm": 1, "set_sm_margin": 1}},
     ...                     "w.yaml", "parallel.tp_comm_overlap_cfg", "a table")
     >>> cfg.split_of("proj_fprop"), cfg.sms_of("proj_fprop")
-    (UbSplit(chunks=0, sm_margin=1), 0)
+    (UbSplit(splits=1, ring=True, aggregate=False, sm_margin=1), 0)
     """
     if not isinstance(raw, Mapping):
         raise ConfigError(path, field, f"a mapping from GEMM names {list(UB_GEMMS)} to {{method, num_sm, ...}}",

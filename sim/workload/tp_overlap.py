@@ -86,9 +86,9 @@ def held_sms(method: TpOverlapMethod, num_sm: int, use_ce: bool = True) -> int:
 
 @dataclass(frozen=True)
 class UbSplit:
-    """How Transformer Engine runs the GEMM a userbuffers communicator overlaps: in ``chunks``
-    kernels (0: one per TP rank, a ring exchange's ``num_splits = tp_size``; -1: one per two,
-    ``aggregate``), each on its share of the rows, launched without ``sm_margin`` SMs.
+    """How Transformer Engine runs the GEMM a userbuffers communicator overlaps: in ``splits``
+    kernels one after another, or beside a ring exchange (``ring``) one per TP rank (one per
+    two with ``aggregate``), each on its share of the rows, launched without ``sm_margin`` SMs.
 
     TE's ``CommOverlapP2PBase::split_overlap_ag`` / ``split_overlap_rs`` run one GEMM per ring
     step (two steps' shards at once with ``aggregate``), ``CommOverlapBase::split_overlap_rs``
@@ -96,20 +96,20 @@ class UbSplit:
     num_comm_sm`` SMs when ``set_sm_margin`` (NVIDIA/TransformerEngine
     ``transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp`` @ v2.8)."""
 
-    chunks: int = 1
+    splits: int = 1
+    ring: bool = False
+    aggregate: bool = False
     sm_margin: int = 0
 
     def chunks_at(self, tp: int) -> int:
         """Kernels the GEMM runs as under TP ``tp``.
 
-        >>> UbSplit(0).chunks_at(8), UbSplit(-1).chunks_at(8), UbSplit(4).chunks_at(8), UbSplit(-1).chunks_at(2)
-        (8, 4, 4, 1)
+        >>> UbSplit(ring=True).chunks_at(8), UbSplit(ring=True, aggregate=True).chunks_at(8), UbSplit(4).chunks_at(8)
+        (8, 4, 4)
         """
-        if self.chunks == 0:
-            return tp
-        if self.chunks == -1:
-            return max(1, tp // 2)
-        return self.chunks
+        if self.ring:
+            return max(1, tp // 2) if self.aggregate else tp
+        return self.splits
 
 
 @dataclass(frozen=True)
@@ -173,8 +173,10 @@ def userbuffers(overrides: Mapping[str, UbEntry | UbGemm] | None = None, source:
     >>> cfg = userbuffers({"qkv_wgrad": (None, 24, None), "fc2_fprop": (TpOverlapMethod.RING_EXCHANGE, None, None)})
     >>> cfg.sms_of("qkv_wgrad"), cfg.sms_of("fc2_fprop"), cfg.sms_of("fc1_wgrad"), cfg.sms_of("qkv_fprop")
     (0, 0, 0, 0)
-    >>> cfg.split_of("qkv_wgrad"), cfg.split_of("fc2_fprop"), cfg.split_of("proj_fprop")
-    (UbSplit(chunks=1, sm_margin=24), UbSplit(chunks=0, sm_margin=0), UbSplit(chunks=4, sm_margin=16))
+    >>> [cfg.split_of(g).chunks_at(8) for g in ("qkv_wgrad", "fc2_fprop", "proj_fprop")]
+    [1, 8, 4]
+    >>> [cfg.split_of(g).sm_margin for g in ("qkv_wgrad", "fc2_fprop", "proj_fprop")]
+    [24, 0, 16]
     >>> userbuffers({"qkv_wgrad": UbGemm(num_sm=24, set_sm_margin=False)}).sms_of("qkv_wgrad")
     24
     """
@@ -192,15 +194,11 @@ def userbuffers(overrides: Mapping[str, UbEntry | UbGemm] | None = None, source:
         num_sm = TE_NUM_SM[method] if entry.num_sm is None else entry.num_sm
         margin = (not ring) if entry.set_sm_margin is None else entry.set_sm_margin
         held = held_sms(method, num_sm, True if entry.use_ce is None else entry.use_ce)
-        if ring:
-            chunks = -1 if entry.aggregate else 0
-        elif method is TpOverlapMethod.PIPELINE:
-            chunks = 4 if entry.num_splits is None else entry.num_splits
-        else:
-            chunks = 1
+        pipelined = method is TpOverlapMethod.PIPELINE
+        chunks = (4 if entry.num_splits is None else entry.num_splits) if pipelined else 1
         # with the margin the GEMM leaves the communicator its SMs: nothing is taken beside it
         sms.append((gemm, 0 if margin else held))
-        splits.append((gemm, UbSplit(chunks, num_sm if margin else 0)))
+        splits.append((gemm, UbSplit(chunks, ring, bool(entry.aggregate), num_sm if margin else 0)))
     return TpOverlapConfig(CommKernel.USERBUFFERS, tuple(sms), source or "Transformer Engine userbuffers",
                            tuple(splits))
 

@@ -62,8 +62,9 @@ def test_te_defaults_follow_initialize_ub():
         method = TE_METHODS[gemm]
         # every communicator's SMs are either the copy engines' (ring) or left to it by its GEMM
         assert TE_DEFAULTS.sms_of(gemm) == 0
-        expected = {TpOverlapMethod.RING_EXCHANGE: UbSplit(0, 0), TpOverlapMethod.PIPELINE: UbSplit(4, 16),
-                    TpOverlapMethod.BULK: UbSplit(1, 16)}[method]
+        expected = {TpOverlapMethod.RING_EXCHANGE: UbSplit(ring=True),
+                    TpOverlapMethod.PIPELINE: UbSplit(4, sm_margin=16),
+                    TpOverlapMethod.BULK: UbSplit(sm_margin=16)}[method]
         assert TE_DEFAULTS.split_of(gemm) == expected
     assert TE_DEFAULTS.kernel is CommKernel.USERBUFFERS
     assert ASYNC_TP.kernel is CommKernel.SYMMETRIC_MEMORY and all(n == 0 for _, n in ASYNC_TP.sms)
@@ -189,8 +190,9 @@ def test_a_case_states_its_userbuffers_table_as_megatron_reads_it():
                                  "parallel.tp_comm_overlap_cfg={qkv_wgrad: {method: bulk, num_sm: 24, cga_size: 2},"
                                  " fc2_fprop: {method: ring_exchange, num_sm: 1, set_sm_margin: true}}"]
                         ).parallel.tp_comm_overlap_cfg
-    assert cfg.sms_of("qkv_wgrad") == 0 and cfg.split_of("qkv_wgrad") == UbSplit(1, 24)  # TE's default margin
-    assert cfg.split_of("fc2_fprop") == UbSplit(0, 1) and cfg.split_of("proj_fprop") == UbSplit(4, 16)
+    assert cfg.sms_of("qkv_wgrad") == 0 and cfg.split_of("qkv_wgrad") == UbSplit(sm_margin=24)  # TE's default margin
+    assert cfg.split_of("fc2_fprop") == UbSplit(ring=True, sm_margin=1)
+    assert cfg.split_of("proj_fprop") == UbSplit(4, sm_margin=16)
     assert load_workload("tiny").parallel.tp_comm_overlap_cfg == TE_DEFAULTS
 
 
@@ -340,9 +342,9 @@ def test_the_layer_gemms_beside_userbuffers_run_as_their_table_says():
 
 
 @pytest.mark.parametrize("framework, dtype, proj", [
-    ("Megatron-Bridge", "bf16", UbSplit(4, 24)), ("Megatron-Bridge", "fp8", UbSplit(0, 1)),
-    ("Megatron-Bridge", "mxfp8", UbSplit(0, 1)), ("NeMo 24.09", "fp8", UbSplit(4, 24)),
-    ("Megatron-LM core_r0.8.0", "fp8", UbSplit(4, 16))])
+    ("Megatron-Bridge", "bf16", UbSplit(4, sm_margin=24)), ("Megatron-Bridge", "fp8", UbSplit(ring=True, sm_margin=1)),
+    ("Megatron-Bridge", "mxfp8", UbSplit(ring=True, sm_margin=1)), ("NeMo 24.09", "fp8", UbSplit(4, sm_margin=24)),
+    ("Megatron-LM core_r0.8.0", "fp8", UbSplit(4, sm_margin=16))])
 def test_a_stack_fills_the_userbuffers_table_its_recipes_pass(tmp_path, framework, dtype, proj):
     """NeMo's and Megatron-Bridge's recipes pass per-model tables (bulk communicators beside
     GEMMs on every SM; Megatron-Bridge's FP8 tables ring-exchange the row-parallel forward
@@ -360,7 +362,7 @@ parallel: {{tp: 4, pp: 1, dp: 1, micro_batch_size: 1, global_batch_size: 1, sequ
 """)
     cfg = load_workload(str(path)).parallel.tp_comm_overlap_cfg
     assert cfg.split_of("proj_fprop") == proj
-    bulk = UbSplit(1, 16) if proj == UbSplit(4, 16) else UbSplit(1, 0)
+    bulk = UbSplit(sm_margin=16) if proj == UbSplit(4, sm_margin=16) else UbSplit()
     assert cfg.split_of("qkv_wgrad") == bulk
     assert cfg.sms_of("qkv_wgrad") == (0 if bulk.sm_margin else 24)
 
@@ -369,8 +371,8 @@ def test_a_table_takes_nemo_launchers_ones_and_zeros():
     cfg = load_workload("tiny", ["parallel.tp_comm_overlap_cfg={proj_fprop: {method: pipeline, num_sm: 24, "
                                  "num_splits: 2, set_sm_margin: 0}, qkv_fprop: {aggregate: 1}}"]
                         ).parallel.tp_comm_overlap_cfg
-    assert cfg.split_of("proj_fprop") == UbSplit(2, 0) and cfg.sms_of("proj_fprop") == 24
-    assert cfg.split_of("qkv_fprop") == UbSplit(-1, 0)
+    assert cfg.split_of("proj_fprop") == UbSplit(2) and cfg.sms_of("proj_fprop") == 24
+    assert cfg.split_of("qkv_fprop") == UbSplit(ring=True, aggregate=True)
     with pytest.raises(ConfigError) as err:
         load_workload("tiny", ["parallel.tp_comm_overlap_cfg={proj_fprop: {num_splits: 0}}"])
     assert err.value.field == "parallel.tp_comm_overlap_cfg.proj_fprop.num_splits"
