@@ -37,40 +37,38 @@ def _switch(value: bool = True) -> _Parser:
     return parse
 
 
+_T = TypeVar("_T")
+
+
 def _one(values: list[str], what: str) -> str:
     if len(values) != 1:
         raise BadValue(f"one value: {what}", " ".join(values) if values else None)
     return values[0]
 
 
-def _integer(minimum: int = 1) -> Callable[[list[str]], int]:
-    what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+def _parsed(what: str, convert: Callable[[str], _T], ok: Callable[[_T], bool]) -> Callable[[list[str]], _T]:
+    """One value ``convert`` reads and for which ``ok`` holds, described as ``what`` when not."""
 
-    def parse(values: list[str]) -> int:
+    def parse(values: list[str]) -> _T:
         text = _one(values, what)
         try:
-            value = int(text)
-        except ValueError:
-            raise BadValue(what, text) from None
-        if value < minimum:
-            raise BadValue(what, text)
-        return value
-    return parse
-
-
-def _number(what: str, ok: Callable[[float], bool]) -> Callable[[list[str]], float]:
-    """One number for which ``ok`` holds, described as ``what`` when it does not."""
-
-    def parse(values: list[str]) -> float:
-        text = _one(values, what)
-        try:
-            value = float(text)
+            value = convert(text)
         except ValueError:
             raise BadValue(what, text) from None
         if not ok(value):
             raise BadValue(what, text)
         return value
     return parse
+
+
+def _integer(minimum: int = 1) -> Callable[[list[str]], int]:
+    what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+    return _parsed(what, int, lambda v: v >= minimum)
+
+
+def _number(what: str, ok: Callable[[float], bool]) -> Callable[[list[str]], float]:
+    """One number for which ``ok`` holds, described as ``what`` when it does not."""
+    return _parsed(what, float, ok)
 
 
 _real = _number("a positive number", lambda v: v > 0)

@@ -25,6 +25,14 @@ def _memory_s(gpu: GPUSpec, nbytes: float) -> float:
     return nbytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency)
 
 
+def _sm_share(gpu: GPUSpec, op: GemmOp) -> float:
+    """The share of the GPU's SMs ``op`` is launched on (:attr:`GemmOp.sm_margin`; 1 where the
+    GPU's SM count is unknown)."""
+    if not (op.sm_margin and gpu.sm_count):
+        return 1.0
+    return 1.0 - min(op.sm_margin, gpu.sm_count - 1) / gpu.sm_count
+
+
 def _gemm_parts(gpu: GPUSpec, op: GemmOp) -> tuple[float, float, float]:
     """(compute-bound, bandwidth-bound, added) seconds: the time is ``max`` of the first two
     (the bandwidth term at the GPU's share for a bandwidth-bound GEMM,
@@ -35,9 +43,7 @@ def _gemm_parts(gpu: GPUSpec, op: GemmOp) -> tuple[float, float, float]:
     f = op.flops
     # a chunked GEMM runs each chunk at the efficiency of its own size; one launched on fewer
     # SMs computes at their share of the GPU's rate
-    compute = f / (gpu.peak(op.dtype) * gpu.gemm_curve(op.dtype)(f / op.chunks))
-    if op.sm_margin and gpu.sm_count:
-        compute *= gpu.sm_count / (gpu.sm_count - min(op.sm_margin, gpu.sm_count - 1))
+    compute = f / (gpu.peak(op.dtype) * gpu.gemm_curve(op.dtype)(f / op.chunks) * _sm_share(gpu, op))
     cast = _memory_s(gpu, op.extra_bytes) + op.extra_kernels * gpu.kernel_launch_s if op.extra_bytes else 0.0
     if op.epilogue_bytes and not gpu.gemm_epilogue_overlapped:
         cast += _memory_s(gpu, op.epilogue_bytes)
@@ -78,11 +84,9 @@ def kernel_load(gpu: GPUSpec, op: Op) -> KernelLoad:
         compute, memory, added = (_gemm_parts if isinstance(op, GemmOp) else _attention_parts)(gpu, op)
         if compute > memory:
             clock = _clock_hz(gpu, op)
-            activity = p.activity_w(clock)
-            if isinstance(op, GemmOp) and op.sm_margin and gpu.sm_count:
-                # a GEMM launched on fewer SMs draws their share of the dynamic power
-                activity *= 1.0 - min(op.sm_margin, gpu.sm_count - 1) / gpu.sm_count
-            return KernelLoad(compute, clock, memory, added, activity)
+            # a GEMM launched on fewer SMs draws their share of the dynamic power
+            share = _sm_share(gpu, op) if isinstance(op, GemmOp) else 1.0
+            return KernelLoad(compute, clock, memory, added, p.activity_w(clock) * share)
         return KernelLoad(0.0, 0.0, memory, added, p.memory_activity_w)
     return KernelLoad(0.0, 0.0, memory_time_s(gpu, op), 0.0, p.memory_activity_w)
 

@@ -822,10 +822,12 @@ beside them (:data:`sim.workload.tp_overlap.UB_GEMMS`)."""
 def _split_gemms(steps: list[Step], cfg: TpOverlapConfig, tp: int) -> list[Step]:
     """The GEMMs beside userbuffers communicators as Transformer Engine runs them: in chunks of
     their rows, on the SMs the communicator leaves (:class:`~sim.workload.tp_overlap.UbSplit`)."""
+    if cfg.kernel is not CommKernel.USERBUFFERS:
+        return steps
     out = []
     for st in steps:
         gemm = _UB_GEMM_STEPS.get(st.name)
-        if gemm is not None and isinstance(st.op, GemmOp) and cfg.kernel is CommKernel.USERBUFFERS:
+        if gemm is not None and isinstance(st.op, GemmOp):
             split = cfg.split_of(gemm)
             chunks = max(1, min(split.chunks_at(tp), st.op.m))
             if chunks > 1 or split.sm_margin:

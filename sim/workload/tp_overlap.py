@@ -145,10 +145,6 @@ class TpOverlapConfig:
         return self.source or self.kernel.value
 
 
-UbEntry = tuple[TpOverlapMethod | None, int | None, bool | None]
-"""A GEMM's ``(method, num_sm, use_ce)`` as a table gives them (None: TE's default)."""
-
-
 @dataclass(frozen=True)
 class UbGemm:
     """One GEMM's entry of a userbuffers table (Megatron-LM's ``--tp-comm-overlap-cfg``, NeMo's
@@ -165,12 +161,12 @@ class UbGemm:
     aggregate: bool | None = None
 
 
-def userbuffers(overrides: Mapping[str, UbEntry | UbGemm] | None = None, source: str = "") -> TpOverlapConfig:
-    """TE's defaults with some GEMMs' entries overridden (a :class:`UbGemm`, or ``(method,
-    num_sm, use_ce)``; None: TE's default; a method's defaults follow the method, as in
-    ``get_default_config``).
+def userbuffers(overrides: Mapping[str, UbGemm] | None = None, source: str = "") -> TpOverlapConfig:
+    """TE's defaults with some GEMMs' entries overridden (None in a :class:`UbGemm`: TE's
+    default; a method's defaults follow the method, as in ``get_default_config``).
 
-    >>> cfg = userbuffers({"qkv_wgrad": (None, 24, None), "fc2_fprop": (TpOverlapMethod.RING_EXCHANGE, None, None)})
+    >>> cfg = userbuffers({"qkv_wgrad": UbGemm(num_sm=24),
+    ...                    "fc2_fprop": UbGemm(method=TpOverlapMethod.RING_EXCHANGE)})
     >>> cfg.sms_of("qkv_wgrad"), cfg.sms_of("fc2_fprop"), cfg.sms_of("fc1_wgrad"), cfg.sms_of("qkv_fprop")
     (0, 0, 0, 0)
     >>> [cfg.split_of(g).chunks_at(8) for g in ("qkv_wgrad", "fc2_fprop", "proj_fprop")]
@@ -187,8 +183,6 @@ def userbuffers(overrides: Mapping[str, UbEntry | UbGemm] | None = None, source:
     sms, splits = [], []
     for gemm in UB_GEMMS:
         entry = overrides.get(gemm, UbGemm())
-        if not isinstance(entry, UbGemm):
-            entry = UbGemm(*entry)
         method = TE_METHODS[gemm] if entry.method is None else entry.method
         ring = method is TpOverlapMethod.RING_EXCHANGE
         num_sm = TE_NUM_SM[method] if entry.num_sm is None else entry.num_sm

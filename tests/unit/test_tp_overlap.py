@@ -69,7 +69,7 @@ def test_te_defaults_follow_initialize_ub():
     assert TE_DEFAULTS.kernel is CommKernel.USERBUFFERS
     assert ASYNC_TP.kernel is CommKernel.SYMMETRIC_MEMORY and all(n == 0 for _, n in ASYNC_TP.sms)
     with pytest.raises(KeyError):
-        userbuffers({"out_proj": (None, 8, None)})
+        userbuffers({"out_proj": UbGemm(num_sm=8)})
 
 
 def test_layer_collectives_carry_the_te_kernel_of_their_gemm():
@@ -135,7 +135,7 @@ def test_a_gemm_beside_a_bulk_overlap_runs_at_one_minus_num_sm_over_sm_count(cfg
 
 
 def test_a_ring_exchange_on_sms_slows_its_gemm_by_num_sm_over_sm_count():
-    cfg = userbuffers({"qkv_fprop": (None, 2, False)})
+    cfg = userbuffers({"qkv_fprop": UbGemm(num_sm=2, use_ce=False)})
     run, costs = _run(cfg=cfg)
     c, (g, task) = _layer(run)[("fwd", "ncclAllGather qkv-in")][0], _layer(run)[("fwd", "qkv")]
     solo = costs.compute_time_s(task.op)
