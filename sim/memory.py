@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.types import LossKind, NormKind, RecomputeKind, ScheduleKind, ZeroImpl
+from sim.types import LossKind, NormKind, PipelineBuffers, RecomputeKind, ScheduleKind, ZeroImpl
 from sim.units import byte_count
 from sim.workload.context_parallel import cp_transient_bytes
 from sim.workload.deepspeed_zero3 import layer_tensors
@@ -29,7 +29,8 @@ from sim.workload.spec import ModelSpec, ParallelSpec, WorkloadSpec, pipeline_sp
 
 __all__ = ["WEIGHT_BYTES", "GRAD_BYTES", "OPTIMIZER_BYTES", "StateBytes", "ActivationModel", "StageMemory",
            "stage_params", "state_bytes", "layer_activation_bytes", "activation_model", "stage_memory",
-           "memory_table", "CUBLAS_WORKSPACE_BYTES", "activation_peak_bytes", "other_bytes"]
+           "memory_table", "CUBLAS_WORKSPACE_BYTES", "activation_peak_bytes", "other_bytes", "BoundaryHolds",
+           "boundary_holds", "receive_buffer_bytes"]
 
 WEIGHT_BYTES = 2.0
 """16-bit model weights."""
@@ -366,6 +367,13 @@ class ActivationModel:
     kept_moe_layer_stored: float = 0.0
     kept_moe_layer_transient: float = 0.0
     """The layer terms of a layer block recomputation leaves alone (dense, then MoE)."""
+    boundary: float = 0.0
+    """What crosses a pipeline stage's boundary for one micro-batch: the 16-bit hidden state,
+    sharded over the sequence under sequence parallelism (``2 sbh / t``); its gradient is the
+    same size. What a pipeline runtime holds of it (:class:`~sim.types.PipelineBuffers`)."""
+    last_output: float = 0.0
+    """The last stage's output for one micro-batch: the 16-bit logits (``2 sbV / t`` under
+    PyTorch's loss parallel), which ``torch.distributed.pipelining`` keeps until the step ends."""
 
     def recomputed(self, position: int) -> bool:
         """Whether the layer at ``position`` (0-based) in its model chunk takes the recomputed
@@ -431,11 +439,13 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
     head = 2.0 * sb * h / div + (2.0 * sb * h if loss_parallel else 2.0 * sb * h / div)
     loss_transient = (12.0 if loss_parallel else 8.0) * logits if torch_loss else 0.0
     embedding = sb * h / div if m.dropout_masks else 0.0  # the embedding dropout's mask
+    # the BF16 logits, cached once freed, unless the pipeline runtime keeps them (PipelineBuffers)
+    cached = 2.0 * logits if torch_loss and not _torch_pipeline(w) else 0.0
     return ActivationModel(stored, transient, embedding, head, 4.0 * logits,
-                           loss_transient, moe_stored, moe_transient,
-                           2.0 * logits if torch_loss else 0.0, recompute_num_layers=n,
+                           loss_transient, moe_stored, moe_transient, cached, recompute_num_layers=n,
                            kept_layer_stored=kept[0], kept_layer_transient=kept[1],
-                           kept_moe_layer_stored=moe_kept[0], kept_moe_layer_transient=moe_kept[1])
+                           kept_moe_layer_stored=moe_kept[0], kept_moe_layer_transient=moe_kept[1],
+                           boundary=2.0 * sb * h / div, last_output=2.0 * logits)
 
 
 @dataclass(frozen=True)
@@ -482,6 +492,11 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel,
     last virtual stages. For 1F1B this is ``min(p - stage, m)`` micro-batches of ``L / p``
     layers (Korthikanti et al. 2022, Sec. 4.3). Each chunk's stored sum is taken once, since a
     design-space sweep walks tens of thousands of schedules.
+
+    Under PP > 1 what the pipeline runtime holds at the stages' boundaries is counted too
+    (:func:`boundary_holds`: nothing beyond the layers' terms under Megatron-Core; under
+    ``torch.distributed.pipelining`` the stages' outputs and the last stage's logits); its
+    receive buffers, allocated once, are among the other buffers (:func:`receive_buffer_bytes`).
     """
     p, m = w.parallel, w.model
     pp, v = p.pp, p.virtual_pipeline_stages
@@ -494,13 +509,14 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel,
         moe = [m.is_moe_layer(i) for i in vs_layers[vs]]
         back = [(am.transient(x, j), am.stored(x, j)) for j, x in reversed(list(enumerate(moe)))]
         uniform = len(set(back)) <= 1
-        chunks.append((vs, sum(am.stored(x, j) for j, x in enumerate(moe)), back, uniform))
+        chunks.append((vs, sum(am.stored(x, j) for j, x in enumerate(moe)), back, uniform,
+                       boundary_holds(w, am, vs)))
     if order is None:
         order = pipeline_order(p.schedule, pp, v, p.num_microbatches, stage)
     F, W = Pass.FORWARD, Pass.WEIGHT
     cur = peak = 0.0
     for pas, _mb, chunk in order:
-        vs, stored, back, uniform = chunks[chunk]
+        vs, stored, back, uniform, holds = chunks[chunk]
         # (``if x > peak: peak = x`` is ``peak = max(peak, x)``, without the call)
         if pas is F:
             if vs == 0:
@@ -510,8 +526,13 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel,
                 cur += am.head + am.logits
             if cur > peak:
                 peak = cur
+            if holds.forward:
+                cur += holds.forward
+                if cur > peak:
+                    peak = cur
         elif pas is W:
             cur -= stored
+            cur += holds.weight
         else:
             if vs == last:
                 x = cur + am.loss_transient + am.loss_cached
@@ -536,15 +557,83 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel,
                         cur -= s
             if vs == 0:
                 cur -= am.embedding
+            cur += holds.backward
     return peak
 
 
+@dataclass(frozen=True)
+class BoundaryHolds:
+    """What a pipeline runtime holds beyond the layers' activations at a virtual stage's
+    boundaries (:class:`~sim.types.PipelineBuffers`), as changes to the memory in use at the
+    end of each of the stage's passes for one micro-batch, in bytes."""
+
+    forward: float = 0.0
+    backward: float = 0.0
+    weight: float = 0.0
+    """At the end of a forward, a backward (an input-gradient pass under zero bubble) and a
+    weight pass."""
+
+
+NO_HOLDS = BoundaryHolds()
+
+
+def _torch_pipeline(w: WorkloadSpec) -> bool:
+    """Whether ``w`` runs PP > 1 under ``torch.distributed.pipelining``'s buffers."""
+    return w.parallel.pp > 1 and w.kernels.pipeline_buffers is not PipelineBuffers.IN_FLIGHT
+
+
+def boundary_holds(w: WorkloadSpec, am: ActivationModel, vs: int) -> BoundaryHolds:
+    """What the pipeline runtime holds at virtual stage ``vs``'s boundaries for a micro-batch
+    (none under Megatron-Core's in-flight buffers, :attr:`~sim.types.PipelineBuffers.IN_FLIGHT`).
+
+    Under ``torch.distributed.pipelining`` a stage's output (:attr:`ActivationModel.boundary`)
+    is held from its forward to its backward (``fwd_cache``), the last stage's, the 16-bit
+    logits (:attr:`ActivationModel.last_output`), until the step ends (``output_chunks``). The
+    input a stage receives is its receive buffer (:func:`receive_buffer_bytes`), kept whatever
+    the schedule, so the first layer's kept input, counted in the layers' terms, is handed back
+    when the layer frees it. Under :attr:`~sim.types.PipelineBuffers.TORCH_2024` every stage
+    keeps its outputs until the step ends, and each input's gradient stays on its receive
+    buffer from the backward on (``stage_backward`` reads ``val.grad``)."""
+    if not _torch_pipeline(w):
+        return NO_HOLDS
+    a, last = am.boundary, w.parallel.pp * w.parallel.virtual_pipeline_stages - 1
+    forward = am.last_output if vs == last else a
+    backward = weight = 0.0
+    if vs != last and w.kernels.pipeline_buffers is PipelineBuffers.TORCH:
+        backward -= a  # the output, dropped with fwd_cache at the backward
+    if vs != 0:
+        forward -= a  # the first layer's kept input is the receive buffer
+        if w.parallel.schedule is ScheduleKind.ZB_H1:
+            weight += a
+        else:
+            backward += a
+        if w.kernels.pipeline_buffers is PipelineBuffers.TORCH_2024:
+            backward += a  # the input's gradient, left on the receive buffer
+    return BoundaryHolds(forward, backward, weight)
+
+
+def receive_buffer_bytes(w: WorkloadSpec, stage: int) -> float:
+    """The receive buffers ``torch.distributed.pipelining`` allocates once for a GPU of pipeline
+    stage ``stage``: for each of its virtual stages and each micro-batch, one for the input
+    (but on the first stage) and one for the output's gradient (but on the last)
+    (``PipelineStage._prepare_forward_infra``, ``_create_grad_recv_info``), each the 16-bit
+    hidden state, sequence-sharded under sequence parallelism. None under Megatron-Core's."""
+    if not _torch_pipeline(w):
+        return 0.0
+    p, m = w.parallel, w.model
+    a = 2.0 * (m.seq_length // p.cp) * p.micro_batch_size * m.hidden_size / (p.tp if p.sequence_parallel else 1)
+    last = p.pp * p.virtual_pipeline_stages - 1
+    ends = sum((vs != 0) + (vs != last) for vs in range(stage, last + 1, p.pp))
+    return ends * p.num_microbatches * a
+
+
 def other_bytes(w: WorkloadSpec, stage: int) -> float:
-    """Buffers besides state and activations: the sequence-parallel all-gather buffer, ZeRO-3's
+    """Buffers besides state and activations: the pipeline runtime's receive buffers
+    (:func:`receive_buffer_bytes`), the sequence-parallel all-gather buffer, ZeRO-3's
     gathered weights (and, under pipelining, their unsharded gradients; under DeepSpeed v0.3,
     :data:`DEEPSPEED_LIVE_TENSORS` tensors of a layer's largest weight), the cuBLAS workspace."""
     m, p = w.model, w.parallel
-    other = float(CUBLAS_WORKSPACE_BYTES)
+    other = float(CUBLAS_WORKSPACE_BYTES) + receive_buffer_bytes(w, stage)
     if p.sequence_parallel:
         # Megatron-LM's global buffer for the gathered sequence (get_global_memory_buffer)
         other += 2.0 * m.seq_length // p.cp * p.micro_batch_size * m.hidden_size

@@ -228,6 +228,34 @@ class AdamImpl(str, Enum):
     ``--optimizer.fused`` off)."""
 
 
+class PipelineBuffers(str, Enum):
+    """What a pipeline runtime holds of each micro-batch at the boundaries of a pipeline stage
+    (``kernels.pipeline_buffers``): the received input, the received output gradient and the
+    stage's output. :func:`sim.memory.activation_peak_bytes` counts them under PP > 1."""
+
+    IN_FLIGHT = "in-flight"
+    """Only for the micro-batches in flight, as Megatron-Core's schedules hold them
+    (``megatron/core/pipeline_parallel/``): each receive allocates its tensor
+    (``p2p_communication._communicate``: ``torch.empty``), which the stage's first layer keeps
+    as its input; a stage's output is freed to one element once sent (``schedules.py``
+    ``deallocate_output_tensor``, on with ``deallocate_pipeline_outputs``, which Megatron-LM
+    sets); the last stage's output is the loss."""
+    TORCH = "torch"
+    """PyTorch's ``torch.distributed.pipelining`` (``PipelineStage``, ``stage.py``) from
+    pytorch/pytorch#164329 (October 2025): one receive buffer a micro-batch for the stage's input
+    (``_prepare_forward_infra``) and one for its output's gradient (``_prepare_backward_infra``),
+    allocated once and kept; a stage's output held from its forward to its backward
+    (``fwd_cache``); the last stage's outputs, the logits, kept until the step ends
+    (``output_chunks``, which ``step`` merges and returns)."""
+    TORCH_2024 = "torch-2024"
+    """The same as PyTorch's nightly builds of late 2024 ran it (torchtitan's benchmarks): every
+    stage, not the last alone, keeps its outputs until the step ends (``forward_one_chunk``:
+    ``self.output_chunks.append(output)``, limited to the last stage by pytorch/pytorch#153383,
+    May 2025), and each input's gradient stays on its receive buffer until the next step
+    (``stage_backward`` reads ``val.grad``; ``clear_runtime_states`` sets it to None, before
+    pytorch/pytorch#164329 released it once sent)."""
+
+
 class StepPass(str, Enum):
     """A bandwidth-bound pass an iteration makes over the gradients or the optimizer's master
     weights beside the Adam kernel itself (``kernels.step_passes``; each stack lists its

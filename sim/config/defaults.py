@@ -33,6 +33,7 @@ from sim.types import (
     AdamImpl,
     AttentionKernel,
     LossKind,
+    PipelineBuffers,
     RecomputeKind,
     ScheduleKind,
     StepPass,
@@ -422,6 +423,19 @@ def adam_impl_default(f: Fields, stack: Stack, notes: Notes) -> AdamImpl:
         return parse_enum(AdamImpl, value, f.path, f.field("adam_impl"))
     impl = stack.value("adam_impl")
     return impl if impl is AdamImpl.FUSED else notes.fill(f.field("adam_impl"), impl, stack.why("adam_impl"))
+
+
+def pipeline_buffers_default(f: Fields, pp: int, stack: Stack, notes: Notes) -> PipelineBuffers:
+    """What the pipeline runtime holds at a stage's boundaries
+    (:attr:`~sim.workload.kernels.KernelsSpec.pipeline_buffers`): the case's value, else the
+    stack's, noted under PP > 1 where it is not Megatron-Core's in-flight buffers."""
+    value = f.raw.get("pipeline_buffers")
+    if value is not None:
+        return parse_enum(PipelineBuffers, value, f.path, f.field("pipeline_buffers"))
+    kept = stack.value("pipeline_buffers")
+    if pp == 1 or kept is PipelineBuffers.IN_FLIGHT:
+        return kept
+    return notes.fill(f.field("pipeline_buffers"), kept, stack.why("pipeline_buffers"))
 
 
 def step_passes_default(f: Fields, stack: Stack, notes: Notes) -> frozenset[StepPass]:

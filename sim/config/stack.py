@@ -33,6 +33,7 @@ from sim.types import (
     CpCommType,
     Dtype,
     LossKind,
+    PipelineBuffers,
     RecomputeKind,
     ScalingRecipe,
     StepPass,
@@ -206,6 +207,9 @@ SETTINGS: tuple[SettingKind, ...] = (
                 "the 16-bit weights lack (10 bytes of state a parameter, not 12)"),
     SettingKind("quantized_saved_inputs", _boolean, "an 8- or 4-bit linear layer keeps its quantized input for "
                 "the weight gradient (false: the 16-bit input)"),
+    SettingKind("pipeline_buffers", _enum(PipelineBuffers), "what the pipeline runtime holds of each "
+                "micro-batch at a stage's boundaries (in-flight: Megatron-Core's schedules; torch: "
+                "torch.distributed.pipelining)"),
     SettingKind("recompute", _enum(RecomputeKind), "activation recomputation"),
     SettingKind("selective_recompute", _enum(RecomputeKind, (RecomputeKind.SELECTIVE, RecomputeKind.SELECTIVE_OP)),
                 "what a case's recompute: selective means in this release"),
@@ -342,6 +346,8 @@ class Stack:
     def value(self, key: Literal["fp8_scaling"]) -> ScalingRecipe: ...
     @overload
     def value(self, key: Literal["adam_impl"]) -> AdamImpl: ...
+    @overload
+    def value(self, key: Literal["pipeline_buffers"]) -> PipelineBuffers: ...
     @overload
     def value(self, key: Literal["step_passes"]) -> frozenset[StepPass]: ...
     @overload

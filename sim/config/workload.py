@@ -41,6 +41,7 @@ from sim.config.defaults import (
     overlap_default,
     p2p_overlap_default,
     param_gather_default,
+    pipeline_buffers_default,
     quantized_inputs_default,
     recompute_default,
     remainders_default,
@@ -115,7 +116,7 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "zero_impl",
                   "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "grad_reduce_in_fp32", "deterministic",
                   "async_tp_grad_allreduce", "unfused_linear_bias", "adam_impl", "step_passes",
-                  "master_param_remainders", "quantized_saved_inputs", "cp_comm_type",
+                  "master_param_remainders", "quantized_saved_inputs", "pipeline_buffers", "cp_comm_type",
                   "hierarchical_context_parallel_sizes", "moe_dispatcher")
 """The keys of a case's ``parallel`` section: the parallel strategy, and the kernel switches
 (:data:`~sim.workload.kernels.KERNEL_KEYS`) in the spelling of the published cases."""
@@ -851,11 +852,13 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     remainders = remainders_default(f, stack, notes)
     quantized_inputs = quantized_inputs_default(f, stack, notes)
     zero_impl = zero_impl_default(f, zero, stack, notes)
+    pipeline_buffers = pipeline_buffers_default(f, pp, stack, notes)
     kernels = KernelsSpec(
         flash_attention=flash, attention_kernel=kernel, cross_entropy=loss, fused_elementwise=fused,
         gradient_accumulation_fusion=grad_fusion, grad_reduce_in_fp32=grad_fp32, deterministic=deterministic,
         async_tp_grad_allreduce=async_ar, unfused_linear_bias=bias_kernels, adam_impl=adam,
-        step_passes=step_passes, master_param_remainders=remainders, quantized_saved_inputs=quantized_inputs)
+        step_passes=step_passes, master_param_remainders=remainders, quantized_saved_inputs=quantized_inputs,
+        pipeline_buffers=pipeline_buffers)
     with located(f.path):
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,

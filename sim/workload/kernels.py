@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.types import AdamImpl, AttentionKernel, LossKind, StepPass
+from sim.types import AdamImpl, AttentionKernel, LossKind, PipelineBuffers, StepPass
 
 __all__ = ["KERNEL_KEYS", "MEGATRON_CORE_STEP_PASSES", "OPTIMIZER_BYTES", "REMAINDER_OPTIMIZER_BYTES", "KernelsSpec"]
 
@@ -137,6 +137,13 @@ class KernelsSpec:
     as torchao's float8 training does (``matmul_with_hp_or_float8_args.forward``:
     ``ctx.save_for_backward(input_hp, weight_hp_t)``, ``torchao/float8/float8_linear.py``)."""
 
+    pipeline_buffers: PipelineBuffers = PipelineBuffers.IN_FLIGHT
+    """What the pipeline runtime holds of each micro-batch at a stage's boundaries under
+    PP > 1: Megatron-Core's schedules only the micro-batches in flight; PyTorch's
+    ``torch.distributed.pipelining`` (torchtitan) a receive buffer a micro-batch for the
+    inputs and the gradients, and the last stage's logits until the step ends
+    (:class:`~sim.types.PipelineBuffers`, :func:`sim.memory.activation_peak_bytes`)."""
+
     @property
     def grad_bytes(self) -> float:
         """Bytes of one accumulated weight gradient: 4 (fp32), or 2 without
@@ -153,6 +160,6 @@ class KernelsSpec:
 KERNEL_KEYS: tuple[str, ...] = ("flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise",
                                 "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
                                 "unfused_linear_bias", "deterministic", "adam_impl", "step_passes",
-                                "master_param_remainders", "quantized_saved_inputs")
+                                "master_param_remainders", "quantized_saved_inputs", "pipeline_buffers")
 """The fields of :class:`KernelsSpec`: the keys of a workload file's ``kernels:`` section, also
 read under ``parallel:``."""

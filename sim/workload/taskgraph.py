@@ -27,7 +27,7 @@ then those it recomputes, so that each holds its own transient memory.
 
 from __future__ import annotations
 
-from sim.memory import activation_model, stage_memory, state_bytes
+from sim.memory import activation_model, boundary_holds, stage_memory, state_bytes
 from sim.program import Block, Program, Task
 from sim.results import RankInfo
 from sim.types import CollectiveKind, CommClass, OpKind, RecomputeKind, ScheduleKind, Stream, ZeroImpl
@@ -216,6 +216,12 @@ class _RankProgram(DataParallelMixin):
             last.mem_end_bytes += last_mem
         return first, last
 
+    def hold(self, delta: float) -> None:
+        """Change the memory in use by ``delta`` bytes at the end of the last compute task
+        issued (what a pipeline runtime holds at a pass's end, :func:`sim.memory.boundary_holds`)."""
+        if delta and self.last_c >= 0:
+            self.b.tasks[self.last_c].mem_end_bytes += delta
+
     def run_block(self, key: tuple, steps, args: tuple, name: str, first_mem: float = 0.0,
                   last_mem: float = 0.0, split_first: bool = False) -> Task:
         """Issue a layer pass as one :class:`Block` task on the compute stream (layer
@@ -352,6 +358,7 @@ class _RankProgram(DataParallelMixin):
         last_g = last_w if zb else last_b
         act_size = m.seq_length // p.cp * p.micro_batch_size * m.hidden_size * 2.0 / p.tp
         am = activation_model(w)
+        holds = [boundary_holds(w, am, c * pp + self.stage) for c in range(p.virtual_pipeline_stages)]
         fsdp = p.zero >= 3 and p.dp * p.cp > 1  # (hybrid with one-rank shard groups: all-reduces only)
         # With pipeline parallelism FSDP keeps a stage's weights gathered across its
         # micro-batches and reduce-scatters once, after the last one (torchtitan: no reshard
@@ -406,7 +413,8 @@ class _RankProgram(DataParallelMixin):
                     prev = first.id  # type: ignore[union-attr]  # a layer pass has a compute op
                 if vs == n_vs - 1:
                     self.run_steps(self.ops.head_fwd, args, first_mem=am.head + am.logits)
-                else:
+                self.hold(holds[chunk].forward)
+                if vs != n_vs - 1:
                     self.send("act", vs + 1, mb, (vs + 1) % pp, act_size, args)
             elif pas is Pass.WEIGHT:
                 args = (("phase", "wgrad"), ("microbatch", mb), ("chunk", chunk))
@@ -426,6 +434,7 @@ class _RankProgram(DataParallelMixin):
                     else:
                         self.run_steps(lops.split_bwd[1], la, last_mem=-stored)
                     self.grads_ready(vs, layer, layers, chunk, i == last_g[chunk], la, buckets, fsdp, fsdp_once)
+                self.hold(holds[chunk].weight)
             else:
                 args = (("phase", "bwd"), ("microbatch", mb), ("chunk", chunk))
                 if vs < n_vs - 1:
@@ -493,7 +502,8 @@ class _RankProgram(DataParallelMixin):
                         self.grads_ready(vs, layer, layers, chunk, i == last_g[chunk], la, buckets, fsdp, fsdp_once)
                 if vs == 0:
                     self.run_steps(self.ops.embedding_bwd, args, last_mem=-am.embedding)
-                else:
+                self.hold(holds[chunk].backward)
+                if vs != 0:
                     self.send("grad", vs - 1, mb, (vs - 1) % pp, act_size, args)
                 if p.overlap_grad_reduce and i == last_b[chunk]:
                     for bucket in buckets.get((chunk, "end"), ()):

@@ -397,3 +397,77 @@ def test_a_recipe_that_runs_without_recomputation_fits_with_quantized_inputs(tmp
     case["parallel"]["quantized_saved_inputs"] = False
     (tmp_path / "hp.yaml").write_text(yaml.safe_dump([case]))
     assert load_cases(str(tmp_path / "hp.yaml"))[0][1].parallel.recompute is RecomputeKind.FULL
+
+
+def _torch_pipeline(buffers, **kw):
+    """A pipelined workload under PyTorch's loss and ``torch.distributed.pipelining``'s buffers."""
+    from sim.types import LossKind
+    w = make_workload(**{"tp": 2, "pp": 2, "gbs": 4, "layers": 4, "sp": True, "recompute": RecomputeKind.FULL, **kw})
+    return replace_settings(w, cross_entropy=LossKind.TORCH_FP32, pipeline_buffers=buffers)
+
+
+@pytest.mark.parametrize("buffers", ["torch", "torch-2024"])
+@pytest.mark.parametrize("schedule,vps,layers,recompute", [
+    (ScheduleKind.ONE_F_ONE_B, 1, 4, RecomputeKind.FULL), (ScheduleKind.INTERLEAVED, 2, 8, RecomputeKind.FULL),
+    (ScheduleKind.INTERLEAVED, 2, 8, RecomputeKind.NONE), (ScheduleKind.ZB_H1, 1, 4, RecomputeKind.NONE),
+])
+def test_timeline_peak_equals_the_walk_under_torch_pipelining(buffers, schedule, vps, layers, recompute):
+    from sim.types import PipelineBuffers
+    w = _torch_pipeline(PipelineBuffers(buffers), schedule=schedule, vps=vps, layers=layers, recompute=recompute)
+    rep = make_report(simulate(w, load_topology("dgx-a100")))
+    for s in rep.stages:
+        assert s.peak_memory_bytes == pytest.approx(stage_memory(w, s.stage).total_bytes, rel=1e-12)
+
+
+def test_torch_pipelining_allocates_a_receive_buffer_per_micro_batch_and_boundary():
+    """PipelineStage keeps, for each virtual stage and micro-batch, an input buffer (but on the
+    first stage) and an output-gradient buffer (but on the last): 2 sbh/t each under sequence
+    parallelism. Megatron-Core's schedules keep none beyond the micro-batches in flight."""
+    from sim.memory import other_bytes, receive_buffer_bytes
+    from sim.types import PipelineBuffers
+    a = 2 * 512 * 1024 / 2  # seq 512, micro-batch 1, hidden 1024, TP 2 with SP
+    for buffers in (PipelineBuffers.TORCH, PipelineBuffers.TORCH_2024):
+        plain = _torch_pipeline(buffers)  # PP 2, 4 micro-batches: one end each stage
+        assert [receive_buffer_bytes(plain, s) for s in range(2)] == [4 * a, 4 * a]
+        looped = _torch_pipeline(buffers, schedule=ScheduleKind.INTERLEAVED, vps=2, layers=8)
+        # stage 0 holds virtual stages 0 (a gradient end) and 2 (both); stage 1 holds 1 (both) and 3 (an input)
+        assert [receive_buffer_bytes(looped, s) for s in range(2)] == [12 * a, 12 * a]
+    megatron = _torch_pipeline(PipelineBuffers.IN_FLIGHT)
+    assert receive_buffer_bytes(megatron, 0) == receive_buffer_bytes(megatron, 1) == 0.0
+    assert other_bytes(plain, 1) - other_bytes(megatron, 1) == pytest.approx(4 * a)
+    assert receive_buffer_bytes(_torch_pipeline(PipelineBuffers.TORCH, pp=1, gbs=1), 0) == 0.0
+
+
+@pytest.mark.parametrize("buffers", ["torch", "torch-2024"])
+def test_torch_pipelining_keeps_the_last_stages_logits_until_the_step_ends(buffers):
+    """On the last stage of a loss-dominated 1F1B pipeline the loss of the last of n micro-batches
+    is the peak; torch.distributed.pipelining holds there the 16-bit logits of the n - 1 before it
+    (output_chunks) and, before pytorch#164329, their inputs' gradients (val.grad on the receive
+    buffers), while the current micro-batch's logits stay live instead of cached."""
+    from sim.types import PipelineBuffers
+    kw = dict(tp=1, sp=False, hidden=256, heads=4, vocab=128256, gbs=6)
+    kept = _torch_pipeline(PipelineBuffers(buffers), **kw)
+    megatron = _torch_pipeline(PipelineBuffers.IN_FLIGHT, **kw)
+    n, a = 6, 2 * 512 * 256
+    logits = 2 * 512 * 128256
+    am = activation_model(kept)
+    assert (am.boundary, am.last_output, am.loss_cached) == (a, logits, 0.0)
+    assert activation_model(megatron).loss_cached == logits
+    grads = a if buffers == "torch-2024" else 0
+    diff = stage_memory(kept, 1).activations_bytes - stage_memory(megatron, 1).activations_bytes
+    # the layers' first input is the receive buffer, counted among the other buffers
+    assert diff == pytest.approx((n - 1) * (logits + grads) - a)
+
+
+def test_torchtitan_pipelines_take_its_runtimes_buffers_and_megatron_its_own():
+    from sim.config.workload import load_case_records
+    from sim.types import PipelineBuffers
+    rec = next(r for r in load_case_records("workloads/validation/torchtitan.yaml")
+               if r.id == "torchtitan_h100_t5_llama31_405b_512gpu_1F1B")
+    assert rec.workload.kernels.pipeline_buffers is PipelineBuffers.TORCH_2024
+    assert any(n.startswith("parallel.pipeline_buffers: null -> torch-2024") for n in rec.notes)
+    flat = next(r for r in load_case_records("workloads/validation/torchtitan.yaml")
+                if r.id == "torchtitan_h100_t1_llama31_8b_8gpu_FSDP")
+    assert not any("pipeline_buffers" in n for n in flat.notes)  # PP 1: nothing to say
+    mega = next(r for r in load_case_records("workloads/validation/narayanan2021.yaml") if r.workload.parallel.pp > 1)
+    assert mega.workload.kernels.pipeline_buffers is PipelineBuffers.IN_FLIGHT
