@@ -334,11 +334,17 @@ class ActivationModel:
     """Held by the last virtual stage from the loss to the output layer's backward: the fp32
     softmax that Megatron's vocab-parallel cross entropy saves for its backward
     (``megatron/core/tensor_parallel/cross_entropy.py``: ``save_for_backward(exp_logits, ...)``;
-    the 16-bit logits are freed once cast)."""
+    the 16-bit logits are freed once the loss is computed), ``4 sbV / t``; PyTorch's fp32
+    log-softmax, the same size; Transformer Engine's 16-bit logits turned into their gradient
+    (:attr:`~sim.types.LossKind.TE`) and flash-attn's saved 16-bit logits, ``2 sbV / t``."""
     loss_transient: float = 0.0
-    """Held on top while the loss's backward runs: under PyTorch's cross entropy on fp32
-    logits, the incoming gradient of the log-softmax and its result, each fp32 and
-    vocabulary-wide (``8 sbV / t``); nothing for Megatron's in-place kernel. Under TP > 1 the
+    """Held on top at the loss: under Megatron's cross entropy the 16-bit logits beside their
+    fp32 copy, in the forward (``calculate_logits_max``: ``vocab_parallel_logits.float()``
+    while the caller holds the 16-bit tensor) and again in the backward, when autograd casts
+    the fp32 gradient to the 16-bit input's dtype beside it (``2 sbV / t``); under flash-attn's
+    the gradient its backward writes anew, the same size; nothing under Transformer Engine's.
+    Under PyTorch's cross entropy on fp32 logits, the incoming gradient of the log-softmax and
+    its result, each fp32 and vocabulary-wide (``8 sbV / t``). Under TP > 1 the
     logits are sharded over the vocabulary and PyTorch's loss parallel
     (``torch.distributed.tensor.parallel.loss_parallel``, torchtitan's default under TP)
     computes the two backwards as tensor code, ``_nll_loss_and_log_softmax_backward`` in
@@ -437,11 +443,15 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
     torch_loss = k.cross_entropy is LossKind.TORCH_FP32
     loss_parallel = torch_loss and t > 1  # PyTorch's loss parallel on vocabulary-sharded logits
     head = 2.0 * sb * h / div + (2.0 * sb * h if loss_parallel else 2.0 * sb * h / div)
-    loss_transient = (12.0 if loss_parallel else 8.0) * logits if torch_loss else 0.0
+    if torch_loss:
+        loss_transient = (12.0 if loss_parallel else 8.0) * logits
+    else:  # the 16-bit logits beside Megatron's fp32 copy, flash-attn's new gradient; TE: none
+        loss_transient = 0.0 if k.cross_entropy is LossKind.TE else 2.0 * logits
+    held = 4.0 * logits if k.cross_entropy in (LossKind.FUSED, LossKind.TORCH_FP32) else 2.0 * logits
     embedding = sb * h / div if m.dropout_masks else 0.0  # the embedding dropout's mask
     # the BF16 logits, cached once freed, unless the pipeline runtime keeps them (PipelineBuffers)
     cached = 2.0 * logits if torch_loss and not _torch_pipeline(w) else 0.0
-    return ActivationModel(stored, transient, embedding, head, 4.0 * logits,
+    return ActivationModel(stored, transient, embedding, head, held,
                            loss_transient, moe_stored, moe_transient, cached, recompute_num_layers=n,
                            kept_layer_stored=kept[0], kept_layer_transient=kept[1],
                            kept_moe_layer_stored=moe_kept[0], kept_moe_layer_transient=moe_kept[1],

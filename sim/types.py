@@ -152,8 +152,23 @@ class LossKind(str, Enum):
     """How the cross entropy over the vocabulary is computed, which decides its memory."""
 
     FUSED = "fused"
-    """Megatron's vocab-parallel cross entropy: fp32 logits, the softmax saved and turned into
-    the gradient in place (``megatron/core/tensor_parallel/cross_entropy.py``)."""
+    """Megatron's vocab-parallel cross entropy, fused (``--cross-entropy-loss-fusion``, its native
+    implementation) or not: fp32 logits, the softmax saved and turned into the gradient in
+    place (``megatron/core/tensor_parallel/cross_entropy.py``). The fp32 copy is made while the
+    16-bit logits are alive (``calculate_logits_max``: ``vocab_parallel_logits.float()``), and
+    the fp32 gradient is cast back to them beside itself, so the loss holds the 16-bit logits
+    on top of the fp32 ones (:attr:`sim.memory.ActivationModel.loss_transient`)."""
+    TE = "te"
+    """Transformer Engine's cross entropy (Megatron-Core ``--cross-entropy-loss-fusion
+    --cross-entropy-fusion-impl te``, Megatron-Bridge's recipes): one Triton kernel reads the
+    16-bit logits, writes their gradient over them in the forward and saves them
+    (``transformer_engine/pytorch/cross_entropy.py``, ``triton/cross_entropy.py``
+    ``cross_entropy_forward``), so the loss holds the 16-bit logits and nothing beside them."""
+    FLASH_ATTN = "flash-attn"
+    """flash-attn's cross entropy (``flash_attn.losses.cross_entropy.CrossEntropyLoss``,
+    llm-foundry's ``fused_crossentropy``): one Triton kernel on the 16-bit logits, which it
+    saves with their log-sum-exp; its backward writes the gradient into a new tensor of their
+    size (``torch.empty_like(logits)`` unless ``inplace_backward``)."""
     TORCH_FP32 = "torch-fp32"
     """``torch.nn.functional.cross_entropy(logits.float(), labels)`` as torchtitan calls it
     (``torchtitan/components/loss.py``): the fp32 log-softmax is saved, and its backward holds

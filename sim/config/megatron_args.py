@@ -58,7 +58,7 @@ from sim.config.megatron_flags import (
 from sim.config.presets import preset_names, resolve_preset
 from sim.errors import ConfigError
 from sim.inputs import read_input_text
-from sim.types import StepPass
+from sim.types import LossKind, StepPass
 from sim.workload.kernels import MEGATRON_CORE_STEP_PASSES
 from sim.workload.spec import WorkloadSpec, pipeline_split
 
@@ -511,6 +511,10 @@ class _Mapper:
             k["unfused_linear_bias"] = True
             self.note("--transformer-impl local -> kernels.unfused_linear_bias true: Megatron-Core's own "
                       "linear layers add and reduce their biases in separate kernels")
+        if get("ce_fusion") and get("ce_fusion_impl") == "te":
+            k["cross_entropy"] = LossKind.TE.value
+            self.note("--cross-entropy-loss-fusion --cross-entropy-fusion-impl te -> kernels.cross_entropy te: "
+                      "Transformer Engine's kernel writes the gradient over the 16-bit logits")
         k.update(self._attention())
         return k
 

@@ -251,6 +251,8 @@ MEGATRON_FLAGS: dict[str, _Flag] = {
     "--no-gradient-accumulation-fusion": _Flag("kernels.gradient_accumulation_fusion", _switch(False)),
     "--no-overlap-p2p-communication": _Flag("parallel.overlap_p2p_comm", _switch(False)),
     "--deterministic-mode": _Flag("kernels.deterministic", _switch()),
+    "--cross-entropy-loss-fusion": _Flag("ce_fusion", _switch()),
+    "--cross-entropy-fusion-impl": _Flag("ce_fusion_impl", _choice("native", "te")),
     # the training step's passes beside Adam (KernelsSpec.step_passes): no NaN-check norm of each
     # gradient bucket; NCCL averages, so no division of the buffer by the data-parallel size
     "--no-check-for-nan-in-loss-and-grad": _Flag("no_grad_nan_check", _switch()),
@@ -417,7 +419,7 @@ NOT_MODELLED_FLAGS = frozenset({
     "--moe-deepep-num-sms", "--moe-hybridep-num-sms", "--moe-pad-expert-input-to-capacity",
     "--moe-router-padding-for-fp8", "--moe-router-num-groups", "--moe-router-group-topk",
     "--moe-router-force-load-balancing", "--moe-layer-recompute", "--moe-apply-probs-on-input",
-    "--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "--add-qkv-bias",
+    "--add-qkv-bias",
     "--qk-layernorm", "--qk-l2-norm", "--use-precision-aware-optimizer", "--main-grads-dtype",
     "--main-params-dtype", "--exp-avg-dtype", "--exp-avg-sq-dtype", "--optimizer", "--optimizer-cpu-offload",
     "--optimizer-offload-fraction", "--overlap-cpu-optimizer-d2h-h2d", "--mtp-num-layers", "--window-size",

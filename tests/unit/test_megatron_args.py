@@ -285,6 +285,17 @@ def test_a_launch_without_bf16_is_one_line_and_exit_2_before_any_work(tmp_path, 
     assert err.startswith(f"llmsim: error: {fp32}: --bf16: expected --bf16 or --fp16") and "fp32" in err
 
 
+@pytest.mark.parametrize("extra, loss", [
+    ("", "fused"), ("--cross-entropy-loss-fusion", "fused"),
+    ("--cross-entropy-loss-fusion --cross-entropy-fusion-impl native", "fused"),
+    ("--cross-entropy-fusion-impl te", "fused"),  # the impl alone: Megatron-LM fuses nothing
+    ("--cross-entropy-loss-fusion --cross-entropy-fusion-impl te", "te"),
+])
+def test_cross_entropy_fusion_flags(extra, loss):
+    spec, _ = _load(SMALL + extra)
+    assert spec.kernels.cross_entropy.value == loss
+
+
 @pytest.mark.parametrize("extra, zero, dist_opt", [
     ("--use-torch-fsdp2 --untie-embeddings-and-output-weights", 3, False),
     ("--use-torch-fsdp2 --torch-fsdp2-no-reshard-after-forward", 2, False),

@@ -238,7 +238,8 @@ def test_torch_fp32_loss_holds_two_more_fp32_logit_copies_at_its_backward(tp):
     torch = replace(fused, kernels=replace(fused.kernels, cross_entropy=LossKind.TORCH_FP32))
     diff = stage_memory(torch, 0).activations_bytes - stage_memory(fused, 0).activations_bytes
     loss = 8.0 if tp == 1 else 12.0
-    assert diff == pytest.approx((loss + 2.0) * 8192 * 128256 / tp + 2.0 * 8192 * 4096 * (1 - 1 / tp))
+    # the cached 16-bit logits against the 16-bit logits Megatron's loss holds beside its fp32 copy
+    assert diff == pytest.approx(loss * 8192 * 128256 / tp + 2.0 * 8192 * 4096 * (1 - 1 / tp))
     rep = make_report(simulate(torch, load_topology("dgx-h100")))
     assert rep.stages[0].peak_memory_bytes == pytest.approx(stage_memory(torch, 0).total_bytes, rel=1e-12)
 
@@ -335,14 +336,15 @@ def test_pytorch_loss_parallel_holds_one_more_fp32_logits_tensor(loss):
         return activation_model(WorkloadSpec("w", model, par, SystemSpec(get_gpu("H100"), tp, 8), kernels=kernels))
 
     one, two = am(1, 1), am(2, 2)
-    logits = 8192 * 128256  # fp32 elements a GPU holds in both
-    assert one.logits == two.logits == 4.0 * logits
+    logits = 8192 * 128256  # logits elements a GPU holds in both
+    held = {"te": 2.0}.get(loss, 4.0)  # TE's 16-bit logits, else an fp32 softmax or log-softmax
+    assert one.logits == two.logits == held * logits
     sbh = 2 * 8192 * 4096
     if loss == "torch-fp32":
         assert one.loss_transient == 8.0 * logits and two.loss_transient == 12.0 * logits
         assert two.head == 2.0 * sbh / 2 + 2.0 * sbh  # the norm's input sharded, the output layer's whole
-    else:
-        assert one.loss_transient == two.loss_transient == 0.0
+    else:  # Megatron's: the 16-bit logits beside their fp32 copy; TE's: nothing
+        assert one.loss_transient == two.loss_transient == (0.0 if loss == "te" else 2.0 * logits)
         assert two.head == 4.0 * sbh / 2
     assert one.head == 4.0 * sbh / 2  # TP 1: sbh of one sequence is half that of two
 
@@ -471,3 +473,18 @@ def test_torchtitan_pipelines_take_its_runtimes_buffers_and_megatron_its_own():
     assert not any("pipeline_buffers" in n for n in flat.notes)  # PP 1: nothing to say
     mega = next(r for r in load_case_records("workloads/validation/narayanan2021.yaml") if r.workload.parallel.pp > 1)
     assert mega.workload.kernels.pipeline_buffers is PipelineBuffers.IN_FLIGHT
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_megatrons_loss_holds_the_16bit_logits_beside_their_fp32_copy_and_te_only_them(tp):
+    """Megatron's cross entropy casts the 16-bit logits to fp32 while the caller holds them and
+    casts the fp32 gradient back beside itself: 4 + 2 sbV/t at the loss. Transformer Engine's
+    kernel writes the gradient over the 16-bit logits: 2 sbV/t. On a loss-dominated last stage
+    the peaks differ by 4 sbV/t; the timeline agrees."""
+    from sim.types import LossKind
+    w = make_workload(tp=tp, pp=2, gbs=2, layers=2, hidden=256, heads=4, vocab=128256, seq=1024, sp=tp > 1)
+    te = replace_settings(w, cross_entropy=LossKind.TE)
+    diff = stage_memory(w, 1).activations_bytes - stage_memory(te, 1).activations_bytes
+    assert diff == pytest.approx(4.0 * 1024 * 128256 / tp)
+    rep = make_report(simulate(te, load_topology("dgx-a100")))
+    assert rep.stages[1].peak_memory_bytes == pytest.approx(stage_memory(te, 1).total_bytes, rel=1e-12)
