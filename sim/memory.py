@@ -114,8 +114,8 @@ def stage_params(model: ModelSpec, parallel: ParallelSpec, stage: int) -> float:
 
     Layers are split over the stages by :func:`~sim.workload.spec.pipeline_split`, their
     matrices over ``tp``; the first stage
-    holds the input embedding and the last the output layer (a second copy when tied and
-    ``pp > 1``), each split over ``tp`` by vocabulary.
+    holds the input embedding (and a learned position embedding, whole) and the last the
+    output layer (a second copy when tied and ``pp > 1``), each split over ``tp`` by vocabulary.
     """
     params = stage_expert_params(model, parallel, stage)
     for i in _stage_layer_indices(model, parallel, stage):
@@ -123,7 +123,7 @@ def stage_params(model: ModelSpec, parallel: ParallelSpec, stage: int) -> float:
         params += split / parallel.tp + replicated
     emb = model.embedding_params() / parallel.tp
     if stage == 0:
-        params += emb
+        params += model.input_embedding_params(parallel.tp)
     if stage == parallel.pp - 1:
         if parallel.pp > 1 or not model.tied_embeddings:
             params += emb

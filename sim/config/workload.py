@@ -590,6 +590,8 @@ def build_model(raw: object, path: str, base: Path, stack: Stack | None, notes: 
                            f"from activation {activation}" if activation else
                            "Megatron-LM default: GeLU MLP, not gated")
     tied = f.flag("tied_embeddings")
+    seq_length = f.integer("seq_length", required=True) if seq is None else seq
+    learned = _named(f, "position_embedding", _POSITIONS, _POSITION_ALIASES) == "learned_absolute"
     with located(path):
         return ModelSpec(
             name=f.text("name") or default_name,
@@ -601,13 +603,14 @@ def build_model(raw: object, path: str, base: Path, stack: Stack | None, notes: 
             ffn_hidden_size=notes.fill("model.ffn_hidden_size", 4 * hidden, "4 x hidden_size, the "
                                        "GPT / Megatron-LM default") if ffn is None else ffn,
             vocab_size=_vocab(f, notes),
-            seq_length=f.integer("seq_length", required=True) if seq is None else seq,
+            seq_length=seq_length,
             gated_mlp=gated,
             tied_embeddings=notes.fill("model.tied_embeddings", False, "assumed untied: output "
                                        "layer counted apart") if tied is None else tied,
             head_dim=f.integer("head_dim", positive=True) or 0,
             norm=_norm(f),
             rotary=_rotary(f),
+            learned_positions=seq_length if learned else 0,
             hidden_dropout=_hidden_dropout(f, notes),
             **_moe_fields(f),
             **{k: f.integer(k) or 0 for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
@@ -620,18 +623,20 @@ _NORMS = {"layernorm": NormKind.LAYERNORM, "low_precision_layernorm": NormKind.L
 """``model.normalization`` values (any case, with or without spaces, hyphens and underscores:
 ``LayerNorm``, ``layer_norm``, ``RMS norm``): llm-foundry's ``low_precision_layernorm`` is
 LayerNorm run in 16 bits (``llmfoundry/models/layers/norm.py``)."""
-_POSITIONS = ("rope", "mrope", "learned_absolute", "relative", "alibi", "none")
+_POSITIONS = ("rope", "mrope", "learned_absolute", "relative", "alibi", "sinusoidal", "none")
 """``model.position_embedding`` values (any case, with or without spaces, hyphens and
 underscores), Megatron-LM's ``--position-embedding-type`` choices and ALiBi; the first two are
 rotary. :data:`_POSITION_ALIASES` names the same kinds as papers and other frameworks do."""
 _POSITION_ALIASES = {"rotary": "rope", "yarn": "rope", "xpos": "rope", "learned": "learned_absolute",
                      "absolute": "learned_absolute", "learnedpositional": "learned_absolute",
-                     "sinusoidal": "learned_absolute", "kerple": "relative", "sandwich": "relative",
+                     "kerple": "relative", "sandwich": "relative",
                      "t5relative": "relative", "nope": "none"}
 """Other spellings of :data:`_POSITIONS`' kinds: rotary variants (YaRN, xPos; NeMo's
 ``position_embedding_type``) are rotary, absolute ones (learned or sinusoidal) are not, NeMo's
-``kerple`` and ``sandwich`` and T5's bias are relative, NoPE is none. Only whether the embedding
-is rotary is simulated."""
+``kerple`` and ``sandwich`` and T5's bias are relative, NoPE is none. What is simulated: whether
+the embedding is rotary (its kernels), and a learned absolute one's table of ``seq_length`` rows
+(Megatron-LM requires ``--max-position-embeddings`` of at least the sequence length; its
+parameters); sinusoidal positions have no parameters."""
 
 
 def _named(f: Fields, key: str, names: Collection[str], aliases: Mapping[str, str] | None = None) -> str | None:

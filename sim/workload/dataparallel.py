@@ -164,7 +164,8 @@ class DataParallelMixin:
         out = ds3.layer_tensors(m, layer, p.tp)
         emb = m.embedding_params() / p.tp
         if vs == 0 and first:
-            out = (emb,) + out
+            positions = (float(m.learned_positions * m.hidden_size),) if m.learned_positions else ()
+            out = (emb,) + positions + out
         if vs == p.pp * p.virtual_pipeline_stages - 1 and last and (p.pp > 1 or not m.tied_embeddings):
             out = out + (emb,)
         return out
@@ -233,7 +234,7 @@ class DataParallelMixin:
         params = split / p.tp + replicated
         emb = m.embedding_params() / p.tp
         if vs == 0 and first:
-            params += emb
+            params += m.input_embedding_params(p.tp)
         if vs == p.pp * p.virtual_pipeline_stages - 1 and last and (p.pp > 1 or not m.tied_embeddings):
             params += emb
         return params
@@ -266,7 +267,7 @@ class DataParallelMixin:
                     out.setdefault((chunk, layer), []).append(acc)
                     acc = 0.0
             if vs == 0:
-                acc += emb
+                acc += m.input_embedding_params(p.tp)
             if acc > 0:
                 key = (chunk, "end") if vs == 0 else (chunk, last_layer)
                 out.setdefault(key, []).append(acc)

@@ -148,6 +148,13 @@ class ModelSpec:
     the same for every normalization) and whether a fused rotary kernel runs (``rotary``
     true; :meth:`sim.workload.layers.LayerBuilder.rope`).
 
+    ``learned_positions`` is the rows of a learned absolute position-embedding table (0: none;
+    rotary, ALiBi and sinusoidal positions have no parameters): Megatron-Core's
+    ``LanguageModelEmbedding`` under ``--position-embedding-type learned_absolute`` (Megatron-LM's
+    default) holds ``torch.nn.Embedding(max_sequence_length, hidden_size)`` beside the
+    vocabulary-parallel word embedding, whole on every tensor-parallel rank of the first stage
+    (``megatron/core/models/common/embeddings/language_model_embedding.py``).
+
     ``hidden_dropout`` is the dropout probability on each sublayer's output before its residual
     add (Megatron-LM ``--hidden-dropout``, default 0.1; Megatron-Core ``TransformerConfig.
     hidden_dropout``). At 0 no mask is drawn or kept: PyTorch's ``dropout`` returns its input at
@@ -182,6 +189,7 @@ class ModelSpec:
     norm: NormKind | None = None
     rotary: bool | None = None
     hidden_dropout: float = 0.1
+    learned_positions: int = 0
 
     def __post_init__(self) -> None:
         for f in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
@@ -189,6 +197,10 @@ class ModelSpec:
             _positive_int(f"model.{f}", getattr(self, f))
         if self.num_layers > MAX_LAYERS:
             raise ConfigError(_SPEC, "model.num_layers", f"at most {MAX_LAYERS:,} layers", self.num_layers)
+        if isinstance(self.learned_positions, bool) or not isinstance(self.learned_positions, int) \
+                or self.learned_positions < 0:
+            raise ConfigError(_SPEC, "model.learned_positions", "0 (no learned position embedding) or a positive "
+                              "integer", self.learned_positions)
         if isinstance(self.q_lora_rank, bool) or not isinstance(self.q_lora_rank, int) or self.q_lora_rank < 0:
             raise ConfigError(_SPEC, "model.q_lora_rank", "0 (queries projected directly) or a positive integer",
                               self.q_lora_rank)
@@ -323,13 +335,20 @@ class ModelSpec:
         return attn + mlp + 4 * h
 
     def embedding_params(self) -> int:
+        """The word embedding's parameters (the output layer's too, tied or not)."""
         return self.vocab_size * self.hidden_size
+
+    def input_embedding_params(self, tp: int) -> float:
+        """The first stage's embedding parameters on one of ``tp`` tensor-parallel ranks: the
+        word embedding split by vocabulary, the learned position embedding whole."""
+        return self.embedding_params() / tp + self.learned_positions * self.hidden_size
 
     def num_params(self) -> int:
         """All parameters, counting the output layer once when it is tied."""
         lm_head = 0 if self.tied_embeddings else self.embedding_params()
         layers = sum(self.layer_params(i) for i in range(self.num_layers))
-        return layers + self.embedding_params() + lm_head + 2 * self.hidden_size
+        positions = self.learned_positions * self.hidden_size
+        return layers + self.embedding_params() + positions + lm_head + 2 * self.hidden_size
 
     def active_params(self) -> float:
         """Parameters a token goes through: ``num_params`` with only ``moe_top_k`` of the

@@ -548,15 +548,19 @@ def test_an_activation_is_read_in_any_case_with_spaces_or_hyphens(tmp_path, spel
         load_workload(str(_write(tmp_path, doc)))
 
 
-@pytest.mark.parametrize("spelling, rotary", [("learned", False), ("Learned-Absolute", False), ("absolute", False),
-                                              ("RoPE", True), ("rotary", True), ("YaRN", True), ("ALiBi", False),
-                                              ("NoPE", False)])
-def test_a_position_embedding_is_read_as_papers_and_frameworks_name_it(tmp_path, spelling, rotary):
+@pytest.mark.parametrize("spelling, rotary, learned", [
+    ("learned", False, True), ("Learned-Absolute", False, True), ("absolute", False, True),
+    ("RoPE", True, False), ("rotary", True, False), ("YaRN", True, False), ("ALiBi", False, False),
+    ("NoPE", False, False), ("sinusoidal", False, False)])
+def test_a_position_embedding_is_read_as_papers_and_frameworks_name_it(tmp_path, spelling, rotary, learned):
     """``learned`` (a paper's word for Megatron-LM's ``learned_absolute``), ``rotary``, NeMo's
-    ``yarn`` are read as the kind they name; a misspelling is still refused."""
+    ``yarn`` are read as the kind they name, a learned one with a table of the sequence's
+    length; a misspelling is still refused."""
     doc = _tiny()
     doc["model"]["position_embedding"] = spelling
-    assert load_workload(str(_write(tmp_path, doc))).model.rotary is rotary
+    model = load_workload(str(_write(tmp_path, doc))).model
+    assert model.rotary is rotary
+    assert model.learned_positions == (model.seq_length if learned else 0)
     doc["model"]["position_embedding"] = "lerned"
     with pytest.raises(ConfigError, match="model.position_embedding"):
         load_workload(str(_write(tmp_path, doc)))

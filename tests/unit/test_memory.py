@@ -488,3 +488,26 @@ def test_megatrons_loss_holds_the_16bit_logits_beside_their_fp32_copy_and_te_onl
     assert diff == pytest.approx(4.0 * 1024 * 128256 / tp)
     rep = make_report(simulate(te, load_topology("dgx-a100")))
     assert rep.stages[1].peak_memory_bytes == pytest.approx(stage_memory(te, 1).total_bytes, rel=1e-12)
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_a_learned_position_embedding_sits_whole_on_every_first_stage_rank(tp):
+    """Megatron-Core's learned absolute position embedding (seq x h) beside the vocabulary-parallel
+    word embedding, unsplit by TP, on the first stage only; its gradient is reduced with the
+    others over data parallelism."""
+    w = make_workload(tp=tp, pp=2, dp=2, gbs=4, layers=4, seq=2048, hidden=1024)
+    learned = dataclasses.replace(w, model=dataclasses.replace(w.model, learned_positions=2048))
+    assert stage_params(learned.model, learned.parallel, 0) - stage_params(w.model, w.parallel, 0) == 2048 * 1024
+    assert stage_params(learned.model, learned.parallel, 1) == stage_params(w.model, w.parallel, 1)
+    assert learned.model.num_params() - w.model.num_params() == 2048 * 1024
+    rep = make_report(simulate(learned, load_topology("dgx-a100")))
+    base = make_report(simulate(w, load_topology("dgx-a100")))
+    assert rep.stages[0].peak_memory_bytes - base.stages[0].peak_memory_bytes == pytest.approx(
+        2048 * 1024 * (2 + 4 + 12), rel=1e-9)  # 16-bit weight, fp32 gradient, Adam state
+
+
+def test_a_negative_learned_position_table_is_refused():
+    from sim.errors import ConfigError
+    w = make_workload()
+    with pytest.raises(ConfigError, match="model.learned_positions"):
+        dataclasses.replace(w.model, learned_positions=-1)
