@@ -30,7 +30,7 @@ from sim.workload.spec import ModelSpec, ParallelSpec, WorkloadSpec, pipeline_sp
 __all__ = ["WEIGHT_BYTES", "GRAD_BYTES", "OPTIMIZER_BYTES", "StateBytes", "ActivationModel", "StageMemory",
            "stage_params", "state_bytes", "layer_activation_bytes", "activation_model", "stage_memory",
            "memory_table", "CUBLAS_WORKSPACE_BYTES", "activation_peak_bytes", "other_bytes", "BoundaryHolds",
-           "boundary_holds", "receive_buffer_bytes"]
+           "boundary_bytes", "boundary_holds", "receive_buffer_bytes"]
 
 WEIGHT_BYTES = 2.0
 """16-bit model weights."""
@@ -455,7 +455,7 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
                            loss_transient, moe_stored, moe_transient, cached, recompute_num_layers=n,
                            kept_layer_stored=kept[0], kept_layer_transient=kept[1],
                            kept_moe_layer_stored=moe_kept[0], kept_moe_layer_transient=moe_kept[1],
-                           boundary=2.0 * sb * h / div, last_output=2.0 * logits)
+                           boundary=boundary_bytes(m, p), last_output=2.0 * logits)
 
 
 @dataclass(frozen=True)
@@ -622,6 +622,12 @@ def boundary_holds(w: WorkloadSpec, am: ActivationModel, vs: int) -> BoundaryHol
     return BoundaryHolds(forward, backward, weight)
 
 
+def boundary_bytes(m: ModelSpec, p: ParallelSpec) -> float:
+    """What crosses a pipeline stage's boundary for one micro-batch: the 16-bit hidden state of
+    its ``s / cp x b`` tokens, sharded over the sequence under sequence parallelism."""
+    return 2.0 * (m.seq_length // p.cp) * p.micro_batch_size * m.hidden_size / (p.tp if p.sequence_parallel else 1)
+
+
 def receive_buffer_bytes(w: WorkloadSpec, stage: int) -> float:
     """The receive buffers ``torch.distributed.pipelining`` allocates once for a GPU of pipeline
     stage ``stage``: for each of its virtual stages and each micro-batch, one for the input
@@ -630,8 +636,8 @@ def receive_buffer_bytes(w: WorkloadSpec, stage: int) -> float:
     hidden state, sequence-sharded under sequence parallelism. None under Megatron-Core's."""
     if not _torch_pipeline(w):
         return 0.0
-    p, m = w.parallel, w.model
-    a = 2.0 * (m.seq_length // p.cp) * p.micro_batch_size * m.hidden_size / (p.tp if p.sequence_parallel else 1)
+    p = w.parallel
+    a = boundary_bytes(w.model, p)
     last = p.pp * p.virtual_pipeline_stages - 1
     ends = sum((vs != 0) + (vs != last) for vs in range(stage, last + 1, p.pp))
     return ends * p.num_microbatches * a

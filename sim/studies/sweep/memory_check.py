@@ -79,7 +79,7 @@ class MemoryCheck:
     def _other_bytes(self, w: WorkloadSpec, stage: int) -> float:
         p = w.parallel
         key = (p.sequence_parallel, p.cp, p.micro_batch_size, p.zero, p.tp, p.pp, p.virtual_pipeline_stages,
-               p.ep, p.dp, p.dp_shard_degree, stage)
+               p.ep, p.dp, p.dp_shard_degree, p.num_microbatches, stage)
         hit = self._other.get(key)
         if hit is None:
             hit = self._other[key] = other_bytes(w, stage)
