@@ -591,7 +591,7 @@ def build_model(raw: object, path: str, base: Path, stack: Stack | None, notes: 
                            "Megatron-LM default: GeLU MLP, not gated")
     tied = f.flag("tied_embeddings")
     seq_length = f.integer("seq_length", required=True) if seq is None else seq
-    learned = _named(f, "position_embedding", _POSITIONS, _POSITION_ALIASES) == "learned_absolute"
+    position = _position(f)
     with located(path):
         return ModelSpec(
             name=f.text("name") or default_name,
@@ -609,8 +609,8 @@ def build_model(raw: object, path: str, base: Path, stack: Stack | None, notes: 
                                        "layer counted apart") if tied is None else tied,
             head_dim=f.integer("head_dim", positive=True) or 0,
             norm=_norm(f),
-            rotary=_rotary(f),
-            learned_positions=seq_length if learned else 0,
+            rotary=None if position is None else position in ("rope", "mrope"),
+            learned_positions=seq_length if position == "learned_absolute" else 0,
             hidden_dropout=_hidden_dropout(f, notes),
             **_moe_fields(f),
             **{k: f.integer(k) or 0 for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
@@ -658,10 +658,9 @@ def _norm(f: Fields) -> NormKind | None:
     return None if name is None else _NORMS[name]
 
 
-def _rotary(f: Fields) -> bool | None:
-    """Whether the model's position embedding is rotary (None: not stated)."""
-    name = _named(f, "position_embedding", _POSITIONS, _POSITION_ALIASES)
-    return None if name is None else name in ("rope", "mrope")
+def _position(f: Fields) -> str | None:
+    """The model's position embedding, one of :data:`_POSITIONS` (None: not stated)."""
+    return _named(f, "position_embedding", _POSITIONS, _POSITION_ALIASES)
 
 
 MEGATRON_HIDDEN_DROPOUT = 0.1
