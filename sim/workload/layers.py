@@ -626,7 +626,11 @@ class LayerBuilder:
             # (swaps happen only between a reduce-scatter and the GEMM before it, none of them
             # across the attention backward, so attention_bwd_index stands)
             cfg = parallel.tp_comm_overlap_cfg
-            fwd, bwd = _overlap_tp(_split_gemms(fwd, cfg, t)), _overlap_tp(_split_gemms(bwd, cfg, t))
+            fwd = _chunk_pipeline(_overlap_tp(_split_gemms(fwd, cfg, t)))
+            attention_bwd = bwd[attention_bwd_index]
+            bwd = _chunk_pipeline(_overlap_tp(_split_gemms(bwd, cfg, t)))
+            # the pipeline splits GEMMs into two steps, none of them the attention backward's
+            attention_bwd_index = next(i for i, st in enumerate(bwd) if st is attention_bwd)
         moe = None
         if self.model.is_moe:
             # the attention half is the dense layer's; the MLP half (from norm2 on) is replaced
@@ -865,6 +869,68 @@ def _overlap_tp(steps: list[Step]) -> list[Step]:
             prev = out[i - 1]
             if prev.stream is None and isinstance(prev.op, GemmOp):
                 out[i - 1], out[i] = Step(st.stream, st.name, st.op, 1), prev
+    return out
+
+
+_AG_FED = frozenset({"qkv", "fc1", "proj-dgrad", "fc2-dgrad"})
+"""The GEMMs Transformer Engine feeds from a sequence-parallel all-gather it overlaps chunk by
+chunk (``ub_overlap_ag``: the column-parallel forwards and the row-parallel input gradients)."""
+_RS_DRAINED = frozenset({"proj", "fc2"})
+"""The GEMMs whose output Transformer Engine reduce-scatters chunk by chunk (``ub_overlap_rs``:
+the row-parallel forwards)."""
+
+
+def _split_rows(op: GemmOp, first: int) -> tuple[GemmOp, GemmOp]:
+    """``op`` (in ``op.chunks`` chunks) as two GEMMs: its first ``first`` chunks and the rest,
+    each on its share of the rows and of the work beside it (casts, fills), each chunk at the
+    size it had."""
+    rows = op.m * first // op.chunks
+    share = rows / op.m
+
+    def part(m: int, chunks: int, f: float) -> GemmOp:
+        return replace(op, m=m, chunks=chunks, extra_bytes=op.extra_bytes * f,
+                       epilogue_bytes=op.epilogue_bytes * f)
+
+    return part(rows, first, share), part(op.m - rows, op.chunks - first, 1.0 - share)
+
+
+def _chunk_pipeline(steps: list[Step]) -> list[Step]:
+    """The chunk-by-chunk order of Transformer Engine's userbuffers overlaps, where
+    :func:`_overlap_tp` leaves a GEMM and its collective side by side for their whole length.
+
+    TE's ``CommOverlapP2PBase::split_overlap_ag`` (ring exchange) computes the GEMM on the shard
+    in hand while the next shard arrives, so the last chunk starts only once the all-gather is
+    done: ``max(head, all-gather) + last chunk``. ``CommOverlapBase::split_overlap_rs``
+    (pipeline) and ``CommOverlapP2PBase::split_overlap_rs`` (ring exchange) reduce-scatter each
+    chunk once it is computed, so the first chunk runs before any of it and the last chunk's
+    share after the GEMM: ``first chunk + max(rest, its share) + the last chunk's share``
+    (NVIDIA/TransformerEngine ``transformer_engine/common/comm_gemm_overlap/
+    comm_gemm_overlap.cpp`` @ v2.8). A GEMM run whole (bulk overlaps, one chunk) keeps
+    :func:`_overlap_tp`'s order."""
+    out: list[Step] = []
+    i = 0
+    while i < len(steps):
+        st = steps[i]
+        nxt = steps[i + 1] if i + 1 < len(steps) else None
+        if (st.stream is not None and isinstance(st.op, CommOp) and nxt is not None and nxt.stream is None
+                and isinstance(nxt.op, GemmOp) and nxt.op.chunks > 1):
+            gemm = nxt.op
+            if st.op.collective is CollectiveKind.ALL_GATHER and st.wait == 1 and nxt.name in _AG_FED:
+                head, tail = _split_rows(gemm, gemm.chunks - 1)
+                out += [st, Step(None, nxt.name, head), Step(None, nxt.name, tail)]
+                i += 2
+                continue
+            if st.op.collective is CollectiveKind.REDUCE_SCATTER and st.wait == 1 and nxt.name in _RS_DRAINED:
+                first, rest = _split_rows(gemm, 1)
+                last = st.op.size_bytes / gemm.chunks
+                out += [Step(None, nxt.name, first),
+                        Step(st.stream, st.name, replace(st.op, size_bytes=st.op.size_bytes - last), 1),
+                        Step(None, nxt.name, rest),
+                        Step(st.stream, st.name, replace(st.op, size_bytes=last), 0)]
+                i += 2
+                continue
+        out.append(st)
+        i += 1
     return out
 
 

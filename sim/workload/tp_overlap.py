@@ -43,7 +43,10 @@ one chunk of its rows per TP rank (two with ``aggregate``), beside a pipeline ``
 chunks, beside a bulk overlap whole; with ``set_sm_margin`` (TE's default for bulk and
 pipelined overlaps) on ``sm_count - num_sm`` SMs for its whole length, the communicator on the
 rest, so nothing is taken beside it; without, on every SM, the communicator's ``num_sm`` taken
-while it runs (:mod:`sim.engine.contention`). Not modelled: the pipeline's last chunk on 32 SMs.
+while it runs (:mod:`sim.engine.contention`). The chunks keep TE's order (the chunk pipeline of
+:mod:`sim.workload.layers`): beside a ring-exchange all-gather the GEMM's last chunk waits for the
+last shard; a chunk-by-chunk reduce-scatter starts after the first chunk and sends the last
+chunk's share after the whole GEMM. Not modelled: the pipeline's last chunk on 32 SMs.
 """
 
 from __future__ import annotations

@@ -52,7 +52,9 @@ def _layer(run, layer: int = 1) -> dict[tuple[str, str], tuple]:
     for s in run.result.spans:
         a = dict(s.args)
         if s.rank == 0 and a.get("layer") == layer:
-            out[(a["phase"], s.name)] = (s, tasks[(s.name, key(s.args))])
+            # a GEMM run in two parts and its collective in two (the chunk pipeline,
+            # sim.workload.layers._chunk_pipeline) keep their first
+            out.setdefault((a["phase"], s.name), (s, tasks[(s.name, key(s.args))]))
     return out
 
 
@@ -140,6 +142,71 @@ def test_a_ring_exchange_on_sms_slows_its_gemm_by_num_sm_over_sm_count():
     c, (g, task) = _layer(run)[("fwd", "ncclAllGather qkv-in")][0], _layer(run)[("fwd", "qkv")]
     solo = costs.compute_time_s(task.op)
     assert g.end_s == pytest.approx(_slowed_end_s(g.start_s, c.end_s, solo, 2 / H100_SMS), rel=1e-12)
+
+
+# -- the chunk pipeline: what a chunked GEMM and its collective wait for -------------------------
+def _spans_named(run, phase: str, name: str, layer: int = 1) -> list:
+    """Rank 0's spans of ``layer`` called ``name`` in ``phase``, in start order."""
+    return sorted((s for s in run.result.spans if s.rank == 0 and s.name == name
+                   and dict(s.args).get("layer") == layer and dict(s.args).get("phase") == phase),
+                  key=lambda s: s.start_s)
+
+
+def test_a_chunked_gemm_and_its_collective_are_split_as_transformer_engine_pipelines_them():
+    """Beside a ring-exchange all-gather the GEMM's last chunk waits for the gather (its head
+    does not); beside a chunk-by-chunk reduce-scatter the GEMM's first chunk runs before any of
+    it and the last chunk's share is reduced after the whole GEMM. The parts add up to the
+    whole; bulk overlaps stay one GEMM beside one collective."""
+    from sim.workload.layers import layer_ops
+    from sim.workload.ops import CommOp, GemmOp
+
+    t = 4
+    w = make_workload(tp=t, sp=True, seq=512, hidden=1024, heads=16)
+    par = dataclasses.replace(w.parallel, tp_comm_overlap=True, tp_comm_overlap_cfg=TE_DEFAULTS)
+    ops = layer_ops(w.model, par, w.dtype, tuple(range(t)), kernels=w.kernels)
+    plain = layer_ops(w.model, dataclasses.replace(par, tp_comm_overlap=False), w.dtype, tuple(range(t)),
+                      kernels=w.kernels)
+    whole = {st.name: st.op for st in plain.layer_fwd + plain.layer_bwd}
+    steps = list(ops.layer_fwd) + list(ops.layer_bwd)
+    names = [st.name for st in steps]
+
+    def at(name: str) -> int:
+        return names.index(name)
+
+    for gemm, gather in (("qkv", "ncclAllGather qkv-in"), ("fc1", "ncclAllGather fc1-in"),
+                         ("proj-dgrad", "ncclAllGather proj-grad"), ("fc2-dgrad", "ncclAllGather fc2-grad")):
+        i = at(gemm)
+        ag, head, tail = steps[i - 1], steps[i], steps[i + 1]
+        assert ag.name == gather and ag.wait == 1 and tail.name == gemm   # the second GEMM part waits
+        assert (head.op.chunks, tail.op.chunks) == (t - 1, 1)
+        assert (head.op.m, tail.op.m) == (whole[gemm].m * (t - 1) // t, whole[gemm].m // t)
+    for gemm, scatter in (("proj", "ncclReduceScatter proj-out"), ("fc2", "ncclReduceScatter fc2-out")):
+        i = at(gemm)
+        first, rs_a, rest, rs_b = steps[i:i + 4]
+        assert [s.name for s in (rs_a, rest, rs_b)] == [scatter, gemm, scatter]
+        assert (first.op.chunks, rest.op.chunks) == (1, 3)   # TE's 4 pipelined splits
+        assert (rs_a.wait, rs_b.wait) == (1, 0)
+        assert isinstance(rs_a.op, CommOp) and rs_a.op.size_bytes == pytest.approx(whole[scatter].size_bytes * 3 / 4)
+        assert rs_b.op.size_bytes == pytest.approx(whole[scatter].size_bytes / 4)
+        assert first.op.m + rest.op.m == whole[gemm].m
+    for gemm in ("qkv-dgrad", "qkv-wgrad", "fc1-dgrad", "fc1-wgrad"):   # bulk: one GEMM
+        assert names.count(gemm) == 1 and isinstance(steps[at(gemm)].op, GemmOp)
+
+
+def test_the_last_chunk_waits_for_the_gather_and_the_last_share_for_the_gemm():
+    run, costs = _run()
+    (ag,) = _spans_named(run, "fwd", "ncclAllGather qkv-in")
+    head, tail = _spans_named(run, "fwd", "qkv")
+    assert head.start_s == ag.start_s                      # the head runs beside the exchange
+    assert tail.start_s == pytest.approx(max(head.end_s, ag.end_s), abs=1e-15)
+    first, rest = _spans_named(run, "fwd", "proj")
+    rs_a, rs_b = _spans_named(run, "fwd", "ncclReduceScatter proj-out")
+    assert rs_a.start_s == pytest.approx(first.end_s, abs=1e-15)    # nothing reduced before a chunk is done
+    assert rest.start_s == pytest.approx(first.end_s, abs=1e-15)
+    assert rs_b.start_s == pytest.approx(max(rest.end_s, rs_a.end_s), abs=1e-15)
+    after = min(s.start_s for s in run.result.spans if s.rank == 0 and s.stream is Stream.COMPUTE
+                and s.start_s >= rest.end_s and s is not rest)
+    assert after >= rs_b.end_s - 1e-15                      # the layer goes on once the last share is in
 
 
 def test_async_tp_copies_hold_no_sms():
@@ -261,7 +328,6 @@ def test_async_tp_sums_the_received_chunks_after_each_reduce_scattered_gemm():
     import dataclasses
 
     from sim.workload.layers import layer_ops
-    from sim.workload.ops import GemmOp
     from tests.conftest import make_workload
 
     t = 4
@@ -270,7 +336,7 @@ def test_async_tp_sums_the_received_chunks_after_each_reduce_scattered_gemm():
     def gemms(cfg):
         par = dataclasses.replace(w.parallel, tp_comm_overlap=True, tp_comm_overlap_cfg=cfg)
         ops = layer_ops(w.model, par, w.dtype, tuple(range(t)), kernels=w.kernels)
-        return {st.name: st.op for st in ops.layer_fwd + ops.layer_bwd if isinstance(st.op, GemmOp)}
+        return _whole_gemms(ops.layer_fwd + ops.layer_bwd)
 
     te, sym = gemms(TE_DEFAULTS), gemms(ASYNC_TP)
     reduced = {"proj", "fc2"}
@@ -280,6 +346,23 @@ def test_async_tp_sums_the_received_chunks_after_each_reduce_scattered_gemm():
             assert op.extra_bytes == pytest.approx(op.m * op.n * (1 + 1 / t) * 2) and op.extra_kernels == 1
         else:   # async TP does not split the GEMMs Transformer Engine splits
             assert op == dataclasses.replace(te[name], chunks=1, sm_margin=0)
+
+
+def _whole_gemms(steps) -> dict:
+    """``name -> GemmOp`` of a pass's GEMMs, a GEMM the chunk pipeline runs in two parts
+    (sim.workload.layers._chunk_pipeline) joined back into one: its rows, chunks and the work
+    beside it summed."""
+    from sim.workload.ops import GemmOp
+
+    out: dict = {}
+    for st in steps:
+        if isinstance(st.op, GemmOp):
+            prev = out.get(st.name)
+            out[st.name] = st.op if prev is None else dataclasses.replace(
+                prev, m=prev.m + st.op.m, chunks=prev.chunks + st.op.chunks,
+                extra_bytes=prev.extra_bytes + st.op.extra_bytes,
+                epilogue_bytes=prev.epilogue_bytes + st.op.epilogue_bytes)
+    return out
 
 
 # -- the GEMMs beside userbuffers: chunks and SM margins ------------------------------------------
@@ -319,7 +402,6 @@ def test_a_gemm_launched_with_an_sm_margin_computes_on_the_rest_and_draws_their_
 
 def test_the_layer_gemms_beside_userbuffers_run_as_their_table_says():
     from sim.workload.layers import layer_ops
-    from sim.workload.ops import GemmOp
 
     t = 4
     w = make_workload(tp=t, sp=True, seq=512, hidden=1024, heads=16)
@@ -327,7 +409,7 @@ def test_the_layer_gemms_beside_userbuffers_run_as_their_table_says():
     def gemms(overlap, cfg=TE_DEFAULTS):
         par = dataclasses.replace(w.parallel, tp_comm_overlap=overlap, tp_comm_overlap_cfg=cfg)
         ops = layer_ops(w.model, par, w.dtype, tuple(range(t)), kernels=w.kernels)
-        return {st.name: st.op for st in ops.layer_fwd + ops.layer_bwd if isinstance(st.op, GemmOp)}
+        return _whole_gemms(ops.layer_fwd + ops.layer_bwd)
 
     plain, te = gemms(False), gemms(True)
     assert all(op.chunks == 1 and op.sm_margin == 0 for op in plain.values())
