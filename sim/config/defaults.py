@@ -235,12 +235,28 @@ def fused_elementwise_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     return notes.fill(f.field("fused_elementwise"), False, stack.why("fused_elementwise"))
 
 
+_FUSED_ATTN_OFF = re.compile(r"\bNVTE_FUSED_ATTN\s*[=:]\s*[\"']?0\b")
+"""Transformer Engine's switch for cuDNN's fused attention, turned off in a case's published
+settings as launch scripts export it (``export NVTE_FUSED_ATTN=0``; NVIDIA/dgxc-benchmarking
+``grok1/configure.sh`` and ``nemotron/configure.sh`` @ 35a9aecc)."""
+
+
 def attention_kernel_default(f: Fields, stack: Stack, notes: Notes) -> AttentionKernel:
-    """The attention kernel: the case's, else the stack's ``attention_kernel``, noted when not
-    the vendor's (Transformer Engine picks cuDNN's fused attention on Hopper, with context
-    parallelism too from TE 1.2; torchtitan calls PyTorch's SDPA, whose backend priority runs
-    FlashAttention-2 first)."""
+    """The attention kernel: the case's, else FlashAttention-2 where the case's published
+    settings (``parallel.details``) turn Transformer Engine's fused attention off
+    (``NVTE_FUSED_ATTN=0``: TE's ``DotProductAttention`` then runs the flash-attn package's
+    kernels, ``transformer_engine/pytorch/attention.py``, read as ``use_fused_attention``) under
+    a stack whose attention is Transformer Engine's (the vendor kernel), else the stack's
+    ``attention_kernel``, noted when not the vendor's (Transformer Engine picks cuDNN's fused
+    attention on Hopper, with context parallelism too from TE 1.2; torchtitan calls PyTorch's
+    SDPA, whose backend priority runs FlashAttention-2 first)."""
     value = stack.value("attention_kernel")
+    details = f.raw.get("details")
+    if (f.raw.get("attention_kernel") is None and value is AttentionKernel.VENDOR and isinstance(details, str)
+            and _FUSED_ATTN_OFF.search(details)):
+        return notes.fill("parallel.attention_kernel", AttentionKernel.FLASH2,
+                          "the case's settings turn Transformer Engine's fused attention off (NVTE_FUSED_ATTN=0): "
+                          "its DotProductAttention runs FlashAttention-2 (flash-attn)")
     if f.raw.get("attention_kernel") is None and value is AttentionKernel.VENDOR:
         return value
     return f.enum("attention_kernel", AttentionKernel, notes, value, stack.why("attention_kernel"))

@@ -290,6 +290,30 @@ def test_nemo_24_03_prices_attention_with_flash_attention_2_as_its_launcher_ran_
                for n in notes)
 
 
+@pytest.mark.parametrize("details, kernel, noted", [
+    ("sequence_parallel; NVTE_FUSED_ATTN=0; NCCL_NVLS_ENABLE=0", AttentionKernel.FLASH2, True),
+    ("export NVTE_FUSED_ATTN: '0'", AttentionKernel.FLASH2, True),
+    ("NVTE_FUSED_ATTN=1; NVTE_FLASH_ATTN=0", AttentionKernel.VENDOR, False),
+    ("NVTE_FUSED_ATTN=10", AttentionKernel.VENDOR, False),
+    (None, AttentionKernel.VENDOR, False)])
+def test_a_case_that_turns_fused_attention_off_runs_flash_attention_2(tmp_path, details, kernel, noted):
+    """Launch scripts that export NVTE_FUSED_ATTN=0 (DGX Cloud's Grok-1 and Nemotron-4 340B
+    recipes) make Transformer Engine run FlashAttention-2 in place of cuDNN's kernel: a case
+    whose published settings say so is priced with it, noted; on or unsaid, the stack's kernel."""
+    case = _case("NeMo 24.09 (Megatron-Core)", system={"gpu": "H100-SXM5-80GB", "num_gpus": 8})
+    case["parallel"]["details"] = details
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+    assert w.kernels.attention_kernel is kernel
+    assert any(n.startswith("parallel.attention_kernel: null -> flash2 (the case's settings turn Transformer "
+                            "Engine's fused attention off") for n in notes) is noted
+    # torchtitan's SDPA is not Transformer Engine's: the switch does not apply, the stack's kernel does
+    titan = _case("torchtitan", system={"gpu": "H100-SXM5-80GB", "num_gpus": 8})
+    titan["parallel"]["details"] = "NVTE_FUSED_ATTN=0"
+    t, t_notes = load_workload_with_notes(_write(tmp_path / "t.yaml", titan))
+    assert t.kernels.attention_kernel is AttentionKernel.FLASH2
+    assert not any("NVTE_FUSED_ATTN=0)" in n for n in t_notes)
+
+
 @pytest.mark.parametrize("file, case", [
     ("nemo-longseq.yaml", "nemo_longseq_b200_llama3_8b_128k"),  # NeMo 25.04: NVTE_FUSED_ATTN=1
     ("megatronbridge.yaml", None),
