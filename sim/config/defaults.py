@@ -251,13 +251,12 @@ def attention_kernel_default(f: Fields, stack: Stack, notes: Notes) -> Attention
     attention on Hopper, with context parallelism too from TE 1.2; torchtitan calls PyTorch's
     SDPA, whose backend priority runs FlashAttention-2 first)."""
     value = stack.value("attention_kernel")
-    details = f.raw.get("details")
-    if (f.raw.get("attention_kernel") is None and value is AttentionKernel.VENDOR and isinstance(details, str)
-            and _FUSED_ATTN_OFF.search(details)):
-        return notes.fill("parallel.attention_kernel", AttentionKernel.FLASH2,
-                          "the case's settings turn Transformer Engine's fused attention off (NVTE_FUSED_ATTN=0): "
-                          "its DotProductAttention runs FlashAttention-2 (flash-attn)")
     if f.raw.get("attention_kernel") is None and value is AttentionKernel.VENDOR:
+        details = f.raw.get("details")
+        if isinstance(details, str) and _FUSED_ATTN_OFF.search(details):
+            return notes.fill("parallel.attention_kernel", AttentionKernel.FLASH2,
+                              "the case's settings turn Transformer Engine's fused attention off (NVTE_FUSED_ATTN=0): "
+                              "its DotProductAttention runs FlashAttention-2 (flash-attn)")
         return value
     return f.enum("attention_kernel", AttentionKernel, notes, value, stack.why("attention_kernel"))
 

@@ -623,13 +623,12 @@ class LayerBuilder:
         if forward_only:
             fwd = _overlap_tp(_async_tp_reductions(fwd, t, self.e))
         elif self.overlap:
-            # (swaps happen only between a reduce-scatter and the GEMM before it, none of them
-            # across the attention backward, so attention_bwd_index stands)
+            # the overlap swaps and splits GEMM and collective steps, never the attention
+            # backward's first step: its index is found again in the new list
             cfg = parallel.tp_comm_overlap_cfg
             fwd = _chunk_pipeline(_overlap_tp(_split_gemms(fwd, cfg, t)))
             attention_bwd = bwd[attention_bwd_index]
             bwd = _chunk_pipeline(_overlap_tp(_split_gemms(bwd, cfg, t)))
-            # the pipeline splits GEMMs into two steps, none of them the attention backward's
             attention_bwd_index = next(i for i, st in enumerate(bwd) if st is attention_bwd)
         moe = None
         if self.model.is_moe:
