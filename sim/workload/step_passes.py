@@ -20,7 +20,9 @@ each stack lists (``workloads/stacks/``):
   Megatron-LM unless ``--no-check-for-nan-in-loss-and-grad``), and the bucket is multiplied by
   ``gradient_scaling_factor``, ``1 / (dp x cp)`` unless ``average_in_collective`` (skipped at 1).
 * NeMo 2 and Megatron-Bridge recipes set ``check_for_nan_in_grad=True`` and
-  ``average_in_collective=True`` (no division pass).
+  ``average_in_collective=True`` (no division pass); Megatron-Bridge's performance scripts,
+  which its stack follows, turn the NaN check off (``set_common_perf_overrides``,
+  ``scripts/performance/utils/helpers.py`` @ v0.2.0).
 
 Each pass reads or writes the local gradient buffer (:attr:`~sim.memory.StateBytes.grads_bytes`,
 every local parameter's gradient unless ZeRO-2 or 3 shards it) or the optimizer shard

@@ -81,8 +81,9 @@ def test_each_shipped_stack_lists_its_releases_passes():
     for name in ("megatron-lm-2021", "megatron-lm-2022"):
         assert load_stack(name).value("step_passes") == MEGATRON_2022, name
     nemo2 = {StepPass.ZERO_GRAD_BUFFER, StepPass.GRAD_NAN_CHECK, StepPass.CLIP_GRAD_NORM, StepPass.MASTER_COPY}
-    for name in ("nemo-25", "megatron-bridge-25", "megatron-bridge"):  # average_in_collective: no division
-        assert load_stack(name).value("step_passes") == nemo2, name
+    assert load_stack("nemo-25").value("step_passes") == nemo2  # average_in_collective: no division
+    for name in ("megatron-bridge-25", "megatron-bridge"):  # performance scripts: no NaN check either
+        assert load_stack(name).value("step_passes") == nemo2 - {StepPass.GRAD_NAN_CHECK}, name
     for name in ("nemo-24", "nemo-24.01-24.07", "torchtitan"):
         assert load_stack(name).value("step_passes") == {StepPass.CLIP_GRAD_NORM}, name
     assert load_stack("deepspeed-zero3").value("step_passes") == {StepPass.CLIP_GRAD_NORM, StepPass.MASTER_COPY}
