@@ -188,6 +188,15 @@ class GPUSpec:
     gemm_memory_efficiency: float | None = None
 
     @property
+    def fp8_any_layout(self) -> bool:
+        """Whether the FP8 tensor cores take every operand layout, so that a per-tensor FP8
+        weight gradient reads the row-wise copies its operands already have: Blackwell's do
+        (Transformer Engine's ``nvte_is_non_tn_fp8_gemm_supported``, true at compute capability
+        10.x and 13+, ``transformer_engine/common/transformer_engine.cpp``), Hopper's take only
+        the TN layout (NVIDIA, "Using FP8 with Transformer Engine")."""
+        return self.generation is GpuGeneration.BLACKWELL
+
+    @property
     def gemm_streaming_efficiency(self) -> float:
         """The fraction of HBM bandwidth a bandwidth-bound GEMM reaches
         (:attr:`gemm_memory_efficiency`, else :attr:`memory_efficiency`)."""

@@ -489,6 +489,13 @@ def quantized_inputs_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     return _from_stack(f, "quantized_saved_inputs", stack, notes, quiet=True)
 
 
+def te_quantizer_default(f: Fields, stack: Stack, notes: Notes) -> bool:
+    """Whether an 8-bit linear's operands are quantized by Transformer Engine's quantizers
+    (:attr:`~sim.workload.kernels.KernelsSpec.te_quantizer`): the case's value, else the
+    stack's (torchtitan: torchao's float8), noted when off."""
+    return _from_stack(f, "te_quantizer", stack, notes, quiet=True)
+
+
 def deterministic_default(f: Fields, framework: str, notes: Notes) -> bool:
     """Megatron-LM's deterministic mode: the case's ``deterministic``, else on when its
     settings or framework name ``--deterministic-mode`` (or "deterministic mode"), else off."""

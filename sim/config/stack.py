@@ -207,6 +207,8 @@ SETTINGS: tuple[SettingKind, ...] = (
                 "the 16-bit weights lack (10 bytes of state a parameter, not 12)"),
     SettingKind("quantized_saved_inputs", _boolean, "an 8- or 4-bit linear layer keeps its quantized input for "
                 "the weight gradient (false: the 16-bit input)"),
+    SettingKind("te_quantizer", _boolean, "an 8-bit linear's operands quantized by Transformer Engine, which "
+                "makes no FP8 transposes on Blackwell (false: torchao's float8)"),
     SettingKind("pipeline_buffers", _enum(PipelineBuffers), "what the pipeline runtime holds of each "
                 "micro-batch at a stage's boundaries (in-flight: Megatron-Core's schedules; torch: "
                 "torch.distributed.pipelining)"),
@@ -242,7 +244,7 @@ FlagSetting = Literal["sequence_parallel", "distributed_optimizer", "overlap_par
                       "overlap_p2p_comm", "tp_comm_overlap", "flash_attention", "fused_elementwise",
                       "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
                       "unfused_linear_bias", "master_param_remainders", "quantized_saved_inputs",
-                      "nvlink_segments"]
+                      "te_quantizer", "nvlink_segments"]
 """The :data:`SETTINGS` keys read as true or false."""
 CountSetting = Literal["zero_stage", "virtual_pipeline_stages"]
 """The :data:`SETTINGS` keys read as integers."""

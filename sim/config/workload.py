@@ -47,6 +47,7 @@ from sim.config.defaults import (
     remainders_default,
     sp_default,
     step_passes_default,
+    te_quantizer_default,
     tp_overlap_cfg_default,
     tp_overlap_default,
     unfused_bias_default,
@@ -116,8 +117,8 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "zero_impl",
                   "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "grad_reduce_in_fp32", "deterministic",
                   "async_tp_grad_allreduce", "unfused_linear_bias", "adam_impl", "step_passes",
-                  "master_param_remainders", "quantized_saved_inputs", "pipeline_buffers", "cp_comm_type",
-                  "hierarchical_context_parallel_sizes", "moe_dispatcher")
+                  "master_param_remainders", "quantized_saved_inputs", "te_quantizer", "pipeline_buffers",
+                  "cp_comm_type", "hierarchical_context_parallel_sizes", "moe_dispatcher")
 """The keys of a case's ``parallel`` section: the parallel strategy, and the kernel switches
 (:data:`~sim.workload.kernels.KERNEL_KEYS`) in the spelling of the published cases."""
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node", "network",
@@ -855,6 +856,7 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     step_passes = step_passes_default(f, stack, notes)
     remainders = remainders_default(f, stack, notes)
     quantized_inputs = quantized_inputs_default(f, stack, notes)
+    te_quantizer = te_quantizer_default(f, stack, notes)
     zero_impl = zero_impl_default(f, zero, stack, notes)
     pipeline_buffers = pipeline_buffers_default(f, pp, stack, notes)
     kernels = KernelsSpec(
@@ -862,7 +864,7 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
         gradient_accumulation_fusion=grad_fusion, grad_reduce_in_fp32=grad_fp32, deterministic=deterministic,
         async_tp_grad_allreduce=async_ar, unfused_linear_bias=bias_kernels, adam_impl=adam,
         step_passes=step_passes, master_param_remainders=remainders, quantized_saved_inputs=quantized_inputs,
-        pipeline_buffers=pipeline_buffers)
+        te_quantizer=te_quantizer, pipeline_buffers=pipeline_buffers)
     with located(f.path):
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,

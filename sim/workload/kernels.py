@@ -137,6 +137,12 @@ class KernelsSpec:
     as torchao's float8 training does (``matmul_with_hp_or_float8_args.forward``:
     ``ctx.save_for_backward(input_hp, weight_hp_t)``, ``torchao/float8/float8_linear.py``)."""
 
+    te_quantizer: bool = True
+    """Whether an 8-bit linear's operands are quantized by Transformer Engine's quantizers, which
+    make no transposed copy of a per-tensor FP8 tensor where the GPU's FP8 GEMMs take every
+    layout (Blackwell: the weight gradient reads the row-wise copies). False: torchao's float8,
+    which casts and lays out its operands itself (:func:`sim.workload.quantization.gemm_casts`)."""
+
     pipeline_buffers: PipelineBuffers = PipelineBuffers.IN_FLIGHT
     """What the pipeline runtime holds of each micro-batch at a stage's boundaries under
     PP > 1: Megatron-Core's schedules only the micro-batches in flight; PyTorch's
@@ -160,6 +166,7 @@ class KernelsSpec:
 KERNEL_KEYS: tuple[str, ...] = ("flash_attention", "attention_kernel", "cross_entropy", "fused_elementwise",
                                 "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
                                 "unfused_linear_bias", "deterministic", "adam_impl", "step_passes",
-                                "master_param_remainders", "quantized_saved_inputs", "pipeline_buffers")
+                                "master_param_remainders", "quantized_saved_inputs", "te_quantizer",
+                                "pipeline_buffers")
 """The fields of :class:`KernelsSpec`: the keys of a workload file's ``kernels:`` section, also
 read under ``parallel:``."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
+from functools import partial
 
 from sim.types import (
     CollectiveKind,
@@ -175,9 +176,14 @@ class LayerBuilder:
                  cp_replicas: tuple[tuple[int, ...], ...] = (), ep_group: tuple[int, ...] = (0,),
                  ep_replicas: tuple[tuple[int, ...], ...] = (),
                  scaling: ScalingRecipe = ScalingRecipe.DELAYED, etp_group: tuple[int, ...] | None = None,
-                 etp_replicas: tuple[tuple[int, ...], ...] | None = None, *, kernels: KernelsSpec) -> None:
+                 etp_replicas: tuple[tuple[int, ...], ...] | None = None, *, kernels: KernelsSpec,
+                 fp8_any_layout: bool = False) -> None:
         self.model, self.parallel, self.dtype, self.scaling = model, parallel, dtype, scaling
         self.kspec = kernels
+        # Transformer Engine's FP8 has no transposes on a GPU whose FP8 GEMMs take every layout
+        # (GPUSpec.fp8_any_layout): sim.workload.quantization.gemm_casts
+        self.casts = partial(gemm_casts, dtype, scaling, te_quantizer=kernels.te_quantizer,
+                             any_layout=fp8_any_layout)
         self.tp_group, self.replicas = tp_group, replicas
         self.cp_group, self.cp_replicas = cp_group, cp_replicas
         self.ep_group, self.ep_replicas = ep_group, ep_replicas
@@ -341,7 +347,7 @@ class LayerBuilder:
         expert, above); in low precision its input is quantized first."""
         m = self.T if tokens is None else tokens
         rows = m * experts
-        return self.gemm(m, out, inp, gemm_casts(self.dtype, self.scaling, rows, inp, out).fprop,
+        return self.gemm(m, out, inp, self.casts(rows, inp, out).fprop,
                          *self.out_fill(rows, out), batch=experts)
 
     def dgrad_gemm(self, inp: int, out: int, tokens: int | None = None, experts: int = 1) -> GemmOp:
@@ -349,12 +355,13 @@ class LayerBuilder:
         gradient is quantized."""
         m = self.T if tokens is None else tokens
         rows = m * experts
-        return self.gemm(m, inp, out, gemm_casts(self.dtype, self.scaling, rows, inp, out).dgrad,
+        return self.gemm(m, inp, out, self.casts(rows, inp, out).dgrad,
                          *self.out_fill(rows, inp), batch=experts)
 
     def wgrad_gemm(self, inp: int, out: int, tokens: int | None = None, experts: int = 1) -> GemmOp:
         """Weight-gradient GEMM ``[inp, T] @ [T, out]`` (as :meth:`fwd_gemm`); in FP8 both
-        operands are transposed first (Hopper's FP8 tensor cores take only the TN layout), in
+        operands are transposed first (Hopper's FP8 tensor cores take only the TN layout; not
+        Transformer Engine's per-tensor FP8 on Blackwell, which reads the row-wise copies), in
         NVFP4 it reads the column-wise copies the casts above made. With gradient-accumulation
         fusion the GEMM accumulates into the ``main_grad`` itself: its epilogue reads and writes
         the gradient dtype instead of writing a 16-bit output
@@ -376,7 +383,7 @@ class LayerBuilder:
         if not self.kspec.gradient_accumulation_fusion:
             fill, fills = self.out_fill(inp, out)
             extra, kernels = experts * fill + weights * (self.e + 2 * self.kspec.grad_bytes), experts * fills + 1
-        op = self.gemm(inp, out, m, gemm_casts(self.dtype, self.scaling, m * experts, inp, out).wgrad, extra, kernels,
+        op = self.gemm(inp, out, m, self.casts(m * experts, inp, out).wgrad, extra, kernels,
                        batch=experts)
         if self.kspec.gradient_accumulation_fusion:
             op = replace(op, epilogue_bytes=weights * (2 * self.kspec.grad_bytes - self.e))
@@ -766,20 +773,21 @@ def layer_ops(model: ModelSpec, parallel: ParallelSpec, dtype: Dtype, tp_group: 
               ep_replicas: tuple[tuple[int, ...], ...] = (),
               scaling: ScalingRecipe = ScalingRecipe.DELAYED, etp_group: tuple[int, ...] | None = None,
               etp_replicas: tuple[tuple[int, ...], ...] | None = None, bf16_layers: bool = False, *,
-              kernels: KernelsSpec) -> LayerOps:
+              kernels: KernelsSpec, fp8_any_layout: bool = False) -> LayerOps:
     """Build the step lists of one pipeline stage whose TP group is ``tp_group`` (and CP group
     ``cp_group``, EP group ``ep_group``, experts' TP group ``etp_group``, by default the TP
     group; ``replicas`` list the groups doing the same at the same time): :class:`LayerBuilder`.
 
     ``bf16_layers``: also build the layers' BF16 variant (:attr:`LayerOps.high_precision`),
     for the first and last layers a low-precision ``dtype`` keeps in BF16. ``kernels``: the
-    workload's kernel switches (:class:`~sim.workload.kernels.KernelsSpec`)."""
+    workload's kernel switches (:class:`~sim.workload.kernels.KernelsSpec`). ``fp8_any_layout``:
+    the GPU's FP8 GEMMs take every layout (:attr:`sim.hardware.GPUSpec.fp8_any_layout`)."""
     groups = (tp_group, replicas, cp_group, cp_replicas, ep_group, ep_replicas, scaling, etp_group, etp_replicas)
     if bf16_layers and dtype in LOW_PRECISION:
-        low = LayerBuilder(model, parallel, dtype, *groups, kernels=kernels).build()
+        low = LayerBuilder(model, parallel, dtype, *groups, kernels=kernels, fp8_any_layout=fp8_any_layout).build()
         high = LayerBuilder(model, parallel, ACT_DTYPE, *groups, kernels=kernels).build()
         return replace(low, high_precision=high)
-    return LayerBuilder(model, parallel, dtype, *groups, kernels=kernels).build()
+    return LayerBuilder(model, parallel, dtype, *groups, kernels=kernels, fp8_any_layout=fp8_any_layout).build()
 
 
 FLEX_KERNELS = {MoeDispatcher.DEEPEP: (CommKernel.DEEPEP, 20), MoeDispatcher.HYBRIDEP: (CommKernel.HYBRIDEP, 16)}

@@ -10,11 +10,25 @@ with the GEMM (:attr:`~sim.workload.ops.GemmOp.extra_bytes`,
 weight is cached over the micro-batches; ``megatron/core/extensions/transformer_engine.py``)
 and are not priced.
 
-**FP8 and MXFP8** (the model llmsim has used so far, unchanged): the fprop's input and the
-dgrad's incoming gradient are cast (read 16 bits, write 8; with current scaling one more read
-for the amax, Transformer Engine ``Float8CurrentScaling``), and the wgrad's two operands are
-transposed (read and write each 8-bit copy: Hopper's FP8 tensor cores take only the TN layout;
-NVIDIA, "Using FP8 with Transformer Engine").
+**FP8 and MXFP8**: the fprop's input and the dgrad's incoming gradient are cast (read 16 bits,
+write 8; with current scaling one more read for the amax, Transformer Engine
+``Float8CurrentScaling``), and the wgrad's two operands are transposed (read and write each
+8-bit copy: Hopper's FP8 tensor cores take only the TN layout; NVIDIA, "Using FP8 with
+Transformer Engine"). Under sequence parallelism Transformer Engine quantizes a column-parallel
+layer's input shard, all-gathers it in 8 bits and transposes the gathered tensor for the
+weight gradient; where a tensor is not gathered its ``cast_transpose`` kernel writes both
+copies in one pass (``quantize_helper``, ``transformer_engine/common/util/cast_kernels.cuh`` @
+v2.8). The accounting above, per GEMM on the GEMM's rows, stands for both.
+
+Transformer Engine's quantizers (``te_quantizer``) make no transposed copy of a per-tensor FP8
+tensor on a GPU whose FP8 GEMMs take every layout (``any_layout``: Blackwell, compute
+capability 10.x; ``nvte_is_non_tn_fp8_gemm_supported`` in
+``transformer_engine/common/transformer_engine.cpp``, from TE 2.1): ``with_transpose =
+columnwise_usage && !is_non_tn_fp8_gemm_supported`` (``Float8Quantizer`` and
+``Float8CurrentScalingQuantizer`` in ``transformer_engine/pytorch/csrc/quantizer.cpp`` @
+``d0067d0``), and the weight gradient reads the row-wise copies in another layout, so it has
+no transposes there. MXFP8, whose block scales run along one dimension, keeps its column-wise
+copy on every GPU. torchao's float8 (``te_quantizer`` off) lays its operands out itself.
 
 **NVFP4** as Transformer Engine's ``NVFP4BlockScaling`` recipe runs it (NVIDIA/TransformerEngine
 ``transformer_engine/common/recipe/__init__.py`` @ ``000b637``; "Pretraining Large Language
@@ -160,13 +174,19 @@ def nvfp4_quantize(rows: int, cols: int) -> Cast:
     return amax + rowwise + hadamard + columnwise
 
 
-def gemm_casts(dtype: Dtype, scaling: ScalingRecipe, tokens: int, inp: int, out: int) -> GemmCasts:
+def gemm_casts(dtype: Dtype, scaling: ScalingRecipe, tokens: int, inp: int, out: int,
+               te_quantizer: bool = False, any_layout: bool = False) -> GemmCasts:
     """The casts of a linear layer ``[tokens, inp] -> [tokens, out]`` in ``dtype``: nothing in
-    16 or 32 bits, the FP8 model or the NVFP4 recipe of the module docstring.
+    16 or 32 bits, the FP8 model (no transposes for Transformer Engine's per-tensor FP8 on a GPU
+    whose FP8 GEMMs take every layout) or the NVFP4 recipe of the module docstring.
 
     >>> c = gemm_casts(Dtype.FP8, ScalingRecipe.DELAYED, 2, 3, 5)
     >>> c.fprop.bytes, c.dgrad.bytes, c.wgrad.bytes  # 3 bytes an element cast, 2 transposed
     (18.0, 30.0, 32.0)
+    >>> gemm_casts(Dtype.FP8, ScalingRecipe.DELAYED, 2, 3, 5, te_quantizer=True, any_layout=True).wgrad
+    Cast(bytes=0.0, kernels=0)
+    >>> gemm_casts(Dtype.MXFP8, ScalingRecipe.BLOCK, 2, 3, 5, te_quantizer=True, any_layout=True).wgrad.bytes
+    32.0
     >>> c = gemm_casts(Dtype.NVFP4, ScalingRecipe.BLOCK, 64, 128, 256)
     >>> c.fprop == nvfp4_quantize(64, 128), c.dgrad == nvfp4_quantize(64, 256), c.wgrad
     (True, True, Cast(bytes=0.0, kernels=0))
@@ -179,5 +199,7 @@ def gemm_casts(dtype: Dtype, scaling: ScalingRecipe, tokens: int, inp: int, out:
     if scaling is ScalingRecipe.CURRENT:
         cast += _HIGH  # and read the 16 bits once more for the amax
     trans = 2.0  # read and write one 8-bit copy
+    if te_quantizer and any_layout and dtype is Dtype.FP8 and scaling is not ScalingRecipe.BLOCK:
+        return GemmCasts(Cast(cast * tokens * inp, 1), Cast(cast * tokens * out, 1), Cast())
     return GemmCasts(Cast(cast * tokens * inp, 1), Cast(cast * tokens * out, 1),
                      Cast(trans * tokens * (inp + out), 1))

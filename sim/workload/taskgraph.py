@@ -632,7 +632,8 @@ def build_program(w: WorkloadSpec, representative: bool = True,
         if ops is None:
             ops = ops_cache[(group, cp_group, ep_group, etp_group)] = layer_ops(
                 w.model, p, w.dtype, group, replicas, cp_group, cp_replicas, ep_group, ep_replicas, w.scaling,
-                etp_group, etp_replicas, w.keeps_bf16_layers, kernels=w.kernels)
+                etp_group, etp_replicas, w.keeps_bf16_layers, kernels=w.kernels,
+                fp8_any_layout=w.system.gpu.fp8_any_layout)
         _RankProgram(b, w, layout, r, ops, representative, granularity == "layer",
                      granularity == "chunk").build()
         infos.append(RankInfo(r, node_of(r), local_gpu_of(r), tp_c, stage, dp_c // p.cp, dp_c % p.cp))

@@ -11,13 +11,14 @@ from sim.config import load_topology, load_workload
 from sim.config.megatron_args import load_megatron_workload
 from sim.costs.compute import gemm_time_s
 from sim.errors import ConfigError
+from sim.hardware import get_gpu
 from sim.runner import simulate
 from sim.studies.sweep.bound import IterationBound
 from sim.types import Dtype, OpKind, ScalingRecipe
 from sim.workload.layers import layer_ops
 from sim.workload.ops import GemmOp
 from sim.workload.taskgraph import build_program
-from tests.conftest import make_workload
+from tests.conftest import make_workload, replace_settings
 
 E = 2.0
 """Bytes of a BF16 element."""
@@ -70,6 +71,41 @@ def test_fp8_casts_keep_their_model():
             op = st.op
             want = 2.0 * op.k * (op.m + op.n) if st.name.endswith("wgrad") else cast * op.m * op.k
             assert (op.extra_bytes, op.extra_kernels) == (want, 1)
+
+
+@pytest.mark.parametrize("scaling", [ScalingRecipe.DELAYED, ScalingRecipe.CURRENT])
+def test_transformer_engine_fp8_on_blackwell_makes_no_transposes(scaling):
+    """Transformer Engine's per-tensor FP8 quantizers make no column-wise copy where the GPU's
+    FP8 GEMMs take every layout (Blackwell): the weight gradient adds nothing, the casts are
+    Hopper's. MXFP8 keeps its column-wise copy there, and torchao's float8 (te_quantizer off)
+    its transposes."""
+    def gemms(gpu, dtype=Dtype.FP8, scaling=scaling, **kernels):
+        w = replace_settings(make_workload(gpu=gpu, gpus_per_node=4), **kernels)
+        ops = layer_ops(w.model, w.parallel, dtype, (0,), scaling=scaling, kernels=w.kernels,
+                        fp8_any_layout=w.system.gpu.fp8_any_layout)
+        return {st.name: st.op for st in _gemms(ops.layer_fwd + ops.layer_bwd)}
+
+    assert get_gpu("GB200").fp8_any_layout and get_gpu("B200").fp8_any_layout
+    assert not get_gpu("H100-SXM5-80GB").fp8_any_layout and not get_gpu("A100-SXM4-80GB").fp8_any_layout
+    hopper, blackwell = gemms("H100-SXM5-80GB"), gemms("GB200")
+    torchao = gemms("GB200", te_quantizer=False)
+    mx = gemms("GB200", Dtype.MXFP8, ScalingRecipe.BLOCK)
+    assert hopper.keys() == blackwell.keys() and any(name.endswith("wgrad") for name in hopper)
+    for name, op in blackwell.items():
+        if name.endswith("wgrad"):
+            assert (op.extra_bytes, op.extra_kernels) == (0.0, 0)
+            assert hopper[name].extra_bytes == torchao[name].extra_bytes == mx[name].extra_bytes \
+                == 2.0 * op.k * (op.m + op.n) > 0
+        else:
+            assert (op.extra_bytes, op.extra_kernels) == (hopper[name].extra_bytes, hopper[name].extra_kernels)
+            assert op.extra_bytes == torchao[name].extra_bytes > 0
+
+
+def test_each_stack_names_its_quantizer():
+    from sim.config.stacks import load_stack
+    for name in ("megatron-core", "nemo-24", "megatron-bridge", "pytorch-fsdp"):
+        assert load_stack(name).value("te_quantizer") is True, name
+    assert load_stack("torchtitan").value("te_quantizer") is False
 
 
 def _layer_gemms(w):

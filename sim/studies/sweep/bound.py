@@ -76,7 +76,7 @@ def layer_ops_key(w: WorkloadSpec) -> tuple:
     p = w.parallel
     return (p.tp, p.cp, p.ep, p.micro_batch_size, p.sequence_parallel, w.kernels,
             p.tp_comm_overlap, w.dtype, w.scaling, p.cp_comm_type, p.hierarchical_context_parallel_sizes,
-            w.keeps_bf16_layers, p.moe_dispatcher)
+            w.keeps_bf16_layers, p.moe_dispatcher, w.system.gpu.fp8_any_layout)
 
 
 class IterationBound:
@@ -133,7 +133,7 @@ class IterationBound:
             p = w.parallel
             ops = self._ops[key] = layer_ops(w.model, p, w.dtype, tuple(range(p.tp)), (), tuple(range(p.cp)), (),
                                              tuple(range(p.ep)), (), w.scaling, bf16_layers=w.keeps_bf16_layers,
-                                             kernels=w.kernels)
+                                             kernels=w.kernels, fp8_any_layout=w.system.gpu.fp8_any_layout)
         return ops
 
     def pass_times(self, w: WorkloadSpec, is_moe: bool, bf16: bool = False,

@@ -191,7 +191,8 @@ class TimelineBound:
             ops = self._ops[key] = layer_ops(w.model, p, w.dtype, lay.tp_group(0, stage), lay.tp_groups(stage),
                                              lay.cp_group(0, 0, stage), lay.cp_groups(stage),
                                              lay.ep_group(0, 0, stage), lay.ep_groups(stage), w.scaling,
-                                             bf16_layers=w.keeps_bf16_layers, kernels=w.kernels)
+                                             bf16_layers=w.keeps_bf16_layers, kernels=w.kernels,
+                                             fp8_any_layout=w.system.gpu.fp8_any_layout)
         return ops
 
     def _list_s(self, w: WorkloadSpec, steps: tuple[Step, ...], key: tuple) -> float:
