@@ -58,6 +58,19 @@ def _calibrate(tmp_path: Path, *logs: Path | str, topology: str | None = None, n
     return out
 
 
+@pytest.fixture(scope="module")
+def two_node_calibration(tmp_path_factory) -> str:
+    """The text ``llmsim calibrate`` writes for the committed two-node log, made once for the
+    tests that read or tamper with a copy of it (each calibration takes seconds)."""
+    return _calibrate(tmp_path_factory.mktemp("two-node"), TWO_NODE).read_text()
+
+
+def _two_node_copy(tmp_path: Path, text: str) -> Path:
+    out = tmp_path / "cal.yaml"
+    out.write_text(text)
+    return out
+
+
 def _one_error_line(capsys) -> str:
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and err.startswith("llmsim: error: "), err
@@ -170,8 +183,8 @@ def test_the_scale_up_is_calibrated_first_and_the_scale_out_on_it(tmp_path, caps
     assert "on the scale-up so calibrated" in capsys.readouterr().out
 
 
-def test_the_calibration_file_round_trips(tmp_path):
-    out = _calibrate(tmp_path, TWO_NODE)
+def test_the_calibration_file_round_trips(tmp_path, two_node_calibration):
+    out = _two_node_copy(tmp_path, two_node_calibration)
     cal = load_calibration(str(out))
     again = tmp_path / "again.yaml"
     cal.write(again)
@@ -191,8 +204,8 @@ TAMPERED = {
 
 
 @pytest.mark.parametrize("name", sorted(TAMPERED))
-def test_a_tampered_scale_out_section_is_one_line_exit_2(name, tmp_path, capsys):
-    out = _calibrate(tmp_path, TWO_NODE)
+def test_a_tampered_scale_out_section_is_one_line_exit_2(name, tmp_path, capsys, two_node_calibration):
+    out = _two_node_copy(tmp_path, two_node_calibration)
     old, new, field = TAMPERED[name]
     text = out.read_text()
     assert old in text
@@ -242,8 +255,8 @@ def _without_wall(data: dict) -> str:
     return re.sub(r'"simulated_wall_s": [0-9.e-]+', "", json.dumps(data, sort_keys=True))
 
 
-def test_a_scale_out_calibration_changes_collectives_across_nodes_only(tmp_path, capsys):
-    cal = str(_calibrate(tmp_path, TWO_NODE))
+def test_a_scale_out_calibration_changes_collectives_across_nodes_only(tmp_path, capsys, two_node_calibration):
+    cal = str(_two_node_copy(tmp_path, two_node_calibration))
     one_node = _without_wall(_run_json(tmp_path))
     assert _without_wall(_run_json(tmp_path, "--calibration", cal)) == one_node
     wide = ("--set", "system.num_gpus=16", "--set", "parallel.dp=4", "--set", "parallel.global_batch_size=16")
