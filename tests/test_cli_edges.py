@@ -15,7 +15,7 @@ import pytest
 
 import sim
 from sim.cli import main
-from sim.errors import ConfigError
+from sim.errors import ConfigError, excerpt
 
 REPO = Path(sim.__file__).resolve().parent.parent
 
@@ -52,7 +52,7 @@ def test_an_option_error_names_the_option_once():
 
 def test_an_output_folder_given_for_a_file_reads_once(tmp_path, capsys):
     line = _one_error(capsys, "run", "tiny", "--trace", str(tmp_path))
-    assert line == f"--trace: expected a file to write, not a folder (got {str(tmp_path)!r})"
+    assert line == f"--trace: expected a file to write, not a folder (got {excerpt(str(tmp_path))})"
 
 
 @pytest.mark.parametrize("option, says", [("--topology", "expected an existing file or a preset name"),

@@ -9,7 +9,7 @@ import yaml
 
 import sim
 from sim.config import default_topology_name, load_cases, load_topology, load_workload, load_workload_with_notes
-from sim.errors import ConfigError
+from sim.errors import ConfigError, excerpt
 from sim.topology.spec import FabricKind, ScaleUpKind
 from sim.types import Dtype, RecomputeKind, ScheduleKind
 from sim.units import GiB
@@ -332,7 +332,8 @@ def test_spec_check_names_the_file(tmp_path):
 def test_hf_config_path_missing(tmp_path):
     data = {**_tiny(), "model": {"hf_config": "missing.json"}}
     err = _error(_write(tmp_path, data), "model.hf_config")
-    assert "missing.json" in str(err)
+    # the path as resolved beside the workload, quoted as a bounded excerpt (however long tmp_path is)
+    assert excerpt(str(tmp_path / "missing.json")) in str(err)
 
 
 def test_hf_config_bad_json(tmp_path):

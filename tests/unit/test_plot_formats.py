@@ -13,7 +13,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from sim.cli.main import build_parser, main
-from sim.errors import ConfigError
+from sim.errors import ConfigError, excerpt
 from sim.output.plot_formats import check_plot_path, plot_format
 
 
@@ -145,7 +145,7 @@ def test_an_unknown_suffix_stops_every_command_before_any_work(command, name, tm
     assert out == ""
     lines = err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("llmsim: error: --plot: expected"), err
-    assert ".png" in lines[0] and ".svg" in lines[0] and repr(str(path)) in lines[0]
+    assert ".png" in lines[0] and ".svg" in lines[0] and excerpt(str(path)) in lines[0]
     assert list(tmp_path.iterdir()) == []
 
 
