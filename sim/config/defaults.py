@@ -496,6 +496,19 @@ def te_quantizer_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     return _from_stack(f, "te_quantizer", stack, notes, quiet=True)
 
 
+def expert_gemm_streams_default(f: Fields, moe: bool, stack: Stack, notes: Notes) -> int:
+    """How a mixture-of-experts layer's local experts run each GEMM
+    (:attr:`~sim.workload.kernels.KernelsSpec.expert_gemm_streams`): the case's value, else the
+    stack's, noted for a model with experts."""
+    value = f.integer("expert_gemm_streams")
+    if value is not None:
+        if value < 0:
+            raise f.error("expert_gemm_streams", "a whole number, 0 or more", value)
+        return value
+    value = stack.value("expert_gemm_streams")
+    return notes.fill(f.field("expert_gemm_streams"), value, stack.why("expert_gemm_streams")) if moe else value
+
+
 def deterministic_default(f: Fields, framework: str, notes: Notes) -> bool:
     """Megatron-LM's deterministic mode: the case's ``deterministic``, else on when its
     settings or framework name ``--deterministic-mode`` (or "deterministic mode"), else off."""

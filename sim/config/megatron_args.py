@@ -497,6 +497,12 @@ class _Mapper:
             k["gradient_accumulation_fusion"] = get("kernels.gradient_accumulation_fusion")
         if get("kernels.deterministic") is not None:
             k["deterministic"] = get("kernels.deterministic")
+        if get("grouped_gemm"):
+            # Megatron-Core's TE spec: TEGroupedMLP (Transformer Engine's grouped linear, a
+            # cuBLAS GEMM an expert on 4 streams), or with the legacy flag GroupedMLP (the
+            # grouped_gemm package, one kernel); without --moe-grouped-gemm the stack's
+            # SequentialMLP (transformer_engine_spec_provider.py grouped_mlp_modules)
+            k["expert_gemm_streams"] = 0 if get("legacy_grouped_gemm") else 4
         passes = set(MEGATRON_CORE_STEP_PASSES)
         if get("no_grad_nan_check"):
             passes.discard(StepPass.GRAD_NAN_CHECK)

@@ -139,6 +139,12 @@ def _positive(value: object, path: str, field: str) -> int:
     return value
 
 
+def _count(value: object, path: str, field: str) -> int:
+    if not (is_int(value) and value >= 0):
+        raise ConfigError(path, field, "a whole number, 0 or more", value)
+    return value
+
+
 def _positive_or_null(value: object, path: str, field: str) -> int | None:
     return None if value is None else _positive(value, path, field)
 
@@ -209,6 +215,9 @@ SETTINGS: tuple[SettingKind, ...] = (
                 "the weight gradient (false: the 16-bit input)"),
     SettingKind("te_quantizer", _boolean, "an 8-bit linear's operands quantized by Transformer Engine, which "
                 "makes no FP8 transposes on Blackwell (false: torchao's float8)"),
+    SettingKind("expert_gemm_streams", _count, "how a mixture-of-experts layer's local experts run each GEMM: "
+                "0 one grouped kernel, n a kernel an expert on n CUDA streams (Transformer Engine's grouped "
+                "linear: 4; a Python loop over the experts: 1)"),
     SettingKind("pipeline_buffers", _enum(PipelineBuffers), "what the pipeline runtime holds of each "
                 "micro-batch at a stage's boundaries (in-flight: Megatron-Core's schedules; torch: "
                 "torch.distributed.pipelining)"),
@@ -246,7 +255,7 @@ FlagSetting = Literal["sequence_parallel", "distributed_optimizer", "overlap_par
                       "unfused_linear_bias", "master_param_remainders", "quantized_saved_inputs",
                       "te_quantizer", "nvlink_segments"]
 """The :data:`SETTINGS` keys read as true or false."""
-CountSetting = Literal["zero_stage", "virtual_pipeline_stages"]
+CountSetting = Literal["zero_stage", "virtual_pipeline_stages", "expert_gemm_streams"]
 """The :data:`SETTINGS` keys read as integers."""
 RecomputeSetting = Literal["recompute", "selective_recompute"]
 """The :data:`SETTINGS` keys read as a :class:`~sim.types.RecomputeKind`."""

@@ -33,6 +33,7 @@ from sim.config.defaults import (
     deterministic_default,
     dist_opt_default,
     dp_shard_default,
+    expert_gemm_streams_default,
     flash_default,
     fused_elementwise_default,
     grad_accum_fusion_default,
@@ -117,7 +118,8 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "zero_impl",
                   "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "grad_reduce_in_fp32", "deterministic",
                   "async_tp_grad_allreduce", "unfused_linear_bias", "adam_impl", "step_passes",
-                  "master_param_remainders", "quantized_saved_inputs", "te_quantizer", "pipeline_buffers",
+                  "master_param_remainders", "quantized_saved_inputs", "te_quantizer", "expert_gemm_streams",
+                  "pipeline_buffers",
                   "cp_comm_type", "hierarchical_context_parallel_sizes", "moe_dispatcher")
 """The keys of a case's ``parallel`` section: the parallel strategy, and the kernel switches
 (:data:`~sim.workload.kernels.KERNEL_KEYS`) in the spelling of the published cases."""
@@ -857,6 +859,7 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     remainders = remainders_default(f, stack, notes)
     quantized_inputs = quantized_inputs_default(f, stack, notes)
     te_quantizer = te_quantizer_default(f, stack, notes)
+    expert_streams = expert_gemm_streams_default(f, moe, stack, notes)
     zero_impl = zero_impl_default(f, zero, stack, notes)
     pipeline_buffers = pipeline_buffers_default(f, pp, stack, notes)
     kernels = KernelsSpec(
@@ -864,7 +867,7 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
         gradient_accumulation_fusion=grad_fusion, grad_reduce_in_fp32=grad_fp32, deterministic=deterministic,
         async_tp_grad_allreduce=async_ar, unfused_linear_bias=bias_kernels, adam_impl=adam,
         step_passes=step_passes, master_param_remainders=remainders, quantized_saved_inputs=quantized_inputs,
-        te_quantizer=te_quantizer, pipeline_buffers=pipeline_buffers)
+        te_quantizer=te_quantizer, expert_gemm_streams=expert_streams, pipeline_buffers=pipeline_buffers)
     with located(f.path):
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,

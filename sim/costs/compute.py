@@ -42,13 +42,18 @@ def _gemm_parts(gpu: GPUSpec, op: GemmOp) -> tuple[float, float, float]:
     (``op.epilogue_bytes``, :attr:`~sim.hardware.GPUSpec.gemm_epilogue_overlapped`)."""
     f = op.flops
     # a chunked GEMM runs each chunk at the efficiency of its own size; one launched on fewer
-    # SMs computes at their share of the GPU's rate
-    compute = f / (gpu.peak(op.dtype) * gpu.gemm_curve(op.dtype)(f / op.chunks) * _sm_share(gpu, op))
+    # SMs computes at their share of the GPU's rate; a batch run as kernels of their own on
+    # ``streams`` streams at the efficiency of as many of them side by side as run at once
+    concurrent = min(op.batch, op.streams)
+    size = f / op.batch * concurrent if op.streams else f / op.chunks
+    compute = f / (gpu.peak(op.dtype) * gpu.gemm_curve(op.dtype)(size) * _sm_share(gpu, op))
     cast = _memory_s(gpu, op.extra_bytes) + op.extra_kernels * gpu.kernel_launch_s if op.extra_bytes else 0.0
     if op.epilogue_bytes and not gpu.gemm_epilogue_overlapped:
         cast += _memory_s(gpu, op.epilogue_bytes)
     memory = op.bytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.gemm_streaming_efficiency)
-    return compute, memory, op.chunks * gpu.kernel_launch_s + cast
+    # a stream's kernels launch one after another: the longest stream's count of them
+    launches = -(-op.batch // concurrent) if op.streams else op.chunks
+    return compute, memory, launches * gpu.kernel_launch_s + cast
 
 
 def _attention_parts(gpu: GPUSpec, op: AttentionOp) -> tuple[float, float, float]:

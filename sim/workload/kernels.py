@@ -143,6 +143,13 @@ class KernelsSpec:
     layout (Blackwell: the weight gradient reads the row-wise copies). False: torchao's float8,
     which casts and lays out its operands itself (:func:`sim.workload.quantization.gemm_casts`)."""
 
+    expert_gemm_streams: int = 1
+    """How a mixture-of-experts layer's local experts run each of their GEMMs: 0 as one grouped
+    kernel (``torch._grouped_mm``, the ``grouped_gemm`` package), ``n`` as a kernel per expert
+    issued round-robin on ``n`` streams (:attr:`sim.workload.ops.GemmOp.streams`): 1 for
+    Megatron-Core's default ``SequentialMLP``, a Python loop over the experts; 4 for
+    Transformer Engine's grouped linear (``--moe-grouped-gemm``)."""
+
     pipeline_buffers: PipelineBuffers = PipelineBuffers.IN_FLIGHT
     """What the pipeline runtime holds of each micro-batch at a stage's boundaries under
     PP > 1: Megatron-Core's schedules only the micro-batches in flight; PyTorch's
@@ -167,6 +174,6 @@ KERNEL_KEYS: tuple[str, ...] = ("flash_attention", "attention_kernel", "cross_en
                                 "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
                                 "unfused_linear_bias", "deterministic", "adam_impl", "step_passes",
                                 "master_param_remainders", "quantized_saved_inputs", "te_quantizer",
-                                "pipeline_buffers")
+                                "expert_gemm_streams", "pipeline_buffers")
 """The fields of :class:`KernelsSpec`: the keys of a workload file's ``kernels:`` section, also
 read under ``parallel:``."""

@@ -324,10 +324,12 @@ class LayerBuilder:
 
     def gemm(self, m_: int, n_: int, k_: int, cast: Cast, extra_bytes: float = 0.0, extra_kernels: int = 0,
              batch: int = 1) -> GemmOp:
-        """A GEMM in the layers' dtype (``batch`` of them in one kernel) with its operands'
-        quantization (``cast``)."""
+        """A GEMM in the layers' dtype with its operands' quantization (``cast``); ``batch > 1``:
+        a layer's local experts, run as the stack runs them
+        (:attr:`~sim.workload.kernels.KernelsSpec.expert_gemm_streams`)."""
         return GemmOp(m_, n_, k_, self.dtype, batch, extra_bytes=cast.bytes + extra_bytes,
-                      extra_kernels=cast.kernels + extra_kernels)
+                      extra_kernels=cast.kernels + extra_kernels,
+                      streams=self.kspec.expert_gemm_streams if batch > 1 else 0)
 
     def out_fill(self, m_: int, n_: int) -> tuple[float, int]:
         """Deterministic mode's NaN fill of a fresh ``[m_, n_]`` 16-bit GEMM output."""

@@ -45,11 +45,12 @@ def causal_fraction(seq: int) -> float:
 
 @dataclass(frozen=True, slots=True)
 class GemmOp:
-    """``batch`` independent ``C[m, n] = A[m, k] @ B[k, n]`` in ``dtype`` (one kernel).
+    """``batch`` independent ``C[m, n] = A[m, k] @ B[k, n]`` in ``dtype`` (one kernel unless
+    :attr:`streams` says otherwise).
 
     ``batch > 1`` is a batched GEMM (``torch.bmm``), as unfused attention computes its scores
-    and weighted values; those carry ``kind=OpKind.ATTENTION`` so their time counts as
-    attention.
+    and weighted values (those carry ``kind=OpKind.ATTENTION`` so their time counts as
+    attention), or a mixture-of-experts layer's local experts.
     """
 
     m: int
@@ -81,6 +82,16 @@ class GemmOp:
     """SMs the GEMM is launched without, for its whole length: a userbuffers overlap with
     ``set_sm_margin`` leaves its communicator's ``num_sm`` to it
     (``_math_sms = sm_count - num_comm_sm``, TE ``comm_gemm_overlap.cpp``)."""
+    streams: int = 0
+    """0: the ``batch`` GEMMs run as one kernel (a batched or grouped GEMM: ``torch.bmm``,
+    ``torch._grouped_mm``, the ``grouped_gemm`` package). ``n``: as ``batch`` kernels of their
+    own, issued round-robin on ``n`` CUDA streams, as Transformer Engine's grouped linear runs a
+    layer's local experts (``GroupedLinear`` -> ``general_grouped_gemm`` ->
+    ``nvte_multi_tensor_gemm`` -> ``multi_stream_cublas_gemm``, one cuBLAS GEMM per expert on
+    compute stream ``i % 4``; ``transformer_engine/common/gemm/cublaslt_gemm.cu`` and
+    ``util/multi_stream.cpp`` ``num_compute_streams = 4`` @ v2.8-v2.14). Each kernel is one
+    expert's size, so the GEMM runs at the efficiency of at most ``n`` of them side by side
+    (:func:`sim.costs.compute.gemm_time_s`), not at that of one kernel of all the FLOPs."""
 
     @property
     def flops(self) -> float:

@@ -116,10 +116,10 @@ def test_flag_classes_are_disjoint_and_documented():
 
 
 def test_unknown_ignored_and_not_modelled_flags_are_listed():
-    args = parse_megatron_args(SMALL + "--lr 1e-4 --seed 7 --data-path 0.5 a 0.5 b --moe-grouped-gemm "
+    args = parse_megatron_args(SMALL + "--lr 1e-4 --seed 7 --data-path 0.5 a 0.5 b --moe-permute-fusion "
                                "--frobnicate 3 --use-fancy-thing --inference-batch-times-seqlen-threshold -1")
     assert args.ignored == ("--lr", "--seed", "--data-path")
-    assert args.not_modelled == ("--moe-grouped-gemm",)
+    assert args.not_modelled == ("--moe-permute-fusion",)
     assert args.unknown == ("--frobnicate", "--use-fancy-thing", "--inference-batch-times-seqlen-threshold")
     _, notes = _load(SMALL + "--lr 1e-4 --frobnicate 3")
     assert f"{UNKNOWN_NOTE} --frobnicate" in notes
