@@ -12,6 +12,7 @@ from sim.config import load_workload
 from sim.config.megatron_args import load_megatron_workload
 from sim.config.stacks import load_stack
 from sim.costs.compute import gemm_time_s
+from sim.errors import ConfigError
 from sim.hardware import get_gpu
 from sim.types import Dtype
 from sim.workload.layers import layer_ops
@@ -99,3 +100,10 @@ def test_megatron_flags_choose_the_experts_module(flags, streams):
     the grouped_gemm package's GroupedMLP with the legacy flag too."""
     spec, _ = load_megatron_workload(MOE_ARGS + flags, gpu="H100-SXM5-80GB")
     assert spec.kernels.expert_gemm_streams == streams
+
+
+@pytest.mark.parametrize("value, expected", [("-1", "a whole number, 0 or more"), ("two", "an integer")])
+def test_a_bad_stream_count_names_the_field(value, expected):
+    with pytest.raises(ConfigError) as exc:
+        load_workload("mixtral-8x7b", [f"kernels.expert_gemm_streams={value}"])
+    assert exc.value.field == "kernels.expert_gemm_streams" and expected in str(exc.value)
