@@ -122,11 +122,14 @@ _T_OP, _T_ID = operator.attrgetter("op"), operator.attrgetter("id")
 
 
 def _op_args(op) -> tuple:
-    """An op's args on its spans: its GEMM shape (and batch), FLOPs where it has any, bytes."""
+    """An op's args on its spans: its GEMM shape (and batch, and the streams a batch of
+    separate kernels runs on), FLOPs where it has any, bytes."""
     extra: tuple[tuple[str, Any], ...] = \
         (("m", op.m), ("n", op.n), ("k", op.k)) if getattr(op, "m", None) is not None else ()
     if getattr(op, "batch", 1) > 1:
         extra += (("batch", op.batch),)
+        if getattr(op, "streams", 0):
+            extra += (("streams", op.streams),)
     if op.flops:
         extra += (("flops", op.flops),)
     return extra + (("bytes", op.bytes),)

@@ -52,6 +52,8 @@ def _rule(task, start: float, end: float, transfer: float | None) -> Span:
     op_args = (("m", op.m), ("n", op.n), ("k", op.k)) if getattr(op, "m", None) is not None else ()
     if getattr(op, "batch", 1) > 1:
         op_args += (("batch", op.batch),)
+        if getattr(op, "streams", 0):
+            op_args += (("streams", op.streams),)
     if op.flops:
         op_args += (("flops", op.flops),)
     op_args += (("bytes", op.bytes),)
