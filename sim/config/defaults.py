@@ -377,6 +377,27 @@ def dp_shard_default(f: Fields, dp: int, cp: int, zero: int, stack: Stack, notes
     return None
 
 
+EP_OVERLAP_FLAG = "--overlap-moe-expert-parallel-comm"
+"""Megatron-LM's launch flag for :attr:`~sim.workload.spec.ParallelSpec.ep_overlap`."""
+
+
+def ep_overlap_default(f: Fields, ep: int, notes: Notes) -> bool:
+    """Megatron-Core's EP A2A overlap (:attr:`~sim.workload.spec.ParallelSpec.ep_overlap`): the
+    case's value, else on when its flags list ``--overlap-moe-expert-parallel-comm``, else off
+    (``ModelParallelConfig.overlap_moe_expert_parallel_comm`` defaults to False; Megatron-Bridge's
+    performance recipes turn it on per model and GPU, as they choose the dispatcher), noted
+    when there is an expert-parallel exchange (``ep > 1``)."""
+    value = f.flag("ep_overlap")
+    if value is not None:
+        return value
+    if _details_has(f, EP_OVERLAP_FLAG):
+        return notes.fill("parallel.ep_overlap", True, f"the case's flags list {EP_OVERLAP_FLAG}")
+    if ep > 1:
+        notes.fill("parallel.ep_overlap", False, "Megatron-Core's default (overlap_moe_expert_parallel_comm "
+                   "False); recipes turn it on per model and GPU, so it is no default of a release")
+    return False
+
+
 def _framework_has(f: Fields, framework: str, *words: str) -> str | None:
     """The first of ``words`` (launch flags, or how the case's prose names them) in the
     case's published settings (``parallel.details``) or its ``framework`` text."""

@@ -473,6 +473,8 @@ class _Mapper:
             p["grad_bucket_size_params"] = get("parallel.grad_bucket_size_params")
         if get("parallel.overlap_p2p_comm") is not None:
             p["overlap_p2p_comm"] = get("parallel.overlap_p2p_comm")
+        if get("parallel.ep_overlap") is not None:
+            p["ep_overlap"] = get("parallel.ep_overlap")
         if get("tp_pp_dp_mapping"):
             p["placement"] = "tp-cp-pp-dp"
         dispatcher = get("dispatcher", "allgather")

@@ -33,6 +33,7 @@ from sim.config.defaults import (
     deterministic_default,
     dist_opt_default,
     dp_shard_default,
+    ep_overlap_default,
     expert_gemm_streams_default,
     flash_default,
     fused_elementwise_default,
@@ -120,7 +121,7 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "async_tp_grad_allreduce", "unfused_linear_bias", "adam_impl", "step_passes",
                   "master_param_remainders", "quantized_saved_inputs", "te_quantizer", "expert_gemm_streams",
                   "pipeline_buffers",
-                  "cp_comm_type", "hierarchical_context_parallel_sizes", "moe_dispatcher")
+                  "cp_comm_type", "hierarchical_context_parallel_sizes", "moe_dispatcher", "ep_overlap")
 """The keys of a case's ``parallel`` section: the parallel strategy, and the kernel switches
 (:data:`~sim.workload.kernels.KERNEL_KEYS`) in the spelling of the published cases."""
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node", "network",
@@ -881,6 +882,7 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
             cp_comm_type=cp_comm,
             hierarchical_context_parallel_sizes=cp_levels,
             moe_dispatcher=_moe_dispatcher(f, ep, notes),
+            ep_overlap=ep_overlap_default(f, ep, notes),
         ), kernels
 
 

@@ -213,6 +213,8 @@ def make_report(run: Run) -> Report:
             parallel["hierarchical_context_parallel_sizes"] = list(p.hierarchical_context_parallel_sizes)
     if p.ep > 1 and p.moe_dispatcher is not MoeDispatcher.ALLTOALL:  # likewise only off Megatron's all-to-all
         parallel["moe_dispatcher"] = p.moe_dispatcher.value
+    if p.ep_overlap:  # only where on, so that every other report keeps its keys
+        parallel["ep_overlap"] = True
     if run.fabric.placement is not None:  # only off the default, so default reports stay as they were
         parallel["placement"] = p.placement if isinstance(p.placement, str) else list(p.placement)
     if p.hybrid_shard:  # likewise only with hybrid sharding
@@ -246,7 +248,8 @@ def format_report(r: Report) -> str:
     p = r.parallel
     sched = p["schedule"] + (f" (v={p['virtual_pipeline_stages']})" if p["virtual_pipeline_stages"] > 1 else "")
     cp = f"  CP {p['cp']} ({_cp_comm_label(p)})" if p["cp"] > 1 else ""
-    dispatcher = f" ({p['moe_dispatcher']})" if "moe_dispatcher" in p else ""
+    dispatcher = f" ({p['moe_dispatcher']}{', overlapped' if p.get('ep_overlap') else ''})" \
+        if "moe_dispatcher" in p else " (overlapped)" if p.get("ep_overlap") else ""
     cp += f"  EP {p['ep']}{dispatcher}" if p.get("ep", 1) > 1 else ""
     cp += f"  ETP {p['etp']}" if p.get("etp", p["tp"]) != p["tp"] else ""
     placed = p.get("placement")

@@ -46,9 +46,15 @@ def _interleaved_id(k: int, p: int, v: int, forward: bool) -> tuple[int, int]:
     return mb, chunk
 
 
-def pipeline_order(kind: ScheduleKind, pp: int, vps: int, num_microbatches: int, rank: int
-                   ) -> list[tuple[Pass, int, int]]:
+def pipeline_order(kind: ScheduleKind, pp: int, vps: int, num_microbatches: int, rank: int,
+                   extra_warmup: int = 0) -> list[tuple[Pass, int, int]]:
     """The passes pipeline rank ``rank`` runs, in order.
+
+    ``extra_warmup`` forward passes more run before the steady state of the 1F1B and
+    interleaved schedules: Megatron-Core schedules one under ``overlap_moe_expert_parallel_comm``
+    "to ensure the forward and backward computations are independent in all 1f1b steps"
+    (``get_pp_rank_microbatches`` in ``megatron/core/pipeline_parallel/schedules.py``; without
+    pipelining, ``combined_1f1b_schedule_for_no_pipelining`` runs the first forward alone).
 
     >>> [(p.value, m) for p, m, _ in pipeline_order(ScheduleKind.ONE_F_ONE_B, 2, 1, 3, 0)]
     [('fwd', 0), ('fwd', 1), ('bwd', 0), ('fwd', 2), ('bwd', 1), ('bwd', 2)]
@@ -61,7 +67,7 @@ def pipeline_order(kind: ScheduleKind, pp: int, vps: int, num_microbatches: int,
     if kind is ScheduleKind.GPIPE:
         return [(F, i, 0) for i in range(m)] + [(B, i, 0) for i in range(m)]
     if kind is ScheduleKind.ONE_F_ONE_B:
-        warm = min(p - rank - 1, m)
+        warm = min(p - rank - 1 + extra_warmup, m)
         order = [(F, i, 0) for i in range(warm)]
         for i in range(m - warm):
             order.append((F, warm + i, 0))
@@ -86,7 +92,7 @@ def pipeline_order(kind: ScheduleKind, pp: int, vps: int, num_microbatches: int,
     total = m * v
     # Megatron-Core (schedules.py, with microbatch_group_size_per_vp_stage = p, its default):
     # all forwards first only when the warm-up would cover them all anyway.
-    warm = min((p - rank - 1) * 2 + (v - 1) * p, total)
+    warm = min((p - rank - 1) * 2 + (v - 1) * p + extra_warmup, total)
     order = [(F, *_interleaved_id(k, p, v, True)) for k in range(warm)]
     rest = total - warm
     for i in range(rest):

@@ -428,6 +428,14 @@ class ParallelSpec:
     """How a mixture-of-experts layer exchanges its tokens over the EP group: Megatron-Core's
     all-to-all dispatcher, or the flex dispatcher on DeepEP or HybridEP, which send each token
     once per rank and once per scale-up domain (:class:`~sim.types.MoeDispatcher`)."""
+    ep_overlap: bool = False
+    """Megatron-Core's ``overlap_moe_expert_parallel_comm`` (Megatron-LM
+    ``--overlap-moe-expert-parallel-comm``, "EP A2A overlap"): in the 1F1B steady state a
+    forward pass and the backward pass after it run as one combined pass, layer by layer, so the
+    expert-parallel token exchanges of one micro-batch run while the other computes
+    (``megatron/core/pipeline_parallel/combined_1f1b.py``; :mod:`sim.workload.ep_overlap`).
+    Needs ``ep > 1``, the interleaved schedule when ``pp > 1`` (1F1B without pipelining
+    otherwise) and no full recomputation, as ``TransformerConfig.__post_init__`` asserts."""
     hierarchical_context_parallel_sizes: tuple[int, ...] | None = None
     """Megatron-LM's ``--hierarchical-context-parallel-sizes`` ``[a2a, p2p]``: the all-to-all
     and ring group sizes of ``a2a+p2p`` (their product is ``cp``; Transformer Engine supports
@@ -505,6 +513,29 @@ class ParallelSpec:
                               "(Megatron-LM requires --sequence-parallel for --tp-comm-overlap)", False)
         if self.sequence_parallel and self.tp == 1:
             raise ConfigError(_SPEC, "parallel.sequence_parallel", "false when parallel.tp is 1", True)
+        if self.ep_overlap:
+            self._check_ep_overlap()
+
+    def _check_ep_overlap(self) -> None:
+        """What Megatron-Core asserts of ``overlap_moe_expert_parallel_comm``
+        (``megatron/core/transformer/transformer_config.py``, ``__post_init__``): expert
+        parallelism, virtual pipeline stages when ``pp > 1``, no full recomputation."""
+        field = "parallel.ep_overlap"
+        if self.ep == 1:
+            raise ConfigError(_SPEC, field, "false unless parallel.ep > 1 (Megatron-Core: only supported with "
+                              "expert model parallelism)", True)
+        if self.pp > 1 and self.schedule is not ScheduleKind.INTERLEAVED:
+            raise ConfigError(_SPEC, field, "false unless parallel.schedule is interleaved-1f1b when parallel.pp "
+                              "> 1 (Megatron-Core requires virtual pipeline stages for it)", True)
+        if self.pp == 1 and self.schedule is not ScheduleKind.ONE_F_ONE_B:
+            raise ConfigError(_SPEC, field, "false unless parallel.schedule is 1f1b when parallel.pp is 1 "
+                              "(Megatron-Core's combined 1F1B without pipelining)", True)
+        if self.recompute is RecomputeKind.FULL:
+            raise ConfigError(_SPEC, field, "false with parallel.recompute full (Megatron-Core: disable full "
+                              "recomputation when enabling overlap_moe_expert_parallel_comm)", True)
+        if self.zero_stage >= 3:
+            raise ConfigError(_SPEC, field, "false with parallel.zero_stage 3 (llmsim combines the passes of "
+                              "Megatron-Core's DDP and distributed optimizer, not of FSDP's per-layer gathers)", True)
 
     def _check_cp_levels(self) -> None:
         """``hierarchical_context_parallel_sizes``: two positive sizes whose product is ``cp``

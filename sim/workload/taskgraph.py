@@ -27,11 +27,14 @@ then those it recomputes, so that each holds its own transient memory.
 
 from __future__ import annotations
 
-from sim.memory import activation_model, boundary_holds, stage_memory, state_bytes
+from dataclasses import dataclass
+
+from sim.memory import ActivationModel, BoundaryHolds, activation_model, boundary_holds, stage_memory, state_bytes
 from sim.program import Block, Program, Task
 from sim.results import RankInfo
 from sim.types import CollectiveKind, CommClass, OpKind, RecomputeKind, ScheduleKind, Stream, ZeroImpl
 from sim.workload.dataparallel import GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES, DataParallelMixin, DPScope
+from sim.workload.ep_overlap import split_backward, split_forward
 from sim.workload.flops import model_flops
 from sim.workload.layers import LayerOps, layer_ops
 from sim.workload.layout import Layout
@@ -342,7 +345,7 @@ class _RankProgram(DataParallelMixin):
         pp, v = p.pp, p.virtual_pipeline_stages
         n_vs = pp * v
         vs_layers = w.virtual_stage_layers()
-        order = pipeline_order(p.schedule, pp, v, p.num_microbatches, self.stage)
+        order = pipeline_order(p.schedule, pp, v, p.num_microbatches, self.stage, extra_warmup=int(p.ep_overlap))
         zb = p.schedule is ScheduleKind.ZB_H1
         last_b: dict[int, int] = {}
         last_w: dict[int, int] = {}
@@ -373,12 +376,21 @@ class _RankProgram(DataParallelMixin):
         # buckets, dispatched in forward order), in place of the gather after the optimizer
         pgather = p.overlap_param_gather and p.shards_optimizer and p.zero < 3 and p.shard_group_size > 1
         buckets = self.buckets(vs_layers)
+        ctx = _PassContext(vs_layers, am, holds, act_size, buckets, last_b, last_g)
+        merged = -1  # the index of the backward pass a combined pass ran with its forward
         no_layers: tuple[int, ...] = ()
         layers: range | tuple[int, ...]  # a pass's layers; no_layers once a chunk block has run them
         first: Task | None  # a layer pass's first compute task
         for i, (pas, mb, chunk) in enumerate(order):
-            if i:
+            if i == merged:
+                continue
+            if i and i - 1 != merged:
                 self.pass_end[order[i - 1][0]] = self.last_c
+            if p.ep_overlap and pas is Pass.FORWARD and i + 1 < len(order) and order[i + 1][0] is Pass.BACKWARD \
+                    and not (pgather and i == first_f[chunk]):
+                self.combined_pass(order[i], order[i + 1], i + 1, ctx)
+                merged = i + 1
+                continue
             vs = chunk * pp + self.stage
             layers = vs_layers[vs]
             first_layer = layers.start if layers else 0
@@ -518,6 +530,131 @@ class _RankProgram(DataParallelMixin):
                         self.reduce_experts(layer, (("phase", "grad-sync"), ("layer", layer)))
         self.finish()
 
+    # -- EP A2A overlap (sim.workload.ep_overlap) ------------------------------------------
+    def _chain(self, state: _Chain | None) -> _Chain:
+        """Make ``state`` the issue state that :meth:`run_steps`, :meth:`recv`, :meth:`send`
+        and the gradient reductions continue from (its last compute task, its collectives not
+        yet waited for, the tasks its next compute op waits for); return the state left."""
+        left = _Chain(self.last_c, self.pending, self.extra)
+        if state is not None:
+            self.last_c, self.pending, self.extra = state.last_c, state.pending, state.extra
+        return left
+
+    def combined_pass(self, f_item: tuple, b_item: tuple, b_index: int, ctx: _PassContext) -> None:
+        """A forward pass and the backward pass after it run as one combined pass (Megatron-Core
+        ``combined_forward_backward_step``; :mod:`sim.workload.ep_overlap`).
+
+        Each direction keeps its own chain of dependencies (:class:`_Chain`): a collective
+        waits for its own direction's last compute op, a compute op for its own direction's
+        collectives, while the compute stream and each communication stream run their ops in
+        the order issued, which is Megatron-Core's: the receives, the forward's embedding and
+        the backward's loss first, then the layer pairs, the backward's leftover layers, the
+        forward's, and last the forward's output layer and loss and the backward's embedding,
+        each direction's send after its own part."""
+        w, p = self.w, self.w.parallel
+        m, pp = w.model, p.pp
+        n_vs = pp * p.virtual_pipeline_stages
+        am = ctx.am
+        _, mbf, cf = f_item
+        _, mbb, cb = b_item
+        vsf, vsb = cf * pp + self.stage, cb * pp + self.stage
+        f_layers, b_layers = ctx.vs_layers[vsf], ctx.vs_layers[vsb]
+        f_first = f_layers.start if f_layers else 0
+        b_first = b_layers.start if b_layers else 0
+        fargs = (("phase", "fwd"), ("microbatch", mbf), ("chunk", cf))
+        bargs = (("phase", "bwd"), ("microbatch", mbb), ("chunk", cb))
+        start = len(self.b.tasks)
+        fwd = self._chain(None)  # the forward continues what was issued before
+        bwd = _Chain(self.last_c, [], [])
+        mem = {id(fwd): 0.0, id(bwd): 0.0}  # a memory delta waiting for its direction's next compute op
+
+        def issue(chain: _Chain, steps, args: tuple, first_mem: float = 0.0, last_mem: float = 0.0) -> None:
+            self._chain(chain)
+            first, _ = self.run_steps(steps, args, first_mem=mem[id(chain)] + first_mem, last_mem=last_mem)
+            if first is None:  # collectives only: the deltas go to the direction's compute ops
+                mem[id(chain)] += first_mem
+                self.hold(last_mem)
+            else:
+                mem[id(chain)] = 0.0
+            chain.last_c, chain.pending, chain.extra = self.last_c, self.pending, self.extra
+
+        # the receives and the pre-processing
+        self._chain(fwd)
+        if vsf > 0:
+            self.recv("act", vsf, mbf, (vsf - 1) % pp, ctx.act_size, fargs)
+        fwd.extra = self.extra
+        if vsf == 0:
+            issue(fwd, self.ops.embedding_fwd, fargs, first_mem=am.embedding)
+        self._chain(bwd)
+        if vsb < n_vs - 1:
+            self.recv("grad", vsb, mbb, (vsb + 1) % pp, ctx.act_size, bargs)
+            bwd.extra = self.extra
+        else:
+            issue(bwd, self.ops.head_bwd, bargs, first_mem=am.loss_transient + am.loss_cached,
+                  last_mem=-(am.head + am.logits + am.loss_transient + am.loss_cached))
+        backward = list(reversed(b_layers))
+        for j in range(max(len(f_layers), len(backward))):
+            fl = f_layers[j] if j < len(f_layers) else None
+            bl = backward[j] if j < len(backward) else None
+            f_parts = b_parts = None
+            if fl is not None:
+                lops = self.layer_ops(fl)
+                f_parts = split_forward(lops.layer_fwd)
+                f_mem = am.stored(m.is_moe_layer(fl), fl - f_first)
+                fla = fargs + (("layer", fl),)
+            if bl is not None:
+                lops = self.layer_ops(bl)
+                rc = p.recompute_at(bl - b_first)
+                b_parts = split_backward(backward_steps(lops, lops.layer_bwd, lops.attention_bwd_index, rc))
+                held = am.transient(m.is_moe_layer(bl), bl - b_first)
+                release = -(am.stored(m.is_moe_layer(bl), bl - b_first) + held)
+                bla = bargs + (("layer", bl),)
+            if b_parts is not None:
+                issue(bwd, b_parts.combine, bla, first_mem=held)
+            if f_parts is not None:
+                issue(fwd, f_parts.pre, fla, first_mem=f_mem)
+            if b_parts is not None:
+                issue(bwd, b_parts.experts, bla)
+            if f_parts is not None:
+                issue(fwd, f_parts.dispatch, fla)
+            if b_parts is not None:
+                issue(bwd, b_parts.dispatch, bla)
+            if f_parts is not None:
+                issue(fwd, f_parts.experts + f_parts.combine, fla)
+            if b_parts is not None and bl is not None:
+                issue(bwd, b_parts.pre, bla, last_mem=release)
+                self._chain(bwd)
+                self.grads_ready(vsb, bl, b_layers, cb, b_index == ctx.last_g[cb], bla, ctx.buckets, False, False)
+                bwd.last_c, bwd.pending, bwd.extra = self.last_c, self.pending, self.extra
+            if f_parts is not None:
+                issue(fwd, f_parts.post, fla)
+        # the post-processing and the sends
+        if vsf == n_vs - 1:
+            issue(fwd, self.ops.head_fwd, fargs, first_mem=am.head + am.logits)
+        self._chain(fwd)
+        self.hold(ctx.holds[cf].forward)
+        if vsf != n_vs - 1:
+            self.send("act", vsf + 1, mbf, (vsf + 1) % pp, ctx.act_size, fargs)
+        if vsb == 0:
+            issue(bwd, self.ops.embedding_bwd, bargs, last_mem=-am.embedding)
+        self._chain(bwd)
+        self.hold(ctx.holds[cb].backward)
+        if vsb != 0:
+            self.send("grad", vsb - 1, mbb, (vsb - 1) % pp, ctx.act_size, bargs)
+        if p.overlap_grad_reduce and b_index == ctx.last_b[cb]:
+            for bucket in ctx.buckets.get((cb, "end"), ()):
+                self.reduce_bucket(bucket, bargs)
+        bwd.last_c, bwd.pending, bwd.extra = self.last_c, self.pending, self.extra
+        self.pass_end[Pass.FORWARD] = fwd.last_c
+        self.pass_end[Pass.BACKWARD] = bwd.last_c
+        # the compute stream's last op, and what each direction left for the next pass
+        self.last_c = max(fwd.last_c, bwd.last_c)
+        self.pending = fwd.pending + bwd.pending
+        self.extra = fwd.extra + bwd.extra
+        # a collective here runs beside the other direction's compute: its kernel's SMs count
+        for t in self.b.tasks[start:]:
+            t.alone = False
+
     def grads_ready(self, vs: int, layer: int, layers, chunk: int, last: bool, la: tuple, buckets,
                     fsdp: bool, fsdp_once: bool) -> None:
         """A layer's weight gradients of one micro-batch are complete: FSDP reduce-scatters
@@ -568,6 +705,28 @@ class _RankProgram(DataParallelMixin):
                                 DPScope.EXPERT_SHARD)
                 self.collective(Stream.DP_COMM, "ncclAllGather expert-params", op, (("phase", "param-sync"),),
                                 [opt.id])
+
+
+@dataclass(slots=True)
+class _Chain:
+    """One direction's issue state in a combined pass (:meth:`_RankProgram.combined_pass`)."""
+
+    last_c: int
+    pending: list
+    extra: list
+
+
+@dataclass(frozen=True, slots=True)
+class _PassContext:
+    """What :meth:`_RankProgram.build` computes once for every pass of a rank."""
+
+    vs_layers: tuple[range, ...]
+    am: ActivationModel
+    holds: list[BoundaryHolds]
+    act_size: float
+    buckets: dict[tuple, list[float]]
+    last_b: dict[int, int]
+    last_g: dict[int, int]
 
 
 def _runs(layers, key) -> list[list[int]]:

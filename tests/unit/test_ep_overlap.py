@@ -1,0 +1,156 @@
+"""Megatron-Core's EP A2A overlap (``parallel.ep_overlap``, :mod:`sim.workload.ep_overlap`): a
+forward pass and the backward pass after it run as one combined pass, so each direction's
+expert-parallel all-to-alls run while the other direction computes."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from sim import load_topology, load_workload, simulate
+from sim.config.workload import load_cases
+from sim.errors import ConfigError
+from sim.types import CommClass, RecomputeKind, ScheduleKind, Stream
+from sim.workload.ep_overlap import split_backward, split_forward
+from sim.workload.schedules import Pass, pipeline_order
+from sim.workload.taskgraph import backward_steps, build_program
+
+
+def _mixtral(ep_overlap: bool, **parallel):
+    """Mixtral 8x7B on 64 H100 (EP 8 within a node, PP 4) under the interleaved schedule."""
+    w = load_workload("mixtral-8x7b")
+    settings = dict(schedule=ScheduleKind.INTERLEAVED, virtual_pipeline_stages=2, ep_overlap=ep_overlap)
+    p = dataclasses.replace(w.parallel, **{**settings, **parallel})
+    return dataclasses.replace(w, parallel=p)
+
+
+def _layer_ops(w):
+    """The step lists of the first stage's first layer (a mixture-of-experts one where the
+    model has experts)."""
+    from sim.workload.layers import layer_ops
+    from sim.workload.layout import Layout
+
+    lay = Layout.of(w.parallel)
+    ops = layer_ops(w.model, w.parallel, w.dtype, lay.tp_group(0, 0), ep_group=lay.ep_group(0, 0, 0),
+                    kernels=w.kernels)
+    return ops.for_layer(w.model.is_moe_layer(0), False)
+
+
+def test_a_layer_splits_at_its_two_expert_exchanges_in_each_direction():
+    """The parts are the layer's steps in order, each direction's exchanges start the
+    dispatch and combine parts, and only they hold expert-parallel collectives."""
+    w = _mixtral(True)
+    lops = _layer_ops(w)
+    f = split_forward(lops.layer_fwd)
+    assert f.pre + f.dispatch + f.experts + f.combine + f.post == lops.layer_fwd
+    assert f.dispatch[0].stream is Stream.EP_COMM and f.combine[-1].stream is Stream.EP_COMM
+    assert all(s.stream is not Stream.EP_COMM for s in f.pre + f.experts + f.post)
+    assert any("experts-fc1" in s.name for s in f.experts) and any("attention" in s.name for s in f.pre)
+    steps = backward_steps(lops, lops.layer_bwd, lops.attention_bwd_index, RecomputeKind.SELECTIVE)
+    b = split_backward(steps)
+    assert b.combine + b.experts + b.dispatch + b.pre == steps
+    assert b.combine[-1].stream is Stream.EP_COMM and b.dispatch[-1].stream is Stream.EP_COMM
+    assert any("experts-fc2-dgrad" in s.name for s in b.experts) and any("attention" in s.name for s in b.pre)
+
+
+def test_a_layer_without_an_expert_exchange_is_all_pre():
+    w = load_workload("tiny")
+    lops = _layer_ops(w)
+    assert split_forward(lops.layer_fwd).pre == lops.layer_fwd
+    assert split_backward(lops.layer_bwd).combine == lops.layer_bwd
+
+
+@pytest.mark.parametrize("kind, pp, v", [(ScheduleKind.INTERLEAVED, 4, 2), (ScheduleKind.ONE_F_ONE_B, 1, 1)])
+def test_one_more_forward_runs_before_the_steady_state(kind, pp, v):
+    """Megatron-Core's get_pp_rank_microbatches (and, without pipelining, the first forward
+    run alone): one warm-up forward more, the same passes in all."""
+    base = pipeline_order(kind, pp, v, 8, 0)
+    more = pipeline_order(kind, pp, v, 8, 0, extra_warmup=1)
+    warm = [next(i for i, (p, _, _) in enumerate(o) if p is Pass.BACKWARD) for o in (base, more)]
+    assert warm[1] == warm[0] + 1
+    assert sorted(base) == sorted(more)
+
+
+def test_the_combined_passes_hide_expert_traffic_and_shorten_the_iteration():
+    """Less expert-parallel time is exposed and the iteration is shorter, because an
+    all-to-all of one micro-batch's pass runs while a compute op of the other direction's
+    pass does (never so without the overlap, where the next compute op waits for it)."""
+    from sim.output.report import make_report
+
+    topo = load_topology("dgx-h100")
+    runs = [simulate(_mixtral(x), topo) for x in (False, True)]
+    ep = [make_report(r).exposed_comm_s["ep"] for r in runs]
+    assert ep[1] < 0.5 * ep[0]
+    assert runs[1].result.makespan_s < runs[0].result.makespan_s
+
+    def beside(run) -> bool:
+        spans = run.result.spans
+        comp = [s for s in spans if s.rank == 0 and s.stream is Stream.COMPUTE]
+        a2a = [s for s in spans if s.rank == 0 and s.comm_class is CommClass.EP and s.end_s > s.start_s]
+        return any(c.start_s < x.end_s - 1e-9 and x.start_s < c.end_s - 1e-9
+                   and dict(c.args).get("phase") != dict(x.args).get("phase") for x in a2a for c in comp)
+
+    assert beside(runs[1]) and not beside(runs[0])
+
+
+def test_the_report_says_so():
+    from sim.output.report import format_report, make_report
+
+    r = make_report(simulate(_mixtral(True), load_topology("dgx-h100")))
+    assert r.parallel["ep_overlap"] is True and "EP 8 (overlapped)" in format_report(r)
+    assert "ep_overlap" not in make_report(simulate(_mixtral(False), load_topology("dgx-h100"))).parallel
+
+
+def test_a_combined_pass_releases_what_it_allocates():
+    """Every rank's memory deltas sum to zero over the iteration, as without the overlap."""
+    prog = build_program(_mixtral(True, recompute=RecomputeKind.SELECTIVE))
+    for r in {t.rank for t in prog.tasks}:
+        assert abs(sum(t.mem_start_bytes + t.mem_end_bytes for t in prog.tasks if t.rank == r)) < 1.0
+
+
+@pytest.mark.parametrize("changes, why", [
+    (dict(ep=1, dp=16), "parallel.ep > 1"),
+    (dict(schedule=ScheduleKind.ONE_F_ONE_B, virtual_pipeline_stages=1), "interleaved-1f1b"),
+    (dict(recompute=RecomputeKind.FULL), "full"),
+])
+def test_what_megatron_core_asserts_is_refused(changes, why):
+    with pytest.raises(ConfigError) as exc:
+        _mixtral(True, **changes)
+    assert exc.value.field == "parallel.ep_overlap" and why in exc.value.expected
+
+
+def test_a_refused_setting_is_one_line_and_exit_2():
+    out = subprocess.run([sys.executable, "-m", "sim", "run", "mixtral-8x7b", "--set", "parallel.ep_overlap=true"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "parallel.ep_overlap" in lines[0] and "Traceback" not in out.stderr
+
+
+def test_the_launch_flag_in_a_case_turns_it_on(tmp_path):
+    case = tmp_path / "cases.yaml"
+    case.write_text("""
+- id: moe
+  model: {hf_config: HF, seq_length: 4096}
+  system: {gpu: H100-SXM5-80GB, num_gpus: 64}
+  parallel: {tp: 1, pp: 4, dp: 16, ep: 8, virtual_pipeline_stages: 2, micro_batch_size: 1,
+             global_batch_size: 256, recompute: none,
+             details: --overlap-moe-expert-parallel-comm --delay-wgrad-compute}
+  dtype: bf16
+  framework: Megatron-Core
+  targets: {iteration_time_s: {value: 1.0}}
+""".replace("HF", str(_hf("mixtral-8x7b.json"))))
+    (name, w), = load_cases(str(case))
+    assert not isinstance(w, ConfigError), w
+    assert w.parallel.ep_overlap and w.parallel.schedule is ScheduleKind.INTERLEAVED
+
+
+def _hf(name: str):
+    from pathlib import Path
+
+    import sim
+
+    return Path(sim.__file__).resolve().parent.parent / "workloads" / "hf" / name
