@@ -522,7 +522,7 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel,
         chunks.append((vs, sum(am.stored(x, j) for j, x in enumerate(moe)), back, uniform,
                        boundary_holds(w, am, vs)))
     if order is None:
-        order = pipeline_order(p.schedule, pp, v, p.num_microbatches, stage)
+        order = pipeline_order(p.schedule, pp, v, p.num_microbatches, stage, int(p.ep_overlap))
     F, W = Pass.FORWARD, Pass.WEIGHT
     cur = peak = 0.0
     for pas, _mb, chunk in order:

@@ -154,3 +154,20 @@ def _hf(name: str):
     import sim
 
     return Path(sim.__file__).resolve().parent.parent / "workloads" / "hf" / name
+
+
+def test_a_sweep_keeps_the_overlap_where_megatron_core_accepts_it():
+    """A swept candidate of an overlapped workload keeps the overlap under the interleaved
+    schedule and runs without it where Megatron-Core would refuse it, instead of being
+    dropped as a configuration the specs reject."""
+    from sim.studies.sweep.core import make_candidate
+
+    w = _mixtral(True)
+    p = w.parallel
+    point = dict(tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, ep=p.ep, virtual_pipeline_stages=2,
+                 schedule=ScheduleKind.INTERLEAVED, micro_batch_size=1, recompute=RecomputeKind.NONE,
+                 sequence_parallel=False, zero_stage=1)
+    assert make_candidate(w, point).parallel.ep_overlap
+    for change in (dict(schedule=ScheduleKind.ONE_F_ONE_B, virtual_pipeline_stages=1),
+                   dict(recompute=RecomputeKind.FULL)):
+        assert not make_candidate(w, {**point, **change}).parallel.ep_overlap

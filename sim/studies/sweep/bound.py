@@ -168,9 +168,9 @@ class IterationBound:
         None when that last backward is not micro-batch ``m - 1`` of chunk 0 (then the drain
         chain is not used)."""
         p = w.parallel
-        key = (p.schedule, p.pp, p.virtual_pipeline_stages, p.num_microbatches, stage)
+        key = (p.schedule, p.pp, p.virtual_pipeline_stages, p.num_microbatches, stage, int(p.ep_overlap))
         if key not in self._tails:
-            order = pipeline_order(p.schedule, p.pp, p.virtual_pipeline_stages, p.num_microbatches, stage)
+            order = pipeline_order(*key)
             last = max(i for i, (pas, _, _) in enumerate(order) if pas is Pass.BACKWARD)
             _, mb, chunk = order[last]
             self._tails[key] = (tuple((pas, c) for pas, _, c in order[last + 1:])

@@ -242,8 +242,19 @@ def make_candidate(w: WorkloadSpec, point: dict) -> WorkloadSpec:
                        micro_batch_size=point["micro_batch_size"], recompute=point["recompute"],
                        recompute_num_layers=p.recompute_num_layers if own_chunks else None,
                        sequence_parallel=point["sequence_parallel"], distributed_optimizer=dist_opt,
-                       zero_stage=zero_stage, dp_shard=p.dp_shard if own_dp else None)
+                       zero_stage=zero_stage, dp_shard=p.dp_shard if own_dp else None,
+                       ep_overlap=p.ep_overlap and _ep_overlap_allowed(point))
     return replace(w, parallel=parallel)
+
+
+def _ep_overlap_allowed(point: dict) -> bool:
+    """Whether the workload's EP A2A overlap (``parallel.ep_overlap``) holds at ``point``: where
+    Megatron-Core accepts it (:meth:`~sim.workload.spec.ParallelSpec._check_ep_overlap`); the
+    candidates where it does not run without it."""
+    pipelined = point["pp"] > 1
+    schedule = ScheduleKind.INTERLEAVED if pipelined else ScheduleKind.ONE_F_ONE_B
+    return (point["ep"] > 1 and point["schedule"] is schedule and point["recompute"] is not RecomputeKind.FULL
+            and point["zero_stage"] < 3)
 
 
 def candidate_key(w: WorkloadSpec) -> tuple:

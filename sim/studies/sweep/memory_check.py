@@ -60,10 +60,10 @@ class MemoryCheck:
         """The schedule of ``stage``; the orders of one (schedule, pp, v, micro-batches) are
         kept until another comes (candidates arrive grouped by those settings)."""
         p = w.parallel
-        key = (p.schedule, p.pp, p.virtual_pipeline_stages, p.num_microbatches, stage)
+        key = (p.schedule, p.pp, p.virtual_pipeline_stages, p.num_microbatches, stage, int(p.ep_overlap))
         order = self._orders.get(key)
         if order is None:
-            if any(k[:4] != key[:4] for k in self._orders):
+            if any(k[:4] != key[:4] or k[5:] != key[5:] for k in self._orders):
                 self._orders.clear()
             order = self._orders[key] = pipeline_order(*key)
         return order

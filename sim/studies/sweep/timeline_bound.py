@@ -269,12 +269,12 @@ class TimelineBound:
         weight gradient); the last :data:`ORDERS_KEPT` schedules are kept."""
         p = w.parallel
         pp, v, m = p.pp, p.virtual_pipeline_stages, p.num_microbatches
-        key = (p.schedule, pp, v, m)
+        key = (p.schedule, pp, v, m, int(p.ep_overlap))
         hit = self._order_cache.pop(key, None)
         if hit is None:
             V = pp * v
             hit = [tuple(((mb * V + c * pp + s) << 2) | _KIND[pas]
-                         for pas, mb, c in pipeline_order(p.schedule, pp, v, m, s)) for s in range(pp)]
+                         for pas, mb, c in pipeline_order(p.schedule, pp, v, m, s, key[4])) for s in range(pp)]
             if len(self._order_cache) >= ORDERS_KEPT:
                 del self._order_cache[next(iter(self._order_cache))]
         self._order_cache[key] = hit  # most recent last
