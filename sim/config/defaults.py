@@ -398,6 +398,22 @@ def ep_overlap_default(f: Fields, ep: int, notes: Notes) -> bool:
     return False
 
 
+DELAY_WGRAD_FLAG = "--delay-wgrad-compute"
+"""Megatron-LM's launch flag for :attr:`~sim.workload.spec.ParallelSpec.delay_wgrad`."""
+
+
+def delay_wgrad_default(f: Fields, notes: Notes) -> bool:
+    """Megatron-Core's ``delay_wgrad_compute`` (:attr:`~sim.workload.spec.ParallelSpec.delay_wgrad`):
+    the case's value, else on when its flags list ``--delay-wgrad-compute``, else off (its
+    default), unnoted."""
+    value = f.flag("delay_wgrad")
+    if value is not None:
+        return value
+    if _details_has(f, DELAY_WGRAD_FLAG):
+        return notes.fill("parallel.delay_wgrad", True, f"the case's flags list {DELAY_WGRAD_FLAG}")
+    return False
+
+
 def _framework_has(f: Fields, framework: str, *words: str) -> str | None:
     """The first of ``words`` (launch flags, or how the case's prose names them) in the
     case's published settings (``parallel.details``) or its ``framework`` text."""

@@ -475,6 +475,8 @@ class _Mapper:
             p["overlap_p2p_comm"] = get("parallel.overlap_p2p_comm")
         if get("parallel.ep_overlap") is not None:
             p["ep_overlap"] = get("parallel.ep_overlap")
+        if get("parallel.delay_wgrad") is not None:
+            p["delay_wgrad"] = get("parallel.delay_wgrad")
         if get("tp_pp_dp_mapping"):
             p["placement"] = "tp-cp-pp-dp"
         dispatcher = get("dispatcher", "allgather")

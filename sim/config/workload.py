@@ -30,6 +30,7 @@ from sim.config.defaults import (
     async_tp_allreduce_default,
     attention_kernel_default,
     batch_sizes,
+    delay_wgrad_default,
     deterministic_default,
     dist_opt_default,
     dp_shard_default,
@@ -121,7 +122,8 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "async_tp_grad_allreduce", "unfused_linear_bias", "adam_impl", "step_passes",
                   "master_param_remainders", "quantized_saved_inputs", "te_quantizer", "expert_gemm_streams",
                   "pipeline_buffers",
-                  "cp_comm_type", "hierarchical_context_parallel_sizes", "moe_dispatcher", "ep_overlap")
+                  "cp_comm_type", "hierarchical_context_parallel_sizes", "moe_dispatcher", "ep_overlap",
+                  "delay_wgrad")
 """The keys of a case's ``parallel`` section: the parallel strategy, and the kernel switches
 (:data:`~sim.workload.kernels.KERNEL_KEYS`) in the spelling of the published cases."""
 _SYSTEM_KEYS = ("gpu", "num_gpus", "gpus_per_node", "topology", "intra_node", "inter_node", "network",
@@ -883,6 +885,7 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
             hierarchical_context_parallel_sizes=cp_levels,
             moe_dispatcher=_moe_dispatcher(f, ep, notes),
             ep_overlap=ep_overlap_default(f, ep, notes),
+            delay_wgrad=delay_wgrad_default(f, notes),
         ), kernels
 
 

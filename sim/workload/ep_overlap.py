@@ -30,7 +30,7 @@ A layer without an expert exchange (a dense layer, or ``ep`` 1) has all its step
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sim.types import Stream
 from sim.workload.steps import Step
@@ -51,11 +51,14 @@ class ForwardParts:
 
 @dataclass(frozen=True, slots=True)
 class BackwardParts:
-    """A backward layer pass (with its recomputation) cut at its expert-parallel exchanges."""
+    """A backward layer pass (with its recomputation) cut at its expert-parallel exchanges;
+    ``wgrad`` holds the experts' weight-gradient GEMMs when they are delayed past the
+    dispatch's all-to-all (``--delay-wgrad-compute``), which then does not wait for them."""
 
     combine: tuple[Step, ...]
     experts: tuple[Step, ...] = ()
     dispatch: tuple[Step, ...] = ()
+    wgrad: tuple[Step, ...] = ()
     pre: tuple[Step, ...] = ()
 
 
@@ -95,11 +98,23 @@ def split_forward(steps: tuple[Step, ...]) -> ForwardParts:
                         tuple(steps[d:]))
 
 
-def split_backward(steps: tuple[Step, ...]) -> BackwardParts:
+def split_backward(steps: tuple[Step, ...], delay_wgrad: bool = False) -> BackwardParts:
     """A backward layer pass's :class:`BackwardParts` (``steps`` as
-    :func:`sim.workload.taskgraph.backward_steps` issues them)."""
+    :func:`sim.workload.taskgraph.backward_steps` issues them).
+
+    With ``delay_wgrad`` (Megatron-Core ``delay_wgrad_compute``) the experts' weight-gradient
+    GEMMs leave ``experts`` for ``wgrad``: ``TransformerLayerSchedulePlan.run`` issues them
+    (``mlp.backward_dw``) after the forward's dispatch, while the input gradient's dispatch
+    waits only for the experts' input-gradient GEMMs, so it runs beside them."""
     cuts = _cuts(steps)
     if cuts is None:
         return BackwardParts(tuple(steps))
     a, b, c, d = cuts
-    return BackwardParts(tuple(steps[:b]), tuple(steps[b:c]), tuple(steps[c:d]), tuple(steps[d:]))
+    experts, dispatch = tuple(steps[b:c]), tuple(steps[c:d])
+    wgrad: tuple[Step, ...] = ()
+    if delay_wgrad:
+        wgrad = tuple(s for s in experts if s.stream is None and s.name.startswith("experts-")
+                      and s.name.endswith("-wgrad"))
+        experts = tuple(s for s in experts if s not in wgrad)
+        dispatch = tuple(replace(s, wait=s.wait + len(wgrad)) for s in dispatch)
+    return BackwardParts(tuple(steps[:b]), experts, dispatch, wgrad, tuple(steps[d:]))

@@ -436,6 +436,11 @@ class ParallelSpec:
     (``megatron/core/pipeline_parallel/combined_1f1b.py``; :mod:`sim.workload.ep_overlap`).
     Needs ``ep > 1``, the interleaved schedule when ``pp > 1`` (1F1B without pipelining
     otherwise) and no full recomputation, as ``TransformerConfig.__post_init__`` asserts."""
+    delay_wgrad: bool = False
+    """Megatron-Core's ``delay_wgrad_compute`` (Megatron-LM ``--delay-wgrad-compute``), only with
+    :attr:`ep_overlap`: in a combined pass the experts' weight-gradient GEMMs run after the
+    input gradient's dispatch is issued, so that all-to-all runs beside them
+    (:func:`sim.workload.ep_overlap.split_backward`)."""
     hierarchical_context_parallel_sizes: tuple[int, ...] | None = None
     """Megatron-LM's ``--hierarchical-context-parallel-sizes`` ``[a2a, p2p]``: the all-to-all
     and ring group sizes of ``a2a+p2p`` (their product is ``cp``; Transformer Engine supports
@@ -515,6 +520,10 @@ class ParallelSpec:
             raise ConfigError(_SPEC, "parallel.sequence_parallel", "false when parallel.tp is 1", True)
         if self.ep_overlap:
             self._check_ep_overlap()
+        elif self.delay_wgrad:
+            raise ConfigError(_SPEC, "parallel.delay_wgrad", "false unless parallel.ep_overlap is true (Megatron-Core: "
+                              "overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute)",
+                              True)
 
     def _check_ep_overlap(self) -> None:
         """What Megatron-Core asserts of ``overlap_moe_expert_parallel_comm``

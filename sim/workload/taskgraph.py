@@ -605,7 +605,8 @@ class _RankProgram(DataParallelMixin):
             if bl is not None:
                 lops = self.layer_ops(bl)
                 rc = p.recompute_at(bl - b_first)
-                b_parts = split_backward(backward_steps(lops, lops.layer_bwd, lops.attention_bwd_index, rc))
+                b_parts = split_backward(backward_steps(lops, lops.layer_bwd, lops.attention_bwd_index, rc),
+                                         p.delay_wgrad)
                 held = am.transient(m.is_moe_layer(bl), bl - b_first)
                 release = -(am.stored(m.is_moe_layer(bl), bl - b_first) + held)
                 bla = bargs + (("layer", bl),)
@@ -618,7 +619,7 @@ class _RankProgram(DataParallelMixin):
             if f_parts is not None:
                 issue(fwd, f_parts.dispatch, fla)
             if b_parts is not None:
-                issue(bwd, b_parts.dispatch, bla)
+                issue(bwd, b_parts.dispatch + b_parts.wgrad, bla)
             if f_parts is not None:
                 issue(fwd, f_parts.experts + f_parts.combine, fla)
             if b_parts is not None and bl is not None:

@@ -145,7 +145,7 @@ def test_the_launch_flag_in_a_case_turns_it_on(tmp_path):
 """.replace("HF", str(_hf("mixtral-8x7b.json"))))
     (name, w), = load_cases(str(case))
     assert not isinstance(w, ConfigError), w
-    assert w.parallel.ep_overlap and w.parallel.schedule is ScheduleKind.INTERLEAVED
+    assert w.parallel.ep_overlap and w.parallel.delay_wgrad and w.parallel.schedule is ScheduleKind.INTERLEAVED
 
 
 def _hf(name: str):
@@ -171,3 +171,32 @@ def test_a_sweep_keeps_the_overlap_where_megatron_core_accepts_it():
     for change in (dict(schedule=ScheduleKind.ONE_F_ONE_B, virtual_pipeline_stages=1),
                    dict(recompute=RecomputeKind.FULL)):
         assert not make_candidate(w, {**point, **change}).parallel.ep_overlap
+
+
+def test_delayed_expert_weight_gradients_leave_the_dispatch_waiting_only_for_the_input_gradients():
+    """--delay-wgrad-compute: the experts' weight-gradient GEMMs follow the input gradient's
+    dispatch, which the next compute ops do not wait for until they have run; simulated, that
+    all-to-all runs beside them."""
+    lops = _layer_ops(_mixtral(True))
+    steps = backward_steps(lops, lops.layer_bwd, lops.attention_bwd_index, RecomputeKind.NONE)
+    plain, delayed = split_backward(steps), split_backward(steps, delay_wgrad=True)
+    assert not plain.wgrad and {s.name for s in delayed.wgrad} == {"experts-fc1-wgrad", "experts-fc2-wgrad"}
+    assert not any(s.name.endswith("-wgrad") for s in delayed.experts)
+    assert delayed.dispatch[-1].wait == plain.dispatch[-1].wait + 2
+    w = _mixtral(True, delay_wgrad=True)
+    spans = simulate(w, load_topology("dgx-h100")).result.spans
+
+    def key(s):
+        a = dict(s.args)
+        return a.get("microbatch"), a.get("chunk"), a.get("layer")
+
+    a2a = {key(s): s for s in spans
+           if s.rank == 0 and s.name.endswith("dispatch-grad") and s.comm_class is CommClass.EP}
+    wg = [s for s in spans if s.rank == 0 and s.name in ("experts-fc1-wgrad", "experts-fc2-wgrad")]
+    assert any(key(g) in a2a and g.start_s < a2a[key(g)].end_s and a2a[key(g)].start_s < g.end_s for g in wg)
+
+
+def test_delayed_weight_gradients_need_the_overlap():
+    with pytest.raises(ConfigError) as exc:
+        _mixtral(False, delay_wgrad=True)
+    assert exc.value.field == "parallel.delay_wgrad"
