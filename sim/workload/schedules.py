@@ -25,7 +25,7 @@ from enum import Enum
 
 from sim.types import ScheduleKind
 
-__all__ = ["Pass", "pipeline_order"]
+__all__ = ["Pass", "pipeline_order", "steady_pairs"]
 
 
 class Pass(str, Enum):
@@ -100,3 +100,27 @@ def pipeline_order(kind: ScheduleKind, pp: int, vps: int, num_microbatches: int,
         order.append((B, *_interleaved_id(i, p, v, False)))
     order += [(B, *_interleaved_id(k, p, v, False)) for k in range(rest, total)]
     return order
+
+
+def steady_pairs(kind: ScheduleKind, pp: int, vps: int, num_microbatches: int, rank: int,
+                 extra_warmup: int = 0) -> range:
+    """The indices into :func:`pipeline_order`'s list (same arguments) of the steady state's
+    forward passes, each followed there by its backward pass: the pairs Megatron-Core runs as
+    one combined pass under ``overlap_moe_expert_parallel_comm``. The warm-up's forwards and
+    the cool-down's backwards are not among them, even where the one meets the other (every
+    forward in the warm-up). Empty for GPipe and ZB-H1.
+
+    >>> list(steady_pairs(ScheduleKind.ONE_F_ONE_B, 1, 1, 3, 0, extra_warmup=1))
+    [1, 3]
+    >>> list(steady_pairs(ScheduleKind.ONE_F_ONE_B, 1, 1, 1, 0, extra_warmup=1))
+    []
+    """
+    m, p, v = num_microbatches, pp, vps
+    if kind is ScheduleKind.ONE_F_ONE_B:
+        warm, total = min(p - rank - 1 + extra_warmup, m), m
+    elif kind is ScheduleKind.INTERLEAVED:
+        total = m * v
+        warm = min((p - rank - 1) * 2 + (v - 1) * p + extra_warmup, total)
+    else:
+        return range(0)
+    return range(warm, warm + 2 * (total - warm), 2)

@@ -39,7 +39,7 @@ from sim.workload.flops import model_flops
 from sim.workload.layers import LayerOps, layer_ops
 from sim.workload.layout import Layout
 from sim.workload.ops import CommOp, Op
-from sim.workload.schedules import Pass, pipeline_order
+from sim.workload.schedules import Pass, pipeline_order, steady_pairs
 from sim.workload.spec import WorkloadSpec
 from sim.workload.step_passes import optimizer_op
 
@@ -346,6 +346,8 @@ class _RankProgram(DataParallelMixin):
         n_vs = pp * v
         vs_layers = w.virtual_stage_layers()
         order = pipeline_order(p.schedule, pp, v, p.num_microbatches, self.stage, extra_warmup=int(p.ep_overlap))
+        pairs = frozenset(steady_pairs(p.schedule, pp, v, p.num_microbatches, self.stage, int(p.ep_overlap))
+                          if p.ep_overlap else ())
         zb = p.schedule is ScheduleKind.ZB_H1
         last_b: dict[int, int] = {}
         last_w: dict[int, int] = {}
@@ -386,8 +388,7 @@ class _RankProgram(DataParallelMixin):
                 continue
             if i and i - 1 != merged:
                 self.pass_end[order[i - 1][0]] = self.last_c
-            if p.ep_overlap and pas is Pass.FORWARD and i + 1 < len(order) and order[i + 1][0] is Pass.BACKWARD \
-                    and not (pgather and i == first_f[chunk]):
+            if i in pairs and not (pgather and i == first_f[chunk]):
                 self.combined_pass(order[i], order[i + 1], i + 1, ctx)
                 merged = i + 1
                 continue

@@ -200,3 +200,36 @@ def test_delayed_weight_gradients_need_the_overlap():
     with pytest.raises(ConfigError) as exc:
         _mixtral(False, delay_wgrad=True)
     assert exc.value.field == "parallel.delay_wgrad"
+
+
+@pytest.mark.parametrize("pp, v, m", [(4, 2, 4), (1, 1, 1), (1, 1, 2), (4, 2, 8)])
+def test_every_schedule_shape_completes(pp, v, m):
+    """Only the steady state's pairs are combined: where every forward is in the warm-up (m = pp
+    under the interleaved schedule, one micro-batch without pipelining) the last warm-up forward
+    and the first cool-down backward run alone, as Megatron-Core runs them. Combining them made
+    stage s wait for stage s + 1's gradient before sending it the activation that gradient needs."""
+    w = load_workload("mixtral-8x7b")
+    dp = 64 // pp
+    kind = ScheduleKind.INTERLEAVED if pp > 1 else ScheduleKind.ONE_F_ONE_B
+    p = dataclasses.replace(w.parallel, pp=pp, dp=dp, virtual_pipeline_stages=v, schedule=kind, ep_overlap=True,
+                            global_batch_size=m * dp)
+    run = simulate(dataclasses.replace(w, parallel=p), load_topology("dgx-h100"))
+    assert run.result.makespan_s > 0
+
+
+def test_the_combined_pairs_are_the_steady_states():
+    """Each pair is a forward followed by a backward, after the warm-up Megatron-Core's
+    get_pp_rank_microbatches gives ((p - r - 1) x 2 + (v - 1) x p + 1 forwards interleaved,
+    p - r - 1 + 1 without interleaving, at most all of them), one pair per forward left."""
+    from sim.workload.schedules import steady_pairs
+
+    for kind, shapes in ((ScheduleKind.ONE_F_ONE_B, [(1, 1)]), (ScheduleKind.INTERLEAVED, [(2, 2), (4, 3), (8, 2)])):
+        for pp, v in shapes:
+            for m in range(pp, 4 * pp + 1, pp):
+                for rank in range(pp):
+                    order = pipeline_order(kind, pp, v, m, rank, extra_warmup=1)
+                    pairs = list(steady_pairs(kind, pp, v, m, rank, extra_warmup=1))
+                    total = m * v
+                    warm = min((pp - rank - 1) * 2 + (v - 1) * pp + 1 if v > 1 else pp - rank, total)
+                    assert pairs == list(range(warm, warm + 2 * (total - warm), 2))
+                    assert all(order[i][0] is Pass.FORWARD and order[i + 1][0] is Pass.BACKWARD for i in pairs)
