@@ -215,6 +215,8 @@ def make_report(run: Run) -> Report:
         parallel["moe_dispatcher"] = p.moe_dispatcher.value
     if p.ep_overlap:  # only where on, so that every other report keeps its keys
         parallel["ep_overlap"] = True
+        if p.delay_wgrad:
+            parallel["delay_wgrad"] = True
     if run.fabric.placement is not None:  # only off the default, so default reports stay as they were
         parallel["placement"] = p.placement if isinstance(p.placement, str) else list(p.placement)
     if p.hybrid_shard:  # likewise only with hybrid sharding

@@ -233,3 +233,28 @@ def test_the_combined_pairs_are_the_steady_states():
                     warm = min((pp - rank - 1) * 2 + (v - 1) * pp + 1 if v > 1 else pp - rank, total)
                     assert pairs == list(range(warm, warm + 2 * (total - warm), 2))
                     assert all(order[i][0] is Pass.FORWARD and order[i + 1][0] is Pass.BACKWARD for i in pairs)
+
+
+def test_a_megatron_launch_turns_it_on_and_is_refused_as_megatron_core_refuses_it():
+    """``--megatron-args``: the two flags set the overlap and the delay; without virtual pipeline
+    stages under PP > 1 the launch is refused in one line naming the flag, exit 2."""
+    base = ["--tensor-model-parallel-size", "1", "--pipeline-model-parallel-size", "2",
+            "--expert-model-parallel-size", "4", "--seq-length", "4096", "--micro-batch-size", "1",
+            "--global-batch-size", "64", "--bf16", "--use-distributed-optimizer",
+            "--moe-token-dispatcher-type", "alltoall", "--overlap-moe-expert-parallel-comm"]
+
+    def run(extra):
+        return subprocess.run([sys.executable, "-m", "sim", "run", "--megatron-args", " ".join(base + extra),
+                               "--hf-config", "mixtral-8x7b", "--set", "system.num_gpus=16",
+                               "--set", "system.gpu=H100-SXM5-80GB", "--json", "-"],
+                              capture_output=True, text=True, timeout=300)
+
+    ok = run(["--num-layers-per-virtual-pipeline-stage", "8", "--delay-wgrad-compute"])
+    assert ok.returncode == 0, ok.stderr
+    import json
+
+    parallel = json.loads(ok.stdout)["parallel"]
+    assert parallel["ep_overlap"] is True and parallel["delay_wgrad"] is True
+    refused = run([])
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode == 2 and len(lines) == 1 and "--overlap-moe-expert-parallel-comm" in lines[0]
