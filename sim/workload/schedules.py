@@ -67,7 +67,7 @@ def pipeline_order(kind: ScheduleKind, pp: int, vps: int, num_microbatches: int,
     if kind is ScheduleKind.GPIPE:
         return [(F, i, 0) for i in range(m)] + [(B, i, 0) for i in range(m)]
     if kind is ScheduleKind.ONE_F_ONE_B:
-        warm = min(p - rank - 1 + extra_warmup, m)
+        warm = _warmup(kind, p, v, m, rank, extra_warmup)
         order = [(F, i, 0) for i in range(warm)]
         for i in range(m - warm):
             order.append((F, warm + i, 0))
@@ -90,9 +90,7 @@ def pipeline_order(kind: ScheduleKind, pp: int, vps: int, num_microbatches: int,
         order += [(W, i, 0) for i in pending]
         return order
     total = m * v
-    # Megatron-Core (schedules.py, with microbatch_group_size_per_vp_stage = p, its default):
-    # all forwards first only when the warm-up would cover them all anyway.
-    warm = min((p - rank - 1) * 2 + (v - 1) * p + extra_warmup, total)
+    warm = _warmup(kind, p, v, m, rank, extra_warmup)
     order = [(F, *_interleaved_id(k, p, v, True)) for k in range(warm)]
     rest = total - warm
     for i in range(rest):
@@ -115,12 +113,18 @@ def steady_pairs(kind: ScheduleKind, pp: int, vps: int, num_microbatches: int, r
     >>> list(steady_pairs(ScheduleKind.ONE_F_ONE_B, 1, 1, 1, 0, extra_warmup=1))
     []
     """
-    m, p, v = num_microbatches, pp, vps
-    if kind is ScheduleKind.ONE_F_ONE_B:
-        warm, total = min(p - rank - 1 + extra_warmup, m), m
-    elif kind is ScheduleKind.INTERLEAVED:
-        total = m * v
-        warm = min((p - rank - 1) * 2 + (v - 1) * p + extra_warmup, total)
-    else:
+    if kind not in (ScheduleKind.ONE_F_ONE_B, ScheduleKind.INTERLEAVED):
         return range(0)
+    total = num_microbatches * vps
+    warm = _warmup(kind, pp, vps, num_microbatches, rank, extra_warmup)
     return range(warm, warm + 2 * (total - warm), 2)
+
+
+def _warmup(kind: ScheduleKind, p: int, v: int, m: int, rank: int, extra_warmup: int) -> int:
+    """The forward passes rank ``rank`` runs before the 1F1B or interleaved schedule's steady
+    state: ``p - rank - 1`` (PipeDream-Flush); interleaved, Megatron-Core's ``(p - rank - 1) x 2
+    + (v - 1) x p`` (``get_pp_rank_microbatches`` with ``microbatch_group_size_per_vp_stage =
+    p``, its default); ``extra_warmup`` more; all of them when that covers them all anyway."""
+    if kind is ScheduleKind.ONE_F_ONE_B:
+        return min(p - rank - 1 + extra_warmup, m)
+    return min((p - rank - 1) * 2 + (v - 1) * p + extra_warmup, m * v)

@@ -532,15 +532,6 @@ class _RankProgram(DataParallelMixin):
         self.finish()
 
     # -- EP A2A overlap (sim.workload.ep_overlap) ------------------------------------------
-    def _chain(self, state: _Chain | None) -> _Chain:
-        """Make ``state`` the issue state that :meth:`run_steps`, :meth:`recv`, :meth:`send`
-        and the gradient reductions continue from (its last compute task, its collectives not
-        yet waited for, the tasks its next compute op waits for); return the state left."""
-        left = _Chain(self.last_c, self.pending, self.extra)
-        if state is not None:
-            self.last_c, self.pending, self.extra = state.last_c, state.pending, state.extra
-        return left
-
     def combined_pass(self, f_item: tuple, b_item: tuple, b_index: int, ctx: _PassContext) -> None:
         """A forward pass and the backward pass after it run as one combined pass (Megatron-Core
         ``combined_forward_backward_step``; :mod:`sim.workload.ep_overlap`).
@@ -565,31 +556,36 @@ class _RankProgram(DataParallelMixin):
         fargs = (("phase", "fwd"), ("microbatch", mbf), ("chunk", cf))
         bargs = (("phase", "bwd"), ("microbatch", mbb), ("chunk", cb))
         start = len(self.b.tasks)
-        fwd = self._chain(None)  # the forward continues what was issued before
+        fwd = _Chain(self.last_c, self.pending, self.extra)  # the forward continues what was issued
         bwd = _Chain(self.last_c, [], [])
-        mem = {id(fwd): 0.0, id(bwd): 0.0}  # a memory delta waiting for its direction's next compute op
+        active = [fwd]
+
+        def use(chain: _Chain) -> None:
+            """Keep the issue state (:meth:`run_steps`, :meth:`recv`, :meth:`send` and the
+            gradient reductions continue from it) in the direction issuing until now, and
+            continue from ``chain``'s."""
+            left = active[0]
+            left.last_c, left.pending, left.extra = self.last_c, self.pending, self.extra
+            self.last_c, self.pending, self.extra = chain.last_c, chain.pending, chain.extra
+            active[0] = chain
 
         def issue(chain: _Chain, steps, args: tuple, first_mem: float = 0.0, last_mem: float = 0.0) -> None:
-            self._chain(chain)
-            first, _ = self.run_steps(steps, args, first_mem=mem[id(chain)] + first_mem, last_mem=last_mem)
+            use(chain)
+            first, _ = self.run_steps(steps, args, first_mem=chain.mem + first_mem, last_mem=last_mem)
             if first is None:  # collectives only: the deltas go to the direction's compute ops
-                mem[id(chain)] += first_mem
+                chain.mem += first_mem
                 self.hold(last_mem)
             else:
-                mem[id(chain)] = 0.0
-            chain.last_c, chain.pending, chain.extra = self.last_c, self.pending, self.extra
+                chain.mem = 0.0
 
         # the receives and the pre-processing
-        self._chain(fwd)
         if vsf > 0:
             self.recv("act", vsf, mbf, (vsf - 1) % pp, ctx.act_size, fargs)
-        fwd.extra = self.extra
         if vsf == 0:
             issue(fwd, self.ops.embedding_fwd, fargs, first_mem=am.embedding)
-        self._chain(bwd)
+        use(bwd)
         if vsb < n_vs - 1:
             self.recv("grad", vsb, mbb, (vsb + 1) % pp, ctx.act_size, bargs)
-            bwd.extra = self.extra
         else:
             issue(bwd, self.ops.head_bwd, bargs, first_mem=am.loss_transient + am.loss_cached,
                   last_mem=-(am.head + am.logits + am.loss_transient + am.loss_cached))
@@ -625,28 +621,26 @@ class _RankProgram(DataParallelMixin):
                 issue(fwd, f_parts.experts + f_parts.combine, fla)
             if b_parts is not None and bl is not None:
                 issue(bwd, b_parts.pre, bla, last_mem=release)
-                self._chain(bwd)
                 self.grads_ready(vsb, bl, b_layers, cb, b_index == ctx.last_g[cb], bla, ctx.buckets, False, False)
-                bwd.last_c, bwd.pending, bwd.extra = self.last_c, self.pending, self.extra
             if f_parts is not None:
                 issue(fwd, f_parts.post, fla)
         # the post-processing and the sends
         if vsf == n_vs - 1:
             issue(fwd, self.ops.head_fwd, fargs, first_mem=am.head + am.logits)
-        self._chain(fwd)
+        use(fwd)
         self.hold(ctx.holds[cf].forward)
         if vsf != n_vs - 1:
             self.send("act", vsf + 1, mbf, (vsf + 1) % pp, ctx.act_size, fargs)
         if vsb == 0:
             issue(bwd, self.ops.embedding_bwd, bargs, last_mem=-am.embedding)
-        self._chain(bwd)
+        use(bwd)
         self.hold(ctx.holds[cb].backward)
         if vsb != 0:
             self.send("grad", vsb - 1, mbb, (vsb - 1) % pp, ctx.act_size, bargs)
         if p.overlap_grad_reduce and b_index == ctx.last_b[cb]:
             for bucket in ctx.buckets.get((cb, "end"), ()):
                 self.reduce_bucket(bucket, bargs)
-        bwd.last_c, bwd.pending, bwd.extra = self.last_c, self.pending, self.extra
+        use(bwd)  # keeps what the backward issued last
         self.pass_end[Pass.FORWARD] = fwd.last_c
         self.pass_end[Pass.BACKWARD] = bwd.last_c
         # the compute stream's last op, and what each direction left for the next pass
@@ -716,6 +710,9 @@ class _Chain:
     last_c: int
     pending: list
     extra: list
+    mem: float = 0.0
+    """A memory delta waiting for the direction's next compute op (from a part with
+    collectives only)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -171,6 +171,10 @@ def test_a_sweep_keeps_the_overlap_where_megatron_core_accepts_it():
     for change in (dict(schedule=ScheduleKind.ONE_F_ONE_B, virtual_pipeline_stages=1),
                    dict(recompute=RecomputeKind.FULL)):
         assert not make_candidate(w, {**point, **change}).parallel.ep_overlap
+    delayed = _mixtral(True, delay_wgrad=True)
+    assert make_candidate(delayed, point).parallel.delay_wgrad
+    off = make_candidate(delayed, {**point, "recompute": RecomputeKind.FULL}).parallel
+    assert not off.ep_overlap and not off.delay_wgrad
 
 
 def test_delayed_expert_weight_gradients_leave_the_dispatch_waiting_only_for_the_input_gradients():

@@ -237,24 +237,21 @@ def make_candidate(w: WorkloadSpec, point: dict) -> WorkloadSpec:
     # the workload's block recomputation holds on its own chunks; elsewhere full is of every layer
     own_chunks = (point["pp"], point["virtual_pipeline_stages"], point["recompute"]) == (
         p.pp, p.virtual_pipeline_stages, p.recompute)
-    parallel = replace(p, tp=point["tp"], pp=point["pp"], dp=point["dp"], cp=point["cp"], ep=point["ep"],
-                       virtual_pipeline_stages=point["virtual_pipeline_stages"], schedule=point["schedule"],
-                       micro_batch_size=point["micro_batch_size"], recompute=point["recompute"],
-                       recompute_num_layers=p.recompute_num_layers if own_chunks else None,
-                       sequence_parallel=point["sequence_parallel"], distributed_optimizer=dist_opt,
-                       zero_stage=zero_stage, dp_shard=p.dp_shard if own_dp else None,
-                       ep_overlap=p.ep_overlap and _ep_overlap_allowed(point))
+    settings = dict(tp=point["tp"], pp=point["pp"], dp=point["dp"], cp=point["cp"], ep=point["ep"],
+                    virtual_pipeline_stages=point["virtual_pipeline_stages"], schedule=point["schedule"],
+                    micro_batch_size=point["micro_batch_size"], recompute=point["recompute"],
+                    recompute_num_layers=p.recompute_num_layers if own_chunks else None,
+                    sequence_parallel=point["sequence_parallel"], distributed_optimizer=dist_opt,
+                    zero_stage=zero_stage, dp_shard=p.dp_shard if own_dp else None)
+    try:
+        parallel = replace(p, **settings)
+    except ConfigError as exc:
+        # the workload's EP A2A overlap holds where the spec (as Megatron-Core) accepts it; the
+        # candidates where it does not run without it, the delayed weight gradients with it
+        if exc.field != "parallel.ep_overlap":
+            raise
+        parallel = replace(p, **settings, ep_overlap=False, delay_wgrad=False)
     return replace(w, parallel=parallel)
-
-
-def _ep_overlap_allowed(point: dict) -> bool:
-    """Whether the workload's EP A2A overlap (``parallel.ep_overlap``) holds at ``point``: where
-    Megatron-Core accepts it (:meth:`~sim.workload.spec.ParallelSpec._check_ep_overlap`); the
-    candidates where it does not run without it."""
-    pipelined = point["pp"] > 1
-    schedule = ScheduleKind.INTERLEAVED if pipelined else ScheduleKind.ONE_F_ONE_B
-    return (point["ep"] > 1 and point["schedule"] is schedule and point["recompute"] is not RecomputeKind.FULL
-            and point["zero_stage"] < 3)
 
 
 def candidate_key(w: WorkloadSpec) -> tuple:
