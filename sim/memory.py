@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.types import LossKind, NormKind, PipelineBuffers, RecomputeKind, ScheduleKind, ZeroImpl
+from sim.types import LossKind, NormKind, PipelineBuffers, RecomputeKind, RecomputeModule, ScheduleKind, ZeroImpl
 from sim.units import byte_count
 from sim.workload.context_parallel import cp_transient_bytes
 from sim.workload.deepspeed_zero3 import layer_tensors
@@ -28,9 +28,9 @@ from sim.workload.schedules import Pass, pipeline_order
 from sim.workload.spec import ModelSpec, ParallelSpec, WorkloadSpec, pipeline_split
 
 __all__ = ["WEIGHT_BYTES", "GRAD_BYTES", "OPTIMIZER_BYTES", "StateBytes", "ActivationModel", "StageMemory",
-           "stage_params", "state_bytes", "layer_activation_bytes", "activation_model", "stage_memory",
-           "memory_table", "CUBLAS_WORKSPACE_BYTES", "activation_peak_bytes", "other_bytes", "BoundaryHolds",
-           "boundary_bytes", "boundary_holds", "receive_buffer_bytes"]
+           "stage_params", "state_bytes", "layer_activation_bytes", "recompute_module_bytes", "activation_model",
+           "stage_memory", "memory_table", "CUBLAS_WORKSPACE_BYTES", "activation_peak_bytes", "other_bytes",
+           "BoundaryHolds", "boundary_bytes", "boundary_holds", "receive_buffer_bytes"]
 
 WEIGHT_BYTES = 2.0
 """16-bit model weights."""
@@ -251,11 +251,63 @@ def layer_activation_bytes(model: ModelSpec, parallel: ParallelSpec, recompute: 
     else:
         mlp = sb * model.ffn_hidden_size * per_width / t
     heads = model.num_attention_heads / t
+    selective = rc is RecomputeKind.SELECTIVE
     if kernels.flash_attention:
         scores = 4.0 * b * heads * s
     else:
-        scores = 0.0 if rc is RecomputeKind.SELECTIVE else 5.0 * heads * s * s * b
-    return outside + attention + mlp + scores
+        core = selective and RecomputeModule.CORE_ATTN in parallel.recompute_modules
+        scores = 0.0 if core else 5.0 * heads * s * s * b
+    saved = sum(recompute_module_bytes(model, parallel, moe, input_bytes=ib)) if selective else 0.0
+    return outside + attention + mlp + scores - saved
+
+
+def recompute_module_bytes(model: ModelSpec, parallel: ParallelSpec, moe: bool = False, *,
+                           input_bytes: float = 2.0) -> tuple[float, float]:
+    """What the submodules of ``parallel.recompute_modules`` other than the attention core no
+    longer keep from a layer's forward to its backward, in bytes for one micro-batch:
+    ``(MLP side, attention side)``, the terms of :func:`layer_activation_bytes` they drop.
+
+    Each is recomputed just before the backward that reads it (Megatron-Core's
+    ``CheckpointWithoutOutput`` frees an output's storage once its consumer has run and refills
+    it before the consumer's backward; ``tensor_parallel.checkpoint`` keeps a submodule's input
+    and re-runs it), so the MLP side's tensors live again while the MLP's backward runs and the
+    attention side's while the attention's does (:func:`activation_model` holds the larger as
+    the layer's transient):
+
+    * ``layernorm``: a norm's output, the linear input ``i sbh`` (``/ t`` under sequence
+      parallelism), where the norm is a module of its own: Megatron-Core recomputes
+      ``input_layernorm`` and ``pre_mlp_layernorm`` only when they are not ``IdentityOp``
+      (``transformer_layer.py`` @ d98e8a6), and its Transformer Engine layers fuse a norm into
+      the linear it feeds (``TELayerNormColumnParallelLinear``) except before a MoE layer's
+      router and experts (the pre-MLP norm) and before MLA's two down-projections (the input
+      norm), so a dense layer saves nothing;
+    * ``mlp``: a dense layer's MLP inside, ``per_width sbf / t`` (its input stays);
+    * ``moe_act``: the routed experts' activation output, ``i f`` for each routed copy;
+    * ``shared_experts``: the shared experts' inside, as ``mlp``;
+    * ``mla_up_proj``: multi-latent attention's up-projected query, key and value (with their
+      rotary parts), ``sb (2q + 4kv) / t``; the attention output stays.
+    """
+    mods = parallel.recompute_modules
+    s, b, h, t = model.seq_length // parallel.cp, parallel.micro_batch_size, model.hidden_size, parallel.tp
+    sb = s * b
+    ib = input_bytes
+    per_width = (4.0 if model.gated_mlp else 2.0) + ib
+    norm = ib * sb * h / (t if parallel.sequence_parallel else 1)
+    before = at = 0.0
+    if RecomputeModule.LAYERNORM in mods:
+        before += norm if moe else 0.0
+        at += norm if model.is_mla else 0.0
+    if RecomputeModule.MLP in mods and not moe:
+        before += sb * model.ffn_hidden_size * per_width / t
+    if moe and RecomputeModule.MOE_ACT in mods:
+        k, cf, te = model.moe_top_k, model.moe_capacity_factor or 1.0, parallel.expert_tp
+        sbe = sb if te == t else sb / t * te
+        before += sbe * k * cf * ib * model.moe_ffn_hidden_size / te
+    if moe and RecomputeModule.SHARED_EXPERTS in mods:
+        before += sb * model.shared_ffn_size * per_width / t
+    if RecomputeModule.MLA_UP_PROJ in mods and model.is_mla:
+        at += sb * (2.0 * model.q_size + 4.0 * model.kv_size) / t
+    return before, at
 
 
 def _eager_torchtitan(model: ModelSpec, kernels: KernelsSpec, moe: bool) -> bool:
@@ -429,6 +481,8 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
         elif rc is RecomputeKind.SELECTIVE_OP:  # the recomputed rest of one layer
             none = layer_activation_bytes(m, p, RecomputeKind.NONE, moe, kernels=k, input_bytes=ib)
             transient = max(0.0, none - stored)
+        elif rc is RecomputeKind.SELECTIVE:  # a side's recomputed submodules (recompute_module_bytes)
+            transient = max(recompute_module_bytes(m, p, moe, input_bytes=ib))
         else:
             transient = 0.0
         return stored, transient + cp_held

@@ -100,6 +100,31 @@ class RecomputeKind(str, Enum):
     FULL = "full"
 
 
+class RecomputeModule(str, Enum):
+    """A submodule Megatron-Core's selective recomputation re-runs in the backward
+    (``--recompute-granularity selective --recompute-modules ...``; ``TransformerConfig.recompute_modules``,
+    ``megatron/core/transformer/transformer_config.py`` @ d98e8a6, default ``["core_attn"]``).
+
+    ``core_attn``, ``mlp`` and ``shared_experts`` checkpoint the submodule (its input kept, its
+    inside recomputed); ``moe_act``, ``layernorm`` and ``mla_up_proj`` discard their output after
+    its consumer ran and recompute it before that consumer's backward
+    (``CheckpointWithoutOutput``). Megatron-Core's ``moe`` (the whole MoE layer, its all-to-alls
+    again) and the experimental ``gdn_*``, ``gdp_*`` and ``mhc`` are not modelled."""
+
+    CORE_ATTN = "core_attn"
+    """The attention core (scores, softmax, dropout; the fused kernel's forward)."""
+    MOE_ACT = "moe_act"
+    """The routed experts' activation function (its output, the second expert GEMM's input)."""
+    LAYERNORM = "layernorm"
+    """The input and pre-MLP norms (their outputs, the next linears' inputs)."""
+    MLA_UP_PROJ = "mla_up_proj"
+    """Multi-latent attention's query and key/value up-projections and their rotary parts."""
+    MLP = "mlp"
+    """A dense layer's MLP."""
+    SHARED_EXPERTS = "shared_experts"
+    """A MoE layer's shared experts."""
+
+
 class ScalingRecipe(str, Enum):
     """How 8-bit training finds its scales (NVIDIA Transformer Engine's recipes)."""
 

@@ -16,7 +16,9 @@ The helpers read a case's ``parallel`` section, or, for the kernel switches
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import combinations
 
 from sim.config.fields import Fields, Notes
 from sim.config.stack import (
@@ -29,19 +31,22 @@ from sim.config.stack import (
     read_step_passes,
 )
 from sim.config.ub_table import read_ub_table
+from sim.hardware import GPUSpec
 from sim.types import (
     AdamImpl,
     AttentionKernel,
+    Dtype,
     LossKind,
     PipelineBuffers,
     RecomputeKind,
+    RecomputeModule,
     ScheduleKind,
     StepPass,
     ZeroImpl,
     parse_enum,
 )
 from sim.workload.kernels import MEGATRON_CORE_STEP_PASSES, KernelsSpec
-from sim.workload.spec import ParallelSpec
+from sim.workload.spec import ModelSpec, ParallelSpec
 from sim.workload.tp_overlap import ASYNC_TP, TE_DEFAULTS, TpOverlapConfig
 
 
@@ -587,6 +592,9 @@ class MemorySaver:
     ``parallel`` key."""
     value: bool | RecomputeKind
     """The value that saves memory."""
+    modules: frozenset[RecomputeModule] | None = None
+    """Under selective recomputation (``value``), the submodules recomputed
+    (``recompute_modules``); None: Megatron-Core's default, the attention core."""
     fewest_layers: bool = False
     """Full recomputation (``value``) of the fewest layers of each model chunk that fit:
     ``recompute_num_layers`` is searched from 1 up to a chunk's layers, Megatron's
@@ -621,8 +629,55 @@ So the first three cost (almost) nothing, recomputation does, and full recomputa
 layer most."""
 
 
+def module_recompute_sets(model: ModelSpec, parallel: ParallelSpec, gpu: GPUSpec, dtype: Dtype,
+                          delayed_fp8: bool = False) -> list[frozenset[RecomputeModule]]:
+    """Every set of the submodules selective recomputation can add for ``model`` when the
+    attention core's does not fit, least recomputation time first.
+
+    The modules offered are those that drop something (:func:`sim.memory.recompute_module_bytes`):
+    in a MoE model ``layernorm`` and ``moe_act`` (left out under FP8 with delayed scaling,
+    ``delayed_fp8``, which Megatron-Core refuses), ``mla_up_proj`` with multi-latent attention,
+    ``shared_experts`` with shared experts, and ``mlp`` in a MoE model with dense layers. A
+    dense model is offered none: its norms are fused into its linears, and its MLPs are about
+    two thirds of each layer's forward, so block recomputation of the fewest layers (the next
+    saver) costs less where it fits.
+
+    The sets are ordered by a roofline estimate of what each recomputes in one iteration's
+    layers: a GEMM's FLOPs at the GPU's dense peak in ``dtype``, an elementwise kernel's bytes
+    (a norm reads and writes ``2 sbh``; the experts' activation reads its ``2f`` (gated) inputs
+    and writes ``f`` for each routed copy, 16-bit) at its HBM bandwidth; ties go to the smaller
+    set. Megatron-Bridge's recipes pick such sets per model and GPU
+    (``src/megatron/bridge/perf_recipes/deepseek/*/deepseek_v3.py`` @ 067f987df:
+    ``["mla_up_proj"]``, ``["mlp"]``, ``["mla_up_proj", "mlp"]``, ``["moe_act"]``, ``[]``).
+    """
+    m, p = model, parallel
+    sb, h, t = m.seq_length // p.cp * p.micro_batch_size, m.hidden_size, p.tp
+    br = 2 if m.gated_mlp else 1
+    n_moe = sum(m.is_moe_layer(i) for i in range(m.num_layers))
+    n_dense = m.num_layers - n_moe
+    peak, bw = gpu.peak(dtype), gpu.hbm_bandwidth_bytes_per_s
+    cost: dict[RecomputeModule, float] = {}
+    if m.is_moe and not delayed_fp8:
+        norms = n_moe + (m.num_layers if m.is_mla else 0)
+        cost[RecomputeModule.LAYERNORM] = norms * 4.0 * sb * h / (t if p.sequence_parallel else 1) / bw
+        te = p.expert_tp
+        copies = (sb if te == t else sb / t * te) * m.moe_top_k * (m.moe_capacity_factor or 1.0)
+        cost[RecomputeModule.MOE_ACT] = n_moe * copies * 2.0 * (br + 1) * m.moe_ffn_hidden_size / te / bw
+    if m.is_mla:
+        up = sum(o * i for name, o, i, _ in m.attention_gemms(t) if name in ("q-up", "kv-up"))
+        cost[RecomputeModule.MLA_UP_PROJ] = m.num_layers * 2.0 * sb * up / peak
+    if m.is_moe and m.shared_ffn_size:
+        cost[RecomputeModule.SHARED_EXPERTS] = n_moe * 2.0 * sb * m.shared_ffn_size * h * (br + 1) / t / peak
+    if m.is_moe and n_dense:
+        cost[RecomputeModule.MLP] = n_dense * 2.0 * sb * m.ffn_hidden_size * h * (br + 1) / t / peak
+    offered = sorted(cost, key=lambda x: x.value)
+    sets = [frozenset(c) for r in range(1, len(offered) + 1) for c in combinations(offered, r)]
+    return sorted(sets, key=lambda c: (sum(cost[x] for x in c), len(c), sorted(x.value for x in c)))
+
+
 def memory_savers(parallel: ParallelSpec, nulls: frozenset[str], stack: Stack,
-                  kernels: KernelsSpec) -> list[MemorySaver]:
+                  kernels: KernelsSpec, modules_of: Sequence[frozenset[RecomputeModule]] | None = None
+                  ) -> list[MemorySaver]:
     """The memory savers the stack offers (its ``memory_savers``) for the settings the case left
     null, in the order of :data:`MEMORY_SAVERS_ORDER`, each not in force already.
 
@@ -637,12 +692,21 @@ def memory_savers(parallel: ParallelSpec, nulls: frozenset[str], stack: Stack,
     kernels : KernelsSpec
         The kernel switches as the defaults filled them (16-bit gradients are offered only
         where gradients are reduced in fp32).
+    modules_of : sequence of frozenset of RecomputeModule, optional
+        The sets of submodules selective recomputation can add, in the order to try them
+        (:func:`module_recompute_sets`); None offers none.
 
     Notes
     -----
     The distributed optimizer only saves memory with data-parallel ranks to shard over and
     nothing sharded yet; sequence parallelism needs TP > 1. Selective recomputation is the
-    stack's (``selective_recompute``: torchtitan's op-level policy). Block recomputation (the
+    stack's (``selective_recompute``: torchtitan's op-level policy). Where the stack offers
+    ``module_recompute`` and the case left ``recompute_modules`` null, selective recomputation
+    then adds each set of ``modules_of`` in turn, each a saver of its own that replaces the
+    one before (:func:`module_recompute_sets`: least recomputation first, so the first that
+    fits is the cheapest that fits); when llmsim offered the selective recomputation itself
+    under fused attention, the attention core is left out of those steps, since it keeps
+    nothing to drop there. Block recomputation (the
     fewest layers of each model chunk that fit, :attr:`MemorySaver.fewest_layers`) is offered
     only when the case left ``recompute_num_layers`` null too; without it full recomputation
     recomputes every layer. Megatron-LM's 2021 releases offer full recomputation of every layer
@@ -664,6 +728,14 @@ def memory_savers(parallel: ParallelSpec, nulls: frozenset[str], stack: Stack,
     if "recompute" in nulls:
         if p.recompute is RecomputeKind.NONE and MemorySaverKind.SELECTIVE_RECOMPUTE in offers:
             out.append(MemorySaver("recompute", stack.value("selective_recompute")))
+        offered = bool(out) and out[-1].value is RecomputeKind.SELECTIVE
+        if ((p.recompute is RecomputeKind.SELECTIVE or offered) and modules_of is not None
+                and "recompute_modules" in nulls and MemorySaverKind.MODULE_RECOMPUTE in offers):
+            # under fused attention the attention core keeps nothing to drop (only its
+            # log-sum-exp): a selective recomputation llmsim offers adds the modules alone
+            base = frozenset() if offered and kernels.flash_attention else p.recompute_modules
+            for mods in modules_of:
+                out.append(MemorySaver("recompute", RecomputeKind.SELECTIVE, modules=base | mods))
         if p.recompute is not RecomputeKind.FULL and MemorySaverKind.FULL_RECOMPUTE in offers:
             block = MemorySaverKind.BLOCK_RECOMPUTE in offers and "recompute_num_layers" in nulls
             out.append(MemorySaver("recompute", RecomputeKind.FULL, fewest_layers=block))

@@ -19,14 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sim.config.defaults import MemorySaver, memory_savers
+from sim.config.defaults import MemorySaver, memory_savers, module_recompute_sets
 from sim.config.stack import Stack
 from sim.errors import ConfigError
 from sim.memory import stage_memory
-from sim.types import RecomputeKind
+from sim.types import RecomputeKind, ScalingRecipe
 from sim.units import GiB
 from sim.workload.kernels import KERNEL_KEYS
-from sim.workload.spec import WorkloadSpec
+from sim.workload.quantization import LOW_PRECISION
+from sim.workload.spec import DEFAULT_RECOMPUTE_MODULES, WorkloadSpec
 
 __all__ = ["Fitted", "peak_memory_bytes", "fits_in_memory", "fewest_recomputed_layers", "fit_null_settings"]
 
@@ -103,6 +104,13 @@ class _Step:
     peak: float
 
 
+def _passed(saver: MemorySaver, peaks: list[float]) -> _Step:
+    """One step standing for the module sets tried that do not fit (each peak in ``peaks``)."""
+    many = "s" if len(peaks) > 1 else ""
+    return _Step(saver, f"selective with {len(peaks)} module set{many} of less recomputation (llmsim's estimate), "
+                        "the least memory", min(peaks))
+
+
 def _full_of(w: WorkloadSpec, top: int) -> str:
     """Full recomputation of how many layers of a model chunk of up to ``top`` layers."""
     n = w.parallel.recompute_num_layers
@@ -132,7 +140,9 @@ def fit_null_settings(w: WorkloadSpec, nulls: frozenset[str], stack: Stack) -> F
     """
     if fits_in_memory(w):
         return Fitted(w, (), ())
-    savers = memory_savers(w.parallel, nulls, stack, w.kernels)
+    delayed_fp8 = w.dtype in LOW_PRECISION and w.scaling is ScalingRecipe.DELAYED
+    sets = module_recompute_sets(w.model, w.parallel, w.system.gpu, w.dtype, delayed_fp8)
+    savers = memory_savers(w.parallel, nulls, stack, w.kernels, sets)
     if not savers:
         return Fitted(w, (), ())
     capacity = w.system.gpu.hbm_capacity_bytes
@@ -141,16 +151,23 @@ def fit_null_settings(w: WorkloadSpec, nulls: frozenset[str], stack: Stack) -> F
     changes: dict[str, Any] = {}  # ParallelSpec fields by name (MemorySaver.key); the spec checks each value
     kernel_changes: dict[str, Any] = {}  # KernelsSpec fields (a saver of a kernel switch)
     found = None
+    passed: list[float] = []  # the peaks of the module sets tried that do not fit, since the last step shown
     for saver in savers:
         into = kernel_changes if saver.key in KERNEL_KEYS else changes
+        undo = dict(into)
         into[saver.key] = saver.value
+        if saver.key == "recompute":  # each recomputation saver says its modules (full: the default)
+            into["recompute_modules"] = saver.modules or DEFAULT_RECOMPUTE_MODULES
         try:
             candidate = replace(w, parallel=replace(w.parallel, **changes),
                                 kernels=replace(w.kernels, **kernel_changes))
         except ConfigError:  # a combination the spec refuses: not a saver here
-            del into[saver.key]
+            into.clear()
+            into.update(undo)
             continue
         shown = _shown(saver.value)
+        if saver.modules is not None:
+            shown += f" ({', '.join(sorted(m.value for m in saver.modules)) or 'no module'})"
         if saver.fewest_layers:
             top = max(len(r) for r in w.virtual_stage_layers())
             n, candidate = fewest_recomputed_layers(candidate)
@@ -164,10 +181,19 @@ def fit_null_settings(w: WorkloadSpec, nulls: frozenset[str], stack: Stack) -> F
                 fewer = replace(candidate, parallel=replace(candidate.parallel, recompute_num_layers=top - 1))
                 steps.append(_Step(saver, _full_of(fewer, top), peak_memory_bytes(fewer)))
             shown = _full_of(candidate, top)
-        steps.append(_Step(saver, shown, peak_memory_bytes(candidate)))
+        peak = peak_memory_bytes(candidate)
+        if saver.modules is not None and not fits_in_memory(candidate):  # shown as one, below
+            passed.append(peak)
+            continue
+        if passed:
+            steps.append(_passed(saver, passed))
+            passed = []
+        steps.append(_Step(saver, shown, peak))
         if fits_in_memory(candidate):
             found = candidate
             break
+    if passed:  # the last savers were module sets and none fits
+        steps.append(_passed(savers[-1], passed))
     on = f"{w.system.gpu.name}'s {_gib(capacity)}"
     if found is None:
         tried = ", ".join(f"{st.saver.key} {st.shown} {_gib(st.peak)}" for st in steps)
@@ -187,8 +213,12 @@ def fit_null_settings(w: WorkloadSpec, nulls: frozenset[str], stack: Stack) -> F
         head = f"parallel.{key}: null -> {_shown(value)}"
         if key == "recompute" and found.parallel.recompute_num_layers is not None:
             head += f", parallel.recompute_num_layers: null -> {found.parallel.recompute_num_layers}"
+        if key == "recompute" and found.parallel.recompute_modules != w.parallel.recompute_modules:
+            head += (", parallel.recompute_modules: null -> "
+                     f"[{', '.join(sorted(m.value for m in found.parallel.recompute_modules))}]")
         notes.append(f"{head} ({_shown(_setting(w, key))} needs {_gib(before)} of the {on}; "
                      + "; ".join(trail + [end]) + "; memory savers tried cheapest first)")
         before = last.peak
-    changed = keys + (("recompute_num_layers",) if found.parallel.recompute_num_layers is not None else ())
+    changed = keys + (("recompute_num_layers",) if found.parallel.recompute_num_layers is not None else ()) \
+        + (("recompute_modules",) if found.parallel.recompute_modules != w.parallel.recompute_modules else ())
     return Fitted(found, changed, tuple(notes))

@@ -58,7 +58,7 @@ from sim.config.megatron_flags import (
 from sim.config.presets import preset_names, resolve_preset
 from sim.errors import ConfigError
 from sim.inputs import read_input_text
-from sim.types import LossKind, StepPass
+from sim.types import LossKind, RecomputeModule, StepPass
 from sim.workload.kernels import MEGATRON_CORE_STEP_PASSES
 from sim.workload.spec import WorkloadSpec, pipeline_split
 
@@ -257,6 +257,8 @@ class _Mapper:
     def __init__(self, args: MegatronArgs, hf: Mapping[str, Any] | None, hf_path: str | None) -> None:
         self.a, self.v, self.hf, self.hf_path = args, args.values, hf, hf_path
         self.notes: list[str] = []
+        self.recompute_modules: list[str] | None = None
+        """``--recompute-modules`` under selective recomputation, as given."""
 
     def get(self, key: str, default: object = None) -> Any:
         return self.v.get(key, default)
@@ -460,6 +462,8 @@ class _Mapper:
         p["recompute"], layers = self._recompute(model, pp * vps)
         if layers is not None:
             p["recompute_num_layers"] = layers
+        if self.recompute_modules is not None:
+            p["recompute_modules"] = self.recompute_modules
         self._sharding(p, pp)
         p["overlap_grad_reduce"] = bool(get("parallel.overlap_grad_reduce"))
         p["overlap_param_gather"] = bool(get("parallel.overlap_param_gather"))
@@ -653,9 +657,14 @@ class _Mapper:
                 raise self.error("recompute_method", "no --recompute-method with --recompute-granularity selective "
                                  "(Megatron-LM asserts it)", method)
             modules = get("recompute_modules")
-            if modules is not None and tuple(modules) != ("core_attn",):
-                self.note(f"--recompute-modules {' '.join(modules)} simulated as core_attn (llmsim's selective "
-                          "recomputation is the attention core's)")
+            if modules is not None:
+                known = [k.value for k in RecomputeModule]
+                bad = [x for x in modules if x not in known]
+                if bad:
+                    raise self.error("recompute_modules", f"modules among {' '.join(known)} (llmsim does not model "
+                                     "Megatron-Core's moe, the whole MoE layer recomputed with its all-to-alls, "
+                                     "nor the experimental gdn_*, gdp_* and mhc)", bad[0])
+                self.recompute_modules = list(dict.fromkeys(modules))
             return "selective", None
         n = get("recompute_num_layers")
         split = pipeline_split(int(model["num_layers"]), chunks)

@@ -62,6 +62,9 @@ class MemorySaverKind(str, Enum):
     GRAD_REDUCE_IN_BF16 = "grad_reduce_in_bf16"
     """Gradients accumulated and reduced in 16 bits (``grad_reduce_in_fp32`` off: NeMo 1's
     ``optim.grad_sync_dtype: bf16``, Megatron-LM's ``--grad-reduce-in-bf16``)."""
+    MODULE_RECOMPUTE = "module_recompute"
+    """Megatron-Core's selective recomputation of further submodules (``--recompute-modules``),
+    tried after the attention core's, cheapest first (:func:`sim.config.defaults.memory_savers`)."""
     FULL_RECOMPUTE = "full_recompute"
     """Full recomputation of every layer."""
     BLOCK_RECOMPUTE = "block_recompute"

@@ -83,6 +83,7 @@ from sim.types import (
     Dtype,
     MoeDispatcher,
     NormKind,
+    RecomputeModule,
     ScalingRecipe,
     ScheduleKind,
     compact_name,
@@ -91,6 +92,7 @@ from sim.types import (
 from sim.units import GBIT_PER_S, GiB
 from sim.workload.kernels import KERNEL_KEYS, KernelsSpec
 from sim.workload.spec import (
+    DEFAULT_RECOMPUTE_MODULES,
     MEGATRON_ORDER,
     ModelSpec,
     ParallelSpec,
@@ -114,6 +116,7 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
                "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "hidden_dropout")
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages", "schedule",
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute", "recompute_num_layers",
+                  "recompute_modules",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_p2p_comm",
                   "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy",
                   "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details",
@@ -837,6 +840,7 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     tp_overlap_cfg = tp_overlap_cfg_default(f, stack, tp_overlap and tp > 1, notes)
     recompute = recompute_default(f, stack, notes)
     recompute_layers = f.integer("recompute_num_layers", positive=True)
+    recompute_modules = _recompute_modules(f)
     zero, bucket = f.integer("zero_stage"), f.integer("grad_bucket_size_params")
     placement = _placement(f)
     cp_comm, cp_levels = _cp_comm(f, cp, notes, stack)
@@ -875,7 +879,7 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,
             sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute,
-            recompute_num_layers=recompute_layers,
+            recompute_num_layers=recompute_layers, recompute_modules=recompute_modules,
             distributed_optimizer=dist_opt, overlap_param_gather=param_gather, zero_stage=zero,
             dp_shard=dp_shard, zero_impl=zero_impl, overlap_grad_reduce=overlap, overlap_p2p_comm=p2p_overlap,
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,
@@ -887,6 +891,28 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
             ep_overlap=ep_overlap_default(f, ep, notes),
             delay_wgrad=delay_wgrad_default(f, notes),
         ), kernels
+
+
+_UNMODELLED_RECOMPUTE_MODULES = frozenset({"moe", "gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc"})
+"""Megatron-Core's other ``recompute_modules`` choices (``TransformerConfig.recompute_modules`` @ d98e8a6)."""
+
+
+def _recompute_modules(f: Fields) -> frozenset[RecomputeModule]:
+    """``parallel.recompute_modules``: a list of :class:`~sim.types.RecomputeModule` names
+    (Megatron-Core's ``--recompute-modules``), null for its default, ``[core_attn]``."""
+    value = f.raw.get("recompute_modules")
+    if value is None:
+        return DEFAULT_RECOMPUTE_MODULES
+    names = [k.value for k in RecomputeModule]
+    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise ConfigError(f.path, f.field("recompute_modules"), f"a list of modules among {names} ([] for none)",
+                          value)
+    unmodelled = [v for v in value if v in _UNMODELLED_RECOMPUTE_MODULES]
+    if unmodelled:
+        raise ConfigError(f.path, f.field("recompute_modules"), f"modules among {names} (llmsim does not model "
+                          "Megatron-Core's moe, the whole MoE layer recomputed with its all-to-alls, nor the "
+                          "experimental gdn_norm_out, gdp_in_proj, gdp_qkv and mhc)", unmodelled[0])
+    return frozenset(parse_enum(RecomputeModule, v, f.path, f.field("recompute_modules")) for v in value)
 
 
 class SettingsFields(Fields):

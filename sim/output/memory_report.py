@@ -7,7 +7,7 @@ from sim.memory import StageMemory, memory_table
 from sim.types import RecomputeKind
 from sim.units import GiB, byte_count
 from sim.version import __version__
-from sim.workload.spec import WorkloadSpec
+from sim.workload.spec import DEFAULT_RECOMPUTE_MODULES, WorkloadSpec
 
 __all__ = ["memory_report", "format_memory", "memory_json"]
 
@@ -19,7 +19,7 @@ def memory_report(w: WorkloadSpec, methods: list[RecomputeKind]) -> dict[Recompu
 
 def memory_json(w: WorkloadSpec, table: dict[RecomputeKind, list[StageMemory]], notes: list[str]) -> dict:
     """``{"methods": {method: {"stages": [...], "fits": ...}}, ...}``, bytes in ``_bytes`` keys."""
-    return {
+    out = {
         "llmsim_version": __version__,
         "workload": w.name,
         "gpu": w.system.gpu.name,
@@ -32,6 +32,9 @@ def memory_json(w: WorkloadSpec, table: dict[RecomputeKind, list[StageMemory]], 
                     for rc, stages in table.items()},
         "notes": list(notes),
     }
+    if w.parallel.recompute_modules != DEFAULT_RECOMPUTE_MODULES:  # only off the default: other reports keep their keys
+        out["workload_recompute_modules"] = sorted(x.value for x in w.parallel.recompute_modules)
+    return out
 
 
 def format_memory(w: WorkloadSpec, table: dict[RecomputeKind, list[StageMemory]], notes: list[str]) -> str:
@@ -50,6 +53,8 @@ def format_memory(w: WorkloadSpec, table: dict[RecomputeKind, list[StageMemory]]
         mine = " (the workload's)" if rc is p.recompute else ""
         n = p.recompute_num_layers if rc is p.recompute else None  # sim.memory.activation_model
         block = f" of {n} layer{'s' if n > 1 else ''} a chunk" if n else ""
+        if rc is RecomputeKind.SELECTIVE and p.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
+            block += f" ({', '.join(sorted(x.value for x in p.recompute_modules)) or 'no module'})"
         lines.append(f"  recompute {rc.value}{block}{mine}: GiB per GPU")
         lines.append("    stage  weights    grads  optimizer  activations   other    total  capacity  headroom  fits")
         for s in stages:

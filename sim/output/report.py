@@ -15,6 +15,7 @@ from sim.runner import Run
 from sim.types import CommClass, LinkKind, MoeDispatcher, OpKind
 from sim.units import TFLOPS, GiB, byte_count, round_sig
 from sim.version import __version__
+from sim.workload.spec import DEFAULT_RECOMPUTE_MODULES
 
 __all__ = ["Report", "TimeInterval", "make_report", "format_report", "links_json", "LINKS_SHOWN"]
 
@@ -223,6 +224,8 @@ def make_report(run: Run) -> Report:
         parallel["dp_shard"], parallel["dp_replicate"] = p.dp_shard_degree, p.dp_replicate
     if p.recompute_num_layers is not None:  # likewise only under block recomputation
         parallel["recompute_num_layers"] = p.recompute_num_layers
+    if p.recompute_modules != DEFAULT_RECOMPUTE_MODULES:  # likewise only off Megatron-Core's default
+        parallel["recompute_modules"] = sorted(m.value for m in p.recompute_modules)
     return Report(
         workload=w.name, topology=run.topology.name, gpu=w.system.gpu.name, num_gpus=n, parallel=parallel,
         iteration_time_s=T, tokens_per_s=w.tokens_per_iteration / T,
@@ -260,7 +263,8 @@ def format_report(r: Report) -> str:
         placed = f" (shard {p['dp_shard']} x {p['dp_replicate']} replicas)" + placed
     zero = f"ZeRO-{p['zero_stage']}" if p["zero_stage"] >= 2 else None
     block = p.get("recompute_num_layers")
-    flags = [f"recompute {p['recompute']}" + (f" of {block} layer{'s' if block > 1 else ''} a chunk" if block else "")]
+    flags = [f"recompute {p['recompute']}" + (f" of {block} layer{'s' if block > 1 else ''} a chunk" if block else "")
+             + (f" ({', '.join(p['recompute_modules']) or 'no module'})" if "recompute_modules" in p else "")]
     flags += [zero] if zero else []
     if p["sequence_parallel"]:
         flags.append("sequence parallel")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sim.types import RecomputeKind
+from sim.types import RecomputeKind, RecomputeModule
 from sim.workload.spec import WorkloadSpec
 
 __all__ = ["model_flops"]
@@ -16,8 +16,9 @@ def model_flops(w: WorkloadSpec) -> tuple[float, float]:
     (Narayanan et al. 2021, arXiv 2104.04473, Appendix; Megatron-LM
     ``num_floating_point_operations``). Hardware FLOPs add the recomputed forward: the whole
     layer under full recomputation (of the layers it recomputes, under block recomputation:
-    :meth:`~sim.workload.spec.WorkloadSpec.layer_recompute`), the attention core under
-    selective (Korthikanti et al. 2022, Appendix A).
+    :meth:`~sim.workload.spec.WorkloadSpec.layer_recompute`), under selective the attention
+    core (Korthikanti et al. 2022, Appendix A) and the GEMMs of the other
+    ``parallel.recompute_modules`` (MLA's up-projections, a dense MLP, the shared experts).
     """
     m, p = w.model, w.parallel
     h, q, f = m.hidden_size, m.q_size, m.ffn_hidden_size
@@ -42,8 +43,15 @@ def model_flops(w: WorkloadSpec) -> tuple[float, float]:
                           + n_moe_again * moe_mlp)
     elif p.recompute is RecomputeKind.FULL:
         extra = tokens * layers_fwd
-    elif p.recompute is RecomputeKind.SELECTIVE:
-        extra = tokens * m.num_layers * attn
+    elif p.recompute is RecomputeKind.SELECTIVE:  # the GEMMs and attention of recompute_modules
+        mods = p.recompute_modules
+        up = 2.0 * sum(o * i for name, o, i, _ in m.attention_gemms() if name in ("q-up", "kv-up"))
+        shared = 2.0 * m.shared_ffn_size * h * (br + 1)
+        per_layer = ((attn if RecomputeModule.CORE_ATTN in mods else 0.0)
+                     + (up if RecomputeModule.MLA_UP_PROJ in mods else 0.0))
+        extra = tokens * (m.num_layers * per_layer
+                          + (m.num_layers - n_moe) * (dense_mlp if RecomputeModule.MLP in mods else 0.0)
+                          + n_moe * (shared if RecomputeModule.SHARED_EXPERTS in mods else 0.0))
     elif p.recompute is RecomputeKind.SELECTIVE_OP:  # every other matmul (ModelSpec.separate_matmuls)
         mm = [2.0 * i * o for _, o, i in m.separate_matmuls()]
         # a MoE layer recomputes wk and wo, as the task graph does (sim.workload.layers)

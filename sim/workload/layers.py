@@ -38,6 +38,7 @@ from sim.types import (
     MoeDispatcher,
     NormKind,
     OpKind,
+    RecomputeModule,
     ScalingRecipe,
     Stream,
 )
@@ -51,7 +52,7 @@ from sim.workload.spec import ModelSpec, ParallelSpec
 from sim.workload.steps import Step
 from sim.workload.tp_overlap import TpOverlapConfig
 
-__all__ = ["LayerOps", "LayerBuilder", "layer_ops"]
+__all__ = ["LayerOps", "LayerBuilder", "layer_ops", "selective_steps"]
 
 ACT_DTYPE = Dtype.BF16
 """Activations, gradients of activations and TP traffic stay in 16 bits."""
@@ -96,10 +97,19 @@ class LayerOps:
     """The forward as full recomputation re-runs it before the layer's backward: ``layer_fwd``
     (None, the default), except under PyTorch's async TP, which overlaps the first forward's
     TP collectives only (:data:`sim.workload.tp_overlap.ASYNC_TP`)."""
+    selective_before: tuple[Step, ...] = ()
+    """What selective recomputation re-runs before the layer's backward starts, the MLP side of
+    ``parallel.recompute_modules`` (:func:`selective_steps`); none by default."""
+    selective_at: tuple[Step, ...] = None  # type: ignore[assignment]  # __post_init__ sets it
+    """What selective recomputation re-runs just before the attention backward
+    (``attention_bwd_index``), the attention side: ``attention_fwd`` (None, the default,
+    Megatron-Core's ``core_attn``)."""
 
     def __post_init__(self) -> None:
         if self.recompute_fwd is None:
             object.__setattr__(self, "recompute_fwd", self.layer_fwd)
+        if self.selective_at is None:
+            object.__setattr__(self, "selective_at", self.attention_fwd)
         if self.split_bwd is None:
             b, w, k = split_weight_gradients(self.layer_bwd, self.attention_bwd_index)
             object.__setattr__(self, "split_bwd", (b, w, k))
@@ -108,6 +118,56 @@ class LayerOps:
         """The ops of a (MoE if ``is_moe``) layer, its linear layers in BF16 if ``bf16``."""
         ops = self.high_precision if bf16 and self.high_precision is not None else self
         return ops.moe if is_moe and ops.moe is not None else ops
+
+
+def selective_steps(fwd: Sequence[Step], attention_fwd: Sequence[Step], modules: frozenset[RecomputeModule],
+                    moe: bool) -> tuple[tuple[Step, ...], tuple[Step, ...]]:
+    """The forward steps Megatron-Core's selective recomputation re-runs in a layer's backward,
+    ``(before the layer's backward, before its attention backward)``, in forward order, for
+    ``modules`` (``TransformerConfig.recompute_modules``; :class:`~sim.types.RecomputeModule`):
+
+    * before the backward, which starts with the MLP's: ``layernorm``'s pre-MLP norm (a MoE
+      layer's: a dense layer's is fused into its first linear, :func:`sim.memory.recompute_module_bytes`); ``mlp``,
+      a dense layer's MLP from its first collective or GEMM after that norm to its last step
+      before the residual add (``tensor_parallel.checkpoint`` re-runs the submodule whole, its
+      TP collectives too); ``moe_act``, the routed experts' activation; ``shared_experts``, the
+      shared experts' steps;
+    * before the attention backward: ``layernorm``'s input norm (multi-latent attention's, which
+      feeds two down-projections), ``mla_up_proj``'s query and
+      key/value up-projections and their rotary steps, and ``core_attn``, the attention forward.
+
+    Each output-discarding module (``moe_act``, ``layernorm``, ``mla_up_proj``) is recomputed
+    by a hook on its consumer's backward (``CheckpointWithoutOutput``), the checkpointed ones
+    (``core_attn``, ``mlp``, ``shared_experts``) when the backward reaches them: both before the
+    backward that reads them, where these two places put them.
+
+    >>> from sim.workload.ops import MemoryOp
+    >>> op = MemoryOp(OpKind.NORM, 8.0)
+    >>> fwd = [Step(None, n, op) for n in ("norm1", "qkv", "attention", "proj", "dropout-add", "norm2",
+    ...                                       "fc1", "activation", "fc2", "dropout-add")]
+    >>> before, at = selective_steps(fwd, fwd[2:3], frozenset(RecomputeModule), moe=False)
+    >>> [s.name for s in before], [s.name for s in at]
+    (['fc1', 'activation', 'fc2'], ['attention'])
+    """
+    names = [st.name for st in fwd]
+    before: list[Step] = []
+    at: list[Step] = []
+    norm2 = next((i for i, n in enumerate(names) if n.startswith("norm2")), None)
+    if RecomputeModule.LAYERNORM in modules:  # the norms not fused into a linear (recompute_module_bytes)
+        at += [st for st in fwd if st.name == "norm1" and "q-down" in names]
+        before += [st for st in fwd if st.name == "norm2" and moe]
+    if RecomputeModule.MLP in modules and not moe and norm2 is not None:
+        end = max(i for i, n in enumerate(names) if n == "dropout-add")
+        before += list(fwd[norm2 + 1:end])
+    if moe and RecomputeModule.MOE_ACT in modules:
+        before += [st for st in fwd if st.name == "experts-activation"]
+    if moe and RecomputeModule.SHARED_EXPERTS in modules:
+        before += [st for st in fwd if st.name.startswith("shared-")]
+    if RecomputeModule.MLA_UP_PROJ in modules:
+        at += [st for st in fwd if st.name in ("q-up", "kv-up") or st.name.startswith("rope")]
+    if RecomputeModule.CORE_ATTN in modules:
+        at += list(attention_fwd)
+    return tuple(before), tuple(at)
 
 
 def split_weight_gradients(steps: tuple[Step, ...], attention_index: int
@@ -655,11 +715,15 @@ class LayerBuilder:
             bwd_at = 1 + next(i for i, st in enumerate(bwd) if st.name == "residual-grad-add")
             moe_bwd = mlp_bwd + bwd[bwd_at:]
             moe_k = len(mlp_bwd) + (attention_bwd_index - bwd_at)
+            moe_before, moe_at = selective_steps(moe_fwd, attn_fwd, parallel.recompute_modules, moe=True)
             moe = LayerOps(tuple(moe_fwd), tuple(moe_bwd), moe_k, tuple(attn_fwd), embedding_fwd, embedding_bwd,
-                           head_fwd, head_bwd, self.op_recompute(moe_fwd, mms[1:4:2]), recompute_fwd=moe_refwd)
+                           head_fwd, head_bwd, self.op_recompute(moe_fwd, mms[1:4:2]), recompute_fwd=moe_refwd,
+                           selective_before=moe_before, selective_at=moe_at)
+        sel_before, sel_at = selective_steps(fwd, attn_fwd, parallel.recompute_modules, moe=False)
         return LayerOps(tuple(fwd), tuple(bwd), attention_bwd_index, tuple(attn_fwd),
                         embedding_fwd, embedding_bwd, head_fwd, head_bwd, op_recompute, moe,
-                        recompute_fwd=tuple(fwd if recompute_fwd is None else recompute_fwd))
+                        recompute_fwd=tuple(fwd if recompute_fwd is None else recompute_fwd),
+                        selective_before=sel_before, selective_at=sel_at)
 
     def moe_mlp(self) -> tuple[list[Step], list[Step]]:
         """The MLP half of a mixture-of-experts layer, Megatron-Core's all-to-all token dispatcher

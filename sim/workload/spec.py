@@ -23,6 +23,7 @@ from sim.types import (
     MoeDispatcher,
     NormKind,
     RecomputeKind,
+    RecomputeModule,
     ScalingRecipe,
     ScheduleKind,
     ZeroImpl,
@@ -32,7 +33,7 @@ from sim.workload.quantization import LOW_PRECISION
 from sim.workload.tp_overlap import TE_DEFAULTS, TpOverlapConfig
 
 __all__ = ["ModelSpec", "ParallelSpec", "SystemSpec", "Reference", "WorkloadSpec", "pipeline_split",
-           "MEGATRON_ORDER", "placement_digits"]
+           "MEGATRON_ORDER", "DEFAULT_RECOMPUTE_MODULES", "placement_digits"]
 
 _SPEC = "<spec>"
 
@@ -357,6 +358,13 @@ class ModelSpec:
         return self.num_params() - skipped * (1 - self.moe_top_k / max(self.num_experts, 1))
 
 
+DEFAULT_RECOMPUTE_MODULES: frozenset[RecomputeModule] = frozenset({RecomputeModule.CORE_ATTN})
+"""Megatron-Core's default ``recompute_modules``, ``["core_attn"]`` (``TransformerConfig.__post_init__``)."""
+_ZB_RECOMPUTE_MODULES = frozenset({RecomputeModule.CORE_ATTN, RecomputeModule.MLA_UP_PROJ})
+"""The modules whose recomputed tensors no weight gradient reads (the attention core's inside;
+the up-projected query, key and value, whose weight gradients read the latents, which stay)."""
+
+
 @dataclass(frozen=True)
 class ParallelSpec:
     """The parallel strategy, with Megatron-LM's meanings.
@@ -395,6 +403,14 @@ class ParallelSpec:
     as without recomputation. A chunk with fewer layers recomputes them all. None: every layer
     (``--recompute-method uniform --recompute-num-layers 1``). Only with ``recompute`` full;
     :meth:`recompute_at` says which recomputation a layer gets."""
+    recompute_modules: frozenset[RecomputeModule] = DEFAULT_RECOMPUTE_MODULES
+    """Under ``recompute`` selective: the submodules each layer recomputes in its backward,
+    Megatron-Core's ``--recompute-modules`` (:class:`~sim.types.RecomputeModule`; default
+    ``core_attn``, Megatron-Core's, the attention core of Korthikanti et al. 2022). Their
+    activations are not kept from the forward (:func:`sim.memory.layer_activation_bytes`) and
+    their forward ops run again before the backward that needs them
+    (:class:`~sim.workload.layers.LayerOps`). Only the default unless ``recompute`` is
+    selective."""
     distributed_optimizer: bool = False
     zero_stage: int = 0
     overlap_grad_reduce: bool = True
@@ -508,6 +524,16 @@ class ParallelSpec:
                 raise ConfigError(_SPEC, "parallel.recompute_num_layers", "null unless parallel.recompute is full "
                                   "(the layers a chunk recomputes whole, Megatron's --recompute-method block)",
                                   self.recompute_num_layers)
+        if self.recompute_modules != DEFAULT_RECOMPUTE_MODULES and self.recompute is not RecomputeKind.SELECTIVE:
+            raise ConfigError(_SPEC, "parallel.recompute_modules", "[core_attn] (the default) unless "
+                              "parallel.recompute is selective (Megatron-Core reads --recompute-modules under "
+                              "--recompute-granularity selective only)",
+                              sorted(m.value for m in self.recompute_modules))
+        if self.schedule is ScheduleKind.ZB_H1 and self.recompute_modules - _ZB_RECOMPUTE_MODULES \
+                and self.recompute is RecomputeKind.SELECTIVE:
+            raise ConfigError(_SPEC, "parallel.recompute_modules", "only core_attn and mla_up_proj with the zb-h1 "
+                              "schedule (its weight-gradient pass would need the recomputed linear inputs kept)",
+                              sorted(m.value for m in self.recompute_modules))
         if self.schedule is ScheduleKind.ZB_H1 and self.recompute in (RecomputeKind.FULL,
                                                                       RecomputeKind.SELECTIVE_OP):
             raise ConfigError(_SPEC, "parallel.recompute", "none or selective with the zb-h1 schedule "
@@ -786,6 +812,25 @@ class WorkloadSpec:
     kernels: KernelsSpec = KernelsSpec()
     """The kernel and framework switches (:mod:`sim.workload.kernels`)."""
 
+    def _check_recompute_modules(self) -> None:
+        """What Megatron-Core asserts of ``recompute_modules`` (``TransformerConfig.__post_init__``
+        @ d98e8a6): ``mla_up_proj`` only with multi-latent attention, ``moe_act`` only with the
+        grouped expert GEMMs of a MoE model, and neither ``moe_act`` nor ``layernorm`` under FP8
+        with delayed scaling."""
+        m, mods = self.model, self.parallel.recompute_modules
+        shown = sorted(x.value for x in mods)
+        if RecomputeModule.MLA_UP_PROJ in mods and not m.is_mla:
+            raise ConfigError(_SPEC, "parallel.recompute_modules", "no mla_up_proj without multi-latent attention "
+                              "(Megatron-Core: only supported with multi_latent_attention)", shown)
+        if RecomputeModule.MOE_ACT in mods and not m.is_moe:
+            raise ConfigError(_SPEC, "parallel.recompute_modules", "no moe_act for a dense model (Megatron-Core: only "
+                              "supported with moe_grouped_gemm)", shown)
+        delayed = self.dtype in LOW_PRECISION and self.scaling is ScalingRecipe.DELAYED
+        if delayed and mods & {RecomputeModule.MOE_ACT, RecomputeModule.LAYERNORM}:
+            raise ConfigError(_SPEC, "parallel.recompute_modules", "no moe_act or layernorm under FP8 delayed scaling "
+                              "(Megatron-Core: delayed scaling does not support moe_act and layernorm recompute)",
+                              shown)
+
     def __post_init__(self) -> None:
         m, p, s = self.model, self.parallel, self.system
         if p.cp > 1 and not self.kernels.flash_attention:
@@ -829,6 +874,8 @@ class WorkloadSpec:
                               f"a number of micro-batches ({p.num_microbatches}) that is a multiple of "
                               f"parallel.pp={p.pp}, as Megatron's interleaved schedule requires",
                               p.global_batch_size)
+        if p.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
+            self._check_recompute_modules()
         if p.ep > 1 and not m.is_moe:
             raise ConfigError(_SPEC, "parallel.ep", "1 for a dense model (model.num_experts is 0)", p.ep)
         if m.is_moe and m.num_experts % p.ep:

@@ -505,8 +505,14 @@ class _RankProgram(DataParallelMixin):
                                                   first_mem=held)
                         self.run_steps(bwd, la, last_mem=release)
                     elif rc is RecomputeKind.SELECTIVE:
-                        first, _ = self.run_steps(bwd[:k], la, first_mem=held)
-                        self.run_steps(lops.attention_fwd, (("phase", "recompute"),) + la[1:])
+                        again = (("phase", "recompute"),) + la[1:]
+                        if lops.selective_before:
+                            first, _ = self.run_steps(lops.selective_before, again, first_mem=held)
+                            after, _ = self.run_steps(bwd[:k], la)
+                            first = first or after
+                        else:
+                            first, _ = self.run_steps(bwd[:k], la, first_mem=held)
+                        self.run_steps(lops.selective_at, again)
                         self.run_steps(bwd[k:], la, last_mem=release)
                     else:
                         first, _ = self.run_steps(bwd, la, first_mem=held, last_mem=release)
@@ -747,7 +753,7 @@ def backward_steps(lops: LayerOps, bwd: tuple, k: int, rc: RecomputeKind) -> tup
     if rc is RecomputeKind.SELECTIVE_OP:
         return lops.op_recompute + bwd
     if rc is RecomputeKind.SELECTIVE:
-        return bwd[:k] + lops.attention_fwd + bwd[k:]
+        return lops.selective_before + bwd[:k] + lops.selective_at + bwd[k:]
     return bwd
 
 

@@ -77,7 +77,7 @@ from sim.studies.sweep.timeline_bound import timeline_bound
 from sim.studies.workers import abandon, check_workers, cpu_count, in_worker, local_pool
 from sim.topology.spec import TopologySpec
 from sim.types import RecomputeKind, ScheduleKind
-from sim.workload.spec import WorkloadSpec, pipeline_split
+from sim.workload.spec import DEFAULT_RECOMPUTE_MODULES, WorkloadSpec, pipeline_split
 
 __all__ = ["Fidelity", "KEY_FIELDS", "MICRO_BATCH_SIZES", "MIN_TOKENS_PER_CP_RANK", "Candidate", "SimOutcome",
            "SweepRow", "SweepResult", "space_points", "tp_limit_of", "make_candidate",
@@ -220,7 +220,9 @@ def make_candidate(w: WorkloadSpec, point: dict) -> WorkloadSpec:
     ZeRO level 1 is Megatron-LM's distributed optimizer; the workload's own level keeps its own
     flags, so a point equal to the workload gives back the workload. The workload's block
     recomputation (``recompute_num_layers``) is kept where the pipeline split and the
-    recomputation are its own; elsewhere full recomputation is of every layer. The workload's hybrid
+    recomputation are its own; elsewhere full recomputation is of every layer. Its selective
+    recomputation's modules (``recompute_modules``) hold wherever a candidate recomputes
+    selectively. The workload's hybrid
     sharding degree (``dp_shard``) is kept where DP, CP, EP and the ZeRO level are its own, else
     the candidate shards fully.
 
@@ -241,6 +243,8 @@ def make_candidate(w: WorkloadSpec, point: dict) -> WorkloadSpec:
                     virtual_pipeline_stages=point["virtual_pipeline_stages"], schedule=point["schedule"],
                     micro_batch_size=point["micro_batch_size"], recompute=point["recompute"],
                     recompute_num_layers=p.recompute_num_layers if own_chunks else None,
+                    recompute_modules=p.recompute_modules if point["recompute"] is RecomputeKind.SELECTIVE
+                    else DEFAULT_RECOMPUTE_MODULES,
                     sequence_parallel=point["sequence_parallel"], distributed_optimizer=dist_opt,
                     zero_stage=zero_stage, dp_shard=p.dp_shard if own_dp else None)
     try:
