@@ -25,7 +25,7 @@ from sim.workload.deepspeed_zero3 import layer_tensors
 from sim.workload.kernels import OPTIMIZER_BYTES, KernelsSpec
 from sim.workload.quantization import LOW_PRECISION, quantized_bytes
 from sim.workload.schedules import Pass, pipeline_order
-from sim.workload.spec import ModelSpec, ParallelSpec, WorkloadSpec, pipeline_split
+from sim.workload.spec import ModelSpec, ParallelSpec, WorkloadSpec
 
 __all__ = ["WEIGHT_BYTES", "GRAD_BYTES", "OPTIMIZER_BYTES", "StateBytes", "ActivationModel", "StageMemory",
            "stage_params", "state_bytes", "layer_activation_bytes", "recompute_module_bytes", "activation_model",
@@ -95,7 +95,8 @@ def layer_split(model: ModelSpec, layer: int = 0) -> tuple[int, int]:
 
 
 def _stage_layer_indices(model: ModelSpec, parallel: ParallelSpec, stage: int) -> list[int]:
-    counts = pipeline_split(model.num_layers, parallel.pp * parallel.virtual_pipeline_stages)
+    counts = parallel.layer_counts(model.num_layers)
+    assert counts is not None  # the workload's spec checks the split
     starts = [sum(counts[:i]) for i in range(len(counts))]
     return [starts[vs] + j for c in range(parallel.virtual_pipeline_stages)
             for vs in [c * parallel.pp + stage] for j in range(counts[vs])]
@@ -112,7 +113,7 @@ def stage_expert_params(model: ModelSpec, parallel: ParallelSpec, stage: int) ->
 def stage_params(model: ModelSpec, parallel: ParallelSpec, stage: int) -> float:
     """Parameters held by one GPU of pipeline stage ``stage`` (Megatron's division).
 
-    Layers are split over the stages by :func:`~sim.workload.spec.pipeline_split`, their
+    Layers are split over the stages by :meth:`~sim.workload.spec.ParallelSpec.layer_counts`, their
     matrices over ``tp``; the first stage
     holds the input embedding (and a learned position embedding, whole) and the last the
     output layer (a second copy when tied and ``pp > 1``), each split over ``tp`` by vocabulary.

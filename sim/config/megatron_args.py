@@ -259,6 +259,8 @@ class _Mapper:
         self.notes: list[str] = []
         self.recompute_modules: list[str] | None = None
         """``--recompute-modules`` under selective recomputation, as given."""
+        self.pipeline_layout: list[int] | None = None
+        """The decoder layers of each virtual stage of ``--pipeline-model-parallel-layout``."""
 
     def get(self, key: str, default: object = None) -> Any:
         return self.v.get(key, default)
@@ -464,6 +466,8 @@ class _Mapper:
             p["recompute_num_layers"] = layers
         if self.recompute_modules is not None:
             p["recompute_modules"] = self.recompute_modules
+        if self.pipeline_layout is not None:
+            p["pipeline_layout"] = self.pipeline_layout
         self._sharding(p, pp)
         p["overlap_grad_reduce"] = bool(get("parallel.overlap_grad_reduce"))
         p["overlap_param_gather"] = bool(get("parallel.overlap_param_gather"))
@@ -635,9 +639,8 @@ class _Mapper:
         vps = len(stages) // pp
         if "m" in s:
             self.note("multi-token-prediction layers (m) in --pipeline-model-parallel-layout not modelled")
-        ours = pipeline_split(layers, len(stages))
-        if counts != ours:
-            self.note(f"layout {counts} (--pipeline-model-parallel-layout) not modelled: llmsim splits {ours}")
+        if counts != pipeline_split(layers, len(stages)):  # else the even split, which needs no layout
+            self.pipeline_layout = list(counts)
         return vps
 
     def _recompute(self, model: Mapping[str, Any], chunks: int) -> tuple[str, int | None]:

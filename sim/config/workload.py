@@ -116,7 +116,7 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
                "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "hidden_dropout")
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages", "schedule",
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute", "recompute_num_layers",
-                  "recompute_modules",
+                  "recompute_modules", "pipeline_layout",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_p2p_comm",
                   "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy",
                   "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details",
@@ -462,7 +462,7 @@ def _build(raw: Mapping, file: Path, fit: bool = True) -> tuple[WorkloadSpec, li
                      "whole model, and the memory the benchmark holds)")
         model = dataclasses.replace(model, num_layers=chunks)
     split = pipeline_split(model.num_layers, chunks)
-    if model.num_layers % chunks and split is not None:
+    if model.num_layers % chunks and split is not None and parallel.pipeline_layout is None:
         notes.append(f"model.num_layers: {model.num_layers} over {chunks} pipeline stages -> "
                      f"{split[0]} on the first, {split[-1]} on the last, up to {max(split)} between "
                      "(embedding and loss counted as a layer each, Megatron-LM "
@@ -841,6 +841,11 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     recompute = recompute_default(f, stack, notes)
     recompute_layers = f.integer("recompute_num_layers", positive=True)
     recompute_modules = _recompute_modules(f)
+    layout = f.raw.get("pipeline_layout")
+    if layout is not None and not (isinstance(layout, list) and all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in layout)):
+        raise ConfigError(f.path, f.field("pipeline_layout"), "a list of decoder-layer counts >= 0, one a virtual "
+                          "pipeline stage (null: an even split)", layout)
     zero, bucket = f.integer("zero_stage"), f.integer("grad_bucket_size_params")
     placement = _placement(f)
     cp_comm, cp_levels = _cp_comm(f, cp, notes, stack)
@@ -880,6 +885,7 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,
             sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, recompute=recompute,
             recompute_num_layers=recompute_layers, recompute_modules=recompute_modules,
+            pipeline_layout=None if layout is None else tuple(layout),
             distributed_optimizer=dist_opt, overlap_param_gather=param_gather, zero_stage=zero,
             dp_shard=dp_shard, zero_impl=zero_impl, overlap_grad_reduce=overlap, overlap_p2p_comm=p2p_overlap,
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,

@@ -224,6 +224,8 @@ def make_report(run: Run) -> Report:
         parallel["dp_shard"], parallel["dp_replicate"] = p.dp_shard_degree, p.dp_replicate
     if p.recompute_num_layers is not None:  # likewise only under block recomputation
         parallel["recompute_num_layers"] = p.recompute_num_layers
+    if p.pipeline_layout is not None:  # likewise only with a layout given
+        parallel["pipeline_layout"] = list(p.pipeline_layout)
     if p.recompute_modules != DEFAULT_RECOMPUTE_MODULES:  # likewise only off Megatron-Core's default
         parallel["recompute_modules"] = sorted(m.value for m in p.recompute_modules)
     return Report(

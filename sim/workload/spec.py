@@ -403,6 +403,11 @@ class ParallelSpec:
     as without recomputation. A chunk with fewer layers recomputes them all. None: every layer
     (``--recompute-method uniform --recompute-num-layers 1``). Only with ``recompute`` full;
     :meth:`recompute_at` says which recomputation a layer gets."""
+    pipeline_layout: tuple[int, ...] | None = None
+    """Decoder layers of each virtual pipeline stage (``chunk x pp + stage``), Megatron-Core's
+    ``--pipeline-model-parallel-layout`` (``PipelineParallelLayerLayout``; its ``t`` counted per
+    stage, the embedding on the first and the loss on the last); None splits the layers evenly
+    (:func:`pipeline_split`). :meth:`layer_counts` is the split either way."""
     recompute_modules: frozenset[RecomputeModule] = DEFAULT_RECOMPUTE_MODULES
     """Under ``recompute`` selective: the submodules each layer recomputes in its backward,
     Megatron-Core's ``--recompute-modules`` (:class:`~sim.types.RecomputeModule`; default
@@ -524,6 +529,14 @@ class ParallelSpec:
                 raise ConfigError(_SPEC, "parallel.recompute_num_layers", "null unless parallel.recompute is full "
                                   "(the layers a chunk recomputes whole, Megatron's --recompute-method block)",
                                   self.recompute_num_layers)
+        if self.pipeline_layout is not None:
+            layout = self.pipeline_layout
+            chunks = self.pp * self.virtual_pipeline_stages
+            if not (isinstance(layout, tuple) and len(layout) == chunks
+                    and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in layout)):
+                raise ConfigError(_SPEC, "parallel.pipeline_layout", f"null or {chunks} layer counts >= 0, one for "
+                                  "each of parallel.pp x parallel.virtual_pipeline_stages virtual stages",
+                                  list(layout) if isinstance(layout, tuple) else layout)
         if self.recompute_modules != DEFAULT_RECOMPUTE_MODULES and self.recompute is not RecomputeKind.SELECTIVE:
             raise ConfigError(_SPEC, "parallel.recompute_modules", "[core_attn] (the default) unless "
                               "parallel.recompute is selective (Megatron-Core reads --recompute-modules under "
@@ -659,6 +672,13 @@ class ParallelSpec:
         4
         """
         return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
+
+    def layer_counts(self, num_layers: int) -> tuple[int, ...] | None:
+        """Decoder layers of each virtual pipeline stage: :attr:`pipeline_layout` when given,
+        else :func:`pipeline_split` of ``num_layers`` (None when that leaves a stage short)."""
+        if self.pipeline_layout is not None:
+            return self.pipeline_layout
+        return pipeline_split(num_layers, self.pp * self.virtual_pipeline_stages)
 
     def recompute_at(self, position: int) -> RecomputeKind:
         """The recomputation of the layer at ``position`` (0-based) in its model chunk: under
@@ -856,7 +876,10 @@ class WorkloadSpec:
                               f"a multiple of 2 x parallel.cp = {2 * p.cp} (load-balanced causal context "
                               "parallelism gives each rank two chunks)", m.seq_length)
         chunks = p.pp * p.virtual_pipeline_stages
-        split = pipeline_split(m.num_layers, chunks)
+        split = p.layer_counts(m.num_layers)
+        if p.pipeline_layout is not None and sum(p.pipeline_layout) != m.num_layers:
+            raise ConfigError(_SPEC, "parallel.pipeline_layout", f"layer counts summing to model.num_layers="
+                              f"{m.num_layers}", list(p.pipeline_layout))
         if split is None:
             raise ConfigError(_SPEC, "model.num_layers",
                               f"enough layers for parallel.pp x parallel.virtual_pipeline_stages = {chunks} "
@@ -932,7 +955,7 @@ class WorkloadSpec:
 
     def virtual_stage_layers(self) -> tuple[range, ...]:
         """The layers of each virtual pipeline stage (``chunk x pp + stage``), in order."""
-        counts = pipeline_split(self.model.num_layers, self.parallel.pp * self.parallel.virtual_pipeline_stages)
+        counts = self.parallel.layer_counts(self.model.num_layers)
         assert counts is not None  # __post_init__ rejects a split that leaves a stage no layers
         out, start = [], 0
         for n in counts:

@@ -344,9 +344,11 @@ def test_pipeline_layout_and_layers_per_virtual_stage():
     base = SMALL.replace("--num-layers 4 ", "--num-layers 8 ") + "--pipeline-model-parallel-size 2 "
     spec, notes = _load(base + "--pipeline-model-parallel-layout Ett|tt|tt|ttL")
     assert spec.parallel.virtual_pipeline_stages == 2 and not any("layout" in n for n in notes)
+    assert spec.parallel.pipeline_layout is None  # the even split
     spec, notes = _load(base + "--pipeline-model-parallel-layout Et|t*3|t*3|tL")
-    assert spec.parallel.virtual_pipeline_stages == 2
-    assert any("(1, 3, 3, 1)" in n and "not modelled" in n for n in notes)
+    assert spec.parallel.virtual_pipeline_stages == 2 and spec.parallel.pipeline_layout == (1, 3, 3, 1)
+    assert [len(r) for r in spec.virtual_stage_layers()] == [1, 3, 3, 1]
+    assert not any("not modelled" in n for n in notes)
     spec, _ = _load(base + "--num-layers-per-virtual-pipeline-stage 1")
     assert spec.parallel.virtual_pipeline_stages == 4
     with pytest.raises(ConfigError, match="--pipeline-model-parallel-layout"):

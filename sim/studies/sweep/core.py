@@ -222,7 +222,8 @@ def make_candidate(w: WorkloadSpec, point: dict) -> WorkloadSpec:
     recomputation (``recompute_num_layers``) is kept where the pipeline split and the
     recomputation are its own; elsewhere full recomputation is of every layer. Its selective
     recomputation's modules (``recompute_modules``) hold wherever a candidate recomputes
-    selectively. The workload's hybrid
+    selectively, its pipeline layout (``pipeline_layout``) where the candidate's pipeline and
+    virtual stages are its own. The workload's hybrid
     sharding degree (``dp_shard``) is kept where DP, CP, EP and the ZeRO level are its own, else
     the candidate shards fully.
 
@@ -245,6 +246,8 @@ def make_candidate(w: WorkloadSpec, point: dict) -> WorkloadSpec:
                     recompute_num_layers=p.recompute_num_layers if own_chunks else None,
                     recompute_modules=p.recompute_modules if point["recompute"] is RecomputeKind.SELECTIVE
                     else DEFAULT_RECOMPUTE_MODULES,
+                    pipeline_layout=p.pipeline_layout if (point["pp"], point["virtual_pipeline_stages"]) == (
+                        p.pp, p.virtual_pipeline_stages) else None,
                     sequence_parallel=point["sequence_parallel"], distributed_optimizer=dist_opt,
                     zero_stage=zero_stage, dp_shard=p.dp_shard if own_dp else None)
     try:
