@@ -24,7 +24,7 @@ from sim.workload.context_parallel import cp_transient_bytes
 from sim.workload.deepspeed_zero3 import layer_tensors
 from sim.workload.kernels import OPTIMIZER_BYTES, KernelsSpec
 from sim.workload.quantization import LOW_PRECISION, quantized_bytes
-from sim.workload.schedules import Pass, pipeline_order
+from sim.workload.schedules import Pass, pipeline_order, steady_pairs
 from sim.workload.spec import ModelSpec, ParallelSpec, WorkloadSpec
 
 __all__ = ["WEIGHT_BYTES", "GRAD_BYTES", "OPTIMIZER_BYTES", "StateBytes", "ActivationModel", "StageMemory",
@@ -513,6 +513,90 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
                            boundary=boundary_bytes(m, p), last_output=2.0 * logits)
 
 
+def _combined_walk(w: WorkloadSpec, stage: int, am: ActivationModel, order: list[tuple[Pass, int, int]],
+                   pairs: frozenset[int], vs_layers: tuple[range, ...]) -> float:
+    """:func:`activation_peak_bytes` under the EP A2A overlap (``parallel.ep_overlap``): the
+    forward passes at ``pairs`` (:func:`~sim.workload.schedules.steady_pairs`) run with the
+    backward after them as one combined pass, in the order the task-graph builder issues it
+    (``_RankProgram.combined_pass``): the forward's embedding and the backward's loss, then
+    layer by layer the backward layer's transient, the forward layer's stored activations and
+    the backward layer's release, the backward's leftover layers before the forward's, and last
+    the forward's output layer and the backward's embedding. So a combined pass frees a
+    backward layer's activations as it stores a forward layer's, where two passes in turn would
+    hold a whole extra forward first."""
+    p, m = w.parallel, w.model
+    pp, v = p.pp, p.virtual_pipeline_stages
+    last = pp * v - 1
+    chunks = []
+    for c in range(v):
+        vs = c * pp + stage
+        moe = [m.is_moe_layer(i) for i in vs_layers[vs]]
+        chunks.append((vs, [am.stored(x, j) for j, x in enumerate(moe)],
+                       [(am.transient(x, j), am.stored(x, j)) for j, x in reversed(list(enumerate(moe)))],
+                       boundary_holds(w, am, vs)))
+    cur = peak = 0.0
+
+    def forward_start(vs: int) -> None:
+        nonlocal cur, peak
+        if vs == 0:
+            cur += am.embedding
+            peak = max(peak, cur)
+
+    def forward_end(vs: int, holds: BoundaryHolds) -> None:
+        nonlocal cur, peak
+        if vs == last:
+            cur += am.head + am.logits
+            peak = max(peak, cur)
+        cur += holds.forward
+        peak = max(peak, cur)
+
+    def backward_start(vs: int) -> None:
+        nonlocal cur, peak
+        if vs == last:
+            peak = max(peak, cur + am.loss_transient + am.loss_cached)
+            cur -= am.logits + am.head
+
+    def backward_end(vs: int, holds: BoundaryHolds) -> None:
+        nonlocal cur
+        if vs == 0:
+            cur -= am.embedding
+        cur += holds.backward
+
+    skip = False
+    for i, (pas, _mb, chunk) in enumerate(order):
+        if skip:
+            skip = False
+            continue
+        vs, fwd, back, holds = chunks[chunk]
+        if i in pairs:  # this forward and the backward after it, combined
+            bvs, _, bback, bholds = chunks[order[i + 1][2]]
+            forward_start(vs)
+            backward_start(bvs)
+            for j in range(max(len(fwd), len(bback))):
+                if j < len(bback):
+                    cur += bback[j][0]
+                if j < len(fwd):
+                    cur += fwd[j]
+                peak = max(peak, cur)
+                if j < len(bback):
+                    cur -= bback[j][0] + bback[j][1]
+            forward_end(vs, holds)
+            backward_end(bvs, bholds)
+            skip = True
+        elif pas is Pass.FORWARD:
+            forward_start(vs)
+            cur += sum(fwd)
+            peak = max(peak, cur)
+            forward_end(vs, holds)
+        else:
+            backward_start(vs)
+            for transient, stored in back:
+                peak = max(peak, cur + transient)
+                cur -= stored
+            backward_end(vs, holds)
+    return peak
+
+
 @dataclass(frozen=True)
 class StageMemory:
     """The memory of one GPU of one pipeline stage at its peak, in bytes."""
@@ -578,6 +662,10 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel,
                        boundary_holds(w, am, vs)))
     if order is None:
         order = pipeline_order(p.schedule, pp, v, p.num_microbatches, stage, int(p.ep_overlap))
+    if p.ep_overlap:
+        pairs = frozenset(steady_pairs(p.schedule, pp, v, p.num_microbatches, stage, 1))
+        if pairs:
+            return _combined_walk(w, stage, am, order, pairs, vs_layers)
     F, W = Pass.FORWARD, Pass.WEIGHT
     cur = peak = 0.0
     for pas, _mb, chunk in order:

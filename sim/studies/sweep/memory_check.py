@@ -70,7 +70,7 @@ class MemoryCheck:
 
     def _activations(self, w: WorkloadSpec, stage: int, am: ActivationModel) -> float:
         p = w.parallel
-        key = (p.schedule, p.pp, p.virtual_pipeline_stages, p.num_microbatches, stage, am)
+        key = (p.schedule, p.pp, p.virtual_pipeline_stages, p.num_microbatches, stage, p.ep_overlap, am)
         hit = self._walks.get(key)
         if hit is None:
             hit = self._walks[key] = activation_peak_bytes(w, stage, am, self._order(w, stage))
