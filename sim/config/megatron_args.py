@@ -587,10 +587,9 @@ class _Mapper:
         first, last = get("first_stage_layers"), get("last_stage_layers")
         ours = pipeline_split(layers, chunks)
         if first is not None or last is not None:
-            if vps > 1 or ours is None or (first is not None and ours[0] != first) \
-                    or (last is not None and ours[-1] != last):
-                self.note(f"uneven split (--decoder-first/last-pipeline-num-layers {first}/{last}) not modelled: "
-                          f"llmsim splits {layers} layers as {ours}")
+            counts = self._uneven(layers, pp, vps, first, last, extra)
+            if counts != ours:
+                self.pipeline_layout = list(counts)
             return
         if chunks == 1:
             return
@@ -606,6 +605,36 @@ class _Mapper:
             if tuple(theirs) != ours:
                 self.note(f"layer split {tuple(theirs)} (embedding/loss counted as layers) not modelled: llmsim "
                           f"splits {ours}")
+
+    def _uneven(self, layers: int, pp: int, vps: int, first: int | None, last: int | None,
+                extra: int) -> tuple[int, ...]:
+        """The decoder layers of each virtual stage under ``--decoder-first-pipeline-num-layers``
+        / ``--decoder-last-pipeline-num-layers``, as Megatron-Core's ``get_num_layers_to_build``
+        (``transformer_block.py`` @ d98e8a6) builds them: the first (last) pipeline rank holds
+        its given count, the other ranks share the rest evenly, and each rank's count is split
+        evenly over its virtual stages; every division exact, as it asserts."""
+        key = "first_stage_layers" if first is not None else "last_stage_layers"
+        if extra:
+            raise self.error(key, "no --account-for-embedding/loss-in-pipeline-split beside it (Megatron-Core: does "
+                             "not support standalone embedding stage and standalone loss stage with uneven pp)",
+                             first if first is not None else last)
+        rest, left = layers, pp
+        for n in (first, last):
+            if n is not None:
+                rest, left = rest - n, left - 1
+        if left < 0 or rest < 0 or (left == 0 and rest) or (left and rest % left):
+            raise self.error(key, f"first and last stage layers leaving the other {max(left, 0)} pipeline ranks an "
+                             f"equal share of the {layers} layers (Megatron-Core asserts it)",
+                             f"{first}/{last}")
+        per_rank = [rest // left if left else 0] * pp
+        if first is not None:
+            per_rank[0] = first
+        if last is not None:
+            per_rank[-1] = last
+        if any(n % vps for n in per_rank):
+            raise self.error(key, f"layers per pipeline rank divisible by its {vps} virtual stages (Megatron-Core "
+                             "asserts it)", per_rank)
+        return tuple(per_rank[r] // vps for _ in range(vps) for r in range(pp))
 
     def _layout(self, layers: int, pp: int) -> int:
         """``--pipeline-model-parallel-layout`` (``E|(t|)*3,m|m||L``): stages split by ``|``,

@@ -100,3 +100,34 @@ def test_json_carries_the_layout(tmp_path, capsys):
     assert main(["run", "tiny", "--set", "parallel.pipeline_layout=[1,3]", "--json", str(out)]) == 0
     capsys.readouterr()
     assert json.loads(out.read_text())["parallel"]["pipeline_layout"] == [1, 3]
+
+
+SMALL = ("--num-layers 14 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --micro-batch-size 1 "
+         "--global-batch-size 8 --vocab-size 32000 --bf16 --pipeline-model-parallel-size 4 ")
+
+
+@pytest.mark.parametrize("flags, layout", [
+    ("--decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 4", (2, 4, 4, 4)),
+    ("--decoder-first-pipeline-num-layers 5", (5, 3, 3, 3)),
+    ("--decoder-last-pipeline-num-layers 2 --num-virtual-stages-per-pipeline-rank 2",
+     (2, 2, 2, 1, 2, 2, 2, 1)),
+])
+def test_megatron_uneven_first_and_last_stages_become_the_layout(flags, layout):
+    from sim.config.megatron_args import load_megatron_workload
+
+    spec, notes = load_megatron_workload(SMALL + flags, gpu="A100-SXM4-80GB", num_gpus=4)
+    assert spec.parallel.pipeline_layout == layout
+    assert not any("not modelled" in n for n in notes)
+
+
+@pytest.mark.parametrize("flags", [
+    "--decoder-first-pipeline-num-layers 3",  # 11 layers left over 3 ranks
+    "--decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 3 "
+    "--num-virtual-stages-per-pipeline-rank 2",  # 3 layers on a rank of 2 virtual stages
+    "--decoder-first-pipeline-num-layers 2 --account-for-embedding-in-pipeline-split",
+])
+def test_what_megatron_core_asserts_of_an_uneven_split_is_refused(flags):
+    from sim.config.megatron_args import load_megatron_workload
+
+    with pytest.raises(ConfigError, match="--decoder-(first|last)-pipeline-num-layers"):
+        load_megatron_workload(SMALL + flags, gpu="A100-SXM4-80GB", num_gpus=4)
