@@ -529,6 +529,14 @@ class ParallelSpec:
                 raise ConfigError(_SPEC, "parallel.recompute_num_layers", "null unless parallel.recompute is full "
                                   "(the layers a chunk recomputes whole, Megatron's --recompute-method block)",
                                   self.recompute_num_layers)
+        if isinstance(self.pipeline_layout, list):  # a list from Python: the spec keeps a tuple
+            object.__setattr__(self, "pipeline_layout", tuple(self.pipeline_layout))
+        if isinstance(self.recompute_modules, (set, list, tuple)):
+            object.__setattr__(self, "recompute_modules", frozenset(self.recompute_modules))
+        if not (isinstance(self.recompute_modules, frozenset)
+                and all(isinstance(x, RecomputeModule) for x in self.recompute_modules)):
+            raise ConfigError(_SPEC, "parallel.recompute_modules", "a set of RecomputeModule",
+                              self.recompute_modules)
         if self.pipeline_layout is not None:
             layout = self.pipeline_layout
             chunks = self.pp * self.virtual_pipeline_stages
