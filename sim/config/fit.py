@@ -6,8 +6,11 @@ A recipe that ran is known to have fit, so when those defaults do not fit, the s
 did not publish were not the defaults: the loader then sets them to the memory savers its stack
 offers, cheapest first in iteration time (:data:`~sim.config.defaults.MEMORY_SAVERS_ORDER`),
 each added to those before it, and keeps the first combination that fits, with a note per
-setting it changed. Explicit settings are never changed; when nothing fits, the defaults stay
-and the run is reported as not fitting.
+setting it changed. A recomputation saver replaces the one before it rather than adding to it
+(selective, then each set of Megatron-Core's recomputed modules least recomputation first,
+:func:`~sim.config.defaults.module_recompute_sets`, then full), so the first that fits is the
+cheapest; the module sets tried that do not fit are noted as one step. Explicit settings are
+never changed; when nothing fits, the defaults stay and the run is reported as not fitting.
 
 "Fits" is the report's test (``fits`` in ``llmsim run``'s stage table and ``llmsim memory``):
 every pipeline stage's peak, :func:`sim.memory.stage_memory` (the simulated timeline's peak),
