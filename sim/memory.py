@@ -520,7 +520,9 @@ def _combined_walk(w: WorkloadSpec, stage: int, am: ActivationModel, order: list
     backward after them as one combined pass, in the order the task-graph builder issues it
     (``_RankProgram.combined_pass``): the forward's embedding and the backward's loss, then
     layer by layer the backward layer's transient, the forward layer's stored activations and
-    the backward layer's release, the backward's leftover layers before the forward's, and last
+    the backward layer's release (a dense backward layer, which has no expert exchange to cut
+    at, runs whole, and releases, before the forward layer's), the backward's leftover layers
+    before the forward's, and last
     the forward's output layer and the backward's embedding. So a combined pass frees a
     backward layer's activations as it stores a forward layer's, where two passes in turn would
     hold a whole extra forward first."""
@@ -532,7 +534,7 @@ def _combined_walk(w: WorkloadSpec, stage: int, am: ActivationModel, order: list
         vs = c * pp + stage
         moe = [m.is_moe_layer(i) for i in vs_layers[vs]]
         chunks.append((vs, [am.stored(x, j) for j, x in enumerate(moe)],
-                       [(am.transient(x, j), am.stored(x, j)) for j, x in reversed(list(enumerate(moe)))],
+                       [(am.transient(x, j), am.stored(x, j), x) for j, x in reversed(list(enumerate(moe)))],
                        boundary_holds(w, am, vs)))
     cur = peak = 0.0
 
@@ -573,13 +575,19 @@ def _combined_walk(w: WorkloadSpec, stage: int, am: ActivationModel, order: list
             forward_start(vs)
             backward_start(bvs)
             for j in range(max(len(fwd), len(bback))):
-                if j < len(bback):
-                    cur += bback[j][0]
+                # a MoE layer's backward releases after the forward layer's stores (its last part,
+                # ``pre``, runs after the forward's experts); a dense layer's, without expert
+                # exchanges to cut at, is all its first part and releases before
+                transient, stored, moe = bback[j] if j < len(bback) else (0.0, 0.0, False)
+                cur += transient
+                peak = max(peak, cur)
+                if not moe:
+                    cur -= transient + stored
                 if j < len(fwd):
                     cur += fwd[j]
                 peak = max(peak, cur)
-                if j < len(bback):
-                    cur -= bback[j][0] + bback[j][1]
+                if moe:
+                    cur -= transient + stored
             forward_end(vs, holds)
             backward_end(bvs, bholds)
             skip = True
@@ -590,7 +598,7 @@ def _combined_walk(w: WorkloadSpec, stage: int, am: ActivationModel, order: list
             forward_end(vs, holds)
         else:
             backward_start(vs)
-            for transient, stored in back:
+            for transient, stored, _ in back:
                 peak = max(peak, cur + transient)
                 cur -= stored
             backward_end(vs, holds)

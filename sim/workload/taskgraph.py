@@ -462,11 +462,13 @@ class _RankProgram(DataParallelMixin):
                         if zb:
                             bwd, _, k = lops.split_bwd
                         return backward_steps(lops, bwd, k, rc)
-                    # a block per run of layers under one recomputation (block recomputation: the
-                    # layers it keeps, then those it recomputes), so that each run's transient is
-                    # held over its own layers only, as the op program holds it
-                    # _runs calls the key before it returns (B023)
-                    for run in _runs(layers[::-1], lambda x: p.recompute_at(x - first_layer)):  # noqa: B023
+                    # a block per run of layers under one recomputation and one transient (block
+                    # recomputation: the layers it keeps, then those it recomputes; a model's dense
+                    # and MoE layers), so that each run's transient is held over its own layers
+                    # only, as the op program holds it
+                    def same(x: int, first: int = first_layer) -> tuple:
+                        return p.recompute_at(x - first), am.transient(m.is_moe_layer(x), x - first)
+                    for run in _runs(layers[::-1], same):
                         held = max(am.transient(m.is_moe_layer(x), x - first_layer) for x in run)
                         stored = 0.0 if zb else sum(am.stored(m.is_moe_layer(x), x - first_layer) for x in run)
                         self.chunk_block("bwd", run, args, steps, first_mem=held, last_mem=-(stored + held),

@@ -165,6 +165,9 @@ CASES = {
     "dense": (dict(pp=2, gbs=4, layers=8), (M.CORE_ATTN, M.MLP)),
     "moe": (dict(pp=2, gbs=8, layers=8, sp=True), (M.MOE_ACT, M.LAYERNORM, M.SHARED_EXPERTS, M.MLP)),
     "interleaved": (dict(pp=2, gbs=4, layers=16, vps=2, schedule=ScheduleKind.INTERLEAVED), (M.MLP,)),
+    # a dense layer after MoE ones in the backward, its recomputed MLP the larger transient: a
+    # chunk-granularity block holds each transient over its own layers only
+    "dense-last": (dict(pp=2, gbs=8, layers=8, sp=True, topk=1), (M.MOE_ACT, M.MLP)),
 }
 
 
@@ -172,7 +175,7 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_timeline_peak_equals_the_closed_form(case, granularity):
     kw, mods = CASES[case]
-    w = _sel(_moe(**kw) if case == "moe" else _dense(**kw), *mods)
+    w = _sel(_moe(**kw) if case in ("moe", "dense-last") else _dense(**kw), *mods)
     rep = make_report(simulate(w, load_topology("dgx-a100"), granularity=granularity))
     for s in rep.stages:
         assert s.peak_memory_bytes == pytest.approx(stage_memory(w, s.stage).total_bytes, rel=1e-12)
@@ -320,3 +323,20 @@ def test_a_stack_with_module_recompute_fits_before_full(tmp_path):
     w25 = load_workload_with_notes(str(path))[0]
     assert w25.parallel.recompute is RecomputeKind.FULL
     assert w25.parallel.recompute_modules == DEFAULT_RECOMPUTE_MODULES
+
+
+def test_the_closed_form_follows_combined_passes_of_dense_and_moe_layers():
+    """Under the EP A2A overlap a dense backward layer (no expert exchange to cut its backward
+    at) runs whole, and releases, before the forward layer it is paired with; a MoE one releases
+    after: with DeepSeek-V3's dense first layers and the MLP recomputed, the closed form is the
+    timeline's peak on every stage."""
+    w0 = load_workload("deepseek-v3")
+    dp = w0.parallel.dp * w0.parallel.pp // 2
+    w = load_workload("deepseek-v3", [
+        "model.num_layers=8", "parallel.pp=2", "parallel.virtual_pipeline_stages=2",
+        "parallel.schedule=interleaved-1f1b", "parallel.recompute=selective", "parallel.ep_overlap=true",
+        f"parallel.dp={dp}", f"parallel.global_batch_size={dp * 4}",
+        "parallel.recompute_modules=[core_attn,layernorm,mlp]", "parallel.pipeline_layout=[1,4,1,2]"])
+    rep = make_report(simulate(w, load_topology("dgx-h100")))
+    for s in rep.stages:
+        assert s.peak_memory_bytes == pytest.approx(stage_memory(w, s.stage).total_bytes, rel=1e-12)
