@@ -660,6 +660,12 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel,
     vs_layers = w.virtual_stage_layers()
     last = pp * v - 1
     zb = p.schedule is ScheduleKind.ZB_H1
+    if order is None:
+        order = pipeline_order(p.schedule, pp, v, p.num_microbatches, stage, int(p.ep_overlap))
+    if p.ep_overlap:
+        pairs = frozenset(steady_pairs(p.schedule, pp, v, p.num_microbatches, stage, 1))
+        if pairs:
+            return _combined_walk(w, stage, am, order, pairs, vs_layers)
     chunks = []
     for c in range(v):
         vs = c * pp + stage
@@ -668,12 +674,6 @@ def activation_peak_bytes(w: WorkloadSpec, stage: int, am: ActivationModel,
         uniform = len(set(back)) <= 1
         chunks.append((vs, sum(am.stored(x, j) for j, x in enumerate(moe)), back, uniform,
                        boundary_holds(w, am, vs)))
-    if order is None:
-        order = pipeline_order(p.schedule, pp, v, p.num_microbatches, stage, int(p.ep_overlap))
-    if p.ep_overlap:
-        pairs = frozenset(steady_pairs(p.schedule, pp, v, p.num_microbatches, stage, 1))
-        if pairs:
-            return _combined_walk(w, stage, am, order, pairs, vs_layers)
     F, W = Pass.FORWARD, Pass.WEIGHT
     cur = peak = 0.0
     for pas, _mb, chunk in order:

@@ -125,6 +125,17 @@ class RecomputeModule(str, Enum):
     """A MoE layer's shared experts."""
 
 
+UNMODELLED_RECOMPUTE_MODULES = ("moe", "gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc")
+"""Megatron-Core's other ``recompute_modules`` choices (``TransformerConfig.recompute_modules``
+@ d98e8a6), refused when read: the whole MoE layer with its all-to-alls, and the experimental
+ones."""
+
+
+def recompute_module_names(modules: Iterable[RecomputeModule]) -> list[str]:
+    """``modules`` by name, sorted: how reports, notes and errors show a set of them."""
+    return sorted(m.value for m in modules)
+
+
 class ScalingRecipe(str, Enum):
     """How 8-bit training finds its scales (NVIDIA Transformer Engine's recipes)."""
 

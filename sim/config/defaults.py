@@ -44,6 +44,7 @@ from sim.types import (
     StepPass,
     ZeroImpl,
     parse_enum,
+    recompute_module_names,
 )
 from sim.workload.kernels import MEGATRON_CORE_STEP_PASSES, KernelsSpec
 from sim.workload.spec import ModelSpec, ParallelSpec
@@ -664,15 +665,14 @@ def module_recompute_sets(model: ModelSpec, parallel: ParallelSpec, gpu: GPUSpec
         copies = (sb if te == t else sb / t * te) * m.moe_top_k * (m.moe_capacity_factor or 1.0)
         cost[RecomputeModule.MOE_ACT] = n_moe * copies * 2.0 * (br + 1) * m.moe_ffn_hidden_size / te / bw
     if m.is_mla:
-        up = sum(o * i for name, o, i, _ in m.attention_gemms(t) if name in ("q-up", "kv-up"))
-        cost[RecomputeModule.MLA_UP_PROJ] = m.num_layers * 2.0 * sb * up / peak
+        cost[RecomputeModule.MLA_UP_PROJ] = m.num_layers * 2.0 * sb * m.mla_up_params(t) / peak
     if m.is_moe and m.shared_ffn_size:
         cost[RecomputeModule.SHARED_EXPERTS] = n_moe * 2.0 * sb * m.shared_ffn_size * h * (br + 1) / t / peak
     if m.is_moe and n_dense:
         cost[RecomputeModule.MLP] = n_dense * 2.0 * sb * m.ffn_hidden_size * h * (br + 1) / t / peak
     offered = sorted(cost, key=lambda x: x.value)
     sets = [frozenset(c) for r in range(1, len(offered) + 1) for c in combinations(offered, r)]
-    return sorted(sets, key=lambda c: (sum(cost[x] for x in c), len(c), sorted(x.value for x in c)))
+    return sorted(sets, key=lambda c: (sum(cost[x] for x in c), len(c), recompute_module_names(c)))
 
 
 def memory_savers(parallel: ParallelSpec, nulls: frozenset[str], stack: Stack,

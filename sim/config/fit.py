@@ -26,7 +26,7 @@ from sim.config.defaults import MemorySaver, memory_savers, module_recompute_set
 from sim.config.stack import Stack
 from sim.errors import ConfigError
 from sim.memory import stage_memory
-from sim.types import RecomputeKind, ScalingRecipe
+from sim.types import RecomputeKind, ScalingRecipe, recompute_module_names
 from sim.units import GiB
 from sim.workload.kernels import KERNEL_KEYS
 from sim.workload.quantization import LOW_PRECISION
@@ -170,7 +170,7 @@ def fit_null_settings(w: WorkloadSpec, nulls: frozenset[str], stack: Stack) -> F
             continue
         shown = _shown(saver.value)
         if saver.modules is not None:
-            shown += f" ({', '.join(sorted(m.value for m in saver.modules)) or 'no module'})"
+            shown += f" ({', '.join(recompute_module_names(saver.modules)) or 'no module'})"
         if saver.fewest_layers:
             top = max(len(r) for r in w.virtual_stage_layers())
             n, candidate = fewest_recomputed_layers(candidate)
@@ -218,7 +218,7 @@ def fit_null_settings(w: WorkloadSpec, nulls: frozenset[str], stack: Stack) -> F
             head += f", parallel.recompute_num_layers: null -> {found.parallel.recompute_num_layers}"
         if key == "recompute" and found.parallel.recompute_modules != w.parallel.recompute_modules:
             head += (", parallel.recompute_modules: null -> "
-                     f"[{', '.join(sorted(m.value for m in found.parallel.recompute_modules))}]")
+                     f"[{', '.join(recompute_module_names(found.parallel.recompute_modules))}]")
         notes.append(f"{head} ({_shown(_setting(w, key))} needs {_gib(before)} of the {on}; "
                      + "; ".join(trail + [end]) + "; memory savers tried cheapest first)")
         before = last.peak

@@ -58,7 +58,7 @@ from sim.config.megatron_flags import (
 from sim.config.presets import preset_names, resolve_preset
 from sim.errors import ConfigError
 from sim.inputs import read_input_text
-from sim.types import LossKind, RecomputeModule, StepPass
+from sim.types import UNMODELLED_RECOMPUTE_MODULES, LossKind, RecomputeModule, StepPass
 from sim.workload.kernels import MEGATRON_CORE_STEP_PASSES
 from sim.workload.spec import WorkloadSpec, pipeline_split
 
@@ -694,8 +694,8 @@ class _Mapper:
                 bad = [x for x in modules if x not in known]
                 if bad:
                     raise self.error("recompute_modules", f"modules among {' '.join(known)} (llmsim does not model "
-                                     "Megatron-Core's moe, the whole MoE layer recomputed with its all-to-alls, "
-                                     "nor the experimental gdn_*, gdp_* and mhc)", bad[0])
+                                     f"Megatron-Core's {', '.join(UNMODELLED_RECOMPUTE_MODULES)}: the whole MoE "
+                                     "layer recomputed with its all-to-alls, and the experimental ones)", bad[0])
                 self.recompute_modules = list(dict.fromkeys(modules))
             return "selective", None
         n = get("recompute_num_layers")

@@ -78,6 +78,7 @@ from sim.topology.network import NetworkFabric, NetworkSpec
 from sim.types import (
     NOT_SIMULATED_DTYPES,
     SIMULATED_DTYPES,
+    UNMODELLED_RECOMPUTE_MODULES,
     AttentionKernel,
     CpCommType,
     Dtype,
@@ -899,10 +900,6 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
         ), kernels
 
 
-_UNMODELLED_RECOMPUTE_MODULES = frozenset({"moe", "gdn_norm_out", "gdp_in_proj", "gdp_qkv", "mhc"})
-"""Megatron-Core's other ``recompute_modules`` choices (``TransformerConfig.recompute_modules`` @ d98e8a6)."""
-
-
 def _recompute_modules(f: Fields) -> frozenset[RecomputeModule]:
     """``parallel.recompute_modules``: a list of :class:`~sim.types.RecomputeModule` names
     (Megatron-Core's ``--recompute-modules``), null for its default, ``[core_attn]``."""
@@ -913,11 +910,11 @@ def _recompute_modules(f: Fields) -> frozenset[RecomputeModule]:
     if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
         raise ConfigError(f.path, f.field("recompute_modules"), f"a list of modules among {names} ([] for none)",
                           value)
-    unmodelled = [v for v in value if v in _UNMODELLED_RECOMPUTE_MODULES]
+    unmodelled = [v for v in value if v in UNMODELLED_RECOMPUTE_MODULES]
     if unmodelled:
         raise ConfigError(f.path, f.field("recompute_modules"), f"modules among {names} (llmsim does not model "
-                          "Megatron-Core's moe, the whole MoE layer recomputed with its all-to-alls, nor the "
-                          "experimental gdn_norm_out, gdp_in_proj, gdp_qkv and mhc)", unmodelled[0])
+                          f"Megatron-Core's {', '.join(UNMODELLED_RECOMPUTE_MODULES)}: the whole MoE layer "
+                          "recomputed with its all-to-alls, and the experimental ones)", unmodelled[0])
     return frozenset(parse_enum(RecomputeModule, v, f.path, f.field("recompute_modules")) for v in value)
 
 

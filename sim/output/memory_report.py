@@ -4,7 +4,7 @@ holds at its peak, its capacity and the headroom, as a table and as JSON."""
 from __future__ import annotations
 
 from sim.memory import StageMemory, memory_table
-from sim.types import RecomputeKind
+from sim.types import RecomputeKind, recompute_module_names
 from sim.units import GiB, byte_count
 from sim.version import __version__
 from sim.workload.spec import DEFAULT_RECOMPUTE_MODULES, WorkloadSpec
@@ -33,7 +33,7 @@ def memory_json(w: WorkloadSpec, table: dict[RecomputeKind, list[StageMemory]], 
         "notes": list(notes),
     }
     if w.parallel.recompute_modules != DEFAULT_RECOMPUTE_MODULES:  # only off the default: other reports keep their keys
-        out["workload_recompute_modules"] = sorted(x.value for x in w.parallel.recompute_modules)
+        out["workload_recompute_modules"] = recompute_module_names(w.parallel.recompute_modules)
     return out
 
 
@@ -54,7 +54,7 @@ def format_memory(w: WorkloadSpec, table: dict[RecomputeKind, list[StageMemory]]
         n = p.recompute_num_layers if rc is p.recompute else None  # sim.memory.activation_model
         block = f" of {n} layer{'s' if n > 1 else ''} a chunk" if n else ""
         if rc is RecomputeKind.SELECTIVE and p.recompute_modules != DEFAULT_RECOMPUTE_MODULES:
-            block += f" ({', '.join(sorted(x.value for x in p.recompute_modules)) or 'no module'})"
+            block += f" ({', '.join(recompute_module_names(p.recompute_modules)) or 'no module'})"
         lines.append(f"  recompute {rc.value}{block}{mine}: GiB per GPU")
         lines.append("    stage  weights    grads  optimizer  activations   other    total  capacity  headroom  fits")
         for s in stages:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from sim.output.analysis import breakdown
 from sim.runner import Run
-from sim.types import CommClass, LinkKind, MoeDispatcher, OpKind
+from sim.types import CommClass, LinkKind, MoeDispatcher, OpKind, recompute_module_names
 from sim.units import TFLOPS, GiB, byte_count, round_sig
 from sim.version import __version__
 from sim.workload.spec import DEFAULT_RECOMPUTE_MODULES
@@ -227,7 +227,7 @@ def make_report(run: Run) -> Report:
     if p.pipeline_layout is not None:  # likewise only with a layout given
         parallel["pipeline_layout"] = list(p.pipeline_layout)
     if p.recompute_modules != DEFAULT_RECOMPUTE_MODULES:  # likewise only off Megatron-Core's default
-        parallel["recompute_modules"] = sorted(m.value for m in p.recompute_modules)
+        parallel["recompute_modules"] = recompute_module_names(p.recompute_modules)
     return Report(
         workload=w.name, topology=run.topology.name, gpu=w.system.gpu.name, num_gpus=n, parallel=parallel,
         iteration_time_s=T, tokens_per_s=w.tokens_per_iteration / T,

@@ -45,7 +45,7 @@ def model_flops(w: WorkloadSpec) -> tuple[float, float]:
         extra = tokens * layers_fwd
     elif p.recompute is RecomputeKind.SELECTIVE:  # the GEMMs and attention of recompute_modules
         mods = p.recompute_modules
-        up = 2.0 * sum(o * i for name, o, i, _ in m.attention_gemms() if name in ("q-up", "kv-up"))
+        up = 2.0 * m.mla_up_params()
         shared = 2.0 * m.shared_ffn_size * h * (br + 1)
         per_layer = ((attn if RecomputeModule.CORE_ATTN in mods else 0.0)
                      + (up if RecomputeModule.MLA_UP_PROJ in mods else 0.0))

@@ -27,6 +27,7 @@ from sim.types import (
     ScalingRecipe,
     ScheduleKind,
     ZeroImpl,
+    recompute_module_names,
 )
 from sim.workload.kernels import KernelsSpec
 from sim.workload.quantization import LOW_PRECISION
@@ -266,6 +267,12 @@ class ModelSpec:
              if self.q_lora_rank else [("q", H * self.qk_head_dim // t, h, True)])
         return q + [("kv-down", self.kv_lora_rank + self.qk_rope_head_dim, h, False),
                     ("kv-up", H * (self.qk_nope_head_dim + self.v_head_dim) // t, self.kv_lora_rank, True)]
+
+    def mla_up_params(self, t: int = 1) -> int:
+        """Weights of multi-latent attention's query and key/value up-projections per GPU of a
+        ``t``-way TP group (:meth:`attention_gemms` ``q-up`` and ``kv-up``; 0 without MLA): what
+        ``recompute_modules: [mla_up_proj]`` runs again, two FLOPs a weight and token."""
+        return sum(o * i for name, o, i, _ in self.attention_gemms(t) if name in ("q-up", "kv-up"))
 
     def separate_matmuls(self, t: int = 1) -> list[tuple[str, int, int]]:
         """A layer's projections as separate matmuls in forward order, ``(name, out, in)`` per
@@ -549,12 +556,12 @@ class ParallelSpec:
             raise ConfigError(_SPEC, "parallel.recompute_modules", "[core_attn] (the default) unless "
                               "parallel.recompute is selective (Megatron-Core reads --recompute-modules under "
                               "--recompute-granularity selective only)",
-                              sorted(m.value for m in self.recompute_modules))
+                              recompute_module_names(self.recompute_modules))
         if self.schedule is ScheduleKind.ZB_H1 and self.recompute_modules - _ZB_RECOMPUTE_MODULES \
                 and self.recompute is RecomputeKind.SELECTIVE:
             raise ConfigError(_SPEC, "parallel.recompute_modules", "only core_attn and mla_up_proj with the zb-h1 "
                               "schedule (its weight-gradient pass would need the recomputed linear inputs kept)",
-                              sorted(m.value for m in self.recompute_modules))
+                              recompute_module_names(self.recompute_modules))
         if self.schedule is ScheduleKind.ZB_H1 and self.recompute in (RecomputeKind.FULL,
                                                                       RecomputeKind.SELECTIVE_OP):
             raise ConfigError(_SPEC, "parallel.recompute", "none or selective with the zb-h1 schedule "
@@ -846,7 +853,7 @@ class WorkloadSpec:
         grouped expert GEMMs of a MoE model, and neither ``moe_act`` nor ``layernorm`` under FP8
         with delayed scaling."""
         m, mods = self.model, self.parallel.recompute_modules
-        shown = sorted(x.value for x in mods)
+        shown = recompute_module_names(mods)
         if RecomputeModule.MLA_UP_PROJ in mods and not m.is_mla:
             raise ConfigError(_SPEC, "parallel.recompute_modules", "no mla_up_proj without multi-latent attention "
                               "(Megatron-Core: only supported with multi_latent_attention)", shown)

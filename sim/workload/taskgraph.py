@@ -510,7 +510,7 @@ class _RankProgram(DataParallelMixin):
                         again = (("phase", "recompute"),) + la[1:]
                         if lops.selective_before:
                             first, _ = self.run_steps(lops.selective_before, again, first_mem=held)
-                            after, _ = self.run_steps(bwd[:k], la)
+                            after, _ = self.run_steps(bwd[:k], la, first_mem=0.0 if first else held)
                             first = first or after
                         else:
                             first, _ = self.run_steps(bwd[:k], la, first_mem=held)
