@@ -106,8 +106,10 @@ def stage_expert_params(model: ModelSpec, parallel: ParallelSpec, stage: int) ->
     """Routed-expert parameters held by one GPU of ``stage``: its ``E / ep`` experts of each
     MoE layer, split over the experts' TP degree (``etp``, by default ``tp``; Megatron-Core
     ``--expert-tensor-parallel-size``)."""
-    return sum(model.expert_params(i) for i in _stage_layer_indices(model, parallel, stage)) / (
-        parallel.expert_tp * parallel.ep)
+    layers = _stage_layer_indices(model, parallel, stage)
+    if stage == parallel.pp - 1:  # the multi-token-prediction layers (ModelSpec.mtp_num_layers)
+        layers += [model.mtp_layer] * model.mtp_num_layers
+    return sum(model.expert_params(i) for i in layers) / (parallel.expert_tp * parallel.ep)
 
 
 def stage_params(model: ModelSpec, parallel: ParallelSpec, stage: int) -> float:
@@ -117,6 +119,11 @@ def stage_params(model: ModelSpec, parallel: ParallelSpec, stage: int) -> float:
     matrices over ``tp``; the first stage
     holds the input embedding (and a learned position embedding, whole) and the last the
     output layer (a second copy when tied and ``pp > 1``), each split over ``tp`` by vocabulary.
+    The last also holds the multi-token-prediction modules (:attr:`~sim.workload.spec.ModelSpec.
+    mtp_num_layers`): a layer each, split as the decoder's, ``eh_proj`` split over ``tp``
+    (column-parallel), three norms whole, and, when ``pp > 1`` and the embedding is untied, a
+    copy of the word embedding (Megatron-Core's ``GPTModel`` builds ``self.embedding`` where
+    ``pre_process or mtp_process``).
     """
     params = stage_expert_params(model, parallel, stage)
     for i in _stage_layer_indices(model, parallel, stage):
@@ -129,6 +136,13 @@ def stage_params(model: ModelSpec, parallel: ParallelSpec, stage: int) -> float:
         if parallel.pp > 1 or not model.tied_embeddings:
             params += emb
         params += 2 * model.hidden_size  # final norm
+        n = model.mtp_num_layers
+        if n:
+            split, replicated = layer_split(model, model.mtp_layer)
+            norms = 3 * 2 * model.hidden_size
+            params += n * (split / parallel.tp + replicated + (model.mtp_extra_params() - norms) / parallel.tp + norms)
+            if parallel.pp > 1 and not model.tied_embeddings:
+                params += emb
     return params
 
 
@@ -503,6 +517,9 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
     else:  # the 16-bit logits beside Megatron's fp32 copy, flash-attn's new gradient; TE: none
         loss_transient = 0.0 if k.cross_entropy is LossKind.TE else 2.0 * logits
     held = 4.0 * logits if k.cross_entropy in (LossKind.FUSED, LossKind.TORCH_FP32) else 2.0 * logits
+    if m.mtp_num_layers:
+        head, held, loss_transient = _with_mtp(w, rc if n is None else RecomputeKind.NONE, terms,
+                                               head, held, loss_transient)
     embedding = sb * h / div if m.dropout_masks else 0.0  # the embedding dropout's mask
     # the BF16 logits, cached once freed, unless the pipeline runtime keeps them (PipelineBuffers)
     cached = 2.0 * logits if torch_loss and not _torch_pipeline(w) else 0.0
@@ -511,6 +528,36 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
                            kept_layer_stored=kept[0], kept_layer_transient=kept[1],
                            kept_moe_layer_stored=moe_kept[0], kept_moe_layer_transient=moe_kept[1],
                            boundary=boundary_bytes(m, p), last_output=2.0 * logits)
+
+
+def _with_mtp(w: WorkloadSpec, rc: RecomputeKind, terms, head: float, held: float,
+              loss_transient: float) -> tuple[float, float, float]:
+    """The last virtual stage's ``head``, ``logits`` and ``loss_transient`` terms with the
+    multi-token-prediction modules (:attr:`~sim.workload.spec.ModelSpec.mtp_num_layers`),
+    which run between the decoder and the loss, each with its own output layer and loss.
+
+    Each module keeps, from its forward to its backward: its transformer layer's stored
+    activations (under ``rc``: Megatron-Core's MTP block recomputes under full recomputation's
+    ``uniform`` method, and not under ``block``, where it warns and skips, the caller passing
+    no recomputation then; ``MultiTokenPredictionBlock._checkpointed_forward`` @ d98e8a6),
+    the inputs of ``enorm`` and of ``eh_proj`` (``2 sbh`` and the ``4 sbh`` concatenation,
+    sequence-sharded under sequence parallelism; recomputed under full recomputation, whose
+    checkpoint starts at ``_concat_embeddings``), its final norm's and output layer's inputs
+    (the decoder's ``head`` term) and its loss's fp32 softmax (the ``logits`` term).
+    While its layer's backward runs it holds the layer's transient (and, under full
+    recomputation, the recomputed inputs again); the loss term holds the larger of that and
+    the loss's own, over the whole backward of the head, as the task graph holds it.
+    """
+    m, p = w.model, w.parallel
+    n = m.mtp_num_layers
+    sb, h = m.seq_length // p.cp * p.micro_batch_size, m.hidden_size
+    div = p.tp if p.sequence_parallel else 1
+    inputs = 6.0 * sb * h / div
+    stored, transient = terms(m.is_moe_layer(m.mtp_layer), rc)
+    if rc is RecomputeKind.FULL:
+        transient += inputs
+        inputs = 0.0
+    return (head + n * (head + inputs + stored), held * (1 + n), max(loss_transient, transient))
 
 
 def _combined_walk(w: WorkloadSpec, stage: int, am: ActivationModel, order: list[tuple[Pass, int, int]],

@@ -19,6 +19,8 @@ expert width ``moe_intermediate_size`` (Mixtral: ``intermediate_size``),
 ``n_shared_experts`` and ``first_k_dense_replace`` (DeepSeek: its first layers are dense, of
 ``intermediate_size``). Multi-head latent attention, where present (DeepSeek-V2/V3):
 ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``, ``v_head_dim``.
+Multi-token prediction, where present (DeepSeek-V3): ``num_nextn_predict_layers``, read into
+``mtp_num_layers`` as Megatron-Bridge's ``DeepSeekV3Bridge`` reads it.
 
 The normalization and position embedding, which decide eager PyTorch's kernels
 (:mod:`sim.workload.eager`): a Llama-style config with ``rms_norm_eps`` is RMSNorm
@@ -197,6 +199,9 @@ def _llama_fields(cfg: dict[str, object], path: Path) -> dict[str, object]:
         for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             fields[key] = _int(cfg, key, path)
         fields["num_kv_heads"] = heads
+    mtp = _int(cfg, "num_nextn_predict_layers", path, required=False, minimum=0)
+    if mtp:
+        fields["mtp_num_layers"] = mtp
     return _with_optional(fields, cfg, path, seq_key="max_position_embeddings")
 
 

@@ -353,7 +353,8 @@ class _Mapper:
             return hf[key]
         if key == "head_dim":
             return hf["hidden_size"] // hf["num_attention_heads"]
-        if key in ("num_experts", "num_shared_experts", "first_dense_layers", "q_lora_rank", "kv_lora_rank"):
+        if key in ("num_experts", "num_shared_experts", "first_dense_layers", "q_lora_rank", "kv_lora_rank",
+                   "mtp_num_layers"):
             return 0
         if key == "moe_ffn_hidden_size" and hf.get("num_experts"):
             return hf["ffn_hidden_size"]  # Mixtral: the expert width is intermediate_size
@@ -666,8 +667,9 @@ class _Mapper:
         if sum(counts) != layers:
             raise self.error("pipeline_layout", f"{layers} decoder layers (t) in all (--num-layers)", text)
         vps = len(stages) // pp
-        if "m" in s:
-            self.note("multi-token-prediction layers (m) in --pipeline-model-parallel-layout not modelled")
+        if "m" in "".join(stages[:-1]):  # Megatron-Core's default place: the last, with the loss
+            self.note("multi-token-prediction layers (m) before the last virtual stage of "
+                      "--pipeline-model-parallel-layout are simulated on it, with the loss")
         if counts != pipeline_split(layers, len(stages)):  # else the even split, which needs no layout
             self.pipeline_layout = list(counts)
         return vps

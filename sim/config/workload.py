@@ -114,7 +114,7 @@ _MODEL_KEYS = ("name", "num_layers", "hidden_size", "num_attention_heads", "num_
                "head_dim", "activation", "normalization", "position_embedding", "arch_source",
                "hf_config", "num_experts", "moe_top_k", "moe_ffn_hidden_size", "num_shared_experts",
                "first_dense_layers", "moe_capacity_factor", "q_lora_rank", "kv_lora_rank",
-               "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "hidden_dropout")
+               "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "hidden_dropout", "mtp_num_layers")
 _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages", "schedule",
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute", "recompute_num_layers",
                   "recompute_modules", "pipeline_layout",
@@ -579,7 +579,14 @@ def build_model(raw: object, path: str, base: Path, stack: Stack | None, notes: 
                 raise f.error("hf_config", "an existing Hugging Face config.json (relative to the workload "
                               f"file's folder), or a shipped one: {preset_names('workloads/hf', '.json')}",
                               str(base / hf_path)) from None
-        merged = {**read_hf_config(hf_file), **{k: v for k, v in f.raw.items() if v is not None}}
+        hf = read_hf_config(hf_file)
+        merged = {**hf, **{k: v for k, v in f.raw.items() if v is not None}}
+        if f.raw.get("mtp_num_layers") is None and hf.get("mtp_num_layers"):
+            merged["mtp_num_layers"] = notes.fill(
+                "model.mtp_num_layers", hf["mtp_num_layers"],
+                f"num_nextn_predict_layers of {hf_file.name}: the checkpoint's multi-token-prediction modules, "
+                "which Megatron-Bridge's AutoBridge trains (deepseek_v3_bridge.py @ 067f987df: provider."
+                "mtp_num_layers); 0 trains without")
     f = Fields(merged, path, "model", _MODEL_KEYS)
     heads = f.integer("num_attention_heads", required=True)
     hidden = f.integer("hidden_size", required=True)
@@ -622,6 +629,7 @@ def build_model(raw: object, path: str, base: Path, stack: Stack | None, notes: 
             rotary=None if position is None else position in ("rope", "mrope"),
             learned_positions=seq_length if position == "learned_absolute" else 0,
             hidden_dropout=_hidden_dropout(f, notes),
+            mtp_num_layers=f.integer("mtp_num_layers") or 0,
             **_moe_fields(f),
             **{k: f.integer(k) or 0 for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
                                                "qk_rope_head_dim", "v_head_dim")},

@@ -228,6 +228,8 @@ def make_report(run: Run) -> Report:
         parallel["pipeline_layout"] = list(p.pipeline_layout)
     if p.recompute_modules != DEFAULT_RECOMPUTE_MODULES:  # likewise only off Megatron-Core's default
         parallel["recompute_modules"] = recompute_module_names(p.recompute_modules)
+    if w.model.mtp_num_layers:  # likewise only with multi-token prediction (a model setting, shown here)
+        parallel["mtp_num_layers"] = w.model.mtp_num_layers
     return Report(
         workload=w.name, topology=run.topology.name, gpu=w.system.gpu.name, num_gpus=n, parallel=parallel,
         iteration_time_s=T, tokens_per_s=w.tokens_per_iteration / T,
@@ -272,6 +274,8 @@ def format_report(r: Report) -> str:
         flags.append("sequence parallel")
     if p["distributed_optimizer"]:
         flags.append("distributed optimizer")
+    if p.get("mtp_num_layers"):
+        flags.append(f"MTP {p['mtp_num_layers']}")
     lines = [
         f"llmsim {__version__}: {r.workload} on {r.num_gpus} x {r.gpu} ({r.topology})",
         f"  TP {p['tp']}  PP {p['pp']}{cp}  DP {p['dp']}{placed}  {sched}  {p['num_microbatches']} micro-batches of "

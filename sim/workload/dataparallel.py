@@ -259,6 +259,9 @@ class DataParallelMixin:
             acc = 0.0
             if vs == pp * v - 1 and (pp > 1 or not m.tied_embeddings):
                 acc += emb
+            if vs == pp * v - 1 and m.mtp_num_layers:  # the multi-token-prediction modules
+                mtp = m.layer_params(m.mtp_layer) - m.expert_params(m.mtp_layer) + m.mtp_extra_params()
+                acc += m.mtp_num_layers * mtp / p.tp + (emb if pp > 1 and not m.tied_embeddings else 0.0)
             last_layer = None
             for layer in reversed(vs_layers[vs]):
                 acc += (m.layer_params(layer) - m.expert_params(layer)) / p.tp
@@ -269,7 +272,7 @@ class DataParallelMixin:
             if vs == 0:
                 acc += m.input_embedding_params(p.tp)
             if acc > 0:
-                key = (chunk, "end") if vs == 0 else (chunk, last_layer)
+                key = (chunk, "end") if vs == 0 or last_layer is None else (chunk, last_layer)
                 out.setdefault(key, []).append(acc)
         return out
 

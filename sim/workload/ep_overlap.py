@@ -100,7 +100,7 @@ def split_forward(steps: tuple[Step, ...]) -> ForwardParts:
 
 def split_backward(steps: tuple[Step, ...], delay_wgrad: bool = False) -> BackwardParts:
     """A backward layer pass's :class:`BackwardParts` (``steps`` as
-    :func:`sim.workload.taskgraph.backward_steps` issues them).
+    :func:`sim.workload.layers.backward_steps` issues them).
 
     With ``delay_wgrad`` (Megatron-Core ``delay_wgrad_compute``) the experts' weight-gradient
     GEMMs leave ``experts`` for ``wgrad``: ``TransformerLayerSchedulePlan.run`` issues them

@@ -38,6 +38,7 @@ from sim.types import (
     MoeDispatcher,
     NormKind,
     OpKind,
+    RecomputeKind,
     RecomputeModule,
     ScalingRecipe,
     Stream,
@@ -52,7 +53,7 @@ from sim.workload.spec import ModelSpec, ParallelSpec
 from sim.workload.steps import Step
 from sim.workload.tp_overlap import TpOverlapConfig
 
-__all__ = ["LayerOps", "LayerBuilder", "layer_ops", "selective_steps"]
+__all__ = ["LayerOps", "LayerBuilder", "layer_ops", "selective_steps", "backward_steps"]
 
 ACT_DTYPE = Dtype.BF16
 """Activations, gradients of activations and TP traffic stay in 16 bits."""
@@ -118,6 +119,18 @@ class LayerOps:
         """The ops of a (MoE if ``is_moe``) layer, its linear layers in BF16 if ``bf16``."""
         ops = self.high_precision if bf16 and self.high_precision is not None else self
         return ops.moe if is_moe and ops.moe is not None else ops
+
+
+def backward_steps(lops: LayerOps, bwd: tuple, k: int, rc: RecomputeKind) -> tuple:
+    """A layer's backward steps with its recomputation, in the order the op-level program
+    issues them."""
+    if rc is RecomputeKind.FULL:
+        return lops.recompute_fwd + bwd
+    if rc is RecomputeKind.SELECTIVE_OP:
+        return lops.op_recompute + bwd
+    if rc is RecomputeKind.SELECTIVE:
+        return lops.selective_before + bwd[:k] + lops.selective_at + bwd[k:]
+    return bwd
 
 
 def selective_steps(fwd: Sequence[Step], attention_fwd: Sequence[Step], modules: frozenset[RecomputeModule],
@@ -663,6 +676,67 @@ class LayerBuilder:
                     c("lm-head-wgrad", head_w), *self.norm_backward("final-norm-bwd"))
         return head_fwd, head_bwd
 
+    def mtp_projection(self) -> tuple[list[Step], list[Step], list[Step]]:
+        """A multi-token-prediction module's steps before its transformer layer
+        (:attr:`~sim.workload.spec.ModelSpec.mtp_num_layers`; Megatron-Core
+        ``MultiTokenPredictionLayer`` @ d98e8a6): the embedding of the shifted tokens (its
+        lookup and TP reduction, as the first stage's), then ``_concat_embeddings``: ``enorm``
+        and ``hnorm``, the concatenation (``torch.cat``: read and write ``2h`` a token), the
+        column-parallel ``eh_proj`` (``2h -> h / t``, its ``2h``-wide input all-gathered under
+        sequence parallelism) and the all-gather of its output over TP
+        (``gather_from_tensor_model_parallel_region``; the sequence-parallel scatter after it
+        is a slice). Returns (the embedding's forward, the projection's forward, the backward
+        of both): full recomputation re-runs the projection, not the embedding
+        (``_checkpointed_forward`` wraps ``_proj_and_transformer_layer``). The steps are plain
+        NCCL collectives: the TP overlap's userbuffers are not modelled here."""
+        c, T, Tn, h, t, e = self.compute, self.T, self.Tn, self.h, self.t, self.e
+        emb = self.mem(OpKind.EMBEDDING, 2 * T * h * e)
+        wide = 2 * T * h * e
+        sp_tp = self.sp and self.tp_on
+        emb_f = [c("mtp-embedding", emb), *self.reduce("mtp-embedding-out")]
+        proj_f = [*self.norm_forward("mtp-enorm"), *self.norm_forward("mtp-hnorm"),
+                  c("mtp-concat", self.mem(OpKind.ELEMENTWISE, 2 * 2 * Tn * h * e)),
+                  *([Step(Stream.TP_COMM, "ncclAllGather mtp-eh-proj-in", self.coll(CollectiveKind.ALL_GATHER, wide))]
+                    if sp_tp else []),
+                  c("mtp-eh-proj", self.fwd_gemm(h // t, 2 * h)),
+                  *([Step(Stream.TP_COMM, "ncclAllGather mtp-eh-proj-out", self.ag)] if self.tp_on else [])]
+        grad = [] if not self.tp_on else [Step(
+            Stream.TP_COMM, "ncclReduceScatter mtp-eh-proj-grad" if self.sp else "ncclAllReduce mtp-eh-proj-grad",
+            self.coll(CollectiveKind.REDUCE_SCATTER if self.sp else CollectiveKind.ALL_REDUCE, wide), 1)]
+        bwd = [*self.gather("mtp-eh-proj-out-grad"),
+               c("mtp-eh-proj-dgrad", self.dgrad_gemm(2 * h, h // t)), *grad,
+               c("mtp-eh-proj-wgrad", self.wgrad_gemm(2 * h, h // t)),
+               *self.norm_backward("mtp-hnorm-bwd"), *self.norm_backward("mtp-enorm-bwd"),
+               *self.gather("mtp-embedding-grad"), c("mtp-embedding-bwd", emb)]
+        return emb_f, proj_f, bwd
+
+    def mtp_heads(self, dense: LayerOps, moe: LayerOps | None, head_fwd: tuple[Step, ...],
+                  head_bwd: tuple[Step, ...]) -> tuple[tuple[Step, ...], tuple[Step, ...]]:
+        """The output layer's forward and backward with the multi-token-prediction modules
+        before them (:meth:`mtp_projection`, a transformer layer of the decoder's last layer's
+        kind, its final norm, output layer and loss), as Megatron-Core's ``GPTModel`` runs
+        them on the last stage: the modules' forward after the decoder and before the main
+        logits (``_postprocess``: ``self.mtp(...)``, then ``process_mtp_loss`` computes each
+        module's logits and loss), their backward after the main loss's, last module first.
+        The layer recomputes under full recomputation's uniform method, not under ``block``
+        (``MultiTokenPredictionBlock._checkpointed_forward``), and selectively as a decoder
+        layer does."""
+        m, p = self.model, self.parallel
+        n = m.mtp_num_layers
+        if not n:
+            return head_fwd, head_bwd
+        with self.plain_tp():
+            emb_f, proj_f, pre_b = self.mtp_projection()
+        kind = moe if moe is not None and m.is_moe_layer(m.mtp_layer) else dense
+        rc = p.recompute
+        if rc is RecomputeKind.FULL and p.recompute_num_layers is not None:
+            rc = RecomputeKind.NONE
+        again = tuple(proj_f) if rc is RecomputeKind.FULL else ()
+        one_f = (*emb_f, *proj_f, *kind.layer_fwd, *head_fwd)
+        one_b = (*head_bwd, *again,
+                 *backward_steps(kind, kind.layer_bwd, kind.attention_bwd_index, rc), *pre_b)
+        return one_f * n + head_fwd, head_bwd + one_b * n
+
     def op_recompute(self, fwd: list[Step], matmuls: list) -> tuple[Step, ...]:
         """What op-level selective recomputation recomputes: every other of the given
         projections' forward GEMMs, and the forward's memory-bound ops."""
@@ -720,10 +794,16 @@ class LayerBuilder:
                            head_fwd, head_bwd, self.op_recompute(moe_fwd, mms[1:4:2]), recompute_fwd=moe_refwd,
                            selective_before=moe_before, selective_at=moe_at)
         sel_before, sel_at = selective_steps(fwd, attn_fwd, parallel.recompute_modules, moe=False)
-        return LayerOps(tuple(fwd), tuple(bwd), attention_bwd_index, tuple(attn_fwd),
-                        embedding_fwd, embedding_bwd, head_fwd, head_bwd, op_recompute, moe,
-                        recompute_fwd=tuple(fwd if recompute_fwd is None else recompute_fwd),
-                        selective_before=sel_before, selective_at=sel_at)
+        dense = LayerOps(tuple(fwd), tuple(bwd), attention_bwd_index, tuple(attn_fwd),
+                         embedding_fwd, embedding_bwd, head_fwd, head_bwd, op_recompute, moe,
+                         recompute_fwd=tuple(fwd if recompute_fwd is None else recompute_fwd),
+                         selective_before=sel_before, selective_at=sel_at)
+        if not self.model.mtp_num_layers:
+            return dense
+        head_fwd, head_bwd = self.mtp_heads(dense, moe, head_fwd, head_bwd)
+        if moe is not None:
+            moe = replace(moe, head_fwd=head_fwd, head_bwd=head_bwd)
+        return replace(dense, head_fwd=head_fwd, head_bwd=head_bwd, moe=moe)
 
     def moe_mlp(self) -> tuple[list[Step], list[Step]]:
         """The MLP half of a mixture-of-experts layer, Megatron-Core's all-to-all token dispatcher

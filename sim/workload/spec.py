@@ -58,6 +58,11 @@ MAX_LAYERS = 10_000
 118, Llama 3 405B's 126); the closed-form memory model walks the layers of each stage."""
 
 
+MAX_MTP_LAYERS = 16
+"""The most multi-token-prediction modules a model may have: DeepSeek-V3 trains one (its
+``num_nextn_predict_layers``); each adds a layer and an output layer to the last stage."""
+
+
 def _positive_int(field: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(_SPEC, field, "a positive integer", value)
@@ -157,6 +162,17 @@ class ModelSpec:
     vocabulary-parallel word embedding, whole on every tensor-parallel rank of the first stage
     (``megatron/core/models/common/embeddings/language_model_embedding.py``).
 
+    ``mtp_num_layers`` is the multi-token-prediction depth (DeepSeek-V3, arXiv 2412.19437
+    Sec. 2.2; Megatron-Core ``--mtp-num-layers``, ``megatron/core/transformer/
+    multi_token_prediction.py`` @ d98e8a6): after the decoder, each MTP module normalizes the
+    hidden state (``hnorm``) and the embedding of the tokens one further ahead (``enorm``),
+    projects their concatenation from ``2h`` to ``h`` (``eh_proj``, column-parallel), runs one
+    transformer layer of the decoder's last layer's kind (``transformer_layer_spec.layer_specs
+    [-1]``), a final norm, and the shared output layer and loss again. Megatron-Core builds the
+    modules on the last pipeline stage with the loss, and that stage keeps a copy of the word
+    embedding whose gradient it all-reduces with the first stage's (``finalize_model_grads``,
+    ``_get_shared_word_embedding_weight``); 0: none.
+
     ``hidden_dropout`` is the dropout probability on each sublayer's output before its residual
     add (Megatron-LM ``--hidden-dropout``, default 0.1; Megatron-Core ``TransformerConfig.
     hidden_dropout``). At 0 no mask is drawn or kept: PyTorch's ``dropout`` returns its input at
@@ -192,6 +208,7 @@ class ModelSpec:
     rotary: bool | None = None
     hidden_dropout: float = 0.1
     learned_positions: int = 0
+    mtp_num_layers: int = 0
 
     def __post_init__(self) -> None:
         for f in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads",
@@ -203,6 +220,10 @@ class ModelSpec:
                 or self.learned_positions < 0:
             raise ConfigError(_SPEC, "model.learned_positions", "0 (no learned position embedding) or a positive "
                               "integer", self.learned_positions)
+        if isinstance(self.mtp_num_layers, bool) or not isinstance(self.mtp_num_layers, int) \
+                or not 0 <= self.mtp_num_layers <= MAX_MTP_LAYERS:
+            raise ConfigError(_SPEC, "model.mtp_num_layers", f"0 (no multi-token prediction) to {MAX_MTP_LAYERS}",
+                              self.mtp_num_layers)
         if isinstance(self.q_lora_rank, bool) or not isinstance(self.q_lora_rank, int) or self.q_lora_rank < 0:
             raise ConfigError(_SPEC, "model.q_lora_rank", "0 (queries projected directly) or a positive integer",
                               self.q_lora_rank)
@@ -342,6 +363,26 @@ class ModelSpec:
             mlp = self.mlp_params(self.ffn_hidden_size)
         return attn + mlp + 4 * h
 
+    @property
+    def mtp_layer(self) -> int:
+        """The decoder layer whose kind (dense or MoE) the multi-token-prediction layers take:
+        the last (Megatron-LM ``pretrain_gpt.py``, ``transformer_layer_spec.layer_specs[-1]``;
+        ``num_floating_point_operations``' ``last_layer_is_moe``)."""
+        return self.num_layers - 1
+
+    def mtp_extra_params(self) -> int:
+        """Parameters of one multi-token-prediction module beside its transformer layer: the
+        ``2h x h`` projection ``eh_proj`` (no bias) and three norms (``enorm``, ``hnorm``,
+        ``final_layernorm``), counted with a bias each as :meth:`layer_params` counts its
+        norms."""
+        h = self.hidden_size
+        return 2 * h * h + 3 * 2 * h
+
+    def mtp_params(self) -> int:
+        """Parameters of all the multi-token-prediction modules, their routed experts included
+        (the word embedding and output layer they share are not counted again)."""
+        return self.mtp_num_layers * (self.layer_params(self.mtp_layer) + self.mtp_extra_params())
+
     def embedding_params(self) -> int:
         """The word embedding's parameters (the output layer's too, tied or not)."""
         return self.vocab_size * self.hidden_size
@@ -356,12 +397,13 @@ class ModelSpec:
         lm_head = 0 if self.tied_embeddings else self.embedding_params()
         layers = sum(self.layer_params(i) for i in range(self.num_layers))
         positions = self.learned_positions * self.hidden_size
-        return layers + self.embedding_params() + positions + lm_head + 2 * self.hidden_size
+        return layers + self.embedding_params() + positions + lm_head + 2 * self.hidden_size + self.mtp_params()
 
     def active_params(self) -> float:
         """Parameters a token goes through: ``num_params`` with only ``moe_top_k`` of the
-        routed experts of each MoE layer."""
-        skipped = sum(self.expert_params(i) for i in range(self.num_layers))
+        routed experts of each MoE layer (the multi-token-prediction layers' too)."""
+        skipped = sum(self.expert_params(i) for i in range(self.num_layers)) \
+            + self.mtp_num_layers * self.expert_params(self.mtp_layer)
         return self.num_params() - skipped * (1 - self.moe_top_k / max(self.num_experts, 1))
 
 
@@ -921,6 +963,9 @@ class WorkloadSpec:
         if m.is_moe and p.zero >= 3:
             raise ConfigError(_SPEC, "parallel.zero_stage", "at most 2 for a mixture-of-experts model "
                               "(ZeRO-3/FSDP of experts is not built yet)", p.zero_stage)
+        if m.mtp_num_layers and p.zero >= 3:
+            raise ConfigError(_SPEC, "parallel.zero_stage", "at most 2 with multi-token prediction "
+                              "(model.mtp_num_layers; ZeRO-3/FSDP gathers of its modules are not built)", p.zero_stage)
         if m.is_moe and p.tp > 1 and not p.sequence_parallel:
             raise ConfigError(_SPEC, "parallel.sequence_parallel", "true for a mixture-of-experts model with "
                               "parallel.tp > 1 (Megatron-Core requires it)", False)

@@ -36,7 +36,7 @@ from sim.types import CollectiveKind, CommClass, OpKind, RecomputeKind, Schedule
 from sim.workload.dataparallel import GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES, DataParallelMixin, DPScope
 from sim.workload.ep_overlap import split_backward, split_forward
 from sim.workload.flops import model_flops
-from sim.workload.layers import LayerOps, layer_ops
+from sim.workload.layers import LayerOps, backward_steps, layer_ops
 from sim.workload.layout import Layout
 from sim.workload.ops import CommOp, Op
 from sim.workload.schedules import Pass, pipeline_order, steady_pairs
@@ -529,6 +529,8 @@ class _RankProgram(DataParallelMixin):
                 if p.overlap_grad_reduce and i == last_b[chunk]:
                     for bucket in buckets.get((chunk, "end"), ()):
                         self.reduce_bucket(bucket, args)
+                    if vs == n_vs - 1 and not vs_layers[vs]:  # a last stage of no decoder layers
+                        self.reduce_mtp_experts(args)
         if not p.overlap_grad_reduce:
             for key in sorted(buckets, key=lambda k: (k[0], -1 if k[1] == "end" else k[1])):
                 for bucket in buckets[key]:
@@ -537,6 +539,8 @@ class _RankProgram(DataParallelMixin):
                 for layer in vs_l:
                     if m.is_moe_layer(layer):
                         self.reduce_experts(layer, (("phase", "grad-sync"), ("layer", layer)))
+            if self.stage == pp - 1:
+                self.reduce_mtp_experts((("phase", "grad-sync"),))
         self.finish()
 
     # -- EP A2A overlap (sim.workload.ep_overlap) ------------------------------------------
@@ -648,6 +652,8 @@ class _RankProgram(DataParallelMixin):
         if p.overlap_grad_reduce and b_index == ctx.last_b[cb]:
             for bucket in ctx.buckets.get((cb, "end"), ()):
                 self.reduce_bucket(bucket, bargs)
+            if vsb == n_vs - 1 and not ctx.vs_layers[vsb]:  # a last stage of no decoder layers
+                self.reduce_mtp_experts(bargs)
         use(bwd)  # keeps what the backward issued last
         self.pass_end[Pass.FORWARD] = fwd.last_c
         self.pass_end[Pass.BACKWARD] = bwd.last_c
@@ -675,14 +681,26 @@ class _RankProgram(DataParallelMixin):
                 self.reduce_bucket(bucket, args)
             if self.w.model.is_moe_layer(layer):
                 self.reduce_experts(layer, la)
+            if vs == p.pp * p.virtual_pipeline_stages - 1 and layer == layers[-1]:
+                self.reduce_mtp_experts(args)
+
+    def reduce_mtp_experts(self, args: tuple) -> None:
+        """Reduce the routed-expert gradients of the multi-token-prediction layers (on the last
+        stage, of the decoder's last layer's kind: :attr:`~sim.workload.spec.ModelSpec.mtp_layer`)."""
+        m = self.w.model
+        if m.is_moe_layer(m.mtp_layer):
+            for k in range(m.mtp_num_layers):
+                self.reduce_experts(m.mtp_layer, args + (("layer", f"mtp-{k}"),))
 
     def finish(self) -> None:
         w, p = self.w, self.w.parallel
         m = w.model
         lay = self.layout
-        if m.tied_embeddings and p.pp > 1 and self.stage in (0, p.pp - 1):
+        if (m.tied_embeddings or m.mtp_num_layers) and p.pp > 1 and self.stage in (0, p.pp - 1):
             # Megatron all-reduces the tied embedding's gradient between the first and the
-            # last stage after the backward (finalize_model_grads, _allreduce_embedding_grads).
+            # last stage after the backward (finalize_model_grads, _allreduce_embedding_grads),
+            # and the word embedding's where the last stage's multi-token prediction holds a
+            # copy of it (_get_shared_word_embedding_weight: "or mtp_num_layers").
             group = (lay.rank(self.tp_c, self.dp_c, 0), lay.rank(self.tp_c, self.dp_c, p.pp - 1))
             replicas = tuple((lay.rank(t, d, 0), lay.rank(t, d, p.pp - 1))
                              for d in range(lay.dp) for t in range(p.tp)) if self.rep else ()
@@ -745,18 +763,6 @@ def _runs(layers, key) -> list[list[int]]:
         else:
             out.append([x])
     return out
-
-
-def backward_steps(lops: LayerOps, bwd: tuple, k: int, rc: RecomputeKind) -> tuple:
-    """A layer's backward steps with its recomputation, in the order the op-level program
-    issues them."""
-    if rc is RecomputeKind.FULL:
-        return lops.recompute_fwd + bwd
-    if rc is RecomputeKind.SELECTIVE_OP:
-        return lops.op_recompute + bwd
-    if rc is RecomputeKind.SELECTIVE:
-        return lops.selective_before + bwd[:k] + lops.selective_at + bwd[k:]
-    return bwd
 
 
 def build_program(w: WorkloadSpec, representative: bool = True,

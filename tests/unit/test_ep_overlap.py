@@ -16,8 +16,9 @@ from sim.errors import ConfigError
 from sim.memory import activation_model
 from sim.types import CommClass, RecomputeKind, ScheduleKind, Stream
 from sim.workload.ep_overlap import split_backward, split_forward
+from sim.workload.layers import backward_steps
 from sim.workload.schedules import Pass, pipeline_order
-from sim.workload.taskgraph import backward_steps, build_program
+from sim.workload.taskgraph import build_program
 
 
 def _mixtral(ep_overlap: bool, **parallel):

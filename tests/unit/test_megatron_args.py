@@ -96,7 +96,7 @@ def test_deepseek_flags_give_the_hf_model():
             "--untie-embeddings-and-output-weights --vocab-size 129280 --seq-length 4096 --micro-batch-size 1 "
             "--global-batch-size 4096 --decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 2 "
             "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
-            "--use-distributed-optimizer --overlap-grad-reduce --bf16")
+            "--use-distributed-optimizer --overlap-grad-reduce --bf16 --mtp-num-layers 1")
     spec, notes = _load(text, gpu="H100-SXM5-80GB", num_gpus=1024)
     # the uneven split is the launch's (Megatron-Core get_num_layers_to_build); the rest is the preset's
     assert spec.parallel.pipeline_layout == (3,) + (4,) * 14 + (2,)

@@ -154,10 +154,16 @@ def _deepseek_fields(**over):
 def test_deepseek_v3_from_its_hugging_face_config_has_its_published_size():
     """671 B parameters in the main model, 37 B activated per token (DeepSeek-V3 technical
     report, arXiv 2412.19437, Sec. 1 and 4.2); MLA heads of 192 (query/key) and 128 (value)."""
-    m = ModelSpec("dsv3", seq_length=4096, **_deepseek_fields())
+    m = ModelSpec("dsv3", seq_length=4096, **_deepseek_fields(mtp_num_layers=0))
     assert m.is_mla and m.is_moe and m.first_dense_layers == 3
     assert m.num_params() / 1e9 == pytest.approx(671, rel=0.005)
     assert m.active_params() / 1e9 == pytest.approx(37, rel=0.02)
+    # "685B, which includes 671B of the Main Model weights and 14B of the Multi-Token Prediction
+    # (MTP) Module weights" (deepseek-ai/DeepSeek-V3 README): the config's one module (its layer,
+    # projection and norms) and the embedding and output head the checkpoint stores with it
+    mtp = ModelSpec("dsv3", seq_length=4096, **_deepseek_fields())
+    assert mtp.mtp_num_layers == 1 and mtp.num_params() - m.num_params() == mtp.mtp_params()
+    assert (mtp.mtp_params() + 2 * m.embedding_params()) / 1e9 == pytest.approx(14, rel=0.05)
     assert (m.qk_head_dim, m.v_head_dim, m.head_dim) == (192, 128, 160)
 
 

@@ -48,8 +48,8 @@ def _moe(**kw):
 
 def _mla():
     """DeepSeek-V3's layers (multi-latent attention, shared experts, dense first layers), small."""
-    return load_workload("deepseek-v3", ["model.num_layers=4", "parallel.pp=1", "parallel.dp=64", "system.num_gpus=64",
-                                         "parallel.global_batch_size=64"])
+    return load_workload("deepseek-v3", ["model.num_layers=4", "model.mtp_num_layers=0", "parallel.pp=1",
+                                         "parallel.dp=64", "system.num_gpus=64", "parallel.global_batch_size=64"])
 
 
 def _stored(w, moe=False):

@@ -8,7 +8,7 @@ adds its exposed time to the block (:class:`~sim.program.Block`: duration = comp
 exposed communication). So the compute ops of one pipeline stage, summed, never exceed the
 iteration time, at op, layer or chunk granularity alike. The bound prices the same ops the
 task program has (:func:`~sim.workload.layers.layer_ops`, the recomputation of
-:func:`~sim.workload.taskgraph.backward_steps`, the embedding, the output layer and the
+:func:`~sim.workload.layers.backward_steps`, the embedding, the output layer and the
 optimizer step) and adds the two dependency chains of the pipeline's fill and drain:
 
 * stage ``s`` computes nothing before micro-batch 0 has passed forward through stages
@@ -45,12 +45,11 @@ from sim.costs.analytical import AnalyticalCostModel
 from sim.hardware import GPUSpec
 from sim.studies.sweep.memory_check import StageStates
 from sim.types import RecomputeKind, ScheduleKind
-from sim.workload.layers import LayerOps, layer_ops
+from sim.workload.layers import LayerOps, backward_steps, layer_ops
 from sim.workload.schedules import Pass, pipeline_order
 from sim.workload.spec import ModelSpec, WorkloadSpec
 from sim.workload.step_passes import optimizer_op
 from sim.workload.steps import Step
-from sim.workload.taskgraph import backward_steps
 
 __all__ = ["ROUNDING", "PassTimes", "IterationBound"]
 

@@ -46,13 +46,13 @@ from sim.runner import cached_fabric
 from sim.studies.sweep.bound import ROUNDING, IterationBound, layer_ops_key
 from sim.topology.spec import TopologySpec
 from sim.types import CollectiveKind, CommClass, ScheduleKind
-from sim.workload.layers import LayerOps, layer_ops
+from sim.workload.layers import LayerOps, backward_steps, layer_ops
 from sim.workload.layout import Layout, gpu_placement, order_placements
 from sim.workload.ops import CommOp
 from sim.workload.schedules import Pass, pipeline_order
 from sim.workload.spec import ModelSpec, WorkloadSpec
 from sim.workload.steps import Step
-from sim.workload.taskgraph import PARAM_GATHER_BYTES, backward_steps
+from sim.workload.taskgraph import PARAM_GATHER_BYTES
 
 __all__ = ["comm_lower_bound_s", "compute_end_s", "ORDERS_KEPT", "TimelineBound", "timeline_bound"]
 
