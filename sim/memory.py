@@ -95,7 +95,7 @@ def layer_split(model: ModelSpec, layer: int = 0) -> tuple[int, int]:
 
 
 def _stage_layer_indices(model: ModelSpec, parallel: ParallelSpec, stage: int) -> list[int]:
-    counts = parallel.layer_counts(model.num_layers)
+    counts = parallel.layer_counts(model.num_layers, model.mtp_num_layers)
     assert counts is not None  # the workload's spec checks the split
     starts = [sum(counts[:i]) for i in range(len(counts))]
     return [starts[vs] + j for c in range(parallel.virtual_pipeline_stages)

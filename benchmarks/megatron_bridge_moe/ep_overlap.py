@@ -13,8 +13,10 @@ deepseek/b200/deepseek_v3.py``, ``deepseek_v3_pretrain_256gpu_b200_fp8mx_config`
 dispatcher on DeepEP with ``overlap_moe_expert_parallel_comm`` and ``delay_wgrad_compute`` and
 recomputes MLA's up-projections and the MLP (``recompute_modules = ["mla_up_proj", "mlp"]``).
 The first five settings recompute the attention core (Megatron-Core's default modules) on
-llmsim's even layer split, the sixth the recipe's modules, the last the recipe's modules on its
-pipeline layout (:data:`RECIPE_LAYOUT`); the table says whether each fits. Prints the iteration time, the
+llmsim's split of the layers (``layout`` "llmsim": the embedding and the loss count as a layer
+each and the MTP module as two, which for this model gives the recipe's layout), the sixth the
+recipe's modules, the last the recipe's modules on its pipeline layout stated
+(:data:`RECIPE_LAYOUT`); the table says whether each fits. Prints the iteration time, the
 expert-parallel time left exposed and the error against the measured step (+: predicted
 faster).
 """
@@ -46,7 +48,7 @@ SETTINGS = (
     ("deepep", True, True, "mla_up_proj,mlp", RECIPE_LAYOUT),
 )
 """(dispatcher, ep_overlap, delay_wgrad, recompute_modules, pipeline_layout) in the order printed;
-the last is the recipe's (None: llmsim's even split)."""
+the last is the recipe's (None: llmsim's split)."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'EP exposed s':>13s} {'error':>7s}  peak GiB")
     for r in rows:
         print(f"  {r['dispatcher']:10s} {str(r['ep_overlap']):>7s} {str(r['delay_wgrad']):>6s} "
-              f"{r['recompute_modules']:>16s} {'recipe' if r['recipe_layout'] else 'even':>7s} "
+              f"{r['recompute_modules']:>16s} {'recipe' if r['recipe_layout'] else 'llmsim':>7s} "
               f"{r['iteration_time_s']:12.3f} {r['exposed_ep_s']:13.3f} {r['error_pct']:+6.1f}%  "
               f"{r['peak_memory_gib']:.1f}{'' if r['fits'] else ' (does not fit)'}")
     if args.json:

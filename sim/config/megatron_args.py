@@ -586,10 +586,10 @@ class _Mapper:
         """Check Megatron-LM's layer split against llmsim's (:func:`pipeline_split`)."""
         chunks, get = pp * vps, self.get
         first, last = get("first_stage_layers"), get("last_stage_layers")
-        ours = pipeline_split(layers, chunks)
+        even = (layers // chunks,) * chunks if layers % chunks == 0 else None
         if first is not None or last is not None:
             counts = self._uneven(layers, pp, vps, first, last, extra)
-            if counts != ours:
+            if counts != even:  # any other split is kept as given (llmsim's own for an uneven count may differ)
                 self.pipeline_layout = list(counts)
             return
         if chunks == 1:
@@ -599,13 +599,12 @@ class _Mapper:
                                           "--account-for-loss-in-pipeline-split)")
             raise ConfigError(self.a.source, "--num-layers", f"a multiple of the {chunks} pipeline stages "
                               f"(PP {pp} x {vps} virtual){hint}: Megatron-LM asserts it", layers)
-        if extra:
+        if extra:  # --account-for-embedding/loss-in-pipeline-split: Megatron-LM's split, kept as given
             theirs = [(layers + extra) // chunks] * chunks
             theirs[0] -= int(bool(get("embedding_in_split")))
             theirs[-1] -= int(bool(get("loss_in_split")))
-            if tuple(theirs) != ours:
-                self.note(f"layer split {tuple(theirs)} (embedding/loss counted as layers) not modelled: llmsim "
-                          f"splits {ours}")
+            if tuple(theirs) != even:
+                self.pipeline_layout = theirs
 
     def _uneven(self, layers: int, pp: int, vps: int, first: int | None, last: int | None,
                 extra: int) -> tuple[int, ...]:
@@ -670,7 +669,7 @@ class _Mapper:
         if "m" in "".join(stages[:-1]):  # Megatron-Core's default place: the last, with the loss
             self.note("multi-token-prediction layers (m) before the last virtual stage of "
                       "--pipeline-model-parallel-layout are simulated on it, with the loss")
-        if counts != pipeline_split(layers, len(stages)):  # else the even split, which needs no layout
+        if layers % len(stages) or counts != (layers // len(stages),) * len(stages):  # else the even split
             self.pipeline_layout = list(counts)
         return vps
 
@@ -701,7 +700,7 @@ class _Mapper:
                 self.recompute_modules = list(dict.fromkeys(modules))
             return "selective", None
         n = get("recompute_num_layers")
-        split = pipeline_split(int(model["num_layers"]), chunks)
+        split = pipeline_split(int(model["num_layers"]), chunks, int(model.get("mtp_num_layers") or 0))
         per_chunk = max(split) if split else None
         if method == "block" and n is not None and per_chunk is not None and n < per_chunk:
             return "full", n

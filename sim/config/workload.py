@@ -462,12 +462,13 @@ def _build(raw: Mapping, file: Path, fit: bool = True) -> tuple[WorkloadSpec, li
                      "times, a layer microbenchmark: one layer a model chunk, each layer timed as in the "
                      "whole model, and the memory the benchmark holds)")
         model = dataclasses.replace(model, num_layers=chunks)
-    split = pipeline_split(model.num_layers, chunks)
+    split = pipeline_split(model.num_layers, chunks, model.mtp_num_layers)
     if model.num_layers % chunks and split is not None and parallel.pipeline_layout is None:
         notes.append(f"model.num_layers: {model.num_layers} over {chunks} pipeline stages -> "
                      f"{split[0]} on the first, {split[-1]} on the last, up to {max(split)} between "
                      "(embedding and loss counted as a layer each, Megatron-LM "
-                     "--account-for-embedding/loss-in-pipeline-split)")
+                     "--account-for-embedding/loss-in-pipeline-split"
+                     + (", each MTP module as two" if model.mtp_num_layers else "") + ")")
     scaling = _scaling(top, dtype, notes, stack)
     bf16_start, bf16_end = (top.integer(k) or 0 for k in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"))
     if bf16_start + bf16_end > model.num_layers:

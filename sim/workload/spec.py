@@ -68,26 +68,40 @@ def _positive_int(field: str, value: object) -> None:
         raise ConfigError(_SPEC, field, "a positive integer", value)
 
 
-def pipeline_split(num_layers: int, chunks: int) -> tuple[int, ...] | None:
+def pipeline_split(num_layers: int, chunks: int, mtp_layers: int = 0) -> tuple[int, ...] | None:
     """Layers per virtual pipeline stage, first to last.
 
     Even when ``chunks`` divides the layers. Otherwise the embedding and the loss count as one
     layer each and the ``L + 2`` units are spread evenly, so the first and the last stage get
     one layer fewer -- Megatron-LM's ``--account-for-embedding-in-pipeline-split
     --account-for-loss-in-pipeline-split``, which its Llama 3.1 405B recipes use (126 layers).
-    None when even that leaves a stage with fewer than no layers.
+    Each multi-token-prediction module (``mtp_layers``, on the last stage with the loss) counts
+    as two more units there, its layer and its own output layer and loss. Megatron-LM asserts
+    that the units divide evenly; where they do not, the remainder goes one unit a stage to the
+    first stage (whose embedding costs next to nothing, so that it computes no more layers than
+    the middle ones), then to the middle stages, so that no stage holds more than one unit above
+    another: a pipeline runs at its slowest stage's pace. This reproduces every DeepSeek-V3
+    layout Megatron-Bridge writes by hand (``_get_deepseek_v3_pipeline_layout`` @ 067f987df:
+    61 layers and one MTP module over 4, 8 and 16 virtual stages). None when even that leaves
+    a stage with fewer than no layers.
 
     >>> pipeline_split(96, 8)[:2], pipeline_split(126, 8), sum(pipeline_split(126, 64))
     ((12, 12), (15, 16, 16, 16, 16, 16, 16, 15), 126)
+    >>> pipeline_split(61, 16)  # DeepSeek-V3 over 16 virtual stages: 63 units, 15 stages of 4
+    (3, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 2)
+    >>> pipeline_split(61, 4, mtp_layers=1), pipeline_split(61, 8, mtp_layers=1)  # Megatron-Bridge's
+    ((16, 16, 16, 13), (8, 8, 8, 8, 8, 8, 8, 5))
     """
     if num_layers % chunks == 0:
         return (num_layers // chunks,) * chunks
-    base, rem = divmod(num_layers + 2, chunks)
+    last = 1 + 2 * mtp_layers  # the loss, and each MTP module's layer and loss
+    base, rem = divmod(num_layers + 1 + last, chunks)
     counts = [base] * chunks
-    for i in range(rem):  # the remainder goes to the middle stages
-        counts[1 + i % max(chunks - 2, 1)] += 1
+    order = [0, *range(1, chunks - 1), chunks - 1]  # the first stage, the middle ones, the last
+    for i in range(rem):
+        counts[order[i]] += 1
     counts[0] -= 1
-    counts[-1] -= 1
+    counts[-1] -= last
     return tuple(counts) if min(counts) >= 0 and sum(counts) == num_layers else None
 
 
@@ -730,12 +744,13 @@ class ParallelSpec:
         """
         return self.tp * self.cp * self.dp // (self.expert_tp * self.ep)
 
-    def layer_counts(self, num_layers: int) -> tuple[int, ...] | None:
+    def layer_counts(self, num_layers: int, mtp_layers: int = 0) -> tuple[int, ...] | None:
         """Decoder layers of each virtual pipeline stage: :attr:`pipeline_layout` when given,
-        else :func:`pipeline_split` of ``num_layers`` (None when that leaves a stage short)."""
+        else :func:`pipeline_split` of ``num_layers`` with ``mtp_layers`` multi-token-prediction
+        modules on the last stage (None when that leaves a stage short)."""
         if self.pipeline_layout is not None:
             return self.pipeline_layout
-        return pipeline_split(num_layers, self.pp * self.virtual_pipeline_stages)
+        return pipeline_split(num_layers, self.pp * self.virtual_pipeline_stages, mtp_layers)
 
     def recompute_at(self, position: int) -> RecomputeKind:
         """The recomputation of the layer at ``position`` (0-based) in its model chunk: under
@@ -933,7 +948,7 @@ class WorkloadSpec:
                               f"a multiple of 2 x parallel.cp = {2 * p.cp} (load-balanced causal context "
                               "parallelism gives each rank two chunks)", m.seq_length)
         chunks = p.pp * p.virtual_pipeline_stages
-        split = p.layer_counts(m.num_layers)
+        split = p.layer_counts(m.num_layers, m.mtp_num_layers)
         if p.pipeline_layout is not None and sum(p.pipeline_layout) != m.num_layers:
             raise ConfigError(_SPEC, "parallel.pipeline_layout", f"layer counts summing to model.num_layers="
                               f"{m.num_layers}", list(p.pipeline_layout))
@@ -1015,7 +1030,7 @@ class WorkloadSpec:
 
     def virtual_stage_layers(self) -> tuple[range, ...]:
         """The layers of each virtual pipeline stage (``chunk x pp + stage``), in order."""
-        counts = self.parallel.layer_counts(self.model.num_layers)
+        counts = self.parallel.layer_counts(self.model.num_layers, self.model.mtp_num_layers)
         assert counts is not None  # __post_init__ rejects a split that leaves a stage no layers
         out, start = [], 0
         for n in counts:

@@ -16,6 +16,7 @@ from sim.output.report import make_report
 from sim.runner import simulate
 from sim.studies.sweep.core import make_candidate
 from sim.types import RecomputeKind, ScheduleKind
+from sim.workload.spec import pipeline_split
 from sim.workload.taskgraph import build_program
 from tests.conftest import make_workload, replace_settings
 
@@ -131,3 +132,18 @@ def test_what_megatron_core_asserts_of_an_uneven_split_is_refused(flags):
 
     with pytest.raises(ConfigError, match="--decoder-(first|last)-pipeline-num-layers"):
         load_megatron_workload(SMALL + flags, gpu="A100-SXM4-80GB", num_gpus=4)
+
+
+@pytest.mark.parametrize("layers", range(2, 130))
+def test_the_fallback_split_keeps_every_stage_within_one_unit(layers):
+    """Layers that no count of chunks divides are split with the embedding and the loss counted
+    as a layer each; the units of any two stages differ by one at most (a pipeline runs at its
+    slowest stage's pace), the remainder going to the middle stages first."""
+    for chunks in (2, 3, 4, 8, 16, 32):
+        split = pipeline_split(layers, chunks)
+        if split is None or layers % chunks == 0:
+            continue
+        units = [n + (i in (0, chunks - 1)) for i, n in enumerate(split)]
+        assert sum(split) == layers
+        assert max(units) - min(units) <= 1, (layers, chunks, split)
+        assert units[-1] == min(units)  # the loss's stage takes no extra unit before the others

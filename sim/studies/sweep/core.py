@@ -130,7 +130,8 @@ def _auto_cp(w: WorkloadSpec, c: dict, tp_limit: int) -> tuple:
 def _auto_pp(w: WorkloadSpec, c: dict, tp_limit: int) -> tuple:
     n = w.system.num_gpus
     rest = n // (c["tp"] * c["cp"]) if n % (c["tp"] * c["cp"]) == 0 else 1
-    return tuple(d for d in _divisors(rest) if pipeline_split(w.model.num_layers, d) is not None)
+    m = w.model
+    return tuple(d for d in _divisors(rest) if pipeline_split(m.num_layers, d, m.mtp_num_layers) is not None)
 
 
 def _auto_ep(w: WorkloadSpec, c: dict, tp_limit: int) -> tuple:
