@@ -16,6 +16,7 @@ Rajbhandari et al. 2020, "ZeRO", arXiv 1910.02054, Sec. 3.1 and 5 (mixed-precisi
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sim.types import LossKind, NormKind, PipelineBuffers, RecomputeKind, RecomputeModule, ScheduleKind, ZeroImpl
@@ -530,8 +531,8 @@ def activation_model(w: WorkloadSpec, recompute: RecomputeKind | None = None) ->
                            boundary=boundary_bytes(m, p), last_output=2.0 * logits)
 
 
-def _with_mtp(w: WorkloadSpec, rc: RecomputeKind, terms, head: float, held: float,
-              loss_transient: float) -> tuple[float, float, float]:
+def _with_mtp(w: WorkloadSpec, rc: RecomputeKind, terms: Callable[[bool, RecomputeKind], tuple[float, float]],
+              head: float, held: float, loss_transient: float) -> tuple[float, float, float]:
     """The last virtual stage's ``head``, ``logits`` and ``loss_transient`` terms with the
     multi-token-prediction modules (:attr:`~sim.workload.spec.ModelSpec.mtp_num_layers`),
     which run between the decoder and the loss, each with its own output layer and loss.

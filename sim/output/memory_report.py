@@ -34,6 +34,8 @@ def memory_json(w: WorkloadSpec, table: dict[RecomputeKind, list[StageMemory]], 
     }
     if w.parallel.recompute_modules != DEFAULT_RECOMPUTE_MODULES:  # only off the default: other reports keep their keys
         out["workload_recompute_modules"] = recompute_module_names(w.parallel.recompute_modules)
+    if w.model.mtp_num_layers:  # likewise only with multi-token prediction
+        out["mtp_num_layers"] = w.model.mtp_num_layers
     return out
 
 
@@ -48,7 +50,8 @@ def format_memory(w: WorkloadSpec, table: dict[RecomputeKind, list[StageMemory]]
              f"  TP {p.tp}  PP {p.pp}  DP {p.dp}{f'  CP {p.cp} ({p.cp_comm_type.value})' if p.cp > 1 else ''}"
              f"{f'  EP {p.ep}' if p.ep > 1 else ''}  {sched}  {p.num_microbatches} micro-batches of "
              f"{p.micro_batch_size}  seq {w.model.seq_length}{'  sequence parallel' if p.sequence_parallel else ''}"
-             f"{zero}  {'flash' if w.kernels.flash_attention else 'unfused'} attention", ""]
+             f"{zero}  {'flash' if w.kernels.flash_attention else 'unfused'} attention"
+             f"{f'  MTP {w.model.mtp_num_layers}' if w.model.mtp_num_layers else ''}", ""]
     for rc, stages in table.items():
         mine = " (the workload's)" if rc is p.recompute else ""
         n = p.recompute_num_layers if rc is p.recompute else None  # sim.memory.activation_model

@@ -267,3 +267,18 @@ def test_a_bad_depth_is_one_line_naming_the_field(tmp_path, capsys, value):
 def test_zero3_with_the_modules_is_refused():
     with pytest.raises(ConfigError, match="mtp_num_layers"):
         _mtp(make_workload(layers=4, gbs=8, dp=8, zero=3))
+
+
+def test_the_reports_say_the_depth_only_where_it_is_on():
+    from sim.memory import memory_table
+    from sim.output.memory_report import format_memory, memory_json
+    from sim.output.report import format_report
+
+    w = _moe()
+    for x, on in ((w, False), (_mtp(w), True)):
+        rep = make_report(simulate(x, load_topology("dgx-a100"), granularity="layer"))
+        assert ("MTP 1" in format_report(rep).splitlines()[1]) is on
+        assert ("mtp_num_layers" in rep.parallel) is on
+        table = memory_table(x, [x.parallel.recompute])
+        assert ("MTP 1" in format_memory(x, table, []).splitlines()[1]) is on
+        assert memory_json(x, table, []).get("mtp_num_layers") == (1 if on else None)
