@@ -105,6 +105,11 @@ class LayerOps:
     """What selective recomputation re-runs just before the attention backward
     (``attention_bwd_index``), the attention side: ``attention_fwd`` (None, the default,
     Megatron-Core's ``core_attn``)."""
+    mtp_fwd: tuple[Step, ...] = ()
+    mtp_bwd: tuple[Step, ...] = ()
+    """One multi-token-prediction module's forward and backward (:meth:`LayerBuilder.mtp_heads`),
+    which ``head_fwd`` and ``head_bwd`` hold ``mtp_num_layers`` times before and after the
+    output layer's own steps; the EP A2A overlap pairs each as a layer (empty: none)."""
 
     def __post_init__(self) -> None:
         if self.recompute_fwd is None:
@@ -711,7 +716,8 @@ class LayerBuilder:
         return emb_f, proj_f, bwd
 
     def mtp_heads(self, dense: LayerOps, moe: LayerOps | None, head_fwd: tuple[Step, ...],
-                  head_bwd: tuple[Step, ...]) -> tuple[tuple[Step, ...], tuple[Step, ...]]:
+                  head_bwd: tuple[Step, ...]) -> tuple[tuple[Step, ...], tuple[Step, ...],
+                                                       tuple[Step, ...], tuple[Step, ...]]:
         """The output layer's forward and backward with the multi-token-prediction modules
         before them (:meth:`mtp_projection`, a transformer layer of the decoder's last layer's
         kind, its final norm, output layer and loss), as Megatron-Core's ``GPTModel`` runs
@@ -720,11 +726,12 @@ class LayerBuilder:
         module's logits and loss), their backward after the main loss's, last module first.
         The layer recomputes under full recomputation's uniform method, not under ``block``
         (``MultiTokenPredictionBlock._checkpointed_forward``), and selectively as a decoder
-        layer does."""
+        layer does. Returns the output layer's forward and backward with the modules, and one
+        module's own."""
         m, p = self.model, self.parallel
         n = m.mtp_num_layers
         if not n:
-            return head_fwd, head_bwd
+            return head_fwd, head_bwd, (), ()
         with self.plain_tp():
             emb_f, proj_f, pre_b = self.mtp_projection()
         kind = moe if moe is not None and m.is_moe_layer(m.mtp_layer) else dense
@@ -735,7 +742,7 @@ class LayerBuilder:
         one_f = (*emb_f, *proj_f, *kind.layer_fwd, *head_fwd)
         one_b = (*head_bwd, *again,
                  *backward_steps(kind, kind.layer_bwd, kind.attention_bwd_index, rc), *pre_b)
-        return one_f * n + head_fwd, head_bwd + one_b * n
+        return one_f * n + head_fwd, head_bwd + one_b * n, one_f, one_b
 
     def op_recompute(self, fwd: list[Step], matmuls: list) -> tuple[Step, ...]:
         """What op-level selective recomputation recomputes: every other of the given
@@ -800,10 +807,10 @@ class LayerBuilder:
                          selective_before=sel_before, selective_at=sel_at)
         if not self.model.mtp_num_layers:
             return dense
-        head_fwd, head_bwd = self.mtp_heads(dense, moe, head_fwd, head_bwd)
+        head_fwd, head_bwd, mtp_fwd, mtp_bwd = self.mtp_heads(dense, moe, head_fwd, head_bwd)
         if moe is not None:
-            moe = replace(moe, head_fwd=head_fwd, head_bwd=head_bwd)
-        return replace(dense, head_fwd=head_fwd, head_bwd=head_bwd, moe=moe)
+            moe = replace(moe, head_fwd=head_fwd, head_bwd=head_bwd, mtp_fwd=mtp_fwd, mtp_bwd=mtp_bwd)
+        return replace(dense, head_fwd=head_fwd, head_bwd=head_bwd, mtp_fwd=mtp_fwd, mtp_bwd=mtp_bwd, moe=moe)
 
     def moe_mlp(self) -> tuple[list[Step], list[Step]]:
         """The MLP half of a mixture-of-experts layer, Megatron-Core's all-to-all token dispatcher

@@ -554,7 +554,11 @@ class _RankProgram(DataParallelMixin):
         the order issued, which is Megatron-Core's: the receives, the forward's embedding and
         the backward's loss first, then the layer pairs, the backward's leftover layers, the
         forward's, and last the forward's output layer and loss and the backward's embedding,
-        each direction's send after its own part."""
+        each direction's send after its own part. On the last virtual stage the
+        multi-token-prediction modules pair as layers after the forward's decoder layers and
+        before the backward's (``TransformerLayerSchedulePlan`` builds an MTP layer's nodes as a
+        decoder layer's, its output layer and loss in its ``mtp_post_process``); their memory
+        stays with the output layer's terms (:func:`sim.memory.activation_model`)."""
         w, p = self.w, self.w.parallel
         m, pp = w.model, p.pp
         n_vs = pp * p.virtual_pipeline_stages
@@ -596,22 +600,34 @@ class _RankProgram(DataParallelMixin):
         if vsf == 0:
             issue(fwd, self.ops.embedding_fwd, fargs, first_mem=am.embedding)
         use(bwd)
+        ops, mtp = self.ops, m.mtp_num_layers
+        head_fwd = ops.head_fwd[mtp * len(ops.mtp_fwd):]  # the output layer's own steps
+        head_bwd = ops.head_bwd[:len(ops.head_bwd) - mtp * len(ops.mtp_bwd)]
         if vsb < n_vs - 1:
             self.recv("grad", vsb, mbb, (vsb + 1) % pp, ctx.act_size, bargs)
         else:
-            issue(bwd, self.ops.head_bwd, bargs, first_mem=am.loss_transient + am.loss_cached,
+            issue(bwd, head_bwd, bargs, first_mem=am.loss_transient + am.loss_cached,
                   last_mem=-(am.head + am.logits + am.loss_transient + am.loss_cached))
-        backward = list(reversed(b_layers))
-        for j in range(max(len(f_layers), len(backward))):
-            fl = f_layers[j] if j < len(f_layers) else None
-            bl = backward[j] if j < len(backward) else None
+        # the layers in the order each direction runs them; None: a multi-token-prediction module
+        forward: list[int | None] = [*f_layers, *([None] * mtp if vsf == n_vs - 1 else [])]
+        fla: tuple = ()
+        bla: tuple = ()
+        backward: list[int | None] = [*([None] * mtp if vsb == n_vs - 1 else []), *reversed(b_layers)]
+        for j in range(max(len(forward), len(backward))):
+            fl = forward[j] if j < len(forward) else -1
+            bl = backward[j] if j < len(backward) else -1
             f_parts = b_parts = None
-            if fl is not None:
+            if fl is None:
+                f_parts, f_mem, fla = split_forward(ops.mtp_fwd), 0.0, fargs + (("layer", "mtp"),)
+            elif fl >= 0:
                 lops = self.layer_ops(fl)
                 f_parts = split_forward(lops.layer_fwd)
                 f_mem = am.stored(m.is_moe_layer(fl), fl - f_first)
                 fla = fargs + (("layer", fl),)
-            if bl is not None:
+            if bl is None:
+                b_parts, held, release = split_backward(ops.mtp_bwd, p.delay_wgrad), 0.0, 0.0
+                bla = bargs + (("layer", "mtp"),)
+            elif bl >= 0:
                 lops = self.layer_ops(bl)
                 rc = p.recompute_at(bl - b_first)
                 b_parts = split_backward(backward_steps(lops, lops.layer_bwd, lops.attention_bwd_index, rc),
@@ -631,14 +647,16 @@ class _RankProgram(DataParallelMixin):
                 issue(bwd, b_parts.dispatch + b_parts.wgrad, bla)
             if f_parts is not None:
                 issue(fwd, f_parts.experts + f_parts.combine, fla)
-            if b_parts is not None and bl is not None:
+            if b_parts is not None:
                 issue(bwd, b_parts.pre, bla, last_mem=release)
-                self.grads_ready(vsb, bl, b_layers, cb, b_index == ctx.last_g[cb], bla, ctx.buckets, False, False)
+                if bl is not None:
+                    self.grads_ready(vsb, bl, b_layers, cb, b_index == ctx.last_g[cb], bla, ctx.buckets, False,
+                                     False)
             if f_parts is not None:
                 issue(fwd, f_parts.post, fla)
         # the post-processing and the sends
         if vsf == n_vs - 1:
-            issue(fwd, self.ops.head_fwd, fargs, first_mem=am.head + am.logits)
+            issue(fwd, head_fwd, fargs, first_mem=am.head + am.logits)
         use(fwd)
         self.hold(ctx.holds[cf].forward)
         if vsf != n_vs - 1:

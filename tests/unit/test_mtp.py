@@ -282,3 +282,35 @@ def test_the_reports_say_the_depth_only_where_it_is_on():
         table = memory_table(x, [x.parallel.recompute])
         assert ("MTP 1" in format_memory(x, table, []).splitlines()[1]) is on
         assert memory_json(x, table, []).get("mtp_num_layers") == (1 if on else None)
+
+
+@pytest.mark.parametrize("granularity", ["op", "layer"])
+def test_the_ep_overlap_pairs_the_module_as_a_layer(granularity):
+    """Under the EP A2A overlap the module's layer runs in the last stage's combined passes, as
+    Megatron-Core's TransformerLayerSchedulePlan builds an MTP layer, its all-to-alls beside the
+    other direction's compute; memory is released as allocated and the simulated peak is the
+    closed form's."""
+    from sim.config import load_workload
+    from sim.types import CommClass, ScheduleKind, Stream
+
+    base = load_workload("mixtral-8x7b", ["model.num_layers=8", "parallel.global_batch_size=64",
+                                          "parallel.recompute=selective"])
+    p = dataclasses.replace(base.parallel, schedule=ScheduleKind.INTERLEAVED, virtual_pipeline_stages=2,
+                            ep_overlap=True)
+    w = _mtp(dataclasses.replace(base, parallel=p))
+    prog = build_program(w)
+    paired = [t for t in prog.tasks if dict(t.args).get("layer") == "mtp"]
+    assert {dict(t.args)["phase"] for t in paired} == {"fwd", "bwd"}
+    for r in {t.rank for t in prog.tasks}:
+        assert abs(sum(t.mem_start_bytes + t.mem_end_bytes for t in prog.tasks if t.rank == r)) < 1.0
+    run = simulate(w, load_topology("dgx-h100"), granularity=granularity)
+    for s in make_report(run).stages:
+        assert s.peak_memory_bytes == pytest.approx(stage_memory(w, s.stage).total_bytes, rel=1e-12)
+    # the module's all-to-alls run beside the other direction's compute on the last stage
+    spans = run.result.spans
+    last = max(s.rank for s in spans)
+    comp = [s for s in spans if s.rank == last and s.stream is Stream.COMPUTE]
+    a2a = [s for s in spans if s.rank == last and s.comm_class is CommClass.EP and s.end_s > s.start_s
+           and dict(s.args).get("layer") == "mtp"]
+    assert a2a and any(c.start_s < x.end_s - 1e-9 and x.start_s < c.end_s - 1e-9
+                       and dict(c.args).get("phase") != dict(x.args).get("phase") for x in a2a for c in comp)
