@@ -140,8 +140,7 @@ def stage_params(model: ModelSpec, parallel: ParallelSpec, stage: int) -> float:
         n = model.mtp_num_layers
         if n:
             split, replicated = layer_split(model, model.mtp_layer)
-            norms = 3 * 2 * model.hidden_size
-            params += n * (split / parallel.tp + replicated + (model.mtp_extra_params() - norms) / parallel.tp + norms)
+            params += n * ((split + model.mtp_proj_params()) / parallel.tp + replicated + model.mtp_norm_params())
             if parallel.pp > 1 and not model.tied_embeddings:
                 params += emb
     return params

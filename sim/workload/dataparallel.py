@@ -260,8 +260,8 @@ class DataParallelMixin:
             if vs == pp * v - 1 and (pp > 1 or not m.tied_embeddings):
                 acc += emb
             if vs == pp * v - 1 and m.mtp_num_layers:  # the multi-token-prediction modules
-                mtp = m.layer_params(m.mtp_layer) - m.expert_params(m.mtp_layer) + m.mtp_extra_params()
-                acc += m.mtp_num_layers * mtp / p.tp + (emb if pp > 1 and not m.tied_embeddings else 0.0)
+                experts = m.mtp_num_layers * m.expert_params(m.mtp_layer)  # reduced with the experts'
+                acc += (m.mtp_params() - experts) / p.tp + (emb if pp > 1 and not m.tied_embeddings else 0.0)
             last_layer = None
             for layer in reversed(vs_layers[vs]):
                 acc += (m.layer_params(layer) - m.expert_params(layer)) / p.tp

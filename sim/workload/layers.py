@@ -120,6 +120,24 @@ class LayerOps:
             b, w, k = split_weight_gradients(self.layer_bwd, self.attention_bwd_index)
             object.__setattr__(self, "split_bwd", (b, w, k))
 
+    @property
+    def output_fwd(self) -> tuple[Step, ...]:
+        """``head_fwd`` without the multi-token-prediction modules before it (each ``mtp_fwd``
+        ends with a copy of the output layer's steps): the output layer's and loss's own."""
+        if not self.mtp_fwd:
+            return self.head_fwd
+        n = len(self.head_fwd) // len(self.mtp_fwd)  # modules x mtp_fwd + the output's own, shorter
+        return self.head_fwd[n * len(self.mtp_fwd):]
+
+    @property
+    def output_bwd(self) -> tuple[Step, ...]:
+        """``head_bwd`` without the multi-token-prediction modules after it: the loss's and
+        output layer's own backward."""
+        if not self.mtp_bwd:
+            return self.head_bwd
+        n = len(self.head_bwd) // len(self.mtp_bwd)
+        return self.head_bwd[:len(self.head_bwd) - n * len(self.mtp_bwd)]
+
     def for_layer(self, is_moe: bool, bf16: bool = False) -> LayerOps:
         """The ops of a (MoE if ``is_moe``) layer, its linear layers in BF16 if ``bf16``."""
         ops = self.high_precision if bf16 and self.high_precision is not None else self

@@ -384,18 +384,22 @@ class ModelSpec:
         ``num_floating_point_operations``' ``last_layer_is_moe``)."""
         return self.num_layers - 1
 
-    def mtp_extra_params(self) -> int:
-        """Parameters of one multi-token-prediction module beside its transformer layer: the
-        ``2h x h`` projection ``eh_proj`` (no bias) and three norms (``enorm``, ``hnorm``,
-        ``final_layernorm``), counted with a bias each as :meth:`layer_params` counts its
-        norms."""
-        h = self.hidden_size
-        return 2 * h * h + 3 * 2 * h
+    def mtp_proj_params(self) -> int:
+        """Weights of one multi-token-prediction module's ``eh_proj``, ``2h x h`` (no bias;
+        column-parallel, split over TP)."""
+        return 2 * self.hidden_size * self.hidden_size
+
+    def mtp_norm_params(self) -> int:
+        """Parameters of one module's three norms (``enorm``, ``hnorm``, ``final_layernorm``),
+        counted with a bias each as :meth:`layer_params` counts its norms (whole on every TP
+        rank)."""
+        return 3 * 2 * self.hidden_size
 
     def mtp_params(self) -> int:
         """Parameters of all the multi-token-prediction modules, their routed experts included
         (the word embedding and output layer they share are not counted again)."""
-        return self.mtp_num_layers * (self.layer_params(self.mtp_layer) + self.mtp_extra_params())
+        return self.mtp_num_layers * (self.layer_params(self.mtp_layer) + self.mtp_proj_params()
+                                      + self.mtp_norm_params())
 
     def embedding_params(self) -> int:
         """The word embedding's parameters (the output layer's too, tied or not)."""

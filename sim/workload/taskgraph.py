@@ -601,8 +601,7 @@ class _RankProgram(DataParallelMixin):
             issue(fwd, self.ops.embedding_fwd, fargs, first_mem=am.embedding)
         use(bwd)
         ops, mtp = self.ops, m.mtp_num_layers
-        head_fwd = ops.head_fwd[mtp * len(ops.mtp_fwd):]  # the output layer's own steps
-        head_bwd = ops.head_bwd[:len(ops.head_bwd) - mtp * len(ops.mtp_bwd)]
+        head_fwd, head_bwd = ops.output_fwd, ops.output_bwd  # the modules pair as layers below
         if vsb < n_vs - 1:
             self.recv("grad", vsb, mbb, (vsb + 1) % pp, ctx.act_size, bargs)
         else:
