@@ -279,6 +279,30 @@ class AdamImpl(str, Enum):
     ``--optimizer.fused`` off)."""
 
 
+class FsdpCopies(str, Enum):
+    """What a ZeRO-3/FSDP implementation copies around its per-layer collectives on the compute
+    stream (``kernels.fsdp_copies``; :mod:`sim.workload.dataparallel` prices them)."""
+
+    NONE = "none"
+    """Nothing: the gathered weights land where the layer reads them and the gradients are
+    reduced where the backward wrote them (PyTorch FSDP1's flat parameter, whose module
+    parameters are views of its gathered buffer; Megatron-Core's buffers). FSDP1 casts and
+    pre-divides the gradients on its post-backward stream, beside the compute: not priced."""
+    FSDP2 = "fsdp2"
+    """PyTorch FSDP2 (``fully_shard``), which keeps each parameter in storage of its own
+    (``torch/distributed/_composable/fsdp/_fsdp_collectives.py``; ``fsdp/_fully_shard/`` from
+    2025): the all-gather's input is a copy of the rank's shards cast to the 16-bit parameter
+    dtype (``foreach_all_gather``: ``torch._foreach_copy_`` on the copy-in stream); after the
+    all-gather, ``foreach_all_gather_copy_out`` copies the gathered buffer into each parameter
+    (``torch.split_with_sizes_copy`` on the compute stream, read and written once); before the
+    reduce-scatter, ``foreach_reduce`` copies the layer's 16-bit gradients into one
+    reduce-scatter input in the reduce dtype (``torch._chunk_cat``, widening bf16 to fp32),
+    which the compute stream waits for before it goes on. Under pipeline parallelism with
+    gradient sync off until the last micro-batch, each micro-batch's 16-bit gradient is added
+    into an unsharded one upcast to the reduce dtype (``FSDPParam.to_accumulated_grad_if_needed``,
+    ``accumulate_unsharded_grad_if_needed``)."""
+
+
 class PipelineBuffers(str, Enum):
     """What a pipeline runtime holds of each micro-batch at the boundaries of a pipeline stage
     (``kernels.pipeline_buffers``): the received input, the received output gradient and the

@@ -36,6 +36,7 @@ from sim.types import (
     AdamImpl,
     AttentionKernel,
     Dtype,
+    FsdpCopies,
     LossKind,
     PipelineBuffers,
     RecomputeKind,
@@ -494,6 +495,20 @@ def pipeline_buffers_default(f: Fields, pp: int, stack: Stack, notes: Notes) -> 
     if pp == 1 or kept is PipelineBuffers.IN_FLIGHT:
         return kept
     return notes.fill(f.field("pipeline_buffers"), kept, stack.why("pipeline_buffers"))
+
+
+def fsdp_copies_default(f: Fields, zero: int, zero_impl: ZeroImpl, stack: Stack, notes: Notes) -> FsdpCopies:
+    """What ZeRO-3/FSDP copies around its collectives on the compute stream
+    (:attr:`~sim.workload.kernels.KernelsSpec.fsdp_copies`): the case's value, else the stack's,
+    noted where FSDP's per-layer collectives run (ZeRO-3, ``zero_impl: fsdp``) and the stack
+    copies."""
+    value = f.raw.get("fsdp_copies")
+    if value is not None:
+        return parse_enum(FsdpCopies, value, f.path, f.field("fsdp_copies"))
+    kept = stack.value("fsdp_copies")
+    if zero < 3 or zero_impl is not ZeroImpl.FSDP or kept is FsdpCopies.NONE:
+        return kept
+    return notes.fill(f.field("fsdp_copies"), kept, stack.why("fsdp_copies"))
 
 
 def step_passes_default(f: Fields, stack: Stack, notes: Notes) -> frozenset[StepPass]:

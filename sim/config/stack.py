@@ -32,6 +32,7 @@ from sim.types import (
     AttentionKernel,
     CpCommType,
     Dtype,
+    FsdpCopies,
     LossKind,
     PipelineBuffers,
     RecomputeKind,
@@ -224,6 +225,8 @@ SETTINGS: tuple[SettingKind, ...] = (
     SettingKind("pipeline_buffers", _enum(PipelineBuffers), "what the pipeline runtime holds of each "
                 "micro-batch at a stage's boundaries (in-flight: Megatron-Core's schedules; torch: "
                 "torch.distributed.pipelining)"),
+    SettingKind("fsdp_copies", _enum(FsdpCopies), "what ZeRO-3/FSDP copies around each layer's gather and "
+                "reduce-scatter on the compute stream (none; fsdp2: PyTorch FSDP2's copy-out and copy-in)"),
     SettingKind("recompute", _enum(RecomputeKind), "activation recomputation"),
     SettingKind("selective_recompute", _enum(RecomputeKind, (RecomputeKind.SELECTIVE, RecomputeKind.SELECTIVE_OP)),
                 "what a case's recompute: selective means in this release"),
@@ -362,6 +365,8 @@ class Stack:
     def value(self, key: Literal["adam_impl"]) -> AdamImpl: ...
     @overload
     def value(self, key: Literal["pipeline_buffers"]) -> PipelineBuffers: ...
+    @overload
+    def value(self, key: Literal["fsdp_copies"]) -> FsdpCopies: ...
     @overload
     def value(self, key: Literal["step_passes"]) -> frozenset[StepPass]: ...
     @overload

@@ -37,6 +37,7 @@ from sim.config.defaults import (
     ep_overlap_default,
     expert_gemm_streams_default,
     flash_default,
+    fsdp_copies_default,
     fused_elementwise_default,
     grad_accum_fusion_default,
     grad_reduce_default,
@@ -125,7 +126,7 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "grad_reduce_in_fp32", "deterministic",
                   "async_tp_grad_allreduce", "unfused_linear_bias", "adam_impl", "step_passes",
                   "master_param_remainders", "quantized_saved_inputs", "te_quantizer", "expert_gemm_streams",
-                  "pipeline_buffers",
+                  "pipeline_buffers", "fsdp_copies",
                   "cp_comm_type", "hierarchical_context_parallel_sizes", "moe_dispatcher", "ep_overlap",
                   "delay_wgrad")
 """The keys of a case's ``parallel`` section: the parallel strategy, and the kernel switches
@@ -884,12 +885,14 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     expert_streams = expert_gemm_streams_default(f, moe, stack, notes)
     zero_impl = zero_impl_default(f, zero, stack, notes)
     pipeline_buffers = pipeline_buffers_default(f, pp, stack, notes)
+    fsdp_copies = fsdp_copies_default(f, zero, zero_impl, stack, notes)
     kernels = KernelsSpec(
         flash_attention=flash, attention_kernel=kernel, cross_entropy=loss, fused_elementwise=fused,
         gradient_accumulation_fusion=grad_fusion, grad_reduce_in_fp32=grad_fp32, deterministic=deterministic,
         async_tp_grad_allreduce=async_ar, unfused_linear_bias=bias_kernels, adam_impl=adam,
         step_passes=step_passes, master_param_remainders=remainders, quantized_saved_inputs=quantized_inputs,
-        te_quantizer=te_quantizer, expert_gemm_streams=expert_streams, pipeline_buffers=pipeline_buffers)
+        te_quantizer=te_quantizer, expert_gemm_streams=expert_streams, pipeline_buffers=pipeline_buffers,
+        fsdp_copies=fsdp_copies)
     with located(f.path):
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,

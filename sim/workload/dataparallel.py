@@ -21,17 +21,18 @@ from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Protocol
 
-from sim.memory import layer_split
-from sim.types import CollectiveKind, CommClass, Stream
+from sim.memory import FSDP_ACCUMULATED_GRAD_BYTES, layer_split
+from sim.types import CollectiveKind, CommClass, FsdpCopies, MemoryAccess, OpKind, Stream
 from sim.workload import deepspeed_zero3 as ds3
-from sim.workload.ops import CommOp
+from sim.workload.ops import CommOp, MemoryOp
 
 if TYPE_CHECKING:
     from sim.program import Task
     from sim.workload.layout import Layout
     from sim.workload.spec import WorkloadSpec
 
-__all__ = ["DataParallelMixin", "DPScope", "GRAD_REDUCE_BYTES", "PARAM_GATHER_BYTES"]
+__all__ = ["DataParallelMixin", "DPScope", "FSDP_GRAD_BYTES", "FSDP_SHARD_BYTES", "GRAD_REDUCE_BYTES",
+           "PARAM_GATHER_BYTES"]
 
 GRAD_REDUCE_BYTES = 4.0
 """Gradients are reduced in fp32 under bf16 (Megatron-LM ``arguments.py``), unless the workload
@@ -39,6 +40,12 @@ turns :attr:`~sim.workload.kernels.KernelsSpec.grad_reduce_in_fp32` off
 (:attr:`~sim.workload.kernels.KernelsSpec.grad_bytes`)."""
 PARAM_GATHER_BYTES = 2.0
 """The distributed optimizer and ZeRO-3 gather 16-bit weights."""
+FSDP_SHARD_BYTES = 4.0
+"""Bytes per element of FSDP2's sharded parameters, fp32, which its all-gather copy-in casts to
+the 16-bit parameter dtype (``MixedPrecisionPolicy(param_dtype=bfloat16)``; torchtitan
+``--training.mixed_precision_param bfloat16``)."""
+FSDP_GRAD_BYTES = 2.0
+"""Bytes per element of the unsharded gradient the backward writes: the 16-bit parameter dtype."""
 
 
 class DPScope(Enum):
@@ -62,6 +69,8 @@ class CommOpCache(Protocol):
 
     ops: dict[tuple, CommOp]
 
+    def add(self, rank: int, stream: Stream, name: str, op: MemoryOp, deps: list[int], args: tuple) -> Task: ...
+
 
 class DataParallelMixin:
     """Bucketed gradient reduction and ZeRO-3 gathers for :class:`_RankProgram`."""
@@ -70,6 +79,7 @@ class DataParallelMixin:
         b: CommOpCache
         w: WorkloadSpec
         layout: Layout
+        rank: int
         tp_c: int
         dp_c: int
         stage: int
@@ -144,17 +154,64 @@ class DataParallelMixin:
         """All-gather one layer's 16-bit weights over the shard group before it computes,
         issued when the layer before it starts (FSDP2's one-module forward and backward
         prefetch; Zhao et al. 2023, "PyTorch FSDP", arXiv 2304.11277, Sec. 3.3). Nothing
-        when the shard group is one rank (hybrid sharding with ``dp_shard x cp = 1``)."""
-        if len(self.dp_group_of(DPScope.SHARD)[0]) == 1:
+        when the shard group is one rank (hybrid sharding with ``dp_shard x cp = 1``).
+
+        With FSDP2's copies (:attr:`~sim.types.FsdpCopies.FSDP2`) the gather first waits for
+        the copy of the rank's fp32 shards into its 16-bit input (the copy-in stream's
+        ``torch._foreach_copy_``, priced as the op's issue time), and the layer's first kernel
+        waits for the copy of the gathered buffer into each parameter, on the compute stream
+        (``foreach_all_gather_copy_out``: ``torch.split_with_sizes_copy`` reads and writes
+        the layer's 16-bit weights once)."""
+        shard = len(self.dp_group_of(DPScope.SHARD)[0])
+        if shard == 1:
             return
-        op = self.dp_op(CollectiveKind.ALL_GATHER, params * PARAM_GATHER_BYTES)
+        copies = self.w.kernels.fsdp_copies is FsdpCopies.FSDP2
+        issue = self._hbm_s(params / shard * (FSDP_SHARD_BYTES + PARAM_GATHER_BYTES)) if copies else 0.0
+        op = self.dp_op(CollectiveKind.ALL_GATHER, params * PARAM_GATHER_BYTES, issue_s=issue)
         t = self.collective(Stream.DP_GATHER, "ncclAllGather fsdp-params", op, args, [after] if after >= 0 else [])
         self.extra.append(t.id)
+        if copies:
+            self.fsdp_copy("fsdp copy-out", params * 2 * PARAM_GATHER_BYTES, args)
 
-    def fsdp_reduce(self, params: float, args: tuple) -> None:
+    def fsdp_reduce(self, params: float, args: tuple, accumulated: bool = False) -> None:
         """Reduce-scatter one layer's gradients (fp32) right after its backward (and, hybrid,
-        all-reduce the shard across the replicas on FSDP2's all-reduce stream)."""
+        all-reduce the shard across the replicas on FSDP2's all-reduce stream).
+
+        With FSDP2's copies the reduce-scatter waits for the copy of the layer's gradients
+        into its input in the reduce dtype, which the compute stream waits for too
+        (``foreach_reduce``: ``torch._chunk_cat``, widening the 16-bit gradients, or reading
+        the ``accumulated`` ones, already in the reduce dtype)."""
+        if self.w.kernels.fsdp_copies is FsdpCopies.FSDP2:
+            read = FSDP_ACCUMULATED_GRAD_BYTES if accumulated else FSDP_GRAD_BYTES
+            self.fsdp_copy("fsdp copy-in", params * (read + self.w.kernels.grad_bytes), args)
         self.reduce_grads(params, args, "fsdp-grads", replicate_stream=Stream.DP_REPLICATE)
+
+    def fsdp_accumulate(self, params: float, args: tuple, first: bool) -> None:
+        """FSDP2 with gradient sync off (all but the last micro-batch under pipeline
+        parallelism): the layer's 16-bit gradient of this micro-batch is upcast into the
+        unsharded fp32 one (``FSDPParam.to_accumulated_grad_if_needed`` the ``first`` time,
+        ``accumulate_unsharded_grad_if_needed`` after: PyTorch's casting elementwise kernels,
+        :attr:`~sim.types.MemoryAccess.UPCAST`)."""
+        if self.w.kernels.fsdp_copies is not FsdpCopies.FSDP2:
+            return
+        acc = FSDP_ACCUMULATED_GRAD_BYTES
+        nbytes = params * (FSDP_GRAD_BYTES + acc if first else FSDP_GRAD_BYTES + 2 * acc)
+        self.fsdp_copy("fsdp grad-accumulate", nbytes, args, MemoryAccess.UPCAST)
+
+    def fsdp_copy(self, name: str, nbytes: float, args: tuple, access: MemoryAccess = MemoryAccess.STREAM) -> None:
+        """One of FSDP2's copies on the compute stream, after everything issued before it (the
+        gather it copies out of, the backward whose gradients it copies in); the next compute
+        kernel follows it. Collectives left pending keep their count of kernels to wait out."""
+        deps = self.extra
+        self.extra = []
+        if self.last_c >= 0:
+            deps.append(self.last_c)
+        t = self.b.add(self.rank, Stream.COMPUTE, name, MemoryOp(OpKind.ELEMENTWISE, nbytes, access), deps, args)
+        self.last_c = t.id
+
+    def _hbm_s(self, nbytes: float) -> float:
+        gpu = self.w.system.gpu
+        return nbytes / (gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency) + gpu.kernel_launch_s
 
     # -- DeepSpeed 0.3 ZeRO-3 (sim.workload.deepspeed_zero3) ------------------------------
     def ds_tensors(self, vs: int, layer: int, first: bool, last: bool) -> tuple[float, ...]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.types import AdamImpl, AttentionKernel, LossKind, PipelineBuffers, StepPass
+from sim.types import AdamImpl, AttentionKernel, FsdpCopies, LossKind, PipelineBuffers, StepPass
 
 __all__ = ["KERNEL_KEYS", "MEGATRON_CORE_STEP_PASSES", "OPTIMIZER_BYTES", "REMAINDER_OPTIMIZER_BYTES", "KernelsSpec"]
 
@@ -157,6 +157,13 @@ class KernelsSpec:
     inputs and the gradients, and the last stage's logits until the step ends
     (:class:`~sim.types.PipelineBuffers`, :func:`sim.memory.activation_peak_bytes`)."""
 
+    fsdp_copies: FsdpCopies = FsdpCopies.NONE
+    """What ZeRO-3/FSDP copies around each layer's weight gather and gradient reduce-scatter on
+    the compute stream: nothing (FSDP1's flat parameter, Megatron-Core's buffers), or PyTorch
+    FSDP2's copy-out of the gathered weights into each parameter and copy-in of the gradients
+    into the reduce-scatter input (:class:`~sim.types.FsdpCopies`,
+    :mod:`sim.workload.dataparallel`)."""
+
     @property
     def grad_bytes(self) -> float:
         """Bytes of one accumulated weight gradient: 4 (fp32), or 2 without
@@ -174,6 +181,6 @@ KERNEL_KEYS: tuple[str, ...] = ("flash_attention", "attention_kernel", "cross_en
                                 "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
                                 "unfused_linear_bias", "deterministic", "adam_impl", "step_passes",
                                 "master_param_remainders", "quantized_saved_inputs", "te_quantizer",
-                                "expert_gemm_streams", "pipeline_buffers")
+                                "expert_gemm_streams", "pipeline_buffers", "fsdp_copies")
 """The fields of :class:`KernelsSpec`: the keys of a workload file's ``kernels:`` section, also
 read under ``parallel:``."""

@@ -135,6 +135,8 @@ class _RankProgram(DataParallelMixin):
         self.seq: dict[tuple, int] = {}
         self.dp_tasks: list[int] = []
         self.ds_waits: list[int] = []
+        self.fsdp_accumulated: set[tuple[int, int]] = set()
+        """FSDP under PP: the (virtual stage, layer) whose unsharded gradient is accumulating."""
         """DeepSpeed 0.3 ZeRO-3: reduce-scatters the next gather's synchronize waits for."""
         self._dp_groups: dict = {}
         """This rank's data-parallel groups by scope (:meth:`dp_group_of`)."""
@@ -690,8 +692,14 @@ class _RankProgram(DataParallelMixin):
         p = self.w.parallel
         if fsdp and p.zero_impl is ZeroImpl.DEEPSPEED_0_3:
             self.ds_reduce(self.ds_tensors(vs, layer, layer == layers[0], layer == layers[-1]), la)
-        elif fsdp and (not fsdp_once or last):
-            self.fsdp_reduce(self.layer_params(vs, layer, layer == layers[0], layer == layers[-1]), la)
+        elif fsdp:
+            params = self.layer_params(vs, layer, layer == layers[0], layer == layers[-1])
+            if fsdp_once:  # gradient sync off but after the last micro-batch: accumulate, unsharded
+                first = (vs, layer) not in self.fsdp_accumulated
+                self.fsdp_accumulated.add((vs, layer))
+                self.fsdp_accumulate(params, la, first)
+            if not fsdp_once or last:
+                self.fsdp_reduce(params, la, accumulated=fsdp_once)
         if p.overlap_grad_reduce and last:
             args = la[:-1]
             for bucket in buckets.get((chunk, layer), ()):
