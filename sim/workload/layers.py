@@ -42,6 +42,7 @@ from sim.types import (
     RecomputeModule,
     ScalingRecipe,
     Stream,
+    ZeroImpl,
 )
 from sim.workload import eager as eager_kernels
 from sim.workload import nongemm
@@ -427,6 +428,34 @@ class LayerBuilder:
                       extra_kernels=cast.kernels + extra_kernels,
                       streams=self.kspec.expert_gemm_streams if batch > 1 else 0)
 
+    def grad_accumulation(self, weights: float) -> tuple[float, int]:
+        """Bytes and kernels of adding a fresh 16-bit weight gradient of ``weights`` elements
+        into the fp32 accumulated one, where no gradient-accumulation fusion does it in the GEMM
+        (:attr:`KernelsSpec.gradient_accumulation_fusion` off).
+
+        Megatron-Core's backward hook adds the 16-bit gradient into ``main_grad`` in one kernel
+        (``param.main_grad.add_(param.grad.data)``): read 2 + 4, write 4 bytes. DeepSpeed's bf16
+        optimizer (:attr:`~sim.types.ZeroImpl.DEEPSPEED_BF16`) first copies it to fp32, then
+        adds that copy into its fp32 gradient (``BF16_Optimizer.update_hp_grads``:
+        ``hp_grad.data.add_(lp.grad.data.to(hp_grad.dtype))``, after every micro-batch's
+        backward, deepspeedai/DeepSpeed ``deepspeed/runtime/bf16_optimizer.py`` @ v0.7.0, the
+        pipeline engine's ``_exec_backward_pass``): read 2, write 4, then read 4 + 4, write 4.
+
+        >>> from sim.workload.spec import ModelSpec, ParallelSpec
+        >>> m = ModelSpec("m", 2, 256, 4, 4, 512, 1000, 128)
+        >>> k = KernelsSpec(gradient_accumulation_fusion=False)
+        >>> LayerBuilder(m, ParallelSpec(), Dtype.BF16, (0,), kernels=k).grad_accumulation(1.0)
+        (10.0, 1)
+        >>> ds = ParallelSpec(zero_stage=1, zero_impl=ZeroImpl.DEEPSPEED_BF16)
+        >>> LayerBuilder(m, ds, Dtype.BF16, (0,), kernels=k).grad_accumulation(1.0)
+        (18.0, 2)
+        """
+        g = self.kspec.grad_bytes
+        if self.parallel.zero_impl is ZeroImpl.DEEPSPEED_BF16:
+            hp = dtype_bytes(Dtype.FP32)
+            return weights * (self.e + hp + 3 * hp), 2
+        return weights * (self.e + 2 * g), 1
+
     def out_fill(self, m_: int, n_: int) -> tuple[float, int]:
         """Deterministic mode's NaN fill of a fresh ``[m_, n_]`` 16-bit GEMM output."""
         return (m_ * n_ * self.e, 1) if self.fill else (0.0, 0)
@@ -480,7 +509,8 @@ class LayerBuilder:
         extra, kernels = 0.0, 0
         if not self.kspec.gradient_accumulation_fusion:
             fill, fills = self.out_fill(inp, out)
-            extra, kernels = experts * fill + weights * (self.e + 2 * self.kspec.grad_bytes), experts * fills + 1
+            acc, adds = self.grad_accumulation(weights)
+            extra, kernels = experts * fill + acc, experts * fills + adds
         op = self.gemm(inp, out, m, self.casts(m * experts, inp, out).wgrad, extra, kernels,
                        batch=experts)
         if self.kspec.gradient_accumulation_fusion:
@@ -691,7 +721,8 @@ class LayerBuilder:
         # into it by the same hook
         head_w = hg(V // t, h, T)
         if not self.kspec.gradient_accumulation_fusion:
-            head_w = replace(head_w, extra_bytes=(V // t) * h * (e + 2 * self.kspec.grad_bytes), extra_kernels=1)
+            acc, adds = self.grad_accumulation((V // t) * h)
+            head_w = replace(head_w, extra_bytes=acc, extra_kernels=adds)
         else:
             head_w = replace(head_w, epilogue_bytes=(V // t) * h * (2 * self.kspec.grad_bytes - e))
         head_bwd = (c("cross-entropy-bwd", loss_bwd),
