@@ -469,21 +469,48 @@ class LayerBuilder:
     # quantizes its input and incoming gradient over ``m_splits`` as ``te.Linear`` does
     # (NVIDIA/TransformerEngine ``transformer_engine/pytorch/module/grouped_linear.py`` @ v2.8,
     # ``tex.split_quantize``).
+    def weight_casts(self, weights: float) -> tuple[Cast, Cast]:
+        """The work on a linear layer's ``weights`` elements each forward and each input
+        gradient does, where the weight is not quantized once an iteration: torchao's
+        ``Float8Linear`` (FP8 without Transformer Engine's quantizers, ``te_quantizer`` off).
+
+        Its forward casts the 16-bit weight at every call, dynamic tensorwise scaling by
+        default (``get_weight_scale``: the amax, a read; ``cast_weight_to_float8_t``: a read and
+        an 8-bit write; pytorch/ao ``torchao/float8/float8_linear.py``), and saves the 8-bit
+        weight for the backward, whose input-gradient GEMM takes it as the second operand
+        row-major, which ``torch._scaled_mm`` takes only column-major: a transposed copy
+        (``preprocess_addmm``: ``b_data.t().contiguous().t()``, ``torchao/float8/float8_ops.py``).
+        A recomputed forward casts again. Transformer Engine's quantized weights are cached
+        over an iteration's micro-batches and are not priced.
+
+        >>> from sim.workload.spec import ModelSpec, ParallelSpec
+        >>> m = ModelSpec("m", 2, 256, 4, 4, 512, 1000, 128)
+        >>> ao = LayerBuilder(m, ParallelSpec(), Dtype.FP8, (0,), kernels=KernelsSpec(te_quantizer=False))
+        >>> ao.weight_casts(10.0)
+        (Cast(bytes=50.0, kernels=2), Cast(bytes=20.0, kernels=1))
+        >>> LayerBuilder(m, ParallelSpec(), Dtype.FP8, (0,), kernels=KernelsSpec()).weight_casts(10.0)
+        (Cast(bytes=0.0, kernels=0), Cast(bytes=0.0, kernels=0))
+        """
+        if self.dtype is not Dtype.FP8 or self.kspec.te_quantizer:
+            return Cast(), Cast()
+        return Cast(weights * (2 * self.e + 1), 2), Cast(2.0 * weights, 1)
+
     def fwd_gemm(self, out: int, inp: int, tokens: int | None = None, experts: int = 1) -> GemmOp:
         """Forward GEMM ``[T, inp] @ [inp, out]`` (``T``: ``tokens``, default the layer's; per
-        expert, above); in low precision its input is quantized first."""
+        expert, above); in low precision its input is quantized first (and, under torchao, its
+        weight: :meth:`weight_casts`)."""
         m = self.T if tokens is None else tokens
         rows = m * experts
-        return self.gemm(m, out, inp, self.casts(rows, inp, out).fprop,
-                         *self.out_fill(rows, out), batch=experts)
+        cast = self.casts(rows, inp, out).fprop + self.weight_casts(experts * inp * out)[0]
+        return self.gemm(m, out, inp, cast, *self.out_fill(rows, out), batch=experts)
 
     def dgrad_gemm(self, inp: int, out: int, tokens: int | None = None, experts: int = 1) -> GemmOp:
         """Input-gradient GEMM ``[T, out] @ [out, inp]`` (as :meth:`fwd_gemm`); the incoming
-        gradient is quantized."""
+        gradient is quantized (and, under torchao, the saved 8-bit weight transposed)."""
         m = self.T if tokens is None else tokens
         rows = m * experts
-        return self.gemm(m, inp, out, self.casts(rows, inp, out).dgrad,
-                         *self.out_fill(rows, inp), batch=experts)
+        cast = self.casts(rows, inp, out).dgrad + self.weight_casts(experts * inp * out)[1]
+        return self.gemm(m, inp, out, cast, *self.out_fill(rows, inp), batch=experts)
 
     def wgrad_gemm(self, inp: int, out: int, tokens: int | None = None, experts: int = 1) -> GemmOp:
         """Weight-gradient GEMM ``[inp, T] @ [T, out]`` (as :meth:`fwd_gemm`); in FP8 both

@@ -8,7 +8,8 @@ with the GEMM (:attr:`~sim.workload.ops.GemmOp.extra_bytes`,
 :attr:`~sim.workload.ops.GemmOp.extra_kernels`). Weights are quantized once per iteration
 (Megatron-Core's Transformer Engine wrappers pass ``is_first_microbatch``, so the quantized
 weight is cached over the micro-batches; ``megatron/core/extensions/transformer_engine.py``)
-and are not priced.
+and are not priced; torchao's ``Float8Linear`` casts its weight at every call
+(:meth:`sim.workload.layers.LayerBuilder.weight_casts`).
 
 **FP8 and MXFP8**: the fprop's input and the dgrad's incoming gradient are cast (read 16 bits,
 write 8; with current scaling one more read for the amax, Transformer Engine

@@ -48,3 +48,43 @@ def test_with_fusion_nothing_is_added_whatever_the_optimizer():
     fused_ds = replace_settings(ds, gradient_accumulation_fusion=True)
     for a, b in zip(_wgrads(build_program(fused)), _wgrads(build_program(fused_ds))):
         assert a.op == b.op
+
+
+# --- torchao's float8 weight, cast at every call (LayerBuilder.weight_casts) ----------------------
+
+
+def _fp8(te_quantizer: bool, recompute=None):
+    from sim.types import Dtype, RecomputeKind
+    w = make_workload(layers=2, tp=2, gbs=4, gpu="H100-SXM5-80GB",
+                      recompute=recompute or RecomputeKind.NONE)
+    return replace_settings(dataclasses.replace(w, dtype=Dtype.FP8), te_quantizer=te_quantizer)
+
+
+_LINEARS = ("qkv", "proj", "fc1", "fc2")
+
+
+def _gemms(program, suffix):
+    """Rank 0's FP8 linear GEMMs of one kind: ``""`` the forward, ``"-dgrad"``, ``"-wgrad"``."""
+    names = {n + suffix for n in _LINEARS}
+    return [t for t in program.tasks if t.rank == 0 and not t.comm and t.name in names]
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_torchaos_weight_is_cast_every_forward_and_transposed_for_the_input_gradient(full):
+    from sim.types import RecomputeKind
+    rc = RecomputeKind.FULL if full else RecomputeKind.NONE
+    te, ao = build_program(_fp8(True, rc)), build_program(_fp8(False, rc))
+    fwd_te, fwd_ao = _gemms(te, ""), _gemms(ao, "")
+    assert len(fwd_te) == len(fwd_ao) > 0
+    if full:  # the recomputed forward casts the weight again
+        assert len(fwd_ao) == 2 * len(_gemms(build_program(_fp8(False)), ""))
+    for a, b in zip(fwd_te, fwd_ao):
+        weights = a.op.n * a.op.k  # the forward GEMM [T, k] @ [k, n]
+        assert b.op.extra_bytes - a.op.extra_bytes == pytest.approx(5.0 * weights)  # amax, cast
+        assert b.op.extra_kernels - a.op.extra_kernels == 2
+    assert len(_gemms(te, "-dgrad")) == len(_gemms(ao, "-dgrad")) > 0
+    for a, b in zip(_gemms(te, "-dgrad"), _gemms(ao, "-dgrad")):
+        weights = a.op.n * a.op.k  # [T, out] @ [out, in]
+        assert b.op.extra_bytes - a.op.extra_bytes == pytest.approx(2.0 * weights)  # the transposed copy
+    for a, b in zip(_gemms(te, "-wgrad"), _gemms(ao, "-wgrad")):
+        assert a.op == b.op
