@@ -49,6 +49,17 @@ def workload_factory():
     return make_workload
 
 
+def load_case_dict(tmp_path: Path, case: dict):
+    """``case`` written as a workload file under ``tmp_path`` and loaded as a user's file is:
+    the workload and the notes of the defaults filled."""
+    import yaml
+
+    from sim.config import load_workload_with_notes
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(case, sort_keys=False))
+    return load_workload_with_notes(str(path))
+
+
 def load_script(path: Path) -> ModuleType:
     """A script outside the package (``benchmarks/``) imported as a module of its file's stem,
     registered in ``sys.modules`` (dataclasses look their module up there)."""

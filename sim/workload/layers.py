@@ -450,25 +450,11 @@ class LayerBuilder:
         >>> LayerBuilder(m, ds, Dtype.BF16, (0,), kernels=k).grad_accumulation(1.0)
         (18.0, 2)
         """
-        g = self.kspec.grad_bytes
         if self.parallel.zero_impl is ZeroImpl.DEEPSPEED_BF16:
             hp = dtype_bytes(Dtype.FP32)
             return weights * (self.e + hp + 3 * hp), 2
-        return weights * (self.e + 2 * g), 1
+        return weights * (self.e + 2 * self.kspec.grad_bytes), 1
 
-    def out_fill(self, m_: int, n_: int) -> tuple[float, int]:
-        """Deterministic mode's NaN fill of a fresh ``[m_, n_]`` 16-bit GEMM output."""
-        return (m_ * n_ * self.e, 1) if self.fill else (0.0, 0)
-
-    # the quantization of each GEMM's 16-bit operands (sim.workload.quantization). A linear
-    # layer of ``experts`` local experts (MoE), each on ``tokens`` rows, runs each of its three
-    # GEMMs as one grouped kernel and quantizes over all the experts' rows: Megatron-Core's
-    # experts are Transformer Engine linears in the layers' recipe (``TEGroupedMLP`` or
-    # ``SequentialMLP``, ``megatron/core/transformer/moe/experts.py``, with
-    # ``fuse_wgrad_accumulation=config.gradient_accumulation_fusion``), and TE's grouped linear
-    # quantizes its input and incoming gradient over ``m_splits`` as ``te.Linear`` does
-    # (NVIDIA/TransformerEngine ``transformer_engine/pytorch/module/grouped_linear.py`` @ v2.8,
-    # ``tex.split_quantize``).
     def weight_casts(self, weights: float) -> tuple[Cast, Cast]:
         """The work on a linear layer's ``weights`` elements each forward and each input
         gradient does, where the weight is not quantized once an iteration: torchao's
@@ -495,6 +481,19 @@ class LayerBuilder:
             return Cast(), Cast()
         return Cast(weights * (2 * self.e + 1), 2), Cast(2.0 * weights, 1)
 
+    def out_fill(self, m_: int, n_: int) -> tuple[float, int]:
+        """Deterministic mode's NaN fill of a fresh ``[m_, n_]`` 16-bit GEMM output."""
+        return (m_ * n_ * self.e, 1) if self.fill else (0.0, 0)
+
+    # the quantization of each GEMM's 16-bit operands (sim.workload.quantization). A linear
+    # layer of ``experts`` local experts (MoE), each on ``tokens`` rows, runs each of its three
+    # GEMMs as one grouped kernel and quantizes over all the experts' rows: Megatron-Core's
+    # experts are Transformer Engine linears in the layers' recipe (``TEGroupedMLP`` or
+    # ``SequentialMLP``, ``megatron/core/transformer/moe/experts.py``, with
+    # ``fuse_wgrad_accumulation=config.gradient_accumulation_fusion``), and TE's grouped linear
+    # quantizes its input and incoming gradient over ``m_splits`` as ``te.Linear`` does
+    # (NVIDIA/TransformerEngine ``transformer_engine/pytorch/module/grouped_linear.py`` @ v2.8,
+    # ``tex.split_quantize``).
     def fwd_gemm(self, out: int, inp: int, tokens: int | None = None, experts: int = 1) -> GemmOp:
         """Forward GEMM ``[T, inp] @ [inp, out]`` (``T``: ``tokens``, default the layer's; per
         expert, above); in low precision its input is quantized first (and, under torchao, its

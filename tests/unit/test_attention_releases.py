@@ -15,13 +15,13 @@ import yaml
 
 from sim.attention_releases import CATALOGUE_FROM, MEASURED, MEASURED_SEQS, parse_release, with_cudnn_release
 from sim.cli import main
-from sim.config import load_workload_with_notes
 from sim.config.stacks import load_stack
 from sim.costs.compute import attention_time_s
 from sim.errors import ConfigError
 from sim.hardware import get_gpu
 from sim.types import AttentionKernel
 from sim.workload.ops import AttentionOp
+from tests.conftest import load_case_dict
 
 
 @pytest.mark.parametrize("m", MEASURED, ids=lambda m: f"{m.gpu}-{m.label}")
@@ -70,28 +70,22 @@ def _case(stack: str, gpu: str = "B200", **kernels) -> dict:
             **({"kernels": kernels} if kernels else {})}
 
 
-def _load(tmp_path, case: dict):
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(case, sort_keys=False))
-    return load_workload_with_notes(str(path))
-
-
 @pytest.mark.parametrize("stack, release", [("nemo-25", "9.10.2"), ("megatron-bridge-25", "9.13.0")])
 def test_a_stack_before_9_18_runs_blackwell_attention_at_its_release(tmp_path, stack, release):
-    w, notes = _load(tmp_path, _case(stack))
+    w, notes = load_case_dict(tmp_path, _case(stack))
     note = next(n for n in notes if n.startswith("attention: cuDNN"))
     assert f"-> cuDNN {release} as measured on B200" in note and f"(stack {stack}:" in note
     op = AttentionOp(1, 32, 8, 8192, 128, True, True)
     assert attention_time_s(w.system.gpu, op) > 1.05 * attention_time_s(get_gpu("B200"), op)
-    later, later_notes = _load(tmp_path, _case("megatron-bridge"))  # NeMo 26.x: the catalogue's 9.19
+    later, later_notes = load_case_dict(tmp_path, _case("megatron-bridge"))  # NeMo 26.x: the catalogue's 9.19
     assert later.system.gpu == get_gpu("B200") and not any(n.startswith("attention: cuDNN") for n in later_notes)
 
 
 def test_flash_attention_2_and_hopper_keep_their_curves(tmp_path):
-    fa2, notes = _load(tmp_path, _case("nemo-25", attention_kernel="flash2"))
+    fa2, notes = load_case_dict(tmp_path, _case("nemo-25", attention_kernel="flash2"))
     assert fa2.kernels.attention_kernel is AttentionKernel.FLASH2
     assert fa2.system.gpu == get_gpu("B200") and not any(n.startswith("attention: cuDNN") for n in notes)
-    h100, notes = _load(tmp_path, _case("nemo-25", gpu="H100-SXM5-80GB"))
+    h100, notes = load_case_dict(tmp_path, _case("nemo-25", gpu="H100-SXM5-80GB"))
     assert h100.system.gpu == get_gpu("H100") and not any(n.startswith("attention: cuDNN") for n in notes)
 
 

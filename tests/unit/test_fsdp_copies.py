@@ -11,14 +11,14 @@ import pytest
 import yaml
 
 from sim.cli import main
-from sim.config import load_topology, load_workload_with_notes
+from sim.config import load_topology
 from sim.config.stacks import load_stack
 from sim.memory import FSDP_ACCUMULATED_GRAD_BYTES
 from sim.runner import simulate
 from sim.types import FsdpCopies, MemoryAccess, Stream, ZeroImpl
 from sim.workload.dataparallel import FSDP_GRAD_BYTES, FSDP_SHARD_BYTES, PARAM_GATHER_BYTES
 from sim.workload.taskgraph import build_program
-from tests.conftest import make_workload, replace_settings
+from tests.conftest import load_case_dict, make_workload, replace_settings
 
 DGX = load_topology("dgx-a100")
 
@@ -128,19 +128,13 @@ def _case(stack: str, **kernels) -> dict:
             **({"kernels": kernels} if kernels else {})}
 
 
-def _load(tmp_path, case: dict):
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(case, sort_keys=False))
-    return load_workload_with_notes(str(path))
-
-
 def test_a_case_takes_its_stacks_copies_noted_and_its_own_first(tmp_path):
-    w, notes = _load(tmp_path, _case("torchtitan"))
+    w, notes = load_case_dict(tmp_path, _case("torchtitan"))
     assert w.kernels.fsdp_copies is FsdpCopies.FSDP2
     assert any(n.startswith("parallel.fsdp_copies: null -> fsdp2 (stack torchtitan:") for n in notes), notes
-    w, notes = _load(tmp_path, _case("pytorch-fsdp"))
+    w, notes = load_case_dict(tmp_path, _case("pytorch-fsdp"))
     assert w.kernels.fsdp_copies is FsdpCopies.NONE and not any("fsdp_copies" in n for n in notes)
-    w, _ = _load(tmp_path, _case("torchtitan", fsdp_copies="none"))
+    w, _ = load_case_dict(tmp_path, _case("torchtitan", fsdp_copies="none"))
     assert w.kernels.fsdp_copies is FsdpCopies.NONE
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from sim.config import load_topology
 from sim.runner import simulate
-from sim.types import ZeroImpl
+from sim.types import Dtype, RecomputeKind, ZeroImpl
 from sim.workload.taskgraph import build_program
 from tests.conftest import make_workload, replace_settings
 
@@ -53,10 +53,9 @@ def test_with_fusion_nothing_is_added_whatever_the_optimizer():
 # --- torchao's float8 weight, cast at every call (LayerBuilder.weight_casts) ----------------------
 
 
-def _fp8(te_quantizer: bool, recompute=None):
-    from sim.types import Dtype, RecomputeKind
+def _fp8(te_quantizer: bool, recompute=RecomputeKind.NONE):
     w = make_workload(layers=2, tp=2, gbs=4, gpu="H100-SXM5-80GB",
-                      recompute=recompute or RecomputeKind.NONE)
+                      recompute=recompute)
     return replace_settings(dataclasses.replace(w, dtype=Dtype.FP8), te_quantizer=te_quantizer)
 
 
@@ -71,7 +70,6 @@ def _gemms(program, suffix):
 
 @pytest.mark.parametrize("full", [False, True])
 def test_torchaos_weight_is_cast_every_forward_and_transposed_for_the_input_gradient(full):
-    from sim.types import RecomputeKind
     rc = RecomputeKind.FULL if full else RecomputeKind.NONE
     te, ao = build_program(_fp8(True, rc)), build_program(_fp8(False, rc))
     fwd_te, fwd_ao = _gemms(te, ""), _gemms(ao, "")

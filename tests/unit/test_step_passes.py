@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from sim.cli import main
-from sim.config import load_topology, load_workload_with_notes
+from sim.config import load_topology
 from sim.config.stacks import load_stack
 from sim.errors import ConfigError
 from sim.memory import state_bytes
@@ -16,7 +16,7 @@ from sim.runner import simulate
 from sim.types import StepPass
 from sim.workload.kernels import MEGATRON_CORE_STEP_PASSES
 from sim.workload.step_passes import OPTIMIZER_BYTES_PER_PARAM
-from tests.conftest import make_workload, replace_settings
+from tests.conftest import load_case_dict, make_workload, replace_settings
 
 DGX = load_topology("dgx-a100")
 MEGATRON_2022 = frozenset({StepPass.ZERO_GRAD_BUFFER, StepPass.GRAD_DIVIDE, StepPass.CLIP_GRAD_NORM,
@@ -98,23 +98,17 @@ def _case(stack: str, **kernels) -> dict:
             **({"kernels": kernels} if kernels else {})}
 
 
-def _load(tmp_path, case: dict):
-    path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump(case, sort_keys=False))
-    return load_workload_with_notes(str(path))
-
-
 def test_a_case_takes_its_stacks_passes_noted_and_its_own_list_first(tmp_path):
-    w, notes = _load(tmp_path, _case("megatron-lm-2022"))
+    w, notes = load_case_dict(tmp_path, _case("megatron-lm-2022"))
     assert w.kernels.step_passes == MEGATRON_2022
     assert any(n.startswith("parallel.step_passes: null -> [zero-grad-buffer, grad-divide, clip-grad-norm, "
                             "master-copy] (stack megatron-lm-2022:") for n in notes)
-    core, notes = _load(tmp_path, _case("megatron-core"))
+    core, notes = load_case_dict(tmp_path, _case("megatron-core"))
     assert core.kernels.step_passes == MEGATRON_CORE_STEP_PASSES
     assert not any("step_passes" in n for n in notes)  # the usual value needs no note
-    own, _ = _load(tmp_path, _case("megatron-lm-2022", step_passes=["master-copy"]))
+    own, _ = load_case_dict(tmp_path, _case("megatron-lm-2022", step_passes=["master-copy"]))
     assert own.kernels.step_passes == {StepPass.MASTER_COPY}
-    empty, _ = _load(tmp_path, _case("megatron-core", step_passes=[]))
+    empty, _ = load_case_dict(tmp_path, _case("megatron-core", step_passes=[]))
     assert empty.kernels.step_passes == frozenset()
 
 
@@ -176,10 +170,10 @@ def test_each_stack_names_its_adam_and_a_case_may_give_its_own(tmp_path, capsys)
     assert load_stack("torchtitan").value("adam_impl") is AdamImpl.FOREACH
     for name in ("megatron-core", "megatron-lm-2022", "nemo-24", "nemo-25", "megatron-bridge", "deepspeed-zero3"):
         assert load_stack(name).value("adam_impl") is AdamImpl.FUSED, name
-    w, notes = _load(tmp_path, _case("torchtitan"))
+    w, notes = load_case_dict(tmp_path, _case("torchtitan"))
     assert w.kernels.adam_impl is AdamImpl.FOREACH
     assert any(n.startswith("parallel.adam_impl: null -> foreach (stack torchtitan:") for n in notes)
-    own, _ = _load(tmp_path, _case("torchtitan", adam_impl="fused"))
+    own, _ = load_case_dict(tmp_path, _case("torchtitan", adam_impl="fused"))
     assert own.kernels.adam_impl is AdamImpl.FUSED
     case = tmp_path / "bad.yaml"
     case.write_text(yaml.safe_dump(_case("megatron-core", adam_impl="apex")))
