@@ -279,6 +279,29 @@ class AdamImpl(str, Enum):
     ``--optimizer.fused`` off)."""
 
 
+class RopeImpl(str, Enum):
+    """How the model's code applies the rotary embedding (``kernels.rope_impl``), which decides
+    what ``torch.compile`` can make of it (:meth:`sim.workload.layers.LayerBuilder.rope`)."""
+
+    FUSED = "fused"
+    """One kernel each for the query and the key, reading and writing it: Megatron-Core's and
+    Transformer Engine's fused RoPE (``apply_rope_fusion``), or real-valued code (Hugging
+    Face's ``rotate_half``) that ``torch.compile`` fuses into one Triton kernel."""
+    COMPLEX = "complex"
+    """torchtitan's Llama (``torchtitan/models/llama/model.py``, ``apply_rotary_emb``):
+    ``torch.view_as_complex(xq.float().reshape(..., -1, 2)) * freqs_cis`` in complex64, then
+    ``view_as_real(...).flatten(3).type_as(xq)``, and ``repeat_kv`` expanding K and V to every
+    query head before SDPA. TorchInductor does not generate code for complex tensors
+    (``torch/_inductor/lowering.py``, ``unsupported_input_tensor``: "Torchinductor does not
+    support code generation for complex operators. Performance may be worse than eager."), so
+    under ``torch.compile`` the complex multiply stays an ATen kernel and the casts on either
+    side of it stay kernels of their own, and the repeated K and V are written out for SDPA,
+    an external kernel that reads them from memory: profiled in a compiled torchtitan layer on
+    our H100 (``benchmarks/device/results/h100-sxm5-80gb-2026-11-26-eager-layer.json``, case
+    ``llama31_8b_b2_s8192_compiled``: 674 us of rotary and K/V copies a layer forward, 677 us
+    backward, against 113 us each for a fused RoPE)."""
+
+
 class FsdpCopies(str, Enum):
     """What a ZeRO-3/FSDP implementation copies around its per-layer collectives on the compute
     stream (``kernels.fsdp_copies``; :mod:`sim.workload.dataparallel` prices them)."""

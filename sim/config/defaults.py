@@ -41,6 +41,7 @@ from sim.types import (
     PipelineBuffers,
     RecomputeKind,
     RecomputeModule,
+    RopeImpl,
     ScheduleKind,
     StepPass,
     ZeroImpl,
@@ -509,6 +510,20 @@ def fsdp_copies_default(f: Fields, zero: int, zero_impl: ZeroImpl, stack: Stack,
     if zero < 3 or zero_impl is not ZeroImpl.FSDP or kept is FsdpCopies.NONE:
         return kept
     return notes.fill(f.field("fsdp_copies"), kept, stack.why("fsdp_copies"))
+
+
+def rope_impl_default(f: Fields, fused: bool, stack: Stack, notes: Notes) -> RopeImpl:
+    """How the model's code applies the rotary embedding
+    (:attr:`~sim.workload.kernels.KernelsSpec.rope_impl`): the case's value, else the stack's,
+    noted where it changes the price: elementwise code that is compiled (``fused``) under a
+    stack whose code multiplies in complex numbers."""
+    value = f.raw.get("rope_impl")
+    if value is not None:
+        return parse_enum(RopeImpl, value, f.path, f.field("rope_impl"))
+    kept = stack.value("rope_impl")
+    if kept is RopeImpl.FUSED or not fused:
+        return kept
+    return notes.fill(f.field("rope_impl"), kept, stack.why("rope_impl"))
 
 
 def step_passes_default(f: Fields, stack: Stack, notes: Notes) -> frozenset[StepPass]:

@@ -36,6 +36,7 @@ from sim.types import (
     LossKind,
     PipelineBuffers,
     RecomputeKind,
+    RopeImpl,
     ScalingRecipe,
     StepPass,
     ZeroImpl,
@@ -227,6 +228,8 @@ SETTINGS: tuple[SettingKind, ...] = (
                 "torch.distributed.pipelining)"),
     SettingKind("fsdp_copies", _enum(FsdpCopies), "what ZeRO-3/FSDP copies around each layer's gather and "
                 "reduce-scatter on the compute stream (none; fsdp2: PyTorch FSDP2's copy-out and copy-in)"),
+    SettingKind("rope_impl", _enum(RopeImpl), "how the model's code applies the rotary embedding (fused; "
+                "complex: torchtitan's complex multiply, which torch.compile leaves to ATen)"),
     SettingKind("recompute", _enum(RecomputeKind), "activation recomputation"),
     SettingKind("selective_recompute", _enum(RecomputeKind, (RecomputeKind.SELECTIVE, RecomputeKind.SELECTIVE_OP)),
                 "what a case's recompute: selective means in this release"),
@@ -367,6 +370,8 @@ class Stack:
     def value(self, key: Literal["pipeline_buffers"]) -> PipelineBuffers: ...
     @overload
     def value(self, key: Literal["fsdp_copies"]) -> FsdpCopies: ...
+    @overload
+    def value(self, key: Literal["rope_impl"]) -> RopeImpl: ...
     @overload
     def value(self, key: Literal["step_passes"]) -> frozenset[StepPass]: ...
     @overload

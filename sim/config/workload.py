@@ -49,6 +49,7 @@ from sim.config.defaults import (
     quantized_inputs_default,
     recompute_default,
     remainders_default,
+    rope_impl_default,
     sp_default,
     step_passes_default,
     te_quantizer_default,
@@ -126,7 +127,7 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "grad_reduce_in_fp32", "deterministic",
                   "async_tp_grad_allreduce", "unfused_linear_bias", "adam_impl", "step_passes",
                   "master_param_remainders", "quantized_saved_inputs", "te_quantizer", "expert_gemm_streams",
-                  "pipeline_buffers", "fsdp_copies",
+                  "pipeline_buffers", "fsdp_copies", "rope_impl",
                   "cp_comm_type", "hierarchical_context_parallel_sizes", "moe_dispatcher", "ep_overlap",
                   "delay_wgrad")
 """The keys of a case's ``parallel`` section: the parallel strategy, and the kernel switches
@@ -886,13 +887,14 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     zero_impl = zero_impl_default(f, zero, stack, notes)
     pipeline_buffers = pipeline_buffers_default(f, pp, stack, notes)
     fsdp_copies = fsdp_copies_default(f, zero, zero_impl, stack, notes)
+    rope_impl = rope_impl_default(f, fused, stack, notes)
     kernels = KernelsSpec(
         flash_attention=flash, attention_kernel=kernel, cross_entropy=loss, fused_elementwise=fused,
         gradient_accumulation_fusion=grad_fusion, grad_reduce_in_fp32=grad_fp32, deterministic=deterministic,
         async_tp_grad_allreduce=async_ar, unfused_linear_bias=bias_kernels, adam_impl=adam,
         step_passes=step_passes, master_param_remainders=remainders, quantized_saved_inputs=quantized_inputs,
         te_quantizer=te_quantizer, expert_gemm_streams=expert_streams, pipeline_buffers=pipeline_buffers,
-        fsdp_copies=fsdp_copies)
+        fsdp_copies=fsdp_copies, rope_impl=rope_impl)
     with located(f.path):
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,

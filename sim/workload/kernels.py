@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.types import AdamImpl, AttentionKernel, FsdpCopies, LossKind, PipelineBuffers, StepPass
+from sim.types import AdamImpl, AttentionKernel, FsdpCopies, LossKind, PipelineBuffers, RopeImpl, StepPass
 
 __all__ = ["KERNEL_KEYS", "MEGATRON_CORE_STEP_PASSES", "OPTIMIZER_BYTES", "REMAINDER_OPTIMIZER_BYTES", "KernelsSpec"]
 
@@ -164,6 +164,11 @@ class KernelsSpec:
     into the reduce-scatter input (:class:`~sim.types.FsdpCopies`,
     :mod:`sim.workload.dataparallel`)."""
 
+    rope_impl: RopeImpl = RopeImpl.FUSED
+    """How the model's code applies the rotary embedding, which decides its kernels under
+    ``torch.compile`` (:class:`~sim.types.RopeImpl`): fused, or torchtitan's complex multiply,
+    which TorchInductor leaves to ATen (its casts and the repeated K/V written out)."""
+
     @property
     def grad_bytes(self) -> float:
         """Bytes of one accumulated weight gradient: 4 (fp32), or 2 without
@@ -181,6 +186,6 @@ KERNEL_KEYS: tuple[str, ...] = ("flash_attention", "attention_kernel", "cross_en
                                 "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
                                 "unfused_linear_bias", "deterministic", "adam_impl", "step_passes",
                                 "master_param_remainders", "quantized_saved_inputs", "te_quantizer",
-                                "expert_gemm_streams", "pipeline_buffers", "fsdp_copies")
+                                "expert_gemm_streams", "pipeline_buffers", "fsdp_copies", "rope_impl")
 """The fields of :class:`KernelsSpec`: the keys of a workload file's ``kernels:`` section, also
 read under ``parallel:``."""

@@ -40,6 +40,7 @@ from sim.types import (
     OpKind,
     RecomputeKind,
     RecomputeModule,
+    RopeImpl,
     ScalingRecipe,
     Stream,
     ZeroImpl,
@@ -627,15 +628,23 @@ class LayerBuilder:
         embedding). Fused: one kernel each for q and k that reads and writes it, forward and
         backward (Megatron-Core's ``apply_rotary_pos_emb`` with ``apply_rope_fusion``,
         Transformer Engine's ``FusedRoPEFunc``, ``transformer_engine/pytorch/attention/rope.py``;
-        the kernel torch.compile generates for torchtitan's ``apply_rotary_emb``), at HBM
-        bandwidth as every fused elementwise kernel is; only where the model states a rotary
-        embedding (Megatron-LM's default ``--position-embedding-type`` is ``learned_absolute``).
-        Eager (torchtitan's and PyTorch FSDP's Llama code, rotary unless stated otherwise):
-        PyTorch's kernels for it, and the K/V heads repeated for SDPA. Multi-head latent
-        attention's rotary part is not priced."""
+        the kernel torch.compile generates for real-valued rotary code), at HBM bandwidth as
+        every fused elementwise kernel is; only where the model states a rotary embedding
+        (Megatron-LM's default ``--position-embedding-type`` is ``learned_absolute``). Eager
+        (torchtitan's and PyTorch FSDP's Llama code, rotary unless stated otherwise): PyTorch's
+        kernels for it, and the K/V heads repeated for SDPA. Compiled torchtitan code
+        (:attr:`~sim.types.RopeImpl.COMPLEX`): the complex multiply TorchInductor leaves to ATen
+        with its casts, and the repeated K/V written out
+        (:func:`sim.workload.eager.compiled_rope_forward`). Multi-head latent attention's rotary
+        part is not priced."""
         if self.model.is_mla:
             return [], []
         T, q_w, kv_w = self.T, self.q // self.t, self.kv_heads * self.model.head_dim
+        if not self.eager and self.kspec.rope_impl is RopeImpl.COMPLEX:
+            # torchtitan's complex multiply, which TorchInductor leaves to ATen (RopeImpl.COMPLEX)
+            rotary = self.model.rotary is not False
+            return (self.kernels(OpKind.ELEMENTWISE, eager_kernels.compiled_rope_forward(T, q_w, kv_w, rotary)),
+                    self.kernels(OpKind.ELEMENTWISE, eager_kernels.compiled_rope_backward(T, q_w, kv_w, rotary)))
         if not self.eager:
             if self.model.rotary is not True:
                 return [], []
