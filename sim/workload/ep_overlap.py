@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sim.types import Stream
+from sim.types import CommClass
+from sim.workload.ops import CommOp
 from sim.workload.steps import Step
 
 __all__ = ["BackwardParts", "ForwardParts", "split_backward", "split_forward"]
@@ -66,7 +67,8 @@ def _cuts(steps: tuple[Step, ...]) -> tuple[int, int, int, int] | None:
     """``(a, b, c, d)``: the first expert-parallel exchange's run of collectives is
     ``steps[a:b]``, the second's ``steps[c:d]`` (each with the collectives issued back to back
     with it, such as an expert-TP gather or reduce-scatter); None without two exchanges."""
-    ep = [i for i, s in enumerate(steps) if s.stream is Stream.EP_COMM]
+    ep = [i for i, s in enumerate(steps)
+          if s.stream is not None and isinstance(s.op, CommOp) and s.op.comm_class is CommClass.EP]
     if len(ep) < 2:
         return None
     a, c = ep[0], ep[1]
@@ -81,7 +83,7 @@ def _cuts(steps: tuple[Step, ...]) -> tuple[int, int, int, int] | None:
 def split_forward(steps: tuple[Step, ...]) -> ForwardParts:
     """A forward layer pass's :class:`ForwardParts`.
 
-    >>> from sim.types import CollectiveKind, CommClass, Dtype
+    >>> from sim.types import CollectiveKind, CommClass, Dtype, Stream
     >>> from sim.workload.ops import CommOp, GemmOp
     >>> g, x = GemmOp(8, 8, 8, Dtype.BF16), CommOp(CollectiveKind.ALL_TO_ALL, CommClass.EP, (0, 1), 64.0)
     >>> steps = (Step(None, "attn", g), Step(Stream.EP_COMM, "dispatch", x), Step(None, "experts", g),

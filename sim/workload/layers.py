@@ -901,9 +901,11 @@ class LayerBuilder:
         (``megatron/core/transformer/moe/token_dispatcher.py``, ``MoEAlltoAllTokenDispatcher``):
 
         router GEMM and top-k on the rank's ``T / t`` tokens (sequence parallel), permute the
-        tokens by expert, all-to-all over the EP group, all-gather over TP (experts are split over
-        TP like the dense MLP), the local experts as grouped GEMMs, reduce-scatter over TP,
-        all-to-all back, unpermute and weight; shared experts, if any, run as a dense MLP on the
+        tokens by expert, all-to-all over the EP group, all-gather over TP of its output (experts
+        are split over TP like the dense MLP), the local experts as grouped GEMMs, reduce-scatter
+        over TP, all-to-all back of its output, unpermute and weight (each TP collective on the
+        all-to-all's stream, after or before it: the one's output is the other's input); shared
+        experts, if any, run as a dense MLP on the
         layer's tokens. Under balanced routing each of the ``E / ep`` local experts gets
         ``T k ep / E`` tokens (times the capacity factor when padded). The backward mirrors it.
 
@@ -951,11 +953,16 @@ class LayerBuilder:
             return [Step(Stream.EP_COMM, f"{dispatcher.value} {name}", op, wait)]
 
         def tp_coll(kind: CollectiveKind, name: str, wait: int = 0) -> list[Step]:
+            # issued on the stream of the all-to-all whose output it gathers (or whose input it
+            # reduces): the dispatcher runs the two one after the other (dispatch_postprocess's
+            # gather_from_sequence_parallel_region after token_dispatch's all_to_all;
+            # combine_preprocess's reduce-scatter before token_combine's), so neither overlaps
+            # the other
             if te == 1:
                 return []
             op = CommOp(kind, CommClass.TP, tp_group, Te * k * cf * h * e, replicas)
             nccl = "ncclAllGather" if kind is CollectiveKind.ALL_GATHER else "ncclReduceScatter"
-            return [Step(Stream.TP_COMM, f"{nccl} {name}", op, wait)]
+            return [Step(Stream.EP_COMM, f"{nccl} {name}", op, wait)]
 
         def act_dtype_gemm(m_: int, n_: int, k_: int) -> GemmOp:
             return GemmOp(m_, n_, k_, ACT_DTYPE)

@@ -126,10 +126,12 @@ def test_expert_parallel_run_has_all_to_alls_and_its_timeline_peak_is_the_closed
     w = make_workload(tp=2, pp=2, dp=4, ep=2, experts=4, gbs=16, sp=True, dist_opt=True,
                       gpu="H100-SXM5-80GB")
     run = simulate(w, load_topology("dgx-h100"))
-    a2a = [s for s in run.result.spans if s.stream is Stream.EP_COMM]
+    ep_stream = [s for s in run.result.spans if s.stream is Stream.EP_COMM]
+    a2a = [s for s in ep_stream if s.name.startswith("ncclAllToAll")]
     # 2 MoE layers per stage x (dispatch, combine) forward and backward x 4 micro-batches,
-    # on each of the 2 simulated ranks
-    assert len(a2a) == 2 * 4 * 4 * 2
+    # on each of the 2 simulated ranks; each beside the experts' TP gather or reduce-scatter of
+    # its output or input, on its stream
+    assert len(a2a) == 2 * 4 * 4 * 2 and len(ep_stream) == 2 * len(a2a)
     rep = make_report(run)
     assert rep.exposed_comm_s["ep"] >= 0
     for s in rep.stages:
@@ -306,8 +308,9 @@ def test_each_token_expert_pair_is_computed_once_whatever_the_expert_tp():
         steps = layer_ops(w.model, w.parallel, w.dtype, lay.tp_group(0, 0), (), ep_group=lay.ep_group(0, 0, 0),
                           etp_group=lay.etp_group(0, 0, 0), kernels=w.kernels).moe.layer_fwd
         flops = sum(s.op.flops for s in steps if s.name.startswith("experts-") and isinstance(s.op, GemmOp))
-        a2a = [s.op.size_bytes for s in steps if s.stream is Stream.EP_COMM]
-        etp_groups = {s.op.group for s in steps if s.stream is Stream.TP_COMM and s.name.endswith("dispatch")}
+        a2a = [s.op.size_bytes for s in steps if s.stream is Stream.EP_COMM and s.name.startswith("ncclAllToAll")]
+        # the experts' TP gather runs on the all-to-all's stream, after it
+        etp_groups = {s.op.group for s in steps if s.stream is Stream.EP_COMM and s.name == "ncclAllGather dispatch"}
         assert etp_groups == ({lay.etp_group(0, 0, 0)} if etp > 1 else set())
         seen.add((flops, tuple(a2a)))
     T, k, f, h = 512 // 4, 2, 4096, 1024
