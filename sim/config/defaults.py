@@ -512,6 +512,13 @@ def fsdp_copies_default(f: Fields, zero: int, zero_impl: ZeroImpl, stack: Stack,
     return notes.fill(f.field("fsdp_copies"), kept, stack.why("fsdp_copies"))
 
 
+def split_projections_default(f: Fields, stack: Stack, notes: Notes) -> bool:
+    """Linears of their own for the query, key and value and the gated MLP's two projections
+    (:attr:`~sim.workload.kernels.KernelsSpec.split_projections`): the case's value, else the
+    stack's, noted where they are split."""
+    return _from_stack(f, "split_projections", stack, notes, quiet=False)
+
+
 def rope_impl_default(f: Fields, fused: bool, stack: Stack, notes: Notes) -> RopeImpl:
     """How the model's code applies the rotary embedding
     (:attr:`~sim.workload.kernels.KernelsSpec.rope_impl`): the case's value, else the stack's,

@@ -228,6 +228,8 @@ SETTINGS: tuple[SettingKind, ...] = (
                 "torch.distributed.pipelining)"),
     SettingKind("fsdp_copies", _enum(FsdpCopies), "what ZeRO-3/FSDP copies around each layer's gather and "
                 "reduce-scatter on the compute stream (none; fsdp2: PyTorch FSDP2's copy-out and copy-in)"),
+    SettingKind("split_projections", _boolean, "the model's code runs the query, key and value (and a gated MLP's "
+                "gate and up projections) as linears of their own, whose input gradients are summed"),
     SettingKind("rope_impl", _enum(RopeImpl), "how the model's code applies the rotary embedding (fused; "
                 "complex: torchtitan's complex multiply, which torch.compile leaves to ATen)"),
     SettingKind("recompute", _enum(RecomputeKind), "activation recomputation"),
@@ -262,7 +264,7 @@ FlagSetting = Literal["sequence_parallel", "distributed_optimizer", "overlap_par
                       "overlap_p2p_comm", "tp_comm_overlap", "flash_attention", "fused_elementwise",
                       "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
                       "unfused_linear_bias", "master_param_remainders", "quantized_saved_inputs",
-                      "te_quantizer", "nvlink_segments"]
+                      "te_quantizer", "nvlink_segments", "split_projections"]
 """The :data:`SETTINGS` keys read as true or false."""
 CountSetting = Literal["zero_stage", "virtual_pipeline_stages", "expert_gemm_streams"]
 """The :data:`SETTINGS` keys read as integers."""

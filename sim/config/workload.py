@@ -51,6 +51,7 @@ from sim.config.defaults import (
     remainders_default,
     rope_impl_default,
     sp_default,
+    split_projections_default,
     step_passes_default,
     te_quantizer_default,
     tp_overlap_cfg_default,
@@ -127,7 +128,7 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "tp_comm_overlap_cfg", "gradient_accumulation_fusion", "grad_reduce_in_fp32", "deterministic",
                   "async_tp_grad_allreduce", "unfused_linear_bias", "adam_impl", "step_passes",
                   "master_param_remainders", "quantized_saved_inputs", "te_quantizer", "expert_gemm_streams",
-                  "pipeline_buffers", "fsdp_copies", "rope_impl",
+                  "pipeline_buffers", "fsdp_copies", "rope_impl", "split_projections",
                   "cp_comm_type", "hierarchical_context_parallel_sizes", "moe_dispatcher", "ep_overlap",
                   "delay_wgrad")
 """The keys of a case's ``parallel`` section: the parallel strategy, and the kernel switches
@@ -888,13 +889,14 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     pipeline_buffers = pipeline_buffers_default(f, pp, stack, notes)
     fsdp_copies = fsdp_copies_default(f, zero, zero_impl, stack, notes)
     rope_impl = rope_impl_default(f, fused, stack, notes)
+    split = split_projections_default(f, stack, notes)
     kernels = KernelsSpec(
         flash_attention=flash, attention_kernel=kernel, cross_entropy=loss, fused_elementwise=fused,
         gradient_accumulation_fusion=grad_fusion, grad_reduce_in_fp32=grad_fp32, deterministic=deterministic,
         async_tp_grad_allreduce=async_ar, unfused_linear_bias=bias_kernels, adam_impl=adam,
         step_passes=step_passes, master_param_remainders=remainders, quantized_saved_inputs=quantized_inputs,
         te_quantizer=te_quantizer, expert_gemm_streams=expert_streams, pipeline_buffers=pipeline_buffers,
-        fsdp_copies=fsdp_copies, rope_impl=rope_impl)
+        fsdp_copies=fsdp_copies, rope_impl=rope_impl, split_projections=split)
     with located(f.path):
         return ParallelSpec(
             tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, virtual_pipeline_stages=vps, schedule=schedule,

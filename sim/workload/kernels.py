@@ -169,6 +169,19 @@ class KernelsSpec:
     ``torch.compile`` (:class:`~sim.types.RopeImpl`): fused, or torchtitan's complex multiply,
     which TorchInductor leaves to ATen (its casts and the repeated K/V written out)."""
 
+    split_projections: bool = False
+    """The model's code computes the query, key and value, and a gated MLP's gate and up
+    projections, with linears of their own (torchtitan's ``wq``/``wk``/``wv`` and ``w1``/``w3``,
+    Hugging Face Llama's ``q_proj``/``k_proj``/``v_proj`` and ``gate_proj``/``up_proj``), not
+    Megatron's fused ``linear_qkv`` and ``linear_fc1``. Their input gradients are summed in the
+    backward: eager, two additions for the attention's and one for the MLP's, each reading two
+    gradients and writing one; compiled, TorchInductor folds the sums into the norm's backward,
+    which reads the extra gradients. A compiled SwiGLU backward then reads and writes separate
+    tensors at streaming bandwidth, where Megatron-Core's fused one chunks a single tensor and
+    concatenates its gradients (:data:`sim.workload.nongemm.SWIGLU_BACKWARD_EFFICIENCY`); both
+    profiled in a torchtitan layer on our H100
+    (``benchmarks/device/results/h100-sxm5-80gb-2026-11-26-eager-layer.json``)."""
+
     @property
     def grad_bytes(self) -> float:
         """Bytes of one accumulated weight gradient: 4 (fp32), or 2 without
@@ -186,6 +199,7 @@ KERNEL_KEYS: tuple[str, ...] = ("flash_attention", "attention_kernel", "cross_en
                                 "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
                                 "unfused_linear_bias", "deterministic", "adam_impl", "step_passes",
                                 "master_param_remainders", "quantized_saved_inputs", "te_quantizer",
-                                "expert_gemm_streams", "pipeline_buffers", "fsdp_copies", "rope_impl")
+                                "expert_gemm_streams", "pipeline_buffers", "fsdp_copies", "rope_impl",
+                                "split_projections")
 """The fields of :class:`KernelsSpec`: the keys of a workload file's ``kernels:`` section, also
 read under ``parallel:``."""

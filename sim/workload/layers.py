@@ -385,11 +385,29 @@ class LayerBuilder:
         return self.at_share(OpKind.NORM, nbytes, nongemm.NORM_BACKWARD_EFFICIENCY, fill_bytes)
 
     def activation_bwd(self, nbytes: float, fill_bytes: float = 0.0) -> MemoryOp:
-        """The fused activation's backward moving ``nbytes``: a gated one (SwiGLU) at its
-        measured share of streaming bandwidth (:data:`~sim.workload.nongemm.
-        SWIGLU_BACKWARD_EFFICIENCY`), and the NaN fill of its output, ``fill_bytes``, streaming."""
-        share = nongemm.SWIGLU_BACKWARD_EFFICIENCY if self.model.gated_mlp else 1.0
+        """The fused activation's backward moving ``nbytes``: a gated one (SwiGLU) over
+        Megatron's one ``fc1`` output at its measured share of streaming bandwidth
+        (:data:`~sim.workload.nongemm.SWIGLU_BACKWARD_EFFICIENCY`), over separate gate and up
+        outputs (:attr:`~sim.workload.kernels.KernelsSpec.split_projections`, compiled by
+        ``torch.compile``) streaming, as profiled; and the NaN fill of its output,
+        ``fill_bytes``, streaming."""
+        fused_fc1 = self.model.gated_mlp and not self.kspec.split_projections
+        share = nongemm.SWIGLU_BACKWARD_EFFICIENCY if fused_fc1 else 1.0
         return self.at_share(OpKind.ELEMENTWISE, nbytes, share, fill_bytes)
+
+    def projection_sums(self, name: str, extra: int) -> list[Step]:
+        """The sum of the input gradients of ``extra + 1`` projections of one input run as
+        linears of their own (:attr:`~sim.workload.kernels.KernelsSpec.split_projections`):
+        eager, autograd's ``extra`` additions, each reading two ``T x h`` gradients and writing
+        one (in the profiled torchtitan layer, 127-129 us each at 16,384 tokens); compiled,
+        the ``extra`` more gradients the norm's fused backward reads. None where the code runs
+        one fused projection."""
+        if not self.kspec.split_projections or extra <= 0:
+            return []
+        grad = self.T * self.h * self.e  # the input gradient over the rank's tokens, before any TP reduction
+        if self.eager:
+            return [self.compute(f"grad-sum-{name}", self.mem(OpKind.ELEMENTWISE, 3 * grad)) for _ in range(extra)]
+        return [self.compute(f"grad-sum-{name}", self.mem(OpKind.ELEMENTWISE, extra * grad))]
 
     def kernels(self, kind: OpKind, ks: list[eager_kernels.Kernel]) -> list[Step]:
         """Eager PyTorch's kernels (:mod:`sim.workload.eager`) as steps."""
@@ -707,6 +725,7 @@ class LayerBuilder:
                *self.gather("fc1-in", wait=1, gemm="fc1_dgrad"),
                *self.dgrad_reduce_wgrad("fc1", self.dgrad_gemm(h, f * br // t), self.wgrad_gemm(h, f * br // t),
                                         "fc1_wgrad"),
+               *self.projection_sums("fc1", br - 1),
                *self.norm_backward("norm2-bwd"), *resid_b, *self.dropout_add_backward(),
                *self.bias_grad("proj", Tn, h), *self.gather("proj-grad", gemm="proj_dgrad"),
                c("proj-dgrad", self.dgrad_gemm(o_in, h)), c("proj-wgrad", self.wgrad_gemm(o_in, h))]
@@ -723,7 +742,7 @@ class LayerBuilder:
             bwd += [*attn_bwd, *rope_b, *self.gather("qkv-in", wait=1, gemm="qkv_dgrad"),
                     *self.dgrad_reduce_wgrad("qkv", self.dgrad_gemm(h, qkv_n), self.wgrad_gemm(h, qkv_n), "qkv_wgrad",
                                              self.bias_grad("qkv", T, qkv_n)),
-                    *self.norm_backward("norm1-bwd"), *resid_b]
+                    *self.projection_sums("qkv", 2), *self.norm_backward("norm1-bwd"), *resid_b]
         return bwd, attention_bwd_index
 
     def embedding(self) -> tuple[tuple[Step, ...], tuple[Step, ...]]:
