@@ -60,6 +60,20 @@ def load_case_dict(tmp_path: Path, case: dict):
     return load_workload_with_notes(str(path))
 
 
+def run_error_line(tmp_path: Path, case: dict, capsys, name: str = "c.yaml") -> tuple[Path, str]:
+    """``case`` written as a workload file and run with ``llmsim run``, which must refuse it
+    with exit status 2 and one line on stderr: the file's path and that line."""
+    import yaml
+
+    from sim.cli import main
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(case))
+    assert main(["run", str(path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines
+    return path, lines[0]
+
+
 def load_script(path: Path) -> ModuleType:
     """A script outside the package (``benchmarks/``) imported as a module of its file's stem,
     registered in ``sys.modules`` (dataclasses look their module up there)."""

@@ -153,6 +153,11 @@ def repeat_kv_backward(tokens: int, q_width: int, kv_width: int) -> list[Kernel]
     return [(f"{name}-bwd", b, _S) for name, b, _ in repeat_kv_forward(tokens, q_width, kv_width)]
 
 
+def _streamed(ks: list[Kernel]) -> list[Kernel]:
+    """The same kernels as Triton writes them under ``torch.compile``: contiguous, streaming."""
+    return [(name, nbytes, _S) for name, nbytes, _ in ks]
+
+
 def compiled_rope_forward(tokens: int, q_width: int, kv_width: int, rotary: bool = True) -> list[Kernel]:
     """torchtitan's ``apply_rotary_emb`` and ``repeat_kv`` as ``torch.compile`` runs them: for
     the query and the key, a Triton kernel casting it to fp32 (``xq.float()``, read into
@@ -168,18 +173,16 @@ def compiled_rope_forward(tokens: int, q_width: int, kv_width: int, rotary: bool
      ('rope-k-float', 12.0), ('rope-k-complex-mul', 16.0), ('rope-k-type-as-repeat', 24.0),
      ('repeat-kv-v', 20.0)]
     """
+    repeats = _streamed(repeat_kv_forward(tokens, q_width, kv_width))
+    if not rotary:
+        return repeats
     out: list[Kernel] = []
-    if rotary:
-        for tag, w in (("q", q_width), ("k", kv_width)):
-            out += [(f"rope-{tag}-float", float(tokens * w * (_BF16 + _FP32)), _S),
-                    (f"rope-{tag}-complex-mul", float(tokens * w * 2 * _FP32), _S)]
-            back = float(tokens * (w * _FP32 + (q_width if tag == "k" else w) * _BF16))
-            out.append((f"rope-{tag}-type-as" + ("-repeat" if tag == "k" and q_width != kv_width else ""), back, _S))
-    elif q_width != kv_width:
-        out.append(("repeat-kv-k", float(tokens * (kv_width + q_width) * _BF16), _S))
-    if q_width != kv_width:
-        out.append(("repeat-kv-v", float(tokens * (kv_width + q_width) * _BF16), _S))
-    return out
+    for tag, w in (("q", q_width), ("k", kv_width)):
+        out += [(f"rope-{tag}-float", float(tokens * w * (_BF16 + _FP32)), _S),
+                (f"rope-{tag}-complex-mul", float(tokens * w * 2 * _FP32), _S)]
+        back = float(tokens * (w * _FP32 + (q_width if tag == "k" else w) * _BF16))
+        out.append((f"rope-{tag}-type-as" + ("-repeat" if tag == "k" and q_width != kv_width else ""), back, _S))
+    return out + [k for k in repeats if k[0] == "repeat-kv-v"]
 
 
 def compiled_rope_backward(tokens: int, q_width: int, kv_width: int, rotary: bool = True) -> list[Kernel]:
@@ -193,13 +196,10 @@ def compiled_rope_backward(tokens: int, q_width: int, kv_width: int, rotary: boo
      ('rope-bwd-k-type-as', 12.0), ('rope-bwd-q-float', 48.0), ('rope-bwd-q-complex-mul', 64.0),
      ('rope-bwd-q-type-as', 48.0)]
     """
-    out: list[Kernel] = []
-    if q_width != kv_width:
-        out.append(("repeat-kv-v-bwd", float(tokens * (kv_width + q_width) * _BF16), _S))
+    repeats = _streamed(repeat_kv_backward(tokens, q_width, kv_width))
     if not rotary:
-        if q_width != kv_width:
-            out.append(("repeat-kv-k-bwd", float(tokens * (kv_width + q_width) * _BF16), _S))
-        return out
+        return repeats
+    out = [k for k in repeats if k[0] == "repeat-kv-v-bwd"]
     for tag, w in (("k", kv_width), ("q", q_width)):
         first = float(tokens * ((q_width if tag == "k" else w) * _BF16 + w * _FP32))
         out += [(f"rope-bwd-{tag}-" + ("sum-float" if tag == "k" and q_width != kv_width else "float"), first, _S),

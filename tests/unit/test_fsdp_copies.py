@@ -8,9 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import yaml
 
-from sim.cli import main
 from sim.config import load_topology
 from sim.config.stacks import load_stack
 from sim.memory import FSDP_ACCUMULATED_GRAD_BYTES
@@ -18,7 +16,7 @@ from sim.runner import simulate
 from sim.types import FsdpCopies, MemoryAccess, Stream, ZeroImpl
 from sim.workload.dataparallel import FSDP_GRAD_BYTES, FSDP_SHARD_BYTES, PARAM_GATHER_BYTES
 from sim.workload.taskgraph import build_program
-from tests.conftest import load_case_dict, make_workload, replace_settings
+from tests.conftest import load_case_dict, make_workload, replace_settings, run_error_line
 
 DGX = load_topology("dgx-a100")
 
@@ -139,9 +137,6 @@ def test_a_case_takes_its_stacks_copies_noted_and_its_own_first(tmp_path):
 
 
 def test_a_bad_value_is_one_line_naming_the_file_and_field(tmp_path, capsys):
-    case = tmp_path / "c.yaml"
-    case.write_text(yaml.safe_dump(_case("torchtitan", fsdp_copies="lots")))
-    assert main(["run", str(case)]) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"llmsim: error: {case}: kernels.fsdp_copies: expected ")
-    assert "'fsdp2'" in lines[0] and "lots" in lines[0]
+    case, line = run_error_line(tmp_path, _case("torchtitan", fsdp_copies="lots"), capsys)
+    assert line.startswith(f"llmsim: error: {case}: kernels.fsdp_copies: expected ")
+    assert "'fsdp2'" in line and "lots" in line

@@ -6,15 +6,13 @@ kernel each for the query and the key."""
 from __future__ import annotations
 
 import pytest
-import yaml
 
-from sim.cli import main
 from sim.config import load_topology
 from sim.config.stacks import load_stack
 from sim.runner import simulate
 from sim.types import RopeImpl, Stream
 from sim.workload.taskgraph import build_program
-from tests.conftest import load_case_dict, replace_settings
+from tests.conftest import load_case_dict, replace_settings, run_error_line
 
 H100 = load_topology("dgx-h100")
 
@@ -96,12 +94,9 @@ def test_eager_and_multi_head_code_are_priced_as_before(tmp_path):
 
 
 def test_a_bad_value_is_one_line_naming_the_file_and_field(tmp_path, capsys):
-    case = tmp_path / "c.yaml"
-    case.write_text(yaml.safe_dump(_case("torchtitan", rope_impl="quaternion")))
-    assert main(["run", str(case)]) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"llmsim: error: {case}: kernels.rope_impl: expected ")
-    assert "'complex'" in lines[0] and "quaternion" in lines[0]
+    case, line = run_error_line(tmp_path, _case("torchtitan", rope_impl="quaternion"), capsys)
+    assert line.startswith(f"llmsim: error: {case}: kernels.rope_impl: expected ")
+    assert "'complex'" in line and "quaternion" in line
 
 
 def test_a_compiled_torchtitan_layer_prices_its_bandwidth_bound_kernels_as_profiled():

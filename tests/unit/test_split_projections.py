@@ -7,13 +7,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import yaml
 
-from sim.cli import main
 from sim.config.stacks import load_stack
 from sim.workload import nongemm
 from sim.workload.layers import layer_ops
-from tests.conftest import make_workload
+from tests.conftest import make_workload, run_error_line
 
 
 def _layer(split: bool, fused: bool, gated: bool = True):
@@ -82,9 +80,6 @@ def test_a_case_takes_its_stacks_value_noted_and_its_own_first(tmp_path):
 
 
 def test_a_bad_value_is_one_line_naming_the_file_and_field(tmp_path, capsys):
-    case = tmp_path / "c.yaml"
-    case.write_text(yaml.safe_dump(_case(split_projections="sometimes")))
-    assert main(["run", str(case)]) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"llmsim: error: {case}: kernels.split_projections: expected ")
-    assert "sometimes" in lines[0]
+    case, line = run_error_line(tmp_path, _case(split_projections="sometimes"), capsys)
+    assert line.startswith(f"llmsim: error: {case}: kernels.split_projections: expected ")
+    assert "sometimes" in line

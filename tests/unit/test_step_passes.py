@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from sim.cli import main
 from sim.config import load_topology
 from sim.config.stacks import load_stack
 from sim.errors import ConfigError
@@ -16,7 +15,7 @@ from sim.runner import simulate
 from sim.types import StepPass
 from sim.workload.kernels import MEGATRON_CORE_STEP_PASSES
 from sim.workload.step_passes import OPTIMIZER_BYTES_PER_PARAM
-from tests.conftest import load_case_dict, make_workload, replace_settings
+from tests.conftest import load_case_dict, make_workload, replace_settings, run_error_line
 
 DGX = load_topology("dgx-a100")
 MEGATRON_2022 = frozenset({StepPass.ZERO_GRAD_BUFFER, StepPass.GRAD_DIVIDE, StepPass.CLIP_GRAD_NORM,
@@ -115,12 +114,9 @@ def test_a_case_takes_its_stacks_passes_noted_and_its_own_list_first(tmp_path):
 @pytest.mark.parametrize("value, expected", [(["fast"], "'zero-grad-buffer'"), ("zero-grad-buffer", "a list of step"),
                                              ([1], "a list of step")])
 def test_a_bad_list_is_one_line_naming_the_file_and_field(tmp_path, capsys, value, expected):
-    case = tmp_path / "c.yaml"
-    case.write_text(yaml.safe_dump(_case("megatron-core", step_passes=value)))
-    assert main(["run", str(case)]) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"llmsim: error: {case}: kernels.step_passes: expected ")
-    assert expected in lines[0]
+    case, line = run_error_line(tmp_path, _case("megatron-core", step_passes=value), capsys)
+    assert line.startswith(f"llmsim: error: {case}: kernels.step_passes: expected ")
+    assert expected in line
 
 
 def test_a_stack_file_with_a_bad_list_is_refused_naming_it(tmp_path):
@@ -175,8 +171,5 @@ def test_each_stack_names_its_adam_and_a_case_may_give_its_own(tmp_path, capsys)
     assert any(n.startswith("parallel.adam_impl: null -> foreach (stack torchtitan:") for n in notes)
     own, _ = load_case_dict(tmp_path, _case("torchtitan", adam_impl="fused"))
     assert own.kernels.adam_impl is AdamImpl.FUSED
-    case = tmp_path / "bad.yaml"
-    case.write_text(yaml.safe_dump(_case("megatron-core", adam_impl="apex")))
-    assert main(["run", str(case)]) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"llmsim: error: {case}: kernels.adam_impl: expected ")
+    case, line = run_error_line(tmp_path, _case("megatron-core", adam_impl="apex"), capsys, "bad.yaml")
+    assert line.startswith(f"llmsim: error: {case}: kernels.adam_impl: expected ")
