@@ -3,7 +3,6 @@
 ::
 
     python benchmarks/pp_split.py --json pp_split.json              # every case file, ~5 min
-    python benchmarks/pp_split.py --recipe-tp --json pp_split_sp.json
     python benchmarks/pp_split.py --from pp_split.json              # the tables again, no runs
 
 It simulates every case of ``workloads/validation`` (chunk granularity where that gives the
@@ -28,14 +27,6 @@ op-level figures, as ``llmsim validate`` does) and keeps each run's breakdown: c
   says the PP split is the model-size mix (small hidden sizes: more non-GEMM time, shorter
   iterations), not something pipelining changes.
 
-``--recipe-tp`` first sets ``sequence_parallel`` and ``tp_comm_overlap`` true for every
-TP > 1 case of ``nemo2407`` and ``megatronbridge``, whose files leave them null, as NeMo's and
-Megatron-Bridge's recipes set them (NeMo-Framework-Launcher
-``conf/training/llama/llama3_70b.yaml``: ``sequence_parallel: true``, ``ub_tp_comm_overlap:
-true``; Megatron-Bridge ``llama3_70b_pretrain_config``: ``sequence_parallelism=True``,
-``CommOverlapConfig(tp_comm_overlap=True)``). It does not change the simulator or the case
-files (the edited copies go to a temporary folder).
-
 A throughput target is turned into the iteration time it implies with the run's own work, as
 ``llmsim validate`` scores it.
 """
@@ -45,11 +36,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
-import yaml
 
 import sim
 from sim.config import load_case_records
@@ -60,8 +49,6 @@ from sim.units import TFLOPS
 
 ROOT = Path(sim.__file__).resolve().parent.parent
 CASES = ROOT / "workloads" / "validation"
-RECIPE_TP_SOURCES = ("nemo2407", "megatronbridge")
-"""Case files whose TP > 1 cases ``--recipe-tp`` runs with sequence parallelism and TP overlap."""
 TERMS = ("gemm", "attention", "other", "tp", "pp", "dp_cp", "bubble")
 
 
@@ -69,23 +56,6 @@ def _own_family(row: dict) -> bool:
     """Rows left out of the fits: each family has a mechanism of its own (CP ring attention
     at up to 1M tokens, DeepSpeed 0.3's blocking ZeRO-3, torchtitan's eager kernels)."""
     return row["source"] in ("torchtitan", "nemo-longseq") or "zero3" in row["id"]
-
-
-def _recipe_tp_copies(files: list[Path], folder: Path) -> list[Path]:
-    out = []
-    for f in files:
-        if f.stem not in RECIPE_TP_SOURCES:
-            out.append(f)
-            continue
-        cases = yaml.safe_load(f.read_text())
-        for c in cases:
-            if (c["parallel"].get("tp") or 1) > 1:
-                c["parallel"]["sequence_parallel"] = True
-                c["parallel"]["tp_comm_overlap"] = True
-        copy = folder / f.name
-        copy.write_text(yaml.safe_dump(cases, sort_keys=False))
-        out.append(copy)
-    return out
 
 
 def case_row(rec) -> dict | None:
@@ -199,8 +169,6 @@ def print_hypotheses(fam: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("files", nargs="*", help="case files (default: every file of workloads/validation)")
-    ap.add_argument("--recipe-tp", action="store_true",
-                    help="nemo2407 and megatronbridge TP > 1 cases with sequence parallelism and TP overlap on")
     ap.add_argument("--json", metavar="PATH", help="write the rows (breakdowns) as JSON")
     ap.add_argument("--from", dest="src", metavar="PATH", help="print the tables of a --json file, simulating nothing")
     args = ap.parse_args(argv)
@@ -216,18 +184,15 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     files = [Path(f) for f in args.files] or sorted(CASES.glob("*.yaml"))
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        if args.recipe_tp:
-            files = _recipe_tp_copies(files, Path(tmp))
-        for f in files:
-            for rec in load_case_records(str(f)):
-                row = case_row(rec)
-                if row is not None:
-                    rows.append(row)
-                    print(f"{row['id'][:60]:60s} PP {row['pp']:3d}  {signed_pct(row):+6.1f}%", file=sys.stderr,
-                          flush=True)
+    for f in files:
+        for rec in load_case_records(str(f)):
+            row = case_row(rec)
+            if row is not None:
+                rows.append(row)
+                print(f"{row['id'][:60]:60s} PP {row['pp']:3d}  {signed_pct(row):+6.1f}%", file=sys.stderr,
+                      flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"recipe_tp": args.recipe_tp, "rows": rows}, indent=1, sort_keys=True))
+        Path(args.json).write_text(json.dumps({"rows": rows}, indent=1, sort_keys=True))
     print_tables(rows)
     return 0
 

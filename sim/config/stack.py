@@ -44,7 +44,7 @@ from sim.types import (
 )
 from sim.workload.tp_overlap import TpOverlapConfig
 
-__all__ = ["CountSetting", "DpShard", "FlagSetting", "MatchRule", "MemorySaverKind", "MicroBatchRule",
+__all__ = ["CountSetting", "DpShard", "FlagSetting", "MatchRule", "MemorySaverKind", "MicroBatchRule", "ModelRecipe",
            "RecomputeSetting", "SETTINGS", "Setting", "SettingKind", "Stack", "TpOverlapImpl", "YearRange",
            "read_stack_file", "read_step_passes"]
 
@@ -114,6 +114,29 @@ class Setting(Generic[T]):
     by_dtype: Mapping[Dtype, Setting] = field(default_factory=dict)
     """The release's value for workloads of a number format where it differs (``by_dtype`` in
     the file: e.g. Megatron-Bridge's performance scripts turn TP overlap off for NVFP4)."""
+    by_model: tuple[ModelRecipe, ...] = ()
+    """The release's value for models whose recipe sets it apart (``by_model`` in the file:
+    e.g. NeMo-Framework-Launcher's ``conf/training/llama/llama2_70b.yaml`` turns sequence
+    parallelism on), first match first."""
+
+
+@dataclass(frozen=True)
+class ModelRecipe:
+    """A ``by_model`` entry: the setting a framework's recipe for the models whose name
+    ``pattern`` finds (a regular expression, searched case-insensitively) gives them."""
+
+    pattern: str
+    setting: Setting
+
+    def matches(self, model_name: str) -> bool:
+        """Whether this recipe is the one for a model named ``model_name``.
+
+        >>> s = Setting(True, "why", ("src",), "f.yaml")
+        >>> r = ModelRecipe(r"\\bllama[- ]?2\\b.*\\b70b\\b", s)
+        >>> r.matches("Llama 2 70B"), r.matches("Llama 2 7B"), r.matches("LLAMA2-70B")
+        (True, False, True)
+        """
+        return re.search(self.pattern, model_name, re.IGNORECASE) is not None
 
 
 @dataclass(frozen=True)
@@ -396,9 +419,22 @@ class Stack:
             return self
         return replace(self, settings={k: s.by_dtype.get(dtype, s) for k, s in self.settings.items()})
 
+    def for_model(self, model_name: str | None) -> Stack:
+        """The stack as its recipe for the model named ``model_name`` runs it: each setting's
+        first matching ``by_model`` entry in place of the setting (None: no name, no recipe).
+
+        A framework's launcher picks one configuration file per model (NeMo-Framework-Launcher:
+        ``training: llama/llama2_70b``), and the settings in it are that release's defaults for
+        the model; ``by_model`` records the ones that differ from the release's general value."""
+        if not model_name or not any(s.by_model for s in self.settings.values()):
+            return self
+        return replace(self, settings={k: next((r.setting for r in s.by_model if r.matches(model_name)), s)
+                                       for k, s in self.settings.items()})
+
 
 _STACK_KEYS = ("name", "description", "extends", "matches", "fallback", "settings")
-_SETTING_KEYS = ("value", "why", "sources", "by_dtype")
+_SETTING_KEYS = ("value", "why", "sources", "by_dtype", "by_model")
+_RECIPE_KEYS = ("model", "value", "why", "sources")
 _RULE_KEYS = ("pattern", "years", "undated")
 
 
@@ -431,11 +467,13 @@ def _rules(f: Fields) -> tuple[MatchRule, ...]:
     return tuple(out)
 
 
-def _setting(f: Fields, key: str, origin: str, kind: SettingKind | None = None) -> Setting:
-    """Setting ``key`` of ``f``; ``kind``: the setting this is a ``by_dtype`` entry of."""
+def _setting(f: Fields, key: str, origin: str, kind: SettingKind | None = None,
+             keys: tuple[str, ...] = _SETTING_KEYS[:3]) -> Setting:
+    """Setting ``key`` of ``f``; ``kind``: the setting this is a ``by_dtype`` or ``by_model``
+    entry of (whose own keys are ``keys``)."""
     nested = kind is not None
     kind = kind or _KINDS[key]
-    s = Fields(f.raw[key], f.path, f.field(key), _SETTING_KEYS[:3] if nested else _SETTING_KEYS)
+    s = Fields(f.raw[key], f.path, f.field(key), keys if nested else _SETTING_KEYS)
     if "value" not in s.raw:
         raise s.error("value", f"the release's value ({kind.meaning})", None)
     value = kind.read(s.raw["value"], f.path, s.field("value"))
@@ -455,7 +493,28 @@ def _setting(f: Fields, key: str, origin: str, kind: SettingKind | None = None) 
         d = Fields(raw, f.path, s.field("by_dtype"), names)
         for name in d.raw:
             by_dtype[parse_enum(Dtype, name, f.path, d.field(name))] = _setting(d, name, origin, kind)
-    return Setting(value, why.strip(), tuple(sources), origin, by_dtype)
+    return Setting(value, why.strip(), tuple(sources), origin, by_dtype,
+                   () if nested else _recipes(s, origin, kind))
+
+
+def _recipes(s: Fields, origin: str, kind: SettingKind) -> tuple[ModelRecipe, ...]:
+    """The ``by_model`` entries of setting ``s``: ``[{model: REGEX, value, why, sources}]``."""
+    raw = s.raw.get("by_model")
+    if raw is None:
+        return ()
+    if not (isinstance(raw, list) and raw):
+        raise s.error("by_model", "a list of {model: REGEX (the model's name), value, why, sources}", raw)
+    out = []
+    for i, item in enumerate(raw):
+        entry = Fields({str(i): item}, s.path, s.field("by_model"), (str(i),))
+        r = Fields(item, s.path, entry.field(str(i)), _RECIPE_KEYS)
+        pattern = r.text("model", required=True)
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise r.error("model", f"a regular expression for the model's name ({exc})", pattern) from None
+        out.append(ModelRecipe(pattern, _setting(entry, str(i), origin, kind, _RECIPE_KEYS)))
+    return tuple(out)
 
 
 def read_stack_file(path: Path, parent: Callable[[str, Path], Stack] | None) -> Stack:

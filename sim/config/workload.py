@@ -441,6 +441,7 @@ def _build(raw: Mapping, file: Path, fit: bool = True) -> tuple[WorkloadSpec, li
     first_default = len(notes)
     dtype = top.enum("dtype", Dtype, notes, Dtype.BF16, "bf16 mixed precision", SIMULATED_DTYPES, NOT_SIMULATED_DTYPES)
     stack = stack.for_dtype(dtype)  # the release's settings for this number format
+    stack = stack.for_model(_model_name(raw.get("model")))  # and its recipe for this model
     model = build_model(raw.get("model"), path, file.parent, stack, notes, name)
     system_f = Fields(raw.get("system"), path, "system", _SYSTEM_KEYS)
     gpu = _gpu(system_f)
@@ -560,6 +561,13 @@ def _scaling(top: Fields, dtype: Dtype, notes: Notes, stack: Stack) -> ScalingRe
     if dtype is Dtype.FP8 and stack.value("fp8_scaling") is ScalingRecipe.CURRENT:
         return notes.fill("scaling", ScalingRecipe.CURRENT, stack.why("fp8_scaling"))
     return ScalingRecipe.DELAYED
+
+
+def _model_name(raw: object) -> str | None:
+    """The ``name`` a workload's ``model`` mapping gives, which picks a stack's recipe
+    (:meth:`sim.config.stack.Stack.for_model`); None for a config.json path or no name."""
+    name = raw.get("name") if isinstance(raw, Mapping) else None
+    return name if isinstance(name, str) else None
 
 
 def build_model(raw: object, path: str, base: Path, stack: Stack | None, notes: Notes,

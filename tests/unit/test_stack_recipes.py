@@ -1,0 +1,111 @@
+"""A stack's recipes by model (``by_model`` in a stack file, sim/config/stack.py): a framework's
+launcher picks one configuration per model, so a setting the release leaves off in general can be
+on for the models whose configuration turns it on. NeMo-Framework-Launcher 24.01-24.07 does so
+for sequence parallelism and userbuffers TP overlap (``conf/training/*/*.yaml``)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from sim.config import load_workload_with_notes
+from sim.config.presets import preset_folder
+from sim.config.stacks import load_stack
+from sim.errors import ConfigError
+from sim.output.report import make_report
+from sim.runner import simulate
+from sim.studies.validate import case_topology
+from sim.types import Dtype
+
+NEMO_2407 = str(preset_folder("workloads/validation") / "nemo2407.yaml")
+
+
+def _write(path, data) -> str:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return str(path)
+
+
+def _recipe(model: str, value: bool, why: str = "its recipe says so") -> dict:
+    return {"model": model, "value": value, "why": why, "sources": ["a launcher configuration"]}
+
+
+def _stack(tmp_path, **entry) -> str:
+    setting = {"value": False, "why": "off in general", "sources": ["release notes"]}
+    setting.update(entry)
+    return _write(tmp_path / "mine.yaml", {"name": "mine", "description": "probe", "extends": "megatron-core",
+                                           "settings": {"tp_comm_overlap": setting}})
+
+
+def test_a_recipe_replaces_the_setting_for_the_models_it_names_and_the_first_match_wins(tmp_path):
+    stack = load_stack(_stack(tmp_path, by_model=[_recipe(r"\bllama\b.*\b70b\b", True, "the 70B recipe"),
+                                                   _recipe(r"\bllama\b", False, "every other Llama")]))
+    assert stack.for_model("Llama 2 70B").value("tp_comm_overlap") is True
+    assert stack.for_model("Llama 2 70B").why("tp_comm_overlap") == "stack mine: the 70B recipe"
+    assert stack.for_model("LLAMA 2 7B").why("tp_comm_overlap") == "stack mine: every other Llama"
+    assert stack.for_model("GPT-3 175B").value("tp_comm_overlap") is False
+    assert stack.for_model("GPT-3 175B").why("tp_comm_overlap") == "stack mine: off in general"
+    assert stack.for_model(None) is stack  # no name, no recipe
+
+
+def test_a_number_formats_entry_wins_over_a_models_recipe(tmp_path):
+    """The loader applies ``by_dtype`` before ``by_model``: Megatron-Bridge turns TP overlap
+    off for NVFP4 whatever the model's recipe says."""
+    stack = load_stack(_stack(tmp_path, by_model=[_recipe("llama", True)],
+                              by_dtype={"nvfp4": {"value": False, "why": "not for NVFP4", "sources": ["s"]}}))
+    assert stack.for_dtype(Dtype.FP8).for_model("Llama 2 70B").value("tp_comm_overlap") is True
+    assert stack.for_dtype(Dtype.NVFP4).for_model("Llama 2 70B").value("tp_comm_overlap") is False
+
+
+@pytest.mark.parametrize("by_model, field", [
+    ("llama", "settings.tp_comm_overlap.by_model"),
+    ([], "settings.tp_comm_overlap.by_model"),
+    ([{"model": "llama(", "value": True, "why": "x", "sources": ["s"]}], "settings.tp_comm_overlap.by_model.0.model"),
+    ([{"value": True, "why": "x", "sources": ["s"]}], "settings.tp_comm_overlap.by_model.0.model"),
+    ([{"model": "llama", "value": "on", "why": "x", "sources": ["s"]}], "settings.tp_comm_overlap.by_model.0.value"),
+    ([{"model": "llama", "value": True, "sources": ["s"]}], "settings.tp_comm_overlap.by_model.0.why"),
+    ([{"model": "llama", "value": True, "why": "x"}], "settings.tp_comm_overlap.by_model.0.sources"),
+    ([{"model": "llama", "value": True, "why": "x", "sources": ["s"], "by_model": []}],
+     "settings.tp_comm_overlap.by_model.0.by_model"),
+])
+def test_a_bad_recipe_entry_is_one_config_error_naming_the_field(tmp_path, by_model, field):
+    with pytest.raises(ConfigError) as err:
+        load_stack(_stack(tmp_path, by_model=by_model))
+    assert err.value.field == field and err.value.path.endswith("mine.yaml")
+
+
+@pytest.mark.parametrize("case, sp, overlap, recipe", [
+    ("nemo2407_h100_fp8_LLAMA2-70B_64gpu", True, True, "llama2_70b.yaml"),
+    ("nemo2407_h100_fp8_LLAMA3-70B_64gpu", True, True, "llama3_70b.yaml"),
+    ("nemo2407_h100_fp8_GPT3-175B_128gpu", True, False, "175b.yaml"),
+    ("nemo2407_h100_fp8_Nemotron-22B_64gpu", True, True, "nemotron_"),
+    ("nemo2407_h100_fp8_Nemotron-340B_128gpu", True, False, "nemotron_"),
+])
+def test_nemo_24_07_runs_each_model_as_its_launcher_configuration_does(case, sp, overlap, recipe):
+    """The NeMo 24.07 performance-summary cases leave sequence parallelism and TP overlap null;
+    NeMo-Framework-Launcher's configuration for each model sets them, and the notes cite it."""
+    w, notes = load_workload_with_notes(NEMO_2407, case=case)
+    assert (w.parallel.sequence_parallel, w.parallel.tp_comm_overlap) == (sp, overlap)
+    filled = [n for n in notes if n.startswith(("parallel.sequence_parallel:", "parallel.tp_comm_overlap:"))]
+    assert any(recipe in n and "stack nemo-24.01-24.07: the launcher's" in n for n in filled), filled
+
+
+def test_the_recipe_changes_the_iteration_it_prices():
+    """Llama 2 70B at TP 4 under its recipe (sequence parallelism and userbuffers overlap)
+    exposes less TP communication than the same case with both off, and runs faster."""
+    w, _ = load_workload_with_notes(NEMO_2407, case="nemo2407_h100_fp8_LLAMA2-70B_64gpu")
+    off, _ = load_workload_with_notes(NEMO_2407, ["parallel.sequence_parallel=false", "parallel.tp_comm_overlap=false"],
+                                      case="nemo2407_h100_fp8_LLAMA2-70B_64gpu")
+    on_r = make_report(simulate(w, case_topology(w), granularity="layer"))
+    off_r = make_report(simulate(off, case_topology(off), granularity="layer"))
+    assert on_r.exposed_comm_s["tp"] < 0.5 * off_r.exposed_comm_s["tp"]
+    assert on_r.iteration_time_s < 0.95 * off_r.iteration_time_s
+
+
+def test_a_model_without_a_recipe_keeps_the_releases_setting():
+    """GPT-3 175B's launcher configuration leaves userbuffers overlap off (TP 4): the release's
+    value holds, with its own why."""
+    w, _ = load_workload_with_notes(NEMO_2407, case="nemo2407_h100_fp8_GPT3-175B_128gpu")
+    assert w.parallel.sequence_parallel and not w.parallel.tp_comm_overlap
+    stack = load_stack("nemo-24.01-24.07").for_model(w.model.name)
+    assert stack.why("tp_comm_overlap").startswith("stack nemo-24.01-24.07: off unless the model's launcher")
+    assert load_stack("nemo-24.01-24.07").for_model("Llama 2 70B").value("tp_comm_overlap")
