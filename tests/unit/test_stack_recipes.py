@@ -109,3 +109,16 @@ def test_a_model_without_a_recipe_keeps_the_releases_setting():
     stack = load_stack("nemo-24.01-24.07").for_model(w.model.name)
     assert stack.why("tp_comm_overlap").startswith("stack nemo-24.01-24.07: off unless the model's launcher")
     assert load_stack("nemo-24.01-24.07").for_model("Llama 2 70B").value("tp_comm_overlap")
+
+
+@pytest.mark.parametrize("name, sp, overlap", [
+    ("Llama 2 70B", True, True), ("llama2_70b", True, True), ("Meta-Llama-3.1-70B", True, True),
+    ("Llama 3/3.1 70B", True, True), ("Llama 2 7B", False, False), ("Llama 2 700B", False, False),
+    ("TinyLlama-2 70B", False, False), ("GPT-3 175B (NeMo config)", True, False), ("gpt3_20b", True, True),
+    ("GPT-3 5B", False, False), ("Nemotron-4-340B", True, False), ("nemotron_15b", True, True),
+    ("Nemotron-3-8B", True, True), ("Nemotron-4 4B", False, False)])
+def test_the_nemo_24_07_recipes_find_the_usual_spellings_of_their_models(name, sp, overlap):
+    """Each launcher configuration is found under the names people write for its model, and no
+    other model's (a 7B is not a 70B; TinyLlama is not Llama)."""
+    stack = load_stack("nemo-24.01-24.07").for_model(name)
+    assert (stack.value("sequence_parallel"), stack.value("tp_comm_overlap")) == (sp, overlap)
