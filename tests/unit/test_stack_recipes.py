@@ -122,3 +122,18 @@ def test_the_nemo_24_07_recipes_find_the_usual_spellings_of_their_models(name, s
     other model's (a 7B is not a 70B; TinyLlama is not Llama)."""
     stack = load_stack("nemo-24.01-24.07").for_model(name)
     assert (stack.value("sequence_parallel"), stack.value("tp_comm_overlap")) == (sp, overlap)
+
+
+@pytest.mark.parametrize("stack, name, sp, overlap", [
+    ("nemo-24", "Llama 3.1 405B", True, True), ("nemo-24", "Meta-Llama-3.1-70B", True, True),
+    ("nemo-24", "Llama 3.1 8B", False, False), ("nemo-24", "Mixtral 8x22B", True, False),
+    ("nemo-24", "Nemotron-4-340B", True, False), ("nemo-24", "GPT-3 20B", True, True),
+    ("nemo-24.01-24.07", "Mixtral 8x22B", False, False),  # its launcher's Mixtral configurations differ by release
+    ("nemo-25", "Llama 3 70B", True, False),  # NeMo 2's recipes, not the launcher's configurations
+])
+def test_each_nemo_release_runs_the_launcher_configurations_of_its_own(stack, name, sp, overlap):
+    """NeMo-Framework-Launcher 24.09-24.12 (stack nemo-24) adds Llama 3.1 and turns sequence
+    parallelism on for Mixtral; NeMo 25.x (NeMo 2's recipes, stack nemo-25) inherits none of the
+    launcher's per-model overlap settings."""
+    s = load_stack(stack).for_model(name)
+    assert (s.value("sequence_parallel"), s.value("tp_comm_overlap")) == (sp, overlap)
