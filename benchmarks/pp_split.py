@@ -2,7 +2,7 @@
 
 ::
 
-    python benchmarks/pp_split.py --json pp_split.json              # every case file, ~5 min
+    python benchmarks/pp_split.py --json pp_split.json              # every case file, ~7 min on 2 cores
     python benchmarks/pp_split.py --from pp_split.json              # the tables again, no runs
 
 It simulates every case of ``workloads/validation`` (chunk granularity where that gives the
