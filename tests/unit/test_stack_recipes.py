@@ -129,11 +129,98 @@ def test_the_nemo_24_07_recipes_find_the_usual_spellings_of_their_models(name, s
     ("nemo-24", "Llama 3.1 8B", False, False), ("nemo-24", "Mixtral 8x22B", True, False),
     ("nemo-24", "Nemotron-4-340B", True, False), ("nemo-24", "GPT-3 20B", True, True),
     ("nemo-24.01-24.07", "Mixtral 8x22B", False, False),  # its launcher's Mixtral configurations differ by release
-    ("nemo-25", "Llama 3 70B", True, False),  # NeMo 2's recipes, not the launcher's configurations
+    ("nemo-25", "Llama 3 70B", True, True),  # NeMo 2's recipes, not the launcher's configurations:
+    ("nemo-25", "Nemotron-4-340B", True, True),  # on in its performance recipe, off in the launcher's
 ])
 def test_each_nemo_release_runs_the_launcher_configurations_of_its_own(stack, name, sp, overlap):
     """NeMo-Framework-Launcher 24.09-24.12 (stack nemo-24) adds Llama 3.1 and turns sequence
-    parallelism on for Mixtral; NeMo 25.x (NeMo 2's recipes, stack nemo-25) inherits none of the
-    launcher's per-model overlap settings."""
+    parallelism on for Mixtral; NeMo 25.x (NeMo 2's recipes, stack nemo-25) runs its own
+    performance recipes, not the launcher's configurations."""
     s = load_stack(stack).for_model(name)
     assert (s.value("sequence_parallel"), s.value("tp_comm_overlap")) == (sp, overlap)
+
+
+# NeMo 2 (stack nemo-25): the performance scripts run each model's recipe with
+# performance_mode=True (nemo/collections/llm/recipes/<model>.py @ v2.2.0-v2.4.0)
+_LLAMA3_70B_TABLE, _GPT3_TABLE, _LLAMA31_405B_TABLE, _TE_DEFAULTS = "llama3-70b", "gpt3-175b", "llama31-405b", "te"
+
+
+def _table(cfg) -> str:
+    """Which userbuffers table ``cfg`` is, by the entries that tell the four apart."""
+    if cfg is None:
+        return _TE_DEFAULTS
+    if cfg.split_of("fc2_fprop").ring:
+        return _GPT3_TABLE
+    if cfg.split_of("qkv_fprop").aggregate:
+        return _LLAMA31_405B_TABLE
+    return _LLAMA3_70B_TABLE
+
+
+@pytest.mark.parametrize("name, overlap, table, fp32_grads", [
+    ("GPT-3 175B", True, _GPT3_TABLE, False), ("gpt3_175b", True, _GPT3_TABLE, False),
+    ("Llama 3 70B", True, _LLAMA3_70B_TABLE, False), ("Meta-Llama-3-70B", True, _LLAMA3_70B_TABLE, False),
+    ("Llama 3.1 70B", True, _LLAMA3_70B_TABLE, True), ("llama31_70b", True, _LLAMA3_70B_TABLE, True),
+    ("Llama 3.1 405B", True, _LLAMA31_405B_TABLE, False), ("llama3_1_405b", True, _LLAMA31_405B_TABLE, False),
+    ("Llama 3 8B", False, _LLAMA3_70B_TABLE, False), ("Meta-Llama-3.1-8B", True, _LLAMA3_70B_TABLE, True),
+    ("Nemotron-4 340B", True, _TE_DEFAULTS, False), ("nemotron4_15b", True, _TE_DEFAULTS, False),
+    ("Nemotron-3 22B", True, _TE_DEFAULTS, False), ("Mistral-NeMo-12B", True, _TE_DEFAULTS, True),
+    ("Llama 4 Scout", True, _TE_DEFAULTS, False), ("Qwen3-235B-A22B", True, _TE_DEFAULTS, True),
+    ("Mixtral 8x7B", False, _LLAMA3_70B_TABLE, False),
+    # no performance recipe of theirs turns it on: the release's value
+    ("Llama 3.3 70B", False, _LLAMA3_70B_TABLE, True), ("Llama 2 70B", False, _LLAMA3_70B_TABLE, True),
+    ("Nemotron-H 56B", False, _LLAMA3_70B_TABLE, True), ("nemotronh_8b", False, _LLAMA3_70B_TABLE, True),
+    ("TinyLlama-3 70B", False, _LLAMA3_70B_TABLE, True), ("Llama 3.1 700B", False, _LLAMA3_70B_TABLE, True),
+])
+def test_nemo_25_runs_each_model_as_its_performance_recipe_does(name, overlap, table, fp32_grads):
+    """NeMo 2's performance recipes set TP overlap, the userbuffers table and the gradients'
+    reduction dtype model by model: on with a table of its own for GPT-3 175B, Llama 3 70B and
+    Llama 3.1 405B, on without one (Transformer Engine's defaults) for Nemotron, Mistral NeMo,
+    Llama 4 and Qwen3, off for Llama 3 8B and Mixtral; BF16 gradients except Llama 3.1 8B/70B's
+    and Mistral NeMo's. Names are found in the usual spellings and no neighbour's."""
+    stack = load_stack("nemo-25").for_dtype(Dtype.BF16).for_model(name)
+    assert stack.value("tp_comm_overlap") is overlap
+    assert _table(stack.value("tp_comm_overlap_cfg")) == table
+    assert stack.value("grad_reduce_in_fp32") is fp32_grads
+    # an FP8 run reduces its gradients in BF16 whatever the model (set_primary_perf_configs)
+    assert load_stack("nemo-25").for_dtype(Dtype.FP8).for_model(name).value("grad_reduce_in_fp32") is False
+
+
+def _nemo_25_case(tmp_path, name: str, tp: int, dtype: str = "bf16") -> str:
+    """The llama3-70b preset's case (TP 4 x PP 8 on 64 H100s) under NeMo 25.02 with the
+    model's name ``name``, TP ``tp`` and every recipe setting left null."""
+    case = yaml.safe_load((preset_folder("workloads") / "llama3-70b.yaml").read_text())[0]
+    case["model"]["name"] = name
+    case["parallel"].update(tp=tp, pp=64 // (tp * 2), dp=2, virtual_pipeline_stages=None, schedule=None,
+                            details=None, global_batch_size=64)
+    case["dtype"] = dtype
+    case["framework"] = "NeMo 25.02.01 (NeMo 2 performance scripts, Megatron-Core)"
+    return _write(tmp_path / "nemo25.yaml", [case])
+
+
+def test_a_nemo_25_case_names_the_performance_recipe_it_runs(tmp_path):
+    """A NeMo 25.02 case of Nemotron-4 340B's shape name at TP 8 with its settings null runs its
+    performance recipe: sequence parallelism, userbuffers overlap on Transformer Engine's
+    defaults and BF16 gradient reduction, each noted with the recipe it comes from."""
+    path = _nemo_25_case(tmp_path, "Nemotron-4 340B", tp=8)
+    w, notes = load_workload_with_notes(path, case="megatronbridge_26.04.01_h100_llama3_70b_fp8_64gpu")
+    p = w.parallel
+    assert (p.sequence_parallel, p.tp_comm_overlap, w.kernels.grad_reduce_in_fp32) == (True, True, False)
+    assert p.tp_comm_overlap_cfg.source == "Transformer Engine's userbuffers defaults"
+    for key in ("parallel.tp_comm_overlap:", "parallel.grad_reduce_in_fp32:"):
+        filled = [n for n in notes if n.startswith(key)]
+        assert filled and "stack nemo-25: NeMo 2's" in filled[0] and "Nemotron" in filled[0], (key, notes)
+
+
+def test_the_nemo_25_recipes_change_the_iteration_they_price(tmp_path):
+    """Under NeMo 25's Nemotron recipe the case exposes less TP communication than with TP
+    overlap off and moves half the gradient bytes of fp32 reduction, and runs faster than either."""
+    path = _nemo_25_case(tmp_path, "Nemotron-4 340B", tp=8)
+    case = "megatronbridge_26.04.01_h100_llama3_70b_fp8_64gpu"
+    runs = {}
+    for label, sets in (("recipe", []), ("no overlap", ["parallel.tp_comm_overlap=false"]),
+                        ("fp32 grads", ["parallel.grad_reduce_in_fp32=true"])):
+        w, _ = load_workload_with_notes(path, sets, case=case)
+        runs[label] = make_report(simulate(w, case_topology(w), granularity="layer"))
+    assert runs["recipe"].exposed_comm_s["tp"] < 0.5 * runs["no overlap"].exposed_comm_s["tp"]
+    assert runs["recipe"].iteration_time_s < runs["no overlap"].iteration_time_s
+    assert runs["recipe"].iteration_time_s < runs["fp32 grads"].iteration_time_s
