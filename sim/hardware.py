@@ -22,7 +22,8 @@ from sim.types import AttentionKernel, Dtype, GpuGeneration, MemoryAccess, compa
 from sim.units import GB, GBPS, TB, TFLOPS, US, GiB
 from sim.workload.ops import AttentionOp
 
-__all__ = ["EfficiencyCurve", "GPUSpec", "GPU_CATALOGUE", "MXFP8_GEMM_SLOWDOWN", "get_gpu", "gpu_names"]
+__all__ = ["B200_HBM_BANDWIDTH", "EfficiencyCurve", "GPUSpec", "GPU_CATALOGUE", "MXFP8_GEMM_SLOWDOWN", "get_gpu",
+           "gpu_names"]
 
 
 @dataclass(frozen=True)
@@ -608,6 +609,14 @@ scale factors the MXFP8 kernels load. 1.051, applied at every size to each Black
 FP8 curve; the casts around the GEMMs are priced apart (:mod:`sim.workload.quantization`)."""
 
 
+B200_HBM_BANDWIDTH = 7.7 * TB
+"""The B200's HBM3e bandwidth: 7.7 TB/s, the NVIDIA Blackwell datasheet's figure for the HGX
+B200 (as ai-dynamo/aiconfigurator PR #1246 and pytorch/pytorch PR #194297's ``dram_bw_gbs=7700``
+read it), not the 8 TB/s of the first announcements, which the GB200 keeps. A B200's driver
+reports a 7,680-bit bus at a 3,996 MHz memory clock, 7.672 TB/s (pytorch/ao PR #4002, which
+moved its roofline's B200 from 8.0e12 to that figure, 2026-03-05)."""
+
+
 def _blackwell_gemm(fp8: EfficiencyCurve, fp4: EfficiencyCurve) -> tuple[tuple[Dtype, EfficiencyCurve], ...]:
     """A Blackwell GPU's GEMM curves: B200's 16-bit sweep, its own (or the nearest) FP8 and FP4."""
     return ((Dtype.BF16, _B200_BF16_GEMM), (Dtype.FP8, fp8),
@@ -737,13 +746,14 @@ _GPUS = (
         generation=GpuGeneration.BLACKWELL,
         peak_flops_per_s=_blackwell(2250, 9000, 1100, 80),
         hbm_capacity_bytes=180 * GB,
-        hbm_bandwidth_bytes_per_s=8 * TB,
+        hbm_bandwidth_bytes_per_s=B200_HBM_BANDWIDTH,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_blackwell_gemm(_B200_FP8_GEMM, _GB200_FP4_GEMM),
         **_BLACKWELL_KERNELS,
         sm_count=148,
         sources="glennklockwood.com/garden/processors/B200 (HGX 1000 W); pytorch/ao roofline_utils "
-        "(2.25e15 BF16, 4.5e15 FP8, 9.0e15 FP4, 8.0e12 B/s); DGX B200: 180 GB visible per GPU; "
+        "(2.25e15 BF16, 4.5e15 FP8, 9.0e15 FP4); 7.7 TB/s HBM3e (B200_HBM_BANDWIDTH); "
+        "DGX B200: 180 GB visible per GPU; "
         "cuBLASLt BF16/FP8 k-sweep from tmoreau89/triton triton_cublas_bench (FP4 as GB200); "
         "148 SMs, 74 per die (chipsandcheese.com, 'Nvidia's B200: Keeping the CUDA Juggernaut Rolling'); "
         "cuDNN attention as GB200 (NVIDIA/cudnn-frontend SDPA benchmark)",

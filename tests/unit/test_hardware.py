@@ -65,6 +65,22 @@ def test_the_a100_40gb_is_the_80gb_die_with_half_the_memory_and_hbm2(tmp_path):
     assert 40 * 2**30 < stage_memory(four, 0).total_bytes < 80 * 2**30
 
 
+def test_the_b200_moves_hbm_bytes_at_what_its_memory_bus_carries():
+    """The B200's driver reports a 7,680-bit bus at a 3,996 MHz memory clock (pytorch/ao PR
+    #4002), double data rate: 7.672 TB/s. The catalogue's bandwidth is within 1% of that (the
+    8 TB/s of the first announcements was 4.3% over), and a bandwidth-bound pass on a B200
+    takes that much longer than on a GB200 (8 TB/s) at the same share of the peak."""
+    from sim.workload.ops import MemoryOp
+
+    b200, gb200 = get_gpu("B200"), get_gpu("GB200")
+    bus_bytes_per_s = 7680 / 8 * 3996e6 * 2
+    assert b200.hbm_bandwidth_bytes_per_s == pytest.approx(bus_bytes_per_s, rel=0.01)
+    gib = MemoryOp(OpKind.ELEMENTWISE, float(1 << 30))
+    tb, tg = memory_time_s(b200, gib) - b200.kernel_launch_s, memory_time_s(gb200, gib) - gb200.kernel_launch_s
+    assert tb / tg == pytest.approx(gb200.hbm_bandwidth_bytes_per_s / b200.hbm_bandwidth_bytes_per_s)
+    assert tb > 1.03 * tg
+
+
 def test_a_gpu_without_a_format_says_so():
     with pytest.raises(InfeasibleError, match="fp8"):
         get_gpu("A100-SXM4-80GB").peak(Dtype.FP8)

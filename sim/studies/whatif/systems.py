@@ -311,8 +311,8 @@ The shipped table (``topologies/technology-nodes.yaml``, relative to the A100's 
 (312 dense BF16 TFLOP/s, 2,039 GB/s of HBM, 300 GB/s of NVLink per direction: NVIDIA's A100
 datasheet, :mod:`sim.hardware`) is below even the 2016 P100 (21 FP16 TFLOP/s, 732 GB/s of HBM2,
 80 GB/s of NVLink per direction, NVIDIA's Tesla P100 datasheet: 0.07x, 0.36x, 0.27x), and a
-hundred times one is beyond every announced part (B200: 2,250 TFLOP/s, 8 TB/s, 900 GB/s, NVIDIA's
-DGX B200 datasheet: 7x, 4x and 3x an A100). Outside the range a factor only makes numbers no
+hundred times one is beyond every announced part (B200: 2,250 TFLOP/s, 7.7 TB/s, 900 GB/s, NVIDIA's
+Blackwell datasheet, HGX B200: 7x, 4x and 3x an A100). Outside the range a factor only makes numbers no
 system has: at 1e-300 the compute times reach 1e294 s and the memory-bound share of the
 breakdown, a difference of two of them, comes out negative."""
 
