@@ -224,3 +224,29 @@ def test_the_nemo_25_recipes_change_the_iteration_they_price(tmp_path):
     assert runs["recipe"].exposed_comm_s["tp"] < 0.5 * runs["no overlap"].exposed_comm_s["tp"]
     assert runs["recipe"].iteration_time_s < runs["no overlap"].iteration_time_s
     assert runs["recipe"].iteration_time_s < runs["fp32 grads"].iteration_time_s
+
+
+@pytest.mark.parametrize("stack, name, fp32_grads", [
+    ("nemo-24", "Nemotron-4 340B", False), ("nemo-24", "nemotron_340b", False), ("nemo-24", "Mixtral 8x7B", False),
+    ("nemo-24", "mixtral_8x3b", False), ("nemo-24", "Mixtral 8x22B", True), ("nemo-24", "Nemotron-4 15B", True),
+    ("nemo-24", "Llama 3 70B", True), ("nemo-24", "Nemotron-H 340B", True),
+    ("nemo-24.01-24.07", "Nemotron-340B", False), ("nemo-24.01-24.07", "GPT-3 175B", True),
+])
+def test_the_launcher_syncs_gradients_in_bf16_where_its_configuration_says(stack, name, fp32_grads):
+    """NeMo-Framework-Launcher's Nemotron 340B and Mixtral 8x7B (and 8x3B) configurations set
+    ``optim.grad_sync_dtype: bf16`` (24.07 on); its other GPT, Llama and Nemotron ones, and
+    Mixtral 8x22B's, leave Apex's fp32 gradient buckets."""
+    s = load_stack(stack).for_dtype(Dtype.BF16).for_model(name)
+    assert s.value("grad_reduce_in_fp32") is fp32_grads
+
+
+def test_nemotron_340b_syncs_in_bf16_by_its_configuration_not_as_a_memory_saver():
+    """NeMo's 24.07 Nemotron-4 340B row reduces its gradients in BF16 because its launcher
+    configuration says so, noted with it, not because its memory forced a saver; it fits."""
+    from sim.config.fit import fits_in_memory
+
+    w, notes = load_workload_with_notes(NEMO_2407, case="nemo2407_h100_fp8_Nemotron-340B_128gpu")
+    filled = [n for n in notes if n.startswith("parallel.grad_reduce_in_fp32:")]
+    assert w.kernels.grad_reduce_in_fp32 is False
+    assert filled and "nemotron_340b.yaml" in filled[0] and "memory savers" not in filled[0], filled
+    assert fits_in_memory(w)
