@@ -250,3 +250,34 @@ def test_nemotron_340b_syncs_in_bf16_by_its_configuration_not_as_a_memory_saver(
     assert w.kernels.grad_reduce_in_fp32 is False
     assert filled and "nemotron_340b.yaml" in filled[0] and "memory savers" not in filled[0], filled
     assert fits_in_memory(w)
+
+
+@pytest.mark.parametrize("stack, name, streams", [
+    ("nemo-25", "DeepSeek-V3 671B", 4), ("nemo-25", "deepseek_v3", 4), ("nemo-25", "Llama 4 Scout", 4),
+    ("nemo-25", "llama4_e128", 4), ("nemo-25", "Qwen3-30B-A3B", 4), ("nemo-25", "qwen3_235b_a22b", 4),
+    # no configuration of theirs sets moe_grouped_gemm: SequentialMLP
+    ("nemo-25", "Mixtral 8x7B", 1), ("nemo-25", "Mixtral 8x22B", 1), ("nemo-25", "DeepSeek-V2", 1),
+    ("nemo-25", "Qwen3 32B", 1), ("nemo-25", "Llama 3 70B", 1),
+    ("nemo-24", "DeepSeek-V3 671B", 1), ("nemo-24", "Mixtral 8x7B", 1), ("nemo-24.01-24.07", "Qwen3-30B-A3B", 1),
+])
+def test_nemo_runs_the_local_experts_as_its_model_configuration_says(stack, name, streams):
+    """NeMo 2's DeepSeek-V3, Llama 4 and Qwen3 MoE configurations set ``moe_grouped_gemm``
+    (TEGroupedMLP: one GEMM an expert on Transformer Engine's 4 streams); its Mixtral
+    configuration and NeMo 1's launcher configurations run SequentialMLP."""
+    assert load_stack(stack).for_dtype(Dtype.BF16).for_model(name).value("expert_gemm_streams") == streams
+
+
+def test_a_nemo_25_deepseek_case_runs_grouped_experts_noted_with_its_configuration():
+    """DeepSeek-V3 under NeMo 25 with its setting null runs its four local experts' GEMMs as
+    TEGroupedMLP, noted with the configuration that sets it, and that iteration is faster than
+    the same one with the experts one after another (SequentialMLP)."""
+    path = str(preset_folder("workloads") / "deepseek-v3.yaml")
+    sets = ["stack=nemo-25", "model.name=DeepSeek-V3 671B"]
+    w, notes = load_workload_with_notes(path, sets)
+    filled = [n for n in notes if "expert_gemm_streams" in n]
+    assert w.kernels.expert_gemm_streams == 4
+    assert filled and "deepseek.py" in filled[0] and "TEGroupedMLP" in filled[0], notes
+    one, _ = load_workload_with_notes(path, [*sets, "kernels.expert_gemm_streams=1"])
+    grouped, sequential = (make_report(simulate(x, case_topology(x), granularity="layer")).iteration_time_s
+                           for x in (w, one))
+    assert grouped < sequential
