@@ -97,7 +97,9 @@ def kernel_load(gpu: GPUSpec, op: Op) -> KernelLoad:
 
 
 def gemm_time_s(gpu: GPUSpec, op: GemmOp, clock_hz: float | None = None) -> float:
-    """Time of one GEMM on ``gpu``.
+    """Time of one GEMM on ``gpu``: the longer of its compute- and bandwidth-bound times, plus
+    the work beside it, and never less than its host's time to issue it
+    (:attr:`~sim.workload.ops.GemmOp.issue_s`).
 
     >>> from sim.hardware import get_gpu
     >>> t = gemm_time_s(get_gpu("A100"), GemmOp(16384, 16384, 16384, Dtype.BF16))
@@ -105,7 +107,7 @@ def gemm_time_s(gpu: GPUSpec, op: GemmOp, clock_hz: float | None = None) -> floa
     256.5
     """
     compute, memory, added = _gemm_parts(gpu, op)
-    return max(_scaled(gpu, op, compute, clock_hz), memory) + added
+    return max(max(_scaled(gpu, op, compute, clock_hz), memory) + added, op.issue_s)
 
 
 def attention_time_s(gpu: GPUSpec, op: AttentionOp, clock_hz: float | None = None) -> float:

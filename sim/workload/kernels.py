@@ -15,13 +15,29 @@ from dataclasses import dataclass
 
 from sim.types import AdamImpl, AttentionKernel, FsdpCopies, LossKind, PipelineBuffers, RopeImpl, StepPass
 
-__all__ = ["KERNEL_KEYS", "MEGATRON_CORE_STEP_PASSES", "OPTIMIZER_BYTES", "REMAINDER_OPTIMIZER_BYTES", "KernelsSpec"]
+__all__ = ["KERNEL_KEYS", "MEGATRON_CORE_STEP_PASSES", "OPTIMIZER_BYTES", "REMAINDER_OPTIMIZER_BYTES", "KernelsSpec",
+           "TE_GROUPED_GEMM_ISSUE_S"]
 
 MEGATRON_CORE_STEP_PASSES = frozenset({StepPass.ZERO_GRAD_BUFFER, StepPass.GRAD_NAN_CHECK, StepPass.GRAD_DIVIDE_DP,
                                        StepPass.CLIP_GRAD_NORM, StepPass.MASTER_COPY})
 """Megatron-LM's training step with Megatron-Core's DDP and optimizer, at its defaults
 (:mod:`sim.workload.step_passes`)."""
 
+
+TE_GROUPED_GEMM_ISSUE_S = 0.267e-3 / 8
+"""Host time Transformer Engine's grouped linear spends issuing one expert's GEMM, 33.4 us: its
+multi-stream path (``nvte_multi_tensor_gemm`` -> ``multi_stream_cublas_gemm``) sets up and
+launches a cuBLASLt GEMM an expert from the host, one after another, with the stream events
+that spread them over its 4 compute streams. Transformer Engine's own benchmark of that path
+(NVIDIA/TransformerEngine PR #3134, SM100, ``benchmarks/linear/benchmark_grouped_linear.py
+--compare-nvfp4-grouped-gemm``, the "pure" rows: operands pre-swizzled, the GEMMs alone) took
+0.267 ms for 8 experts of 128 tokens (N = K = 2048, forward), where one CUTLASS kernel of the
+same GEMMs took 0.069 ms and llmsim prices their GPU time on four streams at 0.015 ms (GB200):
+the call is the host's, 0.267 ms / 8 a GEMM. Set on the grouped GEMMs as
+:attr:`~sim.workload.ops.GemmOp.issue_s` (``batch`` x this), a floor under their time; where
+the experts' GEMMs are large the GPU takes longer and the floor is hidden. Measured on one host
+(the PR does not name its CPU): a slower host (Grace issues ``te.Linear`` in 2.7 times the
+Xeon's time, NVIDIA/TransformerEngine issue #2053) is not priced apart."""
 
 OPTIMIZER_BYTES = 12.0
 """Optimizer state per parameter: fp32 master weights and Adam's two moments (ZeRO, arXiv

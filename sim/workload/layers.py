@@ -48,7 +48,7 @@ from sim.types import (
 from sim.workload import eager as eager_kernels
 from sim.workload import nongemm
 from sim.workload.context_parallel import cp_attention
-from sim.workload.kernels import KernelsSpec
+from sim.workload.kernels import TE_GROUPED_GEMM_ISSUE_S, KernelsSpec
 from sim.workload.ops import AttentionOp, CommOp, GemmOp, MemoryOp, Op, Routing, dtype_bytes
 from sim.workload.quantization import LOW_PRECISION, Cast, gemm_casts
 from sim.workload.spec import ModelSpec, ParallelSpec
@@ -443,9 +443,11 @@ class LayerBuilder:
         """A GEMM in the layers' dtype with its operands' quantization (``cast``); ``batch > 1``:
         a layer's local experts, run as the stack runs them
         (:attr:`~sim.workload.kernels.KernelsSpec.expert_gemm_streams`)."""
+        streams = self.kspec.expert_gemm_streams if batch > 1 else 0
+        # Transformer Engine's grouped linear: the host issues a cuBLASLt GEMM an expert
+        issue = batch * TE_GROUPED_GEMM_ISSUE_S if streams > 1 else 0.0
         return GemmOp(m_, n_, k_, self.dtype, batch, extra_bytes=cast.bytes + extra_bytes,
-                      extra_kernels=cast.kernels + extra_kernels,
-                      streams=self.kspec.expert_gemm_streams if batch > 1 else 0)
+                      extra_kernels=cast.kernels + extra_kernels, streams=streams, issue_s=issue)
 
     def grad_accumulation(self, weights: float) -> tuple[float, int]:
         """Bytes and kernels of adding a fresh 16-bit weight gradient of ``weights`` elements
@@ -542,7 +544,7 @@ class LayerBuilder:
         fp32 ``main_grad``: read 2 + 4 bytes, write 4, per weight.
 
         >>> from sim.workload.spec import ModelSpec, ParallelSpec
-        >>> from sim.workload.kernels import KernelsSpec
+        >>> from sim.workload.kernels import TE_GROUPED_GEMM_ISSUE_S, KernelsSpec
         >>> m = ModelSpec("m", 2, 256, 4, 4, 512, 1000, 128, num_experts=4, moe_top_k=2)
         >>> b = LayerBuilder(m, ParallelSpec(), Dtype.FP8, (0,), kernels=KernelsSpec())
         >>> w = b.wgrad_gemm(256, 512, tokens=64, experts=4)  # 4 experts' transposes, one kernel

@@ -92,6 +92,11 @@ class GemmOp:
     ``util/multi_stream.cpp`` ``num_compute_streams = 4`` @ v2.8-v2.14). Each kernel is one
     expert's size, so the GEMM runs at the efficiency of at most ``n`` of them side by side
     (:func:`sim.costs.compute.gemm_time_s`), not at that of one kernel of all the FLOPs."""
+    issue_s: float = 0.0
+    """Host time to issue the op's kernels one after another: the op cannot end before its
+    last kernel is issued, so it takes at least this long (:func:`sim.costs.compute.gemm_time_s`).
+    Set for Transformer Engine's grouped linear, whose host issues a cuBLASLt GEMM an expert
+    (:data:`sim.workload.kernels.TE_GROUPED_GEMM_ISSUE_S`); 0: the GPU's time alone."""
 
     @property
     def flops(self) -> float:

@@ -15,6 +15,7 @@ from sim.costs.compute import gemm_time_s
 from sim.errors import ConfigError
 from sim.hardware import get_gpu
 from sim.types import Dtype
+from sim.workload.kernels import TE_GROUPED_GEMM_ISSUE_S
 from sim.workload.layers import layer_ops
 from sim.workload.ops import GemmOp
 
@@ -107,3 +108,29 @@ def test_a_bad_stream_count_names_the_field(value, expected):
     with pytest.raises(ConfigError) as exc:
         load_workload("mixtral-8x7b", [f"kernels.expert_gemm_streams={value}"])
     assert exc.value.field == "kernels.expert_gemm_streams" and expected in str(exc.value)
+
+
+def test_transformer_engines_grouped_linear_takes_as_long_as_its_host_takes_to_issue_it():
+    """Transformer Engine's benchmark of its multi-stream grouped GEMM (NVIDIA/TransformerEngine
+    PR #3134, SM100): 8 experts of 128 tokens, N = K = 2048, NVFP4, 0.267 ms, where their GPU
+    work is a few hundredths of that; priced with the host's issue time it is the measurement."""
+    g = get_gpu("GB200")
+    tiny = GemmOp(128, 2048, 2048, Dtype.NVFP4, 8, streams=4)
+    assert gemm_time_s(g, tiny) < 0.1 * 0.267e-3
+    issued = dataclasses.replace(tiny, issue_s=8 * TE_GROUPED_GEMM_ISSUE_S)
+    assert gemm_time_s(g, issued) == pytest.approx(0.267e-3, rel=1e-9)
+    # experts large enough keep the GPU busier than the host: the issue time is hidden
+    big = dataclasses.replace(EXPERT, m=16384, batch=8, streams=4)
+    assert gemm_time_s(g, dataclasses.replace(big, issue_s=8 * TE_GROUPED_GEMM_ISSUE_S)) == gemm_time_s(g, big)
+
+
+@pytest.mark.parametrize("streams, issued", [(0, False), (1, False), (4, True)])
+def test_only_transformer_engines_grouped_linear_carries_its_hosts_issue_time(streams, issued):
+    """The layer's expert GEMMs under TEGroupedMLP (4 streams) carry a GEMM an expert of host
+    time; one grouped kernel (0) and SequentialMLP (1, whose Python loop is not priced) none."""
+    spec = load_workload("mixtral-8x7b", overrides=[f"kernels.expert_gemm_streams={streams}", "parallel.ep=1",
+                                                    "parallel.tp=1"])
+    experts, dense = _expert_gemms(spec)
+    expected = {op.batch * TE_GROUPED_GEMM_ISSUE_S if issued else 0.0 for op in experts.values()}
+    assert {op.issue_s for op in experts.values()} == expected
+    assert {op.issue_s for op in dense.values()} == {0.0}
