@@ -648,6 +648,37 @@ _H100_MEMORY_ACCESS = ((MemoryAccess.UPCAST, 0.583), (MemoryAccess.BROADCAST_LAS
 _H200_MEMORY_ACCESS = ((MemoryAccess.UPCAST, 0.445), (MemoryAccess.BROADCAST_LAST, 0.350),
                        (MemoryAccess.BROADCAST_ROW, 0.572), (MemoryAccess.STRIDED, 0.263))
 
+# Bandwidth-bound kernels on Blackwell: NVIDIA's cuDNN-frontend normalization benchmark ran
+# RMSNorm at 10 training shapes (Llama 3 8B to 405B, Mixtral, Qwen3, DeepSeek-V3; N x C >= 2^24,
+# bfloat16) through cuDNN's fused kernels, PyTorch and torch.compile on H200, GB200 and GB300
+# in one harness (NVIDIA/cudnn-frontend benchmark/norms/results/{h200,gb200,gb300}/
+# all_models_*.csv @ df73764). Their achieved bandwidth grows less than HBM's 8 / 4.8: the
+# medians of the per-shape ratios, GB200 over H200, are 1.591 forward and 1.395 backward for
+# cuDNN's fused kernels and 1.536 and 1.327 for PyTorch's (GB300: 1.585, 1.419; 1.566, 1.363).
+# As for attention (above), Blackwell takes the H100/H200 fractions times the published ratio
+# of achieved fractions, Blackwell over H200, the mean of forward and backward: fused kernels
+# (Transformer Engine's, ``memory_efficiency``) 0.896 of them on GB200 and 0.901 on GB300,
+# PyTorch's non-vectorized eager kernels (the H200's own access fractions) 0.859 and 0.879.
+# B200 (GB200's die) takes GB200's ratios.
+_HBM_RATIO_BLACKWELL_H200 = 8.0 / 4.8
+_NORM_RATES_OVER_H200 = {  # GPU: ((cuDNN forward, backward), (PyTorch forward, backward)) medians
+    "GB200": ((1.591, 1.395), (1.536, 1.327)),
+    "GB300": ((1.585, 1.419), (1.566, 1.363)),
+}
+
+
+def _blackwell_memory(gpu: str) -> dict:
+    """``memory_efficiency`` and ``memory_access_efficiency`` of a Blackwell GPU: the H100/H200
+    fractions times the cuDNN-frontend norms benchmark's ratio of achieved fractions, ``gpu``
+    over H200 (:data:`_NORM_RATES_OVER_H200`)."""
+    fused, eager = (sum(pair) / 2 / _HBM_RATIO_BLACKWELL_H200 for pair in _NORM_RATES_OVER_H200[gpu])
+    return dict(memory_efficiency=_MEM_EFF * fused,
+                memory_access_efficiency=tuple((a, e * eager) for a, e in _H200_MEMORY_ACCESS))
+
+
+_GB200_MEMORY = _blackwell_memory("GB200")
+_GB300_MEMORY = _blackwell_memory("GB300")
+
 
 def _h200_power(limit_w: float) -> PowerSpec:
     """Our H200's power behaviour (benchmarks/device/power_clock.py on it, raw samples in
@@ -749,7 +780,7 @@ _GPUS = (
         hbm_bandwidth_bytes_per_s=B200_HBM_BANDWIDTH,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_blackwell_gemm(_B200_FP8_GEMM, _GB200_FP4_GEMM),
-        **_BLACKWELL_KERNELS,
+        **dict(_BLACKWELL_KERNELS, **_GB200_MEMORY),
         sm_count=148,
         sources="glennklockwood.com/garden/processors/B200 (HGX 1000 W); pytorch/ao roofline_utils "
         "(2.25e15 BF16, 4.5e15 FP8, 9.0e15 FP4); 7.7 TB/s HBM3e (B200_HBM_BANDWIDTH); "
@@ -766,7 +797,7 @@ _GPUS = (
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_blackwell_gemm(_GB200_FP8_GEMM, _GB200_FP4_GEMM),
-        **_BLACKWELL_KERNELS,
+        **dict(_BLACKWELL_KERNELS, **_GB200_MEMORY),
         sm_count=148,
         sources="glennklockwood.com/garden/processors/B200 (GB200 1200 W table: 2.5 PF BF16 dense, "
         "~186 GB HBM3e at 8 TB/s, NVLink5 1.8 TB/s bidirectional); cuBLASLt FP8/FP4 sweeps from "
@@ -781,7 +812,7 @@ _GPUS = (
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_blackwell_gemm(_GB300_FP8_GEMM, _GB300_FP4_GEMM),
-        **_BLACKWELL_ULTRA_KERNELS,
+        **dict(_BLACKWELL_ULTRA_KERNELS, **_GB300_MEMORY),
         sm_count=160,
         sources="NVIDIA Blackwell Ultra announcements: 288 GB HBM3e (279 GB usable), 8 TB/s, "
         "15 PF dense NVFP4, BF16 as GB200, NVLink5 1.8 TB/s bidirectional, 160 SMs [unverified]; cuBLASLt "

@@ -370,3 +370,34 @@ def test_mxfp8_gemms_run_slower_than_per_tensor_fp8_as_transformer_engine_measur
     g = get_gpu(gpu)
     times = {d: gemm_time_s(g, GemmOp(15872, 16384, 4096, d)) - g.kernel_launch_s for d in (Dtype.FP8, Dtype.MXFP8)}
     assert times[Dtype.MXFP8] / times[Dtype.FP8] == pytest.approx(MXFP8_GEMM_SLOWDOWN, rel=1e-9)
+
+
+@pytest.mark.parametrize("gpu_name, fused_rates, eager_rates", [
+    ("GB200", (1.591, 1.395), (1.536, 1.327)), ("B200", (1.591, 1.395), (1.536, 1.327)),
+    ("GB300", (1.585, 1.419), (1.566, 1.363)),
+])
+def test_blackwell_bandwidth_bound_kernels_gain_what_the_norms_benchmark_measured(gpu_name, fused_rates, eager_rates):
+    """NVIDIA's cuDNN-frontend norms benchmark (one harness, H200 / GB200 / GB300, RMSNorm at
+    training shapes) has achieved bandwidth grow 1.3-1.6x from H200 to Blackwell where HBM grows
+    8 / 4.8: Blackwell's bandwidth-bound kernels take the H100/H200 fractions times that ratio of
+    fractions, forward and backward averaged -- fused kernels by cuDNN's, PyTorch's eager access
+    patterns by PyTorch's (B200 as GB200, its die). A GB200 then moves a fused kernel's bytes at
+    1.49x and an eager upcast's at 1.43x the H200's rate, not 1.67x."""
+    from sim.types import MemoryAccess
+    from sim.workload.ops import MemoryOp
+
+    g, h200, h100 = get_gpu(gpu_name), get_gpu("H200"), get_gpu("H100")
+    hbm = 8.0 / 4.8
+    fused, eager = sum(fused_rates) / 2 / hbm, sum(eager_rates) / 2 / hbm
+    assert g.memory_efficiency == pytest.approx(h100.memory_efficiency * fused, rel=1e-12)
+    h200_access = dict(h200.memory_access_efficiency)
+    assert dict(g.memory_access_efficiency) == pytest.approx({a: e * eager for a, e in h200_access.items()}, rel=1e-12)
+    assert g.memory_efficiency < 0.85 and set(h200_access) == set(dict(g.memory_access_efficiency))
+    if gpu_name == "GB200":  # the same HBM as the benchmark's GB200: its rates over H200's
+        gib = float(1 << 30)
+        rate = {gpu.name: {acc: gib / (memory_time_s(gpu, MemoryOp(OpKind.ELEMENTWISE, gib, access=acc))
+                                       - gpu.kernel_launch_s) for acc in (MemoryAccess.STREAM, MemoryAccess.UPCAST)}
+                for gpu in (g, h200)}
+        gb200, h200_rate = rate["GB200"], rate["H200"]
+        assert gb200[MemoryAccess.STREAM] / h200_rate[MemoryAccess.STREAM] == pytest.approx(sum(fused_rates) / 2)
+        assert gb200[MemoryAccess.UPCAST] / h200_rate[MemoryAccess.UPCAST] == pytest.approx(sum(eager_rates) / 2)
