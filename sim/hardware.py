@@ -654,7 +654,8 @@ _H200_MEMORY_ACCESS = ((MemoryAccess.UPCAST, 0.445), (MemoryAccess.BROADCAST_LAS
 # in one harness (NVIDIA/cudnn-frontend benchmark/norms/results/{h200,gb200,gb300}/
 # all_models_*.csv @ df73764). Their achieved bandwidth grows less than HBM's 8 / 4.8: the
 # medians of the per-shape ratios, GB200 over H200, are 1.591 forward and 1.395 backward for
-# cuDNN's fused kernels and 1.536 and 1.327 for PyTorch's (GB300: 1.585, 1.419; 1.566, 1.363).
+# cuDNN's fused kernels and 1.536 and 1.327 for PyTorch's over its 8 shapes that ran (the two
+# 128-wide ones did not) (GB300: 1.585, 1.419; 1.566, 1.363).
 # As for attention (above), Blackwell takes the H100/H200 fractions times the published ratio
 # of achieved fractions, Blackwell over H200, the mean of forward and backward: fused kernels
 # (Transformer Engine's, ``memory_efficiency``) 0.896 of them on GB200 and 0.901 on GB300,
