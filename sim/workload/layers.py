@@ -544,7 +544,7 @@ class LayerBuilder:
         fp32 ``main_grad``: read 2 + 4 bytes, write 4, per weight.
 
         >>> from sim.workload.spec import ModelSpec, ParallelSpec
-        >>> from sim.workload.kernels import TE_GROUPED_GEMM_ISSUE_S, KernelsSpec
+        >>> from sim.workload.kernels import KernelsSpec
         >>> m = ModelSpec("m", 2, 256, 4, 4, 512, 1000, 128, num_experts=4, moe_top_k=2)
         >>> b = LayerBuilder(m, ParallelSpec(), Dtype.FP8, (0,), kernels=KernelsSpec())
         >>> w = b.wgrad_gemm(256, 512, tokens=64, experts=4)  # 4 experts' transposes, one kernel
