@@ -111,7 +111,10 @@ class KernelLoad:
     its efficiency was measured at, ``floor_s`` its bandwidth-bound time, ``added_s`` what runs
     beside it regardless (launch gap, fused casts); it draws ``P_idle + activity_w (f /
     f_max)^gamma``. A bandwidth-bound kernel (``compute_s == 0``) runs ``floor_s + added_s``
-    and draws ``P_idle + activity_w``, at most the limit.
+    and draws ``P_idle + activity_w``, at most the limit. ``host_s`` is the host's time to
+    issue it (:attr:`~sim.workload.ops.GemmOp.issue_s`): the kernel's slot lasts at least that
+    long, and for what the slot outlasts the kernel the GPU waits at ``P_idle``, as
+    :func:`sim.costs.compute.gemm_time_s` takes the same floor for its time.
     """
 
     compute_s: float
@@ -120,6 +123,7 @@ class KernelLoad:
     added_s: float
     activity_w: float
     count: float = 1.0
+    host_s: float = 0.0
 
 
 def mean_power_w(power: PowerSpec, loads: Iterable[KernelLoad], clock_hz: float) -> float:
@@ -128,13 +132,14 @@ def mean_power_w(power: PowerSpec, loads: Iterable[KernelLoad], clock_hz: float)
     energy = total = 0.0
     for k in loads:
         if k.compute_s:
-            t = (max(k.compute_s * k.clock_hz / clock_hz, k.floor_s) + k.added_s) * k.count
+            t = max(k.compute_s * k.clock_hz / clock_hz, k.floor_s) + k.added_s
             p = power.idle_w + k.activity_w * g
         else:
-            t = (k.floor_s + k.added_s) * k.count
+            t = k.floor_s + k.added_s
             p = min(power.idle_w + k.activity_w, power.limit_w)
-        energy += t * p
-        total += t
+        wait = max(k.host_s - t, 0.0)  # the GPU idles until the host has issued the kernel
+        energy += (t * p + wait * power.idle_w) * k.count
+        total += (t + wait) * k.count
     return energy / total if total > 0 else power.idle_w
 
 

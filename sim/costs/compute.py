@@ -83,16 +83,19 @@ def _scaled(gpu: GPUSpec, op: Op, compute: float, clock_hz: float | None) -> flo
 
 
 def kernel_load(gpu: GPUSpec, op: Op) -> KernelLoad:
-    """``op`` as :func:`sim.power.solve_clock_hz` sees it (``gpu.power`` must be set)."""
+    """``op`` as :func:`sim.power.solve_clock_hz` sees it (``gpu.power`` must be set), a GEMM
+    with its host's issue time (:attr:`~sim.workload.ops.GemmOp.issue_s`) as the floor on its
+    slot, as :func:`gemm_time_s` takes it."""
     p = gpu.power
     if isinstance(op, (GemmOp, AttentionOp)):
         compute, memory, added = (_gemm_parts if isinstance(op, GemmOp) else _attention_parts)(gpu, op)
+        host = op.issue_s if isinstance(op, GemmOp) else 0.0
         if compute > memory:
             clock = _clock_hz(gpu, op)
             # a GEMM launched on fewer SMs draws their share of the dynamic power
             share = _sm_share(gpu, op) if isinstance(op, GemmOp) else 1.0
-            return KernelLoad(compute, clock, memory, added, p.activity_w(clock) * share)
-        return KernelLoad(0.0, 0.0, memory, added, p.memory_activity_w)
+            return KernelLoad(compute, clock, memory, added, p.activity_w(clock) * share, host_s=host)
+        return KernelLoad(0.0, 0.0, memory, added, p.memory_activity_w, host_s=host)
     return KernelLoad(0.0, 0.0, memory_time_s(gpu, op), 0.0, p.memory_activity_w)
 
 

@@ -232,3 +232,36 @@ def test_access_efficiencies_are_the_measured_bandwidths(gpu, results):
     for access, name in kernel.items():
         measured = cfg[name]["rate_second_half"] * 1e12 / spec.hbm_bandwidth_bytes_per_s
         assert spec.memory_efficiency_of(access) == pytest.approx(measured, abs=5e-4), access
+
+
+def test_a_gemm_waiting_on_its_host_leaves_the_gpu_idle_for_the_wait():
+    """A kernel shorter than its host's issue time occupies its slot for the issue time, the
+    GPU idling at ``idle_w`` for the rest. BF16 GEMMs back to back hold the clock they were
+    measured at; issued by a host that needs 1.2 ms for each 1 ms GEMM they run faster, at the
+    clock where the slot's mean draw (the shortened GEMM at its dynamic power, the wait at
+    idle) meets the limit again; with a host twice as slow, at the maximum clock."""
+    clock = P.gemm_clock("bf16")
+    busy = KernelLoad(1e-3, clock, 0.0, 0.0, P.activity_w(clock))
+    issued = KernelLoad(1e-3, clock, 0.0, 0.0, P.activity_w(clock), host_s=1.2e-3)
+    f = solve_clock_hz(P, [issued])
+    assert solve_clock_hz(P, [busy]) == pytest.approx(clock, rel=1e-6)
+    assert clock * 1.05 < f < P.max_clock_hz
+    t = 1e-3 * clock / f
+    g = (f / P.max_clock_hz) ** P.dvfs_exponent
+    mean = (t * (P.idle_w + P.activity_w(clock) * g) + (1.2e-3 - t) * P.idle_w) / 1.2e-3
+    assert mean == pytest.approx(P.limit_w, rel=1e-4)
+    slow = KernelLoad(1e-3, clock, 0.0, 0.0, P.activity_w(clock), host_s=2e-3)
+    assert solve_clock_hz(P, [slow]) == P.max_clock_hz
+
+
+def test_kernel_load_carries_a_grouped_gemms_issue_time():
+    """``kernel_load`` hands the power solve the same host floor ``gemm_time_s`` takes."""
+    from sim.costs.compute import gemm_time_s, kernel_load
+    from sim.types import Dtype
+    from sim.workload.ops import GemmOp
+    gpu = get_gpu("H100")
+    op = GemmOp(128, 2048, 2048, Dtype.BF16, batch=8, streams=4, issue_s=0.267e-3)
+    load = kernel_load(gpu, op)
+    assert load.host_s == op.issue_s
+    assert gemm_time_s(gpu, op) == pytest.approx(op.issue_s)
+    assert kernel_load(gpu, GemmOp(4096, 4096, 4096, Dtype.BF16)).host_s == 0.0
