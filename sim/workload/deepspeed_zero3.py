@@ -33,6 +33,13 @@ as released in v0.3.x (March-June 2021; ``deepspeed/runtime/zero/stage3.py`` and
   module's backward kernels, already queued, still run: it is taken as hidden. The step's
   persistent gather unpacks every persistent parameter rank by rank in Python
   (``_allgather_params``: ``narrow``, ``view``, ``narrow``, ``copy_`` per parameter and rank).
+* **A norm of every fetched parameter.** After the gather ``fetch_sub_module`` logs each of
+  the module's parameters with an eagerly formatted f-string, ``print_rank_0(f"Param id ...
+  norm {param.norm()}", force=False)`` (``stage3.py`` @ v0.3.16): the string is built before
+  ``print_rank_0`` drops it, so ``param.norm()`` reads the whole gathered tensor once more, and
+  formatting its result copies it to the host. PR #1188 ("Removing the norm computation in
+  debug printing") removed it. Its HBM pass is priced per gathered tensor
+  (:func:`gather_issue_s`); the copy's synchronization is among the host time below.
 * **Host time exposed.** Those synchronizations (and the release's
   ``torch.ones(1).half().to(param.device)``, which synchronizes the stream) leave the device
   idle while the hooks' Python runs, so each gathered tensor adds :data:`FETCH_HOST_S`, a
@@ -97,8 +104,9 @@ device, so this host work is not hidden behind queued kernels as it would be in 
 parameters (64 layers, hidden 2,560) on one 8 x A100 p4d.24xlarge with DeepSpeed 0.3.16 ran
 its forward in ~480 ms under ZeRO-3 against ~60 ms under ZeRO-2 (deepspeedai/DeepSpeed issue
 #1174, 2021-06-19; ~470 ms in PR #1188, 2021-06-25, which gives the model's shape). Of those
-~415 ms, llmsim without this term prices ~93 ms (the 261 gathers' NCCL transfers, zeroing,
-copies and per-rank ops); the remaining ~322 ms over 261 gathered tensors is 1.24 ms each
+~415 ms, llmsim without this term prices ~98 ms (the 261 gathers' NCCL transfers, zeroing,
+copies, debug norms and per-rank ops); the remaining ~317 ms over 261 gathered tensors is
+1.21 ms each
 (``PYTHONPATH=. python benchmarks/bench_deepspeed_zero3.py`` prints the derivation;
 ``benchmarks/deepspeed_zero3/bert5b_ds1174.yaml`` is the setup). The count takes four gathered
 weights a layer, the DeepSpeed transformer kernel's (``attn_qkvw``, ``attn_ow``, ``inter_w``,
@@ -155,13 +163,14 @@ def gather_issue_s(ranks: int, size_bytes: float, gpu: GPUSpec) -> float:
     """What issuing one parameter's all-gather of ``size_bytes`` (the gathered tensor) over
     ``ranks`` costs beyond NCCL's transfer: per rank a Python ``narrow`` (the device idle after
     the synchronize) and a copy kernel out of PyTorch's flattened buffer; and the HBM traffic
-    of zeroing the output (``torch.zeros``) and of those copies (read and write).
+    of zeroing the output (``torch.zeros``), of those copies (read and write) and of the debug
+    print's ``param.norm()`` (a read of the gathered tensor).
 
     >>> from sim.hardware import get_gpu
     >>> round(gather_issue_s(1536, 0.0, get_gpu("A100")) * 1e3, 3)  # ms, per-rank part
     6.144
     """
-    return ranks * (PY_TENSOR_OP_S + gpu.kernel_launch_s) + _hbm_s(gpu, 3.0 * size_bytes)
+    return ranks * (PY_TENSOR_OP_S + gpu.kernel_launch_s) + _hbm_s(gpu, 4.0 * size_bytes)
 
 
 def reduce_issue_s(ranks: int, size_bytes: float, gpu: GPUSpec) -> float:

@@ -146,7 +146,9 @@ def test_the_issue_cost_is_per_rank_and_lands_in_the_collective_latency():
     assert ds3.gather_issue_s(768, 0.0, gpu) == pytest.approx(ds3.gather_issue_s(1536, 0.0, gpu) / 2)
     size = 2.0**30
     hbm = gpu.hbm_bandwidth_bytes_per_s * gpu.memory_efficiency
-    assert ds3.gather_issue_s(8, size, gpu) - ds3.gather_issue_s(8, 0.0, gpu) == pytest.approx(3 * size / hbm)
+    # zeroing the output, the copies out of the flattened buffer (read, write), the debug
+    # print's norm (a read): four passes over the gathered tensor
+    assert ds3.gather_issue_s(8, size, gpu) - ds3.gather_issue_s(8, 0.0, gpu) == pytest.approx(4 * size / hbm)
     assert ds3.reduce_issue_s(64, 0.0, gpu) == pytest.approx(64 * gpu.kernel_launch_s)
     assert ds3.persistent_issue_s(16, 10, 0.0, gpu) == pytest.approx(
         16 * gpu.kernel_launch_s + 10 * 16 * ds3.UNPACK_OPS_PER_RANK * ds3.PY_TENSOR_OP_S)
