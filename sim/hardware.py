@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from sim.errors import InfeasibleError
 from sim.power import PowerSpec
 from sim.types import AttentionKernel, Dtype, GpuGeneration, MemoryAccess, compact_name
-from sim.units import GB, GBPS, TB, TFLOPS, US, GiB
+from sim.units import GB, GBPS, TB, TFLOPS, US, GiB, MiB
 from sim.workload.ops import AttentionOp
 
 __all__ = ["B200_HBM_BANDWIDTH", "EfficiencyCurve", "GPUSpec", "GPU_CATALOGUE", "MXFP8_GEMM_SLOWDOWN", "get_gpu",
@@ -700,6 +700,14 @@ def _h100_power(limit_w: float) -> PowerSpec:
                      flash2_clock_hz=1712e6, flash2_backward_clock_hz=1794e6, memory_activity_w=390.1)
 
 
+# HBM capacity is the total the NVIDIA driver reports for the GPU (nvidia-smi's memory total, in
+# MiB), the memory CUDA's allocator draws from: A100 80GB 81,920 MiB, H100 SXM5 80GB 81,559,
+# H200 143,771, B200 183,359, GB200 189,471, GB300 284,208 (as nvidia-smi prints them on these
+# GPUs in public logs and issue threads, drivers 535-595; found through the search library's
+# stored code and documentation). NVIDIA's headline figures for the newer parts are about these
+# totals in GiB, not in 10^9 bytes: "141 GB" is 140.4 GiB (150.8e9 bytes), "180 GB" 179.1 GiB,
+# "186 GB" 185.0 GiB, "288 GB" 277.5 GiB. Read as 10^9 bytes they would be 6.4% short, enough
+# to make a configuration that fits read as not fitting (sim/config/fit.py).
 _GPUS = (
     GPUSpec(
         name="A100-SXM4-80GB",
@@ -729,7 +737,7 @@ _GPUS = (
         name="H100-SXM5-80GB",
         generation=GpuGeneration.HOPPER,
         peak_flops_per_s=_HOPPER_DTYPES,
-        hbm_capacity_bytes=80 * GiB,
+        hbm_capacity_bytes=81559 * MiB,  # the driver's total (above)
         hbm_bandwidth_bytes_per_s=3350 * GBPS,
         nvlink_bandwidth_bytes_per_s=450 * GBPS,
         gemm_efficiency=_HOPPER_GEMM,
@@ -761,7 +769,7 @@ _GPUS = (
         name="H200",
         generation=GpuGeneration.HOPPER,
         peak_flops_per_s=_HOPPER_DTYPES,
-        hbm_capacity_bytes=141 * GB,
+        hbm_capacity_bytes=143771 * MiB,  # the driver's total (above)
         hbm_bandwidth_bytes_per_s=4800 * GBPS,
         nvlink_bandwidth_bytes_per_s=450 * GBPS,
         gemm_efficiency=((Dtype.BF16, _H200_GEMM), (Dtype.FP8, _H200_FP8_GEMM)),
@@ -777,7 +785,7 @@ _GPUS = (
         name="B200",
         generation=GpuGeneration.BLACKWELL,
         peak_flops_per_s=_blackwell(2250, 9000, 1100, 80),
-        hbm_capacity_bytes=180 * GB,
+        hbm_capacity_bytes=183359 * MiB,  # the driver's total (above)
         hbm_bandwidth_bytes_per_s=B200_HBM_BANDWIDTH,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_blackwell_gemm(_B200_FP8_GEMM, _GB200_FP4_GEMM),
@@ -785,7 +793,7 @@ _GPUS = (
         sm_count=148,
         sources="glennklockwood.com/garden/processors/B200 (HGX 1000 W); pytorch/ao roofline_utils "
         "(2.25e15 BF16, 4.5e15 FP8, 9.0e15 FP4); 7.7 TB/s HBM3e (B200_HBM_BANDWIDTH); "
-        "DGX B200: 180 GB visible per GPU; "
+        "DGX B200: 180 GB per GPU (the driver reports 183,359 MiB); "
         "cuBLASLt BF16/FP8 k-sweep from tmoreau89/triton triton_cublas_bench (FP4 as GB200); "
         "148 SMs, 74 per die (chipsandcheese.com, 'Nvidia's B200: Keeping the CUDA Juggernaut Rolling'); "
         "cuDNN attention as GB200 (NVIDIA/cudnn-frontend SDPA benchmark)",
@@ -794,7 +802,7 @@ _GPUS = (
         name="GB200",
         generation=GpuGeneration.BLACKWELL,
         peak_flops_per_s=_blackwell(2500, 10000, 1250, 90),
-        hbm_capacity_bytes=186 * GB,
+        hbm_capacity_bytes=189471 * MiB,  # the driver's total (above)
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_blackwell_gemm(_GB200_FP8_GEMM, _GB200_FP4_GEMM),
@@ -809,13 +817,13 @@ _GPUS = (
         name="GB300",
         generation=GpuGeneration.BLACKWELL,
         peak_flops_per_s=_blackwell(2500, 15000, 1250, None),
-        hbm_capacity_bytes=279 * GB,
+        hbm_capacity_bytes=284208 * MiB,  # the driver's total (above)
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
         gemm_efficiency=_blackwell_gemm(_GB300_FP8_GEMM, _GB300_FP4_GEMM),
         **dict(_BLACKWELL_ULTRA_KERNELS, **_GB300_MEMORY),
         sm_count=160,
-        sources="NVIDIA Blackwell Ultra announcements: 288 GB HBM3e (279 GB usable), 8 TB/s, "
+        sources="NVIDIA Blackwell Ultra announcements: 288 GB HBM3e (the driver reports 284,208 MiB), 8 TB/s, "
         "15 PF dense NVFP4, BF16 as GB200, NVLink5 1.8 TB/s bidirectional, 160 SMs [unverified]; cuBLASLt "
         "FP8/FP4 sweeps from the Azure AI-benchmarking-guide ND GB300 v6 results (BF16 GEMM as B200); "
         "cuDNN 9.19 attention from the NVIDIA/cudnn-frontend SDPA benchmark (relative to its H200 run)",

@@ -171,7 +171,7 @@ def with_hbm(gpu: GPUSpec, generation: HBMGeneration, table: HBMTable) -> GPUSpe
     >>> t = load_hbm_table()
     >>> g = with_hbm(get_gpu("H100"), t.generation("HBM4"), t)
     >>> round(g.hbm_bandwidth_bytes_per_s / 1e12, 2), round(g.hbm_capacity_bytes / 2**30)
-    (8.38, 180)
+    (8.38, 179)
     >>> with_hbm(get_gpu("H100"), t.generation("HBM3"), t) == get_gpu("H100")
     True
     """

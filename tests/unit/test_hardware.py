@@ -12,7 +12,7 @@ import sim
 from sim.costs.compute import gemm_time_s, memory_time_s
 from sim.errors import InfeasibleError
 from sim.hardware import GPU_CATALOGUE, MXFP8_GEMM_SLOWDOWN, EfficiencyCurve, get_gpu
-from sim.types import AttentionKernel, Dtype, OpKind
+from sim.types import AttentionKernel, Dtype, OpKind, RecomputeKind
 from sim.workload.ops import GemmOp
 
 REQUIRED = ["A100-SXM4-80GB", "H100-SXM5-80GB", "H100-SXM5-96GB-HBM2e", "H200", "B200", "GB200", "GB300"]
@@ -401,3 +401,30 @@ def test_blackwell_bandwidth_bound_kernels_gain_what_the_norms_benchmark_measure
         gb200, h200_rate = rate["GB200"], rate["H200"]
         assert gb200[MemoryAccess.STREAM] / h200_rate[MemoryAccess.STREAM] == pytest.approx(sum(fused_rates) / 2)
         assert gb200[MemoryAccess.UPCAST] / h200_rate[MemoryAccess.UPCAST] == pytest.approx(sum(eager_rates) / 2)
+
+
+# nvidia-smi's memory totals (MiB) on these GPUs, as public logs print them (sim/hardware.py)
+DRIVER_TOTAL_MIB = {"A100-SXM4-80GB": 81920, "H100-SXM5-80GB": 81559, "H200": 143771, "B200": 183359,
+                    "GB200": 189471, "GB300": 284208}
+
+
+@pytest.mark.parametrize("name", sorted(DRIVER_TOTAL_MIB))
+def test_hbm_capacity_is_the_drivers_total(name):
+    """A GPU holds what its driver reports, not its headline figure read as 10^9 bytes: for
+    the newer parts ("141 GB", "180 GB", "186 GB", "288 GB") that reading is 6.4% short."""
+    assert get_gpu(name).hbm_capacity_bytes == DRIVER_TOTAL_MIB[name] * 2**20
+
+
+def test_a_recipe_that_fits_the_driver_total_is_not_made_to_recompute():
+    """Megatron-Bridge 26.04's Llama 3.1 405B FP8 recipe on 256 GB200 sets no recomputation
+    (``llama31_405b_pretrain_256gpu_gb200_fp8cs_config``). With its null settings filled, llmsim's
+    peak lies between 186e9 bytes and the driver's 189,471 MiB, so the loader keeps the recipe's
+    default: no memory saver is taken."""
+    from sim.config import load_workload_with_notes
+    from sim.memory import stage_memory
+    cases = Path(__file__).resolve().parents[2] / "workloads" / "validation" / "megatronbridge.yaml"
+    w, notes = load_workload_with_notes(str(cases), case="megatronbridge_26.04.01_gb200_llama3_405b_fp8_256gpu")
+    peak = max(stage_memory(w, s).total_bytes for s in range(w.parallel.pp))
+    assert 186e9 < peak < get_gpu("GB200").hbm_capacity_bytes
+    assert w.parallel.recompute is RecomputeKind.NONE
+    assert not any("memory savers tried" in n for n in notes)

@@ -285,8 +285,8 @@ def test_module_sets_follow_the_model_cheapest_first():
     assert not any(x & {M.LAYERNORM, M.MOE_ACT} for x in _sets(_mla(), delayed_fp8=True))
 
 
-def _mla_case(framework: str, gpu: str = "B200") -> dict:
-    return {"id": "dsv3", "model": {"hf_config": "../../workloads/hf/deepseek-v3.json", "seq_length": 4096},
+def _mla_case(framework: str, gpu: str = "B200", seq: int = 4096) -> dict:
+    return {"id": "dsv3", "model": {"hf_config": "../../workloads/hf/deepseek-v3.json", "seq_length": seq},
             "system": {"gpu": gpu, "num_gpus": 256},
             "parallel": {"tp": 1, "pp": 8, "dp": 32, "cp": 1, "ep": 32, "virtual_pipeline_stages": 2,
                          "micro_batch_size": 1, "global_batch_size": 256},
@@ -294,14 +294,14 @@ def _mla_case(framework: str, gpu: str = "B200") -> dict:
 
 
 def test_a_stack_with_module_recompute_fits_before_full(tmp_path):
-    """DeepSeek-V3 on 256 B200 (Megatron-Bridge's layout): the attention core's recomputation
-    saves nothing under fused attention, so Megatron-Bridge adds modules, cheapest first, and
-    stops at the first set that fits; NeMo 25.04 (no module saver in the stack) recomputes whole
-    layers."""
+    """DeepSeek-V3 on 256 B200 (Megatron-Bridge's layout) at 6,144 tokens, which does not fit
+    without recomputation: the attention core's recomputation saves nothing under fused
+    attention, so Megatron-Bridge adds modules, cheapest first, and stops at the first set that
+    fits; NeMo 25.04 (no module saver in the stack) recomputes whole layers."""
     folder = tmp_path / "benchmarks" / "x"
     folder.mkdir(parents=True)
     path = folder / "c.yaml"
-    path.write_text(yaml.safe_dump([_mla_case("NeMo 26.04.01 container / Megatron-Bridge (Megatron-Core)")]))
+    path.write_text(yaml.safe_dump([_mla_case("NeMo 26.04.01 container / Megatron-Bridge (Megatron-Core)", seq=6144)]))
     from pathlib import Path
 
     import sim
@@ -319,7 +319,7 @@ def test_a_stack_with_module_recompute_fits_before_full(tmp_path):
         assert not all(stage_memory(fewer, s).fits for s in range(p.pp)), cheaper
     note = next(n for n in notes if n.startswith("parallel.recompute: null -> selective"))
     assert "parallel.recompute_modules: null -> [" in note
-    path.write_text(yaml.safe_dump([_mla_case("NeMo 25.04 container (Megatron-Core)")]))
+    path.write_text(yaml.safe_dump([_mla_case("NeMo 25.04 container (Megatron-Core)", seq=6144)]))
     w25 = load_workload_with_notes(str(path))[0]
     assert w25.parallel.recompute is RecomputeKind.FULL
     assert w25.parallel.recompute_modules == DEFAULT_RECOMPUTE_MODULES

@@ -62,9 +62,9 @@ def test_a_factor_that_changes_nothing_reuses_the_last_simulation(monkeypatch):
     calls = []
     real = whatif._simulate
     monkeypatch.setattr(whatif, "_simulate", lambda w, t, factors=None: calls.append((w, t)) or real(w, t, factors))
-    w = load_workload("tiny", MULTI_NODE)
-    args = (get_gpu("H100-SXM5-80GB"), load_topology("dgx-a100"), load_topology("dgx-h100"))
-    g = generations(w, *args)  # bf16 -> bf16; A100 80 GB -> H100 80 GB
+    w = load_workload("tiny", MULTI_NODE + ["system.gpu=H100-SXM5-80GB"])
+    args = (get_gpu("H800-SXM5-80GB"), load_topology("dgx-h100"), load_topology("hgx-h800"))
+    g = generations(w, *args)  # bf16 -> bf16; H100 -> H800: the same HBM, NVLink cut
     bf16_calls = len(calls)
     assert bf16_calls <= len(FACTORS) - 1  # neither format nor capacity changes anything here
     assert all(a != b for a, b in zip(calls, calls[1:]))  # no state simulated twice in a row
