@@ -702,12 +702,11 @@ def _h100_power(limit_w: float) -> PowerSpec:
 
 # HBM capacity is the total the NVIDIA driver reports for the GPU (nvidia-smi's memory total, in
 # MiB), the memory CUDA's allocator draws from: A100 80GB 81,920 MiB, H100 SXM5 80GB 81,559,
-# H200 143,771, B200 183,359, GB200 189,471, GB300 284,208 (as nvidia-smi prints them on these
-# GPUs in public logs and issue threads, drivers 535-595; found through the search library's
-# stored code and documentation). NVIDIA's headline figures for the newer parts are about these
-# totals in GiB, not in 10^9 bytes: "141 GB" is 140.4 GiB (150.8e9 bytes), "180 GB" 179.1 GiB,
-# "186 GB" 185.0 GiB, "288 GB" 277.5 GiB. Read as 10^9 bytes they would be 6.4% short, enough
-# to make a configuration that fits read as not fitting (sim/config/fit.py).
+# H200 143,771, B200 183,359, GB200 189,471, GB300 284,208 (nvidia-smi's table on these GPUs as
+# pasted in public logs and issue threads). NVIDIA's headline figures for the newer parts are
+# nearer these totals in GiB than in 10^9 bytes: "141 GB" is 140.4 GiB (150.8e9 bytes), "180 GB"
+# 179.1 GiB, "186 GB" 185.0 GiB, "288 GB" 277.5 GiB. Read as 10^9 bytes they would be 6.4% short,
+# enough to make a configuration that fits read as not fitting (sim/config/fit.py).
 _GPUS = (
     GPUSpec(
         name="A100-SXM4-80GB",

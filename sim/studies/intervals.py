@@ -450,8 +450,8 @@ def run_band(stack: str, generation: GpuGeneration, table: IntervalTable | None 
 MIN_CALIBRATION_RUNS = 5
 """The fewest fitted runs a calibration's own interval is read from: held out within a source of
 the dev set, the band of the calibration runs' left-out residuals covers 75-85% of the source's
-other rows with a margin from 5 runs (``python benchmarks/calibrated_interval_coverage.py``: 57%
-with 2 runs, 67% with 3, 75% with 4, 77% with 5, 86% with 8; 4 runs sit on the band's lower
+other rows with a margin from 5 runs (``python benchmarks/calibrated_interval_coverage.py``: 56%
+with 2 runs, 66% with 3, 76% with 4, 77% with 5, 86% with 8; 4 runs sit on the band's lower
 edge, and covered 73% on the residuals the threshold was first read from); with fewer the validation
 residuals' band stands (docs/calibrate.md)."""
 
