@@ -421,10 +421,9 @@ def test_a_recipe_that_fits_the_driver_total_is_not_made_to_recompute():
     peak lies between 186e9 bytes and the driver's 189,471 MiB, so the loader keeps the recipe's
     default: no memory saver is taken."""
     from sim.config import load_workload_with_notes
-    from sim.memory import stage_memory
+    from sim.config.fit import peak_memory_bytes
     cases = Path(__file__).resolve().parents[2] / "workloads" / "validation" / "megatronbridge.yaml"
     w, notes = load_workload_with_notes(str(cases), case="megatronbridge_26.04.01_gb200_llama3_405b_fp8_256gpu")
-    peak = max(stage_memory(w, s).total_bytes for s in range(w.parallel.pp))
-    assert 186e9 < peak < get_gpu("GB200").hbm_capacity_bytes
+    assert 186e9 < peak_memory_bytes(w) < get_gpu("GB200").hbm_capacity_bytes
     assert w.parallel.recompute is RecomputeKind.NONE
     assert not any("memory savers tried" in n for n in notes)

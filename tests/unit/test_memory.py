@@ -11,6 +11,7 @@ import yaml
 
 from sim.cli import main
 from sim.config import load_cases, load_topology, load_workload
+from sim.config.fit import peak_memory_bytes
 from sim.hardware import get_gpu
 from sim.memory import activation_model, layer_activation_bytes, stage_memory, stage_params, state_bytes
 from sim.output.report import make_report
@@ -401,11 +402,7 @@ def test_a_recipe_that_runs_without_recomputation_fits_with_quantized_inputs(tmp
     case["parallel"].update(quantized_saved_inputs=False, recompute="none")
     (tmp_path / "hp.yaml").write_text(yaml.safe_dump([case]))
     hp = load_cases(str(tmp_path / "hp.yaml"))[0][1]
-
-    def peak(w) -> float:
-        return max(stage_memory(w, s).total_bytes for s in range(w.parallel.pp))
-
-    assert peak(te) < peak(hp)
+    assert peak_memory_bytes(te) < peak_memory_bytes(hp)
 
 
 def _torch_pipeline(buffers, **kw):
