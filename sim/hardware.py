@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 
 from sim.errors import InfeasibleError
 from sim.power import PowerSpec
-from sim.types import AttentionKernel, Dtype, GpuGeneration, MemoryAccess, compact_name
+from sim.types import AttentionKernel, Dtype, GpuGeneration, HostCpu, MemoryAccess, compact_name
 from sim.units import GB, GBPS, TB, TFLOPS, US, GiB, MiB
 from sim.workload.ops import AttentionOp
 
-__all__ = ["B200_HBM_BANDWIDTH", "EfficiencyCurve", "GPUSpec", "GPU_CATALOGUE", "MXFP8_GEMM_SLOWDOWN", "get_gpu",
-           "gpu_names"]
+__all__ = ["B200_HBM_BANDWIDTH", "EfficiencyCurve", "GPUSpec", "GPU_CATALOGUE", "GRACE_HOST_TIME_FACTOR",
+           "MXFP8_GEMM_SLOWDOWN", "get_gpu", "gpu_names"]
 
 
 @dataclass(frozen=True)
@@ -163,6 +163,10 @@ class GPUSpec:
         Board power limit and the clocks the efficiency curves were measured at; an iteration's
         compute-bound kernels then run at the clock its kernel mix holds under the limit
         (:mod:`sim.power`). None: not measured, every kernel at its measured rate.
+    host_cpu : HostCpu
+        The CPU that issues the GPU's kernels: x86 (DGX and HGX systems) unless the GPU comes on
+        a superchip with its own (GB200 and GB300 with Grace). It scales the host's issue time
+        of the kernels that wait on it (:attr:`host_time_factor`).
     sources : str
         Where the numbers come from.
     """
@@ -187,6 +191,13 @@ class GPUSpec:
     deterministic_attention_efficiency: EfficiencyCurve | None = None
     deterministic_attention_backward_efficiency: EfficiencyCurve | None = None
     gemm_memory_efficiency: float | None = None
+    host_cpu: HostCpu = HostCpu.X86
+
+    @property
+    def host_time_factor(self) -> float:
+        """The host's time to issue a kernel over an x86 DGX host's, which the issue costs in
+        the catalogue were measured on (:data:`GRACE_HOST_TIME_FACTOR` for Grace, else 1)."""
+        return GRACE_HOST_TIME_FACTOR if self.host_cpu is HostCpu.GRACE else 1.0
 
     @property
     def fp8_any_layout(self) -> bool:
@@ -598,6 +609,17 @@ _BLACKWELL_ULTRA_KERNELS = dict(
     **_BLACKWELL_DETERMINISTIC)
 
 
+GRACE_HOST_TIME_FACTOR = 37.08 / 13.48
+"""How much longer a Grace CPU takes than an x86 DGX host to issue the same kernels from
+PyTorch: 2.75. NVIDIA/TransformerEngine issue #2053 ("High CPU overhead on Grace systems",
+2025-08-11) timed one ``torch.nn.Linear`` forward (BF16, hidden 2,048, 8,192 tokens, averaged
+over many runs) at 37.08 us of CPU time on GB200 against 13.48 us on an H100 DGX (Intel Xeon
+Platinum 8480C); GH200's Grace took 33.17 us. The same report's Transformer Engine ``Linear``
+took 99.66 us of CPU time on GB200 for 99.73 us of GPU time: the host, not the GPU, set the
+pace. Applied to the host issue floors llmsim prices (:attr:`sim.workload.ops.GemmOp.issue_s`)
+on the GPUs that come with Grace (:attr:`GPUSpec.host_cpu`)."""
+
+
 MXFP8_GEMM_SLOWDOWN = 7.161 / 6.812
 """An MXFP8 GEMM's time over an FP8 (per-tensor scaled) GEMM's at the same shape on Blackwell,
 the kernels alone: Transformer Engine's GEMM benchmark on a B300 with pre-quantized operands
@@ -800,6 +822,7 @@ _GPUS = (
     GPUSpec(
         name="GB200",
         generation=GpuGeneration.BLACKWELL,
+        host_cpu=HostCpu.GRACE,  # the superchip's own Grace issues its kernels
         peak_flops_per_s=_blackwell(2500, 10000, 1250, 90),
         hbm_capacity_bytes=189471 * MiB,  # the driver's total (above)
         hbm_bandwidth_bytes_per_s=8 * TB,
@@ -815,6 +838,7 @@ _GPUS = (
     GPUSpec(
         name="GB300",
         generation=GpuGeneration.BLACKWELL,
+        host_cpu=HostCpu.GRACE,  # the superchip's own Grace issues its kernels
         peak_flops_per_s=_blackwell(2500, 15000, 1250, None),
         hbm_capacity_bytes=284208 * MiB,  # the driver's total (above)
         hbm_bandwidth_bytes_per_s=8 * TB,

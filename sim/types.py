@@ -156,6 +156,15 @@ class GpuGeneration(str, Enum):
     BLACKWELL = "Blackwell"
 
 
+class HostCpu(str, Enum):
+    """The CPU that issues a GPU's kernels: an x86 server CPU (DGX and HGX systems' Xeons and
+    EPYCs) or NVIDIA's Arm Grace, which the GB200 and GB300 superchips pair with their GPUs
+    (:data:`sim.hardware.GRACE_HOST_TIME_FACTOR`)."""
+
+    X86 = "x86"
+    GRACE = "Grace"
+
+
 class AttentionKernel(str, Enum):
     """Which fused attention kernel a framework runs (their speeds differ by ~2x on Hopper)."""
 

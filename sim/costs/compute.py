@@ -18,7 +18,7 @@ from sim.power import KernelLoad
 from sim.types import AttentionKernel, Dtype
 from sim.workload.ops import AttentionOp, GemmOp, MemoryOp, Op
 
-__all__ = ["gemm_time_s", "attention_time_s", "memory_time_s", "kernel_load", "Dtype"]
+__all__ = ["gemm_time_s", "attention_time_s", "memory_time_s", "issue_time_s", "kernel_load", "Dtype"]
 
 
 def _memory_s(gpu: GPUSpec, nbytes: float) -> float:
@@ -82,6 +82,13 @@ def _scaled(gpu: GPUSpec, op: Op, compute: float, clock_hz: float | None) -> flo
     return compute * _clock_hz(gpu, op) / clock_hz
 
 
+def issue_time_s(gpu: GPUSpec, op: GemmOp) -> float:
+    """The host's time to issue ``op``'s kernels on ``gpu``'s host: the op's issue time (an
+    x86 DGX host's, :attr:`~sim.workload.ops.GemmOp.issue_s`) scaled by the host's
+    (:attr:`~sim.hardware.GPUSpec.host_time_factor`: a Grace host takes 2.75 times as long)."""
+    return op.issue_s * gpu.host_time_factor
+
+
 def kernel_load(gpu: GPUSpec, op: Op) -> KernelLoad:
     """``op`` as :func:`sim.power.solve_clock_hz` sees it (``gpu.power`` must be set), a GEMM
     with its host's issue time (:attr:`~sim.workload.ops.GemmOp.issue_s`) as the floor on its
@@ -89,7 +96,7 @@ def kernel_load(gpu: GPUSpec, op: Op) -> KernelLoad:
     p = gpu.power
     if isinstance(op, (GemmOp, AttentionOp)):
         compute, memory, added = (_gemm_parts if isinstance(op, GemmOp) else _attention_parts)(gpu, op)
-        host = op.issue_s if isinstance(op, GemmOp) else 0.0
+        host = issue_time_s(gpu, op) if isinstance(op, GemmOp) else 0.0
         if compute > memory:
             clock = _clock_hz(gpu, op)
             # a GEMM launched on fewer SMs draws their share of the dynamic power
@@ -102,7 +109,7 @@ def kernel_load(gpu: GPUSpec, op: Op) -> KernelLoad:
 def gemm_time_s(gpu: GPUSpec, op: GemmOp, clock_hz: float | None = None) -> float:
     """Time of one GEMM on ``gpu``: the longer of its compute- and bandwidth-bound times, plus
     the work beside it, and never less than its host's time to issue it
-    (:attr:`~sim.workload.ops.GemmOp.issue_s`).
+    (:func:`issue_time_s`).
 
     >>> from sim.hardware import get_gpu
     >>> t = gemm_time_s(get_gpu("A100"), GemmOp(16384, 16384, 16384, Dtype.BF16))
@@ -110,7 +117,7 @@ def gemm_time_s(gpu: GPUSpec, op: GemmOp, clock_hz: float | None = None) -> floa
     256.5
     """
     compute, memory, added = _gemm_parts(gpu, op)
-    return max(max(_scaled(gpu, op, compute, clock_hz), memory) + added, op.issue_s)
+    return max(max(_scaled(gpu, op, compute, clock_hz), memory) + added, issue_time_s(gpu, op))
 
 
 def attention_time_s(gpu: GPUSpec, op: AttentionOp, clock_hz: float | None = None) -> float:

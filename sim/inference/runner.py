@@ -90,6 +90,11 @@ def simulate_inference(spec: InferenceSpec, topology: TopologySpec, *, granulari
         raise ConfigError("<simulate_inference>", "granularity", f"one of {list(GRANULARITIES)}", granularity)
     t0 = time.perf_counter()
     stack = stack if stack is not None else load_serving_stack()
+    factor = spec.gpu.host_time_factor
+    if factor != 1.0 and stack.has_host_cost:
+        notes = [*(notes or []), f"host costs x{factor:.2f}: the {spec.gpu.name}'s kernels are issued by "
+                 f"{spec.gpu.host_cpu.value}, not the x86 host the stack was measured on"]
+        stack = stack.on_slower_host(factor)
     check(inference_estimate(spec, topology, fabric_gpus(spec, topology), granularity))  # before anything is built
     fabric = fabric_for(spec, topology)
     costs = HostCostModel(spec.gpu, fabric, representative=True)

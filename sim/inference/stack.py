@@ -25,6 +25,7 @@ release notes, the runtime's code, a published measurement):
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Mapping
@@ -95,6 +96,20 @@ class ServingStack:
     def has_host_cost(self) -> bool:
         """Whether the host can ever hold a kernel back (else every step runs as the GPU alone)."""
         return (self.eager and self.kernel_issue_s > 0) or self.step_s > 0 or self.request_s > 0
+
+    def on_slower_host(self, factor: float) -> ServingStack:
+        """The stack with its host's times (per kernel, per step, per request) ``factor`` times
+        as long: the settings are measured on the x86 hosts of DGX and HGX systems, and a GPU
+        whose kernels a Grace CPU issues takes :data:`sim.hardware.GRACE_HOST_TIME_FACTOR`
+        times as long (:attr:`sim.hardware.GPUSpec.host_time_factor`).
+
+        >>> ServingStack("x", "", (), False, 4e-6, 1e-3, 0.0).on_slower_host(2.0).shown()
+        'x (eager: 8.0 us per kernel issued; host 2.000 ms per step, 0.000 ms per request)'
+        """
+        if factor == 1.0:
+            return self
+        return dataclasses.replace(self, kernel_issue_s=self.kernel_issue_s * factor, step_s=self.step_s * factor,
+                                   request_s=self.request_s * factor)
 
     def shown(self) -> str:
         """The stack in words, for notes and reports.

@@ -35,9 +35,10 @@ that spread them over its 4 compute streams. Transformer Engine's own benchmark 
 same GEMMs took 0.069 ms and llmsim prices their GPU time on four streams at 0.015 ms (GB200):
 the call is the host's, 0.267 ms / 8 a GEMM. Set on the grouped GEMMs as
 :attr:`~sim.workload.ops.GemmOp.issue_s` (``batch`` x this), a floor under their time; where
-the experts' GEMMs are large the GPU takes longer and the floor is hidden. Measured on one host
-(the PR does not name its CPU): a slower host (Grace issues ``te.Linear`` in 2.7 times the
-Xeon's time, NVIDIA/TransformerEngine issue #2053) is not priced apart."""
+the experts' GEMMs are large the GPU takes longer and the floor is hidden. The PR does not name
+its host's CPU; llmsim takes it as an x86 DGX host's, and a GPU whose kernels a Grace CPU issues
+(GB200, GB300) pays it :data:`sim.hardware.GRACE_HOST_TIME_FACTOR` times over
+(:func:`sim.costs.compute.issue_time_s`)."""
 
 OPTIMIZER_BYTES = 12.0
 """Optimizer state per parameter: fp32 master weights and Adam's two moments (ZeRO, arXiv

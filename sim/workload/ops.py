@@ -95,6 +95,7 @@ class GemmOp:
     issue_s: float = 0.0
     """Host time to issue the op's kernels one after another: the op cannot end before its
     last kernel is issued, so it takes at least this long (:func:`sim.costs.compute.gemm_time_s`).
+    An x86 DGX host's time; a GPU with another host scales it (:func:`sim.costs.compute.issue_time_s`).
     Set for Transformer Engine's grouped linear, whose host issues a cuBLASLt GEMM an expert
     (:data:`sim.workload.kernels.TE_GROUPED_GEMM_ISSUE_S`); 0: the GPU's time alone."""
 

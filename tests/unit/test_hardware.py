@@ -427,3 +427,15 @@ def test_a_recipe_that_fits_the_driver_total_is_not_made_to_recompute():
     assert 186e9 < peak_memory_bytes(w) < get_gpu("GB200").hbm_capacity_bytes
     assert w.parallel.recompute is RecomputeKind.NONE
     assert not any("memory savers tried" in n for n in notes)
+
+
+@pytest.mark.parametrize("name", sorted(GPU_CATALOGUE))
+def test_only_the_superchips_issue_their_kernels_from_grace(name):
+    """GB200 and GB300 come with their Grace CPU (NVIDIA's GB200 NVL72 and GB300 NVL72 pages);
+    the other catalogue GPUs sit in x86 DGX and HGX systems, the hosts the issue costs were
+    measured on."""
+    from sim.types import HostCpu
+    gpu = get_gpu(name)
+    grace = gpu.name in ("GB200", "GB300")
+    assert gpu.host_cpu is (HostCpu.GRACE if grace else HostCpu.X86)
+    assert gpu.host_time_factor == (pytest.approx(37.08 / 13.48) if grace else 1.0)

@@ -142,6 +142,27 @@ def test_step_and_request_work_add_to_each_step_and_to_the_first_once():
     assert _tpot(worked) - _tpot(base) == pytest.approx(1e-3, rel=1e-9)
 
 
+def test_a_grace_host_takes_longer_over_every_host_cost():
+    """A GB200's kernels are issued by its Grace CPU, 2.75 times slower than the x86 hosts the
+    stacks were measured on (NVIDIA/TransformerEngine issue #2053): the per-step and
+    per-request work take that much longer, and the run says so."""
+    import dataclasses
+
+    from sim.types import HostCpu
+    gb200 = get_gpu("GB200")
+    grace, x86 = _spec(gpu=gb200), _spec(gpu=dataclasses.replace(gb200, host_cpu=HostCpu.X86))
+    worked = ServingStack("w", "", (), True, 4e-6, 1e-3, 7e-3)
+    base = _run(x86, GRAPHS)
+    on_grace, on_x86 = _run(grace, worked), _run(x86, worked)
+    factor = 37.08 / 13.48
+    assert _tpot(on_grace) - _tpot(base) == pytest.approx(factor * (_tpot(on_x86) - _tpot(base)), rel=1e-6)
+    assert on_grace.step_end_s[0] - base.step_end_s[0] == pytest.approx(factor * 8e-3, rel=1e-6)
+    assert any("Grace" in n for n in on_grace.notes) and not any("Grace" in n for n in on_x86.notes)
+    # an eager host-bound decode step: its host gap grows by the factor, kernel for kernel
+    slow = _eager(200e-6)
+    assert _tpot(_run(grace, slow)) > 2 * _tpot(_run(x86, slow))
+
+
 @pytest.mark.parametrize("tp,pp", [(2, 1), (4, 1), (2, 2)])
 def test_granularities_agree_with_the_host(tp, pp):
     spec = _spec(tp=tp, pp=pp)

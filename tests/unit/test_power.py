@@ -265,3 +265,10 @@ def test_kernel_load_carries_a_grouped_gemms_issue_time():
     assert load.host_s == op.issue_s
     assert gemm_time_s(gpu, op) == pytest.approx(op.issue_s)
     assert kernel_load(gpu, GemmOp(4096, 4096, 4096, Dtype.BF16)).host_s == 0.0
+    # a Grace host's slower issue reaches the power solve as it reaches the GEMM's time
+    import dataclasses
+
+    from sim.types import HostCpu
+    grace = dataclasses.replace(gpu, host_cpu=HostCpu.GRACE)
+    assert kernel_load(grace, op).host_s == pytest.approx(gemm_time_s(grace, op))
+    assert kernel_load(grace, op).host_s > 2 * op.issue_s
