@@ -18,11 +18,14 @@ sim.errors.ConfigError: /dev/zero: <file>: expected a YAML file of at most 16 Mi
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from sim.errors import ConfigError, Described
 
-__all__ = ["MAX_INPUT_BYTES", "is_file", "read_input_bytes", "read_input_text"]
+__all__ = ["MAX_INPUT_BYTES", "is_file", "read_input_bytes", "read_input_text", "writing_to"]
 
 MAX_INPUT_BYTES = 16 * 2**20
 """The largest input file read (16 MiB): the largest shipped one, the validation cases of
@@ -42,6 +45,46 @@ def is_file(path: str | Path) -> bool:
         return False
 
 
+_WRITTEN: list[tuple[str, str]] = []
+"""``(option, path)`` of the outputs the running command will write (:func:`writing_to`)."""
+
+
+@contextmanager
+def writing_to(outputs: Sequence[tuple[str, str]]) -> Iterator[None]:
+    """While the block runs, an input file read (:func:`read_input_bytes`) that is one of
+    ``outputs`` (``(option, path)`` pairs) is refused, naming the option: a file a workload
+    names (its ``system.topology``, ``model.hf_config``, ``stack``) that ``--json`` would
+    overwrite after the work. :func:`sim.output.paths.check_output_paths` checks the files
+    named on the command line before this; these are known only as they are read.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "topo.yaml"
+    >>> _ = path.write_text("name: x\\n")
+    >>> with writing_to([("--json", str(path))]):
+    ...     read_input_text(path, "YAML file")
+    Traceback (most recent call last):
+    ...
+    sim.errors.ConfigError: --json: expected a file this command does not read (it reads it: ...) (got '...topo.yaml')
+    """
+    saved = list(_WRITTEN)
+    _WRITTEN[:] = list(outputs)
+    try:
+        yield
+    finally:
+        _WRITTEN[:] = saved
+
+
+def _check_not_written(path: str | Path) -> None:
+    for option, out in _WRITTEN:
+        try:
+            same = os.path.exists(out) and os.path.samefile(path, out)
+        except (OSError, ValueError):
+            same = False
+        if same:
+            raise ConfigError(f"<{option}>", option, "a file this command does not read (it reads it: a file its "
+                              "input names)", out)
+
+
 def _mib(n: int) -> str:
     return f"{n / 2**20:g} MiB"
 
@@ -55,6 +98,7 @@ def read_input_bytes(path: str | Path, what: str, limit: int = MAX_INPUT_BYTES) 
         Naming ``path`` (field ``<file>``) when it cannot be read, or holds more than
         ``limit`` bytes; ``what`` says what it should be, e.g. ``"YAML file"``.
     """
+    _check_not_written(path)
     try:
         with open(path, "rb") as f:
             data = f.read(limit + 1)

@@ -258,7 +258,8 @@ def _rows(path: str, section: str, listed: object, keys: tuple[str, ...],
 
 
 def _runs(path: str, listed: object) -> tuple[dict, ...]:
-    """A file's ``runs``: each row of :data:`RUN_KEYS`, its figures positive (errors above -1)."""
+    """A file's ``runs``: each row of :data:`RUN_KEYS`, its figures positive (errors of at least
+    -1: they are written to 4 decimals)."""
     if not isinstance(listed, list):
         raise ConfigError(path, "runs", "a list of the measured runs the factors were fitted to", listed)
     return _rows(path, "runs", listed, RUN_KEYS, _check_run)
@@ -285,9 +286,10 @@ def _check_run(path: str, field: str, row: dict) -> None:
             raise ConfigError(path, f"{field}.{key}", f"a positive number, in the unit of the metric "
                               f"{row['metric']}{null}", row[key])
     for key in ("error_before", "error_after"):
-        if key in row and not (is_finite(row[key]) and row[key] > -1):
-            raise ConfigError(path, f"{field}.{key}", "a relative error, predicted / measured - 1 (a number above -1)",
-                              row[key])
+        # written to 4 decimals: a prediction 20,000 times short of the measurement reads -1.0
+        if key in row and not (is_finite(row[key]) and row[key] >= -1):
+            raise ConfigError(path, f"{field}.{key}", "a relative error, predicted / measured - 1 (a number of at "
+                              "least -1)", row[key])
 
 
 def _check_log(path: str, field: str, row: dict) -> None:

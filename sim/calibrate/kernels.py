@@ -57,6 +57,12 @@ def read_kernels(path: str) -> KernelTable:
     return read_profiler_trace(path) if is_trace(head) else read_kernel_csv(path)
 
 
+MAX_KERNEL_S = 1000.0
+"""The longest one measured kernel may take: over 16 minutes, past any kernel a training or
+serving step launches. Longer is a unit slip, and beside it the catalogue's prediction (a few
+microseconds at least, the launch gap) is a relative error of -1 to a float's precision."""
+
+
 @dataclass(frozen=True)
 class KernelFit:
     """The curves fitted to a table on one GPU, and the check of every measured kernel."""
@@ -95,6 +101,9 @@ def _efficiency(table: KernelTable, gpu: GPUSpec, row: MeasuredGemm | MeasuredAt
         raise ConfigError(table.path, field, f"a time above {gpu.name}'s launch gap of {launch * 1e6:g} us (the "
                           "time one kernel takes on the GPU, launch gap included)",
                           f"{time_s * 1e6:g} us for {row.describe()}")
+    if time_s > MAX_KERNEL_S:
+        raise ConfigError(table.path, field, f"a kernel's time of at most {MAX_KERNEL_S:g} s (in microseconds: "
+                          f"{MAX_KERNEL_S * 1e6:g})", f"{time_s * 1e6:g} us for {row.describe()}")
     eff = achieved_efficiency(flops, time_s, peak, launch)
     if eff > 1.0:
         least = flops / peak + launch

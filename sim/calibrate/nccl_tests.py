@@ -299,12 +299,22 @@ def _check_bandwidths(path: str, field: str, label: str, size: int, tokens: list
     lo, hi = max(slowest, algbw - da), min(fastest, algbw + da)  # what algbw was before it was printed
     if lo > hi * (1 + slack) + slack:
         raise ConfigError(path, f"{field}: {label} algbw", f"size / time = {size} B / {tokens[0]} us = "
-                          f"{size / time_us / 1e3:,.2f} GB/s, as nccl-tests computes it (the row disagrees with "
+                          f"{_gbps(size / time_us / 1e3)} GB/s, as nccl-tests computes it (the row disagrees with "
                           "itself: edited by hand, or pasted from two runs?)", tokens[1])
     if not lo * factor * (1 - slack) - db - slack <= busbw <= hi * factor * (1 + slack) + db + slack:
-        raise ConfigError(path, f"{field}: {label} busbw", f"algbw x {factor:.4g} = {algbw * factor:,.2f} GB/s for "
+        raise ConfigError(path, f"{field}: {label} busbw", f"algbw x {factor:.4g} = {_gbps(algbw * factor)} GB/s for "
                           "this test over the log's ranks, as nccl-tests computes it (the row disagrees with "
                           "itself, or the log's rank lines are not all of its ranks)", tokens[2])
+
+
+def _gbps(value: float) -> str:
+    """A bandwidth for a message: two decimals, or four digits and an exponent past any link's
+    (a time of 1e-300 us would print hundreds of digits).
+
+    >>> _gbps(1234.5678), _gbps(1.048576e306)
+    ('1,234.57', '1.049e+306')
+    """
+    return f"{value:,.2f}" if value < 1e9 else f"{value:.4g}"
 
 
 def _number(token: str) -> float | None:

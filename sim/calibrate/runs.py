@@ -51,6 +51,11 @@ the catalogue's rates is a different machine, not a calibration of this one."""
 HOST_ISSUE_BOUNDS_US = (0.0, 100.0)
 """The range of the host issue floor (microseconds per kernel; Megatron-LM's eager PyTorch
 issues a kernel every 5-20 us, benchmarks/host_issue.py)."""
+MAX_MISMATCH = 1e4
+"""The most a run's measurement may differ, as a ratio either way, from its uncalibrated
+prediction: no bounded factor reaches past it (an efficiency within :data:`EFFICIENCY_BOUNDS`,
+a host floor within :data:`HOST_ISSUE_BOUNDS_US`), and a mismatch of 10^300 (a unit slip, a
+typo in the exponent) overflows the fit's squared residuals."""
 HOST_ISSUE_STEP_US = 1.0
 """The forward-difference step of the host issue floor (a floor moves the time only once it
 passes a kernel's duration: the step must reach past the shortest kernels')."""
@@ -124,7 +129,7 @@ def run_topology(workload: WorkloadSpec, calibrated: tuple[str, TopologySpec] | 
 def read_runs(paths: Sequence[str], calibrated: tuple[str, TopologySpec] | None = None) -> list[MeasuredRun]:
     """Every run of ``paths`` (module docstring); a ConfigError naming the file for a run without a
     time or throughput target or whose workload does not load."""
-    out = []
+    out: list[MeasuredRun] = []
     for path in paths:
         records: list[CaseRecord] = load_case_records(path)
         if not records:
@@ -137,6 +142,10 @@ def read_runs(paths: Sequence[str], calibrated: tuple[str, TopologySpec] | None 
                 assert rec.error is not None
                 raise rec.error
             metric = next(m for m in TIME_TARGETS if m in rec.targets)
+            twin = next((r for r in out if r.id == rec.id), None)
+            if twin is not None:  # a file given twice, or two files of one run: counted twice in the fit
+                raise ConfigError(rec.file, f"{rec.id}.id", f"a run id no other file of --runs has ({twin.file} "
+                                  "has it too)", rec.id)
             out.append(MeasuredRun(rec.file, rec.id, rec.workload, run_topology(rec.workload, calibrated, rec.file),
                                    metric, rec.targets[metric], rec.includes_recompute))
     return out
@@ -247,11 +256,14 @@ def fit_runs(runs: Sequence[MeasuredRun], names: Sequence[str], tolerance: float
         p = predicted[values] = [predict(r, factors) for r in runs]
         return [x / r.measured - 1 for x, r in zip(p, runs)]
 
+    plain = tuple(0.0 if n == "host_issue_us" else 1.0 for n in names)  # the uncalibrated model: "before"
+    for error, run in zip(residuals(plain), runs):
+        if not 1 / MAX_MISMATCH <= error + 1 <= MAX_MISMATCH:
+            raise ConfigError(run.file, f"{run.id}.targets.{run.metric}",
+                              f"a measurement within a factor of {MAX_MISMATCH:,.0f} of the run's uncalibrated "
+                              f"prediction, {predicted[plain][runs.index(run)]:.6g} (a unit slip?)", run.measured)
     fit = least_squares(residuals, params, tolerance=tolerance)
     start = tuple(p.start for p in params)
-    plain = tuple(0.0 if n == "host_issue_us" else 1.0 for n in names)  # the uncalibrated model: "before"
-    if plain not in predicted:
-        residuals(plain)
     at_bound = tuple(n for n in fit.at_bound
                      if not (n == "host_issue_us" and fit.values[names.index(n)] == HOST_ISSUE_BOUNDS_US[0]))
     return RunsFit(tuple(names), CalibrationFactors.of(dict(zip(names, fit.values)), kernels), tuple(runs),

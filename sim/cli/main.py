@@ -48,6 +48,7 @@ from sim.budget import memory_budget
 from sim.cli import calibrate, collective, compare, memory, presets, run, sweep, validate, whatif
 from sim.cli.io import note_json_stdout, run_command
 from sim.errors import ConfigError, NotBuiltError, SimError, clip
+from sim.inputs import writing_to
 from sim.output.paths import check_output_paths
 from sim.version import __version__
 
@@ -89,8 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.print_help()
         return 2
     try:
-        check_output_paths(args)  # before any work: a mistyped --json is not found minutes later
-        with memory_budget(getattr(args, "max_memory_gib", None)):
+        outputs = check_output_paths(args)  # before any work: a mistyped --json is not found minutes later
+        with memory_budget(getattr(args, "max_memory_gib", None)), writing_to(outputs):
             return run_command(args)
     except (ConfigError, NotBuiltError) as e:
         print(f"llmsim: error: {_one_line(e)}", file=sys.stderr)

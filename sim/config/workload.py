@@ -17,7 +17,6 @@ other; ``"dp-tp-pp"``: TP strided across nodes), or a list of ``num_gpus`` GPU i
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -74,6 +73,7 @@ from sim.config.layout import (
 from sim.config.presets import preset_names, resolve_preset, shown_path
 from sim.config.stack import Stack
 from sim.config.stacks import STACKS, choose_stack, framework_year, load_stack
+from sim.config.topology import MAX_BANDWIDTH, MAX_OVERSUBSCRIPTION, MIN_BANDWIDTH
 from sim.config.tunable import TunableCase, knobs_of
 from sim.errors import ConfigError, Described, excerpt
 from sim.hardware import GPUSpec, get_gpu, gpu_names, power_limited
@@ -722,6 +722,9 @@ def _moe_fields(f: Fields) -> dict:
     """The mixture-of-experts settings, absent for a dense model."""
     experts = f.integer("num_experts")
     if not experts or experts <= 1:
+        for key in ("moe_top_k", "moe_ffn_hidden_size", "num_shared_experts", "first_dense_layers"):
+            f.integer(key)  # unused by a dense model, but a value of the wrong kind is still a typo
+        f.number("moe_capacity_factor")
         return {"num_experts": experts or 0}
     cap = f.number("moe_capacity_factor")
     return {"num_experts": experts, "moe_top_k": f.integer("moe_top_k", required=True),
@@ -1089,13 +1092,12 @@ def _network(system: Fields, gpus_per_node: int) -> NetworkSpec | None:
     f = Fields(raw, system.path, system.field("network"), _NETWORK_KEYS)
     bandwidth = {}
     for key in ("nic_bandwidth_Gbps", "node_bandwidth_Gbps"):
-        value = f.number(key)
-        if value is not None and not (value > 0 and math.isfinite(value)):
-            raise f.error(key, "a positive bandwidth in Gb/s", value)
+        # the bounds a topology file's bandwidths take (sim.config.topology.MIN_BANDWIDTH)
+        value = f.quantity(key, f"a bandwidth in Gb/s from {MIN_BANDWIDTH:g} to {MAX_BANDWIDTH:g}",
+                           low=MIN_BANDWIDTH, high=MAX_BANDWIDTH)
         bandwidth[key] = None if value is None else value * GBIT_PER_S
-    over = f.number("between_pods_oversubscription")
-    if over is not None and not (over >= 1 and math.isfinite(over)):
-        raise f.error("between_pods_oversubscription", "a ratio >= 1 (1 is non-blocking)", over)
+    over = f.quantity("between_pods_oversubscription",
+                      f"a ratio from 1 (non-blocking) to {MAX_OVERSUBSCRIPTION:g}", low=1.0, high=MAX_OVERSUBSCRIPTION)
     pod = f.integer("pod_gpus", positive=True)
     if pod is not None and pod % gpus_per_node:
         raise f.error("pod_gpus", f"a multiple of system.gpus_per_node={gpus_per_node} (whole nodes per pod)", pod)

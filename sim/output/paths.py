@@ -75,11 +75,12 @@ def check_output_path(path: str, option: str, *, folder: bool = False) -> None:
                                          f"({ancestor} is not writable)", path)
 
 
-def check_output_paths(args: object) -> None:
+def check_output_paths(args: object) -> list[tuple[str, str]]:
     """:func:`check_output_path` for each output option set on ``args`` (an argparse
     namespace), files first, in a fixed order; then, with ``--plot``, its format
     (:func:`~sim.output.plot_formats.check_plot_path`); then that no two outputs, and no
-    output and input, name one file (module docstring)."""
+    output and input, name one file (module docstring). Returns the outputs' ``(option,
+    path)``, for :func:`sim.inputs.writing_to` to refuse the inputs found only as they are read."""
     outputs: list[tuple[str, str]] = []
     for options, folder in ((FILE_OPTIONS, False), (DIR_OPTIONS, True)):
         for dest, option in options.items():
@@ -93,6 +94,7 @@ def check_output_paths(args: object) -> None:
     if isinstance(plot, str):
         check_plot_path(plot, FILE_OPTIONS["plot"])
     _check_distinct(outputs, _input_paths(args))
+    return outputs
 
 
 def _input_paths(args: object) -> list[tuple[str, str]]:

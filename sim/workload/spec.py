@@ -58,6 +58,17 @@ MAX_LAYERS = 10_000
 118, Llama 3 405B's 126); the closed-form memory model walks the layers of each stage."""
 
 
+MAX_WIDTH = 2**20
+"""The widest a model's hidden size, feed-forward width or head may be (1,048,576): over
+fourteen times the widest published feed-forward (PaLM 540B's 73,728, Chowdhery et al. 2022,
+Table 1); a width of 10^12 is a typo, and would print an iteration of years at a plausible MFU."""
+
+MAX_SEQUENCE = 2**27
+"""The longest sequence a model may be trained on (134,217,728 tokens): over a hundred times
+the longest published training run here (NeMo's 1M-token rows) and thirteen times the longest
+context a released model states (Llama 4 Scout's 10M)."""
+
+
 MAX_MTP_LAYERS = 16
 """The most multi-token-prediction modules a model may have: DeepSeek-V3 trains one (its
 ``num_nextn_predict_layers``); each adds a layer and an output layer to the last stage."""
@@ -230,6 +241,11 @@ class ModelSpec:
             _positive_int(f"model.{f}", getattr(self, f))
         if self.num_layers > MAX_LAYERS:
             raise ConfigError(_SPEC, "model.num_layers", f"at most {MAX_LAYERS:,} layers", self.num_layers)
+        for f in ("hidden_size", "ffn_hidden_size"):
+            if getattr(self, f) > MAX_WIDTH:
+                raise ConfigError(_SPEC, f"model.{f}", f"a width of at most {MAX_WIDTH:,}", getattr(self, f))
+        if self.seq_length > MAX_SEQUENCE:
+            raise ConfigError(_SPEC, "model.seq_length", f"at most {MAX_SEQUENCE:,} tokens", self.seq_length)
         if isinstance(self.learned_positions, bool) or not isinstance(self.learned_positions, int) \
                 or self.learned_positions < 0:
             raise ConfigError(_SPEC, "model.learned_positions", "0 (no learned position embedding) or a positive "

@@ -221,6 +221,7 @@ BAD_TABLES = {
     "empty.csv": ("", "a kernel table"),
     "over-the-peak.csv": (GEMM_HEAD + "gemm,8192,8192,8192,1,bf16,100\n", "efficiency over 1"),
     "under-the-launch-gap.csv": (GEMM_HEAD + "gemm,64,64,64,1,bf16,1.5\n", "launch gap"),
+    "astronomical-time.csv": (GEMM_HEAD + _gemm_row("1e300"), "at most 1000 s"),
     "fp4-on-h100.csv": (GEMM_HEAD + _gemm_row(dtype="nvfp4"), "GEMM curve"),
     "unknown-backend.csv": ("# device: NVIDIA H100 80GB HBM3\n" + ATTN_HEAD
                             + "attention,1,32,8,4096,128,true,xformers,bf16,100,200\n", "line 3: backend"),
@@ -251,6 +252,20 @@ def test_a_bad_table_is_one_line_naming_the_file_exit_2(name, tmp_path, capsys):
     line = _one_error_line(capsys)
     assert str(path) in line and what in line, line
     assert not out.exists()
+
+
+def test_a_table_of_a_kernel_far_slower_than_the_catalogue_writes_a_file_run_applies(tmp_path, capsys):
+    """A GEMM 10^7 times slower than the catalogue prices it writes its relative error, to 4
+    decimals, as -1.0: the file calibrate writes is one the loader reads back."""
+    path = tmp_path / "slow.csv"
+    path.write_text(GEMM_HEAD + _gemm_row("250.0") + _gemm_row("1e9", m="8192"))
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", "--kernels", str(path), "-o", str(out)]) == 0
+    cal = load_calibration(str(out))
+    assert min(r["error_before"] for r in cal.kernels.check) == -1.0
+    capsys.readouterr()
+    assert main(["run", "tiny", "--set", "system.gpu=H100-SXM5-80GB", "--topology", "dgx-h100",
+                 "--calibration", str(out)]) == 0
 
 
 def test_a_trace_without_linked_gemms_is_refused(tmp_path, capsys):

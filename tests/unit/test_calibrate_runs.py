@@ -158,6 +158,11 @@ BAD_RUNS = {
     "not-a-metric": ({"mfu": {"value": 0.4}}, "targets.mfu"),
     "not-a-number": ({"iteration_time_s": {"value": "fast"}}, "iteration_time_s"),
     "at-a-bound": ({"iteration_time_s": {"value": 1.0}}, "at its bound"),
+    # past any bounded factor: a fit of them would overflow its squares (a traceback) or write a
+    # calibration whose left-out prediction is 0, which the loader refuses
+    "vanishing": ({"iteration_time_s": {"value": 1.0e-300}}, "within a factor"),
+    "astronomical": ({"iteration_time_s": {"value": 1.0e300}}, "within a factor"),
+    "throughput-typo": ({"tflops_per_gpu": {"value": 1.0e-200}}, "tflops_per_gpu"),
 }
 
 
@@ -247,3 +252,15 @@ def test_a_host_bound_run_fits_a_positive_host_issue_floor(tiny):
     assert fit.factors.host_issue_s * 1e6 == pytest.approx(floor_us, rel=0.05)
     assert fit.before[0] == pytest.approx(predict(probe))  # before: the uncalibrated model
     assert abs(fit.errors_after[0]) < 0.005
+
+
+def test_a_run_given_twice_is_refused_not_counted_twice(tmp_path, capsys):
+    """``--runs f.yaml f.yaml`` fitted four runs out of two: each weighed twice, and the
+    left-out check left each run's twin in."""
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump(_case({"iteration_time_s": {"value": 0.0125}})))
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", "--runs", str(path), str(path), "-o", str(out)]) == 2
+    line = _one_error_line(capsys)
+    assert str(path) in line and ".id: expected a run id no other file" in line
+    assert not out.exists()

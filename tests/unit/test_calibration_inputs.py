@@ -174,7 +174,9 @@ ROW_2 = "    67108864       8388608    double     sum      -1   313.66  213.95  
      "row 2 (size 67108864): in-place algbw"),
     ("    67108864       8388608    double     sum      -1   313.66  213.95  374.42       0   313.52  214.05  374.68",
      "row 2 (size 67108864): in-place busbw"),
-], ids=["time-300x-off", "busbw", "in-place-algbw", "in-place-busbw-by-0.1"])
+    ("    67108864       8388608    double     sum      -1   1e-300  213.95  374.42       0   313.52  214.05  374.58",
+     "row 2 (size 67108864): out-of-place algbw"),
+], ids=["time-300x-off", "busbw", "in-place-algbw", "in-place-busbw-by-0.1", "time-1e-300"])
 def test_a_row_whose_bandwidths_disagree_with_its_size_and_time_is_refused(edited, field, tmp_path, capsys):
     text = H100.read_text()
     assert ROW_2 in text
@@ -183,6 +185,7 @@ def test_a_row_whose_bandwidths_disagree_with_its_size_and_time_is_refused(edite
     assert main(["calibrate", "--nccl-tests", str(log), "-o", str(tmp_path / "c.yaml")]) == 2
     line = _one_error_line(capsys)
     assert line.startswith(f"llmsim: error: {log}: {field}: expected "), line
+    assert len(line) < len(str(log)) + 300, line  # the bandwidth it computes is not printed in 300 digits
     assert not (tmp_path / "c.yaml").exists()
 
 

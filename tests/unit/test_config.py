@@ -500,6 +500,21 @@ def test_bad_expert_tensor_parallel_size_is_one_line_naming_parallel_etp(tmp_pat
     _error(_mixtral_with_etp(tmp_path, etp), "parallel.etp")
 
 
+@pytest.mark.parametrize("key, value", [("hidden_size", 2**21), ("ffn_hidden_size", 10**12), ("seq_length", 2**28)])
+def test_widths_and_sequences_past_any_model_are_refused(tmp_path, key, value):
+    """A hidden size of 10^12 loaded and printed an iteration of years at 44% MFU: a typo."""
+    _error(_tiny_with(tmp_path, "model", key, value), f"model.{key}")
+
+
+@pytest.mark.parametrize("key, value", [("moe_top_k", "abc"), ("moe_top_k", [1]), ("moe_ffn_hidden_size", 1.5),
+                                        ("num_shared_experts", {"a": 1}), ("moe_capacity_factor", "high")])
+def test_a_dense_models_moe_settings_of_the_wrong_kind_are_refused_not_ignored(tmp_path, key, value):
+    """A dense model does not use them, but a value of the wrong kind is a typo (of the model,
+    or of ``num_experts``), not something to pass over in silence."""
+    _error(_tiny_with(tmp_path, "model", key, value), f"model.{key}")
+    load_workload(str(_tiny_with(tmp_path, "model", key, None)))
+
+
 def test_expert_tensor_parallel_size_loads_and_null_is_megatron_cores_default(tmp_path):
     spec = load_workload(str(_mixtral_with_etp(tmp_path, 2)))
     assert (spec.parallel.etp, spec.parallel.expert_tp, spec.parallel.expert_dp) == (2, 2, 1)

@@ -135,3 +135,25 @@ def test_a_symlink_to_an_input_is_the_input(tmp_path, capsys):
     status, _, err = _run(capsys, "run", str(w), "--json", str(tmp_path / "link.json"))
     assert status == 2 and "does not read" in err
     assert w.read_bytes() == before
+
+
+@pytest.mark.parametrize("option", ["--json", "--trace"])
+def test_an_output_naming_a_file_the_workload_names_is_refused_when_it_is_read(option, tmp_path, capsys):
+    """A topology file the workload names (``system.topology``) is not on the command line, so
+    the check before the work cannot see it; it is refused as it is read, before it is
+    overwritten, naming the option."""
+    root = Path(__file__).resolve().parents[2]
+    topo = tmp_path / "mytopo.yaml"
+    topo.write_text((root / "topologies" / "dgx-a100.yaml").read_text())
+    w = tmp_path / "w.yaml"
+    w.write_text((root / "workloads" / "tiny.yaml").read_text().replace("topology: dgx-a100",
+                                                                       f"topology: {topo}"))
+    assert f"topology: {topo}" in w.read_text()
+    before = topo.read_bytes()
+    status, out, err = _run(capsys, "run", str(w), option, str(topo))
+    lines = err.splitlines()
+    assert status == 2 and len(lines) == 1 and lines[0].startswith(f"llmsim: error: {option}: expected ")
+    assert "does not read (it reads it: a file its input names)" in lines[0]
+    assert topo.read_bytes() == before
+    # the same command writing elsewhere runs on that topology
+    assert _run(capsys, "run", str(w), option, str(tmp_path / "out.x"))[0] == 0

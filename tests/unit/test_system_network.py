@@ -197,6 +197,10 @@ def test_validate_puts_a_case_network_on_its_topology(tmp_path):
     ("{nic_bandwidth_Gbps: 400, node_bandwidth_Gbps: 1000}", "system.network.node_bandwidth_Gbps"),
     ("{pod_gpus: 12}", "system.network.pod_gpus"),
     ("{between_pods_oversubscription: 0.5}", "system.network.between_pods_oversubscription"),
+    # past a topology file's bounds (sim.config.topology): an iteration of hundreds of digits
+    ("{nic_bandwidth_Gbps: 1.0e-300}", "system.network.nic_bandwidth_Gbps"),
+    ("{node_bandwidth_Gbps: 1.0e+300}", "system.network.node_bandwidth_Gbps"),
+    ("{between_pods_oversubscription: 1.0e+9}", "system.network.between_pods_oversubscription"),
     ("{nic_speed: 400}", "system.network.nic_speed"),
     ("400", "system.network"),
 ])
