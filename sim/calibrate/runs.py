@@ -101,10 +101,12 @@ def _check_targets(path: str, shown: str) -> None:
             if key not in TIME_TARGETS + OTHER_TARGETS:
                 raise ConfigError(shown, f"{where}.{key}", f"a time or throughput target: one of {list(TIME_TARGETS)}",
                                   key)
-            value = entry.get("value") if isinstance(entry, Mapping) else None
+            # a bare number is {value: NUMBER}, as the workload loader reads it (sim.config.workload)
+            value = entry.get("value") if isinstance(entry, Mapping) else entry
             ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
             if key in TIME_TARGETS and not ok:
-                raise ConfigError(shown, f"{where}.{key}", "{value: a positive number, ...}", entry)
+                raise ConfigError(shown, f"{where}.{key}", "a positive number, or {value: a positive number, ...}",
+                                  entry)
         if not any(k in TIME_TARGETS for k in targets):
             raise ConfigError(shown, where, expected + f" ({', '.join(OTHER_TARGETS)} are not fitted)",
                               sorted(targets))

@@ -43,6 +43,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from sim.budget import memory_budget
 from sim.cli import calibrate, collective, compare, memory, presets, run, sweep, validate, whatif
@@ -89,6 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         ap.print_help()
         return 2
+    outputs: list[tuple[str, str]] = []
     try:
         outputs = check_output_paths(args)  # before any work: a mistyped --json is not found minutes later
         with memory_budget(getattr(args, "max_memory_gib", None)), writing_to(outputs):
@@ -107,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 -- keep the interpreter's flush quiet
         return 0
     except OSError as e:
-        print(f"llmsim: error: {_one_line(_os_error(e))}", file=sys.stderr)
+        print(f"llmsim: error: {_one_line(_os_error(e, outputs))}", file=sys.stderr)
         return 2
 
 
@@ -129,16 +131,25 @@ def _ignore_sigint() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _os_error(e: OSError) -> str:
+def _os_error(e: OSError, outputs: Sequence[tuple[str, str]] = ()) -> str:
     """What the operating system refused, in one line: ``PATH: reason`` when it names a path,
-    the reason alone otherwise, never an empty field.
+    the reason alone otherwise, never an empty field; ``OPTION PATH: reason`` when the path is
+    one of ``outputs`` (``(option, path)``) or inside an output folder.
 
     >>> _os_error(OSError(28, "No space left on device", "out/report.json"))
     'out/report.json: No space left on device'
+    >>> _os_error(OSError(2, "No such file or directory", "/proc/x.json"), [("--trace", "/proc/x.json")])
+    '--trace /proc/x.json: No such file or directory'
     >>> _os_error(TimeoutError("Timed out")), _os_error(OSError())
     ('Timed out', 'OSError')
     """
     reason = e.strerror or str(e) or type(e).__name__
     paths = [clip(str(p), 1000) for p in (e.filename, e.filename2) if p not in (None, "")]
+    if paths and isinstance(e.filename, (str, os.PathLike)):
+        failed = Path(os.path.abspath(e.filename))
+        option = next((o for o, out in outputs if failed == Path(os.path.abspath(out))
+                       or Path(os.path.abspath(out)) in failed.parents), None)
+        if option is not None:
+            paths[0] = f"{option} {paths[0]}"
     return ": ".join([" -> ".join(paths), reason] if paths else [reason])
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 
 from sim.cli.io import add_budget_option, add_calibration_option, calibration, place
+from sim.config.fields import comma_items
 from sim.errors import ConfigError
 from sim.output.json_output import write_json
 from sim.types import SIMULATED_DTYPES, dtype_names
@@ -144,17 +145,14 @@ def _cmd_whatif(args: argparse.Namespace) -> int:
                                                 args.case)
     node_list = None
     if args.nodes is not None:
+        expected = "comma-separated node sizes in nm, e.g. 12,7,5"
+        items = comma_items(args.nodes, "--nodes", expected)
         try:
-            node_list = [float(x) for x in args.nodes.split(",") if x.strip()]
+            node_list = [float(x) for x in items]
         except ValueError:
-            node_list = []
-        if not node_list:
-            raise ConfigError("<--nodes>", "--nodes", "comma-separated node sizes in nm, e.g. 12,7,5", args.nodes)
-    scale = tuple(x.strip() for x in (args.scale if args.scale is not None else "logic,memory,network").split(",")
-                  if x.strip())
-    if not scale:
-        raise ConfigError("<--scale>", "--scale", "comma-separated parts to scale: logic, memory, network",
-                          args.scale)
+            raise ConfigError("<--nodes>", "--nodes", expected, args.nodes) from None
+    scale = comma_items(args.scale if args.scale is not None else "logic,memory,network", "--scale",
+                        "comma-separated parts to scale: logic, memory, network")
     node_rows = nodes(workload, table, load_topology(table["base_topology"]), get_gpu(table["base_gpu"]), node_list,
                       scale)
     title = f"{workload.name} on {workload.system.num_gpus} x {table['base_gpu']}-class GPUs, scaling {','.join(scale)}"

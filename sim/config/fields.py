@@ -283,6 +283,27 @@ class Fields:
         return parse_enum(kind, value, self.path, self.field(key), allowed, why_not)
 
 
+def comma_items(text: str, option: str, expected: str, *, repeats: bool = False) -> tuple[str, ...]:
+    """The comma-separated items of an option's ``text``, stripped, in order; a ConfigError
+    naming ``option`` (as ``expected``) for no item, an empty one (``400,,500``: a value left
+    out), or, unless ``repeats``, one given twice (``7,7``: a row or step printed twice).
+
+    >>> comma_items("12, 7,5", "--nodes", "node sizes")
+    ('12', '7', '5')
+    >>> comma_items("400,,500", "--limits", "watts")
+    Traceback (most recent call last):
+    ...
+    sim.errors.ConfigError: --limits: expected watts, no item empty (got '400,,500')
+    """
+    items = tuple(x.strip() for x in text.split(","))
+    if not text.strip() or not all(items):
+        raise ConfigError(f"<{option}>", option, f"{expected}, no item empty", text)
+    twice = next((x for i, x in enumerate(items) if x in items[:i]), None)
+    if twice is not None and not repeats:
+        raise ConfigError(f"<{option}>", option, f"{expected}, each once ({twice} is given twice)", text)
+    return items
+
+
 def described(raw: object) -> Described:
     """A whole document that is not what was expected, in words: its kind and size, never its
     text (a path may name any text file, such as the system's account list).

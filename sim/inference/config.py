@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sim.config import default_topology_name, load_topology
+from sim.config.fields import comma_items
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec, get_gpu, gpu_names
 from sim.inference.models import load_model
@@ -48,13 +49,10 @@ def parse_gpu(name: str, flag: str = "--gpu") -> GPUSpec:
 def parse_gpus(text: str, flag: str = "--gpu") -> list[GPUSpec]:
     """``"A100,H100-SXM5-80GB"`` -> GPUs, in order, without repeats."""
     out: list[GPUSpec] = []
-    for item in text.split(","):
-        if item.strip():
-            g = parse_gpu(item, flag)
-            if g not in out:
-                out.append(g)
-    if not out:
-        raise ConfigError(f"<{flag}>", flag, "comma-separated GPU names", text)
+    for item in comma_items(text, flag, "comma-separated GPU names", repeats=True):
+        g = parse_gpu(item, flag)
+        if g not in out:  # A100 and A100-SXM4-80GB name one GPU
+            out.append(g)
     return out
 
 

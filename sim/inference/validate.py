@@ -27,7 +27,7 @@ from functools import cached_property
 
 from sim.config.fields import Fields, read_yaml
 from sim.config.presets import resolve_preset
-from sim.errors import ConfigError
+from sim.errors import ConfigError, NotBuiltError
 from sim.inference.config import InferenceArgs, build_spec
 from sim.inference.memory import weights_bytes
 from sim.inference.report import make_inference_report
@@ -222,6 +222,8 @@ def validate_inference(path: str | None = None, granularity: str = "step",
         except ConfigError as exc:
             field = _CASE_FIELD_OF_OPTION.get(exc.field, exc.field)
             raise ConfigError(where, f"cases[{i}] ({cid}): {field}", exc.expected, exc.got) from None
+        except NotBuiltError as exc:  # a model llmsim does not serve yet: say which case of which file asks
+            raise NotBuiltError(f"{where}: cases[{i}] ({cid}): model: {exc}") from None
         measured = Fields(f.raw.get("measured"), where, f"cases[{i}].measured", METRICS)
         if not measured.raw:
             raise f.error("measured", f"a mapping with one or more of {list(METRICS)}", None)

@@ -52,6 +52,10 @@ def parse_size_bytes(text: str, where: str = "<--bytes>", field: str = "--bytes"
 
     >>> parse_size_bytes("1GiB"), parse_size_bytes("256 MB"), parse_size_bytes("4096")
     (1073741824.0, 256000000.0, 4096.0)
+    >>> parse_size_bytes("1.5")
+    Traceback (most recent call last):
+    ...
+    sim.errors.ConfigError: --bytes: expected a whole number of bytes (this is 1.5) (got '1.5')
     """
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", str(text)[:100])
     unit = m.group(2).lower() if m else None
@@ -59,6 +63,8 @@ def parse_size_bytes(text: str, where: str = "<--bytes>", field: str = "--bytes"
     if not 0 < size <= MAX_SIZE_BYTES:
         raise ConfigError(where, field, "a positive size of at most 1 PiB, such as 1GiB, 256MB or 4096 (bytes)",
                           text)
+    if size != math.floor(size):  # "1.5" was 2 bytes in the report: nccl-tests counts whole bytes
+        raise ConfigError(where, field, f"a whole number of bytes (this is {size:g})", text)
     return size
 
 

@@ -264,3 +264,16 @@ def test_a_run_given_twice_is_refused_not_counted_twice(tmp_path, capsys):
     line = _one_error_line(capsys)
     assert str(path) in line and ".id: expected a run id no other file" in line
     assert not out.exists()
+
+
+def test_a_bare_number_target_is_read_as_run_and_memory_read_it(tmp_path, capsys):
+    """``iteration_time_s: 0.0125`` is ``{value: 0.0125}`` to the workload loader; calibrate
+    refused it as not ``{value: NUMBER}``."""
+    bare, full = tmp_path / "bare.yaml", tmp_path / "full.yaml"
+    bare.write_text(yaml.safe_dump(_case({"iteration_time_s": 0.0125})))
+    full.write_text(yaml.safe_dump(_case({"iteration_time_s": {"value": 0.0125}})))
+    for path in (bare, full):
+        assert main(["calibrate", "--runs", str(path), "-o", str(tmp_path / f"{path.stem}.cal.yaml")]) == 0
+    capsys.readouterr()
+    factors = [load_calibration(str(tmp_path / f"{n}.cal.yaml")).factors for n in ("bare", "full")]
+    assert [(f.key, f.value) for f in factors[0]] == [(f.key, f.value) for f in factors[1]]

@@ -323,3 +323,16 @@ def test_the_python_runtime_stack_holds_the_host_work_its_benchmark_gives():
     assert serving_host.simulated_latency_s(stack, 8) == pytest.approx(serving_host.PUBLISHED_MS[8] * 1e-3, rel=0.10)
     bare = dataclasses.replace(stack, step_s=0.0)
     assert serving_host.simulated_latency_s(bare, 8) < 0.6 * serving_host.PUBLISHED_MS[8] * 1e-3
+
+
+def test_a_latency_case_of_a_model_not_served_yet_names_its_file_and_case(tmp_path, capsys):
+    """A mixture-of-experts model is not built for inference: the one line says which case of
+    which file asks for it, as any other bad case does."""
+    from sim.cli import main
+    cases = tmp_path / "moe.yaml"
+    mixtral = Path(__file__).resolve().parents[2] / "workloads" / "hf" / "mixtral-8x7b.json"
+    cases.write_text(f"cases:\n  - {{id: moe-1, model: {mixtral}, gpu: H100, prompt_tokens: 128, "
+                     "generate_tokens: 20, measured: {e2e_latency_s: 0.5}}\n")
+    assert main(["validate-infer", str(cases)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and str(cases) in err and "cases[0] (moe-1): model" in err and "not built" in err

@@ -157,3 +157,13 @@ def test_an_output_naming_a_file_the_workload_names_is_refused_when_it_is_read(o
     assert topo.read_bytes() == before
     # the same command writing elsewhere runs on that topology
     assert _run(capsys, "run", str(w), option, str(tmp_path / "out.x"))[0] == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, a file system that takes no new files")
+@pytest.mark.parametrize("option", ["--trace", "--html", "--json"])
+def test_an_output_the_system_refuses_after_the_work_names_its_option(option, capsys):
+    """/proc passes the checks before the work for root (a folder root may write into) and
+    refuses the file after it; either way the line says which output it was."""
+    status, _, err = _run(capsys, "run", "tiny", option, "/proc/llmsim-x.json")
+    lines = err.splitlines()
+    assert status == 2 and len(lines) == 1 and lines[0].startswith(f"llmsim: error: {option}")

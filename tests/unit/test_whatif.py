@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from sim.cli import main
 from sim.config import load_topology, load_workload
 from sim.errors import ConfigError
 from sim.hardware import get_gpu
@@ -99,6 +100,15 @@ def test_bad_orders_are_one_clear_error(order, why):
     assert why in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_format_the_target_gpu_lacks_blames_the_format_not_the_order():
+    """nvfp4 onto an H100: no order of the steps reaches it (it said --order 'compute' before
+    'format', which the default order already has)."""
+    w = load_workload("tiny")
+    with pytest.raises(ConfigError) as e:
+        generations(w, get_gpu("H100"), load_topology("dgx-a100"), load_topology("dgx-h100"), to_dtype=Dtype.NVFP4)
+    assert e.value.field == "--dtype" and "H100" in str(e.value) and "nvfp4" in str(e.value)
+
+
 def test_technology_nodes_scale_only_what_is_asked():
     """(With SMs held by NCCL kernels not counted: otherwise a faster network also shortens
     the compute that runs beside its collectives.)"""
@@ -182,3 +192,20 @@ def test_whatif_commands_write_their_numbers(tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, option, says", [
+    (["whatif", "power", "tiny", "--set", "system.gpu=H100-SXM5-80GB", "--limits", ""], "--limits", "no item empty"),
+    (["whatif", "power", "tiny", "--set", "system.gpu=H100-SXM5-80GB", "--limits", "400,,500"], "--limits",
+     "no item empty"),
+    (["roofline", "--gpu", "A100-SXM4-80GB,,B200"], "--gpu", "no item empty"),
+    (["whatif", "nodes", "tiny", "--nodes", "7,7"], "--nodes", "7 is given twice"),
+    (["whatif", "nodes", "tiny", "--scale", "logic,logic"], "--scale", "logic is given twice"),
+    (["whatif", "generations", "tiny", "--order", "compute,,format"], "--order", "no item empty"),
+])
+def test_an_option_list_with_an_empty_or_repeated_item_is_refused(argv, option, says, capsys):
+    """An empty item was dropped (``--limits ''`` ran the default caps) and a repeated one ran
+    twice (``--scale logic,logic`` printed "scaling logic,logic"): both are typos."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"llmsim: error: {option}: expected ") and says in err, err

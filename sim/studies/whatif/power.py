@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sim.config.fields import comma_items
 from sim.errors import ConfigError
 from sim.hardware import power_limited
 from sim.output.report import make_report
@@ -53,15 +54,14 @@ class PowerRow:
 
 def parse_limits(text: str | None, rated_w: float) -> tuple[float, ...]:
     """``--limits 400,500,600,700`` -> watts (default: 60% to 100% of the rated limit)."""
-    if not text:
+    if text is None:
         return tuple(round(rated_w * f) for f in (0.6, 0.7, 0.8, 0.9, 1.0))
+    expected = "comma-separated watts, e.g. 400,500,600,700"
+    items = comma_items(text, "--limits", expected)
     try:
-        values = tuple(float(x) for x in text.split(",") if x.strip())
+        return tuple(float(x) for x in items)
     except ValueError:
-        raise ConfigError("<--limits>", "--limits", "comma-separated watts, e.g. 400,500,600,700", text) from None
-    if not values:
-        raise ConfigError("<--limits>", "--limits", "comma-separated watts, e.g. 400,500,600,700", text)
-    return values
+        raise ConfigError("<--limits>", "--limits", expected, text) from None
 
 
 def power_caps(workload: WorkloadSpec, topology: TopologySpec, limits: Sequence[float]) -> list[PowerRow]:

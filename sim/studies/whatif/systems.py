@@ -39,6 +39,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from sim.config.fields import comma_items
 from sim.costs.factors import CalibrationFactors
 from sim.errors import ConfigError
 from sim.hardware import GPUSpec
@@ -176,6 +177,9 @@ def generations(workload: WorkloadSpec, to_gpu: GPUSpec, from_topology: Topology
         raise ConfigError("<--order>", "--order", f"a comma-separated permutation of {','.join(FACTORS)}",
                           ",".join(order))
     to_dtype = workload.dtype if to_dtype is None else to_dtype
+    if to_dtype not in dict(to_gpu.peak_flops_per_s):  # no order of the steps reaches it
+        raise ConfigError("<--dtype>", "--dtype", f"a format {to_gpu.name}'s tensor cores have: one of "
+                          f"{[d.value for d, _ in to_gpu.peak_flops_per_s]}", to_dtype.value)
     gpu, topo, dtype, parallel = workload.system.gpu, from_topology, workload.dtype, workload.parallel
     from_name = f"{gpu.name} on {from_topology.name}"
     if reoptimize is not None:  # start from the best layout of the first system, not the workload's
@@ -267,10 +271,7 @@ def parse_order(text: str | None) -> tuple[str, ...]:
     text or a list without a name is refused."""
     if text is None:
         return FACTORS
-    names = tuple(x.strip() for x in text.split(",") if x.strip())
-    if not names:
-        raise ConfigError("<--order>", "--order", f"a comma-separated permutation of {','.join(FACTORS)}", text)
-    return names
+    return comma_items(text, "--order", f"a comma-separated permutation of {','.join(FACTORS)}")
 
 
 def parse_dtype(text: str | None) -> Dtype | None:
