@@ -25,7 +25,7 @@ from pathlib import Path
 
 from sim.errors import ConfigError, Described
 
-__all__ = ["MAX_INPUT_BYTES", "is_file", "read_input_bytes", "read_input_text", "writing_to"]
+__all__ = ["MAX_INPUT_BYTES", "is_file", "read_input_bytes", "read_input_text", "same_file", "writing_to"]
 
 MAX_INPUT_BYTES = 16 * 2**20
 """The largest input file read (16 MiB): the largest shipped one, the validation cases of
@@ -41,6 +41,16 @@ def is_file(path: str | Path) -> bool:
     """
     try:
         return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same resolved path (neither need exist), or
+    one existing file reached two ways (a hard link); a name the system cannot look up is none."""
+    try:
+        return Path(a).resolve() == Path(b).resolve() or (
+            Path(a).exists() and Path(b).exists() and os.path.samefile(a, b))
     except (OSError, ValueError):
         return False
 
@@ -76,11 +86,7 @@ def writing_to(outputs: Sequence[tuple[str, str]]) -> Iterator[None]:
 
 def _check_not_written(path: str | Path) -> None:
     for option, out in _WRITTEN:
-        try:
-            same = os.path.exists(out) and os.path.samefile(path, out)
-        except (OSError, ValueError):
-            same = False
-        if same:
+        if same_file(path, out):
             raise ConfigError(f"<{option}>", option, "a file this command does not read (it reads it: a file its "
                               "input names)", out)
 

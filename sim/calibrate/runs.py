@@ -259,11 +259,12 @@ def fit_runs(runs: Sequence[MeasuredRun], names: Sequence[str], tolerance: float
         return [x / r.measured - 1 for x, r in zip(p, runs)]
 
     plain = tuple(0.0 if n == "host_issue_us" else 1.0 for n in names)  # the uncalibrated model: "before"
-    for error, run in zip(residuals(plain), runs):
-        if not 1 / MAX_MISMATCH <= error + 1 <= MAX_MISMATCH:
+    residuals(plain)
+    for run, before in zip(runs, predicted[plain]):
+        if not 1 / MAX_MISMATCH <= before / run.measured <= MAX_MISMATCH:
             raise ConfigError(run.file, f"{run.id}.targets.{run.metric}",
                               f"a measurement within a factor of {MAX_MISMATCH:,.0f} of the run's uncalibrated "
-                              f"prediction, {predicted[plain][runs.index(run)]:.6g} (a unit slip?)", run.measured)
+                              f"prediction, {before:.6g} (a unit slip?)", run.measured)
     fit = least_squares(residuals, params, tolerance=tolerance)
     start = tuple(p.start for p in params)
     at_bound = tuple(n for n in fit.at_bound

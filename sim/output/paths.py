@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from sim.errors import ConfigError
-from sim.inputs import is_file
+from sim.inputs import is_file, same_file
 from sim.output.plot_formats import check_plot_path
 
 __all__ = ["DIR_OPTIONS", "FILE_OPTIONS", "STDOUT", "check_output_path", "check_output_paths"]
@@ -111,14 +111,6 @@ def _input_paths(args: object) -> list[tuple[str, str]]:
     return found
 
 
-def _same(a: str, b: str) -> bool:
-    try:
-        return Path(a).resolve() == Path(b).resolve() or (
-            Path(a).exists() and Path(b).exists() and os.path.samefile(a, b))
-    except (OSError, ValueError):
-        return False
-
-
 def _check_distinct(outputs: list[tuple[str, str]], inputs: list[tuple[str, str]]) -> None:
     """Raise :class:`~sim.errors.ConfigError` when two outputs, or an output and an input,
     name one file.
@@ -130,10 +122,10 @@ def _check_distinct(outputs: list[tuple[str, str]], inputs: list[tuple[str, str]
     """
     for i, (option, path) in enumerate(outputs):
         for other, earlier in outputs[:i]:
-            if _same(path, earlier):
+            if same_file(path, earlier):
                 raise ConfigError(f"<{option}>", option, f"a file no other output writes ({other} writes it too)",
                                   path)
         for arg, read in inputs:
-            if _same(path, read):
+            if same_file(path, read):
                 raise ConfigError(f"<{option}>", option,
                                   f"a file this command does not read (it reads it as its {arg} argument)", path)
