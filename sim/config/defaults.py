@@ -111,6 +111,16 @@ def overlap_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     return _from_stack(f, "overlap_grad_reduce", stack, notes, quiet=True)
 
 
+def scatter_gather_default(f: Fields, stack: Stack, notes: Notes) -> bool:
+    """Whether each tensor-parallel rank sends only its 1/tp share of a stage's output without
+    sequence parallelism (:attr:`~sim.workload.spec.ParallelSpec.pipeline_scatter_gather`): the
+    case's value, else the stack's ``pipeline_scatter_gather`` (on in Megatron-LM before
+    Megatron-Core, off in Megatron-Core, DeepSpeed's pipeline engine and PyTorch's), noted when
+    on, the case's launch flags (``--no-scatter-gather-tensors-in-pipeline``) read as the case's
+    value."""
+    return _from_stack(f, "pipeline_scatter_gather", stack, notes, quiet=False)
+
+
 def p2p_overlap_default(f: Fields, framework: str, schedule: ScheduleKind, stack: Stack, notes: Notes) -> bool:
     """Whether the interleaved schedule posts each pipeline receive a pass ahead
     (:attr:`~sim.workload.spec.ParallelSpec.overlap_p2p_comm`): the case's value; else, under

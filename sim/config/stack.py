@@ -223,6 +223,9 @@ SETTINGS: tuple[SettingKind, ...] = (
                 "the next forward (with the distributed optimizer)"),
     SettingKind("overlap_grad_reduce", _boolean, "the data-parallel gradient reduction overlapped with the backward"),
     SettingKind("overlap_p2p_comm", _boolean, "the interleaved schedule posts pipeline receives a pass ahead"),
+    SettingKind("pipeline_scatter_gather", _boolean, "without sequence parallelism each tensor-parallel rank sends "
+                "its 1/tp share of a stage's output, which the receiver all-gathers (Megatron-LM's scatter/gather "
+                "optimization; false: every rank sends the whole output)"),
     SettingKind("tp_comm_overlap", _boolean, "TP communication overlapped with the GEMMs (under TP > 1)"),
     SettingKind("tp_comm_overlap_impl", _enum(TpOverlapImpl), "what runs the overlapped TP collectives"),
     SettingKind("tp_comm_overlap_cfg", _ub_table_or_null, "the userbuffers table the release's recipes pass "
@@ -284,7 +287,8 @@ SETTINGS: tuple[SettingKind, ...] = (
 _KINDS = {k.key: k for k in SETTINGS}
 
 FlagSetting = Literal["sequence_parallel", "distributed_optimizer", "overlap_param_gather", "overlap_grad_reduce",
-                      "overlap_p2p_comm", "tp_comm_overlap", "flash_attention", "fused_elementwise",
+                      "overlap_p2p_comm", "pipeline_scatter_gather", "tp_comm_overlap", "flash_attention",
+                      "fused_elementwise",
                       "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
                       "unfused_linear_bias", "master_param_remainders", "quantized_saved_inputs",
                       "te_quantizer", "nvlink_segments", "split_projections"]

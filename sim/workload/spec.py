@@ -509,6 +509,14 @@ class ParallelSpec:
     (``forward_backward_pipelining_with_interleaving``; Megatron-LM
     ``--no-overlap-p2p-communication`` turns it off). False posts each receive when the compute
     before it ends and waits for it there, as the 1F1B schedule always does."""
+    pipeline_scatter_gather: bool = False
+    """Megatron-LM's scatter/gather optimization of the pipeline's sends (Narayanan et al. 2021,
+    Sec. 4.1; ``megatron/p2p_communication.py`` before Megatron-Core): without sequence
+    parallelism each tensor-parallel rank sends a 1/tp chunk of the stage's output and the
+    receiver all-gathers it over its tensor-parallel group (that all-gather, over the node's
+    NVLink, is not priced). False (Megatron-Core, DeepSpeed's
+    pipeline engine, ``torch.distributed.pipelining``): every rank sends the whole output, split
+    over TP only where sequence parallelism has split it (:attr:`pipeline_message_bytes`)."""
     grad_bucket_size_params: int = 40_000_000
     overlap_param_gather: bool = False
     """Megatron-LM ``--overlap-param-gather`` (with the distributed optimizer): the updated
@@ -1070,6 +1078,28 @@ class WorkloadSpec:
         """How many layers pipeline stage ``stage`` holds over all its chunks."""
         vs = self.virtual_stage_layers()
         return sum(len(vs[c * self.parallel.pp + stage]) for c in range(self.parallel.virtual_pipeline_stages))
+
+    @property
+    def pipeline_message_bytes(self) -> float:
+        """What one rank sends a neighbouring pipeline stage for a micro-batch, an activation or
+        its gradient: the stage's output, ``seq_length / cp x micro_batch_size x hidden_size``
+        16-bit values (``pipeline_dtype``, the parameters' dtype), over TP where sequence
+        parallelism splits the sequence or Megatron-LM's scatter/gather sends a chunk a rank
+        (:attr:`ParallelSpec.pipeline_scatter_gather`); else whole from every TP rank.
+
+        >>> from sim.hardware import get_gpu
+        >>> m = ModelSpec("gpt", 4, 1024, 8, 8, 4096, 32000, 2048)
+        >>> whole = WorkloadSpec("w", m, ParallelSpec(tp=4, pp=2, micro_batch_size=1, global_batch_size=8),
+        ...                      SystemSpec(get_gpu("H100"), 8))
+        >>> whole.pipeline_message_bytes / 2**20  # MiB
+        4.0
+        >>> from dataclasses import replace
+        >>> replace(whole, parallel=replace(whole.parallel, sequence_parallel=True)).pipeline_message_bytes / 2**20
+        1.0
+        """
+        p, m = self.parallel, self.model
+        whole = m.seq_length // p.cp * p.micro_batch_size * m.hidden_size * 2.0
+        return whole / p.tp if p.sequence_parallel or p.pipeline_scatter_gather else whole
 
     @property
     def tokens_per_iteration(self) -> int:

@@ -363,7 +363,7 @@ class _RankProgram(DataParallelMixin):
                 first_f.setdefault(chunk, i)
         # the pass after which a layer's weight gradients are complete
         last_g = last_w if zb else last_b
-        act_size = m.seq_length // p.cp * p.micro_batch_size * m.hidden_size * 2.0 / p.tp
+        act_size = w.pipeline_message_bytes
         am = activation_model(w)
         holds = [boundary_holds(w, am, c * pp + self.stage) for c in range(p.virtual_pipeline_stages)]
         fsdp = p.zero >= 3 and p.dp * p.cp > 1  # (hybrid with one-rank shard groups: all-reduces only)

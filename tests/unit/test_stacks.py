@@ -707,3 +707,33 @@ def test_1f1b_with_chunks_is_megatrons_interleaved_1f1b(tmp_path):
     case["parallel"]["virtual_pipeline_stages"] = 1  # one chunk a stage: 1F1B as given
     w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
     assert w.parallel.schedule is ScheduleKind.ONE_F_ONE_B and not any("1f1b ->" in n for n in notes)
+
+
+@pytest.mark.parametrize(("framework", "chunked"), [
+    ("Megatron-LM (2022)", True), ("Megatron-LM (2021)", True),
+    ("Megatron-Core", False), ("NeMo 24.07", False), ("Megatron-DeepSpeed (2022)", False), ("torchtitan", False),
+])
+def test_pipeline_sends_split_over_tp_only_where_the_release_splits_them(tmp_path, framework, chunked):
+    """Without sequence parallelism Megatron-LM before Megatron-Core sends each TP rank's 1/tp
+    chunk of a stage's output (its scatter/gather optimization, noted); Megatron-Core, DeepSpeed's
+    pipeline engine and torch.distributed.pipelining send it whole from every rank. Under sequence
+    parallelism every release sends the rank's share of the sequence. The program's sends and
+    receives carry those bytes."""
+    from sim.workload.taskgraph import build_program
+
+    case = _case(framework, parallel={"tp": 2, "pp": 2, "dp": 2, "micro_batch_size": 1, "global_batch_size": 8,
+                                      "sequence_parallel": False})
+    w, notes = load_workload_with_notes(_write(tmp_path / "c.yaml", case))
+    assert w.parallel.pipeline_scatter_gather is chunked
+    assert any(n.startswith("parallel.pipeline_scatter_gather: null -> true") for n in notes) is chunked
+    whole = 1024 * 1 * 1024 * 2.0  # seq x micro-batch x hidden, 16 bits
+    sizes = {t.op.size_bytes for t in build_program(w).tasks if t.comm and t.name.startswith("nccl")
+             and t.op.collective.name == "SEND_RECV"}
+    assert sizes == {whole / 2 if chunked else whole}
+    case["parallel"]["sequence_parallel"] = True
+    sp, _ = load_workload_with_notes(_write(tmp_path / "d.yaml", case))
+    assert sp.pipeline_message_bytes == whole / 2
+    # a case that says what its run did wins over the release
+    case["parallel"].update(sequence_parallel=False, pipeline_scatter_gather=not chunked)
+    own, _ = load_workload_with_notes(_write(tmp_path / "e.yaml", case))
+    assert own.pipeline_message_bytes == (whole if chunked else whole / 2)

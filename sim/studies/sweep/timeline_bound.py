@@ -241,9 +241,8 @@ class TimelineBound:
 
     def _p2p_s(self, w: WorkloadSpec, src_stage: int, dst_stage: int) -> float:
         """The activation (or gradient: the same bytes) transfer between two stages."""
-        p, m = w.parallel, w.model
-        lay = Layout.of(p)
-        size = m.seq_length // p.cp * p.micro_batch_size * m.hidden_size * 2.0 / p.tp
+        lay = Layout.of(w.parallel)
+        size = w.pipeline_message_bytes
         return self.comm_s(w, lambda: CommOp(CollectiveKind.SEND_RECV, CommClass.PP,
                                              (lay.rank(0, 0, src_stage), lay.rank(0, 0, dst_stage)), size,
                                              lay.stage_pairs(src_stage, dst_stage)),
