@@ -10,8 +10,9 @@ DeepSpeed's ``TrainSchedule`` (deepspeedai/DeepSpeed ``deepspeed/runtime/pipe/sc
 ``2 (m + p - 1)`` steps in lock step, forward on the steps of its parity and backward on the
 others, and in each step first its blocking sends and receives (a forward step: ``SendGrad`` of
 the previous micro-batch, ``RecvActivation`` of this one; a backward step: ``RecvGrad``, then
-``SendActivation`` of the previous micro-batch), then its pass. This script transcribes the
-command order (``steps``) and replays it: a pass takes ``f`` or ``b``, a send and its receive
+``SendActivation`` of the previous micro-batch), then its pass. This script replays the command
+order llmsim transcribes (:mod:`sim.workload.deepspeed_pipe`, which the simulator itself issues
+under ``parallel.blocking_p2p``) with stage times of its own: a pass takes ``f`` or ``b``, a send and its receive
 are one rendezvous that takes ``--transfer`` on both stages once both have reached it. It prints
 the iteration against Megatron-LM's 1F1B with the same stage times, ``(m + p - 1)(f + b)`` (for
 free transfers; Narayanan et al. 2021, Sec. 2.2.1).
@@ -21,39 +22,14 @@ from __future__ import annotations
 
 import argparse
 
+from sim.workload.deepspeed_pipe import train_schedule as ds_train_schedule
+
 
 def train_schedule(m: int, p: int, s: int) -> list[tuple[str, int]]:
     """Stage ``s``'s commands in order, as ``TrainSchedule.steps`` yields them (compute and
-    point-to-point only): ``("F"|"B"|"SA"|"RA"|"SG"|"RG", micro-batch)``."""
-    def fwd_id(step: int) -> int:
-        return (step // 2 if step % 2 == 0 else (step - 1) // 2) - s // 2
-
-    def bwd_id(step: int) -> int:
-        if step % 2 == 0:
-            return step // 2 - p + (s + 1) // 2
-        return (step - 1) // 2 - p + 1 + s // 2
-
-    def valid(i: int) -> bool:
-        return 0 <= i < m
-
-    prev, out = -1, []
-    for step in range(2 * (m + p - 1)):
-        forward = (step % 2 == 0) == (s % 2 == 0)
-        mb = fwd_id(step) if forward else bwd_id(step)
-        if forward:
-            if valid(prev) and s > 0:
-                out.append(("SG", prev))
-            if valid(mb) and s > 0:
-                out.append(("RA", mb))
-        else:
-            if valid(mb) and s < p - 1:
-                out.append(("RG", mb))
-            if valid(prev) and s < p - 1:
-                out.append(("SA", prev))
-        if valid(mb):
-            out.append(("F" if forward else "B", mb))
-        prev = mb
-    return out
+    point-to-point only; :func:`sim.workload.deepspeed_pipe.train_schedule`):
+    ``("F"|"B"|"SA"|"RA"|"SG"|"RG", micro-batch)``."""
+    return [(c.instruction.value, c.microbatch) for c in ds_train_schedule(m, p, s)]
 
 
 def replay(m: int, p: int, f: float, b: float, transfer: float = 0.0) -> float:

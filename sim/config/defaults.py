@@ -121,6 +121,19 @@ def scatter_gather_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     return _from_stack(f, "pipeline_scatter_gather", stack, notes, quiet=False)
 
 
+def blocking_p2p_default(f: Fields, schedule: ScheduleKind, stack: Stack, notes: Notes) -> bool:
+    """Whether the pipeline's sends and receives are blocking exchanges of their own
+    (:attr:`~sim.workload.spec.ParallelSpec.blocking_p2p`): the case's value, else under the
+    1F1B schedule the stack's ``blocking_p2p`` (DeepSpeed's pipeline engine), noted when on;
+    off under every other schedule, which DeepSpeed's engine does not run."""
+    flag = f.flag("blocking_p2p")
+    if flag is not None:
+        return flag
+    if schedule is not ScheduleKind.ONE_F_ONE_B:
+        return False
+    return _from_stack(f, "blocking_p2p", stack, notes, quiet=False)
+
+
 def p2p_overlap_default(f: Fields, framework: str, schedule: ScheduleKind, stack: Stack, notes: Notes) -> bool:
     """Whether the interleaved schedule posts each pipeline receive a pass ahead
     (:attr:`~sim.workload.spec.ParallelSpec.overlap_p2p_comm`): the case's value; else, under

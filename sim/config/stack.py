@@ -223,6 +223,9 @@ SETTINGS: tuple[SettingKind, ...] = (
                 "the next forward (with the distributed optimizer)"),
     SettingKind("overlap_grad_reduce", _boolean, "the data-parallel gradient reduction overlapped with the backward"),
     SettingKind("overlap_p2p_comm", _boolean, "the interleaved schedule posts pipeline receives a pass ahead"),
+    SettingKind("blocking_p2p", _boolean, "under 1F1B each pipeline send and receive is a blocking exchange of "
+                "its own, in the schedule's order, which the next one and the next pass wait for (DeepSpeed's "
+                "pipeline engine; false: Megatron's receives posted after a pass, its sends not waited for)"),
     SettingKind("pipeline_scatter_gather", _boolean, "without sequence parallelism each tensor-parallel rank sends "
                 "its 1/tp share of a stage's output, which the receiver all-gathers (Megatron-LM's scatter/gather "
                 "optimization; false: every rank sends the whole output)"),
@@ -287,8 +290,8 @@ SETTINGS: tuple[SettingKind, ...] = (
 _KINDS = {k.key: k for k in SETTINGS}
 
 FlagSetting = Literal["sequence_parallel", "distributed_optimizer", "overlap_param_gather", "overlap_grad_reduce",
-                      "overlap_p2p_comm", "pipeline_scatter_gather", "tp_comm_overlap", "flash_attention",
-                      "fused_elementwise",
+                      "overlap_p2p_comm", "pipeline_scatter_gather", "blocking_p2p", "tp_comm_overlap",
+                      "flash_attention", "fused_elementwise",
                       "gradient_accumulation_fusion", "grad_reduce_in_fp32", "async_tp_grad_allreduce",
                       "unfused_linear_bias", "master_param_remainders", "quantized_saved_inputs",
                       "te_quantizer", "nvlink_segments", "split_projections"]

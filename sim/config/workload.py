@@ -29,6 +29,7 @@ from sim.config.defaults import (
     async_tp_allreduce_default,
     attention_kernel_default,
     batch_sizes,
+    blocking_p2p_default,
     delay_wgrad_default,
     deterministic_default,
     dist_opt_default,
@@ -123,7 +124,7 @@ _PARALLEL_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "virtual_pipeline_stages"
                   "sequence_parallel", "micro_batch_size", "global_batch_size", "recompute", "recompute_num_layers",
                   "recompute_modules", "pipeline_layout",
                   "distributed_optimizer", "zero_stage", "overlap_grad_reduce", "overlap_p2p_comm",
-                  "pipeline_scatter_gather",
+                  "pipeline_scatter_gather", "blocking_p2p",
                   "grad_bucket_size_params", "flash_attention", "attention_kernel", "cross_entropy",
                   "fused_elementwise", "tp_comm_overlap", "overlap_param_gather", "placement", "dp_shard", "details",
                   "zero_impl",
@@ -885,6 +886,7 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     # (noted only where it decides a message's size: pipeline stages, TP > 1, no sequence parallelism)
     scatter_gather = scatter_gather_default(f, stack, notes) if pp > 1 and tp > 1 and not sp \
         else bool(f.flag("pipeline_scatter_gather"))
+    blocking = blocking_p2p_default(f, schedule, stack, notes) if pp > 1 else bool(f.flag("blocking_p2p"))
     flash = flash_default(f, stack, notes)
     kernel = attention_kernel_default(f, stack, notes)
     loss = loss_default(f, stack, notes)
@@ -921,7 +923,7 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
             pipeline_layout=None if layout is None else tuple(layout),
             distributed_optimizer=dist_opt, overlap_param_gather=param_gather, zero_stage=zero,
             dp_shard=dp_shard, zero_impl=zero_impl, overlap_grad_reduce=overlap, overlap_p2p_comm=p2p_overlap,
-            pipeline_scatter_gather=scatter_gather,
+            pipeline_scatter_gather=scatter_gather, blocking_p2p=blocking,
             grad_bucket_size_params=40_000_000 if bucket is None else bucket,
             tp_comm_overlap=tp_overlap, tp_comm_overlap_cfg=tp_overlap_cfg,
             placement=placement,

@@ -517,6 +517,15 @@ class ParallelSpec:
     NVLink, is not priced). False (Megatron-Core, DeepSpeed's
     pipeline engine, ``torch.distributed.pipelining``): every rank sends the whole output, split
     over TP only where sequence parallelism has split it (:attr:`pipeline_message_bytes`)."""
+    blocking_p2p: bool = False
+    """DeepSpeed's pipeline engine (``deepspeed/runtime/pipe``): its ``TrainSchedule`` issues
+    each send and receive as a command of its own between the passes (before a forward: the
+    previous backward's ``SendGrad``, then ``RecvActivation``; before a backward:
+    ``RecvGrad``, then the previous forward's ``SendActivation``), each a blocking
+    ``torch.distributed.send``/``recv`` that the compute stream waits for, so a stage waits for
+    its neighbour to reach the matching command. False: Megatron's schedules, which post a
+    pass's receive when the compute before it ends and do not wait for its sends
+    (:meth:`sim.workload.taskgraph._RankProgram.recv`). 1F1B only."""
     grad_bucket_size_params: int = 40_000_000
     overlap_param_gather: bool = False
     """Megatron-LM ``--overlap-param-gather`` (with the distributed optimizer): the updated
@@ -607,6 +616,9 @@ class ParallelSpec:
             raise ConfigError(_SPEC, "parallel.zero_impl", "fsdp with parallel.pp > 1 or hybrid sharding "
                               "(DeepSpeed 0.3's pipeline engine runs ZeRO stage 1 at most, and its ZeRO-3 "
                               "shards over the whole data-parallel group)", self.zero_impl.value)
+        if self.blocking_p2p and self.schedule is not ScheduleKind.ONE_F_ONE_B:
+            raise ConfigError(_SPEC, "parallel.blocking_p2p", "false unless parallel.schedule is 1f1b (DeepSpeed's "
+                              "pipeline engine runs its TrainSchedule, a 1F1B)", self.blocking_p2p)
         if self.schedule is ScheduleKind.INTERLEAVED:
             if self.pp < 2:
                 raise ConfigError(_SPEC, "parallel.schedule", "interleaved-1f1b only with parallel.pp >= 2",

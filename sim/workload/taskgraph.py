@@ -34,6 +34,7 @@ from sim.program import Block, Program, Task
 from sim.results import RankInfo
 from sim.types import CollectiveKind, CommClass, OpKind, RecomputeKind, ScheduleKind, Stream, ZeroImpl
 from sim.workload.dataparallel import GRAD_REDUCE_BYTES, PARAM_GATHER_BYTES, DataParallelMixin, DPScope
+from sim.workload.deepspeed_pipe import PipeCommand, PipeInstruction, exchanges_by_pass
 from sim.workload.ep_overlap import split_backward, split_forward
 from sim.workload.flops import model_flops
 from sim.workload.layers import LayerOps, backward_steps, layer_ops
@@ -131,6 +132,9 @@ class _RankProgram(DataParallelMixin):
         self.pass_end: dict[Pass, int] = {}
         """The last compute task of this rank's latest forward and backward pass (:meth:`recv`)."""
         self.pending: list[list[int]] = []   # [task id, computes left before it is waited for]
+        self.p2p_last = -1
+        """Under blocking p2p (DeepSpeed's pipeline engine) the latest send or receive, which the
+        next one waits for (:meth:`send`, :meth:`recv`)."""
         self.extra: list[int] = []
         self.seq: dict[tuple, int] = {}
         self.dp_tasks: list[int] = []
@@ -303,12 +307,39 @@ class _RankProgram(DataParallelMixin):
         return op
 
     def send(self, kind: str, vs: int, mb: int, dst_stage: int, size: float, args: tuple) -> None:
+        """Send an activation (``kind`` "act") or its gradient ("grad") to ``dst_stage`` once
+        the compute before it ends. Megatron's schedules do not wait for a send; under
+        :attr:`~sim.workload.spec.ParallelSpec.blocking_p2p` the next send or receive and the
+        next pass wait for it."""
         dst = self.stage_rank(dst_stage)
         stream = Stream.PP_SEND if kind == "act" else Stream.PP_SEND_GRAD
         key = ("p2p", kind, vs, mb, self.tp_c, self.dp_c)
         t = self.b.add(self.rank, stream, f"ncclSend {kind}", self.p2p_op(self.rank, dst, size),
-                       [self.last_c], args, key=key)
+                       self._after_p2p([self.last_c]), args, key=key)
         t.flow_id = t.coll_key
+        if self.w.parallel.blocking_p2p:
+            self.extra.append(t.id)
+            self.p2p_last = t.id
+
+    def _after_p2p(self, deps: list[int]) -> list[int]:
+        """``deps``, and under blocking p2p the latest send or receive too."""
+        return deps + [self.p2p_last] if self.p2p_last >= 0 else deps
+
+    def exchange(self, c: PipeCommand, size: float) -> None:
+        """Issue one of DeepSpeed's exchange commands (:mod:`sim.workload.deepspeed_pipe`) of this
+        rank's stage (one model chunk a rank)."""
+        vs, pp, mb, kind = self.stage, self.w.parallel.pp, c.microbatch, c.instruction
+        fwd = (("phase", "fwd"), ("microbatch", mb), ("chunk", 0))
+        bwd = (("phase", "bwd"), ("microbatch", mb), ("chunk", 0))
+        if kind is PipeInstruction.SEND_ACTIVATION:
+            self.send("act", vs + 1, mb, vs + 1, size, fwd)
+        elif kind is PipeInstruction.RECV_ACTIVATION:
+            self.recv("act", vs, mb, vs - 1, size, fwd)
+        elif kind is PipeInstruction.SEND_GRAD:
+            self.send("grad", vs - 1, mb, vs - 1, size, bwd)
+        else:
+            assert kind is PipeInstruction.RECV_GRAD and vs + 1 < pp, c
+            self.recv("grad", vs, mb, vs + 1, size, bwd)
 
     def recv(self, kind: str, vs: int, mb: int, src_stage: int, size: float, args: tuple) -> None:
         """Receive an activation (``kind`` "act") or its gradient ("grad") from ``src_stage``.
@@ -337,9 +368,11 @@ class _RankProgram(DataParallelMixin):
         if self.w.parallel.schedule is ScheduleKind.INTERLEAVED and self.w.parallel.overlap_p2p_comm:
             after = self.pass_end.get(Pass.FORWARD if kind == "act" else Pass.BACKWARD, -1)
         t = self.b.add(self.rank, stream, f"ncclRecv {kind}", self.p2p_op(src, self.rank, size),
-                       [after] if after >= 0 else [], args, key=key)
+                       self._after_p2p([after] if after >= 0 else []), args, key=key)
         t.flow_id = t.coll_key
         self.extra.append(t.id)
+        if self.w.parallel.blocking_p2p:
+            self.p2p_last = t.id
 
     def build(self) -> None:
         w, p = self.w, self.w.parallel
@@ -364,6 +397,9 @@ class _RankProgram(DataParallelMixin):
         # the pass after which a layer's weight gradients are complete
         last_g = last_w if zb else last_b
         act_size = w.pipeline_message_bytes
+        # DeepSpeed's pipeline engine: each pass's sends and receives as its TrainSchedule issues them
+        exchanges = exchanges_by_pass(p.num_microbatches, pp, self.stage) if p.blocking_p2p and pp > 1 else None
+        assert exchanges is None or len(exchanges[0]) == len(order), "TrainSchedule runs 1F1B's passes"
         am = activation_model(w)
         holds = [boundary_holds(w, am, c * pp + self.stage) for c in range(p.virtual_pipeline_stages)]
         fsdp = p.zero >= 3 and p.dp * p.cp > 1  # (hybrid with one-rank shard groups: all-reduces only)
@@ -397,9 +433,11 @@ class _RankProgram(DataParallelMixin):
             vs = chunk * pp + self.stage
             layers = vs_layers[vs]
             first_layer = layers.start if layers else 0
+            for c in exchanges[0][i] if exchanges else ():
+                self.exchange(c, act_size)
             if pas is Pass.FORWARD:
                 args = (("phase", "fwd"), ("microbatch", mb), ("chunk", chunk))
-                if vs > 0:
+                if vs > 0 and not exchanges:
                     self.recv("act", vs, mb, (vs - 1) % pp, act_size, args)
                 if vs == 0:
                     self.run_steps(self.ops.embedding_fwd, args, first_mem=am.embedding)
@@ -429,7 +467,7 @@ class _RankProgram(DataParallelMixin):
                 if vs == n_vs - 1:
                     self.run_steps(self.ops.head_fwd, args, first_mem=am.head + am.logits)
                 self.hold(holds[chunk].forward)
-                if vs != n_vs - 1:
+                if vs != n_vs - 1 and not exchanges:
                     self.send("act", vs + 1, mb, (vs + 1) % pp, act_size, args)
             elif pas is Pass.WEIGHT:
                 args = (("phase", "wgrad"), ("microbatch", mb), ("chunk", chunk))
@@ -453,7 +491,8 @@ class _RankProgram(DataParallelMixin):
             else:
                 args = (("phase", "bwd"), ("microbatch", mb), ("chunk", chunk))
                 if vs < n_vs - 1:
-                    self.recv("grad", vs, mb, (vs + 1) % pp, act_size, args)
+                    if not exchanges:
+                        self.recv("grad", vs, mb, (vs + 1) % pp, act_size, args)
                 else:
                     self.run_steps(self.ops.head_bwd, args, first_mem=am.loss_transient + am.loss_cached,
                                    last_mem=-(am.head + am.logits + am.loss_transient + am.loss_cached))
@@ -526,13 +565,15 @@ class _RankProgram(DataParallelMixin):
                 if vs == 0:
                     self.run_steps(self.ops.embedding_bwd, args, last_mem=-am.embedding)
                 self.hold(holds[chunk].backward)
-                if vs != 0:
+                if vs != 0 and not exchanges:
                     self.send("grad", vs - 1, mb, (vs - 1) % pp, act_size, args)
                 if p.overlap_grad_reduce and i == last_b[chunk]:
                     for bucket in buckets.get((chunk, "end"), ()):
                         self.reduce_bucket(bucket, args)
                     if vs == n_vs - 1 and not vs_layers[vs]:  # a last stage of no decoder layers
                         self.reduce_mtp_experts(args)
+        for c in exchanges[1] if exchanges else ():
+            self.exchange(c, act_size)
         if not p.overlap_grad_reduce:
             for key in sorted(buckets, key=lambda k: (k[0], -1 if k[1] == "end" else k[1])):
                 for bucket in buckets[key]:

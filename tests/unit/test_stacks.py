@@ -737,3 +737,25 @@ def test_pipeline_sends_split_over_tp_only_where_the_release_splits_them(tmp_pat
     case["parallel"].update(sequence_parallel=False, pipeline_scatter_gather=not chunked)
     own, _ = load_workload_with_notes(_write(tmp_path / "e.yaml", case))
     assert own.pipeline_message_bytes == (whole if chunked else whole / 2)
+
+
+def test_deepspeeds_pipeline_engine_blocks_on_each_exchange_and_runs_1f1b_only(tmp_path):
+    """Megatron-DeepSpeed and DeepSpeed run DeepSpeed's pipeline engine: under 1F1B each send
+    and receive is a blocking exchange (``parallel.blocking_p2p``, noted); Megatron-Core's and
+    PyTorch's schedules do not block on a send. DeepSpeed has no interleaved schedule: a case
+    asking for both is refused on the field, and the stack's default stays off there."""
+    w, notes = load_workload_with_notes(_write(tmp_path / "a.yaml", _case("Megatron-DeepSpeed (2022)")))
+    assert w.parallel.blocking_p2p
+    assert any(n.startswith("parallel.blocking_p2p: null -> true (stack megatron-deepspeed:") for n in notes)
+    for framework in ("Megatron-Core", "torchtitan", "Megatron-LM (2021)"):
+        other, _ = load_workload_with_notes(_write(tmp_path / "b.yaml", _case(framework)))
+        assert not other.parallel.blocking_p2p, framework
+    interleaved = _case("Megatron-DeepSpeed (2022)", parallel={
+        "tp": 2, "pp": 2, "dp": 2, "micro_batch_size": 1, "global_batch_size": 8,
+        "virtual_pipeline_stages": 2, "schedule": "interleaved-1f1b"})
+    w, _ = load_workload_with_notes(_write(tmp_path / "c.yaml", interleaved))
+    assert not w.parallel.blocking_p2p
+    interleaved["parallel"]["blocking_p2p"] = True
+    with pytest.raises(ConfigError) as err:
+        load_workload_with_notes(_write(tmp_path / "d.yaml", interleaved))
+    assert err.value.field == "parallel.blocking_p2p"
