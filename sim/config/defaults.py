@@ -111,13 +111,18 @@ def overlap_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     return _from_stack(f, "overlap_grad_reduce", stack, notes, quiet=True)
 
 
-def scatter_gather_default(f: Fields, stack: Stack, notes: Notes) -> bool:
+def scatter_gather_default(f: Fields, framework: str, stack: Stack, notes: Notes) -> bool:
     """Whether each tensor-parallel rank sends only its 1/tp share of a stage's output without
     sequence parallelism (:attr:`~sim.workload.spec.ParallelSpec.pipeline_scatter_gather`): the
-    case's value, else the stack's ``pipeline_scatter_gather`` (on in Megatron-LM before
-    Megatron-Core, off in Megatron-Core, DeepSpeed's pipeline engine and PyTorch's), noted when
-    on, the case's launch flags (``--no-scatter-gather-tensors-in-pipeline``) read as the case's
-    value."""
+    case's value; else off when the case lists ``--no-scatter-gather-tensors-in-pipeline``;
+    else the stack's ``pipeline_scatter_gather`` (on in Megatron-LM before Megatron-Core, off in
+    Megatron-Core, DeepSpeed's pipeline engine and PyTorch's), noted when on."""
+    flag = f.flag("pipeline_scatter_gather")
+    if flag is not None:
+        return flag
+    listed = _framework_has(f, framework, "--no-scatter-gather-tensors-in-pipeline")
+    if listed:
+        return notes.fill("parallel.pipeline_scatter_gather", False, f"the case lists {listed}")
     return _from_stack(f, "pipeline_scatter_gather", stack, notes, quiet=False)
 
 

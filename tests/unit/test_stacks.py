@@ -737,6 +737,11 @@ def test_pipeline_sends_split_over_tp_only_where_the_release_splits_them(tmp_pat
     case["parallel"].update(sequence_parallel=False, pipeline_scatter_gather=not chunked)
     own, _ = load_workload_with_notes(_write(tmp_path / "e.yaml", case))
     assert own.pipeline_message_bytes == (whole if chunked else whole / 2)
+    # and so does a launch flag its published settings list
+    case["parallel"].update(pipeline_scatter_gather=None, details="--no-scatter-gather-tensors-in-pipeline")
+    listed, notes = load_workload_with_notes(_write(tmp_path / "f.yaml", case))
+    assert listed.pipeline_message_bytes == whole
+    assert any(n.startswith("parallel.pipeline_scatter_gather: null -> false (the case lists") for n in notes)
 
 
 def test_deepspeeds_pipeline_engine_blocks_on_each_exchange_and_runs_1f1b_only(tmp_path):
