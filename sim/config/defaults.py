@@ -111,32 +111,36 @@ def overlap_default(f: Fields, stack: Stack, notes: Notes) -> bool:
     return _from_stack(f, "overlap_grad_reduce", stack, notes, quiet=True)
 
 
-def scatter_gather_default(f: Fields, framework: str, stack: Stack, notes: Notes) -> bool:
+def scatter_gather_default(f: Fields, framework: str, stack: Stack, notes: Notes, noted: bool) -> bool:
     """Whether each tensor-parallel rank sends only its 1/tp share of a stage's output without
     sequence parallelism (:attr:`~sim.workload.spec.ParallelSpec.pipeline_scatter_gather`): the
     case's value; else off when the case lists ``--no-scatter-gather-tensors-in-pipeline``;
     else the stack's ``pipeline_scatter_gather`` (on in Megatron-LM before Megatron-Core, off in
-    Megatron-Core, DeepSpeed's pipeline engine and PyTorch's), noted when on."""
+    Megatron-Core, DeepSpeed's pipeline engine and PyTorch's), noted when on and ``noted`` (where
+    it decides a message's size: pipeline stages, TP > 1, no sequence parallelism). The value
+    holds either way, for a sweep's other shapes."""
     flag = f.flag("pipeline_scatter_gather")
     if flag is not None:
         return flag
     listed = _framework_has(f, framework, "--no-scatter-gather-tensors-in-pipeline")
     if listed:
-        return notes.fill("parallel.pipeline_scatter_gather", False, f"the case lists {listed}")
-    return _from_stack(f, "pipeline_scatter_gather", stack, notes, quiet=False)
+        return notes.fill("parallel.pipeline_scatter_gather", False, f"the case lists {listed}") if noted else False
+    return _from_stack(f, "pipeline_scatter_gather", stack, notes,
+                       quiet=False if noted else stack.value("pipeline_scatter_gather"))
 
 
-def blocking_p2p_default(f: Fields, schedule: ScheduleKind, stack: Stack, notes: Notes) -> bool:
+def blocking_p2p_default(f: Fields, schedule: ScheduleKind, stack: Stack, notes: Notes, noted: bool) -> bool:
     """Whether the pipeline's sends and receives are blocking exchanges of their own
     (:attr:`~sim.workload.spec.ParallelSpec.blocking_p2p`): the case's value, else under the
-    1F1B schedule the stack's ``blocking_p2p`` (DeepSpeed's pipeline engine), noted when on;
-    off under every other schedule, which DeepSpeed's engine does not run."""
+    1F1B schedule the stack's ``blocking_p2p`` (DeepSpeed's pipeline engine), noted when on and
+    ``noted`` (pipeline stages); off under every other schedule, which DeepSpeed's engine does
+    not run."""
     flag = f.flag("blocking_p2p")
     if flag is not None:
         return flag
     if schedule is not ScheduleKind.ONE_F_ONE_B:
         return False
-    return _from_stack(f, "blocking_p2p", stack, notes, quiet=False)
+    return _from_stack(f, "blocking_p2p", stack, notes, quiet=False if noted else stack.value("blocking_p2p"))
 
 
 def p2p_overlap_default(f: Fields, framework: str, schedule: ScheduleKind, stack: Stack, notes: Notes) -> bool:

@@ -883,10 +883,9 @@ def _build_parallel(f: Fields, num_gpus: int | None, framework: str, stack: Stac
     zero = zero_default(stack, notes, f) if zero is None else zero
     overlap = overlap_default(f, stack, notes)
     p2p_overlap = p2p_overlap_default(f, framework, schedule, stack, notes)
-    # (noted only where it decides a message's size: pipeline stages, TP > 1, no sequence parallelism)
-    scatter_gather = scatter_gather_default(f, framework, stack, notes) if pp > 1 and tp > 1 and not sp \
-        else bool(f.flag("pipeline_scatter_gather"))
-    blocking = blocking_p2p_default(f, schedule, stack, notes) if pp > 1 else bool(f.flag("blocking_p2p"))
+    # each noted only where it decides what runs (pipeline stages; for the first, TP > 1 without SP)
+    scatter_gather = scatter_gather_default(f, framework, stack, notes, noted=pp > 1 and tp > 1 and not sp)
+    blocking = blocking_p2p_default(f, schedule, stack, notes, noted=pp > 1)
     flash = flash_default(f, stack, notes)
     kernel = attention_kernel_default(f, stack, notes)
     loss = loss_default(f, stack, notes)

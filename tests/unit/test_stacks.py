@@ -755,6 +755,13 @@ def test_deepspeeds_pipeline_engine_blocks_on_each_exchange_and_runs_1f1b_only(t
     for framework in ("Megatron-Core", "torchtitan", "Megatron-LM (2021)"):
         other, _ = load_workload_with_notes(_write(tmp_path / "b.yaml", _case(framework)))
         assert not other.parallel.blocking_p2p, framework
+    # a shape where it decides nothing keeps the stack's value, unnoted, for a sweep's other shapes
+    flat, notes = load_workload_with_notes(_write(tmp_path / "f.yaml", _case("Megatron-DeepSpeed (2022)", parallel={
+        "tp": 2, "pp": 1, "dp": 4, "micro_batch_size": 1, "global_batch_size": 8})))
+    assert flat.parallel.blocking_p2p and not any("blocking_p2p" in n for n in notes)
+    old, notes = load_workload_with_notes(_write(tmp_path / "g.yaml", _case("Megatron-LM (2022)", parallel={
+        "tp": 1, "pp": 2, "dp": 4, "micro_batch_size": 1, "global_batch_size": 8})))
+    assert old.parallel.pipeline_scatter_gather and not any("scatter_gather" in n for n in notes)
     interleaved = _case("Megatron-DeepSpeed (2022)", parallel={
         "tp": 2, "pp": 2, "dp": 2, "micro_batch_size": 1, "global_batch_size": 8,
         "virtual_pipeline_stages": 2, "schedule": "interleaved-1f1b"})
