@@ -513,8 +513,9 @@ class ParallelSpec:
     """Megatron-LM's scatter/gather optimization of the pipeline's sends (Narayanan et al. 2021,
     Sec. 4.1; ``megatron/p2p_communication.py`` before Megatron-Core): without sequence
     parallelism each tensor-parallel rank sends a 1/tp chunk of the stage's output and the
-    receiver all-gathers it over its tensor-parallel group (that all-gather, over the node's
-    NVLink, is not priced). False (Megatron-Core, DeepSpeed's
+    receiver all-gathers it over its tensor-parallel group before the pass
+    (``gather_split_1d_tensor``: an all-gather of the whole output, priced as one,
+    :meth:`sim.workload.taskgraph._RankProgram.recv`). False (Megatron-Core, DeepSpeed's
     pipeline engine, ``torch.distributed.pipelining``): every rank sends the whole output, split
     over TP only where sequence parallelism has split it (:attr:`pipeline_message_bytes`)."""
     blocking_p2p: bool = False

@@ -370,8 +370,16 @@ class _RankProgram(DataParallelMixin):
         t = self.b.add(self.rank, stream, f"ncclRecv {kind}", self.p2p_op(src, self.rank, size),
                        self._after_p2p([after] if after >= 0 else []), args, key=key)
         t.flow_id = t.coll_key
+        p = self.w.parallel
+        if p.pipeline_scatter_gather and p.tp > 1 and not p.sequence_parallel:
+            # Megatron-LM's scatter/gather: the received 1/tp chunks all-gathered over the TP
+            # group before the pass (gather_split_1d_tensor, on the compute stream)
+            lay = self.layout
+            gather = CommOp(CollectiveKind.ALL_GATHER, CommClass.PP, lay.tp_group(self.dp_c, self.stage), size * p.tp,
+                            lay.tp_groups(self.stage) if self.rep else ())
+            t = self.collective(Stream.TP_COMM, f"ncclAllGather pipeline-{kind}", gather, args, [t.id])
         self.extra.append(t.id)
-        if self.w.parallel.blocking_p2p:
+        if p.blocking_p2p:
             self.p2p_last = t.id
 
     def build(self) -> None:

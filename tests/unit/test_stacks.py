@@ -730,6 +730,10 @@ def test_pipeline_sends_split_over_tp_only_where_the_release_splits_them(tmp_pat
     sizes = {t.op.size_bytes for t in build_program(w).tasks if t.comm and t.name.startswith("nccl")
              and t.op.collective.name == "SEND_RECV"}
     assert sizes == {whole / 2 if chunked else whole}
+    # the chunks are all-gathered over the TP group after each receive, the whole output
+    gathers = [t.op.size_bytes for t in build_program(w).tasks
+               if t.comm and t.name.startswith("ncclAllGather pipeline")]
+    assert (bool(gathers) and set(gathers) == {whole}) if chunked else not gathers
     case["parallel"]["sequence_parallel"] = True
     sp, _ = load_workload_with_notes(_write(tmp_path / "d.yaml", case))
     assert sp.pipeline_message_bytes == whole / 2
