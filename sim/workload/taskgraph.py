@@ -374,9 +374,12 @@ class _RankProgram(DataParallelMixin):
         if p.pipeline_scatter_gather and p.tp > 1 and not p.sequence_parallel:
             # Megatron-LM's scatter/gather: the received 1/tp chunks all-gathered over the TP
             # group before the pass (gather_split_1d_tensor, on the compute stream)
-            lay = self.layout
-            gather = CommOp(CollectiveKind.ALL_GATHER, CommClass.PP, lay.tp_group(self.dp_c, self.stage), size * p.tp,
-                            lay.tp_groups(self.stage) if self.rep else ())
+            group = self.layout.tp_group(self.dp_c, self.stage)
+            gather = self.b.ops.get(("pp-gather", group, size))  # one op a group and size, priced once
+            if gather is None:
+                gather = self.b.ops[("pp-gather", group, size)] = CommOp(
+                    CollectiveKind.ALL_GATHER, CommClass.PP, group, size * p.tp,
+                    self.layout.tp_groups(self.stage) if self.rep else ())
             t = self.collective(Stream.TP_COMM, f"ncclAllGather pipeline-{kind}", gather, args, [t.id])
         self.extra.append(t.id)
         if p.blocking_p2p:
