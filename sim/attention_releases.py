@@ -21,8 +21,21 @@ fused attention calls), timed with CUDA events: the way this project's own H100 
 measured (PyTorch's cuDNN SDPA, device-timed), so the fractions are used as they are. A point
 is the kernel's FLOPs as :class:`~sim.workload.ops.AttentionOp` counts them over ``(time -
 launch gap) x the GPU's dense BF16 peak``. GB200 (B200's die at a higher power limit) takes
-B200's fractions, as B200 takes GB200's in the catalogue. Hopper and Ampere keep their curves:
-no per-release measurement of them was found.
+B200's fractions, as B200 takes GB200's in the catalogue.
+
+Hopper's catalogue curves are cuDNN 9.19 too (our H100, and H200; :mod:`sim.hardware`), and the
+same rule picks a Hopper GPU's curves from :data:`HOPPER_MEASURED`: NVIDIA's earlier attention
+benchmark of the cuDNN frontend (``benchmark/benchmark_flash_attention.py``, 2024), run on H200
+with its clocks locked at 1980 MHz (the README's ``nvidia-smi -ac 3201,1980``) against the newest
+cuDNN of the day, 9.1.0 in May 2024 and 9.4.0 in September: 16 heads of dimension 128, causal,
+BF16, 4 x 4k to 1 x 64k tokens. That harness is not the one the 9.19 curves come from, so a
+release is priced by its ratio, not its own fractions: each point's achieved fraction over the
+fraction H200 reached with cuDNN 9.19 at the same FLOPs (NVIDIA's 9.19 benchmark,
+:func:`sim.hardware.cudnn_919_fractions`, interpolated in log(FLOPs)), which multiplies the GPU's
+own catalogue curve, interpolated in log(FLOPs) between the points and held at the end ones.
+cuDNN 9.1's forward reaches 0.82-0.93 of 9.19's and its backward 0.86-0.94; 9.4's forward
+0.92-1.05 (its forward gained 11-13% on 9.1's) and its backward 0.87-0.93. Ampere keeps its
+curves: its attention is FlashAttention-2 or unfused, not cuDNN's.
 """
 
 from __future__ import annotations
@@ -30,12 +43,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from sim.hardware import EfficiencyCurve, GPUSpec, get_gpu
-from sim.types import Dtype
+from sim.hardware import EfficiencyCurve, GPUSpec, cudnn_919_fractions, get_gpu
+from sim.types import Dtype, GpuGeneration
 from sim.workload.ops import AttentionOp
 
-__all__ = ["CATALOGUE_FROM", "MEASURED", "MEASURED_SEQS", "PRICED_AS", "ReleaseMeasurement", "format_release",
-           "parse_release", "with_cudnn_release"]
+__all__ = ["CATALOGUE_FROM", "HOPPER_MEASURED", "HopperMeasurement", "HopperPoint", "MEASURED", "MEASURED_SEQS",
+           "PRICED_AS", "ReleaseMeasurement", "format_release", "parse_release", "with_cudnn_release"]
 
 MEASURED_SEQS = (2048, 4096, 8192, 16384, 32768, 65536, 131072)
 """The sequence lengths of every measurement (batch 1, 128/8 heads, head dimension 128, causal)."""
@@ -100,6 +113,69 @@ MEASURED = (
 """The per-release measurements, oldest first per GPU."""
 
 
+@dataclass(frozen=True)
+class HopperPoint:
+    """One shape of the 2024 benchmark: ``batch`` sequences of ``seq`` tokens, 16 heads of
+    dimension 128, causal, and the TFLOP/s it published forward and backward (its FLOPs:
+    ``4 batch seq^2 16 x 128 / 2`` forward, 2.5 times that backward)."""
+
+    batch: int
+    seq: int
+    forward_tflops: float
+    backward_tflops: float
+
+    def op(self, backward: bool) -> AttentionOp:
+        return AttentionOp(self.batch, 16, 16, self.seq, 128, True, backward)
+
+    def ratio(self, backward: bool) -> tuple[float, float]:
+        """``(FLOPs as AttentionOp counts them, achieved fraction over cuDNN 9.19's on H200 at
+        those FLOPs)``; H200's peak cancels."""
+        published = 4.0 * self.batch * self.seq**2 * 16 * 128 / 2 * (2.5 if backward else 1.0)
+        seconds = published / ((self.backward_tflops if backward else self.forward_tflops) * 1e12)
+        flops = self.op(backward).flops
+        peak = get_gpu("H200").peak(Dtype.BF16)
+        reference = EfficiencyCurve(cudnn_919_fractions("H200", backward))
+        return flops, flops / (seconds * peak) / reference(flops)
+
+
+@dataclass(frozen=True)
+class HopperMeasurement:
+    """One cuDNN release's attention measured on H200 by the 2024 benchmark (module docstring)."""
+
+    release: tuple[int, int]
+    label: str
+    points: tuple[HopperPoint, ...]
+    source: str
+
+    def curves(self, gpu: GPUSpec) -> tuple[EfficiencyCurve, EfficiencyCurve]:
+        """``gpu``'s catalogue curves, forward and backward, times this release's ratios."""
+        return (gpu.attention_efficiency.times(tuple(p.ratio(False) for p in self.points)),
+                gpu.attention_backward_efficiency.times(tuple(p.ratio(True) for p in self.points)))
+
+
+_FRONTEND_2024 = "NVIDIA/cudnn-frontend benchmark/benchmark_results.csv "
+HOPPER_MEASURED = (
+    HopperMeasurement(
+        (9, 1), "9.1.0",
+        (HopperPoint(4, 4096, 542.3175668926519, 443.6033150228602),
+         HopperPoint(2, 8192, 572.8628678140092, 463.5408134793645),
+         HopperPoint(1, 16384, 586.8151359973481, 497.67958736481233),
+         HopperPoint(1, 32768, 577.3478523124705, 499.6635003500654),
+         HopperPoint(1, 65536, 567.0220986793877, 503.80652594122864)),
+        _FRONTEND_2024 + "@b740542 (2024-05-07), causal rows; README.md @b740542: 'cudnn backend version : "
+        "90100', clocks locked with nvidia-smi -ac 3201,1980 (H200); Dockerfile: NGC PyTorch 24.03 with the "
+        "newest cudnn package installed over it"),
+    HopperMeasurement(
+        (9, 4), "9.4.0",
+        (HopperPoint(4, 4096, 613.49, 438.45), HopperPoint(2, 8192, 645.95, 461.89),
+         HopperPoint(1, 16384, 649.99, 488.56), HopperPoint(1, 32768, 636.08, 504.14),
+         HopperPoint(1, 65536, 631.20, 508.07)),
+        _FRONTEND_2024 + "@de355c7 (2024-09-23, cuDNN frontend 1.7.0: 'Updated benchmark numbers with cudnn "
+        "9.4.0'), causal rows; Dockerfile: NGC PyTorch 24.07 with the newest cudnn package installed over it"),
+)
+"""The per-release measurements of Hopper, oldest first."""
+
+
 def parse_release(text: str) -> tuple[int, int] | None:
     """``(major, minor)`` of a cuDNN release written ``9.13`` (or ``9.13.0``); None when it is not one.
 
@@ -124,11 +200,15 @@ def with_cudnn_release(gpu: GPUSpec, release: tuple[int, int] | None) -> tuple[G
     >>> b200, note = with_cudnn_release(get_gpu("B200"), (9, 13))
     >>> note
     'attention: cuDNN 9.13 on B200 -> cuDNN 9.13.0 as measured on B200 (sim/attention_releases.py)'
-    >>> with_cudnn_release(get_gpu("H100"), (9, 13))[1] is None, with_cudnn_release(b200, (9, 19))[1] is None
+    >>> with_cudnn_release(get_gpu("A100"), (9, 13))[1] is None, with_cudnn_release(b200, (9, 19))[1] is None
     (True, True)
     """
+    if release is None or release >= CATALOGUE_FROM:
+        return gpu, None
+    if gpu.generation is GpuGeneration.HOPPER:
+        return _hopper(gpu, release)
     measured_on = PRICED_AS.get(gpu.name)
-    if release is None or measured_on is None or release >= CATALOGUE_FROM:
+    if measured_on is None:
         return gpu, None
     own = [m for m in MEASURED if m.gpu == measured_on]
     earlier = [m for m in own if m.release <= release]
@@ -138,4 +218,16 @@ def with_cudnn_release(gpu: GPUSpec, release: tuple[int, int] | None) -> tuple[G
     on = "" if m.gpu == gpu.name else f" (its fractions of peak on {gpu.name})"
     note = (f"attention: cuDNN {format_release(release)} on {gpu.name} -> cuDNN {m.label} as measured on "
             f"{m.gpu}{on}{older} (sim/attention_releases.py)")
+    return dataclasses.replace(gpu, attention_efficiency=fwd, attention_backward_efficiency=bwd), note
+
+
+def _hopper(gpu: GPUSpec, release: tuple[int, int]) -> tuple[GPUSpec, str]:
+    """``gpu`` (Hopper) with its catalogue curves times the ratios of the latest release of
+    :data:`HOPPER_MEASURED` not later than ``release`` (the earliest for an older one), noted."""
+    earlier = [m for m in HOPPER_MEASURED if m.release <= release]
+    m = earlier[-1] if earlier else HOPPER_MEASURED[0]
+    fwd, bwd = m.curves(gpu)
+    older = "" if earlier else ", no earlier release measured"
+    note = (f"attention: cuDNN {format_release(release)} on {gpu.name} -> its cuDNN 9.19 curves times cuDNN "
+            f"{m.label}'s rate over 9.19's as measured on H200{older} (sim/attention_releases.py)")
     return dataclasses.replace(gpu, attention_efficiency=fwd, attention_backward_efficiency=bwd), note

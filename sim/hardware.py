@@ -23,7 +23,7 @@ from sim.units import GB, GBPS, TB, TFLOPS, US, GiB, MiB
 from sim.workload.ops import AttentionOp
 
 __all__ = ["B200_HBM_BANDWIDTH", "EfficiencyCurve", "GPUSpec", "GPU_CATALOGUE", "GRACE_HOST_TIME_FACTOR",
-           "MXFP8_GEMM_SLOWDOWN", "get_gpu", "gpu_names"]
+           "MXFP8_GEMM_SLOWDOWN", "cudnn_919_fractions", "get_gpu", "gpu_names"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,18 @@ class EfficiencyCurve:
         ((1000000000.0, 0.2), (1000000000000.0, 0.4))
         """
         return _scaled_curve(self, factor)
+
+    def times(self, factors: tuple[tuple[float, float], ...]) -> EfficiencyCurve:
+        """This curve times ``factors`` (``(size, factor)`` points, interpolated in log(size) and
+        held at the ends), sampled at both's sizes, each efficiency at most 1.
+
+        >>> c = EfficiencyCurve(((1e9, 0.4), (1e12, 0.8))).times(((1e10, 0.5), (1e11, 1.0)))
+        >>> [round(e, 3) for _, e in c.points]
+        [0.2, 0.267, 0.667, 0.8]
+        """
+        fx = tuple(x for x, _ in factors)
+        xs = sorted({x for x, _ in self.points} | set(fx))
+        return EfficiencyCurve(tuple((x, min(1.0, self(x) * _log_interpolate(factors, fx, x))) for x in xs))
 
 
 def _log_interpolate(points: tuple[tuple[float, float], ...], xs: tuple[float, ...], size: float) -> float:
@@ -484,17 +496,20 @@ def _cudnn_919_flops(seq: int, backward: bool) -> float:
     return AttentionOp(1, 64, 8, seq, 128, True, backward).flops
 
 
+def cudnn_919_fractions(gpu: str, backward: bool) -> tuple[tuple[float, float], ...]:
+    """``(FLOPs as AttentionOp counts them, achieved fraction of the dense BF16 peak)`` of each
+    size of NVIDIA's cuDNN 9.19 SDPA benchmark on ``gpu`` (H200, GB200 or GB300; above)."""
+    peak, times = _CUDNN_919[gpu][0], _CUDNN_919[gpu][2 if backward else 1]
+    return tuple((_cudnn_919_flops(s, backward), t / peak) for s, t in zip(_CUDNN_919_SEQS, times))
+
+
 def _attention_relative_to_h100(gpu: str, backward: bool) -> EfficiencyCurve:
     """The H100 attention curve times ``gpu``'s published achieved fraction over H200's in the
     cuDNN 9.19 benchmark, sampled at the H100 curve's sizes and the benchmark's."""
     base = _H100_ATTN_BWD if backward else _H100_ATTN_FWD
-    col = 2 if backward else 1
-    peak, h200_peak = _CUDNN_919[gpu][0], _CUDNN_919["H200"][0]
-    ratio = tuple((_cudnn_919_flops(s, backward), (t / peak) / (h / h200_peak))
-                  for s, t, h in zip(_CUDNN_919_SEQS, _CUDNN_919[gpu][col], _CUDNN_919["H200"][col]))
-    rx = tuple(x for x, _ in ratio)
-    xs = sorted({x for x, _ in base.points} | set(rx))
-    return EfficiencyCurve(tuple((x, base(x) * _log_interpolate(ratio, rx, x)) for x in xs))
+    ratio = tuple((x, f / h) for (x, f), (_, h) in zip(cudnn_919_fractions(gpu, backward),
+                                                        cudnn_919_fractions("H200", backward)))
+    return base.times(ratio)
 
 
 # FlashAttention-2's deterministic backward (flash-attn >= 2.4.1, ``deterministic=True``):

@@ -283,7 +283,7 @@ SETTINGS: tuple[SettingKind, ...] = (
     SettingKind("nvlink_segments", _boolean, "a multi-rack job's nodes allocated in equal segments, each in one "
                 "NVLink domain (Slurm --segment), rather than filling the domains in order"),
     SettingKind("cudnn_release", _release_or_null, "the cuDNN release the stack ships, which prices cuDNN attention "
-                "on Blackwell (null: the catalogue's curves; sim/attention_releases.py)"),
+                "on Blackwell and Hopper (null: the catalogue's curves; sim/attention_releases.py)"),
 )
 """The keys of a stack file's ``settings``, in the order docs/workloads.md lists them."""
 

@@ -64,7 +64,9 @@ def test_every_date_has_exactly_one_fallback():
 
 @pytest.mark.parametrize("framework, name", [
     ("torchtitan (PyTorch native: FSDP2/DTensor TP/PP/CP) (as of 2024)", "torchtitan"),
-    ("Megatron-Core r0.8.0 (per strong-scaling figure legend) (as of 2024)", "megatron-core"),
+    ("Megatron-Core r0.8.0 (per strong-scaling figure legend) (as of 2024)", "megatron-core-2024"),
+    ("Megatron-Core core_r0.10.0", "megatron-core-2024"),
+    ("Megatron-Core 0.12.0", "megatron-core"),
     ("Megatron-LM (+DeepSpeed ZeRO-3 for zero3 rows) (as of 2021)", "deepspeed-zero3"),
     ("Megatron-LM (2021, NGC PyTorch 20.12 container per examples/sc21/SRUN.sh)", "megatron-lm-2021"),
     ("Megatron-LM (2022)", "megatron-lm-2022"),
