@@ -1,4 +1,4 @@
-"""cuDNN's fused attention on Blackwell, by cuDNN release.
+"""cuDNN's fused attention on Blackwell and Hopper, by cuDNN release.
 
 The catalogue prices cuDNN attention on Blackwell with curves from cuDNN 9.19
 (:mod:`sim.hardware`, ``_CUDNN_919``). A software stack that ships an earlier cuDNN runs slower
@@ -33,8 +33,8 @@ release is priced by its ratio, not its own fractions: each point's achieved fra
 fraction H200 reached with cuDNN 9.19 at the same FLOPs (NVIDIA's 9.19 benchmark,
 :func:`sim.hardware.cudnn_919_fractions`, interpolated in log(FLOPs)), which multiplies the GPU's
 own catalogue curve, interpolated in log(FLOPs) between the points and held at the end ones.
-cuDNN 9.1's forward reaches 0.82-0.93 of 9.19's and its backward 0.86-0.94; 9.4's forward
-0.92-1.05 (its forward gained 11-13% on 9.1's) and its backward 0.87-0.93. Ampere keeps its
+cuDNN 9.1's forward reaches 0.83-0.95 of 9.19's and its backward 0.87-0.97; 9.4's forward
+0.92-1.07 (it gained 10-13% on 9.1's) and its backward 0.87-0.95, the longest sequences slowest. Ampere keeps its
 curves: its attention is FlashAttention-2 or unfused, not cuDNN's.
 """
 
@@ -147,10 +147,17 @@ class HopperMeasurement:
     points: tuple[HopperPoint, ...]
     source: str
 
-    def curves(self, gpu: GPUSpec) -> tuple[EfficiencyCurve, EfficiencyCurve]:
-        """``gpu``'s catalogue curves, forward and backward, times this release's ratios."""
-        return (gpu.attention_efficiency.times(tuple(p.ratio(False) for p in self.points)),
-                gpu.attention_backward_efficiency.times(tuple(p.ratio(True) for p in self.points)))
+    def on(self, gpu: GPUSpec) -> GPUSpec:
+        """``gpu`` with its catalogue curves times this release's ratios: forward, backward and,
+        where the GPU has one, the deterministic backward (cuDNN's own algorithm, a slowdown of
+        the same kernel)."""
+        fwd = tuple(p.ratio(False) for p in self.points)
+        bwd = tuple(p.ratio(True) for p in self.points)
+        det = gpu.deterministic_attention_backward_efficiency
+        return dataclasses.replace(
+            gpu, attention_efficiency=gpu.attention_efficiency.times(fwd),
+            attention_backward_efficiency=gpu.attention_backward_efficiency.times(bwd),
+            deterministic_attention_backward_efficiency=None if det is None else det.times(bwd))
 
 
 _FRONTEND_2024 = "NVIDIA/cudnn-frontend benchmark/benchmark_results.csv "
@@ -226,8 +233,7 @@ def _hopper(gpu: GPUSpec, release: tuple[int, int]) -> tuple[GPUSpec, str]:
     :data:`HOPPER_MEASURED` not later than ``release`` (the earliest for an older one), noted."""
     earlier = [m for m in HOPPER_MEASURED if m.release <= release]
     m = earlier[-1] if earlier else HOPPER_MEASURED[0]
-    fwd, bwd = m.curves(gpu)
     older = "" if earlier else ", no earlier release measured"
     note = (f"attention: cuDNN {format_release(release)} on {gpu.name} -> its cuDNN 9.19 curves times cuDNN "
             f"{m.label}'s rate over 9.19's as measured on H200{older} (sim/attention_releases.py)")
-    return dataclasses.replace(gpu, attention_efficiency=fwd, attention_backward_efficiency=bwd), note
+    return m.on(gpu), note

@@ -142,6 +142,17 @@ def test_hopper_takes_the_latest_release_measured_not_later_than_the_stacks():
         assert with_cudnn_release(h100, release) == (h100, None)
 
 
+def test_a_hopper_release_slows_the_deterministic_backward_as_the_default_one():
+    h100 = get_gpu("H100")
+    old, _ = with_cudnn_release(h100, (9, 1))
+    for seq in (4096, 32768):
+        default = AttentionOp(1, 16, 16, seq, 128, True, True)
+        det = AttentionOp(1, 16, 16, seq, 128, True, True, deterministic=True)
+        slower = attention_time_s(old, default) / attention_time_s(h100, default)
+        assert slower > 1.02
+        assert attention_time_s(old, det) / attention_time_s(h100, det) == pytest.approx(slower, rel=0.02), seq
+
+
 def test_hopper_attention_of_2024_is_slower_at_long_sequences():
     """cuDNN 9.1 and 9.4 ran H200's backward at under 0.9 of 9.19's rate from 32k tokens (16 heads)
     up, and 9.1's forward at under 0.9 too; 9.4's forward gained on 9.1's at every length."""
