@@ -1,12 +1,13 @@
 """cuDNN's fused attention on Blackwell and Hopper, by cuDNN release.
 
 The catalogue prices cuDNN attention on Blackwell with curves from cuDNN 9.19
-(:mod:`sim.hardware`, ``_CUDNN_919``). A software stack that ships an earlier cuDNN runs slower
-kernels there: the same benchmark of NVIDIA's, run through PyTorch's cuDNN SDPA backend with
-the NGC PyTorch containers of 2025, times B200's backward at 0.81-0.89 of what the 9.19 curves
-give at 8k-128k tokens (forward 0.93-1.05), and cuDNN 9.18.1 is the release whose SDPA
-improvements the benchmark's results were updated for (NVIDIA/cudnn-frontend release v1.18.0:
-"Updated the benchmark results for the sdpa improvements added in cuDNN 9.18.1"). So a stack's
+(:mod:`sim.hardware`, :func:`~sim.hardware.cudnn_919_fractions`). A software stack that ships
+an earlier cuDNN runs slower kernels there: the same benchmark of NVIDIA's, run through
+PyTorch's cuDNN SDPA backend with the NGC PyTorch containers of 2025, times B200's backward at
+0.81-0.89 of what the 9.19 curves give at 8k-128k tokens (forward 0.93-1.05), and cuDNN 9.18.1
+is the release whose SDPA improvements the benchmark's results were updated for
+(NVIDIA/cudnn-frontend release v1.18.0: "Updated the benchmark results for the sdpa
+improvements added in cuDNN 9.18.1"). So a stack's
 ``cudnn_release`` (:mod:`sim.config.stack`) picks the attention curves of a Blackwell GPU:
 
 * from :data:`CATALOGUE_FROM` (9.18) on, or null: the catalogue's;
@@ -34,8 +35,8 @@ fraction H200 reached with cuDNN 9.19 at the same FLOPs (NVIDIA's 9.19 benchmark
 :func:`sim.hardware.cudnn_919_fractions`, interpolated in log(FLOPs)), which multiplies the GPU's
 own catalogue curve, interpolated in log(FLOPs) between the points and held at the end ones.
 cuDNN 9.1's forward reaches 0.83-0.95 of 9.19's and its backward 0.87-0.97; 9.4's forward
-0.92-1.07 (it gained 10-13% on 9.1's) and its backward 0.87-0.95, the longest sequences slowest. Ampere keeps its
-curves: its attention is FlashAttention-2 or unfused, not cuDNN's.
+0.92-1.07 (it gained 10-13% on 9.1's) and its backward 0.87-0.95, the longest sequences
+slowest. Ampere keeps its curves: its attention is FlashAttention-2 or unfused, not cuDNN's.
 """
 
 from __future__ import annotations
