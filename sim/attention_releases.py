@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import TypeVar
 
 from sim.hardware import EfficiencyCurve, GPUSpec, cudnn_919_fractions, get_gpu
 from sim.types import Dtype, GpuGeneration
@@ -218,11 +219,8 @@ def with_cudnn_release(gpu: GPUSpec, release: tuple[int, int] | None) -> tuple[G
     measured_on = PRICED_AS.get(gpu.name)
     if measured_on is None:
         return gpu, None
-    own = [m for m in MEASURED if m.gpu == measured_on]
-    earlier = [m for m in own if m.release <= release]
-    m = earlier[-1] if earlier else own[0]
+    m, older = _latest_not_later(tuple(m for m in MEASURED if m.gpu == measured_on), release)
     fwd, bwd = m.curves()
-    older = "" if earlier else ", no earlier release measured"
     on = "" if m.gpu == gpu.name else f" (its fractions of peak on {gpu.name})"
     note = (f"attention: cuDNN {format_release(release)} on {gpu.name} -> cuDNN {m.label} as measured on "
             f"{m.gpu}{on}{older} (sim/attention_releases.py)")
@@ -232,9 +230,17 @@ def with_cudnn_release(gpu: GPUSpec, release: tuple[int, int] | None) -> tuple[G
 def _hopper(gpu: GPUSpec, release: tuple[int, int]) -> tuple[GPUSpec, str]:
     """``gpu`` (Hopper) with its catalogue curves times the ratios of the latest release of
     :data:`HOPPER_MEASURED` not later than ``release`` (the earliest for an older one), noted."""
-    earlier = [m for m in HOPPER_MEASURED if m.release <= release]
-    m = earlier[-1] if earlier else HOPPER_MEASURED[0]
-    older = "" if earlier else ", no earlier release measured"
+    m, older = _latest_not_later(HOPPER_MEASURED, release)
     note = (f"attention: cuDNN {format_release(release)} on {gpu.name} -> its cuDNN 9.19 curves times cuDNN "
             f"{m.label}'s rate over 9.19's as measured on H200{older} (sim/attention_releases.py)")
     return m.on(gpu), note
+
+
+_Measured = TypeVar("_Measured", ReleaseMeasurement, HopperMeasurement)
+
+
+def _latest_not_later(measured: tuple[_Measured, ...], release: tuple[int, int]) -> tuple[_Measured, str]:
+    """The latest of ``measured`` (oldest first) not later than ``release``, or the earliest for
+    an older release, and the note's words for that case."""
+    earlier = [m for m in measured if m.release <= release]
+    return (earlier[-1], "") if earlier else (measured[0], ", no earlier release measured")
