@@ -23,7 +23,8 @@ from sim.units import GB, GBPS, TB, TFLOPS, US, GiB, MiB
 from sim.workload.ops import AttentionOp
 
 __all__ = ["B200_HBM_BANDWIDTH", "EfficiencyCurve", "GPUSpec", "GPU_CATALOGUE", "GRACE_HOST_TIME_FACTOR",
-           "MXFP8_GEMM_SLOWDOWN", "cudnn_919_fractions", "get_gpu", "gpu_names"]
+           "MXFP8_GEMM_SLOWDOWN", "SHARED_SWEEP_FLOPS", "bf16_from_b200", "cudnn_919_fractions", "get_gpu",
+           "gpu_names"]
 
 
 @dataclass(frozen=True)
@@ -458,8 +459,9 @@ _B200_FP8_GEMM = EfficiencyCurve(tuple(
 # measured cuBLASLt MXFP8 at 8192^3 2886.1 and 8192x8192x16384 2809.7 TFLOP/s
 # (mxfp8_results.csv @ced5e01), 0.641 and 0.624 of 4500, within 5% of the FP8 curve's 0.616
 # there: square sizes, one GEMM at a time, where block scaling costs least.
-# No 16-bit sweep of GB200 or GB300 was found: both borrow B200's BF16 fractions, and B200,
-# with no cuBLASLt FP4 result (cuBLAS 13.0 in that run rejected FP4), borrows GB200's FP4 ones.
+# No 16-bit sweep of GB200 or GB300 was found: both run B200's 16-bit rate times their own FP8
+# rate over B200's (bf16_from_b200, below), and B200, with no cuBLASLt FP4 result (cuBLAS 13.0
+# in that run rejected FP4), borrows GB200's FP4 ones.
 # Fused attention on Blackwell (cuDNN, the kernel Transformer Engine runs), from NVIDIA's
 # cuDNN-frontend SDPA training benchmark run with cuDNN 9.19.1 (the H100 measurement above ran
 # 9.19.0) on GB200, GB300 and, in the same harness, H200 (NVIDIA/cudnn-frontend
@@ -654,9 +656,40 @@ reports a 7,680-bit bus at a 3,996 MHz memory clock, 7.672 TB/s (pytorch/ao PR #
 moved its roofline's B200 from 8.0e12 to that figure, 2026-03-05)."""
 
 
-def _blackwell_gemm(fp8: EfficiencyCurve, fp4: EfficiencyCurve) -> tuple[tuple[Dtype, EfficiencyCurve], ...]:
-    """A Blackwell GPU's GEMM curves: B200's 16-bit sweep, its own (or the nearest) FP8 and FP4."""
-    return ((Dtype.BF16, _B200_BF16_GEMM), (Dtype.FP8, fp8),
+SHARED_SWEEP_FLOPS = _gemm_flops(8192, 8192, 1024)
+"""The one FLOP count both Blackwell FP8 sweeps measured: B200's 8192 x 8192 x 1024 (its last,
+largest point) and the square 4096^3 of the GB200 and GB300 sweeps, 1.37e11 FLOPs each."""
+
+
+def bf16_from_b200(fp8: EfficiencyCurve, fp8_peak_tflops: float, bf16_peak_tflops: float) -> EfficiencyCurve:
+    """The 16-bit GEMM curve of a Blackwell GPU with no 16-bit sweep: B200's 16-bit rate at
+    each size, times what this GPU's FP8 GEMMs reach over B200's at :data:`SHARED_SWEEP_FLOPS`,
+    as a fraction of this GPU's 16-bit peak.
+
+    GB200 is B200's die under a 1,200 W limit (1,000 W on HGX B200), and its datasheet peaks are
+    11% higher (2.5 PF BF16 against 2.25); measured, its FP8 GEMMs are 2.3% faster than B200's
+    at the shared size (2,834.6 TFLOP/s at 4096^3 on Azure's ND GB200 v6 against 2,770.0 at
+    8192 x 8192 x 1024 on a B200; the sweeps above), so a higher limit buys its tensor cores
+    2%, not the datasheet's 11%. The 16-bit and FP8 GEMMs of one Blackwell GPU run on the same
+    tensor cores at the same clock, so this GPU's 16-bit rate is B200's times that measured FP8
+    ratio: 0.921 of B200's 16-bit fractions on GB200, 1.058 on GB300 (3,257.0 at 4096^3,
+    a B300 die at 1,400 W). The GB200 sweep ran CUDA 12.8 and the B200 and GB300 sweeps CUDA 13.0,
+    so the GB200 ratio carries any difference between those cuBLAS releases too.
+
+    >>> c = bf16_from_b200(_B200_FP8_GEMM, 4500, 2250)
+    >>> round(c(SHARED_SWEEP_FLOPS) / _B200_BF16_GEMM(SHARED_SWEEP_FLOPS), 6)
+    1.0
+    """
+    own = fp8(SHARED_SWEEP_FLOPS) * fp8_peak_tflops
+    b200 = _B200_FP8_GEMM(SHARED_SWEEP_FLOPS) * 4500
+    return _B200_BF16_GEMM.scaled(2250 / bf16_peak_tflops * own / b200)
+
+
+def _blackwell_gemm(fp8: EfficiencyCurve, fp4: EfficiencyCurve,
+                    bf16: EfficiencyCurve = _B200_BF16_GEMM) -> tuple[tuple[Dtype, EfficiencyCurve], ...]:
+    """A Blackwell GPU's GEMM curves: its 16-bit curve (B200's sweep, or one derived from it by
+    :func:`bf16_from_b200`), its own (or the nearest) FP8 and FP4."""
+    return ((Dtype.BF16, bf16), (Dtype.FP8, fp8),
             (Dtype.MXFP8, _slowed(fp8, ((1.0, MXFP8_GEMM_SLOWDOWN),))), (Dtype.NVFP4, fp4))
 
 
@@ -842,12 +875,13 @@ _GPUS = (
         hbm_capacity_bytes=189471 * MiB,  # the driver's total (above)
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
-        gemm_efficiency=_blackwell_gemm(_GB200_FP8_GEMM, _GB200_FP4_GEMM),
+        gemm_efficiency=_blackwell_gemm(_GB200_FP8_GEMM, _GB200_FP4_GEMM, bf16_from_b200(_GB200_FP8_GEMM, 5000, 2500)),
         **dict(_BLACKWELL_KERNELS, **_GB200_MEMORY),
         sm_count=148,
         sources="glennklockwood.com/garden/processors/B200 (GB200 1200 W table: 2.5 PF BF16 dense, "
         "~186 GB HBM3e at 8 TB/s, NVLink5 1.8 TB/s bidirectional); cuBLASLt FP8/FP4 sweeps from "
-        "Azure/AI-benchmarking-guide ND GB200 v6 (BF16 as B200); cuDNN 9.19 attention from the "
+        "Azure/AI-benchmarking-guide ND GB200 v6 (BF16: B200's rate times the FP8 ratio, bf16_from_b200); "
+        "cuDNN 9.19 attention from the "
         "NVIDIA/cudnn-frontend SDPA benchmark (relative to its H200 run); 148 SMs as B200 [unverified]",
     ),
     GPUSpec(
@@ -858,12 +892,13 @@ _GPUS = (
         hbm_capacity_bytes=284208 * MiB,  # the driver's total (above)
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
-        gemm_efficiency=_blackwell_gemm(_GB300_FP8_GEMM, _GB300_FP4_GEMM),
+        gemm_efficiency=_blackwell_gemm(_GB300_FP8_GEMM, _GB300_FP4_GEMM, bf16_from_b200(_GB300_FP8_GEMM, 5000, 2500)),
         **dict(_BLACKWELL_ULTRA_KERNELS, **_GB300_MEMORY),
         sm_count=160,
         sources="NVIDIA Blackwell Ultra announcements: 288 GB HBM3e (the driver reports 284,208 MiB), 8 TB/s, "
         "15 PF dense NVFP4, BF16 as GB200, NVLink5 1.8 TB/s bidirectional, 160 SMs [unverified]; cuBLASLt "
-        "FP8/FP4 sweeps from the Azure AI-benchmarking-guide ND GB300 v6 results (BF16 GEMM as B200); "
+        "FP8/FP4 sweeps from the Azure AI-benchmarking-guide ND GB300 v6 results (BF16 GEMM: B200's rate times the "
+        "FP8 ratio, bf16_from_b200); "
         "cuDNN 9.19 attention from the NVIDIA/cudnn-frontend SDPA benchmark (relative to its H200 run)",
     ),
 )
