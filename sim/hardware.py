@@ -661,7 +661,12 @@ SHARED_SWEEP_FLOPS = _gemm_flops(8192, 8192, 1024)
 largest point) and the square 4096^3 of the GB200 and GB300 sweeps, 1.37e11 FLOPs each."""
 
 
-def bf16_from_b200(fp8: EfficiencyCurve, fp8_peak_tflops: float, bf16_peak_tflops: float) -> EfficiencyCurve:
+_B200_PEAKS = _blackwell(2250, 9000, 1100, 80)
+_GB200_PEAKS = _blackwell(2500, 10000, 1250, 90)
+_GB300_PEAKS = _blackwell(2500, 15000, 1250, None)
+
+
+def bf16_from_b200(fp8: EfficiencyCurve, peaks: tuple[tuple[Dtype, float], ...]) -> EfficiencyCurve:
     """The 16-bit GEMM curve of a Blackwell GPU with no 16-bit sweep: B200's 16-bit rate at
     each size, times what this GPU's FP8 GEMMs reach over B200's at :data:`SHARED_SWEEP_FLOPS`,
     as a fraction of this GPU's 16-bit peak.
@@ -676,13 +681,15 @@ def bf16_from_b200(fp8: EfficiencyCurve, fp8_peak_tflops: float, bf16_peak_tflop
     a B300 die at 1,400 W). The GB200 sweep ran CUDA 12.8 and the B200 and GB300 sweeps CUDA 13.0,
     so the GB200 ratio carries any difference between those cuBLAS releases too.
 
-    >>> c = bf16_from_b200(_B200_FP8_GEMM, 4500, 2250)
+    ``peaks`` are the GPU's dense peaks (``_blackwell``), to which ``fp8``'s fractions refer.
+
+    >>> c = bf16_from_b200(_B200_FP8_GEMM, _B200_PEAKS)
     >>> round(c(SHARED_SWEEP_FLOPS) / _B200_BF16_GEMM(SHARED_SWEEP_FLOPS), 6)
     1.0
     """
-    own = fp8(SHARED_SWEEP_FLOPS) * fp8_peak_tflops
-    b200 = _B200_FP8_GEMM(SHARED_SWEEP_FLOPS) * 4500
-    return _B200_BF16_GEMM.scaled(2250 / bf16_peak_tflops * own / b200)
+    own, b200 = dict(peaks), dict(_B200_PEAKS)
+    fp8_ratio = fp8(SHARED_SWEEP_FLOPS) * own[Dtype.FP8] / (_B200_FP8_GEMM(SHARED_SWEEP_FLOPS) * b200[Dtype.FP8])
+    return _B200_BF16_GEMM.scaled(b200[Dtype.BF16] / own[Dtype.BF16] * fp8_ratio)
 
 
 def _blackwell_gemm(fp8: EfficiencyCurve, fp4: EfficiencyCurve,
@@ -853,7 +860,7 @@ _GPUS = (
     GPUSpec(
         name="B200",
         generation=GpuGeneration.BLACKWELL,
-        peak_flops_per_s=_blackwell(2250, 9000, 1100, 80),
+        peak_flops_per_s=_B200_PEAKS,
         hbm_capacity_bytes=183359 * MiB,  # the driver's total (above)
         hbm_bandwidth_bytes_per_s=B200_HBM_BANDWIDTH,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
@@ -871,11 +878,12 @@ _GPUS = (
         name="GB200",
         generation=GpuGeneration.BLACKWELL,
         host_cpu=HostCpu.GRACE,  # the superchip's own Grace issues its kernels
-        peak_flops_per_s=_blackwell(2500, 10000, 1250, 90),
+        peak_flops_per_s=_GB200_PEAKS,
         hbm_capacity_bytes=189471 * MiB,  # the driver's total (above)
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
-        gemm_efficiency=_blackwell_gemm(_GB200_FP8_GEMM, _GB200_FP4_GEMM, bf16_from_b200(_GB200_FP8_GEMM, 5000, 2500)),
+        gemm_efficiency=_blackwell_gemm(_GB200_FP8_GEMM, _GB200_FP4_GEMM,
+                                        bf16_from_b200(_GB200_FP8_GEMM, _GB200_PEAKS)),
         **dict(_BLACKWELL_KERNELS, **_GB200_MEMORY),
         sm_count=148,
         sources="glennklockwood.com/garden/processors/B200 (GB200 1200 W table: 2.5 PF BF16 dense, "
@@ -888,11 +896,12 @@ _GPUS = (
         name="GB300",
         generation=GpuGeneration.BLACKWELL,
         host_cpu=HostCpu.GRACE,  # the superchip's own Grace issues its kernels
-        peak_flops_per_s=_blackwell(2500, 15000, 1250, None),
+        peak_flops_per_s=_GB300_PEAKS,
         hbm_capacity_bytes=284208 * MiB,  # the driver's total (above)
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_bandwidth_bytes_per_s=900 * GBPS,
-        gemm_efficiency=_blackwell_gemm(_GB300_FP8_GEMM, _GB300_FP4_GEMM, bf16_from_b200(_GB300_FP8_GEMM, 5000, 2500)),
+        gemm_efficiency=_blackwell_gemm(_GB300_FP8_GEMM, _GB300_FP4_GEMM,
+                                        bf16_from_b200(_GB300_FP8_GEMM, _GB300_PEAKS)),
         **dict(_BLACKWELL_ULTRA_KERNELS, **_GB300_MEMORY),
         sm_count=160,
         sources="NVIDIA Blackwell Ultra announcements: 288 GB HBM3e (the driver reports 284,208 MiB), 8 TB/s, "
